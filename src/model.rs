@@ -1,0 +1,322 @@
+//! The domain: nodes, their conditions, and the events that make up their history.
+//!
+//! These types are ours and small. Kubernetes JSON is produced from them in
+//! [`crate::kube`]; the store keeps its own versioned records in [`crate::store`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Wall-clock time in microseconds since the Unix epoch. For records only:
+/// timers use `tokio::time::Instant`.
+/// Serialized as RFC 3339, as Kubernetes and operators read times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Micros(pub i64);
+
+impl Serialize for Micros {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.timestamp())
+    }
+}
+
+impl<'de> Deserialize<'de> for Micros {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = std::borrow::Cow::<str>::deserialize(d)?;
+        Micros::parse_rfc3339(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Micros {
+    /// The current wall-clock time.
+    pub fn now() -> Micros {
+        Micros(jiff::Timestamp::now().as_microsecond())
+    }
+
+    /// As a `jiff` timestamp (clamped into jiff's range).
+    pub fn timestamp(self) -> jiff::Timestamp {
+        jiff::Timestamp::from_microsecond(self.0).unwrap_or(if self.0 < 0 {
+            jiff::Timestamp::MIN
+        } else {
+            jiff::Timestamp::MAX
+        })
+    }
+
+    /// RFC 3339 with the precision the value has, in UTC (`2026-11-30T09:23:09.123456Z`).
+    pub fn rfc3339(self) -> String {
+        self.timestamp().to_string()
+    }
+
+    /// RFC 3339 to the second, as Kubernetes writes times.
+    pub fn rfc3339_seconds(self) -> String {
+        let t = jiff::Timestamp::from_second(self.timestamp().as_second()).unwrap_or(self.timestamp());
+        t.to_string()
+    }
+
+    /// Parses RFC 3339 (`2026-11-30T09:00:00Z`, offsets allowed).
+    pub fn parse_rfc3339(s: &str) -> Result<Micros, String> {
+        s.parse::<jiff::Timestamp>()
+            .map(|t| Micros(t.as_microsecond()))
+            .map_err(|e| format!("{s:?} is not an RFC 3339 time such as 2026-11-30T09:00:00Z: {e}"))
+    }
+
+    /// Parses an instant given either as RFC 3339 or as an age relative to
+    /// `now` (`10m` = ten minutes ago), as operators type them.
+    pub fn parse_instant(s: &str, now: Micros) -> Result<Micros, String> {
+        if let Ok(d) = crate::duration::parse(s) {
+            return Ok(Micros(now.0 - d.as_micros() as i64));
+        }
+        Micros::parse_rfc3339(s).map_err(|_| {
+            format!("{s:?} is neither an RFC 3339 time (2026-11-30T09:00:00Z) nor an age such as 10m or 2h")
+        })
+    }
+
+    /// Microseconds from `earlier` to `self`, zero if negative.
+    pub fn since(self, earlier: Micros) -> std::time::Duration {
+        std::time::Duration::from_micros((self.0 - earlier.0).max(0) as u64)
+    }
+}
+
+impl fmt::Display for Micros {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.rfc3339())
+    }
+}
+
+/// A condition's status, as Kubernetes spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+impl fmt::Display for ConditionStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ConditionStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "True" => Ok(ConditionStatus::True),
+            "False" => Ok(ConditionStatus::False),
+            "Unknown" => Ok(ConditionStatus::Unknown),
+            other => Err(format!("{other:?} is not a condition status (True, False or Unknown)")),
+        }
+    }
+}
+
+/// The condition type nodekeeper decides itself.
+pub const READY: &str = "Ready";
+
+/// One node condition, as in `status.conditions` of a Kubernetes Node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub status: ConditionStatus,
+    #[serde(rename = "lastHeartbeatTime")]
+    pub last_heartbeat: Micros,
+    #[serde(rename = "lastTransitionTime")]
+    pub last_transition: Micros,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Kinds of node address, as Kubernetes names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AddressKind {
+    InternalIP,
+    ExternalIP,
+    Hostname,
+    InternalDNS,
+    ExternalDNS,
+}
+
+impl AddressKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AddressKind::InternalIP => "InternalIP",
+            AddressKind::ExternalIP => "ExternalIP",
+            AddressKind::Hostname => "Hostname",
+            AddressKind::InternalDNS => "InternalDNS",
+            AddressKind::ExternalDNS => "ExternalDNS",
+        }
+    }
+}
+
+/// One entry of `status.addresses`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Address {
+    #[serde(rename = "type")]
+    pub kind: AddressKind,
+    pub address: String,
+}
+
+/// What a node offers; `status.capacity` (and allocatable).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    #[serde(rename = "cpuMillis")]
+    pub cpu_millis: u64,
+    #[serde(rename = "memoryBytes")]
+    pub memory_bytes: u64,
+}
+
+impl Default for Resources {
+    /// The ancestor's static capacity: 1 CPU and 3Gi.
+    fn default() -> Self {
+        Resources { cpu_millis: 1000, memory_bytes: 3 << 30 }
+    }
+}
+
+/// A node taint (`spec.taints`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    pub effect: String,
+    #[serde(rename = "timeAdded")]
+    pub added: Option<Micros>,
+}
+
+/// A registered node: the registry's record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    pub name: String,
+    pub uid: String,
+    #[serde(rename = "creationTimestamp")]
+    pub created: Micros,
+    /// `seq` of the newest event that changed this node.
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: u64,
+    /// Where the node came from: `static`, or `cloud/<provider>`.
+    pub source: String,
+    pub labels: BTreeMap<String, String>,
+    #[serde(rename = "externalID")]
+    pub external_id: String,
+    #[serde(rename = "providerID")]
+    pub provider_id: String,
+    pub capacity: Resources,
+    pub unschedulable: bool,
+    pub taints: Vec<Taint>,
+    pub addresses: Vec<Address>,
+    pub conditions: Vec<Condition>,
+}
+
+impl Node {
+    /// The condition of the given type, if the node has one.
+    pub fn condition(&self, kind: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.kind == kind)
+    }
+
+    /// Mutable access to the condition of the given type.
+    pub fn condition_mut(&mut self, kind: &str) -> Option<&mut Condition> {
+        self.conditions.iter_mut().find(|c| c.kind == kind)
+    }
+
+    /// The Ready status, `Unknown` if the node has none yet.
+    pub fn ready(&self) -> ConditionStatus {
+        self.condition(READY).map_or(ConditionStatus::Unknown, |c| c.status)
+    }
+
+    /// The first address of the preferred kind: InternalIP, then ExternalIP, then any.
+    pub fn probe_address(&self) -> Option<&str> {
+        let by = |k| self.addresses.iter().find(|a| a.kind == k);
+        by(AddressKind::InternalIP)
+            .or_else(|| by(AddressKind::ExternalIP))
+            .or_else(|| self.addresses.first())
+            .map(|a| a.address.as_str())
+    }
+}
+
+/// What a node looks like when a source hands it over: its spec, before the
+/// registry gives it identity and status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSpec {
+    pub name: String,
+    pub source: String,
+    pub labels: BTreeMap<String, String>,
+    #[serde(rename = "externalID")]
+    pub external_id: String,
+    #[serde(rename = "providerID")]
+    pub provider_id: String,
+    pub capacity: Resources,
+    /// Addresses known up front (IPs, provider addresses); a host name
+    /// without one is resolved at registration.
+    pub addresses: Vec<Address>,
+}
+
+/// One entry of the history. `seq` is strictly increasing store-wide.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: u64,
+    pub time: Micros,
+    /// The node the event is about; `None` for controller-wide events.
+    pub node: Option<String>,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// What happened. Append-only: the store encodes these by variant index.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum EventKind {
+    /// The node entered the registry; carries the record as registered.
+    Registered { node: Box<Node> },
+    /// The node left the registry.
+    Deleted { reason: String },
+    /// A condition changed status (or first appeared, when `from` is `None`).
+    ConditionChanged {
+        condition: String,
+        from: Option<ConditionStatus>,
+        to: ConditionStatus,
+        reason: String,
+        message: String,
+    },
+    /// The node's addresses changed.
+    AddressesChanged { from: Vec<Address>, to: Vec<Address> },
+    /// A host name could not be resolved (`ErrQueryIPAddress`).
+    AddressLookupFailed { message: String },
+    /// A node could not be registered after every retry (`ErrRegistration`).
+    RegistrationFailed { message: String },
+    /// A controller opened the store. `downtime` is the time since the last
+    /// event written by the previous controller, if any.
+    ControllerStarted {
+        instance: String,
+        #[serde(rename = "downtimeSeconds")]
+        downtime_seconds: Option<f64>,
+        #[serde(rename = "previousStopClean")]
+        previous_stop_clean: bool,
+    },
+    /// A controller stopped cleanly.
+    ControllerStopped { instance: String },
+}
+
+impl EventKind {
+    /// The variant's name, as shown in history tables and JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::Registered { .. } => "Registered",
+            EventKind::Deleted { .. } => "Deleted",
+            EventKind::ConditionChanged { .. } => "ConditionChanged",
+            EventKind::AddressesChanged { .. } => "AddressesChanged",
+            EventKind::AddressLookupFailed { .. } => "AddressLookupFailed",
+            EventKind::RegistrationFailed { .. } => "RegistrationFailed",
+            EventKind::ControllerStarted { .. } => "ControllerStarted",
+            EventKind::ControllerStopped { .. } => "ControllerStopped",
+        }
+    }
+}
