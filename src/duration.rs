@@ -18,13 +18,17 @@ pub fn parse(s: &str) -> Result<Duration, String> {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .ok_or_else(|| format!("{s:?} lacks a unit: write it like 500ms, 10s, 5m or 1h30m"))?;
         if number_len == 0 {
-            return Err(format!("{s:?} is not a duration such as 500ms, 10s, 5m or 1h30m"));
+            return Err(format!(
+                "{s:?} is not a duration such as 500ms, 10s, 5m or 1h30m"
+            ));
         }
         let value: f64 = rest[..number_len]
             .parse()
             .map_err(|_| format!("{s:?} has a malformed number"))?;
         rest = &rest[number_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let seconds = match &rest[..unit_len] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -55,7 +59,11 @@ pub fn format(d: Duration) -> String {
         return "0s".into();
     }
     if ms % 1000 != 0 {
-        return if ms >= 1000 { format!("{:.3}s", d.as_secs_f64()) } else { format!("{ms}ms") };
+        return if ms >= 1000 {
+            format!("{:.3}s", d.as_secs_f64())
+        } else {
+            format!("{ms}ms")
+        };
     }
     let mut secs = d.as_secs();
     let mut out = String::new();
@@ -86,7 +94,10 @@ mod tests {
     fn rejects_malformed_durations_with_a_hint() {
         for bad in ["", "10", "s", "10x", "1..5s", "-5s"] {
             let err = parse(bad).unwrap_err();
-            assert!(err.contains("10s") || err.contains("unit") || err.contains("number"), "{bad}: {err}");
+            assert!(
+                err.contains("10s") || err.contains("unit") || err.contains("number"),
+                "{bad}: {err}"
+            );
         }
     }
 

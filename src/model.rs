@@ -49,7 +49,8 @@ impl Micros {
 
     /// RFC 3339 to the second, as Kubernetes writes times.
     pub fn rfc3339_seconds(self) -> String {
-        let t = jiff::Timestamp::from_second(self.timestamp().as_second()).unwrap_or(self.timestamp());
+        let t =
+            jiff::Timestamp::from_second(self.timestamp().as_second()).unwrap_or(self.timestamp());
         t.to_string()
     }
 
@@ -114,7 +115,9 @@ impl std::str::FromStr for ConditionStatus {
             "True" => Ok(ConditionStatus::True),
             "False" => Ok(ConditionStatus::False),
             "Unknown" => Ok(ConditionStatus::Unknown),
-            other => Err(format!("{other:?} is not a condition status (True, False or Unknown)")),
+            other => Err(format!(
+                "{other:?} is not a condition status (True, False or Unknown)"
+            )),
         }
     }
 }
@@ -178,7 +181,10 @@ pub struct Resources {
 impl Default for Resources {
     /// The ancestor's static capacity: 1 CPU and 3Gi.
     fn default() -> Self {
-        Resources { cpu_millis: 1000, memory_bytes: 3 << 30 }
+        Resources {
+            cpu_millis: 1000,
+            memory_bytes: 3 << 30,
+        }
     }
 }
 
@@ -229,7 +235,8 @@ impl Node {
 
     /// The Ready status, `Unknown` if the node has none yet.
     pub fn ready(&self) -> ConditionStatus {
-        self.condition(READY).map_or(ConditionStatus::Unknown, |c| c.status)
+        self.condition(READY)
+            .map_or(ConditionStatus::Unknown, |c| c.status)
     }
 
     /// The first address of the preferred kind: InternalIP, then ExternalIP, then any.
@@ -275,7 +282,10 @@ pub struct Event {
 #[serde(tag = "kind")]
 pub enum EventKind {
     /// The node entered the registry; carries the record as registered.
-    Registered { node: Box<Node> },
+    Registered {
+        #[serde(rename = "record")]
+        node: Box<Node>,
+    },
     /// The node left the registry.
     Deleted { reason: String },
     /// A condition changed status (or first appeared, when `from` is `None`).
@@ -287,7 +297,10 @@ pub enum EventKind {
         message: String,
     },
     /// The node's addresses changed.
-    AddressesChanged { from: Vec<Address>, to: Vec<Address> },
+    AddressesChanged {
+        from: Vec<Address>,
+        to: Vec<Address>,
+    },
     /// A host name could not be resolved (`ErrQueryIPAddress`).
     AddressLookupFailed { message: String },
     /// A node could not be registered after every retry (`ErrRegistration`).

@@ -63,7 +63,11 @@ pub enum MigrationError {
     #[error("the schema version in the store is unreadable ({0} bytes); the store is damaged: restore from an export")]
     BadVersion(usize),
     #[error("schema step {version} ({description}) failed: {reason}")]
-    StepFailed { version: u32, description: &'static str, reason: String },
+    StepFailed {
+        version: u32,
+        description: &'static str,
+        reason: String,
+    },
     #[error("store I/O failed during migration: {0}")]
     Sled(#[from] sled::Error),
 }
@@ -83,7 +87,10 @@ pub fn schema_version(db: &sled::Db) -> Result<Option<u32>, MigrationError> {
     match meta.get(SCHEMA_VERSION_KEY)? {
         None => Ok(None),
         Some(bytes) => {
-            let raw: [u8; 4] = bytes.as_ref().try_into().map_err(|_| MigrationError::BadVersion(bytes.len()))?;
+            let raw: [u8; 4] = bytes
+                .as_ref()
+                .try_into()
+                .map_err(|_| MigrationError::BadVersion(bytes.len()))?;
             Ok(Some(u32::from_be_bytes(raw)))
         }
     }
@@ -100,18 +107,29 @@ pub fn migrate_to(db: &sled::Db, target: u32) -> Result<Report, MigrationError> 
     let from = schema_version(db)?;
     let found = from.unwrap_or(0);
     if found > CURRENT {
-        return Err(MigrationError::StoreTooNew { found, supported: CURRENT });
+        return Err(MigrationError::StoreTooNew {
+            found,
+            supported: CURRENT,
+        });
     }
     let mut steps_run = Vec::new();
-    for step in STEPS.iter().filter(|s| s.version > found && s.version <= target) {
+    for step in STEPS
+        .iter()
+        .filter(|s| s.version > found && s.version <= target)
+    {
         (step.run)(db)?;
         // The step's writes must be on disk before the version says they are.
         db.flush()?;
-        db.open_tree(trees::META)?.insert(SCHEMA_VERSION_KEY, &step.version.to_be_bytes())?;
+        db.open_tree(trees::META)?
+            .insert(SCHEMA_VERSION_KEY, &step.version.to_be_bytes())?;
         db.flush()?;
         steps_run.push(step.version);
     }
-    Ok(Report { from, to: found.max(target.min(CURRENT)), steps_run })
+    Ok(Report {
+        from,
+        to: found.max(target.min(CURRENT)),
+        steps_run,
+    })
 }
 
 /// Describes the steps, for `db status`.
@@ -133,11 +151,31 @@ mod tests {
     fn a_new_store_gets_every_step() {
         let (_dir, db) = temp_db();
         let report = migrate(&db).unwrap();
-        assert_eq!(report, Report { from: None, to: CURRENT, steps_run: vec![1, 2] });
+        assert_eq!(
+            report,
+            Report {
+                from: None,
+                to: CURRENT,
+                steps_run: vec![1, 2]
+            }
+        );
         assert_eq!(schema_version(&db).unwrap(), Some(CURRENT));
-        let names: Vec<_> = db.tree_names().into_iter().map(|n| String::from_utf8(n.to_vec()).unwrap()).collect();
-        for tree in [trees::NODES, trees::EVENTS, trees::NODE_EVENTS, trees::OUTBOX, trees::META] {
-            assert!(names.iter().any(|n| n == tree), "missing tree {tree}: {names:?}");
+        let names: Vec<_> = db
+            .tree_names()
+            .into_iter()
+            .map(|n| String::from_utf8(n.to_vec()).unwrap())
+            .collect();
+        for tree in [
+            trees::NODES,
+            trees::EVENTS,
+            trees::NODE_EVENTS,
+            trees::OUTBOX,
+            trees::META,
+        ] {
+            assert!(
+                names.iter().any(|n| n == tree),
+                "missing tree {tree}: {names:?}"
+            );
         }
     }
 
@@ -155,7 +193,8 @@ mod tests {
         let (_dir, db) = temp_db();
         migrate(&db).unwrap();
         let meta = db.open_tree(trees::META).unwrap();
-        meta.insert(SCHEMA_VERSION_KEY, &(CURRENT + 1).to_be_bytes()).unwrap();
+        meta.insert(SCHEMA_VERSION_KEY, &(CURRENT + 1).to_be_bytes())
+            .unwrap();
         let err = migrate(&db).unwrap_err();
         assert!(matches!(err, MigrationError::StoreTooNew { found, .. } if found == CURRENT + 1));
         assert!(err.to_string().contains("newer nodekeeper"), "{err}");
@@ -165,7 +204,10 @@ mod tests {
     #[test]
     fn a_damaged_version_is_reported() {
         let (_dir, db) = temp_db();
-        db.open_tree(trees::META).unwrap().insert(SCHEMA_VERSION_KEY, b"x").unwrap();
+        db.open_tree(trees::META)
+            .unwrap()
+            .insert(SCHEMA_VERSION_KEY, b"x")
+            .unwrap();
         assert!(matches!(migrate(&db), Err(MigrationError::BadVersion(1))));
     }
 

@@ -42,7 +42,9 @@ pub(crate) fn run(db: &sled::Db) -> Result<(), MigrationError> {
     for entry in events.iter() {
         let (key, value) = entry?;
         let seq = u64::from_be_bytes(
-            key.as_ref().try_into().map_err(|_| fail(format!("event key of {} bytes", key.len())))?,
+            key.as_ref()
+                .try_into()
+                .map_err(|_| fail(format!("event key of {} bytes", key.len())))?,
         );
         let (header, _rest) = postcard::take_from_bytes::<EventHeader>(&value)
             .map_err(|e| fail(format!("event {seq} is unreadable: {e}")))?;
@@ -68,7 +70,11 @@ mod tests {
 
     #[derive(Serialize)]
     enum Header<'a> {
-        V1 { time: i64, node: Option<&'a str>, tail: u8 },
+        V1 {
+            time: i64,
+            node: Option<&'a str>,
+            tail: u8,
+        },
     }
 
     #[test]
@@ -78,14 +84,22 @@ mod tests {
         crate::migrate_to(&db, 1).unwrap();
         let events = db.open_tree(trees::EVENTS).unwrap();
         for (seq, node) in [(1u64, Some("a")), (2, None), (3, Some("b")), (4, Some("a"))] {
-            let bytes = postcard::to_allocvec(&Header::V1 { time: 7, node, tail: 9 }).unwrap();
+            let bytes = postcard::to_allocvec(&Header::V1 {
+                time: 7,
+                node,
+                tail: 9,
+            })
+            .unwrap();
             events.insert(seq.to_be_bytes(), bytes).unwrap();
         }
         let report = crate::migrate(&db).unwrap();
         assert_eq!(report.steps_run, vec![2]);
         let index = db.open_tree(trees::NODE_EVENTS).unwrap();
         let keys: Vec<Vec<u8>> = index.iter().keys().map(|k| k.unwrap().to_vec()).collect();
-        assert_eq!(keys, vec![index_key("a", 1), index_key("a", 4), index_key("b", 3)]);
+        assert_eq!(
+            keys,
+            vec![index_key("a", 1), index_key("a", 4), index_key("b", 3)]
+        );
         // Running the step again changes nothing.
         run(&db).unwrap();
         assert_eq!(index.len(), 3);
@@ -96,7 +110,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = sled::Config::new().path(dir.path()).open().unwrap();
         crate::migrate_to(&db, 1).unwrap();
-        db.open_tree(trees::EVENTS).unwrap().insert(42u64.to_be_bytes(), &[7u8][..]).unwrap();
+        db.open_tree(trees::EVENTS)
+            .unwrap()
+            .insert(42u64.to_be_bytes(), &[7u8][..])
+            .unwrap();
         let err = crate::migrate(&db).unwrap_err().to_string();
         assert!(err.contains("event 42"), "{err}");
         assert_eq!(crate::schema_version(&db).unwrap(), Some(1));

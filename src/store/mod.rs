@@ -1,0 +1,586 @@
+//! The durable registry and history, in sled: one tree per entity, records in
+//! a versioned envelope, every change an event written in the same
+//! transaction as the node it changes.
+//!
+//! Writes become *durable* only at [`Store::flush`]; readers that must not
+//! show what a crash could lose ask for history up to [`Store::durable_seq`].
+
+mod exchange;
+pub mod records;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use migrations::{trees, v2_node_index::index_key};
+use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+use thiserror::Error;
+
+use crate::model::{Event, EventKind, Micros, Node};
+pub use exchange::{ExportSummary, ImportSummary};
+use records::DecodeError;
+
+/// sled's default cache is 1 GiB and RSS follows it; a registry needs far less.
+pub const DEFAULT_CACHE_CAPACITY: u64 = 64 << 20;
+
+const META_INSTANCE: &[u8] = b"instance";
+const META_CLEAN_STOP: &[u8] = b"last_clean_stop";
+const META_CREATED: &[u8] = b"created";
+
+/// Failures of the store, each saying what the user can do.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("the store at {path} is in use by another nodekeeper process; stop it, or inspect through it (the CLI does this by itself when it can reach it)")]
+    Locked { path: PathBuf },
+    #[error("cannot open the store at {path}: {source}")]
+    Open { path: PathBuf, source: sled::Error },
+    #[error(transparent)]
+    Migration(#[from] migrations::MigrationError),
+    #[error("store I/O failed: {0}; nothing after the last flush was acknowledged")]
+    Io(#[from] sled::Error),
+    #[error("the store holds a damaged record: {0}; run `nodekeeper db verify`, and restore from an export if needed")]
+    Decode(#[from] DecodeError),
+    #[error("import refused: the store at {0} is not empty; import into a new --db path")]
+    NotEmpty(PathBuf),
+    #[error("import failed at line {line}: {reason}; the store was left empty")]
+    Import { line: usize, reason: String },
+    #[error("export failed: {0}")]
+    Export(std::io::Error),
+}
+
+impl From<TransactionError<StoreError>> for StoreError {
+    fn from(e: TransactionError<StoreError>) -> Self {
+        match e {
+            TransactionError::Abort(e) => e,
+            TransactionError::Storage(e) => StoreError::Io(e),
+        }
+    }
+}
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub cache_capacity: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            cache_capacity: DEFAULT_CACHE_CAPACITY,
+        }
+    }
+}
+
+/// Changes written together: node records, their events, and deletions.
+#[derive(Debug, Default)]
+pub struct Batch {
+    time: Micros,
+    puts: Vec<Node>,
+    deletes: Vec<String>,
+    events: Vec<(Option<String>, EventKind)>,
+}
+
+impl Batch {
+    /// A batch whose events happen at `time` (wall clock).
+    pub fn new(time: Micros) -> Batch {
+        Batch {
+            time,
+            ..Batch::default()
+        }
+    }
+
+    /// Stores `node` along with the events that explain the change.
+    pub fn record(&mut self, node: Node, events: impl IntoIterator<Item = EventKind>) {
+        for kind in events {
+            self.events.push((Some(node.name.clone()), kind));
+        }
+        self.puts.push(node);
+    }
+
+    /// Removes a node from the registry; its history stays.
+    pub fn delete(&mut self, name: &str, reason: &str) {
+        self.events.push((
+            Some(name.to_string()),
+            EventKind::Deleted {
+                reason: reason.to_string(),
+            },
+        ));
+        self.deletes.push(name.to_string());
+    }
+
+    /// An event about a node that does not change its record.
+    pub fn node_event(&mut self, name: &str, kind: EventKind) {
+        self.events.push((Some(name.to_string()), kind));
+    }
+
+    /// A controller-wide event.
+    pub fn controller_event(&mut self, kind: EventKind) {
+        self.events.push((None, kind));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.puts.is_empty() && self.deletes.is_empty() && self.events.is_empty()
+    }
+}
+
+/// What history to read.
+#[derive(Debug, Clone, Default)]
+pub struct HistoryQuery {
+    pub node: Option<String>,
+    pub since: Option<Micros>,
+    pub until: Option<Micros>,
+    pub condition: Option<String>,
+    /// Events after this seq only (for watches and paging).
+    pub after_seq: Option<u64>,
+    /// At most this many events (the oldest first).
+    pub limit: Option<usize>,
+}
+
+impl HistoryQuery {
+    fn matches(&self, e: &Event) -> bool {
+        if self.since.is_some_and(|t| e.time < t) || self.until.is_some_and(|t| e.time > t) {
+            return false;
+        }
+        if let Some(node) = &self.node {
+            if e.node.as_deref() != Some(node.as_str()) {
+                return false;
+            }
+        }
+        match (&self.condition, &e.kind) {
+            (None, _) => true,
+            (Some(want), EventKind::ConditionChanged { condition, .. }) => {
+                want.eq_ignore_ascii_case(condition)
+            }
+            (Some(_), _) => false,
+        }
+    }
+}
+
+/// Facts about a store, for `db status`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StoreStatus {
+    pub path: PathBuf,
+    #[serde(rename = "schemaVersion")]
+    pub schema_version: u32,
+    pub nodes: usize,
+    pub events: usize,
+    #[serde(rename = "outboxEntries")]
+    pub outbox: usize,
+    #[serde(rename = "lastSeq")]
+    pub last_seq: u64,
+    #[serde(rename = "firstEvent")]
+    pub first_event: Option<Micros>,
+    #[serde(rename = "lastEvent")]
+    pub last_event: Option<Micros>,
+    #[serde(rename = "sizeOnDiskBytes")]
+    pub size_on_disk: u64,
+    #[serde(rename = "lastInstance")]
+    pub last_instance: Option<String>,
+    #[serde(rename = "lastCleanStop")]
+    pub last_clean_stop: Option<Micros>,
+}
+
+/// What `db verify` found.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct VerifyReport {
+    pub nodes: usize,
+    pub events: usize,
+    pub problems: Vec<String>,
+}
+
+/// The store. One per process; sled holds a file lock on the directory.
+pub struct Store {
+    path: PathBuf,
+    db: sled::Db,
+    nodes: sled::Tree,
+    events: sled::Tree,
+    node_events: sled::Tree,
+    outbox: sled::Tree,
+    meta: sled::Tree,
+    /// The last seq handed out; the lock also serialises writers so seq order is commit order.
+    last_seq: Mutex<u64>,
+    durable_seq: AtomicU64,
+}
+
+impl Store {
+    /// Opens (or creates) the store at `path` and brings it to the current schema.
+    pub fn open(path: &Path, options: &StoreOptions) -> Result<Store, StoreError> {
+        let db = sled::Config::new()
+            .path(path)
+            .cache_capacity(options.cache_capacity)
+            .open()
+            .map_err(|source| classify_open_error(path, source))?;
+        migrations::migrate(&db)?;
+        let store = Store {
+            path: path.to_path_buf(),
+            nodes: db.open_tree(trees::NODES)?,
+            events: db.open_tree(trees::EVENTS)?,
+            node_events: db.open_tree(trees::NODE_EVENTS)?,
+            outbox: db.open_tree(trees::OUTBOX)?,
+            meta: db.open_tree(trees::META)?,
+            db,
+            last_seq: Mutex::new(0),
+            durable_seq: AtomicU64::new(0),
+        };
+        if store.meta.get(META_CREATED)?.is_none() {
+            store
+                .meta
+                .insert(META_CREATED, &Micros::now().0.to_be_bytes())?;
+            store.db.flush()?;
+        }
+        let last = store
+            .events
+            .last()?
+            .map(|(k, _)| seq_from_key(&k))
+            .transpose()?
+            .unwrap_or(0);
+        *store.lock_writer() = last;
+        // What was recovered from disk is by definition durable.
+        store.durable_seq.store(last, Ordering::Release);
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock_writer(&self) -> std::sync::MutexGuard<'_, u64> {
+        // A panic while holding the lock leaves the counter valid; keep going.
+        self.last_seq.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every node in the registry, by name.
+    pub fn nodes(&self) -> Result<Vec<Node>, StoreError> {
+        self.nodes
+            .iter()
+            .values()
+            .map(|v| Ok(records::decode_node(&v?)?))
+            .collect()
+    }
+
+    /// One node, if registered.
+    pub fn node(&self, name: &str) -> Result<Option<Node>, StoreError> {
+        self.nodes
+            .get(name.as_bytes())?
+            .map(|v| Ok(records::decode_node(&v)?))
+            .transpose()
+    }
+
+    /// The newest seq written (durable or not).
+    pub fn last_seq(&self) -> u64 {
+        *self.lock_writer()
+    }
+
+    /// The newest seq known to be on disk.
+    pub fn durable_seq(&self) -> u64 {
+        self.durable_seq.load(Ordering::Acquire)
+    }
+
+    /// Writes a batch in one transaction and returns its events with their
+    /// seqs. Not durable until [`Store::flush`].
+    pub fn write(&self, batch: Batch) -> Result<Vec<Event>, StoreError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut last_seq = self.lock_writer();
+        let Batch {
+            time,
+            mut puts,
+            deletes,
+            events,
+        } = batch;
+        let events: Vec<Event> = events
+            .into_iter()
+            .enumerate()
+            .map(|(i, (node, kind))| Event {
+                seq: *last_seq + 1 + i as u64,
+                time,
+                node,
+                kind,
+            })
+            .collect();
+        for node in &mut puts {
+            if let Some(e) = events
+                .iter()
+                .rev()
+                .find(|e| e.node.as_deref() == Some(node.name.as_str()))
+            {
+                node.resource_version = e.seq;
+            }
+        }
+        let encoded_nodes: Vec<(String, Vec<u8>)> = puts
+            .iter()
+            .map(|n| (n.name.clone(), records::encode_node(n)))
+            .collect();
+        let encoded_events: Vec<(u64, Option<&str>, Vec<u8>)> = events
+            .iter()
+            .map(|e| (e.seq, e.node.as_deref(), records::encode_event(e)))
+            .collect();
+        (&self.nodes, &self.events, &self.node_events).transaction(|(nodes, log, index)| {
+            for (name, bytes) in &encoded_nodes {
+                nodes.insert(name.as_bytes(), bytes.as_slice())?;
+            }
+            for name in &deletes {
+                nodes.remove(name.as_bytes())?;
+            }
+            for (seq, node, bytes) in &encoded_events {
+                log.insert(&seq.to_be_bytes(), bytes.as_slice())?;
+                if let Some(node) = node {
+                    index.insert(index_key(node, *seq), &[] as &[u8])?;
+                }
+            }
+            Ok::<_, ConflictableTransactionError<StoreError>>(())
+        })?;
+        *last_seq += events.len() as u64;
+        Ok(events)
+    }
+
+    /// Puts node records without events: heartbeat times that change no
+    /// condition. Not durable until [`Store::flush`].
+    pub fn put_quietly(&self, nodes: &[Node]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for n in nodes {
+            batch.insert(n.name.as_bytes(), records::encode_node(n));
+        }
+        Ok(self.nodes.apply_batch(batch)?)
+    }
+
+    /// Makes everything written so far durable; returns the seq now durable.
+    pub async fn flush(&self) -> Result<u64, StoreError> {
+        let upto = self.last_seq();
+        self.db.flush_async().await?;
+        self.durable_seq.fetch_max(upto, Ordering::AcqRel);
+        Ok(upto)
+    }
+
+    /// [`Store::flush`] for callers outside an async runtime.
+    pub fn flush_blocking(&self) -> Result<u64, StoreError> {
+        let upto = self.last_seq();
+        self.db.flush()?;
+        self.durable_seq.fetch_max(upto, Ordering::AcqRel);
+        Ok(upto)
+    }
+
+    /// Durable events matching the query, oldest first.
+    pub fn history(&self, query: &HistoryQuery) -> Result<Vec<Event>, StoreError> {
+        let durable = self.durable_seq();
+        let start = query.after_seq.map_or(1, |s| s.saturating_add(1));
+        let limit = query.limit.unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        if let Some(node) = &query.node {
+            let from = index_key(node, start);
+            let to = index_key(node, durable);
+            if start > durable {
+                return Ok(out);
+            }
+            for key in self.node_events.range(from..=to).keys() {
+                let key = key?;
+                let seq = seq_from_key(&key[key.len() - 8..])?;
+                let Some(bytes) = self.events.get(seq.to_be_bytes())? else {
+                    continue;
+                };
+                let event = records::decode_event(seq, &bytes)?;
+                if query.matches(&event) {
+                    out.push(event);
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            return Ok(out);
+        }
+        for entry in self.events.range(start.to_be_bytes()..) {
+            let (key, bytes) = entry?;
+            let seq = seq_from_key(&key)?;
+            if seq > durable {
+                break;
+            }
+            let event = records::decode_event(seq, &bytes)?;
+            if query.matches(&event) {
+                out.push(event);
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest durable event, if any.
+    pub fn last_event(&self) -> Result<Option<Event>, StoreError> {
+        let durable = self.durable_seq();
+        match self.events.range(..=durable.to_be_bytes()).next_back() {
+            Some(entry) => {
+                let (key, bytes) = entry?;
+                Ok(Some(records::decode_event(seq_from_key(&key)?, &bytes)?))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The instance id of the controller that last opened the store for writing.
+    pub fn last_instance(&self) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .meta
+            .get(META_INSTANCE)?
+            .map(|v| String::from_utf8_lossy(&v).into_owned()))
+    }
+
+    /// When the last controller stopped cleanly; `None` if it did not (or never ran).
+    pub fn last_clean_stop(&self) -> Result<Option<Micros>, StoreError> {
+        Ok(self
+            .meta
+            .get(META_CLEAN_STOP)?
+            .and_then(|v| Some(Micros(i64::from_be_bytes(v.as_ref().try_into().ok()?)))))
+    }
+
+    /// Records a controller start: instance id in meta, clean-stop marker cleared.
+    pub fn mark_started(&self, instance: &str) -> Result<(), StoreError> {
+        self.meta.insert(META_INSTANCE, instance.as_bytes())?;
+        self.meta.remove(META_CLEAN_STOP)?;
+        Ok(())
+    }
+
+    /// Records a clean stop at `time`.
+    pub fn mark_clean_stop(&self, time: Micros) -> Result<(), StoreError> {
+        self.meta.insert(META_CLEAN_STOP, &time.0.to_be_bytes())?;
+        Ok(())
+    }
+
+    /// Facts for `db status`.
+    pub fn status(&self) -> Result<StoreStatus, StoreError> {
+        let first_event = match self.events.first()? {
+            Some((k, v)) => Some(records::decode_event(seq_from_key(&k)?, &v)?.time),
+            None => None,
+        };
+        Ok(StoreStatus {
+            path: self.path.clone(),
+            schema_version: migrations::schema_version(&self.db)?.unwrap_or(0),
+            nodes: self.nodes.len(),
+            events: self.events.len(),
+            outbox: self.outbox.len(),
+            last_seq: self.last_seq(),
+            first_event,
+            last_event: self.last_event()?.map(|e| e.time),
+            size_on_disk: self.db.size_on_disk()?,
+            last_instance: self.last_instance()?,
+            last_clean_stop: self.last_clean_stop()?,
+        })
+    }
+
+    /// Reads every record and checks that the registry agrees with its history.
+    pub fn verify(&self) -> Result<VerifyReport, StoreError> {
+        let mut report = VerifyReport::default();
+        let mut replayed = crate::history::Replay::default();
+        for entry in self.events.iter() {
+            let (key, bytes) = entry?;
+            report.events += 1;
+            let seq = match seq_from_key(&key) {
+                Ok(seq) => seq,
+                Err(e) => {
+                    report.problems.push(e.to_string());
+                    continue;
+                }
+            };
+            match records::decode_event(seq, &bytes) {
+                Ok(event) => {
+                    if let Some(node) = &event.node {
+                        if !self.node_events.contains_key(index_key(node, seq))? {
+                            report.problems.push(format!(
+                                "event {seq} is missing from the index of node {node}"
+                            ));
+                        }
+                    }
+                    replayed.apply(&event);
+                }
+                Err(e) => report.problems.push(e.to_string()),
+            }
+        }
+        for key in self.node_events.iter().keys() {
+            let key = key?;
+            let seq = seq_from_key(&key[key.len().saturating_sub(8)..])?;
+            if !self.events.contains_key(seq.to_be_bytes())? {
+                report.problems.push(format!(
+                    "the node index points at event {seq}, which does not exist"
+                ));
+            }
+        }
+        let mut stored = std::collections::BTreeMap::new();
+        for entry in self.nodes.iter() {
+            let (key, bytes) = entry?;
+            report.nodes += 1;
+            match records::decode_node(&bytes) {
+                Ok(node) if node.name.as_bytes() != key.as_ref() => report.problems.push(format!(
+                    "node record under key {:?} is named {:?}",
+                    String::from_utf8_lossy(&key),
+                    node.name
+                )),
+                Ok(node) => {
+                    stored.insert(node.name.clone(), node);
+                }
+                Err(e) => report.problems.push(e.to_string()),
+            }
+        }
+        report
+            .problems
+            .extend(crate::history::compare(&stored, replayed.nodes()));
+        Ok(report)
+    }
+
+    /// Writes the registry and history as JSON lines (see [`exchange`]).
+    pub fn export(&self, out: &mut dyn std::io::Write) -> Result<ExportSummary, StoreError> {
+        exchange::export(self, out)
+    }
+
+    /// Loads an export into this (empty) store and flushes it.
+    pub fn import(&self, input: &mut dyn std::io::BufRead) -> Result<ImportSummary, StoreError> {
+        exchange::import(self, input)
+    }
+
+    /// Size of the store on disk, in bytes.
+    pub fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.nodes.is_empty() && self.events.is_empty()
+    }
+
+    fn clear(&self) -> Result<(), StoreError> {
+        self.nodes.clear()?;
+        self.events.clear()?;
+        self.node_events.clear()?;
+        *self.lock_writer() = 0;
+        self.durable_seq.store(0, Ordering::Release);
+        self.db.flush()?;
+        Ok(())
+    }
+}
+
+fn seq_from_key(key: &[u8]) -> Result<u64, StoreError> {
+    let raw: [u8; 8] = key.try_into().map_err(|_| {
+        StoreError::Decode(DecodeError {
+            what: "an event key".into(),
+            reason: format!("{} bytes, not 8", key.len()),
+        })
+    })?;
+    Ok(u64::from_be_bytes(raw))
+}
+
+fn classify_open_error(path: &Path, source: sled::Error) -> StoreError {
+    if let sled::Error::Io(io) = &source {
+        let text = io.to_string();
+        if io.kind() == std::io::ErrorKind::WouldBlock || text.contains("lock") {
+            return StoreError::Locked {
+                path: path.to_path_buf(),
+            };
+        }
+    }
+    StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,570 @@
+//! The store's own record types: a versioned envelope per entity, postcard
+//! encoded, converted to and from the domain at this boundary.
+//!
+//! Rules: a variant once written is never changed or removed, only appended;
+//! enums inside records are stored as explicit `u8` codes; every version has a
+//! golden-byte test.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    Address, AddressKind, Condition, ConditionStatus, Event, EventKind, Micros, Node, Resources,
+    Taint,
+};
+
+/// Envelope for node records.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum StoredNode {
+    V1(NodeV1),
+}
+
+/// Envelope for event records. Keyed by `seq`, so the seq is not repeated here.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum StoredEvent {
+    V1(EventV1),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeV1 {
+    pub name: String,
+    pub uid: String,
+    pub created: i64,
+    pub resource_version: u64,
+    pub source: String,
+    pub labels: Vec<(String, String)>,
+    pub external_id: String,
+    pub provider_id: String,
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+    pub unschedulable: bool,
+    pub taints: Vec<TaintV1>,
+    pub addresses: Vec<AddressV1>,
+    pub conditions: Vec<ConditionV1>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaintV1 {
+    pub key: String,
+    pub value: String,
+    pub effect: String,
+    pub added: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AddressV1 {
+    pub kind: u8,
+    pub address: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConditionV1 {
+    pub kind: String,
+    pub status: u8,
+    pub last_heartbeat: i64,
+    pub last_transition: i64,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The first two fields are frozen: the migrations crate reads them as a header.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventV1 {
+    pub time: i64,
+    pub node: Option<String>,
+    pub kind: EventKindV1,
+}
+
+/// Append-only: postcard stores the variant index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum EventKindV1 {
+    Registered(NodeV1),
+    Deleted {
+        reason: String,
+    },
+    ConditionChanged {
+        condition: String,
+        from: Option<u8>,
+        to: u8,
+        reason: String,
+        message: String,
+    },
+    AddressesChanged {
+        from: Vec<AddressV1>,
+        to: Vec<AddressV1>,
+    },
+    AddressLookupFailed {
+        message: String,
+    },
+    RegistrationFailed {
+        message: String,
+    },
+    ControllerStarted {
+        instance: String,
+        downtime_micros: Option<u64>,
+        previous_stop_clean: bool,
+    },
+    ControllerStopped {
+        instance: String,
+    },
+}
+
+/// A record that cannot be decoded.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} is unreadable: {reason}")]
+pub struct DecodeError {
+    pub what: String,
+    pub reason: String,
+}
+
+fn decode<'a, T: Deserialize<'a>>(
+    bytes: &'a [u8],
+    what: impl Fn() -> String,
+) -> Result<T, DecodeError> {
+    let (value, rest) = postcard::take_from_bytes::<T>(bytes).map_err(|e| DecodeError {
+        what: what(),
+        reason: e.to_string(),
+    })?;
+    // postcard ignores trailing bytes; a record with leftovers is not what we wrote.
+    if !rest.is_empty() {
+        return Err(DecodeError {
+            what: what(),
+            reason: format!("{} trailing bytes", rest.len()),
+        });
+    }
+    Ok(value)
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // Encoding owned, well-formed values into a Vec cannot fail.
+    postcard::to_allocvec(value).expect("postcard encodes record types into a Vec")
+}
+
+pub fn encode_node(node: &Node) -> Vec<u8> {
+    encode(&StoredNode::V1(NodeV1::from(node)))
+}
+
+pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
+    let StoredNode::V1(v1) = decode::<StoredNode>(bytes, || "a node record".into())?;
+    v1.try_into()
+}
+
+pub fn encode_event(event: &Event) -> Vec<u8> {
+    encode(&StoredEvent::V1(EventV1 {
+        time: event.time.0,
+        node: event.node.clone(),
+        kind: EventKindV1::from(&event.kind),
+    }))
+}
+
+pub fn decode_event(seq: u64, bytes: &[u8]) -> Result<Event, DecodeError> {
+    let StoredEvent::V1(v1) = decode::<StoredEvent>(bytes, || format!("event {seq}"))?;
+    let kind = v1.kind.try_into().map_err(|reason: String| DecodeError {
+        what: format!("event {seq}"),
+        reason,
+    })?;
+    Ok(Event {
+        seq,
+        time: Micros(v1.time),
+        node: v1.node,
+        kind,
+    })
+}
+
+fn status_code(s: ConditionStatus) -> u8 {
+    match s {
+        ConditionStatus::True => 1,
+        ConditionStatus::False => 2,
+        ConditionStatus::Unknown => 3,
+    }
+}
+
+fn status_from(code: u8) -> Result<ConditionStatus, String> {
+    match code {
+        1 => Ok(ConditionStatus::True),
+        2 => Ok(ConditionStatus::False),
+        3 => Ok(ConditionStatus::Unknown),
+        other => Err(format!("unknown condition status code {other}")),
+    }
+}
+
+fn address_code(k: AddressKind) -> u8 {
+    match k {
+        AddressKind::InternalIP => 1,
+        AddressKind::ExternalIP => 2,
+        AddressKind::Hostname => 3,
+        AddressKind::InternalDNS => 4,
+        AddressKind::ExternalDNS => 5,
+    }
+}
+
+fn address_from(code: u8) -> Result<AddressKind, String> {
+    Ok(match code {
+        1 => AddressKind::InternalIP,
+        2 => AddressKind::ExternalIP,
+        3 => AddressKind::Hostname,
+        4 => AddressKind::InternalDNS,
+        5 => AddressKind::ExternalDNS,
+        other => return Err(format!("unknown address kind code {other}")),
+    })
+}
+
+fn addresses_v1(addresses: &[Address]) -> Vec<AddressV1> {
+    addresses
+        .iter()
+        .map(|a| AddressV1 {
+            kind: address_code(a.kind),
+            address: a.address.clone(),
+        })
+        .collect()
+}
+
+fn addresses_from(addresses: Vec<AddressV1>) -> Result<Vec<Address>, String> {
+    addresses
+        .into_iter()
+        .map(|a| {
+            Ok(Address {
+                kind: address_from(a.kind)?,
+                address: a.address,
+            })
+        })
+        .collect()
+}
+
+impl From<&Node> for NodeV1 {
+    fn from(n: &Node) -> Self {
+        NodeV1 {
+            name: n.name.clone(),
+            uid: n.uid.clone(),
+            created: n.created.0,
+            resource_version: n.resource_version,
+            source: n.source.clone(),
+            labels: n
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            external_id: n.external_id.clone(),
+            provider_id: n.provider_id.clone(),
+            cpu_millis: n.capacity.cpu_millis,
+            memory_bytes: n.capacity.memory_bytes,
+            unschedulable: n.unschedulable,
+            taints: n
+                .taints
+                .iter()
+                .map(|t| TaintV1 {
+                    key: t.key.clone(),
+                    value: t.value.clone(),
+                    effect: t.effect.clone(),
+                    added: t.added.map(|m| m.0),
+                })
+                .collect(),
+            addresses: addresses_v1(&n.addresses),
+            conditions: n
+                .conditions
+                .iter()
+                .map(|c| ConditionV1 {
+                    kind: c.kind.clone(),
+                    status: status_code(c.status),
+                    last_heartbeat: c.last_heartbeat.0,
+                    last_transition: c.last_transition.0,
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<NodeV1> for Node {
+    type Error = DecodeError;
+    fn try_from(v: NodeV1) -> Result<Node, DecodeError> {
+        let name = v.name.clone();
+        let bad = |reason: String| DecodeError {
+            what: format!("node {name:?}"),
+            reason,
+        };
+        Ok(Node {
+            conditions: v
+                .conditions
+                .into_iter()
+                .map(|c| {
+                    Ok(Condition {
+                        kind: c.kind,
+                        status: status_from(c.status)?,
+                        last_heartbeat: Micros(c.last_heartbeat),
+                        last_transition: Micros(c.last_transition),
+                        reason: c.reason,
+                        message: c.message,
+                    })
+                })
+                .collect::<Result<_, String>>()
+                .map_err(bad)?,
+            addresses: addresses_from(v.addresses).map_err(bad)?,
+            name: v.name,
+            uid: v.uid,
+            created: Micros(v.created),
+            resource_version: v.resource_version,
+            source: v.source,
+            labels: v.labels.into_iter().collect(),
+            external_id: v.external_id,
+            provider_id: v.provider_id,
+            capacity: Resources {
+                cpu_millis: v.cpu_millis,
+                memory_bytes: v.memory_bytes,
+            },
+            unschedulable: v.unschedulable,
+            taints: v
+                .taints
+                .into_iter()
+                .map(|t| Taint {
+                    key: t.key,
+                    value: t.value,
+                    effect: t.effect,
+                    added: t.added.map(Micros),
+                })
+                .collect(),
+        })
+    }
+}
+
+impl From<&EventKind> for EventKindV1 {
+    fn from(k: &EventKind) -> Self {
+        match k {
+            EventKind::Registered { node } => EventKindV1::Registered(NodeV1::from(node.as_ref())),
+            EventKind::Deleted { reason } => EventKindV1::Deleted {
+                reason: reason.clone(),
+            },
+            EventKind::ConditionChanged {
+                condition,
+                from,
+                to,
+                reason,
+                message,
+            } => EventKindV1::ConditionChanged {
+                condition: condition.clone(),
+                from: from.map(status_code),
+                to: status_code(*to),
+                reason: reason.clone(),
+                message: message.clone(),
+            },
+            EventKind::AddressesChanged { from, to } => EventKindV1::AddressesChanged {
+                from: addresses_v1(from),
+                to: addresses_v1(to),
+            },
+            EventKind::AddressLookupFailed { message } => EventKindV1::AddressLookupFailed {
+                message: message.clone(),
+            },
+            EventKind::RegistrationFailed { message } => EventKindV1::RegistrationFailed {
+                message: message.clone(),
+            },
+            EventKind::ControllerStarted {
+                instance,
+                downtime_seconds,
+                previous_stop_clean,
+            } => EventKindV1::ControllerStarted {
+                instance: instance.clone(),
+                downtime_micros: downtime_seconds.map(|s| (s.max(0.0) * 1e6) as u64),
+                previous_stop_clean: *previous_stop_clean,
+            },
+            EventKind::ControllerStopped { instance } => EventKindV1::ControllerStopped {
+                instance: instance.clone(),
+            },
+        }
+    }
+}
+
+impl TryFrom<EventKindV1> for EventKind {
+    type Error = String;
+    fn try_from(k: EventKindV1) -> Result<EventKind, String> {
+        Ok(match k {
+            EventKindV1::Registered(node) => EventKind::Registered {
+                node: Box::new(Node::try_from(node).map_err(|e| e.to_string())?),
+            },
+            EventKindV1::Deleted { reason } => EventKind::Deleted { reason },
+            EventKindV1::ConditionChanged {
+                condition,
+                from,
+                to,
+                reason,
+                message,
+            } => EventKind::ConditionChanged {
+                condition,
+                from: from.map(status_from).transpose()?,
+                to: status_from(to)?,
+                reason,
+                message,
+            },
+            EventKindV1::AddressesChanged { from, to } => EventKind::AddressesChanged {
+                from: addresses_from(from)?,
+                to: addresses_from(to)?,
+            },
+            EventKindV1::AddressLookupFailed { message } => {
+                EventKind::AddressLookupFailed { message }
+            }
+            EventKindV1::RegistrationFailed { message } => {
+                EventKind::RegistrationFailed { message }
+            }
+            EventKindV1::ControllerStarted {
+                instance,
+                downtime_micros,
+                previous_stop_clean,
+            } => EventKind::ControllerStarted {
+                instance,
+                downtime_seconds: downtime_micros.map(|m| m as f64 / 1e6),
+                previous_stop_clean,
+            },
+            EventKindV1::ControllerStopped { instance } => {
+                EventKind::ControllerStopped { instance }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    pub(crate) fn sample_node() -> Node {
+        Node {
+            name: "edge-1".into(),
+            uid: "u1".into(),
+            created: Micros(1_000_000),
+            resource_version: 3,
+            source: "static".into(),
+            labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
+            external_id: "edge-1".into(),
+            provider_id: String::new(),
+            capacity: Resources {
+                cpu_millis: 1000,
+                memory_bytes: 1024,
+            },
+            unschedulable: false,
+            taints: vec![Taint {
+                key: "k".into(),
+                value: "v".into(),
+                effect: "NoSchedule".into(),
+                added: Some(Micros(5)),
+            }],
+            addresses: vec![Address {
+                kind: AddressKind::InternalIP,
+                address: "10.0.0.1".into(),
+            }],
+            conditions: vec![Condition {
+                kind: "Ready".into(),
+                status: ConditionStatus::True,
+                last_heartbeat: Micros(2),
+                last_transition: Micros(1),
+                reason: "KubeletReady".into(),
+                message: "ok".into(),
+            }],
+        }
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Bytes written by schema V1. If this test fails, a record layout changed:
+    /// add a new variant instead.
+    #[test]
+    fn node_v1_golden_bytes() {
+        let bytes = encode_node(&sample_node());
+        assert_eq!(
+            hex(&bytes),
+            "0006656467652d3102753180897a030673746174696301047a6f6e65016106656467652d3100e8078008\
+             0001016b01760a4e6f5363686564756c65010a01010831302e302e302e31010552656164790104020c4b75\
+             62656c65745265616479026f6b"
+        );
+        assert_eq!(decode_node(&bytes).unwrap(), sample_node());
+    }
+
+    #[test]
+    fn event_v1_golden_bytes() {
+        let event = Event {
+            seq: 9,
+            time: Micros(1_700_000_000_000_000),
+            node: Some("edge-1".into()),
+            kind: EventKind::ConditionChanged {
+                condition: "Ready".into(),
+                from: Some(ConditionStatus::True),
+                to: ConditionStatus::Unknown,
+                reason: "NodeStatusUnknown".into(),
+                message: "m".into(),
+            },
+        };
+        let bytes = encode_event(&event);
+        assert_eq!(
+            hex(&bytes),
+            "008080f281838985060106656467652d3102055265616479010103114e6f6465537461747573556e6b6e\
+             6f776e016d"
+        );
+        assert_eq!(decode_event(9, &bytes).unwrap(), event);
+    }
+
+    #[test]
+    fn every_event_kind_round_trips() {
+        let kinds = vec![
+            EventKind::Registered {
+                node: Box::new(sample_node()),
+            },
+            EventKind::Deleted {
+                reason: "gone".into(),
+            },
+            EventKind::ConditionChanged {
+                condition: "Ready".into(),
+                from: None,
+                to: ConditionStatus::False,
+                reason: "r".into(),
+                message: "m".into(),
+            },
+            EventKind::AddressesChanged {
+                from: vec![],
+                to: vec![Address {
+                    kind: AddressKind::Hostname,
+                    address: "h".into(),
+                }],
+            },
+            EventKind::AddressLookupFailed {
+                message: "nx".into(),
+            },
+            EventKind::RegistrationFailed {
+                message: "no".into(),
+            },
+            EventKind::ControllerStarted {
+                instance: "i".into(),
+                downtime_seconds: Some(1.5),
+                previous_stop_clean: true,
+            },
+            EventKind::ControllerStopped {
+                instance: "i".into(),
+            },
+        ];
+        for (seq, kind) in kinds.into_iter().enumerate() {
+            let event = Event {
+                seq: seq as u64,
+                time: Micros(42),
+                node: None,
+                kind,
+            };
+            assert_eq!(
+                decode_event(seq as u64, &encode_event(&event)).unwrap(),
+                event
+            );
+        }
+    }
+
+    #[test]
+    fn trailing_bytes_and_garbage_are_refused() {
+        let mut bytes = encode_node(&sample_node());
+        bytes.push(0);
+        assert!(decode_node(&bytes)
+            .unwrap_err()
+            .to_string()
+            .contains("trailing"));
+        assert!(decode_event(5, &[9, 9, 9])
+            .unwrap_err()
+            .to_string()
+            .contains("event 5"));
+    }
+}

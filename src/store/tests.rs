@@ -1,0 +1,266 @@
+//! Store tests: transactions, history queries, durability bookkeeping, export/import.
+
+use super::*;
+use crate::model::{ConditionStatus, EventKind};
+use crate::store::records::tests::sample_node;
+
+fn open() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("db"), &StoreOptions::default()).unwrap();
+    (dir, store)
+}
+
+fn node(name: &str) -> Node {
+    let mut n = sample_node();
+    n.name = name.into();
+    n.conditions[0].last_transition = Micros(100);
+    n
+}
+
+fn register(store: &Store, name: &str) -> Vec<Event> {
+    let mut b = Batch::new(Micros(100));
+    let n = node(name);
+    b.record(n.clone(), [EventKind::Registered { node: Box::new(n) }]);
+    store.write(b).unwrap()
+}
+
+fn ready_change(to: ConditionStatus) -> EventKind {
+    EventKind::ConditionChanged {
+        condition: "Ready".into(),
+        from: Some(ConditionStatus::True),
+        to,
+        reason: "r".into(),
+        message: "m".into(),
+    }
+}
+
+#[test]
+fn a_batch_gets_consecutive_seqs_and_sets_resource_versions() {
+    let (_d, store) = open();
+    let events = register(&store, "a");
+    assert_eq!(events[0].seq, 1);
+    let mut b = Batch::new(Micros(200));
+    b.record(
+        node("b"),
+        [
+            EventKind::Registered {
+                node: Box::new(node("b")),
+            },
+            ready_change(ConditionStatus::False),
+        ],
+    );
+    let events = store.write(b).unwrap();
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
+    assert_eq!(store.node("b").unwrap().unwrap().resource_version, 3);
+    assert_eq!(store.last_seq(), 3);
+}
+
+#[test]
+fn history_shows_only_what_was_flushed() {
+    let (_d, store) = open();
+    register(&store, "a");
+    assert!(store.history(&HistoryQuery::default()).unwrap().is_empty());
+    store.flush_blocking().unwrap();
+    assert_eq!(store.history(&HistoryQuery::default()).unwrap().len(), 1);
+}
+
+#[test]
+fn history_filters_by_node_time_condition_and_seq() {
+    let (_d, store) = open();
+    register(&store, "a");
+    register(&store, "b");
+    let mut b = Batch::new(Micros(300));
+    b.record(node("a"), [ready_change(ConditionStatus::Unknown)]);
+    b.controller_event(EventKind::ControllerStopped {
+        instance: "i".into(),
+    });
+    store.write(b).unwrap();
+    store.flush_blocking().unwrap();
+    let q = |q: HistoryQuery| {
+        store
+            .history(&q)
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(q(HistoryQuery::default()), vec![1, 2, 3, 4]);
+    assert_eq!(
+        q(HistoryQuery {
+            node: Some("a".into()),
+            ..Default::default()
+        }),
+        vec![1, 3]
+    );
+    assert_eq!(
+        q(HistoryQuery {
+            node: Some("b".into()),
+            ..Default::default()
+        }),
+        vec![2]
+    );
+    assert_eq!(
+        q(HistoryQuery {
+            since: Some(Micros(200)),
+            ..Default::default()
+        }),
+        vec![3, 4]
+    );
+    assert_eq!(
+        q(HistoryQuery {
+            until: Some(Micros(100)),
+            ..Default::default()
+        }),
+        vec![1, 2]
+    );
+    assert_eq!(
+        q(HistoryQuery {
+            condition: Some("ready".into()),
+            ..Default::default()
+        }),
+        vec![3]
+    );
+    assert_eq!(
+        q(HistoryQuery {
+            after_seq: Some(2),
+            limit: Some(1),
+            ..Default::default()
+        }),
+        vec![3]
+    );
+    // A node name that is a prefix of another must not see the other's events.
+    register(&store, "a2");
+    store.flush_blocking().unwrap();
+    assert_eq!(
+        q(HistoryQuery {
+            node: Some("a".into()),
+            ..Default::default()
+        }),
+        vec![1, 3]
+    );
+}
+
+#[test]
+fn deleting_keeps_history() {
+    let (_d, store) = open();
+    register(&store, "a");
+    let mut b = Batch::new(Micros(200));
+    b.delete("a", "removed from the source");
+    store.write(b).unwrap();
+    store.flush_blocking().unwrap();
+    assert!(store.node("a").unwrap().is_none());
+    let kinds: Vec<_> = store
+        .history(&HistoryQuery {
+            node: Some("a".into()),
+            ..Default::default()
+        })
+        .unwrap()
+        .iter()
+        .map(|e| e.kind.name())
+        .collect();
+    assert_eq!(kinds, vec!["Registered", "Deleted"]);
+}
+
+#[test]
+fn reopening_recovers_seq_and_durability() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let store = Store::open(&path, &StoreOptions::default()).unwrap();
+        register(&store, "a");
+        register(&store, "b");
+        store.flush_blocking().unwrap();
+    }
+    let store = Store::open(&path, &StoreOptions::default()).unwrap();
+    assert_eq!(store.last_seq(), 2);
+    assert_eq!(store.durable_seq(), 2);
+    assert_eq!(register(&store, "c")[0].seq, 3);
+}
+
+#[test]
+fn a_second_open_is_refused_as_locked() {
+    let (dir, _store) = open();
+    let err = Store::open(&dir.path().join("db"), &StoreOptions::default())
+        .err()
+        .unwrap();
+    assert!(matches!(err, StoreError::Locked { .. }), "{err}");
+    assert!(
+        err.to_string().contains("in use by another nodekeeper"),
+        "{err}"
+    );
+}
+
+#[test]
+fn verify_finds_a_registry_that_disagrees_with_history() {
+    let (_d, store) = open();
+    register(&store, "a");
+    store.flush_blocking().unwrap();
+    assert!(
+        store.verify().unwrap().problems.is_empty(),
+        "{:?}",
+        store.verify().unwrap()
+    );
+    // A record changed behind the history's back.
+    let mut n = store.node("a").unwrap().unwrap();
+    n.conditions[0].status = ConditionStatus::False;
+    store.put_quietly(&[n]).unwrap();
+    let report = store.verify().unwrap();
+    assert_eq!(report.problems.len(), 1, "{report:?}");
+    assert!(
+        report.problems[0].contains("history says True"),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn export_then_import_reproduces_registry_and_history() {
+    let (_d, store) = open();
+    register(&store, "a");
+    register(&store, "b");
+    let mut b = Batch::new(Micros(300));
+    let mut a = store.node("a").unwrap().unwrap();
+    a.conditions[0].status = ConditionStatus::Unknown;
+    a.conditions[0].last_transition = Micros(300);
+    b.record(a, [ready_change(ConditionStatus::Unknown)]);
+    b.delete("b", "gone");
+    store.write(b).unwrap();
+    store.flush_blocking().unwrap();
+    let mut exported = Vec::new();
+    let summary = store.export(&mut exported).unwrap();
+    assert_eq!((summary.nodes, summary.events), (1, 4));
+
+    let (_d2, copy) = open();
+    let imported = copy.import(&mut exported.as_slice()).unwrap();
+    assert_eq!(imported.last_seq, 4);
+    assert_eq!(copy.nodes().unwrap(), store.nodes().unwrap());
+    let all = HistoryQuery::default();
+    assert_eq!(copy.history(&all).unwrap(), store.history(&all).unwrap());
+    let a = HistoryQuery {
+        node: Some("a".into()),
+        ..Default::default()
+    };
+    assert_eq!(copy.history(&a).unwrap(), store.history(&a).unwrap());
+    assert!(copy.verify().unwrap().problems.is_empty());
+    // A second import would mix two histories: refused, nothing lost.
+    let err = copy.import(&mut exported.as_slice()).unwrap_err();
+    assert!(matches!(err, StoreError::NotEmpty(_)), "{err}");
+    assert_eq!(copy.nodes().unwrap().len(), 1);
+}
+
+#[test]
+fn a_broken_import_names_the_line_and_leaves_the_store_empty() {
+    let (_d, store) = open();
+    register(&store, "a");
+    store.flush_blocking().unwrap();
+    let mut exported = Vec::new();
+    store.export(&mut exported).unwrap();
+    let mut text = String::from_utf8(exported).unwrap();
+    text.push_str("{\"event\": 42}\n");
+    let (_d2, copy) = open();
+    let err = copy.import(&mut text.as_bytes()).unwrap_err();
+    assert!(matches!(err, StoreError::Import { line: 4, .. }), "{err}");
+    assert!(copy.nodes().unwrap().is_empty());
+    assert_eq!(copy.last_seq(), 0);
+    let err = copy.import(&mut "hello\n".as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("line 1"), "{err}");
+}
