@@ -5,5 +5,9 @@
 
 pub mod duration;
 pub mod history;
+pub mod kube;
 pub mod model;
+pub mod output;
+pub mod probe;
+pub mod source;
 pub mod store;
