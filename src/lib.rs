@@ -3,11 +3,26 @@
 //! Data flows one way: sources → controller → store → (server, mirror).
 #![forbid(unsafe_code)]
 
+pub mod app;
+pub mod cli;
+pub mod controller;
 pub mod duration;
 pub mod history;
+pub mod inspect;
 pub mod kube;
+pub mod metrics;
 pub mod model;
 pub mod output;
 pub mod probe;
+pub mod quantity;
+pub mod server;
+pub mod sim;
 pub mod source;
 pub mod store;
+
+/// Installs rustls' ring provider for the process (reqwest and kubelet TLS
+/// need one). Safe to call more than once.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+pub mod commands;

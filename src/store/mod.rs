@@ -123,6 +123,14 @@ impl Batch {
     }
 }
 
+/// What a [`Batch`] became once written.
+#[derive(Debug, Default)]
+pub struct Written {
+    pub events: Vec<Event>,
+    /// The batch's node records, with `resource_version` set.
+    pub nodes: Vec<Node>,
+}
+
 /// What history to read.
 #[derive(Debug, Clone, Default)]
 pub struct HistoryQuery {
@@ -157,7 +165,7 @@ impl HistoryQuery {
 }
 
 /// Facts about a store, for `db status`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct StoreStatus {
     pub path: PathBuf,
     #[serde(rename = "schemaVersion")]
@@ -277,10 +285,11 @@ impl Store {
     }
 
     /// Writes a batch in one transaction and returns its events with their
-    /// seqs. Not durable until [`Store::flush`].
-    pub fn write(&self, batch: Batch) -> Result<Vec<Event>, StoreError> {
+    /// seqs and its nodes with their new resource versions. Not durable
+    /// until [`Store::flush`].
+    pub fn write(&self, batch: Batch) -> Result<Written, StoreError> {
         if batch.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Written::default());
         }
         let mut last_seq = self.lock_writer();
         let Batch {
@@ -332,7 +341,10 @@ impl Store {
             Ok::<_, ConflictableTransactionError<StoreError>>(())
         })?;
         *last_seq += events.len() as u64;
-        Ok(events)
+        Ok(Written {
+            events,
+            nodes: puts,
+        })
     }
 
     /// Puts node records without events: heartbeat times that change no

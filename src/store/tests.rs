@@ -21,7 +21,7 @@ fn register(store: &Store, name: &str) -> Vec<Event> {
     let mut b = Batch::new(Micros(100));
     let n = node(name);
     b.record(n.clone(), [EventKind::Registered { node: Box::new(n) }]);
-    store.write(b).unwrap()
+    store.write(b).unwrap().events
 }
 
 fn ready_change(to: ConditionStatus) -> EventKind {
@@ -49,7 +49,7 @@ fn a_batch_gets_consecutive_seqs_and_sets_resource_versions() {
             ready_change(ConditionStatus::False),
         ],
     );
-    let events = store.write(b).unwrap();
+    let events = store.write(b).unwrap().events;
     assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
     assert_eq!(store.node("b").unwrap().unwrap().resource_version, 3);
     assert_eq!(store.last_seq(), 3);

@@ -1,0 +1,307 @@
+//! `nodekeeper run`: validate everything, open the store, start the HTTP API
+//! (and the simulated fleet, if asked), then hand over to the controller.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::cli::RunArgs;
+use crate::controller::view::View;
+use crate::controller::{Controller, ControllerConfig, ControllerError};
+use crate::metrics::Metrics;
+use crate::model::{NodeSpec, Resources};
+use crate::probe::{ProbeConfig, Scheme};
+use crate::server::AppState;
+use crate::sim::{Fleet, FleetConfig};
+use crate::source::{static_list, SourceError};
+use crate::store::{Store, StoreError, StoreOptions};
+
+/// Open files kept free for the store, the listener and its clients.
+const SPARE_FILES: u64 = 256;
+
+/// Everything `run` needs, validated.
+pub struct RunConfig {
+    pub db: PathBuf,
+    pub listen: std::net::SocketAddr,
+    pub store: StoreOptions,
+    pub controller: ControllerConfig,
+    pub specs: Vec<NodeSpec>,
+    pub simulate: Option<FleetConfig>,
+}
+
+/// Failures of `run`, each naming the flag or resource at fault.
+#[derive(Debug, Error)]
+pub enum RunError {
+    #[error("{flag}: {reason}")]
+    Flag { flag: &'static str, reason: String },
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Controller(#[from] ControllerError),
+    #[error("cannot listen on {addr} (--listen): {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("simulated fleet: {0}")]
+    Sim(#[from] crate::sim::SimError),
+    #[error("{nodes} nodes need about {needed} open files but this process may open only {limit}; run large simulated fleets as separate processes (`nodekeeper sim`, at most ~5000 nodes each) or raise the hard limit (ulimit -Hn)")]
+    TooManyNodes {
+        nodes: usize,
+        needed: u64,
+        limit: u64,
+    },
+    #[error("cannot write {path}: {source}")]
+    Discovery {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl RunConfig {
+    /// Validates the flags completely, before anything is opened or bound.
+    pub fn from_args(args: &RunArgs, db: &Path) -> Result<RunConfig, RunError> {
+        let flag = |flag, reason: String| RunError::Flag { flag, reason };
+        let capacity = Resources {
+            cpu_millis: crate::quantity::parse_cpu(&args.node_cpu)
+                .map_err(|e| flag("--node-cpu", e))?,
+            memory_bytes: crate::quantity::parse_memory(&args.node_memory)
+                .map_err(|e| flag("--node-memory", e))?,
+        };
+        if args.node_sync_period.is_zero() {
+            return Err(flag("--node-sync-period", "must be more than zero".into()));
+        }
+        if args.node_monitor_grace_period.is_zero() {
+            return Err(flag(
+                "--node-monitor-grace-period",
+                "must be more than zero".into(),
+            ));
+        }
+        if args.kubelet_timeout.is_zero() {
+            return Err(flag("--kubelet-timeout", "must be more than zero".into()));
+        }
+        if args.probe_concurrency == 0 {
+            return Err(flag("--probe-concurrency", "must be at least 1".into()));
+        }
+        if args.node_monitor_grace_period < args.node_sync_period {
+            tracing::warn!(
+                "--node-monitor-grace-period ({:?}) is shorter than --node-sync-period ({:?}): one missed probe makes a node Unknown",
+                args.node_monitor_grace_period,
+                args.node_sync_period
+            );
+        }
+        let mut specs = Vec::new();
+        if let Some(list) = &args.nodes {
+            specs.extend(static_list::parse_node_list(list, capacity)?);
+        }
+        if let Some(path) = &args.nodes_file {
+            specs.extend(static_list::read_nodes_file(
+                &path.to_string_lossy(),
+                capacity,
+            )?);
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = specs.iter().find(|s| !seen.insert(s.name.clone())) {
+            return Err(SourceError::Duplicate {
+                name: dup.name.clone(),
+                first: "--nodes".into(),
+                second: "--nodes-file".into(),
+            }
+            .into());
+        }
+        let mut probe = ProbeConfig {
+            scheme: args.kubelet_scheme,
+            port: args.kubelet_port,
+            timeout: args.kubelet_timeout,
+            ca_file: args.kubelet_ca.clone(),
+            client_cert_file: args.kubelet_client_cert.clone(),
+            client_key_file: args.kubelet_client_key.clone(),
+            token_file: args.kubelet_token_file.clone(),
+            insecure_skip_tls_verify: args.kubelet_insecure_skip_tls_verify,
+            ..ProbeConfig::default()
+        };
+        let simulate = args.simulate.map(|nodes| FleetConfig {
+            nodes,
+            base_ip: args.simulate_base_ip,
+            port: 0,
+            control: args.simulate_control,
+            ..FleetConfig::default()
+        });
+        if simulate.is_some() {
+            // Simulated kubelets speak plain HTTP on a port of their choosing.
+            probe.scheme = Scheme::Http;
+        }
+        if probe.insecure_skip_tls_verify && probe.scheme == Scheme::Https {
+            tracing::warn!("--kubelet-insecure-skip-tls-verify: kubelet certificates are NOT verified; anyone on the path can impersonate a kubelet");
+        }
+        // Fail on bad certificates or tokens now, not at the first sweep.
+        crate::probe::Prober::new(&probe).map_err(|e| flag("kubelet access", e.to_string()))?;
+        Ok(RunConfig {
+            db: db.to_path_buf(),
+            listen: args.listen,
+            store: StoreOptions {
+                cache_capacity: args.cache_capacity,
+            },
+            controller: ControllerConfig {
+                node_sync_period: args.node_sync_period,
+                node_monitor_grace_period: args.node_monitor_grace_period,
+                register_retry_count: args.register_retry_count,
+                probe,
+                probe_concurrency: args.probe_concurrency,
+                ..ControllerConfig::default()
+            },
+            specs,
+            simulate,
+        })
+    }
+}
+
+/// Where a running controller can be reached; written into the store
+/// directory so inspection commands find it while it holds the lock.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Discovery {
+    pub pid: u32,
+    pub url: String,
+    pub instance: String,
+    #[serde(rename = "simControl", skip_serializing_if = "Option::is_none")]
+    pub sim_control: Option<String>,
+}
+
+impl Discovery {
+    pub const FILE: &'static str = "controller.json";
+
+    pub fn path(db: &Path) -> PathBuf {
+        db.join(Self::FILE)
+    }
+
+    /// Reads the discovery file of a store, if there is one.
+    pub fn read(db: &Path) -> Option<Discovery> {
+        serde_json::from_slice(&std::fs::read(Self::path(db)).ok()?).ok()
+    }
+
+    fn write(&self, db: &Path) -> Result<(), RunError> {
+        let path = Self::path(db);
+        let tmp = db.join(".controller.json.tmp");
+        let body = serde_json::to_vec_pretty(self).unwrap_or_default();
+        std::fs::write(&tmp, body)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|source| RunError::Discovery { path, source })
+    }
+}
+
+/// Raises the open-file soft limit to the hard limit; returns the limit in force.
+pub fn raise_open_file_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!("cannot raise the open-file limit: {e}");
+            rlimit::getrlimit(rlimit::Resource::NOFILE)
+                .map(|(soft, _)| soft)
+                .unwrap_or(1024)
+        }
+    }
+}
+
+/// Runs the controller until `shutdown`.
+pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
+    let limit = raise_open_file_limit();
+    let sim_nodes = config.simulate.as_ref().map_or(0, |s| s.nodes);
+    // Each node costs a probe connection; a simulated one also its listener and server side.
+    let needed = (config.specs.len() + sim_nodes * 3) as u64 + SPARE_FILES;
+    if needed > limit {
+        return Err(RunError::TooManyNodes {
+            nodes: config.specs.len() + sim_nodes,
+            needed,
+            limit,
+        });
+    }
+
+    let store = Arc::new(Store::open(&config.db, &config.store)?);
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| RunError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let local = listener.local_addr().map_err(|source| RunError::Listen {
+        addr: config.listen,
+        source,
+    })?;
+
+    let tasks = TaskTracker::new();
+    let fleet = match config.simulate.take() {
+        None => None,
+        Some(fleet_config) => {
+            let fleet = Fleet::start(fleet_config, shutdown.child_token()).await?;
+            config.controller.probe.port = fleet.port();
+            config.specs.extend(fleet.nodes().iter().map(|n| {
+                static_list::static_spec(
+                    n.name.clone(),
+                    Some(&n.address.ip().to_string()),
+                    Default::default(),
+                    Resources::default(),
+                )
+            }));
+            tracing::info!(
+                nodes = fleet.nodes().len(),
+                port = fleet.port(),
+                control = %format!("http://{}", fleet.control_addr()),
+                "simulated kubelets are up; break one with `nodekeeper sim set NODE down`"
+            );
+            Some(fleet)
+        }
+    };
+
+    let view = Arc::new(View::default());
+    let metrics = Arc::new(Metrics::new());
+    let controller = Controller::start(
+        config.controller,
+        store.clone(),
+        view.clone(),
+        metrics.clone(),
+    )
+    .await?;
+    let discovery = Discovery {
+        pid: std::process::id(),
+        url: format!("http://{local}"),
+        instance: controller.instance().to_string(),
+        sim_control: fleet
+            .as_ref()
+            .map(|f| format!("http://{}", f.control_addr())),
+    };
+    discovery.write(&config.db)?;
+    tracing::info!(url = %discovery.url, db = %config.db.display(), "serving the API");
+
+    let server_shutdown = CancellationToken::new();
+    let state = AppState {
+        view,
+        store: store.clone(),
+        metrics,
+    };
+    let server = tasks.spawn({
+        let stop = server_shutdown.clone();
+        async move { crate::server::serve(listener, state, stop).await }
+    });
+    tasks.close();
+
+    let result = controller.run(config.specs, shutdown.clone()).await;
+    // The API goes last so the final state stays readable until the store is closed.
+    server_shutdown.cancel();
+    if let Ok(Err(e)) = server.await {
+        tracing::warn!("HTTP server stopped with an error: {e}");
+    }
+    if let Some(fleet) = fleet {
+        shutdown.cancel();
+        fleet.closed().await;
+    }
+    tasks.wait().await;
+    let _ = std::fs::remove_file(Discovery::path(&config.db));
+    result.map_err(RunError::from)
+}

@@ -1,0 +1,232 @@
+//! Command-line definitions for every subcommand. Flag names follow
+//! kube-controller-manager (and kube-apiserver for kubelet access) where one exists.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::probe::Scheme;
+
+/// The default store path, relative to the working directory.
+pub const DEFAULT_DB: &str = "nodekeeper-data";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "nodekeeper",
+    version,
+    about = "A standalone node controller for edge and bare-metal sites"
+)]
+pub struct Cli {
+    /// The store (a directory). Inspection commands find a running
+    /// controller that holds it by themselves.
+    #[arg(long, global = true, env = "NODEKEEPER_DB", default_value = DEFAULT_DB)]
+    pub db: PathBuf,
+
+    /// Inspect through this controller's HTTP API instead of the store
+    /// (e.g. http://127.0.0.1:8080).
+    #[arg(long, global = true, env = "NODEKEEPER_SERVER")]
+    pub server: Option<String>,
+
+    /// Log filter (RUST_LOG syntax), e.g. `debug` or `nodekeeper=debug`.
+    #[arg(long, global = true, env = "NODEKEEPER_LOG", default_value = "info")]
+    pub log: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controller.
+    Run(Box<RunArgs>),
+    /// List nodes (`-o json` is a Kubernetes NodeList).
+    Nodes {
+        #[arg(short, long, value_enum, default_value_t = NodesFormat::Table)]
+        output: NodesFormat,
+    },
+    /// Show one node in detail, with its history.
+    Describe { node: String },
+    /// Show the history of condition changes and other events.
+    History(HistoryArgs),
+    /// Show the registry as it was at TIME (RFC 3339, or an age such as 10m).
+    At {
+        time: String,
+        #[arg(short, long, value_enum, default_value_t = ListFormat::Table)]
+        output: ListFormat,
+    },
+    /// Look after the store.
+    Db {
+        #[command(subcommand)]
+        command: DbCommand,
+    },
+    /// Run simulated kubelets, or change one's health.
+    Sim(SimArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NodesFormat {
+    Table,
+    Wide,
+    Json,
+    Yaml,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ListFormat {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// Only this node's events.
+    pub node: Option<String>,
+    /// Events at or after this time (RFC 3339, or an age such as 1h).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Events at or before this time.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only changes of this condition (e.g. Ready).
+    #[arg(long)]
+    pub condition: Option<String>,
+    #[arg(short, long, value_enum, default_value_t = ListFormat::Table)]
+    pub output: ListFormat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DbCommand {
+    /// Schema, counts, sizes, last controller.
+    Status,
+    /// Read every record; check that the registry agrees with its history.
+    Verify,
+    /// Write the registry and history as JSON lines.
+    Export {
+        /// File to write (default: standard output).
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Load an export into a new, empty store.
+    Import {
+        /// File to read (default: standard input).
+        #[arg(long)]
+        input: Option<PathBuf>,
+    },
+    /// Rewrite the store compactly (export and import into a fresh one, then swap).
+    Compact,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Address for the HTTP API (nodes, history, metrics).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Static nodes, comma-separated names or IPs.
+    #[arg(long)]
+    pub nodes: Option<String>,
+    /// Static nodes from a file: one per line (`#` comments), or YAML/JSON entries with name, address, labels.
+    #[arg(long)]
+    pub nodes_file: Option<PathBuf>,
+    /// CPU capacity of static nodes.
+    #[arg(long, default_value = "1")]
+    pub node_cpu: String,
+    /// Memory capacity of static nodes.
+    #[arg(long, default_value = "3Gi")]
+    pub node_memory: String,
+
+    /// Kubelet port to probe.
+    #[arg(long, default_value_t = 10250)]
+    pub kubelet_port: u16,
+    /// Kubelet scheme.
+    #[arg(long, value_enum, default_value_t = Scheme::Https)]
+    pub kubelet_scheme: Scheme,
+    /// Timeout of one kubelet probe.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub kubelet_timeout: Duration,
+    /// CA bundle that signs kubelet serving certificates.
+    #[arg(long, alias = "kubelet-certificate-authority")]
+    pub kubelet_ca: Option<String>,
+    /// Client certificate presented to kubelets.
+    #[arg(long, alias = "kubelet-client-certificate")]
+    pub kubelet_client_cert: Option<String>,
+    /// Client key presented to kubelets.
+    #[arg(long)]
+    pub kubelet_client_key: Option<String>,
+    /// Bearer token (file) presented to kubelets.
+    #[arg(long)]
+    pub kubelet_token_file: Option<String>,
+    /// Do not verify kubelet serving certificates. Anyone on the path can impersonate a kubelet.
+    #[arg(long)]
+    pub kubelet_insecure_skip_tls_verify: bool,
+    /// Probes in flight at once.
+    #[arg(long, default_value_t = 1024)]
+    pub probe_concurrency: usize,
+
+    /// How often nodes are probed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub node_sync_period: Duration,
+    /// How long a node may go without a healthy answer before it is Unknown.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    pub node_monitor_grace_period: Duration,
+    /// Passes at registering the nodes before giving up (one sync period apart).
+    #[arg(long, default_value_t = 10)]
+    pub register_retry_count: u32,
+
+    /// sled cache size in bytes (RSS follows it).
+    #[arg(long, default_value_t = crate::store::DEFAULT_CACHE_CAPACITY)]
+    pub cache_capacity: u64,
+
+    /// Start N simulated kubelets in this process and manage them (the demo).
+    #[arg(long, value_name = "N")]
+    pub simulate: Option<usize>,
+    /// First loopback address of the simulated kubelets.
+    #[arg(long, default_value = "127.1.0.1", requires = "simulate")]
+    pub simulate_base_ip: Ipv4Addr,
+    /// Control endpoint of the simulated fleet.
+    #[arg(long, default_value = "127.0.0.1:0", requires = "simulate")]
+    pub simulate_control: SocketAddr,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    pub command: Option<SimCommand>,
+    /// Number of simulated kubelets.
+    #[arg(long, default_value_t = 10)]
+    pub nodes: usize,
+    /// First loopback address; node i listens on base + i.
+    #[arg(long, default_value = "127.1.0.1")]
+    pub base_ip: Ipv4Addr,
+    /// Port every simulated kubelet listens on (0: pick one free port for all).
+    #[arg(long, default_value_t = 10250)]
+    pub port: u16,
+    /// Control endpoint (set a kubelet up, down, sick, hang or slow).
+    #[arg(long, default_value = "127.0.0.1:10251")]
+    pub control: SocketAddr,
+    /// Node name prefix.
+    #[arg(long, default_value = "sim-")]
+    pub prefix: String,
+    /// Write the fleet as a nodes file (for `run --nodes-file`).
+    #[arg(long)]
+    pub write_nodes_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// Set a simulated kubelet's health: up, down, sick, hang or slow (`all` for every node).
+    Set {
+        node: String,
+        state: String,
+        /// The fleet's control endpoint; default: the running controller's in-process fleet, else 127.0.0.1:10251.
+        #[arg(long)]
+        control: Option<String>,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    crate::duration::parse(s)
+}

@@ -1,0 +1,58 @@
+//! `nodekeeper run`: the controller, until Ctrl-C or SIGTERM.
+
+use std::path::Path;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Failure, Outcome};
+use crate::app::{self, Discovery, RunConfig, RunError};
+use crate::cli::RunArgs;
+use crate::store::StoreError;
+
+pub async fn run(args: &RunArgs, db: &Path) -> Outcome {
+    let config = RunConfig::from_args(args, db).map_err(|e| Failure {
+        message: e.to_string(),
+        code: 2,
+    })?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    match app::run(config, shutdown).await {
+        Ok(()) => Ok(String::new()),
+        Err(RunError::Store(StoreError::Locked { path })) => {
+            let who = Discovery::read(&path)
+                .map(|d| format!(" (pid {}, serving {})", d.pid, d.url))
+                .unwrap_or_default();
+            Err(Failure {
+                message: format!(
+                    "another nodekeeper controller is running on the store {}{who}; one store has one controller: stop it, or give this one another --db",
+                    path.display()
+                ),
+                code: 1,
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return shutdown.cancel();
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("stopping");
+    shutdown.cancel();
+}

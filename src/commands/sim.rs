@@ -1,0 +1,119 @@
+//! `nodekeeper sim`: a fleet of simulated kubelets, or `sim set` to change one.
+
+use std::path::Path;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Failure, Outcome};
+use crate::app::Discovery;
+use crate::cli::{SimArgs, SimCommand};
+use crate::sim::{Fleet, FleetConfig, KubeletState};
+
+const DEFAULT_CONTROL: &str = "http://127.0.0.1:10251";
+
+pub async fn sim(args: &SimArgs, db: &Path) -> Outcome {
+    match &args.command {
+        Some(SimCommand::Set {
+            node,
+            state,
+            control,
+        }) => set(db, node, state, control.as_deref()).await,
+        None => run_fleet(args).await,
+    }
+}
+
+async fn run_fleet(args: &SimArgs) -> Outcome {
+    let limit = crate::app::raise_open_file_limit();
+    // A listener and a served connection per kubelet, plus spare.
+    let needed = args.nodes as u64 * 2 + 64;
+    if needed > limit {
+        return Err(Failure {
+            message: format!(
+                "{} simulated kubelets need about {needed} open files but this process may open only {limit}; \
+                 split the fleet over several `nodekeeper sim` processes with different --base-ip",
+                args.nodes
+            ),
+            code: 1,
+        });
+    }
+    let shutdown = CancellationToken::new();
+    let config = FleetConfig {
+        nodes: args.nodes,
+        base_ip: args.base_ip,
+        port: args.port,
+        name_prefix: args.prefix.clone(),
+        control: args.control,
+        ..FleetConfig::default()
+    };
+    let fleet = Fleet::start(config, shutdown.clone()).await?;
+    if let Some(path) = &args.write_nodes_file {
+        let entries: Vec<serde_json::Value> = fleet
+            .nodes()
+            .iter()
+            .map(|n| serde_json::json!({"name": n.name, "address": n.address.ip().to_string()}))
+            .collect();
+        std::fs::write(path, serde_json::to_vec_pretty(&entries)?)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    let first = fleet
+        .nodes()
+        .first()
+        .map(|n| n.address.to_string())
+        .unwrap_or_default();
+    let last = fleet
+        .nodes()
+        .last()
+        .map(|n| n.address.to_string())
+        .unwrap_or_default();
+    println!(
+        "{} simulated kubelets on {first} .. {last} (port {}); control http://{}; Ctrl-C stops",
+        fleet.nodes().len(),
+        fleet.port(),
+        fleet.control_addr()
+    );
+    let _ = tokio::signal::ctrl_c().await;
+    shutdown.cancel();
+    fleet.closed().await;
+    Ok(String::new())
+}
+
+async fn set(db: &Path, node: &str, state: &str, control: Option<&str>) -> Outcome {
+    let parsed: KubeletState = state
+        .parse()
+        .map_err(|e: crate::sim::ParseStateError| Failure {
+            message: e.to_string(),
+            code: 2,
+        })?;
+    let control = match control {
+        Some(c) => c.to_string(),
+        None => Discovery::read(db)
+            .and_then(|d| d.sim_control)
+            .unwrap_or_else(|| DEFAULT_CONTROL.to_string()),
+    };
+    let base = if control.starts_with("http") {
+        control
+    } else {
+        format!("http://{control}")
+    };
+    let url = if node == "all" {
+        format!("{base}/nodes")
+    } else {
+        format!("{base}/nodes/{node}")
+    };
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()?;
+    let response = client
+        .put(&url)
+        .json(&serde_json::json!({ "state": parsed }))
+        .send()
+        .await
+        .map_err(|e| format!("cannot reach the simulated fleet at {base}: {e}"))?;
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    if !status.is_success() {
+        return Err(format!("{status}: {}", body.trim()).into());
+    }
+    Ok(format!("{node}: {parsed}\n"))
+}

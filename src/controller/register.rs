@@ -1,0 +1,223 @@
+//! Registration: the ancestor's `RegisterNodes` and `PopulateAddresses`.
+
+use std::collections::BTreeMap;
+
+use futures_util::stream::{self, StreamExt};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::conditions::{never_probed, Health};
+use super::{target_for, Controller, ControllerError, Tracked};
+use crate::model::{EventKind, Micros, Node, NodeSpec};
+use crate::source::resolve;
+use crate::store::Batch;
+
+/// Host name lookups in flight at once.
+const LOOKUP_CONCURRENCY: usize = 32;
+
+impl Controller {
+    /// Registers every spec not yet in the registry, retrying failed writes
+    /// up to `--register-retry-count` passes one sync period apart. Already
+    /// registered nodes count as registered, so this is idempotent across
+    /// restarts.
+    pub async fn register_nodes(
+        &mut self,
+        specs: Vec<NodeSpec>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), ControllerError> {
+        let mut pending: Vec<NodeSpec> = specs
+            .into_iter()
+            .filter(|s| !self.tracked.contains_key(&s.name))
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let lookups = lookup_all(&pending, self.config.lookup_timeout).await;
+        let tries = self.config.register_retry_count.max(1);
+        let mut last_error = String::new();
+        for attempt in 1..=tries {
+            match self.register_batch(&pending, &lookups).await {
+                Ok(()) => {
+                    tracing::info!(nodes = pending.len(), "registered");
+                    return Ok(());
+                }
+                Err(e) => {
+                    last_error = e.to_string();
+                    tracing::warn!(
+                        attempt,
+                        tries,
+                        "registering {} nodes failed: {e}",
+                        pending.len()
+                    );
+                }
+            }
+            if attempt < tries {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(self.config.node_sync_period) => {}
+                }
+            }
+        }
+        pending.sort_by(|a, b| a.name.cmp(&b.name));
+        let missing: Vec<String> = pending.iter().map(|s| s.name.clone()).collect();
+        let error = ControllerError::Registration {
+            missing: missing.clone(),
+            tries,
+            last_error,
+        };
+        // Try to leave a trace in the history; the store may be what failed.
+        let mut batch = Batch::new(Micros::now());
+        for name in &missing {
+            batch.node_event(
+                name,
+                EventKind::RegistrationFailed {
+                    message: error.to_string(),
+                },
+            );
+        }
+        if self.store.write(batch).is_ok() {
+            let _ = self.store.flush().await;
+        }
+        Err(error)
+    }
+
+    async fn register_batch(
+        &mut self,
+        specs: &[NodeSpec],
+        lookups: &BTreeMap<String, Result<std::net::IpAddr, String>>,
+    ) -> Result<(), ControllerError> {
+        let now = Micros::now();
+        let mut batch = Batch::new(now);
+        for spec in specs {
+            let mut node = new_node(spec, now);
+            let mut events = Vec::new();
+            match lookups.get(&spec.name) {
+                Some(Ok(ip)) => node.addresses = resolve::with_resolved(&node.addresses, *ip),
+                Some(Err(message)) => {
+                    tracing::warn!(node = %spec.name, "{message}; registering it without an address and retrying every sync period");
+                    events.push(EventKind::AddressLookupFailed {
+                        message: message.clone(),
+                    });
+                }
+                None => {}
+            }
+            events.insert(
+                0,
+                EventKind::Registered {
+                    node: Box::new(node.clone()),
+                },
+            );
+            batch.record(node, events);
+        }
+        let written = self.store.write(batch)?;
+        self.store.flush().await?;
+        let started = Instant::now();
+        for node in written.nodes {
+            let target = target_for(&node, self.config.probe.port);
+            self.view.publish([node.clone()], &[]);
+            self.tracked.insert(
+                node.name.clone(),
+                Tracked {
+                    node,
+                    target,
+                    health: Health::watching_from(started),
+                },
+            );
+        }
+        self.update_gauges();
+        Ok(())
+    }
+
+    /// Retries the lookup of every node that has no IP address yet; a node
+    /// found records `AddressesChanged` and is probed from now on.
+    pub async fn retry_address_lookups(&mut self) {
+        let waiting: Vec<NodeSpec> = self
+            .tracked
+            .values()
+            .filter(|t| t.target.is_none())
+            .map(|t| NodeSpec {
+                name: t.node.name.clone(),
+                source: t.node.source.clone(),
+                labels: BTreeMap::new(),
+                external_id: t.node.external_id.clone(),
+                provider_id: t.node.provider_id.clone(),
+                capacity: t.node.capacity,
+                addresses: t.node.addresses.clone(),
+            })
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        let lookups = lookup_all(&waiting, self.config.lookup_timeout).await;
+        let mut batch = Batch::new(Micros::now());
+        for (name, result) in lookups {
+            let Ok(ip) = result else { continue };
+            let Some(tracked) = self.tracked.get(&name) else {
+                continue;
+            };
+            let mut node = tracked.node.clone();
+            let from = node.addresses.clone();
+            node.addresses = resolve::with_resolved(&from, ip);
+            let to = node.addresses.clone();
+            batch.record(node, [EventKind::AddressesChanged { from, to }]);
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let written = match self.store.write(batch) {
+            Ok(written) => written,
+            Err(e) => return tracing::error!("storing resolved addresses failed: {e}"),
+        };
+        if let Err(e) = self.store.flush().await {
+            return tracing::error!("storing resolved addresses failed: {e}");
+        }
+        for node in written.nodes {
+            tracing::info!(node = %node.name, address = node.probe_address(), "address resolved");
+            self.view.publish([node.clone()], &[]);
+            if let Some(t) = self.tracked.get_mut(&node.name) {
+                t.target = target_for(&node, self.config.probe.port);
+                t.node = node;
+            }
+        }
+    }
+}
+
+/// A new registry record for a spec, Ready=Unknown until first probed.
+fn new_node(spec: &NodeSpec, now: Micros) -> Node {
+    Node {
+        name: spec.name.clone(),
+        uid: uuid::Uuid::new_v4().to_string(),
+        created: now,
+        resource_version: 0,
+        source: spec.source.clone(),
+        labels: spec.labels.clone(),
+        external_id: spec.external_id.clone(),
+        provider_id: spec.provider_id.clone(),
+        capacity: spec.capacity,
+        unschedulable: false,
+        taints: Vec::new(),
+        addresses: spec.addresses.clone(),
+        conditions: vec![never_probed(now)],
+    }
+}
+
+/// Looks up every spec that needs it, a bounded number at a time.
+async fn lookup_all(
+    specs: &[NodeSpec],
+    timeout: std::time::Duration,
+) -> BTreeMap<String, Result<std::net::IpAddr, String>> {
+    let jobs: Vec<(String, String)> = specs
+        .iter()
+        .filter_map(|s| {
+            Some((
+                s.name.clone(),
+                resolve::host_to_resolve(&s.name, &s.addresses)?.to_string(),
+            ))
+        })
+        .collect();
+    stream::iter(jobs)
+        .map(|(name, host)| async move { (name, resolve::resolve_first(&host, timeout).await) })
+        .buffer_unordered(LOOKUP_CONCURRENCY)
+        .collect()
+        .await
+}

@@ -1,0 +1,235 @@
+//! Inspection commands (`nodes`, `describe`, `history`, `at`, `db status`):
+//! read a stopped store directly, or a running controller through its HTTP
+//! API, without the user having to say which.
+
+use std::path::Path;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::app::Discovery;
+use crate::model::{Event, Micros, Node};
+use crate::server::{HistoryParams, NodeEntry};
+use crate::store::{HistoryQuery, Store, StoreError, StoreOptions, StoreStatus};
+
+/// What the CLI will read from a controller at most.
+const RESPONSE_CAP: usize = 512 << 20;
+const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Error)]
+pub enum InspectError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "no store at {0}: start the controller with `nodekeeper run --db {0}`, or pass --db PATH"
+    )]
+    NoStore(String),
+    #[error("the controller at {url} did not answer: {reason}")]
+    Remote { url: String, reason: String },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A place to read the registry from.
+pub enum Source {
+    Local(Store),
+    Remote {
+        base: String,
+        client: reqwest::Client,
+    },
+}
+
+impl Source {
+    /// Opens the store at `db`; if a running controller holds it, talks to
+    /// that controller instead. `server` forces the HTTP way.
+    pub fn open(db: &Path, server: Option<&str>) -> Result<Source, InspectError> {
+        if let Some(url) = server {
+            return Ok(Source::remote(url));
+        }
+        if !db.exists() {
+            return Err(InspectError::NoStore(db.display().to_string()));
+        }
+        match Store::open(
+            db,
+            &StoreOptions {
+                cache_capacity: 16 << 20,
+            },
+        ) {
+            Ok(store) => Ok(Source::Local(store)),
+            Err(StoreError::Locked { path }) => match Discovery::read(&path) {
+                Some(found) => Ok(Source::remote(&found.url)),
+                None => Err(StoreError::Locked { path }.into()),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn remote(url: &str) -> Source {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(HTTP_TIMEOUT)
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .expect("an HTTP client without TLS settings builds");
+        Source::Remote {
+            base: url.trim_end_matches('/').to_string(),
+            client,
+        }
+    }
+
+    /// Whether this reads through a running controller.
+    pub fn is_remote(&self) -> bool {
+        matches!(self, Source::Remote { .. })
+    }
+
+    async fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        path_and_query: &str,
+    ) -> Result<Option<T>, InspectError> {
+        let Source::Remote { base, client } = self else {
+            unreachable!("get is only called on a remote source")
+        };
+        let url = format!("{base}{path_and_query}");
+        let remote = |reason: String| InspectError::Remote {
+            url: base.clone(),
+            reason,
+        };
+        let mut response = client
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| remote(e.to_string()))?;
+        let status = response.status();
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| remote(e.to_string()))? {
+            if body.len() + chunk.len() > RESPONSE_CAP {
+                return Err(remote(format!("answer larger than {RESPONSE_CAP} bytes")));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            let message = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| {
+                    v.get("message")
+                        .and_then(|m| m.as_str())
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(300).collect());
+            return Err(if status == reqwest::StatusCode::BAD_REQUEST {
+                InspectError::Invalid(message)
+            } else {
+                remote(format!("{status}: {message}"))
+            });
+        }
+        serde_json::from_slice(&body)
+            .map(Some)
+            .map_err(|e| remote(format!("unreadable answer from {url}: {e}")))
+    }
+
+    /// Every node with its newest heartbeat.
+    pub async fn nodes(&self) -> Result<Vec<(Node, Option<Micros>)>, InspectError> {
+        match self {
+            Source::Local(store) => Ok(store.nodes()?.into_iter().map(|n| (n, None)).collect()),
+            Source::Remote { .. } => {
+                let entries: Vec<NodeEntry> = self.get("/v1/nodes").await?.unwrap_or_default();
+                Ok(entries.into_iter().map(|e| (e.node, e.heartbeat)).collect())
+            }
+        }
+    }
+
+    /// One node, or a not-found error naming it.
+    pub async fn node(&self, name: &str) -> Result<(Node, Option<Micros>), InspectError> {
+        let found = match self {
+            Source::Local(store) => store.node(name)?.map(|n| (n, None)),
+            Source::Remote { .. } => {
+                let path = format!("/v1/nodes/{}", urlencode(name));
+                self.get::<NodeEntry>(&path)
+                    .await?
+                    .map(|e| (e.node, e.heartbeat))
+            }
+        };
+        found.ok_or_else(|| {
+            InspectError::NotFound(format!(
+                "node {name:?} not found; `nodekeeper nodes` lists the registry"
+            ))
+        })
+    }
+
+    /// History matching `params`.
+    pub async fn history(&self, params: &HistoryParams) -> Result<Vec<Event>, InspectError> {
+        match self {
+            Source::Local(store) => {
+                let query: HistoryQuery = params
+                    .to_query(Micros::now())
+                    .map_err(InspectError::Invalid)?;
+                Ok(store.history(&query)?)
+            }
+            Source::Remote { .. } => {
+                // Validate here too, so a typo is reported the same way either side.
+                params
+                    .to_query(Micros::now())
+                    .map_err(InspectError::Invalid)?;
+                let mut query = Vec::new();
+                for (key, value) in [
+                    ("node", params.node.clone()),
+                    ("since", params.since.clone()),
+                    ("until", params.until.clone()),
+                    ("condition", params.condition.clone()),
+                    ("after", params.after.map(|v| v.to_string())),
+                    ("limit", params.limit.map(|v| v.to_string())),
+                ] {
+                    if let Some(v) = value {
+                        query.push(format!("{key}={}", urlencode(&v)));
+                    }
+                }
+                let path = format!("/v1/history?{}", query.join("&"));
+                Ok(self.get(&path).await?.unwrap_or_default())
+            }
+        }
+    }
+
+    /// Store facts.
+    pub async fn status(&self) -> Result<StoreStatus, InspectError> {
+        match self {
+            Source::Local(store) => Ok(store.status()?),
+            Source::Remote { base, .. } => {
+                self.get("/v1/store")
+                    .await?
+                    .ok_or_else(|| InspectError::Remote {
+                        url: base.clone(),
+                        reason: "no /v1/store".into(),
+                    })
+            }
+        }
+    }
+}
+
+/// Percent-encodes a query or path value.
+fn urlencode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn urlencode_keeps_unreserved_and_escapes_the_rest() {
+        assert_eq!(
+            super::urlencode("2026-11-30T09:00:00+01:00"),
+            "2026-11-30T09%3A00%3A00%2B01%3A00"
+        );
+    }
+}
