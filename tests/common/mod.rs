@@ -1,0 +1,292 @@
+//! Shared helpers for the integration tests: the real binary, a simulated
+//! fleet in the test process, and bounded waits on observable state.
+#![allow(dead_code)]
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nodekeeper::sim::{Fleet, FleetConfig, FleetHandle};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_nodekeeper");
+
+/// How long any wait in a test may take before it fails.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A simulated fleet living in the test process.
+pub struct TestFleet {
+    pub fleet: Fleet,
+    pub handle: FleetHandle,
+    shutdown: CancellationToken,
+}
+
+impl TestFleet {
+    pub async fn start(nodes: usize, base_ip: Ipv4Addr) -> TestFleet {
+        nodekeeper::install_crypto_provider();
+        let shutdown = CancellationToken::new();
+        let config = FleetConfig {
+            nodes,
+            base_ip,
+            port: 0,
+            ..FleetConfig::default()
+        };
+        let fleet = Fleet::start(config, shutdown.clone())
+            .await
+            .expect("fleet starts");
+        let handle = fleet.handle();
+        TestFleet {
+            fleet,
+            handle,
+            shutdown,
+        }
+    }
+
+    /// Writes the fleet as a nodes file.
+    pub fn nodes_file(&self, dir: &Path) -> PathBuf {
+        let entries: Vec<Value> = self
+            .fleet
+            .nodes()
+            .iter()
+            .map(|n| serde_json::json!({"name": n.name, "address": n.address.ip().to_string()}))
+            .collect();
+        let path = dir.join("nodes.json");
+        std::fs::write(&path, serde_json::to_vec(&entries).unwrap()).unwrap();
+        path
+    }
+
+    pub fn name(&self, i: usize) -> String {
+        self.fleet.nodes()[i].name.clone()
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.fleet.closed().await;
+    }
+}
+
+/// A controller process, killed when dropped.
+pub struct Controller {
+    pub child: Child,
+    pub db: PathBuf,
+    pub url: String,
+    pub log: PathBuf,
+}
+
+/// Fast periods so tests take seconds.
+pub fn fast_args(nodes_file: &Path, port: u16) -> Vec<String> {
+    [
+        "--nodes-file",
+        &nodes_file.to_string_lossy(),
+        "--kubelet-scheme",
+        "http",
+        "--kubelet-port",
+        &port.to_string(),
+        "--kubelet-timeout",
+        "500ms",
+        "--node-sync-period",
+        "200ms",
+        "--node-monitor-grace-period",
+        "1s",
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+impl Controller {
+    /// Starts `nodekeeper run` on `db` and waits until it serves.
+    pub fn start(db: &Path, args: &[String]) -> Controller {
+        let log = db.with_extension(format!(
+            "log.{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let child = Command::new(BIN)
+            .arg("--db")
+            .arg(db)
+            .arg("--log")
+            .arg("info")
+            .arg("run")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("the binary starts");
+        let mut controller = Controller {
+            child,
+            db: db.to_path_buf(),
+            url: String::new(),
+            log,
+        };
+        let started = Instant::now();
+        loop {
+            if let Some(status) = controller.child.try_wait().unwrap() {
+                panic!(
+                    "controller exited early ({status}): {}",
+                    controller.log_text()
+                );
+            }
+            // The discovery file is written once the API serves.
+            if let Ok(bytes) = std::fs::read(db.join("controller.json")) {
+                if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+                    if v["pid"].as_u64() == Some(controller.child.id() as u64) {
+                        controller.url = v["url"].as_str().unwrap().to_string();
+                        return controller;
+                    }
+                }
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "controller did not start: {}",
+                controller.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = client()
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .expect("controller answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn text(&self, path: &str) -> String {
+        client()
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// The Ready status of a node as the API shows it.
+    pub async fn ready(&self, node: &str) -> Option<String> {
+        let (_, v) = self.get(&format!("/api/v1/nodes/{node}")).await;
+        ready_of(&v)
+    }
+
+    /// Waits until `node`'s Ready status is `want`.
+    pub async fn wait_ready(&self, node: &str, want: &str) {
+        let started = Instant::now();
+        loop {
+            if self.ready(node).await.as_deref() == Some(want) {
+                return;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{node} never became Ready={want}: {}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops with SIGTERM and waits.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        signal(self.child.id(), "-TERM");
+        let status = wait_exit(&mut self.child);
+        std::mem::forget(self);
+        status
+    }
+
+    /// Kills with SIGKILL: nothing is flushed on the way out.
+    pub fn kill9(mut self) {
+        signal(self.child.id(), "-KILL");
+        wait_exit(&mut self.child);
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid} failed");
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(started.elapsed() < DEADLINE, "process did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn ready_of(node: &Value) -> Option<String> {
+    node["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .and_then(|c| c["status"].as_str())
+        .map(str::to_string)
+}
+
+pub fn client() -> reqwest::Client {
+    nodekeeper::install_crypto_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// Runs a CLI command and returns (exit code, stdout, stderr).
+pub fn cli(db: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs a CLI command that must succeed, returning stdout.
+pub fn cli_ok(db: &Path, args: &[&str]) -> String {
+    let (code, out, err) = cli(db, args);
+    assert_eq!(code, 0, "nodekeeper {args:?} failed: {err}");
+    out
+}
+
+/// Parses JSON output.
+pub fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
