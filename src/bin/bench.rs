@@ -1,1 +1,852 @@
-fn main() {}
+//! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000`.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+
+/// One `nodekeeper sim` process holds about two open files per node; the hard limit is 20k.
+const MAX_NODES_PER_SIM: usize = 5000;
+const SIM_START_TIMEOUT: Duration = Duration::from_secs(60);
+const CONTROLLER_START_TIMEOUT: Duration = Duration::from_secs(60);
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(250);
+const GRACE_PERIOD: &str = "40s";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "nodekeeper-bench",
+    about = "Scale benchmark: the controller against simulated fleets"
+)]
+struct Args {
+    /// Fleet sizes to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+    sizes: Vec<usize>,
+    /// The controller's --node-sync-period.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    period: Duration,
+    /// Time between all nodes Ready and the start of the measurement.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    warmup: Duration,
+    /// Length of the measurement window.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    measure: Duration,
+    /// The nodekeeper binary (default: the one next to this executable).
+    #[arg(long)]
+    bin: Option<PathBuf>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    nodekeeper::duration::parse(s)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    if let Err(e) = real_main().await {
+        eprintln!("nodekeeper-bench: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn real_main() -> Result<()> {
+    nodekeeper::install_crypto_provider();
+    let args = Args::parse();
+    if args.sizes.is_empty() || args.sizes.contains(&0) {
+        bail!("--sizes: give one or more fleet sizes above zero, e.g. 1000,10000");
+    }
+    if args.period.is_zero() || args.measure.is_zero() {
+        bail!("--period and --measure must be more than zero");
+    }
+    let bin = match &args.bin {
+        Some(bin) => bin.clone(),
+        None => std::env::current_exe()?.with_file_name("nodekeeper"),
+    };
+    if !bin.is_file() {
+        bail!(
+            "no nodekeeper binary at {} (build it with `cargo build --release --bins`, or give --bin)",
+            bin.display()
+        );
+    }
+    let machine = Machine::probe(&bin);
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(HTTP_TIMEOUT)
+        .build()?;
+
+    let mut rows = Vec::new();
+    let mut failure = None;
+    for &nodes in &args.sizes {
+        eprintln!("== {nodes} nodes");
+        match bench_size(&args, &bin, &client, &machine, nodes).await {
+            Ok(row) => rows.push(row),
+            Err(e) => {
+                failure = Some(e.context(format!("the {nodes}-node run failed")));
+                break;
+            }
+        }
+    }
+    print!("{}", report(&args, &bin, &machine, &rows));
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// One size
+
+/// Everything measured for one fleet size.
+struct Row {
+    nodes: usize,
+    sims: usize,
+    ready_after: Duration,
+    start: Sample,
+    end: Sample,
+    stop: String,
+}
+
+async fn bench_size(
+    args: &Args,
+    bin: &Path,
+    client: &reqwest::Client,
+    machine: &Machine,
+    nodes: usize,
+) -> Result<Row> {
+    let mut run = Run::new(nodes)?;
+    let started = Instant::now();
+    let (port, merged) = start_fleet(&mut run, bin, nodes).await?;
+    eprintln!(
+        "   {} sim process(es) up on port {port} after {:.1}s",
+        run.sims.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    let controller_started = Instant::now();
+    run.controller = Some(spawn_controller(&run.dir, bin, &merged, port, args.period)?);
+    let url = wait_for_discovery(&mut run).await?;
+    eprintln!("   controller serving {url}");
+    wait_all_ready(&mut run, client, &url, nodes).await?;
+    let ready_after = controller_started.elapsed();
+    eprintln!(
+        "   all {nodes} Ready after {:.1}s; warming up {:?}",
+        ready_after.as_secs_f64(),
+        args.warmup
+    );
+
+    tokio::time::sleep(args.warmup).await;
+    run.check_alive()?;
+    let start = Sample::take(&run, client, &url, machine).await?;
+    eprintln!("   measuring {:?}", args.measure);
+    tokio::time::sleep(args.measure).await;
+    run.check_alive()?;
+    let end = Sample::take(&run, client, &url, machine).await?;
+
+    let stop = run.stop().await;
+    eprintln!("   {stop}");
+    Ok(Row {
+        nodes,
+        sims: run.sims.len(),
+        ready_after,
+        start,
+        end,
+        stop,
+    })
+}
+
+/// Starts the sim processes (the first picks the port, the others reuse it),
+/// waits for their nodes files, and merges them. Returns the port and the merged file.
+async fn start_fleet(run: &mut Run, bin: &Path, nodes: usize) -> Result<(u16, PathBuf)> {
+    let mut port = 0;
+    let mut entries = Vec::with_capacity(nodes);
+    for (index, count) in split(nodes, MAX_NODES_PER_SIM).into_iter().enumerate() {
+        let file = run.dir.join(format!("nodes-{index}.json"));
+        let sim = spawn_sim(&run.dir, bin, index, count, port, &file)?;
+        run.sims.push(sim);
+        let sim = run.sims.last_mut().expect("just pushed");
+        let (got, mut list) = wait_for_sim(sim, &file, count).await?;
+        if port != 0 && got != port {
+            bail!("{} listens on port {got}, not {port}", sim.name);
+        }
+        port = got;
+        entries.append(&mut list);
+    }
+    let merged = run.dir.join("nodes.json");
+    fs::write(&merged, serde_json::to_vec(&entries)?)
+        .with_context(|| format!("cannot write {}", merged.display()))?;
+    Ok((port, merged))
+}
+
+/// `total` split into the fewest near-equal parts of at most `max`.
+fn split(total: usize, max: usize) -> Vec<usize> {
+    let parts = total.div_ceil(max);
+    (0..parts)
+        .map(|i| total / parts + usize::from(i < total % parts))
+        .collect()
+}
+
+fn spawn_sim(
+    dir: &Path,
+    bin: &Path,
+    index: usize,
+    nodes: usize,
+    port: u16,
+    nodes_file: &Path,
+) -> Result<Proc> {
+    let octet = u8::try_from(10 + 10 * index)
+        .ok()
+        .filter(|o| *o < 255)
+        .ok_or_else(|| anyhow!("too many sim processes for distinct 127.X.0.0/16 ranges"))?;
+    let args = [
+        "--log".to_string(),
+        "warn".into(),
+        "sim".into(),
+        "--nodes".into(),
+        nodes.to_string(),
+        "--base-ip".into(),
+        format!("127.{octet}.0.1"),
+        "--port".into(),
+        port.to_string(),
+        "--control".into(),
+        "127.0.0.1:0".into(),
+        "--prefix".into(),
+        format!("sim-p{index}-"),
+        "--write-nodes-file".into(),
+        nodes_file.to_string_lossy().into_owned(),
+    ];
+    Proc::spawn(dir, &format!("sim-{index}"), bin, &args)
+}
+
+/// Waits for the sim's banner (printed after its nodes file is written);
+/// returns its kubelet port and its nodes.
+async fn wait_for_sim(
+    sim: &mut Proc,
+    file: &Path,
+    nodes: usize,
+) -> Result<(u16, Vec<serde_json::Value>)> {
+    let deadline = Instant::now() + SIM_START_TIMEOUT;
+    loop {
+        sim.check_alive()?;
+        let banner = fs::read_to_string(&sim.stdout).unwrap_or_default();
+        if let Some(port) = parse_sim_port(&banner) {
+            let list = read_node_list(file)?;
+            if list.len() != nodes {
+                bail!(
+                    "{} wrote {} nodes to {}, expected {nodes}",
+                    sim.name,
+                    list.len(),
+                    file.display()
+                );
+            }
+            return Ok((port, list));
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{} did not write {} within {:?}{}",
+                sim.name,
+                file.display(),
+                SIM_START_TIMEOUT,
+                sim.log_tail()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The port in `... (port 40123); control http://...`.
+fn parse_sim_port(banner: &str) -> Option<u16> {
+    let rest = &banner[banner.find("(port ")? + "(port ".len()..];
+    rest[..rest.find(')')?].trim().parse().ok()
+}
+
+fn read_node_list(file: &Path) -> Result<Vec<serde_json::Value>> {
+    let bytes = fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a JSON array of nodes", file.display()))
+}
+
+fn spawn_controller(
+    dir: &Path,
+    bin: &Path,
+    nodes_file: &Path,
+    port: u16,
+    period: Duration,
+) -> Result<Proc> {
+    let args = [
+        "run".to_string(),
+        "--db".into(),
+        dir.join("db").to_string_lossy().into_owned(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--nodes-file".into(),
+        nodes_file.to_string_lossy().into_owned(),
+        "--kubelet-scheme".into(),
+        "http".into(),
+        "--kubelet-port".into(),
+        port.to_string(),
+        "--node-sync-period".into(),
+        nodekeeper::duration::format(period),
+        "--node-monitor-grace-period".into(),
+        GRACE_PERIOD.into(),
+        "--log".into(),
+        "warn".into(),
+    ];
+    Proc::spawn(dir, "controller", bin, &args)
+}
+
+/// Waits for `db/controller.json`; returns the API URL.
+async fn wait_for_discovery(run: &mut Run) -> Result<String> {
+    let file = run.dir.join("db").join("controller.json");
+    let deadline = Instant::now() + CONTROLLER_START_TIMEOUT;
+    loop {
+        run.check_alive()?;
+        if let Ok(bytes) = fs::read(&file) {
+            let doc: serde_json::Value = serde_json::from_slice(&bytes)
+                .with_context(|| format!("{} is not JSON", file.display()))?;
+            let url = doc["url"]
+                .as_str()
+                .ok_or_else(|| anyhow!("{} has no \"url\"", file.display()))?;
+            let pid = doc["pid"].as_u64();
+            let ours = run.controller.as_ref().map(|c| u64::from(c.child.id()));
+            if pid != ours {
+                bail!("{} names pid {pid:?}, not ours ({ours:?})", file.display());
+            }
+            return Ok(url.trim_end_matches('/').to_string());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the controller did not write {} within {:?}{}",
+                file.display(),
+                CONTROLLER_START_TIMEOUT,
+                run.controller_log_tail()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn wait_all_ready(
+    run: &mut Run,
+    client: &reqwest::Client,
+    url: &str,
+    nodes: usize,
+) -> Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let mut last = String::from("no answer from /metrics yet");
+    loop {
+        run.check_alive()?;
+        match scrape(client, url).await {
+            Ok(m) if m.ready == nodes as f64 => return Ok(()),
+            Ok(m) => {
+                last = format!(
+                    "{} registered, {} Ready",
+                    m.registered.map_or("?".into(), |r| r.to_string()),
+                    m.ready
+                )
+            }
+            Err(e) => last = format!("{e:#}"),
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "not all {nodes} nodes Ready within {READY_TIMEOUT:?} (last: {last}){}",
+                run.controller_log_tail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Measurements
+
+/// What the controller's /metrics says that the benchmark needs.
+#[derive(Debug, Clone, Copy)]
+struct Scrape {
+    ready: f64,
+    registered: Option<f64>,
+    probes: f64,
+    sweep_sum: f64,
+    sweep_count: f64,
+}
+
+async fn scrape(client: &reqwest::Client, url: &str) -> Result<Scrape> {
+    let response = client
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .with_context(|| format!("GET {url}/metrics"))?;
+    let status = response.status();
+    if !status.is_success() {
+        bail!("GET {url}/metrics: {status}");
+    }
+    let text = response.text().await?;
+    parse_metrics(&text)
+}
+
+fn parse_metrics(text: &str) -> Result<Scrape> {
+    let samples: Vec<(&str, f64)> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (key, value) = l.trim().rsplit_once(' ')?;
+            Some((key.trim(), value.parse().ok()?))
+        })
+        .collect();
+    let get = |key: &str| samples.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+    let need = |key: &str| {
+        get(key).ok_or_else(|| anyhow!("/metrics has no {key} (or it is not a number)"))
+    };
+    Ok(Scrape {
+        ready: need("nodekeeper_nodes{condition=\"Ready\",status=\"True\"}")?,
+        registered: get("nodekeeper_registered_nodes"),
+        probes: samples
+            .iter()
+            .filter(|(k, _)| k.starts_with("nodekeeper_probes_total{"))
+            .map(|(_, v)| v)
+            .sum(),
+        sweep_sum: need("nodekeeper_sweep_duration_seconds_sum")?,
+        sweep_count: need("nodekeeper_sweep_duration_seconds_count")?,
+    })
+}
+
+/// Host facts for the report and for reading /proc.
+struct Machine {
+    cores: String,
+    kernel: String,
+    ticks_per_second: f64,
+    ticks_note: &'static str,
+    version: String,
+}
+
+impl Machine {
+    fn probe(bin: &Path) -> Machine {
+        let ticks = command_output("getconf", &["CLK_TCK"]).and_then(|t| t.parse::<f64>().ok());
+        Machine {
+            cores: command_output("nproc", &[]).unwrap_or_else(|| "?".into()),
+            kernel: command_output("uname", &["-r"]).unwrap_or_else(|| "?".into()),
+            ticks_per_second: ticks.unwrap_or(100.0),
+            ticks_note: if ticks.is_some() {
+                "getconf CLK_TCK"
+            } else {
+                "ASSUMED: getconf CLK_TCK failed"
+            },
+            version: command_output(&bin.to_string_lossy(), &["--version"])
+                .unwrap_or_else(|| "?".into()),
+        }
+    }
+}
+
+/// A command's trimmed standard output, if it ran and succeeded.
+fn command_output(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Process and store figures at one instant.
+struct Sample {
+    at: Instant,
+    controller_cpu: f64,
+    sim_cpu: f64,
+    rss_kib: u64,
+    hwm_kib: u64,
+    store_bytes: u64,
+    metrics: Scrape,
+}
+
+impl Sample {
+    async fn take(
+        run: &Run,
+        client: &reqwest::Client,
+        url: &str,
+        machine: &Machine,
+    ) -> Result<Sample> {
+        let metrics = scrape(client, url).await?;
+        let controller = run
+            .controller
+            .as_ref()
+            .ok_or_else(|| anyhow!("no controller"))?
+            .child
+            .id();
+        let mut sim_ticks = 0;
+        for sim in &run.sims {
+            sim_ticks += cpu_ticks(sim.child.id())?;
+        }
+        let (rss_kib, hwm_kib) = memory_kib(controller)?;
+        Ok(Sample {
+            at: Instant::now(),
+            controller_cpu: cpu_ticks(controller)? as f64 / machine.ticks_per_second,
+            sim_cpu: sim_ticks as f64 / machine.ticks_per_second,
+            rss_kib,
+            hwm_kib,
+            store_bytes: dir_size(&run.dir.join("db"))?,
+            metrics,
+        })
+    }
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    // The command name may hold spaces and parentheses; fields resume after the last ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| anyhow!("{path}: unexpected format"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+    let field = |i: usize| -> Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| anyhow!("{path}: no number in field {}", i + 3))
+    };
+    Ok(field(11)? + field(12)?)
+}
+
+/// VmRSS and VmHWM of a process, in KiB.
+fn memory_kib(pid: u32) -> Result<(u64, u64)> {
+    let path = format!("/proc/{pid}/status");
+    let status = fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    let field = |name: &str| -> Result<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| anyhow!("{path}: no {name}"))
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// The bytes of every file under `dir`. Files vanishing mid-walk are skipped.
+fn dir_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    let entries = fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+    for entry in entries.flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_dir() {
+            total += dir_size(&entry.path()).unwrap_or(0);
+        } else {
+            total += meta.len();
+        }
+    }
+    Ok(total)
+}
+
+// ---------------------------------------------------------------------------
+// Child processes
+
+/// A child process with its output files.
+struct Proc {
+    name: String,
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Proc {
+    fn spawn(dir: &Path, name: &str, bin: &Path, args: &[String]) -> Result<Proc> {
+        let stdout = dir.join(format!("{name}.out"));
+        let stderr = dir.join(format!("{name}.log"));
+        let child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&stdout)?)
+            .stderr(fs::File::create(&stderr)?)
+            .spawn()
+            .with_context(|| format!("cannot start {} ({name})", bin.display()))?;
+        Ok(Proc {
+            name: name.into(),
+            child,
+            stdout,
+            stderr,
+        })
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        match self.child.try_wait()? {
+            None => Ok(()),
+            Some(status) => bail!("{} exited early ({status}){}", self.name, self.log_tail()),
+        }
+    }
+
+    /// The last lines of the process's stderr, for error messages.
+    fn log_tail(&self) -> String {
+        let text = fs::read_to_string(&self.stderr).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        if lines.is_empty() {
+            return String::new();
+        }
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n   ");
+        format!("; last lines of its stderr:\n   {tail}")
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within `timeout`; says how it went.
+    async fn terminate(&mut self, timeout: Duration) -> String {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return format!("{} had already exited ({status})", self.name);
+        }
+        let started = Instant::now();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        while started.elapsed() < timeout {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return format!(
+                    "{} stopped on SIGTERM in {:.2}s ({status})",
+                    self.name,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.kill();
+        format!(
+            "{} did NOT stop within {timeout:?} of SIGTERM; killed",
+            self.name
+        )
+    }
+
+    fn kill(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// One size's processes and scratch directory; dropping it kills whatever
+/// still runs and removes the directory, on success and on error alike.
+struct Run {
+    dir: PathBuf,
+    sims: Vec<Proc>,
+    controller: Option<Proc>,
+}
+
+impl Run {
+    fn new(nodes: usize) -> Result<Run> {
+        let dir =
+            std::env::temp_dir().join(format!("nodekeeper-bench-{}-{nodes}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Run {
+            dir,
+            sims: Vec::new(),
+            controller: None,
+        })
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        if let Some(c) = &mut self.controller {
+            c.check_alive()?;
+        }
+        self.sims.iter_mut().try_for_each(Proc::check_alive)
+    }
+
+    fn controller_log_tail(&self) -> String {
+        self.controller
+            .as_ref()
+            .map(Proc::log_tail)
+            .unwrap_or_default()
+    }
+
+    /// Stops the controller gracefully, then the sims.
+    async fn stop(&mut self) -> String {
+        let mut report = match &mut self.controller {
+            Some(c) => c.terminate(STOP_TIMEOUT).await,
+            None => String::new(),
+        };
+        for sim in &mut self.sims {
+            sim.kill();
+        }
+        if let Some(c) = &self.controller {
+            let tail = c.log_tail();
+            if !tail.is_empty() {
+                report.push_str(&format!(" (controller stderr not empty{tail})"));
+            }
+        }
+        report
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.controller {
+            c.kill();
+        }
+        for sim in &mut self.sims {
+            sim.kill();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The report
+
+fn report(args: &Args, bin: &Path, machine: &Machine, rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "## nodekeeper scale benchmark\n");
+    let _ = writeln!(out, "command:  {}", command_line());
+    let _ = writeln!(out, "binary:   {} ({})", bin.display(), machine.version);
+    let _ = writeln!(
+        out,
+        "machine:  {} cores (nproc), kernel {} (uname -r), {} clock ticks/s ({})",
+        machine.cores, machine.kernel, machine.ticks_per_second, machine.ticks_note
+    );
+    let _ = writeln!(
+        out,
+        "settings: sync period {}, grace {GRACE_PERIOD}, http kubelets, warmup {}, window {}, ≤{MAX_NODES_PER_SIM} nodes per sim process, store under {} ({})",
+        nodekeeper::duration::format(args.period),
+        nodekeeper::duration::format(args.warmup),
+        nodekeeper::duration::format(args.measure),
+        std::env::temp_dir().display(),
+        command_output("stat", &["-f", "-c", "%T", &std::env::temp_dir().to_string_lossy()])
+            .unwrap_or_else(|| "?".into()),
+    );
+    let _ = writeln!(out);
+    let header = [
+        "nodes",
+        "sims",
+        "all Ready after (s)",
+        "sweeps",
+        "sweep mean (ms)",
+        "probes/s",
+        "ctrl CPU-s /10k probes",
+        "ctrl CPU % of 1 core",
+        "RSS MiB (peak)",
+        "store growth (B)",
+        "store B/min",
+        "sim CPU-s /10k probes",
+    ];
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let _ = writeln!(
+        out,
+        "|{}",
+        header.iter().map(|_| "---:|").collect::<String>()
+    );
+    for row in rows {
+        let _ = writeln!(out, "| {} |", row_cells(row).join(" | "));
+    }
+    let notes: Vec<String> = rows.iter().flat_map(row_notes).collect();
+    if !notes.is_empty() {
+        let _ = writeln!(out);
+        for note in notes {
+            let _ = writeln!(out, "- {note}");
+        }
+    }
+    out
+}
+
+fn row_cells(row: &Row) -> Vec<String> {
+    let (s, e) = (&row.start, &row.end);
+    let secs = e.at.duration_since(s.at).as_secs_f64();
+    let probes = e.metrics.probes - s.metrics.probes;
+    let sweeps = e.metrics.sweep_count - s.metrics.sweep_count;
+    let ctrl_cpu = e.controller_cpu - s.controller_cpu;
+    let sim_cpu = e.sim_cpu - s.sim_cpu;
+    let growth = e.store_bytes as i64 - s.store_bytes as i64;
+    let per_10k = |cpu: f64| {
+        if probes > 0.0 {
+            format!("{:.3}", cpu / probes * 10_000.0)
+        } else {
+            "n/a".into()
+        }
+    };
+    let sweep_mean = if sweeps > 0.0 {
+        format!(
+            "{:.1}",
+            (e.metrics.sweep_sum - s.metrics.sweep_sum) / sweeps * 1000.0
+        )
+    } else {
+        "n/a".into()
+    };
+    vec![
+        row.nodes.to_string(),
+        row.sims.to_string(),
+        format!("{:.1}", row.ready_after.as_secs_f64()),
+        format!("{sweeps:.0}"),
+        sweep_mean,
+        format!("{:.0}", probes / secs),
+        per_10k(ctrl_cpu),
+        format!("{:.1}", ctrl_cpu / secs * 100.0),
+        format!(
+            "{:.1} ({:.1})",
+            e.rss_kib as f64 / 1024.0,
+            e.hwm_kib as f64 / 1024.0
+        ),
+        growth.to_string(),
+        format!("{:.0}", growth as f64 / secs * 60.0),
+        per_10k(sim_cpu),
+    ]
+}
+
+/// Anything about a row a reader should not miss.
+fn row_notes(row: &Row) -> Vec<String> {
+    let mut notes = Vec::new();
+    if row.end.metrics.ready != row.nodes as f64 {
+        notes.push(format!(
+            "{} nodes: only {} Ready at the end of the window",
+            row.nodes, row.end.metrics.ready
+        ));
+    }
+    notes.push(format!("{} nodes: {}", row.nodes, row.stop));
+    notes
+}
+
+/// This process's command line, quoted for a POSIX shell where needed.
+fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=,:@".contains(c))
+            {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_fleets_evenly() {
+        assert_eq!(split(1000, 5000), vec![1000]);
+        assert_eq!(split(10_000, 5000), vec![5000, 5000]);
+        assert_eq!(split(10_001, 5000), vec![3334, 3334, 3333]);
+    }
+
+    #[test]
+    fn reads_the_sim_banner() {
+        let banner = "5000 simulated kubelets on 127.10.0.1:41234 .. 127.10.19.137:41234 (port 41234); control http://127.0.0.1:40000; Ctrl-C stops\n";
+        assert_eq!(parse_sim_port(banner), Some(41234));
+        assert_eq!(parse_sim_port("starting"), None);
+    }
+
+    #[test]
+    fn reads_metrics() {
+        let text = "# TYPE nodekeeper_nodes gauge\n\
+            nodekeeper_nodes{condition=\"Ready\",status=\"True\"} 3\n\
+            nodekeeper_probes_total{result=\"Healthy\"} 10\n\
+            nodekeeper_probes_total{result=\"NoAnswer\"} 2\n\
+            nodekeeper_sweep_duration_seconds_sum 0.5\n\
+            nodekeeper_sweep_duration_seconds_count 4\n\
+            # EOF\n";
+        let m = parse_metrics(text).unwrap();
+        assert_eq!((m.ready, m.probes, m.sweep_count), (3.0, 12.0, 4.0));
+        assert!(parse_metrics("# EOF\n").is_err());
+    }
+}
