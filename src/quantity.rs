@@ -43,7 +43,7 @@ pub fn parse_memory(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a memory quantity such as 3Gi or 512Mi"))?;
     let bytes = value * factor as f64;
-    if !(bytes.is_finite() && bytes >= 1.0 && bytes < 1e18) {
+    if !(bytes.is_finite() && (1.0..1e18).contains(&bytes)) {
         return Err(format!("{s:?} is out of range"));
     }
     Ok(bytes.round() as u64)

@@ -243,3 +243,59 @@ async fn a_transition_reported_over_http_survives_kill_9() {
 }
 
 use std::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unresolvable_node_is_registered_without_address_and_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port().to_string();
+    drop(closed);
+    let args: Vec<String> = [
+        "--nodes",
+        "No-Such-Host.invalid,127.0.0.1",
+        "--kubelet-scheme",
+        "http",
+        "--kubelet-port",
+        &port,
+        "--node-sync-period",
+        "200ms",
+        "--node-monitor-grace-period",
+        "600ms",
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let c = Controller::start(&db, &args);
+    // Names are lowercased; the IP name is its own address and, unanswered, goes Unknown after grace.
+    let (_, node) = c.get("/api/v1/nodes/127.0.0.1").await;
+    assert_eq!(node["status"]["addresses"][0]["type"], "InternalIP");
+    assert_eq!(node["status"]["addresses"][0]["address"], "127.0.0.1");
+    let started = Instant::now();
+    loop {
+        let (_, history) = c.get("/v1/history?node=no-such-host.invalid").await;
+        let kinds: Vec<&str> = history
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap())
+            .collect();
+        if kinds == ["Registered", "AddressLookupFailed"] {
+            let message = history[1]["message"].as_str().unwrap();
+            assert!(message.contains("unable to query IP address"), "{message}");
+            break;
+        }
+        assert!(started.elapsed() < DEADLINE, "{kinds:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, node) = c.get("/api/v1/nodes/no-such-host.invalid").await;
+    assert!(
+        node["status"]["addresses"]
+            .as_array()
+            .is_none_or(|a| a.is_empty()),
+        "{node}"
+    );
+    assert!(c.stop().success());
+}
