@@ -48,10 +48,7 @@ fn status_text(s: &StoreStatus, remote: bool) -> String {
     line("Outbox:", s.outbox.to_string());
     line("First event:", time(s.first_event));
     line("Last event:", time(s.last_event));
-    line(
-        "Size on disk:",
-        format!("{:.1} MiB", s.size_on_disk as f64 / (1 << 20) as f64),
-    );
+    line("Size on disk:", human_bytes(s.size_on_disk));
     line(
         "Controller:",
         s.last_instance.clone().unwrap_or_else(|| "-".into()),
@@ -69,6 +66,15 @@ fn status_text(s: &StoreStatus, remote: bool) -> String {
         },
     );
     out
+}
+
+fn human_bytes(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
 }
 
 fn verify(store: &Store) -> Outcome {
@@ -166,11 +172,11 @@ fn compact(store: Store, db: &Path) -> Outcome {
     }
     std::fs::remove_dir_all(&old_path)?;
     Ok(format!(
-        "compacted {} nodes and {} events: {:.1} MiB -> {:.1} MiB\n",
+        "compacted {} nodes and {} events: {} -> {}\n",
         summary.nodes,
         summary.events,
-        before as f64 / (1 << 20) as f64,
-        after as f64 / (1 << 20) as f64
+        human_bytes(before),
+        human_bytes(after)
     ))
 }
 
