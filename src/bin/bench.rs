@@ -83,7 +83,12 @@ async fn real_main() -> Result<()> {
     let mut failure = None;
     for &nodes in &args.sizes {
         eprintln!("== {nodes} nodes");
-        match bench_size(&args, &bin, &client, &machine, nodes).await {
+        // On Ctrl-C the run is dropped, which stops its processes and removes its files.
+        let outcome = tokio::select! {
+            outcome = bench_size(&args, &bin, &client, &machine, nodes) => outcome,
+            _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
+        };
+        match outcome {
             Ok(row) => rows.push(row),
             Err(e) => {
                 failure = Some(e.context(format!("the {nodes}-node run failed")));
@@ -337,20 +342,17 @@ async fn wait_all_ready(
     nodes: usize,
 ) -> Result<()> {
     let deadline = Instant::now() + READY_TIMEOUT;
-    let mut last = String::from("no answer from /metrics yet");
     loop {
         run.check_alive()?;
-        match scrape(client, url).await {
+        let last = match scrape(client, url).await {
             Ok(m) if m.ready == nodes as f64 => return Ok(()),
-            Ok(m) => {
-                last = format!(
-                    "{} registered, {} Ready",
-                    m.registered.map_or("?".into(), |r| r.to_string()),
-                    m.ready
-                )
-            }
-            Err(e) => last = format!("{e:#}"),
-        }
+            Ok(m) => format!(
+                "{} registered, {} Ready",
+                m.registered.map_or("?".into(), |r| r.to_string()),
+                m.ready
+            ),
+            Err(e) => format!("{e:#}"),
+        };
         if Instant::now() > deadline {
             bail!(
                 "not all {nodes} nodes Ready within {READY_TIMEOUT:?} (last: {last}){}",
@@ -734,6 +736,9 @@ fn report(args: &Args, bin: &Path, machine: &Machine, rows: &[Row]) -> String {
     );
     for row in rows {
         let _ = writeln!(out, "| {} |", row_cells(row).join(" | "));
+    }
+    if rows.is_empty() {
+        let _ = writeln!(out, "\n(no size completed)");
     }
     let notes: Vec<String> = rows.iter().flat_map(row_notes).collect();
     if !notes.is_empty() {
