@@ -142,30 +142,20 @@ impl Metrics {
         &self,
         conditions: impl Iterator<Item = (&'a str, ConditionStatus)>,
     ) {
-        let mut counts: std::collections::HashMap<ConditionLabels, i64> =
+        // Counted by borrowed name: no allocation per node on every sweep.
+        let mut counts: std::collections::HashMap<(&str, Status), i64> =
             std::collections::HashMap::new();
-        for status in [
-            ConditionStatus::True,
-            ConditionStatus::False,
-            ConditionStatus::Unknown,
-        ] {
-            counts.insert(
-                ConditionLabels {
-                    condition: crate::model::READY.into(),
-                    status: status.into(),
-                },
-                0,
-            );
+        for status in [Status::True, Status::False, Status::Unknown] {
+            counts.insert((crate::model::READY, status), 0);
         }
         for (condition, status) in conditions {
-            *counts
-                .entry(ConditionLabels {
-                    condition: condition.into(),
-                    status: status.into(),
-                })
-                .or_default() += 1;
+            *counts.entry((condition, status.into())).or_default() += 1;
         }
-        for (labels, n) in counts {
+        for ((condition, status), n) in counts {
+            let labels = ConditionLabels {
+                condition: condition.to_string(),
+                status,
+            };
             self.nodes.get_or_create(&labels).set(n);
         }
     }

@@ -216,6 +216,9 @@ impl Store {
         let db = sled::Config::new()
             .path(path)
             .cache_capacity(options.cache_capacity)
+            // Every acknowledged write is flushed explicitly; a background
+            // flusher would only add work (and promises nothing).
+            .flush_every_ms(None)
             .open()
             .map_err(|source| classify_open_error(path, source))?;
         migrations::migrate(&db)?;
