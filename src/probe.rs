@@ -818,3 +818,205 @@ mod tests {
         assert!(err.to_string().contains("/nonexistent/ca.pem"));
     }
 }
+
+/// Kubelets behind TLS: verification against a CA, the insecure switch,
+/// client certificates and bearer tokens, end to end on loopback.
+#[cfg(test)]
+mod tls_tests {
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use tokio::net::TcpListener;
+
+    struct Pki {
+        dir: tempfile::TempDir,
+        ca_key: KeyPair,
+        ca_params: CertificateParams,
+    }
+
+    impl Pki {
+        fn new() -> Pki {
+            let ca_key = KeyPair::generate().unwrap();
+            let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).unwrap();
+            Pki {
+                dir,
+                ca_key,
+                ca_params,
+            }
+        }
+
+        /// A certificate for `names` signed by the CA: (chain, key).
+        fn issue(
+            &self,
+            names: &[&str],
+        ) -> (
+            Vec<CertificateDer<'static>>,
+            PrivateKeyDer<'static>,
+            String,
+            String,
+        ) {
+            let key = KeyPair::generate().unwrap();
+            let params =
+                CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                    .unwrap();
+            let issuer = Issuer::from_params(&self.ca_params, &self.ca_key);
+            let cert = params.signed_by(&key, &issuer).unwrap();
+            let der_key = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap();
+            (
+                vec![cert.der().clone()],
+                der_key,
+                cert.pem(),
+                key.serialize_pem(),
+            )
+        }
+
+        fn path(&self, name: &str) -> String {
+            self.dir.path().join(name).to_string_lossy().into_owned()
+        }
+    }
+
+    /// A TLS kubelet answering `ok`; reports the Authorization header it saw.
+    async fn tls_kubelet(
+        pki: &Pki,
+        require_client_cert: bool,
+    ) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        let (chain, key, _, _) = pki.issue(&["127.0.0.1"]);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap();
+        let config = if require_client_cert {
+            let mut roots = rustls::RootCertStore::empty();
+            let ca = std::fs::read(pki.path("ca.pem")).unwrap();
+            roots
+                .add(CertificateDer::pem_slice_iter(&ca).next().unwrap().unwrap())
+                .unwrap();
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                Arc::new(rustls::crypto::ring::default_provider()),
+            )
+            .build()
+            .unwrap();
+            builder
+                .with_client_cert_verifier(verifier)
+                .with_single_cert(chain, key)
+                .unwrap()
+        } else {
+            builder
+                .with_no_client_auth()
+                .with_single_cert(chain, key)
+                .unwrap()
+        };
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (seen, report) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut buf = vec![0u8; 4096];
+                    let Ok(n) = tls.read(&mut buf).await else {
+                        return;
+                    };
+                    let request = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let auth = request
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Authorization: "))
+                        .unwrap_or("")
+                        .to_string();
+                    let _ = seen.send(auth);
+                    let _ = tls
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                    let _ = tls.flush().await;
+                });
+            }
+        });
+        (addr, report)
+    }
+
+    fn https(pki: &Pki) -> ProbeConfig {
+        ProbeConfig {
+            ca_file: Some(pki.path("ca.pem")),
+            ..ProbeConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kubelet_with_a_certificate_from_the_ca_is_trusted() {
+        let pki = Pki::new();
+        let (addr, _) = tls_kubelet(&pki, false).await;
+        let prober = Prober::new(&https(&pki)).unwrap();
+        assert_eq!(
+            prober.probe(&ProbeTarget::new(addr)).await,
+            ProbeOutcome::Healthy
+        );
+    }
+
+    #[tokio::test]
+    async fn a_kubelet_from_another_ca_is_no_answer_unless_verification_is_off() {
+        let theirs = Pki::new();
+        let (addr, _) = tls_kubelet(&theirs, false).await;
+        let ours = Pki::new();
+        match Prober::new(&https(&ours))
+            .unwrap()
+            .probe(&ProbeTarget::new(addr))
+            .await
+        {
+            ProbeOutcome::NoAnswer { error } => assert!(error.contains("TLS"), "{error}"),
+            other => panic!("an unknown issuer was trusted: {other:?}"),
+        }
+        let insecure = ProbeConfig {
+            insecure_skip_tls_verify: true,
+            ..ProbeConfig::default()
+        };
+        assert_eq!(
+            Prober::new(&insecure)
+                .unwrap()
+                .probe(&ProbeTarget::new(addr))
+                .await,
+            ProbeOutcome::Healthy
+        );
+    }
+
+    #[tokio::test]
+    async fn client_certificates_and_tokens_are_presented() {
+        let pki = Pki::new();
+        let (addr, mut seen) = tls_kubelet(&pki, true).await;
+        // Without a client certificate the kubelet refuses the handshake.
+        let bare = Prober::new(&https(&pki)).unwrap();
+        assert!(matches!(
+            bare.probe(&ProbeTarget::new(addr)).await,
+            ProbeOutcome::NoAnswer { .. }
+        ));
+
+        let (_, _, cert_pem, key_pem) = pki.issue(&["nodekeeper"]);
+        std::fs::write(pki.path("client.pem"), cert_pem).unwrap();
+        std::fs::write(pki.path("client-key.pem"), key_pem).unwrap();
+        std::fs::write(pki.path("token"), "s3cret\n").unwrap();
+        let config = ProbeConfig {
+            client_cert_file: Some(pki.path("client.pem")),
+            client_key_file: Some(pki.path("client-key.pem")),
+            token_file: Some(pki.path("token")),
+            ..https(&pki)
+        };
+        let prober = Prober::new(&config).unwrap();
+        assert_eq!(
+            prober.probe(&ProbeTarget::new(addr)).await,
+            ProbeOutcome::Healthy
+        );
+        let mut auth = String::new();
+        while let Ok(a) = seen.try_recv() {
+            auth = a;
+        }
+        assert_eq!(auth, "Bearer s3cret");
+    }
+}
