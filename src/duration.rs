@@ -58,7 +58,7 @@ pub fn format(d: Duration) -> String {
     if ms == 0 {
         return "0s".into();
     }
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return if ms >= 1000 {
             format!("{:.3}s", d.as_secs_f64())
         } else {

@@ -158,7 +158,7 @@ pub fn not_found(resource: &str, name: &str) -> Status {
 
 /// CPU as Kubernetes writes it canonically: whole cores plain (`1`), otherwise millicores (`1500m`).
 pub fn cpu_quantity(millis: u64) -> Quantity {
-    if millis % 1000 == 0 {
+    if millis.is_multiple_of(1000) {
         Quantity((millis / 1000).to_string())
     } else {
         Quantity(format!("{millis}m"))
@@ -175,7 +175,7 @@ pub fn memory_quantity(bytes: u64) -> Quantity {
     let mut value = bytes;
     let mut suffix = "";
     for s in SUFFIXES {
-        if value % 1024 != 0 {
+        if !value.is_multiple_of(1024) {
             break;
         }
         value /= 1024;
