@@ -57,7 +57,8 @@ impl Replay {
             EventKind::AddressLookupFailed { .. }
             | EventKind::RegistrationFailed { .. }
             | EventKind::ControllerStarted { .. }
-            | EventKind::ControllerStopped { .. } => {}
+            | EventKind::ControllerStopped { .. }
+            | EventKind::ProbeKeptReady { .. } => {}
         }
     }
 

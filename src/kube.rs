@@ -30,6 +30,31 @@ pub const MAX_PODS: &str = "110";
 /// heartbeat the controller holds in memory, replaces the Ready condition's
 /// `lastHeartbeatTime` when it is newer than the stored one (heartbeats are
 /// not written to the store one by one).
+/// `status.nodeInfo`: what the kubelet reported; before it has, the
+/// operating system and this machine's architecture, as a best guess.
+fn node_info(info: &model::NodeInfo) -> NodeSystemInfo {
+    let or = |value: &str, fallback: &str| {
+        if value.is_empty() {
+            fallback.to_string()
+        } else {
+            value.to_string()
+        }
+    };
+    NodeSystemInfo {
+        machine_id: info.machine_id.clone(),
+        system_uuid: info.system_uuid.clone(),
+        boot_id: info.boot_id.clone(),
+        kernel_version: info.kernel_version.clone(),
+        os_image: info.os_image.clone(),
+        container_runtime_version: info.container_runtime_version.clone(),
+        kubelet_version: info.kubelet_version.clone(),
+        kube_proxy_version: info.kube_proxy_version.clone(),
+        operating_system: or(&info.operating_system, "linux"),
+        architecture: or(&info.architecture, go_arch(std::env::consts::ARCH)),
+        ..NodeSystemInfo::default()
+    }
+}
+
 pub fn node(node: &model::Node, heartbeat: Option<Micros>) -> Node {
     let mut labels = node.labels.clone();
     labels
@@ -96,11 +121,7 @@ pub fn node(node: &model::Node, heartbeat: Option<Micros>) -> Node {
         // Nothing is reserved for system daemons: allocatable equals capacity.
         allocatable: Some(resources(&node.capacity)),
         conditions: Some(conditions),
-        node_info: Some(NodeSystemInfo {
-            architecture: go_arch(std::env::consts::ARCH).to_string(),
-            operating_system: "linux".to_string(),
-            ..NodeSystemInfo::default()
-        }),
+        node_info: Some(node_info(&node.node_info)),
         ..NodeStatus::default()
     };
 
@@ -263,6 +284,7 @@ mod tests {
                 reason: "NodeStatusUnknown".into(),
                 message: "Kubelet stopped posting node status.".into(),
             }],
+            node_info: Default::default(),
         }
     }
 

@@ -198,6 +198,26 @@ pub struct Taint {
     pub added: Option<Micros>,
 }
 
+/// What a kubelet reports about its machine (`status.nodeInfo`). Empty until
+/// a kubelet pushes its status.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInfo {
+    #[serde(rename = "machineID")]
+    pub machine_id: String,
+    #[serde(rename = "systemUUID")]
+    pub system_uuid: String,
+    #[serde(rename = "bootID")]
+    pub boot_id: String,
+    pub kernel_version: String,
+    pub os_image: String,
+    pub container_runtime_version: String,
+    pub kubelet_version: String,
+    pub kube_proxy_version: String,
+    pub operating_system: String,
+    pub architecture: String,
+}
+
 /// A registered node: the registry's record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
@@ -220,6 +240,8 @@ pub struct Node {
     pub taints: Vec<Taint>,
     pub addresses: Vec<Address>,
     pub conditions: Vec<Condition>,
+    #[serde(rename = "nodeInfo", default)]
+    pub node_info: NodeInfo,
 }
 
 impl Node {
@@ -316,6 +338,9 @@ pub enum EventKind {
     },
     /// A controller stopped cleanly.
     ControllerStopped { instance: String },
+    /// Heartbeats stopped, but the kubelet answered a probe: the node stays
+    /// Ready and this records why.
+    ProbeKeptReady { message: String },
 }
 
 impl EventKind {
@@ -330,6 +355,7 @@ impl EventKind {
             EventKind::RegistrationFailed { .. } => "RegistrationFailed",
             EventKind::ControllerStarted { .. } => "ControllerStarted",
             EventKind::ControllerStopped { .. } => "ControllerStopped",
+            EventKind::ProbeKeptReady { .. } => "ProbeKeptReady",
         }
     }
 }

@@ -87,8 +87,11 @@ pub fn nodes_table(nodes: &[model::Node], wide: bool, now: Micros) -> String {
             node_status(node),
             roles(node).unwrap_or_else(|| NONE.to_string()),
             age(now.since(node.created)),
-            // The registry does not know kubelet versions.
-            NONE.to_string(),
+            // Known once the kubelet has pushed its status.
+            match node.node_info.kubelet_version.as_str() {
+                "" => NONE.to_string(),
+                version => version.to_string(),
+            },
         ];
         if wide {
             let first = |kind| {
@@ -306,6 +309,7 @@ pub fn event_detail(kind: &EventKind) -> String {
             }
         },
         EventKind::ControllerStopped { instance } => format!("instance {instance}"),
+        EventKind::ProbeKeptReady { message } => message.clone(),
     }
 }
 
@@ -528,6 +532,7 @@ mod tests {
                 })
                 .into_iter()
                 .collect(),
+            node_info: Default::default(),
         }
     }
 

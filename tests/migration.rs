@@ -71,7 +71,9 @@ fn a_schema_1_store_is_upgraded_on_open() {
 }
 
 /// Writes the fixture. Kept for the record of how it was made: run with
-/// `cargo test --test migration -- --ignored` only to recreate it.
+/// `cargo test --test migration -- --ignored` only to recreate it. The
+/// fixture on disk was written by the first release, with V1 node records;
+/// this writer now writes the current record versions.
 #[test]
 #[ignore]
 fn write_schema_1_fixture() {
@@ -125,6 +127,7 @@ fn write_schema_1_fixture() {
                 address: "10.0.0.1".into(),
             }],
             conditions: vec![nodekeeper::controller::conditions::never_probed(Micros(t))],
+            node_info: Default::default(),
         };
         log(
             Some(name),

@@ -198,6 +198,7 @@ fn new_node(spec: &NodeSpec, now: Micros) -> Node {
         taints: Vec::new(),
         addresses: spec.addresses.clone(),
         conditions: vec![never_probed(now)],
+        node_info: Default::default(),
     }
 }
 

@@ -16,6 +16,8 @@ use crate::model::{
 #[derive(Debug, Serialize, Deserialize)]
 pub enum StoredNode {
     V1(NodeV1),
+    /// V1 plus what the kubelet reports of its machine.
+    V2(NodeV2),
 }
 
 /// Envelope for event records. Keyed by `seq`, so the seq is not repeated here.
@@ -40,6 +42,26 @@ pub struct NodeV1 {
     pub taints: Vec<TaintV1>,
     pub addresses: Vec<AddressV1>,
     pub conditions: Vec<ConditionV1>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeV2 {
+    pub v1: NodeV1,
+    pub node_info: NodeInfoV1,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct NodeInfoV1 {
+    pub machine_id: String,
+    pub system_uuid: String,
+    pub boot_id: String,
+    pub kernel_version: String,
+    pub os_image: String,
+    pub container_runtime_version: String,
+    pub kubelet_version: String,
+    pub kube_proxy_version: String,
+    pub operating_system: String,
+    pub architecture: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,6 +128,11 @@ pub enum EventKindV1 {
     ControllerStopped {
         instance: String,
     },
+    ProbeKeptReady {
+        message: String,
+    },
+    /// `Registered` with the V2 record.
+    RegisteredV2(NodeV2),
 }
 
 /// A record that cannot be decoded.
@@ -140,12 +167,56 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 }
 
 pub fn encode_node(node: &Node) -> Vec<u8> {
-    encode(&StoredNode::V1(NodeV1::from(node)))
+    encode(&StoredNode::V2(NodeV2::from(node)))
 }
 
 pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
-    let StoredNode::V1(v1) = decode::<StoredNode>(bytes, || "a node record".into())?;
-    v1.try_into()
+    match decode::<StoredNode>(bytes, || "a node record".into())? {
+        StoredNode::V1(v1) => v1.try_into(),
+        StoredNode::V2(v2) => v2.try_into(),
+    }
+}
+
+impl From<&Node> for NodeV2 {
+    fn from(n: &Node) -> Self {
+        let i = &n.node_info;
+        NodeV2 {
+            v1: NodeV1::from(n),
+            node_info: NodeInfoV1 {
+                machine_id: i.machine_id.clone(),
+                system_uuid: i.system_uuid.clone(),
+                boot_id: i.boot_id.clone(),
+                kernel_version: i.kernel_version.clone(),
+                os_image: i.os_image.clone(),
+                container_runtime_version: i.container_runtime_version.clone(),
+                kubelet_version: i.kubelet_version.clone(),
+                kube_proxy_version: i.kube_proxy_version.clone(),
+                operating_system: i.operating_system.clone(),
+                architecture: i.architecture.clone(),
+            },
+        }
+    }
+}
+
+impl TryFrom<NodeV2> for Node {
+    type Error = DecodeError;
+    fn try_from(v: NodeV2) -> Result<Node, DecodeError> {
+        let mut node = Node::try_from(v.v1)?;
+        let i = v.node_info;
+        node.node_info = crate::model::NodeInfo {
+            machine_id: i.machine_id,
+            system_uuid: i.system_uuid,
+            boot_id: i.boot_id,
+            kernel_version: i.kernel_version,
+            os_image: i.os_image,
+            container_runtime_version: i.container_runtime_version,
+            kubelet_version: i.kubelet_version,
+            kube_proxy_version: i.kube_proxy_version,
+            operating_system: i.operating_system,
+            architecture: i.architecture,
+        };
+        Ok(node)
+    }
 }
 
 pub fn encode_event(event: &Event) -> Vec<u8> {
@@ -313,6 +384,7 @@ impl TryFrom<NodeV1> for Node {
                 memory_bytes: v.memory_bytes,
             },
             unschedulable: v.unschedulable,
+            node_info: Default::default(),
             taints: v
                 .taints
                 .into_iter()
@@ -330,7 +402,9 @@ impl TryFrom<NodeV1> for Node {
 impl From<&EventKind> for EventKindV1 {
     fn from(k: &EventKind) -> Self {
         match k {
-            EventKind::Registered { node } => EventKindV1::Registered(NodeV1::from(node.as_ref())),
+            EventKind::Registered { node } => {
+                EventKindV1::RegisteredV2(NodeV2::from(node.as_ref()))
+            }
             EventKind::Deleted { reason } => EventKindV1::Deleted {
                 reason: reason.clone(),
             },
@@ -368,6 +442,9 @@ impl From<&EventKind> for EventKindV1 {
             },
             EventKind::ControllerStopped { instance } => EventKindV1::ControllerStopped {
                 instance: instance.clone(),
+            },
+            EventKind::ProbeKeptReady { message } => EventKindV1::ProbeKeptReady {
+                message: message.clone(),
             },
         }
     }
@@ -416,6 +493,10 @@ impl TryFrom<EventKindV1> for EventKind {
             EventKindV1::ControllerStopped { instance } => {
                 EventKind::ControllerStopped { instance }
             }
+            EventKindV1::ProbeKeptReady { message } => EventKind::ProbeKeptReady { message },
+            EventKindV1::RegisteredV2(node) => EventKind::Registered {
+                node: Box::new(Node::try_from(node).map_err(|e| e.to_string())?),
+            },
         })
     }
 }
@@ -458,6 +539,7 @@ pub(crate) mod tests {
                 reason: "KubeletReady".into(),
                 message: "ok".into(),
             }],
+            node_info: Default::default(),
         }
     }
 
@@ -465,18 +547,40 @@ pub(crate) mod tests {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Bytes written by schema V1. If this test fails, a record layout changed:
-    /// add a new variant instead.
+    fn unhex(text: &str) -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Bytes of a V1 node record, as the first release wrote them: they
+    /// must decode forever.
     #[test]
-    fn node_v1_golden_bytes() {
-        let bytes = encode_node(&sample_node());
-        assert_eq!(
-            hex(&bytes),
+    fn node_v1_golden_bytes_still_decode() {
+        let v1 = unhex(
             "0006656467652d3102753180897a030673746174696301047a6f6e65016106656467652d3100e8078008\
              0001016b01760a4e6f5363686564756c65010a01010831302e302e302e31010552656164790104020c4b75\
-             62656c65745265616479026f6b"
+             62656c65745265616479026f6b",
         );
-        assert_eq!(decode_node(&bytes).unwrap(), sample_node());
+        assert_eq!(decode_node(&v1).unwrap(), sample_node());
+    }
+
+    /// Bytes written now. If this test fails, a record layout changed: add a
+    /// new variant instead.
+    #[test]
+    fn node_v2_golden_bytes() {
+        let mut node = sample_node();
+        node.node_info.kubelet_version = "v1.32.0".into();
+        node.node_info.architecture = "arm64".into();
+        let bytes = encode_node(&node);
+        assert_eq!(
+            hex(&bytes),
+            "0106656467652d3102753180897a030673746174696301047a6f6e65016106656467652d3100e8078008\
+             0001016b01760a4e6f5363686564756c65010a01010831302e302e302e31010552656164790104020c4b75\
+             62656c65745265616479026f6b0000000000000776312e33322e3000000561726d3634"
+        );
+        assert_eq!(decode_node(&bytes).unwrap(), node);
     }
 
     #[test]
