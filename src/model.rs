@@ -271,6 +271,26 @@ impl Node {
     }
 }
 
+/// A node's Lease in `kube-node-lease`: the cheap heartbeat kubelets renew.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    pub name: String,
+    pub uid: String,
+    #[serde(rename = "creationTimestamp")]
+    pub created: Micros,
+    /// Counts every write of this lease; its resourceVersion.
+    pub generation: u64,
+    pub holder_identity: Option<String>,
+    pub lease_duration_seconds: Option<i32>,
+    pub acquire_time: Option<Micros>,
+    pub renew_time: Option<Micros>,
+    pub lease_transitions: Option<i32>,
+}
+
+/// The namespace node Leases live in.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
 /// What a node looks like when a source hands it over: its spec, before the
 /// registry gives it identity and status.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,6 +9,7 @@
 
 mod v1_layout;
 pub mod v2_node_index;
+mod v3_leases;
 
 use thiserror::Error;
 
@@ -24,13 +25,15 @@ pub mod trees {
     pub const OUTBOX: &str = "outbox";
     /// Small named values: schema version, instance, clean-stop marker.
     pub const META: &str = "meta";
+    /// Node name → the node's Lease in `kube-node-lease` (schema 3).
+    pub const LEASES: &str = "leases";
 }
 
 /// The `meta` key holding the schema version.
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
 
 /// The schema this build writes.
-pub const CURRENT: u32 = 2;
+pub const CURRENT: u32 = 3;
 
 /// One schema step: what it does and how.
 struct Step {
@@ -49,6 +52,11 @@ const STEPS: &[Step] = &[
         version: 2,
         description: "index each node's history (node_events)",
         run: v2_node_index::run,
+    },
+    Step {
+        version: 3,
+        description: "keep node Leases (leases)",
+        run: v3_leases::run,
     },
 ];
 
@@ -156,7 +164,7 @@ mod tests {
             Report {
                 from: None,
                 to: CURRENT,
-                steps_run: vec![1, 2]
+                steps_run: vec![1, 2, 3]
             }
         );
         assert_eq!(schema_version(&db).unwrap(), Some(CURRENT));
@@ -171,6 +179,7 @@ mod tests {
             trees::NODE_EVENTS,
             trees::OUTBOX,
             trees::META,
+            trees::LEASES,
         ] {
             assert!(
                 names.iter().any(|n| n == tree),

@@ -16,7 +16,7 @@ use migrations::{trees, v2_node_index::index_key};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use thiserror::Error;
 
-use crate::model::{Event, EventKind, Micros, Node};
+use crate::model::{Event, EventKind, Lease, Micros, Node};
 pub use exchange::{ExportSummary, ImportSummary};
 use records::DecodeError;
 
@@ -205,6 +205,7 @@ pub struct Store {
     node_events: sled::Tree,
     outbox: sled::Tree,
     meta: sled::Tree,
+    leases: sled::Tree,
     /// The last seq handed out; the lock also serialises writers so seq order is commit order.
     last_seq: Mutex<u64>,
     durable_seq: AtomicU64,
@@ -229,6 +230,7 @@ impl Store {
             node_events: db.open_tree(trees::NODE_EVENTS)?,
             outbox: db.open_tree(trees::OUTBOX)?,
             meta: db.open_tree(trees::META)?,
+            leases: db.open_tree(trees::LEASES)?,
             db,
             last_seq: Mutex::new(0),
             durable_seq: AtomicU64::new(0),
@@ -358,6 +360,30 @@ impl Store {
             batch.insert(n.name.as_bytes(), records::encode_node(n));
         }
         Ok(self.nodes.apply_batch(batch)?)
+    }
+
+    /// Every stored node Lease.
+    pub fn leases(&self) -> Result<Vec<Lease>, StoreError> {
+        self.leases
+            .iter()
+            .values()
+            .map(|v| Ok(records::decode_lease(&v?)?))
+            .collect()
+    }
+
+    /// Stores leases (renewals are not history). Not durable until [`Store::flush`].
+    pub fn put_leases(&self, leases: &[Lease]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for l in leases {
+            batch.insert(l.name.as_bytes(), records::encode_lease(l));
+        }
+        Ok(self.leases.apply_batch(batch)?)
+    }
+
+    /// Removes a node's lease, if it has one.
+    pub fn delete_lease(&self, name: &str) -> Result<(), StoreError> {
+        self.leases.remove(name.as_bytes())?;
+        Ok(())
     }
 
     /// Makes everything written so far durable; returns the seq now durable.

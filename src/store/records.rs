@@ -8,8 +8,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    Address, AddressKind, Condition, ConditionStatus, Event, EventKind, Micros, Node, Resources,
-    Taint,
+    Address, AddressKind, Condition, ConditionStatus, Event, EventKind, Lease, Micros, Node,
+    Resources, Taint,
 };
 
 /// Envelope for node records.
@@ -133,6 +133,54 @@ pub enum EventKindV1 {
     },
     /// `Registered` with the V2 record.
     RegisteredV2(NodeV2),
+}
+
+/// Envelope for lease records.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum StoredLease {
+    V1(LeaseV1),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseV1 {
+    pub name: String,
+    pub uid: String,
+    pub created: i64,
+    pub generation: u64,
+    pub holder_identity: Option<String>,
+    pub lease_duration_seconds: Option<i32>,
+    pub acquire_time: Option<i64>,
+    pub renew_time: Option<i64>,
+    pub lease_transitions: Option<i32>,
+}
+
+pub fn encode_lease(l: &Lease) -> Vec<u8> {
+    encode(&StoredLease::V1(LeaseV1 {
+        name: l.name.clone(),
+        uid: l.uid.clone(),
+        created: l.created.0,
+        generation: l.generation,
+        holder_identity: l.holder_identity.clone(),
+        lease_duration_seconds: l.lease_duration_seconds,
+        acquire_time: l.acquire_time.map(|t| t.0),
+        renew_time: l.renew_time.map(|t| t.0),
+        lease_transitions: l.lease_transitions,
+    }))
+}
+
+pub fn decode_lease(bytes: &[u8]) -> Result<Lease, DecodeError> {
+    let StoredLease::V1(v) = decode::<StoredLease>(bytes, || "a lease record".into())?;
+    Ok(Lease {
+        name: v.name,
+        uid: v.uid,
+        created: Micros(v.created),
+        generation: v.generation,
+        holder_identity: v.holder_identity,
+        lease_duration_seconds: v.lease_duration_seconds,
+        acquire_time: v.acquire_time.map(Micros),
+        renew_time: v.renew_time.map(Micros),
+        lease_transitions: v.lease_transitions,
+    })
 }
 
 /// A record that cannot be decoded.
@@ -581,6 +629,27 @@ pub(crate) mod tests {
              62656c65745265616479026f6b0000000000000776312e33322e3000000561726d3634"
         );
         assert_eq!(decode_node(&bytes).unwrap(), node);
+    }
+
+    #[test]
+    fn lease_v1_golden_bytes() {
+        let lease = Lease {
+            name: "edge-1".into(),
+            uid: "u".into(),
+            created: Micros(1),
+            generation: 2,
+            holder_identity: Some("edge-1".into()),
+            lease_duration_seconds: Some(40),
+            acquire_time: None,
+            renew_time: Some(Micros(3)),
+            lease_transitions: None,
+        };
+        let bytes = encode_lease(&lease);
+        assert_eq!(
+            hex(&bytes),
+            "0006656467652d31017502020106656467652d31015000010600"
+        );
+        assert_eq!(decode_lease(&bytes).unwrap(), lease);
     }
 
     #[test]
