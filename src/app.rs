@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::cli::RunArgs;
 use crate::controller::view::View;
-use crate::controller::{Controller, ControllerConfig, ControllerError};
+use crate::controller::{Controller, ControllerConfig, ControllerError, ControllerHandle};
 use crate::metrics::Metrics;
 use crate::model::{NodeSpec, Resources};
 use crate::probe::{ProbeConfig, Scheme};
@@ -280,10 +280,12 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     tracing::info!(url = %discovery.url, db = %config.db.display(), "serving the API");
 
     let server_shutdown = CancellationToken::new();
+    let (handle, pushes) = ControllerHandle::channel();
     let state = AppState {
         view,
         store: store.clone(),
         metrics,
+        controller: handle,
     };
     let server = tasks.spawn({
         let stop = server_shutdown.clone();
@@ -291,7 +293,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     });
     tasks.close();
 
-    let result = controller.run(config.specs, shutdown.clone()).await;
+    let result = controller.run(config.specs, pushes, shutdown.clone()).await;
     // The API goes last so the final state stays readable until the store is closed.
     server_shutdown.cancel();
     if let Ok(Err(e)) = server.await {

@@ -45,6 +45,22 @@ pub struct ProbeLabels {
     pub result: ProbeResult,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Via {
+    Status,
+    Lease,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeartbeatLabels {
+    pub via: Via,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuantileLabels {
+    pub quantile: String,
+}
+
 /// Every metric nodekeeper exports.
 pub struct Metrics {
     registry: Registry,
@@ -56,6 +72,9 @@ pub struct Metrics {
     pub store_size: Gauge,
     pub store_events: Gauge,
     pub registered: Gauge,
+    pub heartbeats: Family<HeartbeatLabels, Counter>,
+    pub heartbeat_age: Family<QuantileLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub pushing: Gauge,
 }
 
 impl Default for Metrics {
@@ -116,7 +135,29 @@ impl Metrics {
             "Nodes in the registry",
             registered.clone(),
         );
+        let heartbeats = Family::<HeartbeatLabels, Counter>::default();
+        registry.register(
+            "heartbeats",
+            "Heartbeats accepted, by how they came",
+            heartbeats.clone(),
+        );
+        let heartbeat_age =
+            Family::<QuantileLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "heartbeat_age_seconds",
+            "Time since the last heartbeat of pushing nodes, over all of them (0.5, 0.99 and 1 quantiles)",
+            heartbeat_age.clone(),
+        );
+        let pushing = Gauge::default();
+        registry.register(
+            "pushing_nodes",
+            "Nodes whose health comes from their own heartbeats",
+            pushing.clone(),
+        );
         Metrics {
+            heartbeats,
+            heartbeat_age,
+            pushing,
             registry,
             nodes,
             transitions,
@@ -126,6 +167,24 @@ impl Metrics {
             store_size,
             store_events,
             registered,
+        }
+    }
+
+    /// Sets the heartbeat age quantiles from the ages of every pushing node.
+    pub fn set_heartbeat_ages(&self, mut ages: Vec<f64>) {
+        self.pushing.set(ages.len() as i64);
+        ages.sort_by(f64::total_cmp);
+        for (label, q) in [("0.5", 0.5), ("0.99", 0.99), ("1", 1.0)] {
+            let value = if ages.is_empty() {
+                0.0
+            } else {
+                ages[((ages.len() - 1) as f64 * q).round() as usize]
+            };
+            self.heartbeat_age
+                .get_or_create(&QuantileLabels {
+                    quantile: label.into(),
+                })
+                .set(value);
         }
     }
 

@@ -5,16 +5,112 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::StatusMode;
 use crate::model::{Condition, ConditionStatus, EventKind, Micros, Node, READY};
 use crate::probe::ProbeOutcome;
+
+/// The conditions a silent node loses along with Ready, as upstream.
+pub const MONITORED: [&str; 4] = [READY, "MemoryPressure", "DiskPressure", "PIDPressure"];
+pub const MESSAGE_STOPPED_POSTING: &str = "Kubelet stopped posting node status.";
+pub const MESSAGE_NEVER_POSTED: &str = "Kubelet never posted node status.";
+
+/// What a monitor pass does for one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MonitorAction {
+    Nothing,
+    /// Probe once before declaring it Unknown (hybrid).
+    Rescue,
+    /// Declare Ready and the pressure conditions Unknown.
+    Unknown {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// The ancestor's `MonitorNodeStatus` for one node, on the controller's clock.
+pub fn monitor(
+    mode: StatusMode,
+    node: &Node,
+    health: &Health,
+    now: Instant,
+    started: Instant,
+    grace: Duration,
+    startup_grace: Duration,
+) -> MonitorAction {
+    if mode == StatusMode::Probe {
+        return MonitorAction::Nothing;
+    }
+    if health.pushing {
+        if now.saturating_duration_since(health.last_push) < grace {
+            return MonitorAction::Nothing;
+        }
+        return match mode {
+            StatusMode::Hybrid if health.rescuing => MonitorAction::Nothing,
+            StatusMode::Hybrid => MonitorAction::Rescue,
+            _ => MonitorAction::Unknown {
+                reason: REASON_UNKNOWN,
+                message: MESSAGE_STOPPED_POSTING.into(),
+            },
+        };
+    }
+    let never_posted = node
+        .condition(READY)
+        .is_none_or(|c| c.reason == REASON_NEVER_UPDATED);
+    if mode == StatusMode::Push
+        && never_posted
+        && now.saturating_duration_since(started) >= startup_grace
+    {
+        return MonitorAction::Unknown {
+            reason: REASON_NEVER_UPDATED,
+            message: MESSAGE_NEVER_POSTED.into(),
+        };
+    }
+    MonitorAction::Nothing
+}
+
+/// Sets Ready and the pressure conditions the node has to Unknown, keeping
+/// their last heartbeat; returns an event per condition that changed.
+pub fn declare_unknown(
+    node: &mut Node,
+    reason: &str,
+    message: &str,
+    wall: Micros,
+) -> Vec<EventKind> {
+    let mut events = Vec::new();
+    if node.condition(READY).is_none() {
+        node.conditions.push(never_probed(wall));
+    }
+    for condition in node
+        .conditions
+        .iter_mut()
+        .filter(|c| MONITORED.contains(&c.kind.as_str()))
+    {
+        if condition.status == ConditionStatus::Unknown {
+            continue;
+        }
+        events.push(EventKind::ConditionChanged {
+            condition: condition.kind.clone(),
+            from: Some(condition.status),
+            to: ConditionStatus::Unknown,
+            reason: reason.into(),
+            message: message.into(),
+        });
+        condition.status = ConditionStatus::Unknown;
+        condition.reason = reason.into();
+        condition.message = message.into();
+        condition.last_transition = wall;
+    }
+    events
+}
 
 pub const REASON_READY: &str = "KubeletReady";
 pub const REASON_NOT_READY: &str = "KubeletNotReady";
 pub const REASON_UNKNOWN: &str = "NodeStatusUnknown";
 pub const REASON_NEVER_UPDATED: &str = "NodeStatusNeverUpdated";
 
-/// What the controller knows of a node's health between probes. In memory
-/// only: after a restart every node starts fresh from the controller's start.
+/// What the controller knows of a node's health between probes and pushes.
+/// In memory only: after a restart every node starts fresh from the
+/// controller's start, so the controller's downtime is never the node's.
 #[derive(Debug, Clone)]
 pub struct Health {
     /// The last healthy answer, or when the controller began watching the
@@ -22,6 +118,13 @@ pub struct Health {
     pub grace_from: Instant,
     /// Wall time of the newest answer of any kind (`lastHeartbeatTime`).
     pub last_answer: Option<Micros>,
+    /// Whether the node's health comes from its own heartbeats (status
+    /// updates, Lease renewals) rather than from probes.
+    pub pushing: bool,
+    /// When the controller last saw a heartbeat, on its own clock.
+    pub last_push: Instant,
+    /// A single probe is out to check a silent pushing node (hybrid).
+    pub rescuing: bool,
 }
 
 impl Health {
@@ -30,7 +133,29 @@ impl Health {
         Health {
             grace_from: now,
             last_answer: None,
+            pushing: false,
+            last_push: now,
+            rescuing: false,
         }
+    }
+
+    /// A node read back from the store at start-up. In push mode a node that
+    /// posted before is watched for silence from now on; in the other modes
+    /// every node is probed until it pushes again.
+    pub fn restored(node: &Node, mode: StatusMode, now: Instant) -> Health {
+        let posted_before = node
+            .condition(READY)
+            .is_some_and(|c| c.reason != REASON_NEVER_UPDATED);
+        Health {
+            pushing: mode == StatusMode::Push && posted_before,
+            ..Health::watching_from(now)
+        }
+    }
+
+    /// Records a heartbeat seen now.
+    pub fn heartbeat(&mut self, now: Instant) {
+        self.pushing = true;
+        self.last_push = now;
     }
 
     /// Whether the grace period has run out without a healthy answer.
@@ -305,6 +430,162 @@ mod tests {
                 message: "m".into()
             }
         );
+    }
+
+    fn pushing_node() -> (Node, Health) {
+        let node = crate::store::records::tests::sample_node();
+        let mut health = Health::watching_from(Instant::now());
+        health.heartbeat(Instant::now());
+        (node, health)
+    }
+
+    fn monitor_at(
+        mode: StatusMode,
+        node: &Node,
+        health: &Health,
+        started: Instant,
+    ) -> MonitorAction {
+        monitor(
+            mode,
+            node,
+            health,
+            Instant::now(),
+            started,
+            GRACE,
+            Duration::from_secs(60),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_pushing_node_is_unknown_after_grace_in_push_mode() {
+        let started = Instant::now();
+        let (node, health) = pushing_node();
+        tokio::time::advance(Duration::from_secs(39)).await;
+        assert_eq!(
+            monitor_at(StatusMode::Push, &node, &health, started),
+            MonitorAction::Nothing
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            monitor_at(StatusMode::Push, &node, &health, started),
+            MonitorAction::Unknown {
+                reason: REASON_UNKNOWN,
+                message: MESSAGE_STOPPED_POSTING.into()
+            }
+        );
+        // Hybrid probes once first, and only once while that probe is out.
+        assert_eq!(
+            monitor_at(StatusMode::Hybrid, &node, &health, started),
+            MonitorAction::Rescue
+        );
+        let rescuing = Health {
+            rescuing: true,
+            ..health.clone()
+        };
+        assert_eq!(
+            monitor_at(StatusMode::Hybrid, &node, &rescuing, started),
+            MonitorAction::Nothing
+        );
+        // Probe mode never monitors.
+        assert_eq!(
+            monitor_at(StatusMode::Probe, &node, &health, started),
+            MonitorAction::Nothing
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_heartbeat_restarts_the_grace_period() {
+        let started = Instant::now();
+        let (node, mut health) = pushing_node();
+        tokio::time::advance(Duration::from_secs(30)).await;
+        health.heartbeat(Instant::now());
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(
+            monitor_at(StatusMode::Push, &node, &health, started),
+            MonitorAction::Nothing
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_that_never_posted_is_unknown_after_the_startup_grace() {
+        let started = Instant::now();
+        let mut node = crate::store::records::tests::sample_node();
+        node.conditions = vec![never_probed(Micros(0))];
+        let health = Health::restored(&node, StatusMode::Push, started);
+        assert!(!health.pushing);
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert_eq!(
+            monitor_at(StatusMode::Push, &node, &health, started),
+            MonitorAction::Nothing
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            monitor_at(StatusMode::Push, &node, &health, started),
+            MonitorAction::Unknown {
+                reason: REASON_NEVER_UPDATED,
+                message: MESSAGE_NEVER_POSTED.into()
+            }
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_restart_a_pushing_node_gets_the_whole_grace_from_the_start() {
+        // Ready before the controller went down, for however long.
+        let node = crate::store::records::tests::sample_node();
+        let started = Instant::now();
+        let health = Health::restored(&node, StatusMode::Push, started);
+        assert!(health.pushing);
+        tokio::time::advance(Duration::from_secs(39)).await;
+        assert_eq!(
+            monitor_at(StatusMode::Push, &node, &health, started),
+            MonitorAction::Nothing
+        );
+        // In hybrid, restored nodes are probed until they push again.
+        assert!(!Health::restored(&node, StatusMode::Hybrid, started).pushing);
+    }
+
+    #[test]
+    fn declaring_unknown_keeps_heartbeats_and_records_each_condition() {
+        let mut node = crate::store::records::tests::sample_node();
+        node.conditions.push(Condition {
+            kind: "MemoryPressure".into(),
+            status: False,
+            last_heartbeat: Micros(2),
+            last_transition: Micros(1),
+            reason: "KubeletHasSufficientMemory".into(),
+            message: "ok".into(),
+        });
+        node.conditions.push(Condition {
+            kind: "Custom".into(),
+            ..node.conditions[1].clone()
+        });
+        let events = declare_unknown(
+            &mut node,
+            REASON_UNKNOWN,
+            MESSAGE_STOPPED_POSTING,
+            Micros(99),
+        );
+        assert_eq!(
+            events.len(),
+            2,
+            "Ready and MemoryPressure, not Custom: {events:?}"
+        );
+        for kind in [READY, "MemoryPressure"] {
+            let c = node.condition(kind).unwrap();
+            assert_eq!(
+                (c.status, c.last_transition, c.last_heartbeat),
+                (Unknown, Micros(99), Micros(2))
+            );
+            assert_eq!(c.message, MESSAGE_STOPPED_POSTING);
+        }
+        assert_eq!(node.condition("Custom").unwrap().status, False);
+        assert!(declare_unknown(
+            &mut node,
+            REASON_UNKNOWN,
+            MESSAGE_STOPPED_POSTING,
+            Micros(100)
+        )
+        .is_empty());
     }
 
     #[test]

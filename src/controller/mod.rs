@@ -1,32 +1,58 @@
-//! The node controller: registers nodes, probes them every sync period,
-//! decides their Ready condition, and writes every change with its event.
+//! The node controller: registers nodes, learns their health from probes
+//! and pushed heartbeats, decides their conditions, and writes every change
+//! with its event.
+//!
+//! One task owns all state. Probe sweeps run in a task of their own and hand
+//! back their answers; pushed status, leases and registrations arrive as
+//! [`Push`] messages; the HTTP server reads the published [`View`].
 
 pub mod conditions;
+mod monitor;
+pub mod push;
 mod register;
 mod sweep;
 pub mod view;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use thiserror::Error;
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::model::{EventKind, Micros, Node, NodeSpec, READY};
-use crate::probe::{ProbeConfig, ProbeConfigError, ProbeTarget, Prober};
-use crate::store::{Batch, Store, StoreError};
+use crate::model::{EventKind, Lease, Micros, Node, NodeSpec, READY};
+use crate::probe::{ProbeConfig, ProbeConfigError, ProbeOutcome, ProbeTarget, Prober};
+use crate::store::{Batch, Store, StoreError, Written};
 use conditions::Health;
+pub use push::{ControllerHandle, Push, PushError, PushedStatus};
 pub use sweep::SweepReport;
 use view::View;
+
+/// How a node's health is learned (`--node-status-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusMode {
+    /// Probe every kubelet's /healthz every sync period.
+    Probe,
+    /// Kubelets push status and Lease renewals; silence means Unknown.
+    Push,
+    /// Pushing nodes are watched for silence (and probed once before they are
+    /// declared Unknown); nodes that do not push are probed.
+    Hybrid,
+}
 
 /// How the controller behaves; validated before anything starts.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
     pub node_sync_period: Duration,
     pub node_monitor_grace_period: Duration,
+    pub node_monitor_period: Duration,
+    pub node_startup_grace_period: Duration,
+    pub status_mode: StatusMode,
+    pub allow_node_registration: bool,
     pub register_retry_count: u32,
     pub probe: ProbeConfig,
     pub probe_concurrency: usize,
@@ -39,6 +65,10 @@ impl Default for ControllerConfig {
         ControllerConfig {
             node_sync_period: Duration::from_secs(10),
             node_monitor_grace_period: Duration::from_secs(40),
+            node_monitor_period: Duration::from_secs(5),
+            node_startup_grace_period: Duration::from_secs(60),
+            status_mode: StatusMode::Hybrid,
+            allow_node_registration: false,
             register_retry_count: 10,
             probe: ProbeConfig::default(),
             probe_concurrency: 1024,
@@ -78,6 +108,13 @@ pub struct Controller {
     metrics: Arc<Metrics>,
     prober: Prober,
     tracked: BTreeMap<String, Tracked>,
+    leases: BTreeMap<String, Lease>,
+    /// Nodes and leases whose heartbeat times changed since the last batch write.
+    dirty_nodes: BTreeSet<String>,
+    dirty_leases: BTreeSet<String>,
+    /// Single probes of nodes whose heartbeats stopped (hybrid mode).
+    rescues: JoinSet<(String, ProbeOutcome)>,
+    started: Instant,
     instance: String,
 }
 
@@ -109,22 +146,30 @@ impl Controller {
         });
         store.write(batch)?;
         store.mark_started(&instance)?;
-        store.flush().await?;
+        let durable = store.flush().await?;
+        view.advance(durable);
 
         let started = Instant::now();
         let mut tracked = BTreeMap::new();
         for node in store.nodes()? {
             let target = target_for(&node, config.probe.port);
+            let health = Health::restored(&node, config.status_mode, started);
             tracked.insert(
                 node.name.clone(),
                 Tracked {
                     node,
                     target,
-                    health: Health::watching_from(started),
+                    health,
                 },
             );
         }
+        let leases: BTreeMap<String, Lease> = store
+            .leases()?
+            .into_iter()
+            .map(|l| (l.name.clone(), l))
+            .collect();
         view.publish(tracked.values().map(|t| t.node.clone()), &[]);
+        view.publish_leases(leases.values().cloned(), &[]);
         let controller = Controller {
             config,
             store,
@@ -132,16 +177,67 @@ impl Controller {
             metrics,
             prober,
             tracked,
+            leases,
+            dirty_nodes: BTreeSet::new(),
+            dirty_leases: BTreeSet::new(),
+            rescues: JoinSet::new(),
+            started,
             instance,
         };
         controller.update_gauges();
         tracing::info!(
             instance = %controller.instance,
             nodes = controller.tracked.len(),
+            mode = ?controller.config.status_mode,
             downtime = ?downtime_seconds.map(Duration::from_secs_f64),
             "controller started; every node's grace period starts now"
         );
         Ok(controller)
+    }
+
+    /// Writes a batch, makes it durable, then publishes it: readers never see
+    /// a change a crash could take back.
+    async fn commit(&mut self, batch: Batch) -> Result<Written, StoreError> {
+        let written = self.store.write(batch)?;
+        let durable = self.store.flush().await?;
+        for node in &written.nodes {
+            if let Some(t) = self.tracked.get_mut(&node.name) {
+                t.node = node.clone();
+            }
+            // The durable record now carries any quiet heartbeat update.
+            self.dirty_nodes.remove(&node.name);
+        }
+        for event in &written.events {
+            if let EventKind::ConditionChanged { condition, to, .. } = &event.kind {
+                let labels = crate::metrics::ConditionLabels {
+                    condition: condition.clone(),
+                    status: (*to).into(),
+                };
+                self.metrics.transitions.get_or_create(&labels).inc();
+            }
+        }
+        self.view.publish(written.nodes.iter().cloned(), &[]);
+        self.view.advance(durable);
+        Ok(written)
+    }
+
+    /// Writes heartbeat-only changes (node records and leases) in one batch.
+    async fn persist_heartbeats(&mut self) -> Result<(), StoreError> {
+        if self.dirty_nodes.is_empty() && self.dirty_leases.is_empty() {
+            return Ok(());
+        }
+        let nodes: Vec<Node> = std::mem::take(&mut self.dirty_nodes)
+            .iter()
+            .filter_map(|n| self.tracked.get(n).map(|t| t.node.clone()))
+            .collect();
+        let leases: Vec<Lease> = std::mem::take(&mut self.dirty_leases)
+            .iter()
+            .filter_map(|n| self.leases.get(n).cloned())
+            .collect();
+        self.store.put_quietly(&nodes)?;
+        self.store.put_leases(&leases)?;
+        self.store.flush().await?;
+        Ok(())
     }
 
     pub fn instance(&self) -> &str {
@@ -153,11 +249,12 @@ impl Controller {
         self.tracked.keys().map(String::as_str)
     }
 
-    /// Runs until `shutdown`: registers `specs` (with retries), then probes
-    /// every sync period. Stops cleanly.
+    /// Runs until `shutdown`: registers `specs` (with retries), then probes,
+    /// monitors and answers pushes. Stops cleanly.
     pub async fn run(
         mut self,
         specs: Vec<NodeSpec>,
+        mut pushes: mpsc::Receiver<Push>,
         shutdown: CancellationToken,
     ) -> Result<(), ControllerError> {
         let registered = tokio::select! {
@@ -168,25 +265,52 @@ impl Controller {
             // The ancestor logged this and kept going with the nodes it had.
             tracing::error!("{e}");
         }
-        let mut ticks = tokio::time::interval(self.config.node_sync_period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sweep_ticks = tokio::time::interval(self.config.node_sync_period);
+        sweep_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut monitor_ticks = tokio::time::interval(self.config.node_monitor_period);
+        monitor_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sweep: Option<JoinHandle<Vec<sweep::Answer>>> = None;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = ticks.tick() => {}
-            }
-            self.retry_address_lookups().await;
-            match self.probe_sweep().await {
-                Ok(report) => tracing::debug!(?report, "sweep done"),
-                // Nothing was acknowledged; the next sweep decides again.
-                Err(e) => tracing::error!("sweep results could not be stored: {e}"),
+                _ = sweep_ticks.tick(), if sweep.is_none() => {
+                    self.retry_address_lookups().await;
+                    sweep = Some(self.start_sweep());
+                }
+                answers = async { sweep.as_mut().expect("guarded by the branch condition").await }, if sweep.is_some() => {
+                    sweep = None;
+                    match answers {
+                        Ok(answers) => match self.apply_sweep(answers).await {
+                            Ok(report) => tracing::debug!(?report, "sweep done"),
+                            // Nothing was acknowledged; the next sweep decides again.
+                            Err(e) => tracing::error!("sweep results could not be stored: {e}"),
+                        },
+                        Err(e) => tracing::error!("probe sweep failed: {e}"),
+                    }
+                }
+                _ = monitor_ticks.tick() => {
+                    self.monitor_pass().await;
+                    if let Err(e) = self.persist_heartbeats().await {
+                        tracing::error!("heartbeats could not be stored: {e}");
+                    }
+                }
+                Some(rescue) = self.rescues.join_next(), if !self.rescues.is_empty() => {
+                    if let Ok((name, outcome)) = rescue {
+                        self.after_rescue(&name, outcome).await;
+                    }
+                }
+                Some(push) = pushes.recv() => self.handle_push(push).await,
             }
         }
+        if let Some(sweep) = sweep {
+            sweep.abort();
+        }
+        self.rescues.abort_all();
         self.stop().await
     }
 
     /// Stops cleanly: keeps the newest heartbeat times, records the stop, flushes.
-    pub async fn stop(self) -> Result<(), ControllerError> {
+    pub async fn stop(mut self) -> Result<(), ControllerError> {
         let now = Micros::now();
         let beaten: Vec<Node> = self
             .tracked
@@ -194,11 +318,16 @@ impl Controller {
             .filter_map(|t| {
                 let at = t.health.last_answer?;
                 let mut node = t.node.clone();
-                node.condition_mut(READY)?.last_heartbeat = at;
+                let ready = node.condition_mut(READY)?;
+                if ready.last_heartbeat >= at {
+                    return None;
+                }
+                ready.last_heartbeat = at;
                 Some(node)
             })
             .collect();
         self.store.put_quietly(&beaten)?;
+        self.persist_heartbeats().await?;
         let mut batch = Batch::new(now);
         batch.controller_event(EventKind::ControllerStopped {
             instance: self.instance.clone(),

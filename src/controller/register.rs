@@ -75,9 +75,7 @@ impl Controller {
                 },
             );
         }
-        if self.store.write(batch).is_ok() {
-            let _ = self.store.flush().await;
-        }
+        let _ = self.commit(batch).await;
         Err(error)
     }
 
@@ -109,12 +107,10 @@ impl Controller {
             );
             batch.record(node, events);
         }
-        let written = self.store.write(batch)?;
-        self.store.flush().await?;
+        let written = self.commit(batch).await?;
         let started = Instant::now();
         for node in written.nodes {
             let target = target_for(&node, self.config.probe.port);
-            self.view.publish([node.clone()], &[]);
             self.tracked.insert(
                 node.name.clone(),
                 Tracked {
@@ -164,26 +160,21 @@ impl Controller {
         if batch.is_empty() {
             return;
         }
-        let written = match self.store.write(batch) {
+        let written = match self.commit(batch).await {
             Ok(written) => written,
             Err(e) => return tracing::error!("storing resolved addresses failed: {e}"),
         };
-        if let Err(e) = self.store.flush().await {
-            return tracing::error!("storing resolved addresses failed: {e}");
-        }
         for node in written.nodes {
             tracing::info!(node = %node.name, address = node.probe_address(), "address resolved");
-            self.view.publish([node.clone()], &[]);
             if let Some(t) = self.tracked.get_mut(&node.name) {
                 t.target = target_for(&node, self.config.probe.port);
-                t.node = node;
             }
         }
     }
 }
 
 /// A new registry record for a spec, Ready=Unknown until first probed.
-fn new_node(spec: &NodeSpec, now: Micros) -> Node {
+pub(super) fn new_node(spec: &NodeSpec, now: Micros) -> Node {
     Node {
         name: spec.name.clone(),
         uid: uuid::Uuid::new_v4().to_string(),

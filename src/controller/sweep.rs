@@ -1,16 +1,19 @@
-//! One probe sweep: the ancestor's `SyncProbedNodeStatus`.
+//! One probe sweep: the ancestor's `SyncProbedNodeStatus`. The probing runs
+//! in a task of its own so pushes are answered while kubelets are slow; the
+//! answers come back to the controller, which decides and stores.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::conditions::{after_probe, apply};
-use super::Controller;
-use crate::metrics::{ConditionLabels, ProbeLabels, ProbeResult};
-use crate::model::{EventKind, Micros, READY};
-use crate::probe::{ProbeOutcome, ProbeTarget};
+use super::{Controller, StatusMode};
+use crate::metrics::{ProbeLabels, ProbeResult};
+use crate::model::{Micros, READY};
+use crate::probe::{ProbeOutcome, ProbeTarget, Prober};
 use crate::store::{Batch, StoreError};
 
 /// What a sweep did.
@@ -22,50 +25,49 @@ pub struct SweepReport {
     pub elapsed: Duration,
 }
 
-struct Answer {
+/// One probe's result.
+pub(super) struct Answer {
     name: String,
     outcome: ProbeOutcome,
     latency: Duration,
     wall: Micros,
     at: Instant,
+    sweep_started: Instant,
 }
 
 impl Controller {
-    /// Probes every node once, decides Ready for each, and stores the
-    /// transitions with their events. Returns after they are durable (and
-    /// only then publishes them), so what readers see survives a crash.
+    /// Probes every node once and stores what changed; see [`Controller::start_sweep`].
     pub async fn probe_sweep(&mut self) -> Result<SweepReport, StoreError> {
-        let started = Instant::now();
+        let answers = self.start_sweep().await.unwrap_or_default();
+        self.apply_sweep(answers).await
+    }
+
+    /// Starts probing every node that is not watched through its own
+    /// heartbeats (all of them in probe mode; none in push mode).
+    pub(super) fn start_sweep(&self) -> JoinHandle<Vec<Answer>> {
+        let mode = self.config.status_mode;
         let targets: Vec<(String, Option<Arc<ProbeTarget>>)> = self
             .tracked
             .iter()
+            .filter(|(_, t)| match mode {
+                StatusMode::Probe => true,
+                StatusMode::Hybrid => !t.health.pushing,
+                StatusMode::Push => false,
+            })
             .map(|(name, t)| (name.clone(), t.target.clone()))
             .collect();
-        let prober = &self.prober;
-        let mut answers: Vec<Answer> = stream::iter(targets)
-            .map(|(name, target)| async move {
-                let begun = Instant::now();
-                let outcome = match &target {
-                    Some(target) => prober.probe(target).await,
-                    None => ProbeOutcome::NoAnswer {
-                        error: "no address known for the node".into(),
-                    },
-                };
-                let at = Instant::now();
-                Answer {
-                    name,
-                    outcome,
-                    latency: at - begun,
-                    wall: Micros::now(),
-                    at,
-                }
-            })
-            .buffer_unordered(self.config.probe_concurrency.max(1))
-            .collect()
-            .await;
-        // Answers arrive in completion order; history reads better by name.
-        answers.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        let prober = self.prober.clone();
+        let concurrency = self.config.probe_concurrency.max(1);
+        tokio::spawn(probe_all(prober, targets, concurrency))
+    }
 
+    /// Decides Ready for each answer and stores the transitions with their
+    /// events. Returns after they are durable (and only then publishes
+    /// them), so what readers see survives a crash.
+    pub(super) async fn apply_sweep(
+        &mut self,
+        answers: Vec<Answer>,
+    ) -> Result<SweepReport, StoreError> {
         let now = Micros::now();
         let grace = self.config.node_monitor_grace_period;
         let mut batch = Batch::new(now);
@@ -92,6 +94,10 @@ impl Controller {
             let Some(tracked) = self.tracked.get_mut(&answer.name) else {
                 continue;
             };
+            if tracked.health.pushing {
+                // It started pushing while the sweep was out; its heartbeats decide.
+                continue;
+            }
             let current = tracked.node.ready();
             let Some(verdict) = after_probe(
                 current,
@@ -108,26 +114,8 @@ impl Controller {
             let event = apply(&mut node, READY, verdict, now, tracked.health.last_answer);
             batch.record(node, [event]);
         }
-
         if !batch.is_empty() {
-            let written = self.store.write(batch)?;
-            self.store.flush().await?;
-            for event in &written.events {
-                if let EventKind::ConditionChanged { condition, to, .. } = &event.kind {
-                    let labels = ConditionLabels {
-                        condition: condition.clone(),
-                        status: (*to).into(),
-                    };
-                    self.metrics.transitions.get_or_create(&labels).inc();
-                }
-            }
-            report.transitions = written.nodes.len();
-            for node in &written.nodes {
-                if let Some(t) = self.tracked.get_mut(&node.name) {
-                    t.node = node.clone();
-                }
-            }
-            self.view.publish(written.nodes, &[]);
+            report.transitions = self.commit(batch).await?.nodes.len();
         }
         self.view
             .beat(answers.iter().filter_map(|a| match a.outcome {
@@ -138,10 +126,49 @@ impl Controller {
         self.metrics
             .store_size
             .set(self.store.size_on_disk() as i64);
-        report.elapsed = started.elapsed();
-        self.metrics
-            .sweep_duration
-            .observe(report.elapsed.as_secs_f64());
+        report.elapsed = answers
+            .first()
+            .map_or(Duration::ZERO, |a| a.sweep_started.elapsed());
+        if !answers.is_empty() {
+            self.metrics
+                .sweep_duration
+                .observe(report.elapsed.as_secs_f64());
+        }
         Ok(report)
     }
+}
+
+/// Probes every target, a bounded number at a time; answers sorted by name.
+async fn probe_all(
+    prober: Prober,
+    targets: Vec<(String, Option<Arc<ProbeTarget>>)>,
+    concurrency: usize,
+) -> Vec<Answer> {
+    let sweep_started = Instant::now();
+    let prober = &prober;
+    let mut answers: Vec<Answer> = stream::iter(targets)
+        .map(|(name, target)| async move {
+            let begun = Instant::now();
+            let outcome = match &target {
+                Some(target) => prober.probe(target).await,
+                None => ProbeOutcome::NoAnswer {
+                    error: "no address known for the node".into(),
+                },
+            };
+            let at = Instant::now();
+            Answer {
+                name,
+                outcome,
+                latency: at - begun,
+                wall: Micros::now(),
+                at,
+                sweep_started,
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    // Answers arrive in completion order; history reads better by name.
+    answers.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    answers
 }

@@ -4,16 +4,78 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::RwLock;
 
-use crate::model::{Micros, Node};
+use tokio::sync::watch;
 
-/// The published registry. The controller publishes after each flush.
-#[derive(Default)]
+use crate::model::{Lease, Micros, Node};
+
+/// The published registry. The controller publishes changes after each
+/// flush; heartbeat times (not history) as they arrive.
 pub struct View {
     nodes: RwLock<BTreeMap<String, Node>>,
     heartbeats: RwLock<HashMap<String, Micros>>,
+    leases: RwLock<BTreeMap<String, Lease>>,
+    /// The newest durable event seq, for watchers.
+    durable: watch::Sender<u64>,
+}
+
+impl Default for View {
+    fn default() -> Self {
+        View {
+            nodes: RwLock::default(),
+            heartbeats: RwLock::default(),
+            leases: RwLock::default(),
+            durable: watch::channel(0).0,
+        }
+    }
 }
 
 impl View {
+    /// Announces that events up to `seq` are durable.
+    pub fn advance(&self, seq: u64) {
+        self.durable.send_if_modified(|current| {
+            let newer = seq > *current;
+            if newer {
+                *current = seq;
+            }
+            newer
+        });
+    }
+
+    /// Follows the durable seq.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.durable.subscribe()
+    }
+
+    /// Every Lease, by name.
+    pub fn leases(&self) -> Vec<Lease> {
+        self.leases
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// One node's Lease.
+    pub fn lease(&self, name: &str) -> Option<Lease> {
+        self.leases
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Publishes lease changes.
+    pub fn publish_leases(&self, changed: impl IntoIterator<Item = Lease>, deleted: &[String]) {
+        let mut leases = self.leases.write().unwrap_or_else(|p| p.into_inner());
+        for lease in changed {
+            leases.insert(lease.name.clone(), lease);
+        }
+        for name in deleted {
+            leases.remove(name);
+        }
+    }
+
     /// Every node with its newest heartbeat, by name.
     pub fn list(&self) -> Vec<(Node, Option<Micros>)> {
         let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());

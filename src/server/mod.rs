@@ -29,6 +29,7 @@ pub struct AppState {
     pub view: Arc<View>,
     pub store: Arc<Store>,
     pub metrics: Arc<Metrics>,
+    pub controller: crate::controller::ControllerHandle,
 }
 
 /// The router, for tests and for [`serve`].
