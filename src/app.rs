@@ -87,6 +87,12 @@ impl RunConfig {
         if args.kubelet_timeout.is_zero() {
             return Err(flag("--kubelet-timeout", "must be more than zero".into()));
         }
+        if args.node_monitor_period.is_zero() {
+            return Err(flag(
+                "--node-monitor-period",
+                "must be more than zero".into(),
+            ));
+        }
         if args.probe_concurrency == 0 {
             return Err(flag("--probe-concurrency", "must be at least 1".into()));
         }
@@ -152,6 +158,10 @@ impl RunConfig {
             controller: ControllerConfig {
                 node_sync_period: args.node_sync_period,
                 node_monitor_grace_period: args.node_monitor_grace_period,
+                node_monitor_period: args.node_monitor_period,
+                node_startup_grace_period: args.node_startup_grace_period,
+                status_mode: args.node_status_mode,
+                allow_node_registration: args.allow_node_registration,
                 register_retry_count: args.register_retry_count,
                 probe,
                 probe_concurrency: args.probe_concurrency,

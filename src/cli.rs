@@ -171,6 +171,19 @@ pub struct RunArgs {
     /// How long a node may go without a healthy answer before it is Unknown.
     #[arg(long, default_value = "40s", value_parser = parse_duration)]
     pub node_monitor_grace_period: Duration,
+    /// How node health is learned: probe kubelets, watch their pushed
+    /// heartbeats, or both (pushing nodes are watched, the others probed).
+    #[arg(long, value_enum, default_value_t = crate::controller::StatusMode::Hybrid)]
+    pub node_status_mode: crate::controller::StatusMode,
+    /// How often pushing nodes are checked for silence.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub node_monitor_period: Duration,
+    /// How long a node that never posted status may stay silent (push mode).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub node_startup_grace_period: Duration,
+    /// Let kubelets register their own nodes (POST /api/v1/nodes).
+    #[arg(long)]
+    pub allow_node_registration: bool,
     /// Passes at registering the nodes before giving up (one sync period apart).
     #[arg(long, default_value_t = 10)]
     pub register_retry_count: u32,

@@ -10,6 +10,7 @@ pub mod duration;
 pub mod history;
 pub mod inspect;
 pub mod kube;
+pub mod kube_input;
 pub mod metrics;
 pub mod model;
 pub mod output;

@@ -2,6 +2,8 @@
 //! time, store status, health and metrics. Reads only what is durable.
 
 mod nodes;
+mod patch;
+mod push;
 mod v1;
 
 use std::sync::Arc;
@@ -9,6 +11,7 @@ use std::sync::Arc;
 pub use v1::{HistoryParams, NodeEntry};
 
 use axum::extract::DefaultBodyLimit;
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -35,8 +38,27 @@ pub struct AppState {
 /// The router, for tests and for [`serve`].
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/api/v1/nodes", get(nodes::list_nodes))
+        .route(
+            "/api/v1/nodes",
+            get(nodes::list_nodes).post(push::create_node),
+        )
         .route("/api/v1/nodes/{name}", get(nodes::get_node))
+        .route(
+            "/api/v1/nodes/{name}/status",
+            get(nodes::get_node)
+                .put(push::put_status)
+                .patch(push::patch_status),
+        )
+        .route(
+            "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+            get(push::list_leases).post(push::create_lease),
+        )
+        .route(
+            "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
+            get(push::get_lease)
+                .put(push::put_lease)
+                .patch(push::patch_lease),
+        )
         .route("/v1/nodes", get(v1::list_node_records))
         .route("/v1/nodes/{name}", get(v1::get_node_record))
         .route("/v1/history", get(v1::history))
@@ -87,4 +109,11 @@ async fn not_found_path(uri: axum::http::Uri) -> Response {
             uri.path()
         ),
     )
+}
+
+#[allow(clippy::result_large_err)]
+/// Whether the caller may write to node `name`. Without `--token-file`
+/// every caller may; the token layer (when configured) narrows this.
+pub(crate) fn auth_node(_headers: &HeaderMap, _name: &str) -> Result<(), Response> {
+    Ok(())
 }

@@ -15,9 +15,10 @@ use crate::model::{
 /// Envelope for node records.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum StoredNode {
-    V1(NodeV1),
+    V1(Box<NodeV1>),
     /// V1 plus what the kubelet reports of its machine.
-    V2(NodeV2),
+    // Boxed: the same bytes as unboxed, a smaller enum.
+    V2(Box<NodeV2>),
 }
 
 /// Envelope for event records. Keyed by `seq`, so the seq is not repeated here.
@@ -99,7 +100,7 @@ pub struct EventV1 {
 /// Append-only: postcard stores the variant index.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum EventKindV1 {
-    Registered(NodeV1),
+    Registered(Box<NodeV1>),
     Deleted {
         reason: String,
     },
@@ -132,7 +133,7 @@ pub enum EventKindV1 {
         message: String,
     },
     /// `Registered` with the V2 record.
-    RegisteredV2(NodeV2),
+    RegisteredV2(Box<NodeV2>),
 }
 
 /// Envelope for lease records.
@@ -215,13 +216,13 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 }
 
 pub fn encode_node(node: &Node) -> Vec<u8> {
-    encode(&StoredNode::V2(NodeV2::from(node)))
+    encode(&StoredNode::V2(Box::new(NodeV2::from(node))))
 }
 
 pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
     match decode::<StoredNode>(bytes, || "a node record".into())? {
-        StoredNode::V1(v1) => v1.try_into(),
-        StoredNode::V2(v2) => v2.try_into(),
+        StoredNode::V1(v1) => (*v1).try_into(),
+        StoredNode::V2(v2) => (*v2).try_into(),
     }
 }
 
@@ -451,7 +452,7 @@ impl From<&EventKind> for EventKindV1 {
     fn from(k: &EventKind) -> Self {
         match k {
             EventKind::Registered { node } => {
-                EventKindV1::RegisteredV2(NodeV2::from(node.as_ref()))
+                EventKindV1::RegisteredV2(Box::new(NodeV2::from(node.as_ref())))
             }
             EventKind::Deleted { reason } => EventKindV1::Deleted {
                 reason: reason.clone(),
@@ -503,7 +504,7 @@ impl TryFrom<EventKindV1> for EventKind {
     fn try_from(k: EventKindV1) -> Result<EventKind, String> {
         Ok(match k {
             EventKindV1::Registered(node) => EventKind::Registered {
-                node: Box::new(Node::try_from(node).map_err(|e| e.to_string())?),
+                node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),
             },
             EventKindV1::Deleted { reason } => EventKind::Deleted { reason },
             EventKindV1::ConditionChanged {
@@ -543,7 +544,7 @@ impl TryFrom<EventKindV1> for EventKind {
             }
             EventKindV1::ProbeKeptReady { message } => EventKind::ProbeKeptReady { message },
             EventKindV1::RegisteredV2(node) => EventKind::Registered {
-                node: Box::new(Node::try_from(node).map_err(|e| e.to_string())?),
+                node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),
             },
         })
     }

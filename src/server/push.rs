@@ -1,0 +1,364 @@
+//! Writes from kubelets: node status (`PUT`/`PATCH nodes/{name}/status`),
+//! self-registration (`POST nodes`) and node Leases. Each is checked here
+//! and decided by the controller; errors are the Statuses kubectl shows.
+
+// Checks return a ready response as their error, built once per refused
+// request: its size does not matter.
+#![allow(clippy::result_large_err)]
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use k8s_openapi::api::coordination::v1::Lease as KubeLease;
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use serde::de::DeserializeOwned;
+
+use super::patch::{self, PatchKind};
+use super::{status_error, AppState};
+use crate::controller::PushError;
+use crate::kube_input;
+use crate::model::NODE_LEASE_NAMESPACE;
+
+/// A refused write, as a Kubernetes `Status`.
+pub(crate) fn push_error(e: PushError) -> Response {
+    match e {
+        PushError::NotFound { kind, name } => status_error(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("{kind} {name:?} not found"),
+        ),
+        PushError::AlreadyExists { kind, name } => status_error(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            format!("{kind} {name:?} already exists"),
+        ),
+        PushError::Conflict { kind, name } => status_error(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {kind} {name:?}: the object has been modified; \
+                 please apply your changes to the latest version and try again"
+            ),
+        ),
+        PushError::Forbidden(message) => status_error(StatusCode::FORBIDDEN, "Forbidden", message),
+        PushError::Invalid(message) => {
+            status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message)
+        }
+        PushError::Store(e) => status_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            e.to_string(),
+        ),
+        PushError::Stopped => status_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "the controller is stopping".into(),
+        ),
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// Parses a JSON body of a `PUT` or `POST`.
+fn json_body<T: DeserializeOwned>(headers: &HeaderMap, body: &Bytes) -> Result<T, Response> {
+    let ct = content_type(headers);
+    let media = ct.split(';').next().unwrap_or("").trim();
+    if !(media == "application/json" || media.is_empty()) {
+        return Err(status_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!("the body of the request was in an unknown format - accepted media types include: application/json (got {ct:?})"),
+        ));
+    }
+    serde_json::from_slice(body).map_err(|e| malformed(&e))
+}
+
+fn malformed(e: &serde_json::Error) -> Response {
+    status_error(
+        StatusCode::BAD_REQUEST,
+        "BadRequest",
+        format!("the request body is not valid JSON for this object: {e}"),
+    )
+}
+
+/// Applies a `PATCH` body to `current` (a Kubernetes object as JSON).
+fn patched<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &Bytes,
+    mut current: serde_json::Value,
+) -> Result<T, Response> {
+    let ct = content_type(headers);
+    let Some(kind) = PatchKind::from_content_type(ct) else {
+        return Err(status_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: \
+                 application/merge-patch+json, application/strategic-merge-patch+json (got {ct:?})"
+            ),
+        ));
+    };
+    let patch: serde_json::Value = serde_json::from_slice(body).map_err(|e| malformed(&e))?;
+    patch::apply(kind, &mut current, &patch)
+        .map_err(|e| status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", e))?;
+    serde_json::from_value(current).map_err(|e| malformed(&e))
+}
+
+fn invalid(kind: &str, name: &str, reason: String) -> Response {
+    status_error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Invalid",
+        format!("{kind} {name:?} is invalid: {reason}"),
+    )
+}
+
+/// The current node as the API shows it, or a 404 Status.
+fn current_node(s: &AppState, name: &str) -> Result<serde_json::Value, Response> {
+    let Some((node, beat)) = s.view.get(name) else {
+        return Err((
+            StatusCode::NOT_FOUND,
+            Json(crate::kube::not_found("nodes", name)),
+        )
+            .into_response());
+    };
+    serde_json::to_value(crate::kube::node(&node, beat)).map_err(super::internal)
+}
+
+async fn write_status(s: &AppState, name: String, node: KubeNode) -> Response {
+    if node.metadata.name.as_deref().is_some_and(|n| n != name) {
+        return status_error(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                node.metadata.name.unwrap_or_default()
+            ),
+        );
+    }
+    let status = match kube_input::pushed_status(&node) {
+        Ok(status) => status,
+        Err(e) => return invalid("Node", &name, e),
+    };
+    let expected = match kube_input::expected_version(&node.metadata) {
+        Ok(v) => v,
+        Err(e) => return invalid("Node", &name, e),
+    };
+    match s.controller.status(name, status, expected).await {
+        Ok(node) => Json(crate::kube::node(&node, None)).into_response(),
+        Err(e) => push_error(e),
+    }
+}
+
+/// `PUT /api/v1/nodes/{name}/status`: the whole status, replaced.
+pub(crate) async fn put_status(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = super::auth_node(&headers, &name) {
+        return r;
+    }
+    match json_body::<KubeNode>(&headers, &body) {
+        Ok(node) => write_status(&s, name, node).await,
+        Err(r) => r,
+    }
+}
+
+/// `PATCH /api/v1/nodes/{name}/status`: merge or strategic-merge patch.
+pub(crate) async fn patch_status(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = super::auth_node(&headers, &name) {
+        return r;
+    }
+    let current = match current_node(&s, &name) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    match patched::<KubeNode>(&headers, &body, current) {
+        // The patch applies to the current object; its version is not a precondition.
+        Ok(mut node) => {
+            node.metadata.resource_version = None;
+            write_status(&s, name, node).await
+        }
+        Err(r) => r,
+    }
+}
+
+/// `POST /api/v1/nodes`: a kubelet registering its node.
+pub(crate) async fn create_node(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let node = match json_body::<KubeNode>(&headers, &body) {
+        Ok(node) => node,
+        Err(r) => return r,
+    };
+    let name = node.metadata.name.clone().unwrap_or_default();
+    if let Err(r) = super::auth_node(&headers, &name) {
+        return r;
+    }
+    let (spec, status) = match kube_input::node_registration(&node) {
+        Ok(parts) => parts,
+        Err(e) => return invalid("Node", &name, e),
+    };
+    match s.controller.register(spec, status).await {
+        Ok(node) => (StatusCode::CREATED, Json(crate::kube::node(&node, None))).into_response(),
+        Err(e) => push_error(e),
+    }
+}
+
+fn check_namespace(namespace: &str) -> Result<(), Response> {
+    if namespace == NODE_LEASE_NAMESPACE {
+        return Ok(());
+    }
+    Err(status_error(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        format!("nodekeeper keeps node Leases only, in namespace {NODE_LEASE_NAMESPACE:?} (not {namespace:?})"),
+    ))
+}
+
+fn lease_not_found(name: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(crate::kube::not_found("leases.coordination.k8s.io", name)),
+    )
+        .into_response()
+}
+
+/// `GET .../namespaces/kube-node-lease/leases/{name}`.
+pub(crate) async fn get_lease(
+    State(s): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    if let Err(r) = check_namespace(&namespace) {
+        return r;
+    }
+    match s.view.lease(&name) {
+        Some(lease) => Json(kube_input::kube_lease(&lease)).into_response(),
+        None => lease_not_found(&name),
+    }
+}
+
+/// `GET .../namespaces/kube-node-lease/leases`.
+pub(crate) async fn list_leases(
+    State(s): State<AppState>,
+    Path(namespace): Path<String>,
+) -> Response {
+    if let Err(r) = check_namespace(&namespace) {
+        return r;
+    }
+    let items: Vec<KubeLease> = s.view.leases().iter().map(kube_input::kube_lease).collect();
+    let list = k8s_openapi::List::<KubeLease> {
+        items,
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta {
+            resource_version: Some(s.store.durable_seq().to_string()),
+            ..Default::default()
+        },
+    };
+    Json(list).into_response()
+}
+
+/// `POST .../namespaces/kube-node-lease/leases`: a kubelet's first renewal.
+pub(crate) async fn create_lease(
+    State(s): State<AppState>,
+    Path(namespace): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = check_namespace(&namespace) {
+        return r;
+    }
+    let kube = match json_body::<KubeLease>(&headers, &body) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    let name = kube.metadata.name.clone().unwrap_or_default();
+    if let Err(r) = super::auth_node(&headers, &name) {
+        return r;
+    }
+    let lease = match kube_input::lease(&kube, &name) {
+        Ok(l) => l,
+        Err(e) => return invalid("Lease", &name, e),
+    };
+    match s.controller.create_lease(lease).await {
+        Ok(lease) => (StatusCode::CREATED, Json(kube_input::kube_lease(&lease))).into_response(),
+        Err(e) => push_error(e),
+    }
+}
+
+/// `PUT .../leases/{name}`: a renewal.
+pub(crate) async fn put_lease(
+    State(s): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = check_namespace(&namespace).and_then(|()| super::auth_node(&headers, &name)) {
+        return r;
+    }
+    match json_body::<KubeLease>(&headers, &body) {
+        Ok(kube) => update_lease(&s, &name, kube, true).await,
+        Err(r) => r,
+    }
+}
+
+/// `PATCH .../leases/{name}`.
+pub(crate) async fn patch_lease(
+    State(s): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = check_namespace(&namespace).and_then(|()| super::auth_node(&headers, &name)) {
+        return r;
+    }
+    let Some(current) = s.view.lease(&name) else {
+        return lease_not_found(&name);
+    };
+    let current = match serde_json::to_value(kube_input::kube_lease(&current)) {
+        Ok(v) => v,
+        Err(e) => return super::internal(e),
+    };
+    match patched::<KubeLease>(&headers, &body, current) {
+        Ok(kube) => update_lease(&s, &name, kube, false).await,
+        Err(r) => r,
+    }
+}
+
+async fn update_lease(
+    s: &AppState,
+    name: &str,
+    kube: KubeLease,
+    version_is_precondition: bool,
+) -> Response {
+    let lease = match kube_input::lease(&kube, name) {
+        Ok(l) => l,
+        Err(e) => return invalid("Lease", name, e),
+    };
+    let expected = if version_is_precondition {
+        match kube_input::expected_version(&kube.metadata) {
+            Ok(v) => v,
+            Err(e) => return invalid("Lease", name, e),
+        }
+    } else {
+        None
+    };
+    match s.controller.update_lease(lease, expected).await {
+        Ok(lease) => Json(kube_input::kube_lease(&lease)).into_response(),
+        Err(e) => push_error(e),
+    }
+}
