@@ -105,11 +105,7 @@ fn strategic(target: &mut Value, patch: &Value) -> Result<(), String> {
                 merge_list(slot, items, merge_key, key)?;
             }
             (None, Value::Object(_)) => {
-                strategic(
-                    target_map.entry(key.clone()).or_insert(Value::Null),
-                    value,
-                    key,
-                )?;
+                strategic(target_map.entry(key.clone()).or_insert(Value::Null), value)?;
             }
             _ => {
                 target_map.insert(key.clone(), value.clone());
