@@ -296,6 +296,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         store: store.clone(),
         metrics,
         controller: handle,
+        shutdown: server_shutdown.clone(),
     };
     let server = tasks.spawn({
         let stop = server_shutdown.clone();

@@ -5,6 +5,7 @@ mod nodes;
 mod patch;
 mod push;
 mod v1;
+mod watch;
 
 use std::sync::Arc;
 
@@ -33,6 +34,8 @@ pub struct AppState {
     pub store: Arc<Store>,
     pub metrics: Arc<Metrics>,
     pub controller: crate::controller::ControllerHandle,
+    /// Cancelled when the server stops: long watches end with it.
+    pub shutdown: CancellationToken,
 }
 
 /// The router, for tests and for [`serve`].
