@@ -24,16 +24,19 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 /// Events read from the log per round, so one slow reader cannot hold much.
 const PAGE: usize = 1000;
 
+/// Keeps only some nodes (label and field selectors).
+pub(crate) type NodeFilter = std::sync::Arc<dyn Fn(&Node) -> bool + Send + Sync>;
+/// Renders a node for the stream (a Node, or a Table for kubectl).
+pub(crate) type NodeRender = std::sync::Arc<dyn Fn(&Node) -> Value + Send + Sync>;
+
 /// What a watch request asks for.
 #[derive(Clone, Default)]
 pub(crate) struct WatchParams {
     pub resource_version: Option<String>,
     pub timeout: Option<Duration>,
     pub bookmarks: bool,
-    /// Keeps only some nodes (label and field selectors).
-    pub filter: Option<std::sync::Arc<dyn Fn(&Node) -> bool + Send + Sync>>,
-    /// Renders each object (a Node, or a Table row for kubectl).
-    pub render: Option<std::sync::Arc<dyn Fn(&Node) -> Value + Send + Sync>>,
+    pub filter: Option<NodeFilter>,
+    pub render: Option<NodeRender>,
 }
 
 /// Starts a watch; the response streams until the timeout, the client
