@@ -54,11 +54,19 @@ impl Replay {
                     node.resource_version = event.seq;
                 }
             }
+            EventKind::TaintsChanged { to, .. } => {
+                if let Some(node) = self.nodes.get_mut(name) {
+                    node.taints = to.clone();
+                    node.resource_version = event.seq;
+                }
+            }
             EventKind::AddressLookupFailed { .. }
             | EventKind::RegistrationFailed { .. }
             | EventKind::ControllerStarted { .. }
             | EventKind::ControllerStopped { .. }
-            | EventKind::ProbeKeptReady { .. } => {}
+            | EventKind::ProbeKeptReady { .. }
+            | EventKind::EvictionStarted { .. }
+            | EventKind::EvictionDone { .. } => {}
         }
     }
 
@@ -98,6 +106,12 @@ pub fn compare(stored: &BTreeMap<String, Node>, replayed: &BTreeMap<String, Node
         let Some(r) = replayed.get(name) else {
             continue;
         };
+        if s.taints != r.taints {
+            problems.push(format!(
+                "node {name}: taints {:?} disagree with history {:?}",
+                s.taints, r.taints
+            ));
+        }
         if s.addresses != r.addresses {
             problems.push(format!(
                 "node {name}: addresses {:?} disagree with history {:?}",

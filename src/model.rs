@@ -361,6 +361,13 @@ pub enum EventKind {
     /// Heartbeats stopped, but the kubelet answered a probe: the node stays
     /// Ready and this records why.
     ProbeKeptReady { message: String },
+    /// The node's taints changed (not-ready / unreachable, shutdown).
+    TaintsChanged { from: Vec<Taint>, to: Vec<Taint> },
+    /// The node stayed not Ready past `--pod-eviction-timeout` and its pods
+    /// are being evicted.
+    EvictionStarted { reason: String, mode: String },
+    /// An eviction finished (the hook's result, or what the mirror did).
+    EvictionDone { result: String },
 }
 
 impl EventKind {
@@ -376,6 +383,9 @@ impl EventKind {
             EventKind::ControllerStarted { .. } => "ControllerStarted",
             EventKind::ControllerStopped { .. } => "ControllerStopped",
             EventKind::ProbeKeptReady { .. } => "ProbeKeptReady",
+            EventKind::TaintsChanged { .. } => "TaintsChanged",
+            EventKind::EvictionStarted { .. } => "EvictionStarted",
+            EventKind::EvictionDone { .. } => "EvictionDone",
         }
     }
 }

@@ -310,6 +310,21 @@ pub fn event_detail(kind: &EventKind) -> String {
         },
         EventKind::ControllerStopped { instance } => format!("instance {instance}"),
         EventKind::ProbeKeptReady { message } => message.clone(),
+        EventKind::TaintsChanged { from, to } => {
+            let show = |t: &[model::Taint]| {
+                if t.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    t.iter()
+                        .map(|t| format!("{}:{}", t.key, t.effect))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }
+            };
+            format!("{} -> {}", show(from), show(to))
+        }
+        EventKind::EvictionStarted { reason, mode } => format!("{mode}: {reason}"),
+        EventKind::EvictionDone { result } => result.clone(),
     }
 }
 

@@ -134,6 +134,17 @@ pub enum EventKindV1 {
     },
     /// `Registered` with the V2 record.
     RegisteredV2(Box<NodeV2>),
+    TaintsChanged {
+        from: Vec<TaintV1>,
+        to: Vec<TaintV1>,
+    },
+    EvictionStarted {
+        reason: String,
+        mode: String,
+    },
+    EvictionDone {
+        result: String,
+    },
 }
 
 /// Envelope for lease records.
@@ -328,6 +339,30 @@ fn address_from(code: u8) -> Result<AddressKind, String> {
     })
 }
 
+fn taints_v1(taints: &[Taint]) -> Vec<TaintV1> {
+    taints
+        .iter()
+        .map(|t| TaintV1 {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+            added: t.added.map(|m| m.0),
+        })
+        .collect()
+}
+
+fn taints_from(taints: Vec<TaintV1>) -> Vec<Taint> {
+    taints
+        .into_iter()
+        .map(|t| Taint {
+            key: t.key,
+            value: t.value,
+            effect: t.effect,
+            added: t.added.map(Micros),
+        })
+        .collect()
+}
+
 fn addresses_v1(addresses: &[Address]) -> Vec<AddressV1> {
     addresses
         .iter()
@@ -368,16 +403,7 @@ impl From<&Node> for NodeV1 {
             cpu_millis: n.capacity.cpu_millis,
             memory_bytes: n.capacity.memory_bytes,
             unschedulable: n.unschedulable,
-            taints: n
-                .taints
-                .iter()
-                .map(|t| TaintV1 {
-                    key: t.key.clone(),
-                    value: t.value.clone(),
-                    effect: t.effect.clone(),
-                    added: t.added.map(|m| m.0),
-                })
-                .collect(),
+            taints: taints_v1(&n.taints),
             addresses: addresses_v1(&n.addresses),
             conditions: n
                 .conditions
@@ -434,16 +460,7 @@ impl TryFrom<NodeV1> for Node {
             },
             unschedulable: v.unschedulable,
             node_info: Default::default(),
-            taints: v
-                .taints
-                .into_iter()
-                .map(|t| Taint {
-                    key: t.key,
-                    value: t.value,
-                    effect: t.effect,
-                    added: t.added.map(Micros),
-                })
-                .collect(),
+            taints: taints_from(v.taints),
         })
     }
 }
@@ -495,6 +512,17 @@ impl From<&EventKind> for EventKindV1 {
             EventKind::ProbeKeptReady { message } => EventKindV1::ProbeKeptReady {
                 message: message.clone(),
             },
+            EventKind::TaintsChanged { from, to } => EventKindV1::TaintsChanged {
+                from: taints_v1(from),
+                to: taints_v1(to),
+            },
+            EventKind::EvictionStarted { reason, mode } => EventKindV1::EvictionStarted {
+                reason: reason.clone(),
+                mode: mode.clone(),
+            },
+            EventKind::EvictionDone { result } => EventKindV1::EvictionDone {
+                result: result.clone(),
+            },
         }
     }
 }
@@ -543,6 +571,14 @@ impl TryFrom<EventKindV1> for EventKind {
                 EventKind::ControllerStopped { instance }
             }
             EventKindV1::ProbeKeptReady { message } => EventKind::ProbeKeptReady { message },
+            EventKindV1::TaintsChanged { from, to } => EventKind::TaintsChanged {
+                from: taints_from(from),
+                to: taints_from(to),
+            },
+            EventKindV1::EvictionStarted { reason, mode } => {
+                EventKind::EvictionStarted { reason, mode }
+            }
+            EventKindV1::EvictionDone { result } => EventKind::EvictionDone { result },
             EventKindV1::RegisteredV2(node) => EventKind::Registered {
                 node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),
             },
