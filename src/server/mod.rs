@@ -1,7 +1,15 @@
 //! The HTTP API: Kubernetes-shaped nodes, history, the registry at a past
 //! time, store status, health and metrics. Reads only what is durable.
 
+mod discovery;
+mod events;
+mod leases;
 mod nodes;
+mod paging;
+mod params;
+mod pods;
+mod selectors;
+mod table;
 mod v1;
 
 use std::sync::Arc;
@@ -34,8 +42,44 @@ pub struct AppState {
 /// The router, for tests and for [`serve`].
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .route("/version", get(discovery::version))
+        .route("/api", get(discovery::api))
+        .route("/api/v1", get(discovery::api_v1))
+        .route("/apis", get(discovery::apis))
+        .route("/apis/coordination.k8s.io", get(discovery::coordination))
+        .route(
+            "/apis/coordination.k8s.io/v1",
+            get(discovery::coordination_v1),
+        )
         .route("/api/v1/nodes", get(nodes::list_nodes))
         .route("/api/v1/nodes/{name}", get(nodes::get_node))
+        .route("/api/v1/events", get(events::list_events))
+        .route(
+            "/api/v1/namespaces/{namespace}/events",
+            get(events::list_namespaced_events),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/events/{name}",
+            get(events::get_event),
+        )
+        .route("/api/v1/pods", get(pods::list_pods))
+        .route("/api/v1/namespaces/{namespace}/pods", get(pods::list_pods))
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}",
+            get(pods::get_pod),
+        )
+        .route(
+            "/apis/coordination.k8s.io/v1/leases",
+            get(leases::list_leases),
+        )
+        .route(
+            "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+            get(leases::list_leases),
+        )
+        .route(
+            "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
+            get(leases::get_lease),
+        )
         .route("/v1/nodes", get(v1::list_node_records))
         .route("/v1/nodes/{name}", get(v1::get_node_record))
         .route("/v1/history", get(v1::history))

@@ -1,28 +1,111 @@
-//! `/api/v1/nodes`: nodes as the Kubernetes API serves them.
+//! `/api/v1/nodes`: nodes as the Kubernetes API serves them (lists with
+//! selectors and pages, single nodes, as JSON or as a kubectl Table).
 
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use k8s_openapi::List;
 
-use super::AppState;
+use super::params::{wants_table, ListParams};
+use super::{bad_request, paging, status_error, table, AppState};
+use crate::model::Micros;
 
-pub(crate) async fn list_nodes(State(s): State<AppState>) -> Response {
-    let items = s
-        .view
-        .list()
-        .into_iter()
-        .map(|(n, beat)| crate::kube::node(&n, beat));
-    Json(crate::kube::node_list(items, s.store.durable_seq())).into_response()
+/// The fields nodes can be selected by, as in kube-apiserver.
+const NODE_FIELDS: &[&str] = &["metadata.name", "spec.unschedulable"];
+
+/// The answer to `?watch=true` until watches are served.
+// The lead replaces the call to this with `super::watch::watch_nodes(state, params).await`.
+pub(crate) fn watch_not_served() -> Response {
+    status_error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        "watch is not served yet".to_string(),
+    )
 }
 
-pub(crate) async fn get_node(State(s): State<AppState>, Path(name): Path<String>) -> Response {
-    match s.view.get(&name) {
-        Some((node, beat)) => Json(crate::kube::node(&node, beat)).into_response(),
-        None => (
+pub(crate) async fn list_nodes(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    let params = match ListParams::from_query(params) {
+        Ok(p) => p,
+        Err(e) => return bad_request(e),
+    };
+    match params.is_watch() {
+        Ok(true) => return watch_not_served(),
+        Ok(false) => {}
+        Err(e) => return bad_request(e),
+    }
+    let query = match params.query(NODE_FIELDS) {
+        Ok(q) => q,
+        Err(e) => return bad_request(e),
+    };
+
+    let mut nodes = s.view.list();
+    nodes.retain(|(node, _)| {
+        let unschedulable = if node.unschedulable { "true" } else { "false" };
+        query.fields.matches(|field| match field {
+            "metadata.name" => Some(node.name.as_str()),
+            "spec.unschedulable" => Some(unschedulable),
+            _ => None,
+        }) && query.labels.matches(&crate::kube::node_labels(node))
+    });
+    // Pages follow name order, as etcd keys do.
+    nodes.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    let keyed = nodes.into_iter().map(|n| (n.0.name.clone(), n)).collect();
+    let page = paging::page(
+        keyed,
+        params.limit,
+        query.continue_from.as_ref(),
+        s.store.durable_seq(),
+        query.unfiltered(),
+    );
+
+    if wants_table(&headers) {
+        let table = table::node_table(&page.items, page.metadata, query.include, Micros::now());
+        return Json(table).into_response();
+    }
+    let items = page
+        .items
+        .iter()
+        .map(|(n, beat)| crate::kube::node(n, *beat))
+        .collect();
+    Json(List {
+        items,
+        metadata: page.metadata,
+    })
+    .into_response()
+}
+
+pub(crate) async fn get_node(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    let include = match ListParams::from_query(params).and_then(|p| p.include_object()) {
+        Ok(include) => include,
+        Err(e) => return bad_request(e),
+    };
+    let Some((node, beat)) = s.view.get(&name) else {
+        return (
             StatusCode::NOT_FOUND,
             Json(crate::kube::not_found("nodes", &name)),
         )
-            .into_response(),
+            .into_response();
+    };
+    if wants_table(&headers) {
+        // A single object's Table carries the object's resourceVersion.
+        let metadata = ListMeta {
+            resource_version: Some(node.resource_version.to_string()),
+            ..ListMeta::default()
+        };
+        let table = table::node_table(&[(node, beat)], metadata, include, Micros::now());
+        return Json(table).into_response();
     }
+    Json(crate::kube::node(&node, beat)).into_response()
 }
