@@ -1,5 +1,6 @@
-//! The HTTP API: Kubernetes-shaped nodes, history, the registry at a past
-//! time, store status, health and metrics. Reads only what is durable.
+//! The HTTP API: Kubernetes-shaped nodes (with the discovery, Tables,
+//! selectors, pages and events `kubectl` uses), history, the registry at a
+//! past time, store status, health and metrics. Reads only what is durable.
 
 mod discovery;
 mod events;
