@@ -349,7 +349,8 @@ pub fn history_table(events: &[Event]) -> String {
 }
 
 /// kubectl's STATUS column: the Ready condition, plus `SchedulingDisabled`.
-fn node_status(node: &model::Node) -> String {
+/// Also the API server's Table cell (`server::table`), so the two never differ.
+pub(crate) fn node_status(node: &model::Node) -> String {
     // As kubectl prints it: any Ready status but True is NotReady.
     let ready = match node.condition(model::READY).map(|c| c.status) {
         Some(ConditionStatus::True) => "Ready",
@@ -364,8 +365,9 @@ fn node_status(node: &model::Node) -> String {
 }
 
 /// Roles as kubectl finds them: `node-role.kubernetes.io/<role>` label keys
-/// and the legacy `kubernetes.io/role` value, sorted, comma-joined.
-fn roles(node: &model::Node) -> Option<String> {
+/// and the legacy `kubernetes.io/role` value, sorted, comma-joined. Shared
+/// with the API server's Table (`server::table`).
+pub(crate) fn roles(node: &model::Node) -> Option<String> {
     let mut roles = BTreeSet::new();
     for (k, v) in &node.labels {
         if let Some(role) = k.strip_prefix(ROLE_LABEL_PREFIX) {

@@ -1,9 +1,17 @@
-//! The HTTP API: Kubernetes-shaped nodes, history, the registry at a past
-//! time, store status, health and metrics. Reads only what is durable.
+//! The HTTP API: Kubernetes-shaped nodes (with the discovery, Tables,
+//! selectors, pages and events `kubectl` uses), history, the registry at a
+//! past time, store status, health and metrics. Reads only what is durable.
 
+mod discovery;
+mod events;
 mod nodes;
+mod paging;
+mod params;
 mod patch;
+mod pods;
 mod push;
+mod selectors;
+mod table;
 mod v1;
 mod watch;
 
@@ -41,6 +49,15 @@ pub struct AppState {
 /// The router, for tests and for [`serve`].
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .route("/version", get(discovery::version))
+        .route("/api", get(discovery::api))
+        .route("/api/v1", get(discovery::api_v1))
+        .route("/apis", get(discovery::apis))
+        .route("/apis/coordination.k8s.io", get(discovery::coordination))
+        .route(
+            "/apis/coordination.k8s.io/v1",
+            get(discovery::coordination_v1),
+        )
         .route(
             "/api/v1/nodes",
             get(nodes::list_nodes).post(push::create_node),
@@ -51,6 +68,25 @@ pub fn router(state: AppState) -> Router {
             get(nodes::get_node)
                 .put(push::put_status)
                 .patch(push::patch_status),
+        )
+        .route("/api/v1/events", get(events::list_events))
+        .route(
+            "/api/v1/namespaces/{namespace}/events",
+            get(events::list_namespaced_events),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/events/{name}",
+            get(events::get_event),
+        )
+        .route("/api/v1/pods", get(pods::list_pods))
+        .route("/api/v1/namespaces/{namespace}/pods", get(pods::list_pods))
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}",
+            get(pods::get_pod),
+        )
+        .route(
+            "/apis/coordination.k8s.io/v1/leases",
+            get(push::list_all_leases),
         )
         .route(
             "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
@@ -119,4 +155,13 @@ async fn not_found_path(uri: axum::http::Uri) -> Response {
 /// every caller may; the token layer (when configured) narrows this.
 pub(crate) fn auth_node(_headers: &HeaderMap, _name: &str) -> Result<(), Response> {
     Ok(())
+}
+
+/// `?watch=true` on resources nodekeeper lists but does not stream.
+pub(crate) fn watch_not_served(resource: &str) -> Response {
+    status_error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        format!("watching {resource} is not supported by nodekeeper; nodes can be watched, and /v1/history has every event"),
+    )
 }

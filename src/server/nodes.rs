@@ -1,58 +1,158 @@
-//! `/api/v1/nodes`: nodes as the Kubernetes API serves them.
+//! `/api/v1/nodes`: nodes as the Kubernetes API serves them (lists with
+//! selectors and pages, single nodes, as JSON or as a kubectl Table).
 
-use std::time::Duration;
-
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use k8s_openapi::List;
 
-use super::AppState;
+use super::params::{wants_table, ListParams};
+use super::{bad_request, paging, table, AppState};
+use crate::model::Micros;
 
-/// Query parameters of a node list or watch.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ListParams {
-    pub watch: Option<String>,
-    pub resource_version: Option<String>,
-    pub timeout_seconds: Option<u64>,
-    pub allow_watch_bookmarks: Option<bool>,
-}
-
-impl ListParams {
-    fn is_watch(&self) -> bool {
-        matches!(self.watch.as_deref(), Some("true" | "1"))
-    }
-}
+/// The fields nodes can be selected by, as in kube-apiserver.
+const NODE_FIELDS: &[&str] = &["metadata.name", "spec.unschedulable"];
 
 pub(crate) async fn list_nodes(
     State(s): State<AppState>,
-    Query(params): Query<ListParams>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
 ) -> Response {
-    if params.is_watch() {
-        let watch = super::watch::WatchParams {
-            resource_version: params.resource_version.clone(),
-            timeout: params.timeout_seconds.map(Duration::from_secs),
-            bookmarks: params.allow_watch_bookmarks.unwrap_or(false),
-            ..Default::default()
-        };
-        return super::watch::watch_nodes(s, watch).await;
+    let params = match ListParams::from_query(params) {
+        Ok(p) => p,
+        Err(e) => return bad_request(e),
+    };
+    match params.is_watch() {
+        Ok(true) => return watch(s, &headers, &params, NODE_FIELDS).await,
+        Ok(false) => {}
+        Err(e) => return bad_request(e),
     }
-    let items = s
-        .view
-        .list()
-        .into_iter()
-        .map(|(n, beat)| crate::kube::node(&n, beat));
-    Json(crate::kube::node_list(items, s.store.durable_seq())).into_response()
+    let query = match params.query(NODE_FIELDS) {
+        Ok(q) => q,
+        Err(e) => return bad_request(e),
+    };
+
+    let mut nodes = s.view.list();
+    nodes.retain(|(node, _)| {
+        let unschedulable = if node.unschedulable { "true" } else { "false" };
+        query.fields.matches(|field| match field {
+            "metadata.name" => Some(node.name.as_str()),
+            "spec.unschedulable" => Some(unschedulable),
+            _ => None,
+        }) && query.labels.matches(&crate::kube::node_labels(node))
+    });
+    // Pages follow name order, as etcd keys do.
+    nodes.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    let keyed = nodes.into_iter().map(|n| (n.0.name.clone(), n)).collect();
+    let page = paging::page(
+        keyed,
+        params.limit,
+        query.continue_from.as_ref(),
+        s.store.durable_seq(),
+        query.unfiltered(),
+    );
+
+    if wants_table(&headers) {
+        let table = table::node_table(&page.items, page.metadata, query.include, Micros::now());
+        return Json(table).into_response();
+    }
+    let items = page
+        .items
+        .iter()
+        .map(|(n, beat)| crate::kube::node(n, *beat))
+        .collect();
+    Json(List {
+        items,
+        metadata: page.metadata,
+    })
+    .into_response()
 }
 
-pub(crate) async fn get_node(State(s): State<AppState>, Path(name): Path<String>) -> Response {
-    match s.view.get(&name) {
-        Some((node, beat)) => Json(crate::kube::node(&node, beat)).into_response(),
-        None => (
+pub(crate) async fn get_node(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    let include = match ListParams::from_query(params).and_then(|p| p.include_object()) {
+        Ok(include) => include,
+        Err(e) => return bad_request(e),
+    };
+    let Some((node, beat)) = s.view.get(&name) else {
+        return (
             StatusCode::NOT_FOUND,
             Json(crate::kube::not_found("nodes", &name)),
         )
-            .into_response(),
+            .into_response();
+    };
+    if wants_table(&headers) {
+        // A single object's Table carries the object's resourceVersion.
+        let metadata = ListMeta {
+            resource_version: Some(node.resource_version.to_string()),
+            ..ListMeta::default()
+        };
+        let table = table::node_table(&[(node, beat)], metadata, include, Micros::now());
+        return Json(table).into_response();
     }
+    Json(crate::kube::node(&node, beat)).into_response()
+}
+
+/// `?watch=true`: the same selectors and representation as the list, as a stream.
+async fn watch(
+    s: AppState,
+    headers: &HeaderMap,
+    params: &ListParams,
+    fields: &'static [&'static str],
+) -> Response {
+    let query = match params.query(fields) {
+        Ok(q) => q,
+        Err(e) => return bad_request(e),
+    };
+    let bookmarks = match params
+        .allow_watch_bookmarks
+        .as_deref()
+        .map(super::params::parse_bool)
+    {
+        None => false,
+        Some(Some(b)) => b,
+        Some(None) => return bad_request("allowWatchBookmarks: invalid value".into()),
+    };
+    let include = query.include;
+    let filter_query = query.clone();
+    let filter: super::watch::NodeFilter = std::sync::Arc::new(move |node: &crate::model::Node| {
+        let unschedulable = if node.unschedulable { "true" } else { "false" };
+        filter_query.fields.matches(|field| match field {
+            "metadata.name" => Some(node.name.as_str()),
+            "spec.unschedulable" => Some(unschedulable),
+            _ => None,
+        }) && filter_query.labels.matches(&crate::kube::node_labels(node))
+    });
+    // kubectl get -w asks for Tables: each event carries a one-row Table.
+    let render: Option<super::watch::NodeRender> = wants_table(headers).then(|| {
+        let render: super::watch::NodeRender =
+            std::sync::Arc::new(move |node: &crate::model::Node| {
+                let metadata = ListMeta {
+                    resource_version: Some(node.resource_version.to_string()),
+                    ..ListMeta::default()
+                };
+                let table =
+                    table::node_table(&[(node.clone(), None)], metadata, include, Micros::now());
+                serde_json::to_value(table).unwrap_or_default()
+            });
+        render
+    });
+    let watch = super::watch::WatchParams {
+        resource_version: params.resource_version.clone(),
+        timeout: params
+            .timeout_seconds
+            .filter(|t| *t > 0)
+            .map(|t| std::time::Duration::from_secs(t as u64)),
+        bookmarks,
+        filter: Some(filter),
+        render,
+    };
+    super::watch::watch_nodes(s, watch).await
 }

@@ -253,6 +253,11 @@ pub(crate) async fn get_lease(
     }
 }
 
+/// `GET /apis/coordination.k8s.io/v1/leases`: every namespace, which is one here.
+pub(crate) async fn list_all_leases(State(s): State<AppState>) -> Response {
+    lease_list(&s)
+}
+
 /// `GET .../namespaces/kube-node-lease/leases`.
 pub(crate) async fn list_leases(
     State(s): State<AppState>,
@@ -261,6 +266,10 @@ pub(crate) async fn list_leases(
     if let Err(r) = check_namespace(&namespace) {
         return r;
     }
+    lease_list(&s)
+}
+
+fn lease_list(s: &AppState) -> Response {
     let items: Vec<KubeLease> = s.view.leases().iter().map(kube_input::kube_lease).collect();
     let list = k8s_openapi::List::<KubeLease> {
         items,

@@ -1,0 +1,211 @@
+//! API discovery (`/version`, `/api`, `/api/v1`, `/apis`, …): what kubectl reads before any request.
+//!
+//! kubectl first asks `/api` and `/apis` for the aggregated discovery
+//! document (`apidiscovery.k8s.io/v2`); plain `application/json` answers
+//! make it fall back to these legacy documents, which are all we serve.
+
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery,
+    ServerAddressByClientCIDR,
+};
+use k8s_openapi::apimachinery::pkg::version::Info;
+
+const COORDINATION: &str = "coordination.k8s.io";
+const COORDINATION_V1: &str = "coordination.k8s.io/v1";
+
+/// The Kubernetes release whose API (and node JSON) we serve.
+const KUBE_MAJOR: &str = "1";
+const KUBE_MINOR: &str = "33";
+
+/// `/version`: a `version.Info` naming the Kubernetes API level and this build.
+pub(crate) async fn version() -> Response {
+    Json(version_info()).into_response()
+}
+
+fn version_info() -> Info {
+    Info {
+        major: KUBE_MAJOR.to_string(),
+        minor: KUBE_MINOR.to_string(),
+        emulation_major: Some(KUBE_MAJOR.to_string()),
+        emulation_minor: Some(KUBE_MINOR.to_string()),
+        // semver: the API level, then which nodekeeper serves it.
+        git_version: format!(
+            "v{KUBE_MAJOR}.{KUBE_MINOR}.0-nodekeeper.{}",
+            env!("CARGO_PKG_VERSION")
+        ),
+        git_tree_state: "clean".to_string(),
+        compiler: "rustc".to_string(),
+        platform: format!(
+            "{}/{}",
+            std::env::consts::OS,
+            crate::kube::go_arch(std::env::consts::ARCH)
+        ),
+        ..Info::default()
+    }
+}
+
+/// `/api`: the legacy core group's versions.
+pub(crate) async fn api(headers: HeaderMap) -> Response {
+    Json(APIVersions {
+        versions: vec!["v1".to_string()],
+        server_address_by_client_cidrs: vec![ServerAddressByClientCIDR {
+            client_cidr: "0.0.0.0/0".to_string(),
+            // Where the client reached us is where it should come back.
+            server_address: headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or_default()
+                .to_string(),
+        }],
+    })
+    .into_response()
+}
+
+fn resource(
+    name: &str,
+    singular: &str,
+    kind: &str,
+    namespaced: bool,
+    verbs: &[&str],
+    short_names: &[&str],
+) -> APIResource {
+    APIResource {
+        name: name.to_string(),
+        singular_name: singular.to_string(),
+        kind: kind.to_string(),
+        namespaced,
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        short_names: (!short_names.is_empty())
+            .then(|| short_names.iter().map(|s| s.to_string()).collect()),
+        ..APIResource::default()
+    }
+}
+
+/// `/api/v1`: what the core group serves here.
+pub(crate) async fn api_v1() -> Response {
+    Json(core_v1_resources()).into_response()
+}
+
+fn core_v1_resources() -> APIResourceList {
+    APIResourceList {
+        group_version: "v1".to_string(),
+        resources: vec![
+            resource(
+                "nodes",
+                "node",
+                "Node",
+                false,
+                &["get", "list", "watch", "create", "update", "patch"],
+                &["no"],
+            ),
+            resource(
+                "nodes/status",
+                "",
+                "Node",
+                false,
+                &["get", "patch", "update"],
+                &[],
+            ),
+            // The nodes' history, as events in `default` like the node controller's.
+            resource("events", "event", "Event", true, &["get", "list"], &["ev"]),
+            // There are no pods; listing them answers an empty list (kubectl describe node asks).
+            resource("pods", "pod", "Pod", true, &["get", "list"], &["po"]),
+        ],
+    }
+}
+
+/// `/apis`: the named groups.
+pub(crate) async fn apis() -> Response {
+    Json(APIGroupList {
+        groups: vec![coordination_group()],
+    })
+    .into_response()
+}
+
+fn coordination_group() -> APIGroup {
+    let v1 = GroupVersionForDiscovery {
+        group_version: COORDINATION_V1.to_string(),
+        version: "v1".to_string(),
+    };
+    APIGroup {
+        name: COORDINATION.to_string(),
+        versions: vec![v1.clone()],
+        preferred_version: Some(v1),
+        server_address_by_client_cidrs: None,
+    }
+}
+
+/// `/apis/coordination.k8s.io`.
+pub(crate) async fn coordination() -> Response {
+    Json(coordination_group()).into_response()
+}
+
+/// `/apis/coordination.k8s.io/v1`: node leases (heartbeats).
+pub(crate) async fn coordination_v1() -> Response {
+    Json(APIResourceList {
+        group_version: COORDINATION_V1.to_string(),
+        resources: vec![resource(
+            "leases",
+            "lease",
+            "Lease",
+            true,
+            &["get", "list", "create", "update", "patch"],
+            &[],
+        )],
+    })
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn to_json<T: serde::Serialize>(v: &T) -> Value {
+        serde_json::to_value(v).unwrap()
+    }
+
+    #[test]
+    fn version_names_the_api_level_and_this_build() {
+        let v = to_json(&version_info());
+        assert_eq!(v["major"], "1");
+        assert_eq!(v["minor"], "33");
+        assert_eq!(
+            v["gitVersion"],
+            format!("v1.33.0-nodekeeper.{}", env!("CARGO_PKG_VERSION"))
+        );
+        assert!(v["platform"].as_str().unwrap().contains('/'));
+    }
+
+    #[test]
+    fn core_resources() {
+        let v = to_json(&core_v1_resources());
+        assert_eq!(v["kind"], "APIResourceList");
+        assert_eq!(v["groupVersion"], "v1");
+        let nodes = &v["resources"][0];
+        assert_eq!(
+            nodes,
+            &json!({"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node",
+                    "verbs": ["get", "list", "watch", "create", "update", "patch"], "shortNames": ["no"]})
+        );
+        assert_eq!(v["resources"][1]["name"], "nodes/status");
+        assert!(v["resources"][1].get("shortNames").is_none());
+    }
+
+    #[test]
+    fn coordination_group_prefers_v1() {
+        let v = to_json(&APIGroupList {
+            groups: vec![coordination_group()],
+        });
+        assert_eq!(v["kind"], "APIGroupList");
+        assert_eq!(
+            v["groups"][0],
+            json!({"kind": "APIGroup", "apiVersion": "v1", "name": "coordination.k8s.io",
+                   "versions": [{"groupVersion": "coordination.k8s.io/v1", "version": "v1"}],
+                   "preferredVersion": {"groupVersion": "coordination.k8s.io/v1", "version": "v1"}})
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! `/api/v1/events`: the nodes' history as `core/v1` Events (what `kubectl describe node` shows).
+
+use std::collections::BTreeMap;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use k8s_openapi::List;
+
+use super::params::{wants_table, ListParams, ListQuery};
+use super::{bad_request, internal, paging, table, AppState};
+use crate::kube::EVENT_NAMESPACE;
+use crate::model::Micros;
+use crate::store::HistoryQuery;
+
+/// The fields events can be selected by, as in kube-apiserver.
+const EVENT_FIELDS: &[&str] = &[
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+    "metadata.name",
+    "metadata.namespace",
+];
+
+/// `GET /api/v1/events`: events in every namespace.
+pub(crate) async fn list_events(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    list(s, None, &headers, params).await
+}
+
+/// `GET /api/v1/namespaces/{namespace}/events`.
+pub(crate) async fn list_namespaced_events(
+    State(s): State<AppState>,
+    Path(namespace): Path<String>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    list(s, Some(namespace), &headers, params).await
+}
+
+/// `GET /api/v1/namespaces/{namespace}/events/{name}`.
+pub(crate) async fn get_event(
+    State(s): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    let include = match ListParams::from_query(params).and_then(|p| p.include_object()) {
+        Ok(include) => include,
+        Err(e) => return bad_request(e),
+    };
+    let not_found = || {
+        (
+            StatusCode::NOT_FOUND,
+            Json(crate::kube::not_found("events", &name)),
+        )
+            .into_response()
+    };
+    // Names are `<node>.<seq in hex>`; anything else was never ours.
+    let Some(seq) = name
+        .rsplit_once('.')
+        .and_then(|(_, hex)| u64::from_str_radix(hex, 16).ok())
+    else {
+        return not_found();
+    };
+    if namespace != EVENT_NAMESPACE || seq == 0 {
+        return not_found();
+    }
+    let query = HistoryQuery {
+        after_seq: Some(seq - 1),
+        limit: Some(1),
+        ..HistoryQuery::default()
+    };
+    match history(&s, query).await {
+        Ok(events) => match events
+            .first()
+            .filter(|e| e.seq == seq)
+            .and_then(crate::kube::node_event)
+            .filter(|e| e.metadata.name.as_deref() == Some(name.as_str()))
+        {
+            Some(event) if wants_table(&headers) => {
+                let metadata = ListMeta {
+                    resource_version: event.metadata.resource_version.clone(),
+                    ..ListMeta::default()
+                };
+                let table = table::event_table(&[event], metadata, include, Micros::now());
+                Json(table).into_response()
+            }
+            Some(event) => Json(event).into_response(),
+            None => not_found(),
+        },
+        Err(response) => response,
+    }
+}
+
+async fn list(
+    s: AppState,
+    namespace: Option<String>,
+    headers: &HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    let params = match ListParams::from_query(params) {
+        Ok(p) => p,
+        Err(e) => return bad_request(e),
+    };
+    match params.is_watch() {
+        Ok(false) => {}
+        Ok(true) => return super::watch_not_served("events"),
+        Err(e) => return bad_request(e),
+    }
+    let query = match params.query(EVENT_FIELDS) {
+        Ok(q) => q,
+        Err(e) => return bad_request(e),
+    };
+    let rv = s.store.durable_seq();
+    // One node's history is read through the store's per-node index.
+    let history_query = HistoryQuery {
+        node: query
+            .fields
+            .required("involvedObject.name")
+            .map(str::to_string),
+        ..HistoryQuery::default()
+    };
+    let history = match history(&s, history_query).await {
+        Ok(events) => events,
+        Err(response) => return response,
+    };
+    let items = history
+        .iter()
+        .filter_map(|e| Some((e.seq, crate::kube::node_event(e)?)))
+        .filter(|(_, e)| namespace.is_none() || e.metadata.namespace == namespace)
+        .filter(|(_, e)| selected(&query, e))
+        // Keys sort as the sequence numbers do.
+        .map(|(seq, e)| (format!("{seq:020}"), e))
+        .collect();
+    let page = paging::page(
+        items,
+        params.limit,
+        query.continue_from.as_ref(),
+        rv,
+        query.unfiltered(),
+    );
+    if wants_table(headers) {
+        let table = table::event_table(&page.items, page.metadata, query.include, Micros::now());
+        return Json(table).into_response();
+    }
+    Json(List::<Event> {
+        items: page.items,
+        metadata: page.metadata,
+    })
+    .into_response()
+}
+
+fn selected(query: &ListQuery, e: &Event) -> bool {
+    let o = &e.involved_object;
+    let source = e.source.as_ref().and_then(|s| s.component.as_deref());
+    let matches_fields = query.fields.matches(|field| match field {
+        "involvedObject.kind" => o.kind.as_deref(),
+        "involvedObject.namespace" => o.namespace.as_deref(),
+        "involvedObject.name" => o.name.as_deref(),
+        "involvedObject.uid" => o.uid.as_deref(),
+        "involvedObject.apiVersion" => o.api_version.as_deref(),
+        "involvedObject.resourceVersion" => o.resource_version.as_deref(),
+        "involvedObject.fieldPath" => o.field_path.as_deref(),
+        "reason" => e.reason.as_deref(),
+        "reportingComponent" => e.reporting_component.as_deref(),
+        "source" => source,
+        "type" => e.type_.as_deref(),
+        "metadata.name" => e.metadata.name.as_deref(),
+        "metadata.namespace" => e.metadata.namespace.as_deref(),
+        _ => None,
+    });
+    let no_labels = BTreeMap::new();
+    matches_fields
+        && query
+            .labels
+            .matches(e.metadata.labels.as_ref().unwrap_or(&no_labels))
+}
+
+async fn history(s: &AppState, query: HistoryQuery) -> Result<Vec<crate::model::Event>, Response> {
+    let store = s.store.clone();
+    match tokio::task::spawn_blocking(move || store.history(&query)).await {
+        Ok(Ok(events)) => Ok(events),
+        Ok(Err(e)) => Err(internal(e)),
+        Err(e) => Err(internal(e)),
+    }
+}

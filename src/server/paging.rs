@@ -1,0 +1,265 @@
+//! `limit` and `continue`: list pages with the API server's opaque continue token.
+//!
+//! The token is what kube-apiserver hands out: unpadded base64url of
+//! `{"v":"meta.k8s.io/v1","rv":N,"start":"KEY"}`, where `start` is the last
+//! key served plus `"\u0000"` (the smallest key after it). There is no
+//! snapshot behind it: the next page is read from the registry as it is
+//! then, from `start` on, and carries the first page's resourceVersion. A
+//! token that does not decode is a 400 BadRequest `invalid continue token`,
+//! the API server's answer to a malformed one (410 Expired is for compacted
+//! snapshots, which we do not keep).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use serde::{Deserialize, Serialize};
+
+const TOKEN_VERSION: &str = "meta.k8s.io/v1";
+
+/// Where the next page starts, and the resourceVersion of the first page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContinueToken {
+    #[serde(rename = "v")]
+    version: String,
+    pub rv: u64,
+    pub start: String,
+}
+
+impl ContinueToken {
+    /// The token for a page that ended with `last_key`.
+    pub fn after(rv: u64, last_key: &str) -> ContinueToken {
+        ContinueToken {
+            version: TOKEN_VERSION.to_string(),
+            rv,
+            start: format!("{last_key}\u{0}"),
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        // Serializing a struct of strings and a number cannot fail.
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        base64url_encode(&json)
+    }
+
+    /// Decodes a client's token; the error is the API server's message.
+    pub fn decode(token: &str) -> Result<ContinueToken, String> {
+        let invalid =
+            |why: String| format!("invalid continue token: continue key is not valid: {why}");
+        let json = base64url_decode(token).ok_or_else(|| invalid("not base64url".into()))?;
+        let t: ContinueToken = serde_json::from_slice(&json).map_err(|e| invalid(e.to_string()))?;
+        if t.version != TOKEN_VERSION {
+            return Err(invalid(format!(
+                "server does not recognize this encoded version {:?}",
+                t.version
+            )));
+        }
+        if t.rv == 0 {
+            return Err(invalid(
+                "incorrect encoded start resourceVersion (version meta.k8s.io/v1)".into(),
+            ));
+        }
+        if t.start.is_empty() {
+            return Err(invalid(
+                "encoded start key empty (version meta.k8s.io/v1)".into(),
+            ));
+        }
+        Ok(t)
+    }
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub metadata: ListMeta,
+}
+
+/// Cuts a page from `items` (sorted by key, already filtered). `continue_from`
+/// is a decoded token; `rv` the registry's resourceVersion now.
+/// `count_remaining` follows the API server, which reports
+/// `remainingItemCount` only for lists without selectors.
+pub fn page<T>(
+    items: Vec<(String, T)>,
+    limit: Option<i64>,
+    continue_from: Option<&ContinueToken>,
+    rv: u64,
+    count_remaining: bool,
+) -> Page<T> {
+    let rv = continue_from.map_or(rv, |t| t.rv);
+    let mut rest: Vec<(String, T)> = match continue_from {
+        Some(t) => items
+            .into_iter()
+            .filter(|(key, _)| key.as_str() >= t.start.as_str())
+            .collect(),
+        None => items,
+    };
+    let mut metadata = ListMeta {
+        resource_version: Some(rv.to_string()),
+        ..ListMeta::default()
+    };
+    // A limit of zero or less means no limit, as in Kubernetes.
+    let limit = limit.filter(|&l| l > 0).map(|l| l as usize);
+    if let Some(limit) = limit.filter(|&l| l < rest.len()) {
+        let remaining = rest.split_off(limit);
+        if let Some((last, _)) = rest.last() {
+            metadata.continue_ = Some(ContinueToken::after(rv, last).encode());
+        }
+        if count_remaining {
+            metadata.remaining_item_count = Some(remaining.len() as i64);
+        }
+    }
+    Page {
+        items: rest.into_iter().map(|(_, item)| item).collect(),
+        metadata,
+    }
+}
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// Unpadded base64url (Go's `base64.RawURLEncoding`); a few lines instead of a dependency.
+fn base64url_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+        }
+    }
+    out
+}
+
+fn base64url_decode(s: &str) -> Option<Vec<u8>> {
+    let digits = s
+        .bytes()
+        .map(|c| ALPHABET.iter().position(|&a| a == c).map(|p| p as u32))
+        .collect::<Option<Vec<u32>>>()?;
+    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
+    for chunk in digits.chunks(4) {
+        if chunk.len() == 1 {
+            return None;
+        }
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &d)| n | d << (18 - 6 * i));
+        for i in 0..chunk.len() - 1 {
+            out.push((n >> (16 - 8 * i)) as u8);
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64url_matches_go_raw_url_encoding() {
+        assert_eq!(base64url_encode(b""), "");
+        assert_eq!(base64url_encode(b"f"), "Zg");
+        assert_eq!(base64url_encode(b"fo"), "Zm8");
+        assert_eq!(base64url_encode(b"foo"), "Zm9v");
+        assert_eq!(base64url_encode(&[0xfb, 0xff]), "-_8");
+        for len in 0..20 {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            assert_eq!(base64url_decode(&base64url_encode(&bytes)), Some(bytes));
+        }
+        assert_eq!(base64url_decode("Zm9v+"), None);
+        assert_eq!(base64url_decode("Z"), None);
+    }
+
+    #[test]
+    fn continue_token_round_trip() {
+        let t = ContinueToken::after(42, "edge-3");
+        let encoded = t.encode();
+        assert!(encoded
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
+        assert_eq!(ContinueToken::decode(&encoded), Ok(t.clone()));
+        // The same JSON the API server encodes.
+        let json = base64url_decode(&encoded).unwrap();
+        assert_eq!(
+            String::from_utf8(json).unwrap(),
+            r#"{"v":"meta.k8s.io/v1","rv":42,"start":"edge-3\u0000"}"#
+        );
+    }
+
+    #[test]
+    fn malformed_tokens_are_refused() {
+        for bad in [
+            "!!",
+            "Zm9v",
+            &base64url_encode(br#"{"v":"x","rv":1,"start":"a"}"#),
+        ] {
+            let e = ContinueToken::decode(bad).unwrap_err();
+            assert!(e.starts_with("invalid continue token: "), "{e}");
+        }
+        let zero = base64url_encode(br#"{"v":"meta.k8s.io/v1","rv":0,"start":"a"}"#);
+        assert!(ContinueToken::decode(&zero)
+            .unwrap_err()
+            .contains("resourceVersion"));
+    }
+
+    fn keyed(names: &[&str]) -> Vec<(String, String)> {
+        names
+            .iter()
+            .map(|n| (n.to_string(), n.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn pages_walk_the_list_once() {
+        let names = ["a", "b", "c", "d", "e"];
+        let mut seen = Vec::new();
+        let mut token: Option<ContinueToken> = None;
+        let mut pages = 0;
+        loop {
+            let p = page(keyed(&names), Some(2), token.as_ref(), 9, true);
+            pages += 1;
+            assert_eq!(p.metadata.resource_version.as_deref(), Some("9"));
+            seen.extend(p.items);
+            match p.metadata.continue_ {
+                Some(c) => {
+                    let left = names.len() - seen.len();
+                    assert_eq!(p.metadata.remaining_item_count, Some(left as i64));
+                    token = Some(ContinueToken::decode(&c).unwrap());
+                }
+                None => {
+                    assert_eq!(p.metadata.remaining_item_count, None);
+                    break;
+                }
+            }
+        }
+        assert_eq!(seen, names);
+        assert_eq!(pages, 3);
+    }
+
+    #[test]
+    fn continued_pages_keep_the_first_resource_version_and_skip_nothing_new() {
+        let first = page(keyed(&["a", "c", "e"]), Some(1), None, 5, false);
+        assert_eq!(first.metadata.remaining_item_count, None);
+        let token = ContinueToken::decode(&first.metadata.continue_.unwrap()).unwrap();
+        // "b" was added after the first page: it sorts after "a", so it is served.
+        let second = page(
+            keyed(&["a", "b", "c", "e"]),
+            Some(10),
+            Some(&token),
+            7,
+            false,
+        );
+        assert_eq!(second.items, ["b", "c", "e"]);
+        assert_eq!(second.metadata.resource_version.as_deref(), Some("5"));
+        assert_eq!(second.metadata.continue_, None);
+    }
+
+    #[test]
+    fn no_limit_or_a_large_one_is_one_page() {
+        for limit in [None, Some(0), Some(-1), Some(3), Some(500)] {
+            let p = page(keyed(&["a", "b", "c"]), limit, None, 1, true);
+            assert_eq!(p.items.len(), 3);
+            assert_eq!(p.metadata.continue_, None);
+            assert_eq!(p.metadata.remaining_item_count, None);
+        }
+    }
+}

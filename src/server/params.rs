@@ -1,0 +1,157 @@
+//! Query parameters of Kubernetes lists and gets (`ListOptions`, `TableOptions`) and how to read them.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::Query;
+use axum::http::{header, HeaderMap};
+use serde::Deserialize;
+
+use super::paging::ContinueToken;
+use super::selectors::{FieldSelector, LabelSelector};
+use super::table::{self, IncludeObject};
+
+/// The query of a list, a watch or a get, as sent. Unknown parameters are
+/// ignored, as the API server does; the watch handler receives this too.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ListParams {
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    pub limit: Option<i64>,
+    #[serde(rename = "continue")]
+    pub continue_token: Option<String>,
+    pub watch: Option<String>,
+    pub include_object: Option<String>,
+    // Lists are always served from the current registry; these matter to watches.
+    #[allow(dead_code)]
+    pub resource_version: Option<String>,
+    #[allow(dead_code)]
+    pub resource_version_match: Option<String>,
+    #[allow(dead_code)]
+    pub timeout_seconds: Option<i64>,
+    #[allow(dead_code)]
+    pub allow_watch_bookmarks: Option<String>,
+    #[allow(dead_code)]
+    pub send_initial_events: Option<String>,
+}
+
+/// A list request, validated: what to select, where to start, what rows carry.
+#[derive(Debug, Clone)]
+pub(crate) struct ListQuery {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub continue_from: Option<ContinueToken>,
+    pub include: IncludeObject,
+}
+
+impl ListQuery {
+    /// The API server counts the remaining items only without selectors.
+    pub fn unfiltered(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+}
+
+impl ListParams {
+    /// The query, or why it is malformed (e.g. `limit=many`), for a 400.
+    pub fn from_query(params: Result<Query<ListParams>, QueryRejection>) -> Result<Self, String> {
+        params.map(|Query(p)| p).map_err(|e| e.body_text())
+    }
+
+    /// `?watch=`, read as Go's `strconv.ParseBool` reads it.
+    pub fn is_watch(&self) -> Result<bool, String> {
+        match self.watch.as_deref() {
+            None | Some("") => Ok(false),
+            Some(v) => parse_bool(v).ok_or_else(|| format!("watch: invalid value {v:?}")),
+        }
+    }
+
+    /// Parses selectors, token and `includeObject`; `fields` are the field
+    /// labels the resource can be selected by (others are refused, with the
+    /// API server's `field label not supported: X`).
+    pub fn query(&self, fields: &[&str]) -> Result<ListQuery, String> {
+        let labels = LabelSelector::parse(self.label_selector.as_deref().unwrap_or(""))?;
+        let field_selector = FieldSelector::parse(self.field_selector.as_deref().unwrap_or(""))?;
+        field_selector.check_fields(fields)?;
+        let continue_from = self
+            .continue_token
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .map(ContinueToken::decode)
+            .transpose()?;
+        Ok(ListQuery {
+            labels,
+            fields: field_selector,
+            continue_from,
+            include: self.include_object()?,
+        })
+    }
+
+    pub fn include_object(&self) -> Result<IncludeObject, String> {
+        IncludeObject::parse(self.include_object.as_deref())
+    }
+}
+
+/// Go's `strconv.ParseBool`.
+pub(crate) fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether the client asked for a Table (kubectl `get`).
+pub(crate) fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(table::wants_table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_is_read_like_go_bools() {
+        let p = |w: &str| ListParams {
+            watch: Some(w.to_string()),
+            ..ListParams::default()
+        };
+        assert_eq!(p("true").is_watch(), Ok(true));
+        assert_eq!(p("1").is_watch(), Ok(true));
+        assert_eq!(p("false").is_watch(), Ok(false));
+        assert_eq!(p("").is_watch(), Ok(false));
+        assert!(p("yes").is_watch().is_err());
+        assert_eq!(ListParams::default().is_watch(), Ok(false));
+    }
+
+    #[test]
+    fn query_validates_every_part() {
+        let p = ListParams {
+            label_selector: Some("zone in (a,b)".into()),
+            field_selector: Some("metadata.name=x".into()),
+            ..ListParams::default()
+        };
+        let q = p.query(&["metadata.name"]).unwrap();
+        assert!(!q.unfiltered());
+        assert_eq!(q.include, IncludeObject::Metadata);
+
+        let bad_field = ListParams {
+            field_selector: Some("status.phase=Running".into()),
+            ..ListParams::default()
+        };
+        assert_eq!(
+            bad_field.query(&["metadata.name"]).unwrap_err(),
+            "field label not supported: status.phase"
+        );
+        let bad_token = ListParams {
+            continue_token: Some("nope".into()),
+            ..ListParams::default()
+        };
+        assert!(bad_token
+            .query(&[])
+            .unwrap_err()
+            .starts_with("invalid continue token"));
+        assert!(ListParams::default().query(&[]).unwrap().unfiltered());
+    }
+}

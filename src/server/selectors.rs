@@ -1,0 +1,644 @@
+//! `labelSelector` and `fieldSelector` as the Kubernetes API server parses and matches them.
+//!
+//! The grammar follows k8s.io/apimachinery's `labels.Parse` and
+//! `fields.ParseSelector`, so a selector kubectl accepts means the same here.
+
+use std::collections::BTreeMap;
+
+/// A parsed `labelSelector`: every requirement must hold.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LabelSelector {
+    requirements: Vec<Requirement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Requirement {
+    key: String,
+    op: LabelOp,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LabelOp {
+    Equals(String),
+    NotEquals(String),
+    In(Vec<String>),
+    NotIn(Vec<String>),
+    Exists,
+    DoesNotExist,
+    GreaterThan(i64),
+    LessThan(i64),
+}
+
+impl LabelSelector {
+    /// Parses a selector such as `app=web,tier in (a,b),!legacy`. The error
+    /// names the part that could not be understood.
+    pub fn parse(selector: &str) -> Result<LabelSelector, String> {
+        Parser::new(selector)
+            .parse()
+            .map_err(|e| format!("unable to parse label selector {selector:?}: {e}"))
+    }
+
+    /// True when the selector has no requirements (it matches everything).
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// Whether an object with these labels is selected.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.requirements.iter().all(|r| {
+            let value = labels.get(&r.key);
+            match &r.op {
+                LabelOp::Equals(v) => value == Some(v),
+                // As in Kubernetes: an absent key satisfies `!=` and `notin`.
+                LabelOp::NotEquals(v) => value != Some(v),
+                LabelOp::In(set) => value.is_some_and(|v| set.contains(v)),
+                LabelOp::NotIn(set) => value.is_none_or(|v| !set.contains(v)),
+                LabelOp::Exists => value.is_some(),
+                LabelOp::DoesNotExist => value.is_none(),
+                LabelOp::GreaterThan(n) => value
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|v| v > *n),
+                LabelOp::LessThan(n) => value
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|v| v < *n),
+            }
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Identifier(String),
+    Bang,
+    Equals,
+    DoubleEquals,
+    NotEquals,
+    In,
+    NotIn,
+    OpenParen,
+    CloseParen,
+    Comma,
+    Greater,
+    Less,
+    End,
+}
+
+impl Token {
+    fn describe(&self) -> String {
+        match self {
+            Token::Identifier(s) => format!("'{s}'"),
+            Token::Bang => "'!'".into(),
+            Token::Equals => "'='".into(),
+            Token::DoubleEquals => "'=='".into(),
+            Token::NotEquals => "'!='".into(),
+            Token::In => "'in'".into(),
+            Token::NotIn => "'notin'".into(),
+            Token::OpenParen => "'('".into(),
+            Token::CloseParen => "')'".into(),
+            Token::Comma => "','".into(),
+            Token::Greater => "'>'".into(),
+            Token::Less => "'<'".into(),
+            Token::End => "end of string".into(),
+        }
+    }
+}
+
+/// Splits a label selector into tokens, as apimachinery's lexer does:
+/// identifiers run until whitespace or one of `!=(),<>`.
+fn tokenize(s: &str) -> Vec<Token> {
+    const SPECIAL: &[char] = &['!', '=', '(', ')', ',', '<', '>'];
+    let chars: Vec<char> = s.chars().collect();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c.is_whitespace() {
+            i += 1;
+            continue;
+        }
+        let (token, len) = match (c, next) {
+            ('!', Some('=')) => (Token::NotEquals, 2),
+            ('!', _) => (Token::Bang, 1),
+            ('=', Some('=')) => (Token::DoubleEquals, 2),
+            ('=', _) => (Token::Equals, 1),
+            ('(', _) => (Token::OpenParen, 1),
+            (')', _) => (Token::CloseParen, 1),
+            (',', _) => (Token::Comma, 1),
+            ('>', _) => (Token::Greater, 1),
+            ('<', _) => (Token::Less, 1),
+            _ => {
+                let start = i;
+                while i < chars.len() && !chars[i].is_whitespace() && !SPECIAL.contains(&chars[i]) {
+                    i += 1;
+                }
+                let word: String = chars[start..i].iter().collect();
+                tokens.push(match word.as_str() {
+                    "in" => Token::In,
+                    "notin" => Token::NotIn,
+                    _ => Token::Identifier(word),
+                });
+                continue;
+            }
+        };
+        tokens.push(token);
+        i += len;
+    }
+    tokens.push(Token::End);
+    tokens
+}
+
+struct Parser {
+    tokens: Vec<Token>,
+    at: usize,
+}
+
+impl Parser {
+    fn new(s: &str) -> Parser {
+        Parser {
+            tokens: tokenize(s),
+            at: 0,
+        }
+    }
+
+    fn peek(&self) -> &Token {
+        self.tokens.get(self.at).unwrap_or(&Token::End)
+    }
+
+    fn next(&mut self) -> Token {
+        let t = self.peek().clone();
+        if self.at < self.tokens.len() {
+            self.at += 1;
+        }
+        t
+    }
+
+    /// `in` and `notin` are keywords only where an operator is expected;
+    /// elsewhere (keys, values) they are plain words.
+    fn next_word(&mut self) -> Token {
+        match self.next() {
+            Token::In => Token::Identifier("in".into()),
+            Token::NotIn => Token::Identifier("notin".into()),
+            t => t,
+        }
+    }
+
+    fn parse(mut self) -> Result<LabelSelector, String> {
+        let mut requirements = Vec::new();
+        loop {
+            match self.peek() {
+                Token::End => break,
+                Token::Identifier(_) | Token::Bang | Token::In | Token::NotIn => {
+                    requirements.push(self.requirement()?);
+                    match self.next() {
+                        Token::Comma => continue,
+                        Token::End => break,
+                        t => {
+                            return Err(format!(
+                                "found {}, expected: ',' or end of string",
+                                t.describe()
+                            ))
+                        }
+                    }
+                }
+                t => return Err(format!("found {}, expected: a label key", t.describe())),
+            }
+        }
+        Ok(LabelSelector { requirements })
+    }
+
+    fn requirement(&mut self) -> Result<Requirement, String> {
+        let mut negated = false;
+        let mut token = self.next_word();
+        if token == Token::Bang {
+            negated = true;
+            token = self.next_word();
+        }
+        let Token::Identifier(key) = token else {
+            return Err(format!("found {}, expected: a label key", token.describe()));
+        };
+        validate_key(&key)?;
+        if negated {
+            return Ok(Requirement {
+                key,
+                op: LabelOp::DoesNotExist,
+            });
+        }
+        if matches!(self.peek(), Token::End | Token::Comma) {
+            return Ok(Requirement {
+                key,
+                op: LabelOp::Exists,
+            });
+        }
+        let op = match self.next() {
+            Token::Equals | Token::DoubleEquals => LabelOp::Equals(self.exact_value(&key)?),
+            Token::NotEquals => LabelOp::NotEquals(self.exact_value(&key)?),
+            Token::In => LabelOp::In(self.value_set(&key)?),
+            Token::NotIn => LabelOp::NotIn(self.value_set(&key)?),
+            Token::Greater => LabelOp::GreaterThan(self.integer(&key)?),
+            Token::Less => LabelOp::LessThan(self.integer(&key)?),
+            t => {
+                return Err(format!(
+                    "found {} after {key:?}, expected one of: =, ==, !=, in, notin, >, <",
+                    t.describe()
+                ))
+            }
+        };
+        Ok(Requirement { key, op })
+    }
+
+    /// The value after `=`, `==` or `!=`; empty when the requirement ends there.
+    fn exact_value(&mut self, key: &str) -> Result<String, String> {
+        if matches!(self.peek(), Token::End | Token::Comma) {
+            return Ok(String::new());
+        }
+        match self.next_word() {
+            Token::Identifier(v) => {
+                validate_value(key, &v)?;
+                Ok(v)
+            }
+            t => Err(format!(
+                "found {} as the value of {key:?}, expected: a label value",
+                t.describe()
+            )),
+        }
+    }
+
+    /// `(a, b, c)` after `in` / `notin`.
+    fn value_set(&mut self, key: &str) -> Result<Vec<String>, String> {
+        let open = self.next();
+        if open != Token::OpenParen {
+            return Err(format!(
+                "found {} after the operator of {key:?}, expected: '('",
+                open.describe()
+            ));
+        }
+        let mut values = Vec::new();
+        loop {
+            match self.next_word() {
+                Token::Identifier(v) => {
+                    validate_value(key, &v)?;
+                    values.push(v);
+                }
+                // An empty element (`(a,,b)`, `()`) is the empty value, as in apimachinery.
+                Token::Comma => {
+                    values.push(String::new());
+                    continue;
+                }
+                Token::CloseParen => {
+                    if values.is_empty() {
+                        values.push(String::new());
+                    }
+                    return Ok(values);
+                }
+                t => {
+                    return Err(format!(
+                        "found {} in the values of {key:?}, expected: a label value, ',' or ')'",
+                        t.describe()
+                    ))
+                }
+            }
+            match self.next() {
+                Token::Comma => continue,
+                Token::CloseParen => return Ok(values),
+                t => {
+                    return Err(format!(
+                        "found {} in the values of {key:?}, expected: ',' or ')'",
+                        t.describe()
+                    ))
+                }
+            }
+        }
+    }
+
+    fn integer(&mut self, key: &str) -> Result<i64, String> {
+        match self.next_word() {
+            Token::Identifier(v) => v.parse().map_err(|_| {
+                format!("{v:?} compared with {key:?} is not an integer, as '>' and '<' require")
+            }),
+            t => Err(format!(
+                "found {} after '>' or '<' for {key:?}, expected: an integer",
+                t.describe()
+            )),
+        }
+    }
+}
+
+/// A label key: an optional DNS-subdomain prefix and `/`, then a name of at
+/// most 63 characters (alphanumerics, `-`, `_`, `.`, alphanumeric at both ends).
+fn validate_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(label_ok) {
+            return Err(format!(
+                "invalid label key {key:?}: the prefix {prefix:?} must be a lowercase DNS subdomain such as example.com"
+            ));
+        }
+    }
+    if name.is_empty() || !is_label_name(name) {
+        return Err(format!(
+            "invalid label key {key:?}: the name part must be at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+        ));
+    }
+    Ok(())
+}
+
+fn validate_value(key: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() || is_label_name(value) {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid value {value:?} for label {key:?}: at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+        ))
+    }
+}
+
+fn is_label_name(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    s.len() <= 63
+        && s.starts_with(alnum)
+        && s.ends_with(alnum)
+        && s.chars()
+            .all(|c| alnum(c) || c == '-' || c == '_' || c == '.')
+}
+
+/// A parsed `fieldSelector`: `field=value`, `field==value`, `field!=value`, comma-separated.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FieldSelector {
+    terms: Vec<FieldTerm>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FieldTerm {
+    field: String,
+    value: String,
+    equal: bool,
+}
+
+impl FieldSelector {
+    /// Parses a field selector. Values may escape `\`, `,` and `=` with a backslash.
+    pub fn parse(selector: &str) -> Result<FieldSelector, String> {
+        let mut terms = Vec::new();
+        for part in split_terms(selector) {
+            if part.is_empty() {
+                continue;
+            }
+            let (field, equal, raw) = split_term(&part).ok_or_else(|| {
+                format!("invalid selector: '{selector}'; can't understand '{part}'")
+            })?;
+            terms.push(FieldTerm {
+                field: field.to_string(),
+                value: unescape(raw)?,
+                equal,
+            });
+        }
+        Ok(FieldSelector { terms })
+    }
+
+    /// True when the selector has no terms.
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
+
+    /// Refuses fields the resource cannot be selected by, with the API server's message.
+    pub fn check_fields(&self, supported: &[&str]) -> Result<(), String> {
+        match self
+            .terms
+            .iter()
+            .find(|t| !supported.contains(&t.field.as_str()))
+        {
+            Some(t) => Err(format!("field label not supported: {}", t.field)),
+            None => Ok(()),
+        }
+    }
+
+    /// The value an equality term requires of `field`, if there is one
+    /// (lets a handler narrow a query before matching).
+    pub fn required(&self, field: &str) -> Option<&str> {
+        self.terms
+            .iter()
+            .find(|t| t.equal && t.field == field)
+            .map(|t| t.value.as_str())
+    }
+
+    /// Whether an object is selected; `field` gives the object's value of a
+    /// (checked) field name.
+    pub fn matches<'a>(&self, field: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.terms.iter().all(|t| {
+            let value = field(&t.field).unwrap_or("");
+            (value == t.value) == t.equal
+        })
+    }
+}
+
+/// Splits on commas that are not escaped with a backslash, keeping escapes.
+fn split_terms(s: &str) -> Vec<String> {
+    let mut terms = Vec::new();
+    let mut current = String::new();
+    let mut escaped = false;
+    for c in s.chars() {
+        if escaped {
+            current.push(c);
+            escaped = false;
+        } else if c == '\\' {
+            current.push(c);
+            escaped = true;
+        } else if c == ',' {
+            terms.push(std::mem::take(&mut current));
+        } else {
+            current.push(c);
+        }
+    }
+    terms.push(current);
+    terms
+}
+
+/// The first operator in the term decides: `!=`, `==`, then `=`.
+fn split_term(term: &str) -> Option<(&str, bool, &str)> {
+    for (i, _) in term.char_indices() {
+        let rest = &term[i..];
+        for (op, equal) in [("!=", false), ("==", true), ("=", true)] {
+            if let Some(value) = rest.strip_prefix(op) {
+                return Some((&term[..i], equal, value));
+            }
+        }
+    }
+    None
+}
+
+fn unescape(raw: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e @ ('\\' | ',' | '=')) => out.push(e),
+                Some(e) => {
+                    return Err(format!(
+                        "invalid field selector: invalid escape sequence: \\{e}"
+                    ))
+                }
+                None => {
+                    return Err("invalid field selector: invalid escape sequence: \\".to_string())
+                }
+            },
+            ',' | '=' => {
+                return Err(format!(
+                    "invalid field selector: unescaped character in value: {c}"
+                ))
+            }
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn selects(selector: &str, pairs: &[(&str, &str)]) -> bool {
+        LabelSelector::parse(selector)
+            .unwrap_or_else(|e| panic!("{selector}: {e}"))
+            .matches(&labels(pairs))
+    }
+
+    #[test]
+    fn equality_requirements() {
+        let node = [("kubernetes.io/hostname", "edge-1"), ("zone", "a")];
+        assert!(selects("kubernetes.io/hostname=edge-1", &node));
+        assert!(selects("kubernetes.io/hostname==edge-1", &node));
+        assert!(selects("zone = a , kubernetes.io/hostname=edge-1", &node));
+        assert!(!selects("zone=b", &node));
+        assert!(selects("zone!=b", &node));
+        assert!(!selects("zone!=a", &node));
+        // An absent key satisfies `!=`.
+        assert!(selects("rack!=r1", &node));
+        // An empty value selects an empty label only.
+        assert!(selects("role=", &[("role", "")]));
+        assert!(!selects("role=", &node));
+    }
+
+    #[test]
+    fn set_based_requirements() {
+        let node = [("zone", "a"), ("tier", "edge")];
+        assert!(selects("zone in (a, b)", &node));
+        assert!(!selects("zone in (b,c)", &node));
+        assert!(selects("zone notin (b,c)", &node));
+        assert!(!selects("zone notin (a)", &node));
+        assert!(selects("rack notin (r1)", &node));
+        assert!(!selects("rack in (r1)", &node));
+        assert!(selects("zone", &node));
+        assert!(!selects("rack", &node));
+        assert!(selects("!rack", &node));
+        assert!(!selects("!zone", &node));
+        assert!(selects("zone in (a),tier,!rack,tier notin (core)", &node));
+        // `in` and `notin` are plain words as keys and values.
+        assert!(selects("in in (notin)", &[("in", "notin")]));
+    }
+
+    #[test]
+    fn numeric_comparisons() {
+        let node = [("gpus", "4")];
+        assert!(selects("gpus>2", &node));
+        assert!(!selects("gpus<2", &node));
+        assert!(!selects("missing>0", &node));
+        assert!(LabelSelector::parse("gpus>many").is_err());
+    }
+
+    #[test]
+    fn empty_selector_selects_everything() {
+        let s = LabelSelector::parse("").unwrap();
+        assert!(s.is_empty());
+        assert!(s.matches(&labels(&[])));
+    }
+
+    #[test]
+    fn errors_name_the_bad_part() {
+        let err = |s: &str| LabelSelector::parse(s).expect_err(s);
+        assert!(
+            err("zone in (a").contains("end of string"),
+            "{}",
+            err("zone in (a")
+        );
+        assert!(err("zone in a").contains("'a'"), "{}", err("zone in a"));
+        assert!(err("a b").contains("'b'"), "{}", err("a b"));
+        assert!(err("=x").contains("'='"), "{}", err("=x"));
+        assert!(err("zone=a b").contains("'b'"), "{}", err("zone=a b"));
+        assert!(err("-bad=x").contains("\"-bad\""), "{}", err("-bad=x"));
+        assert!(err("Bad.Prefix/x=1").contains("Bad.Prefix"));
+        assert!(err("k=v/w").contains("\"v/w\""), "{}", err("k=v/w"));
+        assert!(err(&format!("k={}", "v".repeat(64))).contains("63"));
+        assert!(err("!a=b").contains("'='"), "{}", err("!a=b"));
+        assert!(err("a,,b").contains("','"), "{}", err("a,,b"));
+    }
+
+    #[test]
+    fn field_selectors_parse_and_match() {
+        let s = FieldSelector::parse("metadata.name=edge-1,spec.unschedulable!=true").unwrap();
+        s.check_fields(&["metadata.name", "spec.unschedulable"])
+            .unwrap();
+        let fields = |name: &'static str, unschedulable: &'static str| {
+            move |f: &str| match f {
+                "metadata.name" => Some(name),
+                "spec.unschedulable" => Some(unschedulable),
+                _ => None,
+            }
+        };
+        assert!(s.matches(fields("edge-1", "false")));
+        assert!(!s.matches(fields("edge-1", "true")));
+        assert!(!s.matches(fields("edge-2", "false")));
+        assert_eq!(s.required("metadata.name"), Some("edge-1"));
+        assert_eq!(s.required("spec.unschedulable"), None);
+
+        let s = FieldSelector::parse("metadata.name==a").unwrap();
+        assert!(s.matches(|_| Some("a")));
+        assert!(FieldSelector::parse("").unwrap().is_empty());
+        // kubectl describe sends an empty namespace term.
+        let s = FieldSelector::parse("involvedObject.namespace=,involvedObject.name=x").unwrap();
+        assert!(s.matches(|f| (f == "involvedObject.name").then_some("x")));
+    }
+
+    #[test]
+    fn field_selector_escapes() {
+        let s = FieldSelector::parse(r"metadata.name=a\,b\=c\\d").unwrap();
+        assert_eq!(s.required("metadata.name"), Some(r"a,b=c\d"));
+        assert!(FieldSelector::parse(r"metadata.name=a\x")
+            .unwrap_err()
+            .contains("invalid escape sequence"));
+        assert!(FieldSelector::parse("metadata.name=a=b")
+            .unwrap_err()
+            .contains("unescaped character"));
+    }
+
+    #[test]
+    fn field_selector_errors_are_the_api_servers() {
+        assert_eq!(
+            FieldSelector::parse("metadata.name").unwrap_err(),
+            "invalid selector: 'metadata.name'; can't understand 'metadata.name'"
+        );
+        let s = FieldSelector::parse("status.phase=Running").unwrap();
+        assert_eq!(
+            s.check_fields(&["metadata.name"]).unwrap_err(),
+            "field label not supported: status.phase"
+        );
+    }
+}
