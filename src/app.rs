@@ -287,7 +287,9 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     };
     let server = tasks.spawn({
         let stop = server_shutdown.clone();
-        async move { crate::server::serve(listener, state, stop).await }
+        async move {
+            crate::server::serve(listener, crate::server::router(state), None, stop).await
+        }
     });
     tasks.close();
 

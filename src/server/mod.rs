@@ -2,10 +2,12 @@
 //! time, store status, health and metrics. Reads only what is durable.
 
 mod nodes;
+mod serve;
 mod v1;
 
 use std::sync::Arc;
 
+pub use serve::{check_listen, serve, serve_with, tls_config, ServeConfig};
 pub use v1::{HistoryParams, NodeEntry};
 
 use axum::extract::DefaultBodyLimit;
@@ -13,8 +15,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 use crate::controller::view::View;
 use crate::metrics::Metrics;
@@ -46,17 +46,6 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found_path)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
-}
-
-/// Serves until `shutdown` is cancelled.
-pub async fn serve(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
 }
 
 /// A Kubernetes `Status` error response.
