@@ -1,17 +1,20 @@
 //! The HTTP API: Kubernetes-shaped nodes, history, the registry at a past
 //! time, store status, health and metrics. Reads only what is durable.
 
+mod auth;
 mod nodes;
 mod serve;
 mod v1;
 
 use std::sync::Arc;
 
+pub use auth::{authenticate, check_may_write_node, Caller, Tokens};
 pub use serve::{check_listen, serve, serve_with, tls_config, ServeConfig};
 pub use v1::{HistoryParams, NodeEntry};
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -31,9 +34,15 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
 }
 
-/// The router, for tests and for [`serve`].
+/// The router without `--token-file`: every caller is [`Caller::Anonymous`].
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    secured_router(state, None)
+}
+
+/// The router for [`serve`]; with `tokens`, writes need a bearer token
+/// (see [`authenticate`]).
+pub fn secured_router(state: AppState, tokens: Option<Arc<Tokens>>) -> Router {
+    let routes = Router::new()
         .route("/api/v1/nodes", get(nodes::list_nodes))
         .route("/api/v1/nodes/{name}", get(nodes::get_node))
         .route("/v1/nodes", get(v1::list_node_records))
@@ -43,9 +52,37 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/store", get(v1::store_status))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(v1::metrics))
-        .fallback(not_found_path)
+        .fallback(not_found_path);
+    harden(routes, tokens).with_state(state)
+}
+
+/// The layers over every route: the body cap (answered with a `Status`),
+/// and outermost the bearer-token check, so an unauthorized write is
+/// refused before anything else.
+pub fn harden<S: Clone + Send + Sync + 'static>(
+    routes: Router<S>,
+    tokens: Option<Arc<Tokens>>,
+) -> Router<S> {
+    routes
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(state)
+        .layer(middleware::map_response(too_large_as_status))
+        .layer(middleware::from_fn_with_state(tokens, authenticate))
+}
+
+/// axum's body-limit rejection is plain text; clients expect a `Status`.
+async fn too_large_as_status(response: Response) -> Response {
+    let is_status = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if response.status() != StatusCode::PAYLOAD_TOO_LARGE || is_status {
+        return response;
+    }
+    status_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestEntityTooLarge",
+        format!("Request entity too large: limit is {BODY_LIMIT}"),
+    )
 }
 
 /// A Kubernetes `Status` error response.
