@@ -16,7 +16,7 @@ use crate::controller::{Controller, ControllerConfig, ControllerError, Controlle
 use crate::metrics::Metrics;
 use crate::model::{NodeSpec, Resources};
 use crate::probe::{ProbeConfig, Scheme};
-use crate::server::AppState;
+use crate::server::{AppState, Tokens};
 use crate::sim::{Fleet, FleetConfig};
 use crate::source::{static_list, SourceError};
 use crate::store::{Store, StoreError, StoreOptions};
@@ -28,6 +28,11 @@ const SPARE_FILES: u64 = 256;
 pub struct RunConfig {
     pub db: PathBuf,
     pub listen: std::net::SocketAddr,
+    /// Serving TLS (`--tls-cert-file`), and that certificate's path for the discovery file.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub tls_cert_file: Option<PathBuf>,
+    /// `--token-file`: writes need one of these.
+    pub tokens: Option<Arc<Tokens>>,
     pub store: StoreOptions,
     pub controller: ControllerConfig,
     pub specs: Vec<NodeSpec>,
@@ -39,6 +44,9 @@ pub struct RunConfig {
 pub enum RunError {
     #[error("{flag}: {reason}")]
     Flag { flag: &'static str, reason: String },
+    /// TLS, tokens or the listen policy; the message names the flags.
+    #[error("{0}")]
+    Serving(String),
     #[error(transparent)]
     Source(#[from] SourceError),
     #[error(transparent)]
@@ -149,9 +157,53 @@ impl RunConfig {
         }
         // Fail on bad certificates or tokens now, not at the first sweep.
         crate::probe::Prober::new(&probe).map_err(|e| flag("kubelet access", e.to_string()))?;
+        let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                Some(crate::server::tls_config(cert, key).map_err(RunError::Serving)?)
+            }
+            (Some(_), None) => {
+                return Err(flag(
+                    "--tls-cert-file",
+                    "needs --tls-private-key-file, the certificate's private key".into(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(flag(
+                    "--tls-private-key-file",
+                    "needs --tls-cert-file, the certificate it belongs to".into(),
+                ))
+            }
+        };
+        let tokens = match &args.token_file {
+            None => None,
+            Some(path) => Some(Arc::new(Tokens::load(path).map_err(RunError::Serving)?)),
+        };
+        crate::server::check_listen(
+            args.listen,
+            tls.is_some(),
+            tokens.is_some(),
+            args.insecure_listen,
+        )
+        .map_err(RunError::Serving)?;
+        if args.insecure_listen && (tls.is_none() || tokens.is_none()) {
+            tracing::warn!(
+                listen = %args.listen,
+                tls = tls.is_some(),
+                tokens = tokens.is_some(),
+                "--insecure-listen: the API may be reachable from the network without TLS or authentication"
+            );
+        }
         Ok(RunConfig {
             db: db.to_path_buf(),
             listen: args.listen,
+            tls,
+            // Absolute, so the CLI finds it from any directory.
+            tls_cert_file: args
+                .tls_cert_file
+                .as_ref()
+                .map(|p| std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p))),
+            tokens,
             store: StoreOptions {
                 cache_capacity: args.cache_capacity,
             },
@@ -182,6 +234,9 @@ pub struct Discovery {
     pub instance: String,
     #[serde(rename = "simControl", skip_serializing_if = "Option::is_none")]
     pub sim_control: Option<String>,
+    /// The serving certificate when `url` is https: what the CLI trusts.
+    #[serde(rename = "caFile", default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Discovery {
@@ -203,6 +258,16 @@ impl Discovery {
         std::fs::write(&tmp, body)
             .and_then(|()| std::fs::rename(&tmp, &path))
             .map_err(|source| RunError::Discovery { path, source })
+    }
+}
+
+/// Where a local client reaches a listener: a wildcard address becomes loopback.
+fn reachable(local: std::net::SocketAddr) -> std::net::SocketAddr {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    match local.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, local.port()).into(),
+        IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, local.port()).into(),
+        _ => local,
     }
 }
 
@@ -280,11 +345,20 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     .await?;
     let discovery = Discovery {
         pid: std::process::id(),
-        url: format!("http://{local}"),
+        url: format!(
+            "{}://{}",
+            if config.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            },
+            reachable(local)
+        ),
         instance: controller.instance().to_string(),
         sim_control: fleet
             .as_ref()
             .map(|f| format!("http://{}", f.control_addr())),
+        ca_file: config.tls_cert_file.clone(),
     };
     discovery.write(&config.db)?;
     tracing::info!(url = %discovery.url, db = %config.db.display(), "serving the API");
@@ -298,9 +372,11 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         controller: handle,
         shutdown: server_shutdown.clone(),
     };
+    let router = crate::server::secured_router(state, config.tokens.clone());
     let server = tasks.spawn({
         let stop = server_shutdown.clone();
-        async move { crate::server::serve(listener, state, stop).await }
+        let tls = config.tls.clone();
+        async move { crate::server::serve(listener, router, tls, stop).await }
     });
     tasks.close();
 

@@ -120,9 +120,24 @@ pub enum DbCommand {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Address for the HTTP API (nodes, history, metrics).
+    /// Address for the HTTP API (nodes, history, metrics). A non-loopback
+    /// address needs --tls-cert-file and --token-file (or --insecure-listen).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Serve the API over HTTPS with this certificate (PEM, leaf first, then intermediates).
+    #[arg(long, value_name = "PATH")]
+    pub tls_cert_file: Option<String>,
+    /// The private key of --tls-cert-file (PEM).
+    #[arg(long, value_name = "PATH")]
+    pub tls_private_key_file: Option<String>,
+    /// Bearer tokens for writes, one a line: `TOKEN` (any node), `TOKEN,NODE`
+    /// (that node only), or kube-apiserver's `token,user,uid[,"groups"]`
+    /// (user system:node:NAME is bound to NAME). Reads stay open.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<String>,
+    /// Serve a non-loopback --listen address even without TLS or tokens.
+    #[arg(long)]
+    pub insecure_listen: bool,
 
     /// Static nodes, comma-separated names or IPs.
     #[arg(long)]

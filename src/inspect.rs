@@ -46,7 +46,7 @@ impl Source {
     /// that controller instead. `server` forces the HTTP way.
     pub fn open(db: &Path, server: Option<&str>) -> Result<Source, InspectError> {
         if let Some(url) = server {
-            return Ok(Source::remote(url));
+            return Source::remote(url, None);
         }
         if !db.exists() {
             return Err(InspectError::NoStore(db.display().to_string()));
@@ -59,24 +59,44 @@ impl Source {
         ) {
             Ok(store) => Ok(Source::Local(store)),
             Err(StoreError::Locked { path }) => match Discovery::read(&path) {
-                Some(found) => Ok(Source::remote(&found.url)),
+                Some(found) => Source::remote(&found.url, found.ca_file.as_deref()),
                 None => Err(StoreError::Locked { path }.into()),
             },
             Err(e) => Err(e.into()),
         }
     }
 
-    fn remote(url: &str) -> Source {
-        let client = reqwest::Client::builder()
+    /// A client for `url`; with `ca_file` (the controller's serving
+    /// certificate, from its discovery file) it trusts that and nothing else.
+    fn remote(url: &str, ca_file: Option<&Path>) -> Result<Source, InspectError> {
+        let failed = |reason: String| InspectError::Remote {
+            url: url.to_string(),
+            reason,
+        };
+        let mut builder = reqwest::Client::builder()
             .no_proxy()
             .timeout(HTTP_TIMEOUT)
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .expect("an HTTP client without TLS settings builds");
-        Source::Remote {
+            .connect_timeout(Duration::from_secs(5));
+        if let Some(path) = ca_file {
+            let certs = std::fs::read(path)
+                .map_err(|e| e.to_string())
+                .and_then(|pem| {
+                    reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| e.to_string())
+                })
+                .map_err(|e| {
+                    failed(format!(
+                        "cannot use its certificate {} (caFile in {}): {e}",
+                        path.display(),
+                        Discovery::FILE
+                    ))
+                })?;
+            builder = builder.tls_certs_only(certs);
+        }
+        let client = builder.build().map_err(|e| failed(e.to_string()))?;
+        Ok(Source::Remote {
             base: url.trim_end_matches('/').to_string(),
             client,
-        }
+        })
     }
 
     /// Whether this reads through a running controller.

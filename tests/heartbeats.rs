@@ -510,3 +510,55 @@ async fn kubelets_may_register_themselves_when_allowed() {
     assert_eq!(history[0]["record"]["source"], "kubelet");
     assert!(c.stop().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tokens_a_node_may_update_only_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        "# operators and nodes\nop-secret\nedge-1-secret,edge-1\n",
+    )
+    .unwrap();
+    let c = Controller::start(
+        &db,
+        &push_args(
+            dir.path(),
+            "push",
+            &["--token-file", tokens.to_str().unwrap()],
+        ),
+    );
+    let patch = |token: Option<&'static str>, node: &'static str| {
+        let mut request = client()
+            .patch(format!("{}/api/v1/nodes/{node}/status", c.url))
+            .header("content-type", "application/merge-patch+json")
+            .body(r#"{"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}"#);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let code = response.status().as_u16();
+            (code, response.json::<Value>().await.unwrap())
+        }
+    };
+    let (code, s) = patch(None, "edge-1").await;
+    assert_eq!(
+        (code, s["reason"].as_str()),
+        (401, Some("Unauthorized")),
+        "{s}"
+    );
+    let (code, s) = patch(Some("edge-1-secret"), "edge-2").await;
+    assert_eq!(
+        (code, s["reason"].as_str()),
+        (403, Some("Forbidden")),
+        "{s}"
+    );
+    assert!(s["message"].as_str().unwrap().contains("edge-2"), "{s}");
+    assert_eq!(patch(Some("edge-1-secret"), "edge-1").await.0, 200);
+    assert_eq!(patch(Some("op-secret"), "edge-2").await.0, 200);
+    // Reads stay open.
+    assert_eq!(c.ready("edge-2").await.as_deref(), Some("True"));
+    assert!(c.stop().success());
+}

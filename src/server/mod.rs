@@ -2,6 +2,7 @@
 //! selectors, pages and events `kubectl` uses), history, the registry at a
 //! past time, store status, health and metrics. Reads only what is durable.
 
+mod auth;
 mod discovery;
 mod events;
 mod nodes;
@@ -11,21 +12,23 @@ mod patch;
 mod pods;
 mod push;
 mod selectors;
+mod serve;
 mod table;
 mod v1;
 mod watch;
 
 use std::sync::Arc;
 
+pub use auth::{authenticate, check_may_write_node, Caller, Tokens};
+pub use serve::{check_listen, serve, serve_with, tls_config, ServeConfig};
 pub use v1::{HistoryParams, NodeEntry};
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::HeaderMap;
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::view::View;
@@ -46,9 +49,15 @@ pub struct AppState {
     pub shutdown: CancellationToken,
 }
 
-/// The router, for tests and for [`serve`].
+/// The router without `--token-file`: every caller is [`Caller::Anonymous`].
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    secured_router(state, None)
+}
+
+/// The router for [`serve`]; with `tokens`, writes need a bearer token
+/// (see [`authenticate`]).
+pub fn secured_router(state: AppState, tokens: Option<Arc<Tokens>>) -> Router {
+    let routes = Router::new()
         .route("/version", get(discovery::version))
         .route("/api", get(discovery::api))
         .route("/api/v1", get(discovery::api_v1))
@@ -105,20 +114,37 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/store", get(v1::store_status))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(v1::metrics))
-        .fallback(not_found_path)
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(state)
+        .fallback(not_found_path);
+    harden(routes, tokens).with_state(state)
 }
 
-/// Serves until `shutdown` is cancelled.
-pub async fn serve(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+/// The layers over every route: the body cap (answered with a `Status`),
+/// and outermost the bearer-token check, so an unauthorized write is
+/// refused before anything else.
+pub fn harden<S: Clone + Send + Sync + 'static>(
+    routes: Router<S>,
+    tokens: Option<Arc<Tokens>>,
+) -> Router<S> {
+    routes
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::map_response(too_large_as_status))
+        .layer(middleware::from_fn_with_state(tokens, authenticate))
+}
+
+/// axum's body-limit rejection is plain text; clients expect a `Status`.
+async fn too_large_as_status(response: Response) -> Response {
+    let is_status = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if response.status() != StatusCode::PAYLOAD_TOO_LARGE || is_status {
+        return response;
+    }
+    status_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestEntityTooLarge",
+        format!("Request entity too large: limit is {BODY_LIMIT}"),
+    )
 }
 
 /// A Kubernetes `Status` error response.
@@ -148,13 +174,6 @@ async fn not_found_path(uri: axum::http::Uri) -> Response {
             uri.path()
         ),
     )
-}
-
-#[allow(clippy::result_large_err)]
-/// Whether the caller may write to node `name`. Without `--token-file`
-/// every caller may; the token layer (when configured) narrows this.
-pub(crate) fn auth_node(_headers: &HeaderMap, _name: &str) -> Result<(), Response> {
-    Ok(())
 }
 
 /// `?watch=true` on resources nodekeeper lists but does not stream.

@@ -160,10 +160,11 @@ async fn write_status(s: &AppState, name: String, node: KubeNode) -> Response {
 pub(crate) async fn put_status(
     State(s): State<AppState>,
     Path(name): Path<String>,
+    caller: super::Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = super::auth_node(&headers, &name) {
+    if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
     match json_body::<KubeNode>(&headers, &body) {
@@ -176,10 +177,11 @@ pub(crate) async fn put_status(
 pub(crate) async fn patch_status(
     State(s): State<AppState>,
     Path(name): Path<String>,
+    caller: super::Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = super::auth_node(&headers, &name) {
+    if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
     let current = match current_node(&s, &name) {
@@ -199,6 +201,7 @@ pub(crate) async fn patch_status(
 /// `POST /api/v1/nodes`: a kubelet registering its node.
 pub(crate) async fn create_node(
     State(s): State<AppState>,
+    caller: super::Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -207,7 +210,7 @@ pub(crate) async fn create_node(
         Err(r) => return r,
     };
     let name = node.metadata.name.clone().unwrap_or_default();
-    if let Err(r) = super::auth_node(&headers, &name) {
+    if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
     let (spec, status) = match kube_input::node_registration(&node) {
@@ -285,6 +288,7 @@ fn lease_list(s: &AppState) -> Response {
 pub(crate) async fn create_lease(
     State(s): State<AppState>,
     Path(namespace): Path<String>,
+    caller: super::Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -296,7 +300,7 @@ pub(crate) async fn create_lease(
         Err(r) => return r,
     };
     let name = kube.metadata.name.clone().unwrap_or_default();
-    if let Err(r) = super::auth_node(&headers, &name) {
+    if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
     let lease = match kube_input::lease(&kube, &name) {
@@ -313,10 +317,13 @@ pub(crate) async fn create_lease(
 pub(crate) async fn put_lease(
     State(s): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
+    caller: super::Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = check_namespace(&namespace).and_then(|()| super::auth_node(&headers, &name)) {
+    if let Err(r) =
+        check_namespace(&namespace).and_then(|()| super::check_may_write_node(&caller, &name))
+    {
         return r;
     }
     match json_body::<KubeLease>(&headers, &body) {
@@ -329,10 +336,13 @@ pub(crate) async fn put_lease(
 pub(crate) async fn patch_lease(
     State(s): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
+    caller: super::Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = check_namespace(&namespace).and_then(|()| super::auth_node(&headers, &name)) {
+    if let Err(r) =
+        check_namespace(&namespace).and_then(|()| super::check_may_write_node(&caller, &name))
+    {
         return r;
     }
     let Some(current) = s.view.lease(&name) else {

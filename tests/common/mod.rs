@@ -290,3 +290,34 @@ pub fn cli_ok(db: &Path, args: &[&str]) -> String {
 pub fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
+
+/// A client that trusts only the given PEM certificate(s).
+pub fn client_trusting(pem: &[u8]) -> reqwest::Client {
+    nodekeeper::install_crypto_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .tls_certs_only(reqwest::Certificate::from_pem_bundle(pem).unwrap())
+        .build()
+        .unwrap()
+}
+
+/// A self-signed serving certificate for `names` written into `dir`:
+/// (certificate path, key path, certificate PEM).
+pub fn self_signed_cert(dir: &Path, names: &[&str]) -> (String, String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert =
+        rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+    let cert_path = dir.join("tls.crt");
+    let key_path = dir.join("tls.key");
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (
+        cert_path.to_string_lossy().into_owned(),
+        key_path.to_string_lossy().into_owned(),
+        cert.pem(),
+    )
+}
