@@ -101,6 +101,26 @@ impl RunConfig {
                 "must be more than zero".into(),
             ));
         }
+        for (name, rate) in [
+            ("--node-eviction-rate", args.node_eviction_rate),
+            (
+                "--secondary-node-eviction-rate",
+                args.secondary_node_eviction_rate,
+            ),
+        ] {
+            if !(rate.is_finite() && rate >= 0.0) {
+                return Err(flag(
+                    name,
+                    format!("{rate} is not a rate: give evictions per second, 0 or more"),
+                ));
+            }
+        }
+        if !(args.unhealthy_zone_threshold > 0.0 && args.unhealthy_zone_threshold <= 1.0) {
+            return Err(flag(
+                "--unhealthy-zone-threshold",
+                "must be a share between 0 and 1, such as 0.55".into(),
+            ));
+        }
         if args.probe_concurrency == 0 {
             return Err(flag("--probe-concurrency", "must be at least 1".into()));
         }
@@ -217,6 +237,16 @@ impl RunConfig {
                 register_retry_count: args.register_retry_count,
                 probe,
                 probe_concurrency: args.probe_concurrency,
+                eviction: crate::controller::eviction::EvictionConfig {
+                    pod_eviction_timeout: args.pod_eviction_timeout,
+                    mode: args.eviction_mode,
+                    hook: args.eviction_hook.clone(),
+                    node_eviction_rate: args.node_eviction_rate,
+                    secondary_node_eviction_rate: args.secondary_node_eviction_rate,
+                    unhealthy_zone_threshold: args.unhealthy_zone_threshold,
+                    large_cluster_size_threshold: args.large_cluster_size_threshold,
+                    ..Default::default()
+                },
                 ..ControllerConfig::default()
             },
             specs,

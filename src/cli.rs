@@ -199,6 +199,27 @@ pub struct RunArgs {
     /// Let kubelets register their own nodes (POST /api/v1/nodes).
     #[arg(long)]
     pub allow_node_registration: bool,
+    /// How long a node may stay not Ready before it is evicted.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub pod_eviction_timeout: Duration,
+    /// What eviction does: NoExecute taints, pod deletion (with a mirror), or nothing.
+    #[arg(long, value_enum, default_value_t = crate::controller::eviction::EvictionMode::Taint)]
+    pub eviction_mode: crate::controller::eviction::EvictionMode,
+    /// A command run (with `sh -c`) for each evicted node, given the node's name and the reason as $1 and $2.
+    #[arg(long)]
+    pub eviction_hook: Option<String>,
+    /// Evictions per second in a healthy zone.
+    #[arg(long, default_value_t = 0.1)]
+    pub node_eviction_rate: f64,
+    /// Evictions per second in a partially disrupted large zone.
+    #[arg(long, default_value_t = 0.01)]
+    pub secondary_node_eviction_rate: f64,
+    /// Share of not Ready nodes (more than 2) that makes a zone partially disrupted.
+    #[arg(long, default_value_t = 0.55)]
+    pub unhealthy_zone_threshold: f64,
+    /// Zones up to this size are not evicted at all while partially disrupted.
+    #[arg(long, default_value_t = 50)]
+    pub large_cluster_size_threshold: usize,
     /// Passes at registering the nodes before giving up (one sync period apart).
     #[arg(long, default_value_t = 10)]
     pub register_retry_count: u32,

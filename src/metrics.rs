@@ -75,6 +75,7 @@ pub struct Metrics {
     pub heartbeats: Family<HeartbeatLabels, Counter>,
     pub heartbeat_age: Family<QuantileLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub pushing: Gauge,
+    pub evictions: Counter,
 }
 
 impl Default for Metrics {
@@ -154,7 +155,14 @@ impl Metrics {
             "Nodes whose health comes from their own heartbeats",
             pushing.clone(),
         );
+        let evictions = Counter::default();
+        registry.register(
+            "evictions",
+            "Nodes evicted (not Ready past --pod-eviction-timeout)",
+            evictions.clone(),
+        );
         Metrics {
+            evictions,
             heartbeats,
             heartbeat_age,
             pushing,

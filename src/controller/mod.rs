@@ -7,6 +7,8 @@
 //! [`Push`] messages; the HTTP server reads the published [`View`].
 
 pub mod conditions;
+mod evict;
+pub mod eviction;
 mod monitor;
 pub mod push;
 mod register;
@@ -58,6 +60,7 @@ pub struct ControllerConfig {
     pub probe_concurrency: usize,
     /// How long a host name lookup may take.
     pub lookup_timeout: Duration,
+    pub eviction: eviction::EvictionConfig,
 }
 
 impl Default for ControllerConfig {
@@ -73,6 +76,7 @@ impl Default for ControllerConfig {
             probe: ProbeConfig::default(),
             probe_concurrency: 1024,
             lookup_timeout: Duration::from_secs(5),
+            eviction: eviction::EvictionConfig::default(),
         }
     }
 }
@@ -114,6 +118,9 @@ pub struct Controller {
     dirty_leases: BTreeSet<String>,
     /// Single probes of nodes whose heartbeats stopped (hybrid mode).
     rescues: JoinSet<(String, ProbeOutcome)>,
+    evictor: eviction::Evictor,
+    /// Eviction hooks running.
+    hooks: JoinSet<(String, String)>,
     started: Instant,
     instance: String,
 }
@@ -181,9 +188,23 @@ impl Controller {
             dirty_nodes: BTreeSet::new(),
             dirty_leases: BTreeSet::new(),
             rescues: JoinSet::new(),
+            evictor: eviction::Evictor::default(),
+            hooks: JoinSet::new(),
             started,
             instance,
         };
+        let mut controller = controller;
+        for t in controller.tracked.values() {
+            // A node tainted NoExecute by an eviction stays evicted until Ready.
+            let evicted = t.node.taints.iter().any(|taint| {
+                taint.effect == "NoExecute"
+                    && (taint.key == eviction::TAINT_NOT_READY
+                        || taint.key == eviction::TAINT_UNREACHABLE)
+            });
+            if evicted {
+                controller.evictor.mark_evicted(&t.node.name);
+            }
+        }
         controller.update_gauges();
         tracing::info!(
             instance = %controller.instance,
@@ -290,6 +311,7 @@ impl Controller {
                 }
                 _ = monitor_ticks.tick() => {
                     self.monitor_pass().await;
+                    self.eviction_pass().await;
                     if let Err(e) = self.persist_heartbeats().await {
                         tracing::error!("heartbeats could not be stored: {e}");
                     }
@@ -300,6 +322,11 @@ impl Controller {
                     }
                 }
                 Some(push) = pushes.recv() => self.handle_push(push).await,
+                Some(done) = self.hooks.join_next(), if !self.hooks.is_empty() => {
+                    if let Ok((name, result)) = done {
+                        self.after_hook(&name, result).await;
+                    }
+                }
             }
         }
         if let Some(sweep) = sweep {

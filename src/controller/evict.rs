@@ -1,0 +1,126 @@
+//! Carrying out eviction decisions: taints that follow Ready, the
+//! `EvictionStarted` event, and the `--eviction-hook` run with the node's
+//! name and reason (its result is `EvictionDone`).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::eviction::{wanted_taints, EvictionMode};
+use super::Controller;
+use crate::model::{EventKind, Micros};
+use crate::store::Batch;
+
+/// What the hook printed that is kept in history at most.
+const HOOK_OUTPUT: usize = 500;
+
+impl Controller {
+    /// Runs every monitor period: taints follow Ready, due nodes are evicted
+    /// at their zone's rate.
+    pub(super) async fn eviction_pass(&mut self) {
+        let config = self.config.eviction.clone();
+        if config.mode == EvictionMode::None {
+            return;
+        }
+        let now = Instant::now();
+        let wall = Micros::now();
+        let pass = self.evictor.pass(
+            self.tracked.values().map(|t| &t.node),
+            &config,
+            self.started,
+            now,
+        );
+        let mut batch = Batch::new(wall);
+        let mut hooks = Vec::new();
+        for (name, t) in &self.tracked {
+            let evict = pass.evict.iter().find(|(n, _)| n == name);
+            let taints = wanted_taints(&t.node, self.evictor.is_evicted(name), config.mode, wall);
+            let mut events = Vec::new();
+            if taints != t.node.taints {
+                events.push(EventKind::TaintsChanged {
+                    from: t.node.taints.clone(),
+                    to: taints.clone(),
+                });
+            }
+            if let Some((_, reason)) = evict {
+                tracing::warn!(node = %name, reason, mode = config.mode.as_str(), "evicting");
+                events.push(EventKind::EvictionStarted {
+                    reason: reason.clone(),
+                    mode: config.mode.as_str().into(),
+                });
+                self.metrics.evictions.inc();
+                if let Some(hook) = &config.hook {
+                    hooks.push((name.clone(), reason.clone(), hook.clone()));
+                }
+            }
+            if !events.is_empty() {
+                let mut node = t.node.clone();
+                node.taints = taints;
+                batch.record(node, events);
+            }
+        }
+        if batch.is_empty() {
+            return;
+        }
+        // The decision is durable before anything acts on it.
+        if let Err(e) = self.commit(batch).await {
+            return tracing::error!("eviction decisions could not be stored: {e}");
+        }
+        for (name, reason, hook) in hooks {
+            let timeout = config.hook_timeout;
+            self.hooks.spawn(async move {
+                let result = run_hook(&hook, &name, &reason, timeout).await;
+                (name, result)
+            });
+        }
+    }
+
+    /// Records what a hook did.
+    pub(super) async fn after_hook(&mut self, name: &str, result: String) {
+        let mut batch = Batch::new(Micros::now());
+        batch.node_event(name, EventKind::EvictionDone { result });
+        if let Err(e) = self.commit(batch).await {
+            tracing::error!("the eviction result could not be stored: {e}");
+        }
+    }
+}
+
+/// Runs `sh -c HOOK` with the node name and reason as `$1` and `$2` (and in
+/// `NODEKEEPER_NODE` / `NODEKEEPER_REASON`), within `timeout`.
+async fn run_hook(hook: &str, node: &str, reason: &str, timeout: Duration) -> String {
+    let child = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{hook} \"$@\""))
+        .arg("nodekeeper-eviction-hook")
+        .arg(node)
+        .arg(reason)
+        .env("NODEKEEPER_NODE", node)
+        .env("NODEKEEPER_REASON", reason)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let child = match child {
+        Ok(child) => child,
+        Err(e) => return format!("hook could not start: {e}"),
+    };
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Err(_) => format!("hook killed after {}", crate::duration::format(timeout)),
+        Ok(Err(e)) => format!("hook failed: {e}"),
+        Ok(Ok(out)) => {
+            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&out.stderr));
+            let text: String = text.trim().chars().take(HOOK_OUTPUT).collect();
+            match out.status.code() {
+                Some(0) if text.is_empty() => "hook succeeded".into(),
+                Some(0) => format!("hook succeeded: {text}"),
+                code => format!(
+                    "hook exited with {}: {text}",
+                    code.map_or("a signal".into(), |c| c.to_string())
+                ),
+            }
+        }
+    }
+}

@@ -1,0 +1,545 @@
+//! Eviction: nodes that stay not Ready past `--pod-eviction-timeout` are
+//! evicted through a per-zone rate limiter, and not at all while every zone
+//! looks fully disrupted — then the fault is the network or the controller,
+//! not the nodes. Taints follow the Ready condition.
+//!
+//! The zone states and rates are the upstream node lifecycle controller's.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::model::{ConditionStatus, Micros, Node, Taint};
+
+pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
+pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// What eviction does (`--eviction-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EvictionMode {
+    /// NoExecute taints (`not-ready` / `unreachable`), NoSchedule at once.
+    Taint,
+    /// Delete the node's pods (the ancestor's behaviour; needs a mirror).
+    DeletePods,
+    /// Record nothing, do nothing.
+    None,
+}
+
+impl EvictionMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictionMode::Taint => "taint",
+            EvictionMode::DeletePods => "delete-pods",
+            EvictionMode::None => "none",
+        }
+    }
+}
+
+/// Eviction settings, named as kube-controller-manager names them.
+#[derive(Debug, Clone)]
+pub struct EvictionConfig {
+    pub pod_eviction_timeout: Duration,
+    pub mode: EvictionMode,
+    /// Run with the node's name and the reason when a node is evicted.
+    pub hook: Option<String>,
+    pub hook_timeout: Duration,
+    pub node_eviction_rate: f64,
+    pub secondary_node_eviction_rate: f64,
+    pub unhealthy_zone_threshold: f64,
+    pub large_cluster_size_threshold: usize,
+}
+
+impl Default for EvictionConfig {
+    fn default() -> Self {
+        EvictionConfig {
+            pod_eviction_timeout: Duration::from_secs(300),
+            mode: EvictionMode::Taint,
+            hook: None,
+            hook_timeout: Duration::from_secs(60),
+            node_eviction_rate: 0.1,
+            secondary_node_eviction_rate: 0.01,
+            unhealthy_zone_threshold: 0.55,
+            large_cluster_size_threshold: 50,
+        }
+    }
+}
+
+/// The health of a zone, as upstream classifies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneState {
+    Normal,
+    PartialDisruption,
+    FullDisruption,
+}
+
+/// Classifies a zone from its Ready and total node counts.
+pub fn zone_state(ready: usize, total: usize, unhealthy_threshold: f64) -> ZoneState {
+    let not_ready = total - ready.min(total);
+    if total > 0 && ready == 0 {
+        ZoneState::FullDisruption
+    } else if not_ready > 2 && not_ready as f64 / total as f64 >= unhealthy_threshold {
+        ZoneState::PartialDisruption
+    } else {
+        ZoneState::Normal
+    }
+}
+
+/// The eviction rate (nodes per second) for a zone.
+pub fn zone_rate(
+    state: ZoneState,
+    zone_size: usize,
+    all_fully_disrupted: bool,
+    config: &EvictionConfig,
+) -> f64 {
+    match state {
+        // Every zone down at once: the network or the controller, not the nodes.
+        ZoneState::FullDisruption if all_fully_disrupted => 0.0,
+        ZoneState::FullDisruption | ZoneState::Normal => config.node_eviction_rate,
+        ZoneState::PartialDisruption if zone_size > config.large_cluster_size_threshold => {
+            config.secondary_node_eviction_rate
+        }
+        ZoneState::PartialDisruption => 0.0,
+    }
+}
+
+/// A token bucket of capacity one: at most `rate` evictions per second,
+/// never a burst (`EvictionLimiter` upstream is the same shape).
+#[derive(Debug, Clone)]
+pub struct EvictionLimiter {
+    rate: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl EvictionLimiter {
+    pub fn new(rate: f64, now: Instant) -> EvictionLimiter {
+        EvictionLimiter {
+            rate,
+            tokens: 1.0,
+            last: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(1.0);
+        self.last = now;
+    }
+
+    /// Changes the rate from now on.
+    pub fn set_rate(&mut self, rate: f64, now: Instant) {
+        self.refill(now);
+        if rate == 0.0 {
+            // A paused zone starts again from an empty bucket.
+            self.tokens = 0.0;
+        }
+        self.rate = rate;
+    }
+
+    /// Takes a token if one is there.
+    pub fn try_acquire(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The taints a node should carry for its Ready status: NoSchedule at once,
+/// NoExecute once it is evicted (taint mode).
+pub fn wanted_taints(node: &Node, evicted: bool, mode: EvictionMode, now: Micros) -> Vec<Taint> {
+    let key = match node.ready() {
+        ConditionStatus::True => None,
+        ConditionStatus::False => Some(TAINT_NOT_READY),
+        ConditionStatus::Unknown => Some(TAINT_UNREACHABLE),
+    };
+    let mut taints: Vec<Taint> = node
+        .taints
+        .iter()
+        .filter(|t| t.key != TAINT_NOT_READY && t.key != TAINT_UNREACHABLE)
+        .cloned()
+        .collect();
+    if let Some(key) = key {
+        // Keep the time a taint was first added.
+        let added = |effect: &str| {
+            node.taints
+                .iter()
+                .find(|t| t.key == key && t.effect == effect)
+                .and_then(|t| t.added)
+                .or(Some(now))
+        };
+        taints.push(Taint {
+            key: key.into(),
+            value: String::new(),
+            effect: "NoSchedule".into(),
+            added: added("NoSchedule"),
+        });
+        if evicted && mode == EvictionMode::Taint {
+            taints.push(Taint {
+                key: key.into(),
+                value: String::new(),
+                effect: "NoExecute".into(),
+                added: added("NoExecute"),
+            });
+        }
+    }
+    taints
+}
+
+/// Per-node and per-zone eviction state, in memory: after a restart every
+/// node's not-Ready time starts again from the controller's start.
+#[derive(Debug, Default)]
+pub struct Evictor {
+    not_ready_since: HashMap<String, Instant>,
+    queued: HashSet<String>,
+    evicted: HashSet<String>,
+    zones: BTreeMap<String, Zone>,
+}
+
+#[derive(Debug)]
+struct Zone {
+    limiter: EvictionLimiter,
+    queue: VecDeque<String>,
+    state: ZoneState,
+}
+
+/// What one pass decided.
+#[derive(Debug, Default, PartialEq)]
+pub struct Pass {
+    /// Nodes to evict now, with the reason.
+    pub evict: Vec<(String, String)>,
+    /// Zone states after the pass.
+    pub zones: BTreeMap<String, ZoneState>,
+}
+
+impl Evictor {
+    /// Whether a node has been evicted (and not Ready since).
+    pub fn is_evicted(&self, name: &str) -> bool {
+        self.evicted.contains(name)
+    }
+
+    /// Marks a node evicted (it was before a restart, say).
+    pub fn mark_evicted(&mut self, name: &str) {
+        self.evicted.insert(name.to_string());
+    }
+
+    /// One pass over every node: tracks how long each is not Ready, sets
+    /// each zone's rate, and hands out evictions the limiters allow. Each
+    /// decision re-checks the node right before it is handed out, so a node
+    /// that came back is never evicted on stale state.
+    pub fn pass<'a>(
+        &mut self,
+        nodes: impl Iterator<Item = &'a Node>,
+        config: &EvictionConfig,
+        started: Instant,
+        now: Instant,
+    ) -> Pass {
+        let mut by_zone: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        let mut ready_now: HashMap<String, (bool, String)> = HashMap::new();
+        for node in nodes {
+            let zone = node.labels.get(ZONE_LABEL).cloned().unwrap_or_default();
+            let ready = node.ready() == ConditionStatus::True;
+            let counts = by_zone.entry(zone.clone()).or_default();
+            counts.1 += 1;
+            if ready {
+                counts.0 += 1;
+                self.not_ready_since.remove(&node.name);
+                self.evicted.remove(&node.name);
+            } else {
+                // The controller's own downtime never counts: a node found not
+                // Ready at start-up is not Ready since the start.
+                self.not_ready_since
+                    .entry(node.name.clone())
+                    .or_insert(now.max(started));
+            }
+            ready_now.insert(node.name.clone(), (ready, zone));
+        }
+        self.not_ready_since
+            .retain(|n, _| ready_now.contains_key(n));
+        self.evicted.retain(|n| ready_now.contains_key(n));
+
+        let all_fully_disrupted = !by_zone.is_empty()
+            && by_zone.values().all(|(ready, total)| {
+                zone_state(*ready, *total, config.unhealthy_zone_threshold)
+                    == ZoneState::FullDisruption
+            });
+        let mut pass = Pass::default();
+        for (name, (ready, zone)) in &ready_now {
+            let due = !ready
+                && !self.evicted.contains(name)
+                && !self.queued.contains(name)
+                && self.not_ready_since.get(name).is_some_and(|since| {
+                    now.saturating_duration_since(*since) >= config.pod_eviction_timeout
+                });
+            if due {
+                let z = self.zones.entry(zone.clone()).or_insert_with(|| Zone {
+                    limiter: EvictionLimiter::new(config.node_eviction_rate, now),
+                    queue: VecDeque::new(),
+                    state: ZoneState::Normal,
+                });
+                z.queue.push_back(name.clone());
+                self.queued.insert(name.clone());
+            }
+        }
+        for (zone, (ready, total)) in &by_zone {
+            let state = zone_state(*ready, *total, config.unhealthy_zone_threshold);
+            pass.zones.insert(zone.clone(), state);
+            let Some(z) = self.zones.get_mut(zone) else {
+                continue;
+            };
+            if z.state != state {
+                tracing::info!(zone = %zone, from = ?z.state, to = ?state, "zone state changed");
+            }
+            z.state = state;
+            z.limiter
+                .set_rate(zone_rate(state, *total, all_fully_disrupted, config), now);
+            // The queue is in the order nodes became due; it is bounded by the zone's size.
+            while let Some(name) = z.queue.front().cloned() {
+                let still_due = ready_now.get(&name).is_some_and(|(ready, _)| !ready)
+                    && self.not_ready_since.get(&name).is_some_and(|since| {
+                        now.saturating_duration_since(*since) >= config.pod_eviction_timeout
+                    });
+                if !still_due {
+                    z.queue.pop_front();
+                    self.queued.remove(&name);
+                    continue;
+                }
+                if !z.limiter.try_acquire(now) {
+                    break;
+                }
+                z.queue.pop_front();
+                self.queued.remove(&name);
+                self.evicted.insert(name.clone());
+                let since = self
+                    .not_ready_since
+                    .get(&name)
+                    .map_or(Duration::ZERO, |s| now.saturating_duration_since(*s));
+                pass.evict.push((
+                    name,
+                    format!(
+                        "not Ready for {}",
+                        crate::duration::format(Duration::from_secs(since.as_secs()))
+                    ),
+                ));
+            }
+        }
+        pass
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Condition, READY};
+
+    fn node(name: &str, zone: &str, status: ConditionStatus) -> Node {
+        let mut n = crate::store::records::tests::sample_node();
+        n.name = name.into();
+        n.taints.clear();
+        n.labels = [(ZONE_LABEL.to_string(), zone.to_string())].into();
+        n.conditions = vec![Condition {
+            kind: READY.into(),
+            status,
+            last_heartbeat: Micros(0),
+            last_transition: Micros(0),
+            reason: String::new(),
+            message: String::new(),
+        }];
+        n
+    }
+
+    fn fleet(zone: &str, ready: usize, down: usize) -> Vec<Node> {
+        (0..ready)
+            .map(|i| node(&format!("{zone}-up-{i}"), zone, ConditionStatus::True))
+            .chain(
+                (0..down)
+                    .map(|i| node(&format!("{zone}-down-{i}"), zone, ConditionStatus::Unknown)),
+            )
+            .collect()
+    }
+
+    const TIMEOUT: Duration = Duration::from_secs(300);
+
+    #[test]
+    fn zone_states_follow_upstream() {
+        assert_eq!(zone_state(0, 3, 0.55), ZoneState::FullDisruption);
+        assert_eq!(zone_state(1, 4, 0.55), ZoneState::PartialDisruption);
+        assert_eq!(
+            zone_state(2, 4, 0.55),
+            ZoneState::Normal,
+            "2 down is never partial"
+        );
+        assert_eq!(zone_state(5, 10, 0.55), ZoneState::Normal);
+        assert_eq!(zone_state(0, 0, 0.55), ZoneState::Normal);
+        let c = EvictionConfig::default();
+        assert_eq!(zone_rate(ZoneState::PartialDisruption, 51, false, &c), 0.01);
+        assert_eq!(zone_rate(ZoneState::PartialDisruption, 50, false, &c), 0.0);
+        assert_eq!(zone_rate(ZoneState::FullDisruption, 10, true, &c), 0.0);
+        assert_eq!(zone_rate(ZoneState::FullDisruption, 10, false, &c), 0.1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_limiter_allows_rate_per_second_without_bursts() {
+        let start = Instant::now();
+        let mut l = EvictionLimiter::new(0.1, start);
+        assert!(l.try_acquire(start));
+        assert!(!l.try_acquire(start));
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert!(!l.try_acquire(Instant::now()));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(l.try_acquire(Instant::now()));
+        // Idle for an hour: still only one at once.
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert!(l.try_acquire(Instant::now()));
+        assert!(!l.try_acquire(Instant::now()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_is_evicted_after_the_timeout_at_the_zone_rate() {
+        let started = Instant::now();
+        let config = EvictionConfig::default();
+        let nodes = fleet("a", 10, 2);
+        let mut e = Evictor::default();
+        assert!(e
+            .pass(nodes.iter(), &config, started, Instant::now())
+            .evict
+            .is_empty());
+        tokio::time::advance(TIMEOUT - Duration::from_secs(1)).await;
+        assert!(e
+            .pass(nodes.iter(), &config, started, Instant::now())
+            .evict
+            .is_empty());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let pass = e.pass(nodes.iter(), &config, started, Instant::now());
+        assert_eq!(pass.evict.len(), 1, "0.1/s: one now");
+        assert_eq!(pass.evict[0].1, "not Ready for 5m");
+        assert!(e
+            .pass(nodes.iter(), &config, started, Instant::now())
+            .evict
+            .is_empty());
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(
+            e.pass(nodes.iter(), &config, started, Instant::now())
+                .evict
+                .len(),
+            1,
+            "the next ten seconds later"
+        );
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(
+            e.pass(nodes.iter(), &config, started, Instant::now())
+                .evict
+                .is_empty(),
+            "each node once"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_evicted_while_every_zone_is_fully_disrupted() {
+        let started = Instant::now();
+        let config = EvictionConfig::default();
+        let nodes: Vec<Node> = fleet("a", 0, 5)
+            .into_iter()
+            .chain(fleet("b", 0, 5))
+            .collect();
+        let mut e = Evictor::default();
+        e.pass(nodes.iter(), &config, started, Instant::now());
+        tokio::time::advance(TIMEOUT * 3).await;
+        let pass = e.pass(nodes.iter(), &config, started, Instant::now());
+        assert!(pass.evict.is_empty());
+        assert_eq!(pass.zones["a"], ZoneState::FullDisruption);
+        // One zone recovers: the other one's nodes are now failures, at the normal rate.
+        let mut nodes = nodes;
+        for n in nodes.iter_mut().filter(|n| n.labels[ZONE_LABEL] == "b") {
+            n.conditions[0].status = ConditionStatus::True;
+        }
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let pass = e.pass(nodes.iter(), &config, started, Instant::now());
+        assert_eq!(pass.evict.len(), 0, "the paused bucket starts empty");
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let pass = e.pass(nodes.iter(), &config, started, Instant::now());
+        assert_eq!(pass.evict.len(), 1);
+        assert!(pass.evict[0].0.starts_with("a-"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_small_partially_disrupted_zone_is_not_evicted() {
+        let started = Instant::now();
+        let config = EvictionConfig::default();
+        // 6 of 10 down in zone a (partial, small zone: rate 0), zone b healthy.
+        let nodes: Vec<Node> = fleet("a", 4, 6)
+            .into_iter()
+            .chain(fleet("b", 10, 0))
+            .collect();
+        let mut e = Evictor::default();
+        e.pass(nodes.iter(), &config, started, Instant::now());
+        tokio::time::advance(TIMEOUT * 2).await;
+        let pass = e.pass(nodes.iter(), &config, started, Instant::now());
+        assert_eq!(pass.zones["a"], ZoneState::PartialDisruption);
+        assert!(pass.evict.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_that_came_back_is_never_evicted_and_downtime_does_not_count() {
+        let config = EvictionConfig::default();
+        let mut nodes = fleet("a", 10, 1);
+        let mut e = Evictor::default();
+        // The controller starts now; the node was already Unknown before.
+        let started = Instant::now();
+        e.pass(nodes.iter(), &config, started, started);
+        tokio::time::advance(TIMEOUT - Duration::from_secs(1)).await;
+        assert!(e
+            .pass(nodes.iter(), &config, started, Instant::now())
+            .evict
+            .is_empty());
+        // It comes back just before its turn, then goes again: the clock restarts.
+        nodes[10].conditions[0].status = ConditionStatus::True;
+        e.pass(nodes.iter(), &config, started, Instant::now());
+        nodes[10].conditions[0].status = ConditionStatus::False;
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(e
+            .pass(nodes.iter(), &config, started, Instant::now())
+            .evict
+            .is_empty());
+    }
+
+    #[test]
+    fn taints_follow_ready_and_eviction() {
+        let now = Micros(7);
+        let mut n = node("x", "a", ConditionStatus::Unknown);
+        let t = wanted_taints(&n, false, EvictionMode::Taint, now);
+        assert_eq!(
+            t.iter()
+                .map(|t| (t.key.as_str(), t.effect.as_str()))
+                .collect::<Vec<_>>(),
+            [(TAINT_UNREACHABLE, "NoSchedule")]
+        );
+        n.taints = t;
+        let t = wanted_taints(&n, true, EvictionMode::Taint, Micros(9));
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].added, Some(now), "the first taint keeps its time");
+        assert_eq!(
+            wanted_taints(&n, true, EvictionMode::None, now).len(),
+            1,
+            "no NoExecute without taint mode"
+        );
+        n.conditions[0].status = ConditionStatus::True;
+        n.taints.push(Taint {
+            key: "dedicated".into(),
+            value: "gpu".into(),
+            effect: "NoSchedule".into(),
+            added: None,
+        });
+        let t = wanted_taints(&n, false, EvictionMode::Taint, now);
+        assert_eq!(
+            t.iter().map(|t| t.key.as_str()).collect::<Vec<_>>(),
+            ["dedicated"],
+            "others' taints are kept"
+        );
+    }
+}

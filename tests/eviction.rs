@@ -1,0 +1,187 @@
+//! Eviction standalone: taints follow Ready, a node down past the timeout
+//! is evicted (event and hook), a site-wide outage evicts nothing.
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use nodekeeper::sim::KubeletState;
+use serde_json::Value;
+
+fn taints(node: &Value) -> Vec<String> {
+    node["spec"]["taints"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .map(|t| {
+                    format!(
+                        "{}:{}",
+                        t["key"].as_str().unwrap(),
+                        t["effect"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn wait_for(
+    c: &Controller,
+    what: &str,
+    mut check: impl FnMut(&Value) -> bool,
+    path: &str,
+) -> Value {
+    let started = Instant::now();
+    loop {
+        let (_, v) = c.get(path).await;
+        if check(&v) {
+            return v;
+        }
+        assert!(started.elapsed() < DEADLINE, "never: {what}; last: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_down_past_the_timeout_is_tainted_evicted_and_hooked() {
+    let fleet = TestFleet::start(4, Ipv4Addr::new(127, 111, 0, 1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let nodes = fleet.nodes_file(dir.path());
+    let hooked = dir.path().join("hooked");
+    let hook = format!("echo \"$1 $2\" >> {}", hooked.display());
+    let mut args = fast_args(&nodes, fleet.fleet.port());
+    args.extend(
+        [
+            "--node-monitor-period",
+            "100ms",
+            "--pod-eviction-timeout",
+            "1s",
+            "--eviction-hook",
+            &hook,
+        ]
+        .map(String::from),
+    );
+    let c = Controller::start(&db, &args);
+    let victim = fleet.name(0);
+    for i in 0..4 {
+        c.wait_ready(&fleet.name(i), "True").await;
+    }
+    fleet.handle.set(&victim, KubeletState::Down).unwrap();
+    c.wait_ready(&victim, "Unknown").await;
+    // NoSchedule at once, NoExecute once evicted.
+    let path = format!("/api/v1/nodes/{victim}");
+    wait_for(
+        &c,
+        "NoExecute taint",
+        |n| taints(n).contains(&"node.kubernetes.io/unreachable:NoExecute".to_string()),
+        &path,
+    )
+    .await;
+    let history = wait_for(
+        &c,
+        "EvictionDone",
+        |h| {
+            h.as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["kind"] == "EvictionDone")
+        },
+        &format!("/v1/history?node={victim}"),
+    )
+    .await;
+    let started = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "EvictionStarted")
+        .unwrap();
+    assert_eq!(started["mode"], "taint");
+    assert!(
+        started["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("not Ready for"),
+        "{started}"
+    );
+    let done = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "EvictionDone")
+        .unwrap();
+    assert_eq!(done["result"], "hook succeeded");
+    let line = std::fs::read_to_string(&hooked).unwrap();
+    assert!(
+        line.starts_with(&format!("{victim} not Ready for")),
+        "{line}"
+    );
+
+    // It comes back: taints go, and it is never evicted again for the old outage.
+    fleet.handle.set(&victim, KubeletState::Up).unwrap();
+    c.wait_ready(&victim, "True").await;
+    wait_for(&c, "taints removed", |n| taints(n).is_empty(), &path).await;
+    let metrics = c.text("/metrics").await;
+    assert!(
+        metrics.contains("nodekeeper_evictions_total 1"),
+        "{metrics}"
+    );
+    assert!(cli_ok(&db, &["db", "status"]).contains("running"));
+    assert!(c.stop().success());
+    // The registry's taints agree with their history.
+    assert!(cli_ok(&db, &["db", "verify"]).contains("ok:"));
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_node_is_down_nothing_is_evicted() {
+    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 112, 0, 1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let nodes = fleet.nodes_file(dir.path());
+    let mut args = fast_args(&nodes, fleet.fleet.port());
+    args.extend(
+        [
+            "--node-monitor-period",
+            "100ms",
+            "--pod-eviction-timeout",
+            "500ms",
+        ]
+        .map(String::from),
+    );
+    let c = Controller::start(&db, &args);
+    for i in 0..3 {
+        c.wait_ready(&fleet.name(i), "True").await;
+    }
+    // The whole site vanishes: the network, not the nodes.
+    fleet.handle.set_all(KubeletState::Down);
+    for i in 0..3 {
+        c.wait_ready(&fleet.name(i), "Unknown").await;
+    }
+    // Several eviction timeouts pass: NoSchedule taints, no evictions.
+    let path = format!("/api/v1/nodes/{}", fleet.name(0));
+    wait_for(
+        &c,
+        "NoSchedule",
+        |n| taints(n) == ["node.kubernetes.io/unreachable:NoSchedule"],
+        &path,
+    )
+    .await;
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        let (_, history) = c.get("/v1/history").await;
+        assert!(
+            !history
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["kind"] == "EvictionStarted"),
+            "{history}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(c.stop().success());
+    fleet.stop().await;
+}
