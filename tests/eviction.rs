@@ -53,17 +53,7 @@ async fn a_node_down_past_the_timeout_is_tainted_evicted_and_hooked() {
     let hooked = dir.path().join("hooked");
     let hook = format!("echo \"$1 $2\" >> {}", hooked.display());
     let mut args = fast_args(&nodes, fleet.fleet.port());
-    args.extend(
-        [
-            "--node-monitor-period",
-            "100ms",
-            "--pod-eviction-timeout",
-            "1s",
-            "--eviction-hook",
-            &hook,
-        ]
-        .map(String::from),
-    );
+    args.extend(["--pod-eviction-timeout", "1s", "--eviction-hook", &hook].map(String::from));
     let c = Controller::start(&db, &args);
     let victim = fleet.name(0);
     for i in 0..4 {
@@ -142,15 +132,7 @@ async fn when_every_node_is_down_nothing_is_evicted() {
     let db = dir.path().join("db");
     let nodes = fleet.nodes_file(dir.path());
     let mut args = fast_args(&nodes, fleet.fleet.port());
-    args.extend(
-        [
-            "--node-monitor-period",
-            "100ms",
-            "--pod-eviction-timeout",
-            "500ms",
-        ]
-        .map(String::from),
-    );
+    args.extend(["--pod-eviction-timeout", "500ms"].map(String::from));
     let c = Controller::start(&db, &args);
     for i in 0..3 {
         c.wait_ready(&fleet.name(i), "True").await;

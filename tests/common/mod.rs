@@ -90,6 +90,8 @@ pub fn fast_args(nodes_file: &Path, port: u16) -> Vec<String> {
         "200ms",
         "--node-monitor-grace-period",
         "1s",
+        "--node-monitor-period",
+        "100ms",
         "--listen",
         "127.0.0.1:0",
     ]
