@@ -136,6 +136,19 @@ async fn a_restart_finds_everything_and_invents_nothing() {
     c.wait_ready(&up, "True").await;
     fleet.handle.set(&down, KubeletState::Down).unwrap();
     c.wait_ready(&down, "Unknown").await;
+    // Its taint follows within a monitor period; wait so the stop is at rest.
+    let started = Instant::now();
+    loop {
+        let (_, node) = c.get(&format!("/api/v1/nodes/{down}")).await;
+        if node["spec"]["taints"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty())
+        {
+            break;
+        }
+        assert!(started.elapsed() < DEADLINE, "no taint on {down}: {node}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     assert!(c.stop().success());
 
     // Stopped: the CLI reads the store itself.
