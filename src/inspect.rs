@@ -214,6 +214,17 @@ impl Source {
         }
     }
 
+    /// How the running controller's cloud source is doing; `None` when the
+    /// store is read directly or no source is configured.
+    pub async fn source_status(
+        &self,
+    ) -> Result<Option<crate::controller::SourceStatus>, InspectError> {
+        match self {
+            Source::Local(_) => Ok(None),
+            Source::Remote { .. } => self.get("/v1/sources").await,
+        }
+    }
+
     /// Store facts.
     pub async fn status(&self) -> Result<StoreStatus, InspectError> {
         match self {

@@ -76,6 +76,8 @@ pub struct Metrics {
     pub heartbeat_age: Family<QuantileLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub pushing: Gauge,
     pub evictions: Counter,
+    pub source_failures: Counter,
+    pub source_machines: Gauge,
 }
 
 impl Default for Metrics {
@@ -161,7 +163,21 @@ impl Metrics {
             "Nodes evicted (not Ready past --pod-eviction-timeout)",
             evictions.clone(),
         );
+        let source_failures = Counter::default();
+        registry.register(
+            "source_list_failures",
+            "Failed listings of the cloud or inventory source",
+            source_failures.clone(),
+        );
+        let source_machines = Gauge::default();
+        registry.register(
+            "source_machines",
+            "Machines in the last good listing of the source",
+            source_machines.clone(),
+        );
         Metrics {
+            source_failures,
+            source_machines,
             evictions,
             heartbeats,
             heartbeat_age,

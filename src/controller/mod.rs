@@ -6,6 +6,7 @@
 //! back their answers; pushed status, leases and registrations arrive as
 //! [`Push`] messages; the HTTP server reads the published [`View`].
 
+mod cloud_sync;
 pub mod conditions;
 mod evict;
 pub mod eviction;
@@ -29,6 +30,7 @@ use crate::metrics::Metrics;
 use crate::model::{EventKind, Lease, Micros, Node, NodeSpec, READY};
 use crate::probe::{ProbeConfig, ProbeConfigError, ProbeOutcome, ProbeTarget, Prober};
 use crate::store::{Batch, Store, StoreError, Written};
+pub use cloud_sync::{CloudSource, SourceStatus, TAINT_SHUTDOWN};
 use conditions::Health;
 pub use push::{ControllerHandle, Push, PushError, PushedStatus};
 pub use sweep::SweepReport;
@@ -61,6 +63,8 @@ pub struct ControllerConfig {
     /// How long a host name lookup may take.
     pub lookup_timeout: Duration,
     pub eviction: eviction::EvictionConfig,
+    /// A cloud or inventory provider to follow, besides the static nodes.
+    pub cloud: Option<CloudSource>,
 }
 
 impl Default for ControllerConfig {
@@ -77,6 +81,7 @@ impl Default for ControllerConfig {
             probe_concurrency: 1024,
             lookup_timeout: Duration::from_secs(5),
             eviction: eviction::EvictionConfig::default(),
+            cloud: None,
         }
     }
 }
@@ -121,6 +126,7 @@ pub struct Controller {
     evictor: eviction::Evictor,
     /// Eviction hooks running.
     hooks: JoinSet<(String, String)>,
+    source_status: SourceStatus,
     started: Instant,
     instance: String,
 }
@@ -190,6 +196,7 @@ impl Controller {
             rescues: JoinSet::new(),
             evictor: eviction::Evictor::default(),
             hooks: JoinSet::new(),
+            source_status: SourceStatus::default(),
             started,
             instance,
         };
@@ -278,6 +285,18 @@ impl Controller {
         mut pushes: mpsc::Receiver<Push>,
         shutdown: CancellationToken,
     ) -> Result<(), ControllerError> {
+        if let Some(source) = self.config.cloud.clone() {
+            // The initial list: static nodes and the source's machines together.
+            let listing = tokio::select! {
+                l = cloud_sync::start_listing(&source) => l,
+                _ = shutdown.cancelled() => return self.stop().await,
+            };
+            match listing {
+                // Registers the machines new since the last run and deletes the gone ones.
+                Ok(result) => self.apply_listing(result).await,
+                Err(e) => tracing::error!("listing the cloud source failed: {e}"),
+            }
+        }
         let registered = tokio::select! {
             r = self.register_nodes(specs, &shutdown) => r,
             _ = shutdown.cancelled() => Ok(()),
@@ -291,12 +310,24 @@ impl Controller {
         let mut monitor_ticks = tokio::time::interval(self.config.node_monitor_period);
         monitor_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut sweep: Option<JoinHandle<Vec<sweep::Answer>>> = None;
+        let mut listing: Option<cloud_sync::Listing> = None;
+        let follow = self.config.cloud.as_ref().filter(|c| c.follow).cloned();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = sweep_ticks.tick(), if sweep.is_none() => {
                     self.retry_address_lookups().await;
                     sweep = Some(self.start_sweep());
+                    if let (Some(source), None) = (&follow, &listing) {
+                        listing = Some(cloud_sync::start_listing(source));
+                    }
+                }
+                listed = async { listing.as_mut().expect("guarded by the branch condition").await }, if listing.is_some() => {
+                    listing = None;
+                    match listed {
+                        Ok(result) => self.apply_listing(result).await,
+                        Err(e) => tracing::error!("listing the cloud source failed: {e}"),
+                    }
                 }
                 answers = async { sweep.as_mut().expect("guarded by the branch condition").await }, if sweep.is_some() => {
                     sweep = None;
@@ -331,6 +362,9 @@ impl Controller {
         }
         if let Some(sweep) = sweep {
             sweep.abort();
+        }
+        if let Some(listing) = listing {
+            listing.abort();
         }
         self.rescues.abort_all();
         self.stop().await

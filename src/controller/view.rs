@@ -14,6 +14,7 @@ pub struct View {
     nodes: RwLock<BTreeMap<String, Node>>,
     heartbeats: RwLock<HashMap<String, Micros>>,
     leases: RwLock<BTreeMap<String, Lease>>,
+    source: RwLock<Option<super::SourceStatus>>,
     /// The newest durable event seq, for watchers.
     durable: watch::Sender<u64>,
 }
@@ -24,6 +25,7 @@ impl Default for View {
             nodes: RwLock::default(),
             heartbeats: RwLock::default(),
             leases: RwLock::default(),
+            source: RwLock::default(),
             durable: watch::channel(0).0,
         }
     }
@@ -44,6 +46,18 @@ impl View {
     /// Follows the durable seq.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.durable.subscribe()
+    }
+
+    /// How the cloud or inventory source is doing, if there is one.
+    pub fn source_status(&self) -> Option<super::SourceStatus> {
+        self.source
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn set_source_status(&self, status: super::SourceStatus) {
+        *self.source.write().unwrap_or_else(|p| p.into_inner()) = Some(status);
     }
 
     /// Every Lease, by name.

@@ -112,6 +112,7 @@ pub fn secured_router(state: AppState, tokens: Option<Arc<Tokens>>) -> Router {
         .route("/v1/history", get(v1::history))
         .route("/v1/at", get(v1::at))
         .route("/v1/store", get(v1::store_status))
+        .route("/v1/sources", get(v1::sources))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(v1::metrics))
         .fallback(not_found_path);

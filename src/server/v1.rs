@@ -145,3 +145,15 @@ pub(crate) async fn metrics(State(s): State<AppState>) -> Response {
     )
         .into_response()
 }
+
+/// `GET /v1/sources`: how the cloud or inventory source is doing.
+pub(crate) async fn sources(State(s): State<AppState>) -> Response {
+    match s.view.source_status() {
+        Some(status) => Json(status).into_response(),
+        None => super::status_error(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "no cloud or inventory source is configured".into(),
+        ),
+    }
+}
