@@ -262,6 +262,30 @@ pub struct SimArgs {
     /// Write the fleet as a nodes file (for `run --nodes-file`).
     #[arg(long)]
     pub write_nodes_file: Option<PathBuf>,
+
+    /// Also push heartbeats to the controller at URL (e.g.
+    /// http://127.0.0.1:8080), as kubelets do: Lease renewals and node status updates.
+    #[arg(long, value_name = "URL")]
+    pub push: Option<String>,
+    /// Time between Lease renewals of each node (kubelet: a quarter of the 40s Lease duration).
+    #[arg(long, default_value = "10s", value_parser = parse_duration, requires = "push")]
+    pub lease_renew_interval: Duration,
+    /// Time between node status updates of each node (kubelet's nodeStatusUpdateFrequency).
+    #[arg(long, default_value = "10s", value_parser = parse_duration, requires = "push")]
+    pub status_update_interval: Duration,
+    /// How far the nodes' clocks are off, e.g. -5h or 3h.
+    #[arg(long, default_value = "0", allow_hyphen_values = true, requires = "push",
+          value_parser = crate::sim::push::parse_clock_skew)]
+    pub clock_skew: jiff::SignedDuration,
+    /// Register nodes the controller does not know (it needs --allow-node-registration).
+    #[arg(long, requires = "push")]
+    pub register: bool,
+    /// Send `Authorization: Bearer` with the first line of this file.
+    #[arg(long, value_name = "FILE", requires = "push")]
+    pub push_token_file: Option<PathBuf>,
+    /// Pushes in flight at once, over the whole fleet.
+    #[arg(long, default_value_t = crate::sim::push::DEFAULT_MAX_IN_FLIGHT, requires = "push")]
+    pub push_concurrency: usize,
 }
 
 #[derive(Debug, Subcommand)]

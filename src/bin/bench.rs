@@ -1,7 +1,8 @@
-//! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000`.
+//! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe, or with `--push` per pushed heartbeat. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000 [--push]`.
 
 use std::fmt::Write as _;
 use std::fs;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 
-/// One `nodekeeper sim` process holds about two open files per node; the hard limit is 20k.
+/// One `nodekeeper sim` process holds about two open files per node (and up
+/// to 256 push connections); the hard limit is 20k.
 const MAX_NODES_PER_SIM: usize = 5000;
 const SIM_START_TIMEOUT: Duration = Duration::from_secs(60);
 const CONTROLLER_START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -28,9 +30,16 @@ struct Args {
     /// Fleet sizes to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
     sizes: Vec<usize>,
-    /// The controller's --node-sync-period.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    /// Measure pushed heartbeats: the sims push Lease renewals and status
+    /// updates, the controller runs with --node-status-mode push.
+    #[arg(long)]
+    push: bool,
+    /// The controller's --node-sync-period (probe mode).
+    #[arg(long, default_value = "1s", value_parser = parse_duration, conflicts_with = "push")]
     period: Duration,
+    /// The sims' --lease-renew-interval and --status-update-interval (push mode).
+    #[arg(long, default_value = "10s", value_parser = parse_duration, requires = "push")]
+    interval: Duration,
     /// Time between all nodes Ready and the start of the measurement.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     warmup: Duration,
@@ -60,9 +69,10 @@ async fn real_main() -> Result<()> {
     if args.sizes.is_empty() || args.sizes.contains(&0) {
         bail!("--sizes: give one or more fleet sizes above zero, e.g. 1000,10000");
     }
-    if args.period.is_zero() || args.measure.is_zero() {
-        bail!("--period and --measure must be more than zero");
+    if args.period.is_zero() || args.interval.is_zero() || args.measure.is_zero() {
+        bail!("--period, --interval and --measure must be more than zero");
     }
+    let mode = Mode::of(&args);
     let bin = match &args.bin {
         Some(bin) => bin.clone(),
         None => std::env::current_exe()?.with_file_name("nodekeeper"),
@@ -85,7 +95,7 @@ async fn real_main() -> Result<()> {
         eprintln!("== {nodes} nodes");
         // On Ctrl-C the run is dropped, which stops its processes and removes its files.
         let outcome = tokio::select! {
-            outcome = bench_size(&args, &bin, &client, &machine, nodes) => outcome,
+            outcome = bench_size(&args, mode, &bin, &client, &machine, nodes) => outcome,
             _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
         };
         match outcome {
@@ -96,10 +106,81 @@ async fn real_main() -> Result<()> {
             }
         }
     }
-    print!("{}", report(&args, &bin, &machine, &rows));
+    print!("{}", report(&args, mode, &bin, &machine, &rows));
     match failure {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// What is measured
+
+/// How the controller learns node health in a run.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// It probes every kubelet once per sync period.
+    Probe { period: Duration },
+    /// Kubelets push a Lease renewal and a status update every interval.
+    Push { interval: Duration },
+}
+
+impl Mode {
+    fn of(args: &Args) -> Mode {
+        if args.push {
+            Mode::Push {
+                interval: args.interval,
+            }
+        } else {
+            Mode::Probe {
+                period: args.period,
+            }
+        }
+    }
+
+    /// Where the controller listens. Pushing sims must know it before the
+    /// controller starts (it reads their nodes file), so a free port is chosen now.
+    fn controller_listen(self) -> Result<SocketAddr> {
+        let port = match self {
+            Mode::Probe { .. } => 0,
+            Mode::Push { .. } => {
+                let probe = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                    .context("cannot find a free port for the controller")?;
+                probe.local_addr()?.port()
+            }
+        };
+        Ok(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)))
+    }
+
+    /// Flags for each sim process beyond its fleet layout.
+    fn sim_args(self, controller: SocketAddr) -> Vec<String> {
+        match self {
+            Mode::Probe { .. } => Vec::new(),
+            Mode::Push { interval } => {
+                let interval = nodekeeper::duration::format(interval);
+                vec![
+                    "--push".into(),
+                    format!("http://{controller}"),
+                    "--lease-renew-interval".into(),
+                    interval.clone(),
+                    "--status-update-interval".into(),
+                    interval,
+                ]
+            }
+        }
+    }
+
+    /// Flags for the controller beyond its store, address and nodes file.
+    fn controller_args(self, kubelet_port: u16) -> Vec<String> {
+        match self {
+            Mode::Probe { period } => vec![
+                "--kubelet-port".into(),
+                kubelet_port.to_string(),
+                "--node-sync-period".into(),
+                nodekeeper::duration::format(period),
+            ],
+            Mode::Push { .. } => vec!["--node-status-mode".into(), "push".into()],
+        }
     }
 }
 
@@ -118,14 +199,16 @@ struct Row {
 
 async fn bench_size(
     args: &Args,
+    mode: Mode,
     bin: &Path,
     client: &reqwest::Client,
     machine: &Machine,
     nodes: usize,
 ) -> Result<Row> {
-    let mut run = Run::new(nodes)?;
+    let mut run = Run::new(nodes, mode)?;
     let started = Instant::now();
-    let (port, merged) = start_fleet(&mut run, bin, nodes).await?;
+    let listen = mode.controller_listen()?;
+    let (port, merged) = start_fleet(&mut run, bin, nodes, &mode.sim_args(listen)).await?;
     eprintln!(
         "   {} sim process(es) up on port {port} after {:.1}s",
         run.sims.len(),
@@ -133,7 +216,13 @@ async fn bench_size(
     );
 
     let controller_started = Instant::now();
-    run.controller = Some(spawn_controller(&run.dir, bin, &merged, port, args.period)?);
+    run.controller = Some(spawn_controller(
+        &run.dir,
+        bin,
+        &merged,
+        listen,
+        &mode.controller_args(port),
+    )?);
     let url = wait_for_discovery(&mut run).await?;
     eprintln!("   controller serving {url}");
     wait_all_ready(&mut run, client, &url, nodes).await?;
@@ -166,19 +255,25 @@ async fn bench_size(
 
 /// Starts the sim processes (the first picks the port, the others reuse it),
 /// waits for their nodes files, and merges them. Returns the port and the merged file.
-async fn start_fleet(run: &mut Run, bin: &Path, nodes: usize) -> Result<(u16, PathBuf)> {
+async fn start_fleet(
+    run: &mut Run,
+    bin: &Path,
+    nodes: usize,
+    extra: &[String],
+) -> Result<(u16, PathBuf)> {
     let mut port = 0;
     let mut entries = Vec::with_capacity(nodes);
     for (index, count) in split(nodes, MAX_NODES_PER_SIM).into_iter().enumerate() {
         let file = run.dir.join(format!("nodes-{index}.json"));
-        let sim = spawn_sim(&run.dir, bin, index, count, port, &file)?;
+        let sim = spawn_sim(&run.dir, bin, index, count, port, &file, extra)?;
         run.sims.push(sim);
         let sim = run.sims.last_mut().expect("just pushed");
-        let (got, mut list) = wait_for_sim(sim, &file, count).await?;
-        if port != 0 && got != port {
-            bail!("{} listens on port {got}, not {port}", sim.name);
+        let (banner, mut list) = wait_for_sim(sim, &file, count).await?;
+        if port != 0 && banner.port != port {
+            bail!("{} listens on port {}, not {port}", sim.name, banner.port);
         }
-        port = got;
+        port = banner.port;
+        run.sim_controls.push(banner.control);
         entries.append(&mut list);
     }
     let merged = run.dir.join("nodes.json");
@@ -202,12 +297,13 @@ fn spawn_sim(
     nodes: usize,
     port: u16,
     nodes_file: &Path,
+    extra: &[String],
 ) -> Result<Proc> {
     let octet = u8::try_from(10 + 10 * index)
         .ok()
         .filter(|o| *o < 255)
         .ok_or_else(|| anyhow!("too many sim processes for distinct 127.X.0.0/16 ranges"))?;
-    let args = [
+    let mut args = vec![
         "--log".to_string(),
         "warn".into(),
         "sim".into(),
@@ -224,21 +320,22 @@ fn spawn_sim(
         "--write-nodes-file".into(),
         nodes_file.to_string_lossy().into_owned(),
     ];
+    args.extend_from_slice(extra);
     Proc::spawn(dir, &format!("sim-{index}"), bin, &args)
 }
 
 /// Waits for the sim's banner (printed after its nodes file is written);
-/// returns its kubelet port and its nodes.
+/// returns what it says and the sim's nodes.
 async fn wait_for_sim(
     sim: &mut Proc,
     file: &Path,
     nodes: usize,
-) -> Result<(u16, Vec<serde_json::Value>)> {
+) -> Result<(SimBanner, Vec<serde_json::Value>)> {
     let deadline = Instant::now() + SIM_START_TIMEOUT;
     loop {
         sim.check_alive()?;
         let banner = fs::read_to_string(&sim.stdout).unwrap_or_default();
-        if let Some(port) = parse_sim_port(&banner) {
+        if let Some(banner) = SimBanner::parse(&banner) {
             let list = read_node_list(file)?;
             if list.len() != nodes {
                 bail!(
@@ -248,7 +345,7 @@ async fn wait_for_sim(
                     file.display()
                 );
             }
-            return Ok((port, list));
+            return Ok((banner, list));
         }
         if Instant::now() > deadline {
             bail!(
@@ -263,10 +360,20 @@ async fn wait_for_sim(
     }
 }
 
-/// The port in `... (port 40123); control http://...`.
-fn parse_sim_port(banner: &str) -> Option<u16> {
-    let rest = &banner[banner.find("(port ")? + "(port ".len()..];
-    rest[..rest.find(')')?].trim().parse().ok()
+/// What a sim's banner tells: `... (port 40123); control http://127.0.0.1:40000; ...`.
+struct SimBanner {
+    port: u16,
+    control: String,
+}
+
+impl SimBanner {
+    fn parse(banner: &str) -> Option<SimBanner> {
+        let rest = &banner[banner.find("(port ")? + "(port ".len()..];
+        let port = rest[..rest.find(')')?].trim().parse().ok()?;
+        let rest = &rest[rest.find("control ")? + "control ".len()..];
+        let control = rest.split([';', ' ', '\n']).next()?.to_string();
+        Some(SimBanner { port, control })
+    }
 }
 
 fn read_node_list(file: &Path) -> Result<Vec<serde_json::Value>> {
@@ -279,28 +386,25 @@ fn spawn_controller(
     dir: &Path,
     bin: &Path,
     nodes_file: &Path,
-    port: u16,
-    period: Duration,
+    listen: SocketAddr,
+    extra: &[String],
 ) -> Result<Proc> {
-    let args = [
+    let mut args = vec![
         "run".to_string(),
         "--db".into(),
         dir.join("db").to_string_lossy().into_owned(),
         "--listen".into(),
-        "127.0.0.1:0".into(),
+        listen.to_string(),
         "--nodes-file".into(),
         nodes_file.to_string_lossy().into_owned(),
         "--kubelet-scheme".into(),
         "http".into(),
-        "--kubelet-port".into(),
-        port.to_string(),
-        "--node-sync-period".into(),
-        nodekeeper::duration::format(period),
         "--node-monitor-grace-period".into(),
         GRACE_PERIOD.into(),
         "--log".into(),
         "warn".into(),
     ];
+    args.extend_from_slice(extra);
     Proc::spawn(dir, "controller", bin, &args)
 }
 
@@ -374,6 +478,12 @@ struct Scrape {
     probes: f64,
     sweep_sum: f64,
     sweep_count: f64,
+    /// Heartbeats accepted through Lease renewals.
+    lease_beats: f64,
+    /// Heartbeats accepted through status updates.
+    status_beats: f64,
+    /// `nodekeeper_heartbeat_age_seconds` at the 0.5, 0.99 and 1 quantiles.
+    heartbeat_age: [Option<f64>; 3],
 }
 
 async fn scrape(client: &reqwest::Client, url: &str) -> Result<Scrape> {
@@ -413,7 +523,47 @@ fn parse_metrics(text: &str) -> Result<Scrape> {
             .sum(),
         sweep_sum: need("nodekeeper_sweep_duration_seconds_sum")?,
         sweep_count: need("nodekeeper_sweep_duration_seconds_count")?,
+        // Counters appear with the first heartbeat.
+        lease_beats: get("nodekeeper_heartbeats_total{via=\"Lease\"}").unwrap_or(0.0),
+        status_beats: get("nodekeeper_heartbeats_total{via=\"Status\"}").unwrap_or(0.0),
+        heartbeat_age: ["0.5", "0.99", "1"].map(|q| {
+            get(&format!(
+                "nodekeeper_heartbeat_age_seconds{{quantile=\"{q}\"}}"
+            ))
+        }),
     })
+}
+
+/// What the pushing sims counted, summed over them.
+#[derive(Debug, Clone, Default)]
+struct SimPushes {
+    sent: u64,
+    failed: u64,
+    last_error: Option<String>,
+}
+
+/// Asks every sim's control endpoint for its push counters.
+async fn sim_pushes(client: &reqwest::Client, controls: &[String]) -> Result<SimPushes> {
+    let mut total = SimPushes::default();
+    for control in controls {
+        let url = format!("{control}/stats");
+        let stats: serde_json::Value = client
+            .get(&url)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .with_context(|| format!("GET {url}"))?
+            .json()
+            .await
+            .with_context(|| format!("GET {url}: not JSON"))?;
+        let pushes = &stats["pushes"];
+        total.sent += pushes["sent"].as_u64().unwrap_or(0);
+        total.failed += pushes["failed"].as_u64().unwrap_or(0);
+        if let Some(e) = pushes["lastError"].as_str() {
+            total.last_error = Some(e.to_string());
+        }
+    }
+    Ok(total)
 }
 
 /// Host facts for the report and for reading /proc.
@@ -460,6 +610,8 @@ struct Sample {
     hwm_kib: u64,
     store_bytes: u64,
     metrics: Scrape,
+    /// Push counters of the sims; empty unless they push.
+    pushes: SimPushes,
 }
 
 impl Sample {
@@ -470,6 +622,11 @@ impl Sample {
         machine: &Machine,
     ) -> Result<Sample> {
         let metrics = scrape(client, url).await?;
+        let pushes = if run.pushing {
+            sim_pushes(client, &run.sim_controls).await?
+        } else {
+            SimPushes::default()
+        };
         let controller = run
             .controller
             .as_ref()
@@ -489,6 +646,7 @@ impl Sample {
             hwm_kib,
             store_bytes: dir_size(&run.dir.join("db"))?,
             metrics,
+            pushes,
         })
     }
 }
@@ -629,11 +787,15 @@ impl Proc {
 struct Run {
     dir: PathBuf,
     sims: Vec<Proc>,
+    /// Each sim's control endpoint, in the order of `sims`.
+    sim_controls: Vec<String>,
+    /// Whether the sims push (and count their pushes).
+    pushing: bool,
     controller: Option<Proc>,
 }
 
 impl Run {
-    fn new(nodes: usize) -> Result<Run> {
+    fn new(nodes: usize, mode: Mode) -> Result<Run> {
         let dir =
             std::env::temp_dir().join(format!("nodekeeper-bench-{}-{nodes}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
@@ -641,6 +803,8 @@ impl Run {
         Ok(Run {
             dir,
             sims: Vec::new(),
+            sim_controls: Vec::new(),
+            pushing: matches!(mode, Mode::Push { .. }),
             controller: None,
         })
     }
@@ -693,9 +857,13 @@ impl Drop for Run {
 // ---------------------------------------------------------------------------
 // The report
 
-fn report(args: &Args, bin: &Path, machine: &Machine, rows: &[Row]) -> String {
+fn report(args: &Args, mode: Mode, bin: &Path, machine: &Machine, rows: &[Row]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "## nodekeeper scale benchmark\n");
+    let title = match mode {
+        Mode::Probe { .. } => "## nodekeeper scale benchmark\n",
+        Mode::Push { .. } => "## nodekeeper scale benchmark: pushed heartbeats\n",
+    };
+    let _ = writeln!(out, "{title}");
     let _ = writeln!(out, "command:  {}", command_line());
     let _ = writeln!(out, "binary:   {} ({})", bin.display(), machine.version);
     let _ = writeln!(
@@ -703,10 +871,19 @@ fn report(args: &Args, bin: &Path, machine: &Machine, rows: &[Row]) -> String {
         "machine:  {} cores (nproc), kernel {} (uname -r), {} clock ticks/s ({})",
         machine.cores, machine.kernel, machine.ticks_per_second, machine.ticks_note
     );
+    let how = match mode {
+        Mode::Probe { period } => format!(
+            "sync period {}, grace {GRACE_PERIOD}, http kubelets",
+            nodekeeper::duration::format(period)
+        ),
+        Mode::Push { interval } => format!(
+            "--node-status-mode push, nodes file, grace {GRACE_PERIOD}, every node renews its Lease and patches its status every {}",
+            nodekeeper::duration::format(interval)
+        ),
+    };
     let _ = writeln!(
         out,
-        "settings: sync period {}, grace {GRACE_PERIOD}, http kubelets, warmup {}, window {}, ≤{MAX_NODES_PER_SIM} nodes per sim process, store under {} ({})",
-        nodekeeper::duration::format(args.period),
+        "settings: {how}, warmup {}, window {}, ≤{MAX_NODES_PER_SIM} nodes per sim process, store under {} ({})",
         nodekeeper::duration::format(args.warmup),
         nodekeeper::duration::format(args.measure),
         std::env::temp_dir().display(),
@@ -714,20 +891,37 @@ fn report(args: &Args, bin: &Path, machine: &Machine, rows: &[Row]) -> String {
             .unwrap_or_else(|| "?".into()),
     );
     let _ = writeln!(out);
-    let header = [
-        "nodes",
-        "sims",
-        "all Ready after (s)",
-        "sweeps",
-        "sweep mean (ms)",
-        "probes/s",
-        "ctrl CPU-s /10k probes",
-        "ctrl CPU % of 1 core",
-        "RSS MiB (peak)",
-        "store growth (B)",
-        "store B/min",
-        "sim CPU-s /10k probes",
-    ];
+    let header: &[&str] = match mode {
+        Mode::Probe { .. } => &[
+            "nodes",
+            "sims",
+            "all Ready after (s)",
+            "sweeps",
+            "sweep mean (ms)",
+            "probes/s",
+            "ctrl CPU-s /10k probes",
+            "ctrl CPU % of 1 core",
+            "RSS MiB (peak)",
+            "store growth (B)",
+            "store B/min",
+            "sim CPU-s /10k probes",
+        ],
+        Mode::Push { .. } => &[
+            "nodes",
+            "sims",
+            "all Ready after (s)",
+            "heartbeats/s",
+            "Lease/s",
+            "status/s",
+            "ctrl CPU-s /10k heartbeats",
+            "ctrl CPU % of 1 core",
+            "RSS MiB (peak)",
+            "store growth (B)",
+            "store B/min",
+            "heartbeat age p50/p99/max (s)",
+            "sim CPU-s /10k heartbeats",
+        ],
+    };
     let _ = writeln!(out, "| {} |", header.join(" | "));
     let _ = writeln!(
         out,
@@ -735,12 +929,16 @@ fn report(args: &Args, bin: &Path, machine: &Machine, rows: &[Row]) -> String {
         header.iter().map(|_| "---:|").collect::<String>()
     );
     for row in rows {
-        let _ = writeln!(out, "| {} |", row_cells(row).join(" | "));
+        let cells = match mode {
+            Mode::Probe { .. } => probe_cells(row),
+            Mode::Push { .. } => push_cells(row),
+        };
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
     if rows.is_empty() {
         let _ = writeln!(out, "\n(no size completed)");
     }
-    let notes: Vec<String> = rows.iter().flat_map(row_notes).collect();
+    let notes: Vec<String> = rows.iter().flat_map(|r| row_notes(r, mode)).collect();
     if !notes.is_empty() {
         let _ = writeln!(out);
         for note in notes {
@@ -750,21 +948,55 @@ fn report(args: &Args, bin: &Path, machine: &Machine, rows: &[Row]) -> String {
     out
 }
 
-fn row_cells(row: &Row) -> Vec<String> {
+/// The differences between a row's two samples.
+struct Window {
+    secs: f64,
+    ctrl_cpu: f64,
+    sim_cpu: f64,
+    store_growth: i64,
+}
+
+impl Window {
+    fn of(row: &Row) -> Window {
+        let (s, e) = (&row.start, &row.end);
+        Window {
+            secs: e.at.duration_since(s.at).as_secs_f64(),
+            ctrl_cpu: e.controller_cpu - s.controller_cpu,
+            sim_cpu: e.sim_cpu - s.sim_cpu,
+            store_growth: e.store_bytes as i64 - s.store_bytes as i64,
+        }
+    }
+
+    /// The cells every mode shows after its rates: controller CPU, memory, store.
+    fn cost_cells(&self, row: &Row, work: f64) -> Vec<String> {
+        vec![
+            per_10k(self.ctrl_cpu, work),
+            format!("{:.1}", self.ctrl_cpu / self.secs * 100.0),
+            format!(
+                "{:.1} ({:.1})",
+                row.end.rss_kib as f64 / 1024.0,
+                row.end.hwm_kib as f64 / 1024.0
+            ),
+            self.store_growth.to_string(),
+            format!("{:.0}", self.store_growth as f64 / self.secs * 60.0),
+        ]
+    }
+}
+
+/// CPU-seconds per 10 000 units of work.
+fn per_10k(cpu: f64, work: f64) -> String {
+    if work > 0.0 {
+        format!("{:.3}", cpu / work * 10_000.0)
+    } else {
+        "n/a".into()
+    }
+}
+
+fn probe_cells(row: &Row) -> Vec<String> {
     let (s, e) = (&row.start, &row.end);
-    let secs = e.at.duration_since(s.at).as_secs_f64();
+    let w = Window::of(row);
     let probes = e.metrics.probes - s.metrics.probes;
     let sweeps = e.metrics.sweep_count - s.metrics.sweep_count;
-    let ctrl_cpu = e.controller_cpu - s.controller_cpu;
-    let sim_cpu = e.sim_cpu - s.sim_cpu;
-    let growth = e.store_bytes as i64 - s.store_bytes as i64;
-    let per_10k = |cpu: f64| {
-        if probes > 0.0 {
-            format!("{:.3}", cpu / probes * 10_000.0)
-        } else {
-            "n/a".into()
-        }
-    };
     let sweep_mean = if sweeps > 0.0 {
         format!(
             "{:.1}",
@@ -773,34 +1005,64 @@ fn row_cells(row: &Row) -> Vec<String> {
     } else {
         "n/a".into()
     };
-    vec![
+    let mut cells = vec![
         row.nodes.to_string(),
         row.sims.to_string(),
         format!("{:.1}", row.ready_after.as_secs_f64()),
         format!("{sweeps:.0}"),
         sweep_mean,
-        format!("{:.0}", probes / secs),
-        per_10k(ctrl_cpu),
-        format!("{:.1}", ctrl_cpu / secs * 100.0),
-        format!(
-            "{:.1} ({:.1})",
-            e.rss_kib as f64 / 1024.0,
-            e.hwm_kib as f64 / 1024.0
-        ),
-        growth.to_string(),
-        format!("{:.0}", growth as f64 / secs * 60.0),
-        per_10k(sim_cpu),
-    ]
+        format!("{:.0}", probes / w.secs),
+    ];
+    cells.extend(w.cost_cells(row, probes));
+    cells.push(per_10k(w.sim_cpu, probes));
+    cells
+}
+
+fn push_cells(row: &Row) -> Vec<String> {
+    let (s, e) = (&row.start.metrics, &row.end.metrics);
+    let w = Window::of(row);
+    let leases = e.lease_beats - s.lease_beats;
+    let statuses = e.status_beats - s.status_beats;
+    let beats = leases + statuses;
+    let ages = e
+        .heartbeat_age
+        .map(|q| q.map_or("?".into(), |v| format!("{v:.1}")))
+        .join("/");
+    let mut cells = vec![
+        row.nodes.to_string(),
+        row.sims.to_string(),
+        format!("{:.1}", row.ready_after.as_secs_f64()),
+        format!("{:.0}", beats / w.secs),
+        format!("{:.0}", leases / w.secs),
+        format!("{:.0}", statuses / w.secs),
+    ];
+    cells.extend(w.cost_cells(row, beats));
+    cells.push(ages);
+    cells.push(per_10k(w.sim_cpu, beats));
+    cells
 }
 
 /// Anything about a row a reader should not miss.
-fn row_notes(row: &Row) -> Vec<String> {
+fn row_notes(row: &Row, mode: Mode) -> Vec<String> {
     let mut notes = Vec::new();
     if row.end.metrics.ready != row.nodes as f64 {
         notes.push(format!(
             "{} nodes: only {} Ready at the end of the window",
             row.nodes, row.end.metrics.ready
         ));
+    }
+    if let Mode::Push { .. } = mode {
+        let (s, e) = (&row.start.pushes, &row.end.pushes);
+        let failed = e.failed - s.failed;
+        let mut note = format!(
+            "{} nodes: the sims sent {} pushes in the window, {failed} failed",
+            row.nodes,
+            e.sent - s.sent
+        );
+        if failed > 0 {
+            let _ = write!(note, " (last: {})", e.last_error.as_deref().unwrap_or("?"));
+        }
+        notes.push(note);
     }
     notes.push(format!("{} nodes: {}", row.nodes, row.stop));
     notes
@@ -837,8 +1099,15 @@ mod tests {
     #[test]
     fn reads_the_sim_banner() {
         let banner = "5000 simulated kubelets on 127.10.0.1:41234 .. 127.10.19.137:41234 (port 41234); control http://127.0.0.1:40000; Ctrl-C stops\n";
-        assert_eq!(parse_sim_port(banner), Some(41234));
-        assert_eq!(parse_sim_port("starting"), None);
+        let parsed = SimBanner::parse(banner).unwrap();
+        assert_eq!(parsed.port, 41234);
+        assert_eq!(parsed.control, "http://127.0.0.1:40000");
+        let pushing = "2 simulated kubelets on 127.10.0.1:1 .. 127.10.0.2:1 (port 1); control http://127.0.0.1:2; pushing to http://127.0.0.1:3; Ctrl-C stops\n";
+        assert_eq!(
+            SimBanner::parse(pushing).unwrap().control,
+            "http://127.0.0.1:2"
+        );
+        assert!(SimBanner::parse("starting").is_none());
     }
 
     #[test]
@@ -849,9 +1118,13 @@ mod tests {
             nodekeeper_probes_total{result=\"NoAnswer\"} 2\n\
             nodekeeper_sweep_duration_seconds_sum 0.5\n\
             nodekeeper_sweep_duration_seconds_count 4\n\
+            nodekeeper_heartbeats_total{via=\"Lease\"} 7\n\
+            nodekeeper_heartbeat_age_seconds{quantile=\"0.99\"} 9.5\n\
             # EOF\n";
         let m = parse_metrics(text).unwrap();
         assert_eq!((m.ready, m.probes, m.sweep_count), (3.0, 12.0, 4.0));
+        assert_eq!((m.lease_beats, m.status_beats), (7.0, 0.0));
+        assert_eq!(m.heartbeat_age, [None, Some(9.5), None]);
         assert!(parse_metrics("# EOF\n").is_err());
     }
 }

@@ -1,4 +1,4 @@
-//! `nodekeeper sim`: a fleet of simulated kubelets, or `sim set` to change one.
+//! `nodekeeper sim`: a fleet of simulated kubelets (probed, and pushing with `--push`), or `sim set` to change one.
 
 use std::path::Path;
 
@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Failure, Outcome};
 use crate::app::Discovery;
 use crate::cli::{SimArgs, SimCommand};
-use crate::sim::{Fleet, FleetConfig, KubeletState};
+use crate::sim::{BearerToken, Fleet, FleetConfig, KubeletState, PushConfig, PushSetupError};
 
 const DEFAULT_CONTROL: &str = "http://127.0.0.1:10251";
 
@@ -22,10 +22,39 @@ pub async fn sim(args: &SimArgs, db: &Path) -> Outcome {
     }
 }
 
+/// The push settings from the flags, checked; `None` without `--push`.
+fn push_config(args: &SimArgs) -> Result<Option<PushConfig>, Failure> {
+    let Some(url) = &args.push else {
+        return Ok(None);
+    };
+    let usage = |e: PushSetupError| Failure {
+        message: e.to_string(),
+        code: 2,
+    };
+    let token = match &args.push_token_file {
+        Some(path) => Some(BearerToken::from_file(path).map_err(usage)?),
+        None => None,
+    };
+    let config = PushConfig {
+        lease_renew_interval: args.lease_renew_interval,
+        status_update_interval: args.status_update_interval,
+        clock_skew: args.clock_skew,
+        register: args.register,
+        token,
+        max_in_flight: args.push_concurrency,
+        ..PushConfig::new(url.clone())
+    };
+    config.validate().map_err(usage)?;
+    Ok(Some(config))
+}
+
 async fn run_fleet(args: &SimArgs) -> Outcome {
+    let push = push_config(args)?;
     let limit = crate::app::raise_open_file_limit();
-    // A listener and a served connection per kubelet, plus spare.
-    let needed = args.nodes as u64 * 2 + 64;
+    // A listener and a served connection per kubelet, a client connection
+    // per push in flight, plus spare.
+    let pushing = push.as_ref().map_or(0, |p| p.max_in_flight as u64);
+    let needed = args.nodes as u64 * 2 + pushing + 64;
     if needed > limit {
         return Err(Failure {
             message: format!(
@@ -65,8 +94,20 @@ async fn run_fleet(args: &SimArgs) -> Outcome {
         .last()
         .map(|n| n.address.to_string())
         .unwrap_or_default();
+    let pushing = match push {
+        Some(config) => {
+            let note = format!("; pushing to {}", config.url);
+            if let Err(e) = fleet.start_pushing(config) {
+                shutdown.cancel();
+                fleet.closed().await;
+                return Err(e.into());
+            }
+            note
+        }
+        None => String::new(),
+    };
     println!(
-        "{} simulated kubelets on {first} .. {last} (port {}); control http://{}; Ctrl-C stops",
+        "{} simulated kubelets on {first} .. {last} (port {}); control http://{}{pushing}; Ctrl-C stops",
         fleet.nodes().len(),
         fleet.port(),
         fleet.control_addr()

@@ -3,6 +3,7 @@
 //! - `GET /nodes`, `GET /nodes/{name}`: [`NodeStatus`] objects.
 //! - `PUT /nodes/{name}` with `{"state":"down"}`: set one node, answer its new status.
 //! - `PUT /nodes` with `{"state":"down"}`: set every node (a whole-site partition).
+//! - `GET /stats`: [`FleetStats`](super::FleetStats): nodes by state, and what the fleet pushed.
 //! - `GET /healthz`: `ok`.
 //!
 //! Errors are `{"error": "..."}` with 400 (bad body or state) or 404 (unknown node).
@@ -25,6 +26,7 @@ pub(super) fn router(handle: FleetHandle) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/nodes", get(list).put(set_all))
         .route("/nodes/{name}", get(get_one).put(set_one))
+        .route("/stats", get(stats))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(handle)
 }
@@ -63,6 +65,10 @@ fn parse_state(body: &[u8]) -> Result<KubeletState, String> {
 
 async fn list(State(h): State<FleetHandle>) -> Response {
     Json(h.statuses()).into_response()
+}
+
+async fn stats(State(h): State<FleetHandle>) -> Response {
+    Json(h.stats()).into_response()
 }
 
 async fn get_one(State(h): State<FleetHandle>, Path(name): Path<String>) -> Response {

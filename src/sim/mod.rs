@@ -7,9 +7,12 @@
 //! closes the listener and open connections, and leaving `Hang` releases hung
 //! requests. The control endpoint (`control.rs`) exposes the same switches as
 //! JSON over HTTP for people and scripts; [`FleetHandle`] exposes them to code.
+//! [`Fleet::start_pushing`] makes the same nodes push heartbeats to a
+//! controller as well, as real kubelets do (`push.rs`).
 
 mod control;
 mod kubelet;
+pub mod push;
 #[cfg(test)]
 mod tests;
 
@@ -19,7 +22,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -29,9 +32,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use kubelet::Node;
+pub use push::{BearerToken, PushConfig, PushSetupError, PushStats};
 
 /// How a simulated kubelet answers `GET /healthz`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KubeletState {
     /// 200 `ok`.
@@ -163,6 +167,17 @@ pub struct NodeStatus {
     pub listening: bool,
 }
 
+/// The fleet at a glance, as `GET /stats` of the control endpoint shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetStats {
+    pub nodes: usize,
+    /// How many nodes are in each state.
+    pub states: std::collections::BTreeMap<KubeletState, usize>,
+    /// What the fleet pushed so far; absent when it does not push.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pushes: Option<PushStats>,
+}
+
 /// Why the fleet could not start or a request to it failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -190,6 +205,9 @@ pub enum SimError {
     /// The fleet was shut down while waiting on it.
     #[error("the simulated fleet has shut down")]
     Stopped,
+    /// Pushing to a controller could not start.
+    #[error(transparent)]
+    Push(#[from] PushSetupError),
 }
 
 // EMFILE and ENFILE: the same numbers on Linux and macOS; io::ErrorKind has no
@@ -376,6 +394,7 @@ impl Fleet {
                 nodes: shared,
                 by_name,
                 shutdown: shutdown.clone(),
+                pusher: OnceLock::new(),
             }),
         };
 
@@ -433,8 +452,24 @@ impl Fleet {
         self.handle.clone()
     }
 
+    /// Makes every node push to a controller as well: Lease renewals and
+    /// status updates, spread over their intervals, until the fleet stops.
+    /// A fleet pushes to one controller only; a second call fails.
+    pub fn start_pushing(&self, config: PushConfig) -> Result<(), SimError> {
+        let inner = &self.handle.inner;
+        if inner.pusher.get().is_some() {
+            return Err(PushSetupError::AlreadyPushing.into());
+        }
+        let pusher = push::start(config, &inner.nodes, &self.tracker, self.shutdown.clone())?;
+        inner
+            .pusher
+            .set(pusher)
+            .map_err(|_| PushSetupError::AlreadyPushing)?;
+        Ok(())
+    }
+
     /// Waits until the shutdown token is cancelled and every task (listeners,
-    /// connections, control endpoint) has stopped.
+    /// connections, pushers, control endpoint) has stopped.
     pub async fn closed(self) {
         self.shutdown.cancelled().await;
         self.tracker.wait().await;
@@ -451,6 +486,8 @@ struct FleetInner {
     nodes: Vec<Arc<Node>>,
     by_name: HashMap<String, usize>,
     shutdown: CancellationToken,
+    /// Set once the fleet pushes.
+    pusher: OnceLock<Arc<push::Pusher>>,
 }
 
 impl fmt::Debug for FleetHandle {
@@ -497,6 +534,24 @@ impl FleetHandle {
     pub fn connections(&self, name: &str) -> Option<u64> {
         self.node(name)
             .map(|n| n.connections.load(Ordering::Relaxed))
+    }
+
+    /// What the fleet pushed so far; `None` if it does not push.
+    pub fn push_stats(&self) -> Option<PushStats> {
+        self.inner.pusher.get().map(|p| p.stats())
+    }
+
+    /// The fleet at a glance: nodes by state, and pushes.
+    pub fn stats(&self) -> FleetStats {
+        let mut states = std::collections::BTreeMap::new();
+        for node in &self.inner.nodes {
+            *states.entry(*node.state.borrow()).or_insert(0) += 1;
+        }
+        FleetStats {
+            nodes: self.inner.nodes.len(),
+            states,
+            pushes: self.push_stats(),
+        }
     }
 
     /// How many nodes the fleet has.

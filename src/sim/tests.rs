@@ -558,3 +558,220 @@ fn defaults_match_the_flags() {
     assert_eq!(d.control, "127.0.0.1:0".parse().expect("addr"));
     assert_eq!(d.slow_delay, Duration::from_secs(2));
 }
+
+/// One request the fake API server saw.
+#[derive(Clone, Debug)]
+struct Seen {
+    method: String,
+    path: String,
+    content_type: String,
+    authorization: String,
+    body: serde_json::Value,
+}
+
+/// A fake API server: Leases are created (201) then renewed (200); a node
+/// status is 404 until its node is registered (201).
+#[derive(Clone, Default)]
+struct FakeApi {
+    seen: Arc<std::sync::Mutex<Vec<Seen>>>,
+    registered: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    changed: Arc<tokio::sync::Notify>,
+}
+
+impl FakeApi {
+    async fn serve(self, shutdown: CancellationToken) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let addr = listener.local_addr().expect("addr");
+        let app = axum::Router::new()
+            .fallback(
+                |axum::extract::State(api): axum::extract::State<FakeApi>,
+                 req: axum::extract::Request| async move { api.answer(req).await },
+            )
+            .with_state(self);
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await;
+        });
+        addr
+    }
+
+    async fn answer(&self, req: axum::extract::Request) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        // Read before the body is awaited: a borrow of the request must not live across it.
+        let (method, path, content_type, authorization) = {
+            let header = |name| {
+                req.headers()
+                    .get(name)
+                    .and_then(|v: &axum::http::HeaderValue| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string()
+            };
+            (
+                req.method().to_string(),
+                req.uri().path().to_string(),
+                header("content-type"),
+                header("authorization"),
+            )
+        };
+        let bytes = axum::body::to_bytes(req.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        let body: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON body");
+        let status = {
+            let mut registered = self.registered.lock().expect("lock");
+            match (method.as_str(), path.as_str()) {
+                ("POST", "/api/v1/nodes") => {
+                    registered.insert(body["metadata"]["name"].as_str().expect("name").into());
+                    StatusCode::CREATED
+                }
+                ("PATCH", p) => {
+                    let name = p.trim_start_matches("/api/v1/nodes/");
+                    let name = name.trim_end_matches("/status");
+                    if registered.contains(name) {
+                        StatusCode::OK
+                    } else {
+                        StatusCode::NOT_FOUND
+                    }
+                }
+                ("POST", _) => StatusCode::CREATED,
+                _ => StatusCode::OK,
+            }
+        };
+        self.seen.lock().expect("lock").push(Seen {
+            method,
+            path,
+            content_type,
+            authorization,
+            body,
+        });
+        self.changed.notify_waiters();
+        status
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    /// Waits until `f` holds of the requests seen; bounded.
+    async fn wait_until(&self, f: impl Fn(&[Seen]) -> bool) {
+        timeout(LIMIT, async {
+            // Ends when `f` holds; each turn waits for another request.
+            loop {
+                let changed = self.changed.notified();
+                if f(&self.seen()) {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await
+        .expect("the fake API saw the pushes in time");
+    }
+}
+
+fn count(seen: &[Seen], method: &str, path: &str) -> usize {
+    seen.iter()
+        .filter(|s| s.method == method && s.path == path)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_are_what_a_kubelet_sends() {
+    let token = CancellationToken::new();
+    let api = FakeApi::default();
+    let addr = api.clone().serve(token.clone()).await;
+    let (fleet, fleet_token) = start(11, 2).await;
+    assert_eq!(fleet.handle().push_stats(), None);
+    let config = PushConfig {
+        lease_renew_interval: Duration::from_millis(50),
+        status_update_interval: Duration::from_millis(50),
+        register: true,
+        token: BearerToken::new("t0k3n"),
+        clock_skew: jiff::SignedDuration::from_hours(3),
+        ..PushConfig::new(format!("http://{addr}/"))
+    };
+    fleet.start_pushing(config.clone()).expect("pushing starts");
+    assert!(matches!(
+        fleet.start_pushing(config),
+        Err(SimError::Push(PushSetupError::AlreadyPushing))
+    ));
+    let names: Vec<String> = fleet.nodes().iter().map(|n| n.name.clone()).collect();
+    let lease =
+        |n: &str| format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{n}");
+    let status = |n: &str| format!("/api/v1/nodes/{n}/status");
+    api.wait_until(|seen| {
+        names
+            .iter()
+            .all(|n| count(seen, "PUT", &lease(n)) >= 2 && count(seen, "PATCH", &status(n)) >= 3)
+    })
+    .await;
+    let seen = api.seen();
+    assert!(seen.iter().all(|s| s.authorization == "Bearer t0k3n"));
+    for name in &names {
+        let mine: Vec<&Seen> = seen
+            .iter()
+            .filter(|s| {
+                s.body.to_string().contains(name.as_str()) || s.path.contains(name.as_str())
+            })
+            .collect();
+        // The Lease is created first, then renewed.
+        let leases: Vec<&&Seen> = mine.iter().filter(|s| s.path.contains("/leases")).collect();
+        assert_eq!(leases[0].method, "POST");
+        assert!(leases[1..].iter().all(|s| s.method == "PUT"));
+        let renew = leases[1].body["spec"]["renewTime"]
+            .as_str()
+            .expect("renewTime");
+        assert_eq!(renew.len(), "2026-11-30T09:00:00.000000Z".len(), "{renew}");
+        assert_eq!(leases[1].body["spec"]["holderIdentity"], name.as_str());
+        assert_eq!(leases[1].body["spec"]["leaseDurationSeconds"], 40);
+        // The first status update is refused, the node registers, then updates go through.
+        let first_patch = mine
+            .iter()
+            .position(|s| s.method == "PATCH")
+            .expect("a PATCH");
+        let register = mine
+            .iter()
+            .position(|s| s.method == "POST" && s.path == "/api/v1/nodes")
+            .expect("a registration");
+        assert!(first_patch < register);
+        assert_eq!(count(&seen, "POST", "/api/v1/nodes"), names.len());
+        let patch = mine.iter().rfind(|s| s.method == "PATCH").expect("a PATCH");
+        assert_eq!(patch.content_type, "application/strategic-merge-patch+json");
+        let ready = &patch.body["status"]["conditions"][0];
+        assert_eq!(
+            (&ready["type"], &ready["status"]),
+            (&serde_json::json!("Ready"), &serde_json::json!("True"))
+        );
+        // The node's clock is three hours ahead.
+        let beat: jiff::Timestamp = ready["lastHeartbeatTime"]
+            .as_str()
+            .expect("time")
+            .parse()
+            .expect("RFC 3339");
+        let ahead = beat.duration_since(jiff::Timestamp::now()).as_secs_f64() / 3600.0;
+        assert!((2.9..3.1).contains(&ahead), "{ahead}h ahead");
+    }
+    let stats = fleet.handle().push_stats().expect("pushing");
+    assert_eq!(stats.registrations, 2);
+    // A 404 that ends in a registration is no failure.
+    assert_eq!((stats.failed, stats.last_error), (0, None));
+    let control: serde_json::Value = client()
+        .get(format!("http://{}/stats", fleet.control_addr()))
+        .send()
+        .await
+        .expect("control answers")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(control["nodes"], 2);
+    assert_eq!(control["states"]["up"], 2);
+    assert!(control["pushes"]["sent"].as_u64().expect("sent") >= stats.sent);
+
+    // Every pusher stops with the fleet.
+    fleet_token.cancel();
+    timeout(LIMIT, fleet.closed())
+        .await
+        .expect("fleet stops in time");
+    token.cancel();
+}

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nodekeeper::sim::{Fleet, FleetConfig, FleetHandle};
+use nodekeeper::sim::{Fleet, FleetConfig, FleetHandle, PushConfig, PushStats};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -61,6 +61,30 @@ impl TestFleet {
         self.fleet.nodes()[i].name.clone()
     }
 
+    /// Writes a nodes file of only the first `count` nodes; the others are
+    /// unknown to a controller started with it.
+    pub fn nodes_file_of_first(&self, dir: &Path, count: usize) -> PathBuf {
+        let entries: Vec<Value> = self.fleet.nodes()[..count]
+            .iter()
+            .map(|n| serde_json::json!({"name": n.name, "address": n.address.ip().to_string()}))
+            .collect();
+        let path = dir.join("nodes.json");
+        std::fs::write(&path, serde_json::to_vec(&entries).unwrap()).unwrap();
+        path
+    }
+
+    /// Makes the fleet push to `controller` every 200ms, changed by `tweak`.
+    pub fn push_to(&self, controller: &Controller, tweak: impl FnOnce(&mut PushConfig)) {
+        let mut config = fast_push(&controller.url);
+        tweak(&mut config);
+        self.fleet.start_pushing(config).expect("pushing starts");
+    }
+
+    /// The fleet's push counters (it must push).
+    pub fn push_stats(&self) -> PushStats {
+        self.handle.push_stats().expect("the fleet pushes")
+    }
+
     pub async fn stop(self) {
         self.shutdown.cancel();
         self.fleet.closed().await;
@@ -98,6 +122,137 @@ pub fn fast_args(nodes_file: &Path, port: u16) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+
+/// Push settings for tests: renewals and status updates every 200ms.
+pub fn fast_push(url: &str) -> PushConfig {
+    PushConfig {
+        lease_renew_interval: Duration::from_millis(200),
+        status_update_interval: Duration::from_millis(200),
+        request_timeout: Duration::from_secs(5),
+        ..PushConfig::new(url)
+    }
+}
+
+/// A controller in push mode with fast periods: monitor every 100ms, grace 2s.
+pub fn push_mode_args(nodes_file: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--nodes-file",
+        &nodes_file.to_string_lossy(),
+        "--node-status-mode",
+        "push",
+        // Nothing is probed, but the flags are checked all the same.
+        "--kubelet-scheme",
+        "http",
+        "--node-sync-period",
+        "200ms",
+        "--node-monitor-period",
+        "100ms",
+        "--node-monitor-grace-period",
+        "2s",
+        "--node-startup-grace-period",
+        "2s",
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Polls `check` until it holds; fails the test after [`DEADLINE`] with `what`.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < DEADLINE, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A `nodekeeper sim` process, killed when dropped.
+pub struct SimProcess {
+    pub child: Child,
+    /// Its control endpoint, e.g. `http://127.0.0.1:40000`.
+    pub control: String,
+    pub log: PathBuf,
+}
+
+impl SimProcess {
+    /// Starts `nodekeeper sim ARGS` (with `--control 127.0.0.1:0 --port 0`)
+    /// and waits for its banner.
+    pub fn start(dir: &Path, args: &[&str]) -> SimProcess {
+        let out = dir.join("sim.out");
+        let log = dir.join("sim.log");
+        let child = Command::new(BIN)
+            .args([
+                "--log",
+                "info",
+                "sim",
+                "--control",
+                "127.0.0.1:0",
+                "--port",
+                "0",
+            ])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("the binary starts");
+        let mut sim = SimProcess {
+            child,
+            control: String::new(),
+            log,
+        };
+        let started = Instant::now();
+        loop {
+            if let Some(status) = sim.child.try_wait().unwrap() {
+                panic!("sim exited early ({status}): {}", sim.log_text());
+            }
+            let banner = std::fs::read_to_string(&out).unwrap_or_default();
+            if let Some(rest) = banner.split("control ").nth(1) {
+                if let Some(url) = rest.split([';', ' ', '\n']).next() {
+                    sim.control = url.to_string();
+                    return sim;
+                }
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "sim did not start: {}",
+                sim.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `GET` on the control endpoint, as JSON.
+    pub async fn get(&self, path: &str) -> Value {
+        client()
+            .get(format!("{}{path}", self.control))
+            .send()
+            .await
+            .expect("the sim answers")
+            .json()
+            .await
+            .expect("JSON")
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Controller {
