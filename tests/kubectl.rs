@@ -420,7 +420,10 @@ async fn lists_page_filter_and_print_as_the_api_server_does() {
     assert_eq!(events["kind"], "EventList");
     let items = events["items"].as_array().unwrap();
     assert_eq!(items[0]["reason"], "Registered");
-    assert!(items.iter().any(|e| e["reason"] == "KubeletReady"), "{events}");
+    assert!(
+        items.iter().any(|e| e["reason"] == "KubeletReady"),
+        "{events}"
+    );
     let name = items[0]["metadata"]["name"].as_str().unwrap();
     let (status, event) = get(
         &format!("{}/api/v1/namespaces/default/events/{name}", c.url),
