@@ -1,7 +1,9 @@
 //! Where nodes come from: a static list (flag or file) or a cloud / inventory
 //! provider, turned into [`NodeSpec`]s for registration.
 
+pub mod ansible;
 pub mod cloud;
+pub mod inventory;
 pub mod resolve;
 pub mod static_list;
 
