@@ -18,6 +18,7 @@ use crate::model::{NodeSpec, Resources};
 use crate::probe::{ProbeConfig, Scheme};
 use crate::server::AppState;
 use crate::sim::{Fleet, FleetConfig};
+use crate::source::cloud::{anchored, CloudProvider};
 use crate::source::{static_list, SourceError};
 use crate::store::{Store, StoreError, StoreOptions};
 
@@ -32,6 +33,21 @@ pub struct RunConfig {
     pub controller: ControllerConfig,
     pub specs: Vec<NodeSpec>,
     pub simulate: Option<FleetConfig>,
+    /// The cloud / inventory source, if `--cloud-provider` is given.
+    pub cloud: Option<CloudSource>,
+}
+
+/// Where cloud nodes come from and how the registry follows them.
+#[derive(Clone)]
+pub struct CloudSource {
+    pub provider: Arc<dyn CloudProvider>,
+    /// `--match`, anchored to the whole name (`.*` when not given).
+    pub filter: regex::Regex,
+    /// `--sync-node-list`: follow the provider every sync period, or
+    /// register its first listing only.
+    pub sync_node_list: bool,
+    /// Capacity for what a provider does not say (`--node-cpu`, `--node-memory`).
+    pub fallback: Resources,
 }
 
 /// Failures of `run`, each naming the flag or resource at fault.
@@ -122,6 +138,24 @@ impl RunConfig {
             }
             .into());
         }
+        let cloud = match &args.cloud_provider {
+            None => None,
+            Some(name) => {
+                let filter = anchored(args.node_match.as_deref().unwrap_or(".*"))
+                    .map_err(|e| flag("--match", e))?;
+                let provider: Arc<dyn CloudProvider> =
+                    crate::source::provider(name, args.cloud_config.as_deref())?.into();
+                if provider.instances().is_none() {
+                    return Err(SourceError::CloudInstance(provider.name().to_string()).into());
+                }
+                Some(CloudSource {
+                    provider,
+                    filter,
+                    sync_node_list: args.sync_node_list,
+                    fallback: capacity,
+                })
+            }
+        };
         let mut probe = ProbeConfig {
             scheme: args.kubelet_scheme,
             port: args.kubelet_port,
@@ -169,6 +203,7 @@ impl RunConfig {
             },
             specs,
             simulate,
+            cloud,
         })
     }
 }
