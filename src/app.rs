@@ -12,12 +12,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::cli::RunArgs;
 use crate::controller::view::View;
+use crate::controller::CloudSource;
 use crate::controller::{Controller, ControllerConfig, ControllerError, ControllerHandle};
 use crate::metrics::Metrics;
 use crate::model::{NodeSpec, Resources};
 use crate::probe::{ProbeConfig, Scheme};
 use crate::server::{AppState, Tokens};
 use crate::sim::{Fleet, FleetConfig};
+use crate::source::cloud::{anchored, CloudProvider};
 use crate::source::{static_list, SourceError};
 use crate::store::{Store, StoreError, StoreOptions};
 
@@ -150,6 +152,24 @@ impl RunConfig {
             }
             .into());
         }
+        let cloud = match &args.cloud_provider {
+            None => None,
+            Some(name) => {
+                let filter = anchored(args.node_match.as_deref().unwrap_or(".*"))
+                    .map_err(|e| flag("--match", e))?;
+                let provider: Arc<dyn CloudProvider> =
+                    crate::source::provider(name, args.cloud_config.as_deref())?.into();
+                if provider.instances().is_none() {
+                    return Err(SourceError::CloudInstance(provider.name().to_string()).into());
+                }
+                Some(CloudSource {
+                    provider,
+                    filter,
+                    sync_node_list: args.sync_node_list,
+                    fallback: capacity,
+                })
+            }
+        };
         let mut probe = ProbeConfig {
             scheme: args.kubelet_scheme,
             port: args.kubelet_port,
@@ -237,6 +257,7 @@ impl RunConfig {
                 register_retry_count: args.register_retry_count,
                 probe,
                 probe_concurrency: args.probe_concurrency,
+                cloud,
                 eviction: crate::controller::eviction::EvictionConfig {
                     pod_eviction_timeout: args.pod_eviction_timeout,
                     mode: args.eviction_mode,

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::probe::Scheme;
 
@@ -145,10 +145,27 @@ pub struct RunArgs {
     /// Static nodes from a file: one per line (`#` comments), or YAML/JSON entries with name, address, labels.
     #[arg(long)]
     pub nodes_file: Option<PathBuf>,
-    /// CPU capacity of static nodes.
+    /// Take nodes from a cloud or inventory provider: inventory, http or ec2.
+    #[arg(long, value_name = "NAME")]
+    pub cloud_provider: Option<String>,
+    /// The provider's configuration: for `inventory` the inventory file
+    /// itself, for `http` and `ec2` a YAML file (see the README).
+    #[arg(long, value_name = "PATH", requires = "cloud_provider")]
+    pub cloud_config: Option<PathBuf>,
+    /// Only machines whose whole name matches REGEX become nodes (default:
+    /// every machine). Matched against the lowercased node name.
+    /// kube-controller-manager called it --minion_regexp.
+    #[arg(long = "match", value_name = "REGEX", requires = "cloud_provider")]
+    pub node_match: Option<String>,
+    /// Keep the registry following the provider every sync period: machines
+    /// that appear are registered, nodes whose machines are gone are deleted.
+    /// `--sync-node-list=false` registers the first listing only.
+    #[arg(long, action = ArgAction::Set, default_value = "true", value_name = "BOOL")]
+    pub sync_node_list: bool,
+    /// CPU capacity of static nodes (and of provider machines that don't say).
     #[arg(long, default_value = "1")]
     pub node_cpu: String,
-    /// Memory capacity of static nodes.
+    /// Memory capacity of static nodes (and of provider machines that don't say).
     #[arg(long, default_value = "3Gi")]
     pub node_memory: String,
 

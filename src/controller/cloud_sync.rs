@@ -25,8 +25,9 @@ pub struct CloudSource {
     pub filter: Regex,
     /// Capacity for machines the provider does not describe.
     pub fallback: Resources,
-    /// `--sync-node-list`: follow the source every sync period, not only at start.
-    pub follow: bool,
+    /// `--sync-node-list`: follow the source every sync period, or register
+    /// its first listing only.
+    pub sync_node_list: bool,
 }
 
 impl std::fmt::Debug for CloudSource {
@@ -34,7 +35,7 @@ impl std::fmt::Debug for CloudSource {
         f.debug_struct("CloudSource")
             .field("provider", &self.provider.name())
             .field("filter", &self.filter.as_str())
-            .field("follow", &self.follow)
+            .field("sync_node_list", &self.sync_node_list)
             .finish()
     }
 }

@@ -320,7 +320,12 @@ impl Controller {
         monitor_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut sweep: Option<JoinHandle<Vec<sweep::Answer>>> = None;
         let mut listing: Option<cloud_sync::Listing> = None;
-        let follow = self.config.cloud.as_ref().filter(|c| c.follow).cloned();
+        let follow = self
+            .config
+            .cloud
+            .as_ref()
+            .filter(|c| c.sync_node_list)
+            .cloned();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
