@@ -196,7 +196,9 @@ impl RunConfig {
             tracing::warn!("--kubelet-insecure-skip-tls-verify: kubelet certificates are NOT verified; anyone on the path can impersonate a kubelet");
         }
         // Fail on bad certificates or tokens now, not at the first sweep.
-        crate::probe::Prober::new(&probe).map_err(|e| flag("kubelet access", e.to_string()))?;
+        if args.node_status_mode != crate::controller::StatusMode::Push {
+            crate::probe::Prober::new(&probe).map_err(|e| flag("kubelet access", e.to_string()))?;
+        }
         let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
             (None, None) => None,
             (Some(cert), Some(key)) => {

@@ -78,6 +78,7 @@ pub struct Metrics {
     pub evictions: Counter,
     pub source_failures: Counter,
     pub source_machines: Gauge,
+    pub source_sync_duration: Histogram,
 }
 
 impl Default for Metrics {
@@ -175,7 +176,16 @@ impl Metrics {
             "Machines in the last good listing of the source",
             source_machines.clone(),
         );
+        let source_sync_duration = Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 16),
+        );
+        registry.register(
+            "source_sync_duration_seconds",
+            "Time to list the cloud or inventory source and bring the registry in line",
+            source_sync_duration.clone(),
+        );
         Metrics {
+            source_sync_duration,
             source_failures,
             source_machines,
             evictions,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::Controller;
 use crate::model::{EventKind, Micros, Resources, Taint};
@@ -52,20 +53,33 @@ pub struct SourceStatus {
     pub last_error_time: Option<Micros>,
 }
 
-/// A listing in flight.
-pub(super) type Listing = JoinHandle<Result<Vec<CloudNode>, SourceError>>;
+/// A listing in flight: the result and when it started.
+pub(super) type Listing = JoinHandle<(Result<Vec<CloudNode>, SourceError>, Instant)>;
 
 /// Starts listing the source's machines in a task of its own.
 pub(super) fn start_listing(source: &CloudSource) -> Listing {
     let source = source.clone();
+    let started = Instant::now();
     tokio::spawn(async move {
-        cloud_node_specs(source.provider.as_ref(), &source.filter, source.fallback).await
+        let listing =
+            cloud_node_specs(source.provider.as_ref(), &source.filter, source.fallback).await;
+        (listing, started)
     })
 }
 
 impl Controller {
     /// Applies a listing: registers, deletes and taints to follow the source.
-    pub(super) async fn apply_listing(&mut self, listing: Result<Vec<CloudNode>, SourceError>) {
+    pub(super) async fn apply_listing(
+        &mut self,
+        (listing, started): (Result<Vec<CloudNode>, SourceError>, Instant),
+    ) {
+        self.follow_listing(listing).await;
+        self.metrics
+            .source_sync_duration
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    async fn follow_listing(&mut self, listing: Result<Vec<CloudNode>, SourceError>) {
         let Some(source) = self.config.cloud.clone() else {
             return;
         };

@@ -120,7 +120,8 @@ pub struct Controller {
     store: Arc<Store>,
     view: Arc<View>,
     metrics: Arc<Metrics>,
-    prober: Prober,
+    /// `None` in push mode, which never probes (and needs no kubelet credentials).
+    prober: Option<Prober>,
     tracked: BTreeMap<String, Tracked>,
     leases: BTreeMap<String, Lease>,
     /// Nodes and leases whose heartbeat times changed since the last batch write.
@@ -146,7 +147,10 @@ impl Controller {
         view: Arc<View>,
         metrics: Arc<Metrics>,
     ) -> Result<Controller, ControllerError> {
-        let prober = Prober::new(&config.probe)?;
+        let prober = match config.status_mode {
+            StatusMode::Push => None,
+            _ => Some(Prober::new(&config.probe)?),
+        };
         let instance = uuid::Uuid::new_v4().to_string();
         let now = Micros::now();
         let clean_stop = store.last_clean_stop()?;

@@ -57,7 +57,10 @@ impl Controller {
                 continue;
             };
             t.health.rescuing = true;
-            let prober = self.prober.clone();
+            // Rescues are for hybrid mode, which always has a prober.
+            let Some(prober) = self.prober.clone() else {
+                continue;
+            };
             let target = t.target.clone();
             tracing::info!(node = %name, "heartbeats stopped; probing once before declaring the node Unknown");
             self.rescues.spawn(async move {

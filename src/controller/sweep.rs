@@ -56,7 +56,10 @@ impl Controller {
             })
             .map(|(name, t)| (name.clone(), t.target.clone()))
             .collect();
-        let prober = self.prober.clone();
+        let Some(prober) = self.prober.clone() else {
+            // Push mode probes nothing.
+            return tokio::spawn(async { Vec::new() });
+        };
         let concurrency = self.config.probe_concurrency.max(1);
         tokio::spawn(probe_all(prober, targets, concurrency))
     }
