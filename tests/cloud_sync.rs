@@ -4,7 +4,6 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
@@ -28,18 +27,6 @@ fn write(path: &std::path::Path, text: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, path).unwrap();
-}
-
-async fn wait_for(c: &Controller, path: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let started = Instant::now();
-    loop {
-        let (_, v) = c.get(path).await;
-        if check(&v) {
-            return v;
-        }
-        assert!(started.elapsed() < DEADLINE, "never: {what}; last: {v}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn names(list: &Value) -> Vec<String> {
@@ -90,7 +77,7 @@ async fn the_registry_follows_an_inventory_file() {
 
     // A machine leaves the inventory, another is shut down.
     write(&file, &inventory(&fleet, &[(0, "running"), (1, "stopped")]));
-    wait_for(&c, "/api/v1/nodes", "the gone machine deleted", |l| {
+    c.wait_for("/api/v1/nodes", "the gone machine deleted", |l| {
         names(l) == [a.clone(), b.clone()]
     })
     .await;
@@ -101,26 +88,22 @@ async fn the_registry_follows_an_inventory_file() {
         last["reason"].as_str().unwrap().contains("cloud/inventory"),
         "{last}"
     );
-    wait_for(
-        &c,
-        &format!("/api/v1/nodes/{b}"),
-        "the shutdown taint",
-        |n| {
-            n["spec"]["taints"].as_array().is_some_and(|t| {
-                t.iter()
-                    .any(|t| t["key"] == "node.cloudprovider.kubernetes.io/shutdown")
-            })
-        },
-    )
+    c.wait_for(&format!("/api/v1/nodes/{b}"), "the shutdown taint", |n| {
+        n["spec"]["taints"].as_array().is_some_and(|t| {
+            t.iter()
+                .any(|t| t["key"] == "node.cloudprovider.kubernetes.io/shutdown")
+        })
+    })
     .await;
 
     // The file breaks: nothing changes, and the failure is visible.
     let (_, before) = c.get("/v1/history").await;
     write(&file, "machines:\n  - name: [oops\n");
-    let status = wait_for(&c, "/v1/sources", "a failed listing", |s| {
-        s["consecutiveFailures"].as_u64() >= Some(2)
-    })
-    .await;
+    let status = c
+        .wait_for("/v1/sources", "a failed listing", |s| {
+            s["consecutiveFailures"].as_u64() >= Some(2)
+        })
+        .await;
     assert!(
         status["lastError"].as_str().unwrap().contains("inventory"),
         "{status}"
@@ -150,12 +133,9 @@ async fn the_registry_follows_an_inventory_file() {
         &file,
         &inventory(&fleet, &[(0, "running"), (1, "running"), (2, "running")]),
     );
-    wait_for(&c, "/api/v1/nodes", "the machine back", |l| {
-        names(l).len() == 3
-    })
-    .await;
-    wait_for(
-        &c,
+    c.wait_for("/api/v1/nodes", "the machine back", |l| names(l).len() == 3)
+        .await;
+    c.wait_for(
         &format!("/api/v1/nodes/{b}"),
         "the shutdown taint gone",
         |n| {

@@ -27,23 +27,6 @@ fn taints(node: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn wait_for(
-    c: &Controller,
-    what: &str,
-    mut check: impl FnMut(&Value) -> bool,
-    path: &str,
-) -> Value {
-    let started = Instant::now();
-    loop {
-        let (_, v) = c.get(path).await;
-        if check(&v) {
-            return v;
-        }
-        assert!(started.elapsed() < DEADLINE, "never: {what}; last: {v}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_down_past_the_timeout_is_tainted_evicted_and_hooked() {
     let fleet = TestFleet::start(4, Ipv4Addr::new(127, 111, 0, 1)).await;
@@ -63,25 +46,18 @@ async fn a_node_down_past_the_timeout_is_tainted_evicted_and_hooked() {
     c.wait_ready(&victim, "Unknown").await;
     // NoSchedule at once, NoExecute once evicted.
     let path = format!("/api/v1/nodes/{victim}");
-    wait_for(
-        &c,
-        "NoExecute taint",
-        |n| taints(n).contains(&"node.kubernetes.io/unreachable:NoExecute".to_string()),
-        &path,
-    )
+    c.wait_for(&path, "NoExecute taint", |n| {
+        taints(n).contains(&"node.kubernetes.io/unreachable:NoExecute".to_string())
+    })
     .await;
-    let history = wait_for(
-        &c,
-        "EvictionDone",
-        |h| {
+    let history = c
+        .wait_for(&format!("/v1/history?node={victim}"), "EvictionDone", |h| {
             h.as_array()
                 .unwrap()
                 .iter()
                 .any(|e| e["kind"] == "EvictionDone")
-        },
-        &format!("/v1/history?node={victim}"),
-    )
-    .await;
+        })
+        .await;
     let started = history
         .as_array()
         .unwrap()
@@ -112,7 +88,8 @@ async fn a_node_down_past_the_timeout_is_tainted_evicted_and_hooked() {
     // It comes back: taints go, and it is never evicted again for the old outage.
     fleet.handle.set(&victim, KubeletState::Up).unwrap();
     c.wait_ready(&victim, "True").await;
-    wait_for(&c, "taints removed", |n| taints(n).is_empty(), &path).await;
+    c.wait_for(&path, "taints removed", |n| taints(n).is_empty())
+        .await;
     let metrics = c.text("/metrics").await;
     assert!(
         metrics.contains("nodekeeper_evictions_total 1"),
@@ -144,12 +121,9 @@ async fn when_every_node_is_down_nothing_is_evicted() {
     }
     // Several eviction timeouts pass: NoSchedule taints, no evictions.
     let path = format!("/api/v1/nodes/{}", fleet.name(0));
-    wait_for(
-        &c,
-        "NoSchedule",
-        |n| taints(n) == ["node.kubernetes.io/unreachable:NoSchedule"],
-        &path,
-    )
+    c.wait_for(&path, "NoSchedule", |n| {
+        taints(n) == ["node.kubernetes.io/unreachable:NoSchedule"]
+    })
     .await;
     let until = Instant::now() + Duration::from_secs(2);
     while Instant::now() < until {

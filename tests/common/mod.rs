@@ -359,6 +359,19 @@ impl Controller {
         }
     }
 
+    /// Polls `path` until `check` holds for its JSON, and returns it.
+    pub async fn wait_for(&self, path: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let started = Instant::now();
+        loop {
+            let (_, v) = self.get(path).await;
+            if check(&v) {
+                return v;
+            }
+            assert!(started.elapsed() < DEADLINE, "never: {what}; last: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Stops with SIGTERM and waits.
     pub fn stop(mut self) -> std::process::ExitStatus {
         signal(self.child.id(), "-TERM");
