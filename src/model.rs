@@ -371,6 +371,18 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// Whether the event changes the node's record (and so its resourceVersion).
+    pub fn changes_node(&self) -> bool {
+        matches!(
+            self,
+            EventKind::Registered { .. }
+                | EventKind::Deleted { .. }
+                | EventKind::ConditionChanged { .. }
+                | EventKind::AddressesChanged { .. }
+                | EventKind::TaintsChanged { .. }
+        )
+    }
+
     /// The variant's name, as shown in history tables and JSON.
     pub fn name(&self) -> &'static str {
         match self {

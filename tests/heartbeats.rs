@@ -569,3 +569,39 @@ async fn with_tokens_a_node_may_update_only_itself() {
     assert_eq!(c.ready("edge-2").await.as_deref(), Some("True"));
     assert!(c.stop().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_probe_mode_lease_renewals_do_not_keep_a_dead_kubelet_ready() {
+    let fleet = TestFleet::start(1, Ipv4Addr::new(127, 84, 0, 1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let nodes = fleet.nodes_file(dir.path());
+    let mut args = fast_args(&nodes, fleet.fleet.port());
+    args.extend(["--node-status-mode", "probe"].map(String::from));
+    let c = Controller::start(&db, &args);
+    let name = fleet.name(0);
+    c.wait_ready(&name, "True").await;
+    let mut k = Kubelet {
+        c: &c,
+        name: name.clone(),
+        skew_hours: 0,
+        beats: 0,
+    };
+    assert!(matches!(k.renew_lease().await.0, 200 | 201));
+    fleet.handle.set(&name, KubeletState::Down).unwrap();
+    // Renewing all along: the probes still decide.
+    let started = Instant::now();
+    loop {
+        k.renew_lease().await;
+        if c.ready(&name).await.as_deref() == Some("Unknown") {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "a renewed Lease kept a dead kubelet Ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(c.stop().success());
+    fleet.stop().await;
+}

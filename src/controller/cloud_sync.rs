@@ -114,7 +114,7 @@ impl Controller {
             .map(|m| m.spec.clone())
             .collect();
         if !new.is_empty() {
-            let shutdown = tokio_util::sync::CancellationToken::new();
+            let shutdown = self.shutdown.clone();
             if let Err(e) = self.register_nodes(new, &shutdown).await {
                 tracing::error!("{e}");
             }

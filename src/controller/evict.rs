@@ -65,6 +65,10 @@ impl Controller {
         }
         // The decision is durable before anything acts on it.
         if let Err(e) = self.commit(batch).await {
+            // Not recorded, so not done: the next pass decides again.
+            for (name, _) in &pass.evict {
+                self.evictor.forget(name);
+            }
             return tracing::error!("eviction decisions could not be stored: {e}");
         }
         for (name, reason, hook) in hooks {

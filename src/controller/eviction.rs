@@ -223,6 +223,11 @@ impl Evictor {
         self.evicted.contains(name)
     }
 
+    /// Forgets an eviction that could not be recorded, so the next pass decides again.
+    pub fn forget(&mut self, name: &str) {
+        self.evicted.remove(name);
+    }
+
     /// Marks a node evicted (it was before a restart, say).
     pub fn mark_evicted(&mut self, name: &str) {
         self.evicted.insert(name.to_string());

@@ -98,6 +98,8 @@ pub enum ControllerError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Probe(#[from] ProbeConfigError),
+    #[error("the store could not be flushed ({0}); the controller stopped so that nothing unacknowledged is shown. Check the disk, then start it again: the history up to the last flush is intact")]
+    FlushFailed(String),
     /// The ancestor's `ErrRegistration`.
     #[error("unable to register all nodes: {} still unregistered after {tries} tries ({}); last error: {last_error}", missing.len(), missing.join(", "))]
     Registration {
@@ -133,6 +135,10 @@ pub struct Controller {
     /// Eviction hooks running.
     hooks: JoinSet<(String, String)>,
     source_status: SourceStatus,
+    /// Set when the store could not be flushed: the controller stops.
+    broken: Option<String>,
+    /// The run's shutdown, for waits inside the controller task.
+    shutdown: CancellationToken,
     started: Instant,
     instance: String,
 }
@@ -206,6 +212,8 @@ impl Controller {
             evictor: eviction::Evictor::default(),
             hooks: JoinSet::new(),
             source_status: SourceStatus::default(),
+            broken: None,
+            shutdown: CancellationToken::new(),
             started,
             instance,
         };
@@ -236,7 +244,15 @@ impl Controller {
     /// a change a crash could take back.
     async fn commit(&mut self, batch: Batch) -> Result<Written, StoreError> {
         let written = self.store.write(batch)?;
-        let durable = self.store.flush().await?;
+        let durable = match self.store.flush().await {
+            Ok(durable) => durable,
+            Err(e) => {
+                // Written but not durable: the store is ahead of what the
+                // controller acknowledged. Stop rather than guess.
+                self.broken = Some(e.to_string());
+                return Err(e);
+            }
+        };
         for node in &written.nodes {
             if let Some(t) = self.tracked.get_mut(&node.name) {
                 t.node = node.clone();
@@ -294,6 +310,7 @@ impl Controller {
         mut pushes: mpsc::Receiver<Push>,
         shutdown: CancellationToken,
     ) -> Result<(), ControllerError> {
+        self.shutdown = shutdown.clone();
         if let Some(source) = self.config.cloud.clone() {
             // The initial list: static nodes and the source's machines together.
             let listing = tokio::select! {
@@ -331,8 +348,15 @@ impl Controller {
             .filter(|c| c.sync_node_list)
             .cloned();
         loop {
+            if let Some(reason) = self.broken.take() {
+                return Err(ControllerError::FlushFailed(reason));
+            }
             tokio::select! {
+                // Queued pushes first: a heartbeat waiting in the queue must not
+                // look like silence to the monitor pass behind it.
+                biased;
                 _ = shutdown.cancelled() => break,
+                Some(push) = pushes.recv() => self.handle_push(push).await,
                 _ = sweep_ticks.tick(), if sweep.is_none() => {
                     self.retry_address_lookups().await;
                     sweep = Some(self.start_sweep());
@@ -372,7 +396,6 @@ impl Controller {
                         self.after_rescue(&name, outcome).await;
                     }
                 }
-                Some(push) = pushes.recv() => self.handle_push(push).await,
                 Some(done) = self.hooks.join_next(), if !self.hooks.is_empty() => {
                     if let Ok((name, result)) = done {
                         self.after_hook(&name, result).await;

@@ -364,6 +364,10 @@ impl Controller {
                 via: crate::metrics::Via::Lease,
             })
             .inc();
+        // In probe mode a Lease is kept but says nothing about health: probes decide.
+        if self.config.status_mode == StatusMode::Probe {
+            return;
+        }
         if let Some(t) = self.tracked.get_mut(name) {
             t.health.heartbeat(Instant::now());
         }

@@ -73,6 +73,7 @@ impl Controller {
     ) -> Result<SweepReport, StoreError> {
         let now = Micros::now();
         let grace = self.config.node_monitor_grace_period;
+        let mode = self.config.status_mode;
         let mut batch = Batch::new(now);
         let mut report = SweepReport {
             probed: answers.len(),
@@ -97,7 +98,7 @@ impl Controller {
             let Some(tracked) = self.tracked.get_mut(&answer.name) else {
                 continue;
             };
-            if tracked.health.pushing {
+            if mode == StatusMode::Hybrid && tracked.health.pushing {
                 // It started pushing while the sweep was out; its heartbeats decide.
                 continue;
             }

@@ -134,6 +134,13 @@ impl View {
         for name in deleted {
             nodes.remove(name);
         }
+        drop(nodes);
+        if !deleted.is_empty() {
+            let mut beats = self.heartbeats.write().unwrap_or_else(|p| p.into_inner());
+            for name in deleted {
+                beats.remove(name);
+            }
+        }
     }
 
     /// Records heartbeat times (not durable; not history).

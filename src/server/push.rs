@@ -131,7 +131,30 @@ fn current_node(s: &AppState, name: &str) -> Result<serde_json::Value, Response>
     serde_json::to_value(crate::kube::node(&node, beat)).map_err(super::internal)
 }
 
+/// The condition types a status patch itself sets: only those are pushed.
+/// The rest of the merged object is what readers were shown (times cut to
+/// seconds, probe heartbeats overlaid), and must not pass for a heartbeat.
+fn patched_condition_types(body: &Bytes) -> Option<Vec<String>> {
+    let patch: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let conditions = patch.get("status")?.get("conditions")?.as_array()?;
+    Some(
+        conditions
+            .iter()
+            .filter_map(|c| c.get("type")?.as_str().map(str::to_string))
+            .collect(),
+    )
+}
+
 async fn write_status(s: &AppState, name: String, node: KubeNode) -> Response {
+    write_status_only(s, name, node, None).await
+}
+
+async fn write_status_only(
+    s: &AppState,
+    name: String,
+    node: KubeNode,
+    only: Option<Vec<String>>,
+) -> Response {
     if node.metadata.name.as_deref().is_some_and(|n| n != name) {
         return status_error(
             StatusCode::BAD_REQUEST,
@@ -143,7 +166,12 @@ async fn write_status(s: &AppState, name: String, node: KubeNode) -> Response {
         );
     }
     let status = match kube_input::pushed_status(&node) {
-        Ok(status) => status,
+        Ok(mut status) => {
+            if let Some(types) = &only {
+                status.conditions.retain(|c| types.contains(&c.kind));
+            }
+            status
+        }
         Err(e) => return invalid("Node", &name, e),
     };
     let expected = match kube_input::expected_version(&node.metadata) {
@@ -192,7 +220,8 @@ pub(crate) async fn patch_status(
         // The patch applies to the current object; its version is not a precondition.
         Ok(mut node) => {
             node.metadata.resource_version = None;
-            write_status(&s, name, node).await
+            let only = patched_condition_types(&body).unwrap_or_default();
+            write_status_only(&s, name, node, Some(only)).await
         }
         Err(r) => r,
     }

@@ -62,7 +62,7 @@ pub(crate) async fn watch_nodes(s: AppState, params: WatchParams) -> Response {
     };
     if let Some(v) = from {
         // Versions before the oldest kept event cannot be replayed.
-        if oldest.is_some_and(|first| v + 1 < first) {
+        if oldest.is_some_and(|first| v.saturating_add(1) < first) {
             return status_error(
                 StatusCode::GONE,
                 "Expired",
@@ -181,7 +181,9 @@ async fn stream_events(
                     ("DELETED", node)
                 }
                 (
-                    EventKind::ConditionChanged { .. } | EventKind::AddressesChanged { .. },
+                    EventKind::ConditionChanged { .. }
+                    | EventKind::AddressesChanged { .. }
+                    | EventKind::TaintsChanged { .. },
                     Some(_),
                     Some(node),
                 ) => ("MODIFIED", node.clone()),

@@ -317,7 +317,7 @@ impl Store {
             if let Some(e) = events
                 .iter()
                 .rev()
-                .find(|e| e.node.as_deref() == Some(node.name.as_str()))
+                .find(|e| e.node.as_deref() == Some(node.name.as_str()) && e.kind.changes_node())
             {
                 node.resource_version = e.seq;
             }
