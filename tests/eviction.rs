@@ -34,7 +34,7 @@ async fn a_node_down_past_the_timeout_is_tainted_evicted_and_hooked() {
     let db = dir.path().join("db");
     let nodes = fleet.nodes_file(dir.path());
     let hooked = dir.path().join("hooked");
-    let hook = format!("echo \"$1 $2\" >> {}", hooked.display());
+    let hook = format!("echo >> {}", hooked.display());
     let mut args = fast_args(&nodes, fleet.fleet.port());
     args.extend(["--pod-eviction-timeout", "1s", "--eviction-hook", &hook].map(String::from));
     let c = Controller::start(&db, &args);
@@ -138,6 +138,71 @@ async fn when_every_node_is_down_nothing_is_evicted() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert!(c.stop().success());
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_interrupted_by_a_crash_is_resumed_after_the_restart() {
+    let fleet = TestFleet::start(4, Ipv4Addr::new(127, 113, 0, 1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let nodes = fleet.nodes_file(dir.path());
+    let marker = dir.path().join("resumed");
+    let victim = fleet.name(0);
+    let with_hook = |hook: &str| {
+        let mut args = fast_args(&nodes, fleet.fleet.port());
+        args.extend(["--pod-eviction-timeout", "1s", "--eviction-hook", hook].map(String::from));
+        args
+    };
+    // A hook that never finishes in time: the controller is killed meanwhile.
+    let c = Controller::start(&db, &with_hook("sleep 600; true"));
+    for i in 0..4 {
+        c.wait_ready(&fleet.name(i), "True").await;
+    }
+    fleet.handle.set(&victim, KubeletState::Down).unwrap();
+    c.wait_for(
+        &format!("/v1/history?node={victim}"),
+        "EvictionStarted",
+        |h| {
+            h.as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["kind"] == "EvictionStarted")
+        },
+    )
+    .await;
+    c.kill9();
+
+    // The next controller runs the hook again once it knows the node is still down.
+    // The hook gets the node's name and the reason as its arguments.
+    let hook = format!("echo >> {}", marker.display());
+    let c = Controller::start(&db, &with_hook(&hook));
+    let history = c
+        .wait_for(&format!("/v1/history?node={victim}"), "EvictionDone", |h| {
+            h.as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["kind"] == "EvictionDone")
+        })
+        .await;
+    let done = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "EvictionDone")
+        .unwrap();
+    assert_eq!(done["result"], "hook succeeded", "{history}");
+    let line = std::fs::read_to_string(&marker).unwrap();
+    assert!(
+        line.starts_with(&format!("{victim} not Ready for")),
+        "{line}"
+    );
+    assert!(
+        line.trim_end()
+            .ends_with("(resumed after a controller restart)"),
+        "{line}"
+    );
     assert!(c.stop().success());
     fleet.stop().await;
 }

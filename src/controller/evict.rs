@@ -25,6 +25,7 @@ impl Controller {
         }
         let now = Instant::now();
         let wall = Micros::now();
+        self.resume_interrupted(now, &config).await;
         let pass = self.evictor.pass(
             self.tracked.values().map(|t| &t.node),
             &config,
@@ -77,6 +78,49 @@ impl Controller {
                 let result = run_hook(&hook, &name, &reason, timeout).await;
                 (name, result)
             });
+        }
+    }
+
+    /// Re-runs hooks a crash or stop interrupted, once a grace period after
+    /// the start has told the node's real state; a node that came back is
+    /// left alone (and that is recorded).
+    async fn resume_interrupted(&mut self, now: Instant, config: &super::eviction::EvictionConfig) {
+        if self.interrupted.is_empty()
+            || now.saturating_duration_since(self.started) < self.config.node_monitor_grace_period
+        {
+            return;
+        }
+        let Some(hook) = config.hook.clone() else {
+            return;
+        };
+        let mut batch = Batch::new(Micros::now());
+        for (name, reason) in std::mem::take(&mut self.interrupted) {
+            let still_down = self
+                .tracked
+                .get(&name)
+                .is_some_and(|t| t.node.ready() != crate::model::ConditionStatus::True);
+            if !still_down {
+                batch.node_event(
+                    &name,
+                    EventKind::EvictionDone {
+                        result: "not resumed: the node is Ready again".into(),
+                    },
+                );
+                continue;
+            }
+            tracing::warn!(node = %name, "resuming an eviction hook a stop interrupted");
+            let reason = format!("{reason} (resumed after a controller restart)");
+            let timeout = config.hook_timeout;
+            let hook = hook.clone();
+            self.hooks.spawn(async move {
+                let result = run_hook(&hook, &name, &reason, timeout).await;
+                (name, result)
+            });
+        }
+        if !batch.is_empty() {
+            if let Err(e) = self.commit(batch).await {
+                tracing::error!("eviction results could not be stored: {e}");
+            }
         }
     }
 

@@ -134,6 +134,9 @@ pub struct Controller {
     evictor: eviction::Evictor,
     /// Eviction hooks running.
     hooks: JoinSet<(String, String)>,
+    /// Evictions whose hook a crash or stop interrupted, with their reason:
+    /// resumed once the node's state is known again.
+    interrupted: BTreeMap<String, String>,
     source_status: SourceStatus,
     /// Set when the store could not be flushed: the controller stops.
     broken: Option<String>,
@@ -211,6 +214,7 @@ impl Controller {
             rescues: JoinSet::new(),
             evictor: eviction::Evictor::default(),
             hooks: JoinSet::new(),
+            interrupted: BTreeMap::new(),
             source_status: SourceStatus::default(),
             broken: None,
             shutdown: CancellationToken::new(),
@@ -218,6 +222,9 @@ impl Controller {
             instance,
         };
         let mut controller = controller;
+        if controller.config.eviction.hook.is_some() {
+            controller.interrupted = interrupted_evictions(&controller.store)?;
+        }
         for t in controller.tracked.values() {
             // A node tainted NoExecute by an eviction stays evicted until Ready.
             let evicted = t.node.taints.iter().any(|taint| {
@@ -456,6 +463,24 @@ impl Controller {
             .store_events
             .set(self.store.durable_seq() as i64);
     }
+}
+
+/// Evictions started (durably) but never finished: the hook was interrupted.
+fn interrupted_evictions(store: &Store) -> Result<BTreeMap<String, String>, StoreError> {
+    let mut open = BTreeMap::new();
+    for event in store.history(&crate::store::HistoryQuery::default())? {
+        let Some(node) = event.node else { continue };
+        match event.kind {
+            EventKind::EvictionStarted { reason, .. } => {
+                open.insert(node, reason);
+            }
+            EventKind::EvictionDone { .. } | EventKind::Deleted { .. } => {
+                open.remove(&node);
+            }
+            _ => {}
+        }
+    }
+    Ok(open)
 }
 
 /// Where to probe a node: its first IP address and the kubelet port.
