@@ -778,3 +778,110 @@ pub(crate) mod tests {
             .contains("event 5"));
     }
 }
+
+/// Round trips over arbitrary records: whatever the domain can hold, the
+/// store gives back unchanged.
+#[cfg(test)]
+mod round_trips {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn status() -> impl Strategy<Value = ConditionStatus> {
+        prop_oneof![
+            Just(ConditionStatus::True),
+            Just(ConditionStatus::False),
+            Just(ConditionStatus::Unknown)
+        ]
+    }
+
+    fn node() -> impl Strategy<Value = Node> {
+        (
+            "[a-z0-9.-]{1,40}",
+            any::<i64>(),
+            any::<u64>(),
+            proptest::collection::btree_map("[a-z./-]{1,20}", ".{0,20}", 0..4),
+            proptest::collection::vec(
+                (
+                    "[A-Za-z]{1,16}",
+                    status(),
+                    any::<i64>(),
+                    any::<i64>(),
+                    ".{0,30}",
+                ),
+                0..5,
+            ),
+            proptest::collection::vec(("[a-z./-]{1,20}", any::<Option<i64>>()), 0..3),
+            (any::<u64>(), any::<u64>(), any::<bool>(), ".{0,12}"),
+        )
+            .prop_map(
+                |(
+                    name,
+                    created,
+                    rv,
+                    labels,
+                    conditions,
+                    taints,
+                    (cpu, mem, unschedulable, kubelet),
+                )| {
+                    let mut n = tests::sample_node();
+                    n.name = name;
+                    n.created = Micros(created);
+                    n.resource_version = rv;
+                    n.labels = labels;
+                    n.conditions = conditions
+                        .into_iter()
+                        .map(|(kind, status, hb, tr, message)| Condition {
+                            kind,
+                            status,
+                            last_heartbeat: Micros(hb),
+                            last_transition: Micros(tr),
+                            reason: String::new(),
+                            message,
+                        })
+                        .collect();
+                    n.taints = taints
+                        .into_iter()
+                        .map(|(key, added)| Taint {
+                            key,
+                            value: String::new(),
+                            effect: "NoSchedule".into(),
+                            added: added.map(Micros),
+                        })
+                        .collect();
+                    n.capacity = Resources {
+                        cpu_millis: cpu,
+                        memory_bytes: mem,
+                    };
+                    n.unschedulable = unschedulable;
+                    n.node_info.kubelet_version = kubelet;
+                    n
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn nodes_round_trip(n in node()) {
+            prop_assert_eq!(decode_node(&encode_node(&n)).unwrap(), n);
+        }
+
+        #[test]
+        fn events_round_trip(n in node(), seq in any::<u64>(), time in any::<i64>(), to in status()) {
+            for kind in [
+                EventKind::Registered { node: Box::new(n.clone()) },
+                EventKind::ConditionChanged { condition: "Ready".into(), from: None, to, reason: "r".into(), message: n.name.clone() },
+                EventKind::TaintsChanged { from: vec![], to: n.taints.clone() },
+            ] {
+                let e = Event { seq, time: Micros(time), node: Some(n.name.clone()), kind };
+                prop_assert_eq!(decode_event(seq, &encode_event(&e)).unwrap(), e);
+            }
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode_node(&bytes);
+            let _ = decode_event(1, &bytes);
+            let _ = decode_lease(&bytes);
+        }
+    }
+}
