@@ -348,6 +348,7 @@ impl Controller {
         monitor_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut sweep: Option<JoinHandle<Vec<sweep::Answer>>> = None;
         let mut listing: Option<cloud_sync::Listing> = None;
+        let mut lookups: Option<register::Lookups> = None;
         let follow = self
             .config
             .cloud
@@ -365,10 +366,19 @@ impl Controller {
                 _ = shutdown.cancelled() => break,
                 Some(push) = pushes.recv() => self.handle_push(push).await,
                 _ = sweep_ticks.tick(), if sweep.is_none() => {
-                    self.retry_address_lookups().await;
+                    if lookups.is_none() {
+                        lookups = self.start_address_lookups();
+                    }
                     sweep = Some(self.start_sweep());
                     if let (Some(source), None) = (&follow, &listing) {
                         listing = Some(cloud_sync::start_listing(source));
+                    }
+                }
+                found = async { lookups.as_mut().expect("guarded by the branch condition").await }, if lookups.is_some() => {
+                    lookups = None;
+                    match found {
+                        Ok(found) => self.apply_address_lookups(found).await,
+                        Err(e) => tracing::error!("address lookups failed: {e}"),
                     }
                 }
                 listed = async { listing.as_mut().expect("guarded by the branch condition").await }, if listing.is_some() => {
@@ -415,6 +425,9 @@ impl Controller {
         }
         if let Some(listing) = listing {
             listing.abort();
+        }
+        if let Some(lookups) = lookups {
+            lookups.abort();
         }
         self.rescues.abort_all();
         self.stop().await

@@ -124,9 +124,8 @@ impl Controller {
         Ok(())
     }
 
-    /// Retries the lookup of every node that has no IP address yet; a node
-    /// found records `AddressesChanged` and is probed from now on.
-    pub async fn retry_address_lookups(&mut self) {
+    /// Starts looking up again every node that has no IP address yet.
+    pub(super) fn start_address_lookups(&self) -> Option<Lookups> {
         let waiting: Vec<NodeSpec> = self
             .tracked
             .values()
@@ -142,13 +141,25 @@ impl Controller {
             })
             .collect();
         if waiting.is_empty() {
-            return;
+            return None;
         }
-        let lookups = lookup_all(&waiting, self.config.lookup_timeout).await;
+        let timeout = self.config.lookup_timeout;
+        // In a task of its own: a slow resolver must not hold up heartbeats.
+        Some(tokio::spawn(
+            async move { lookup_all(&waiting, timeout).await },
+        ))
+    }
+
+    /// Stores the addresses the lookups found; a found node is probed from now on.
+    pub(super) async fn apply_address_lookups(
+        &mut self,
+        lookups: BTreeMap<String, Result<std::net::IpAddr, String>>,
+    ) {
         let mut batch = Batch::new(Micros::now());
         for (name, result) in lookups {
             let Ok(ip) = result else { continue };
-            let Some(tracked) = self.tracked.get(&name) else {
+            // Gone, or given an address some other way while the lookup was out.
+            let Some(tracked) = self.tracked.get(&name).filter(|t| t.target.is_none()) else {
                 continue;
             };
             let mut node = tracked.node.clone();
@@ -192,6 +203,10 @@ pub(super) fn new_node(spec: &NodeSpec, now: Micros) -> Node {
         node_info: Default::default(),
     }
 }
+
+/// Lookups in flight, by node name.
+pub(super) type Lookups =
+    tokio::task::JoinHandle<BTreeMap<String, Result<std::net::IpAddr, String>>>;
 
 /// Looks up every spec that needs it, a bounded number at a time.
 async fn lookup_all(
