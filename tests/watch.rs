@@ -134,3 +134,55 @@ async fn a_watch_streams_changes_and_resumes_after_a_restart() {
     assert!(c.stop().success());
     fleet.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_older_than_the_log_is_gone() {
+    // A store whose log starts at seq 10 (imported from an export that did).
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let export = dir.path().join("export.jsonl");
+    std::fs::write(
+        &export,
+        concat!(
+            r#"{"format":"nodekeeper-export","version":1,"exportedAt":"2026-11-30T09:00:00Z","lastSeq":10,"nodes":0,"events":1}"#,
+            "\n",
+            r#"{"event":{"seq":10,"time":"2026-11-30T09:00:00Z","node":null,"kind":"ControllerStopped","instance":"old"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    cli_ok(&db, &["db", "import", "--input", export.to_str().unwrap()]);
+    let args: Vec<String> = ["--node-status-mode", "push", "--listen", "127.0.0.1:0"]
+        .map(String::from)
+        .to_vec();
+    let c = Controller::start(&db, &args);
+    let response = client()
+        .get(format!(
+            "{}/api/v1/nodes?watch=true&resourceVersion=3",
+            c.url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 410);
+    let status: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(status["reason"], "Expired", "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("too old resource version"),
+        "{status}"
+    );
+    // From the oldest kept version on, it is served.
+    let response = client_without_timeout()
+        .get(format!(
+            "{}/api/v1/nodes?watch=true&resourceVersion=9&timeoutSeconds=1",
+            c.url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(c.stop().success());
+}
