@@ -40,7 +40,18 @@ fn a_schema_1_store_is_upgraded_on_open() {
             .iter()
             .any(|n| n.as_ref() == b"node_events"));
     }
-    let store = Store::open(&db, &StoreOptions::default()).unwrap();
+    // sled's background threads let go of the file lock shortly after the drop.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let store = loop {
+        match Store::open(&db, &StoreOptions::default()) {
+            Err(nodekeeper::store::StoreError::Locked { .. })
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            other => break other.unwrap(),
+        }
+    };
     let status = store.status().unwrap();
     assert_eq!(status.schema_version, migrations::CURRENT);
     assert_eq!((status.nodes, status.events), (2, 4));

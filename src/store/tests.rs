@@ -171,7 +171,17 @@ fn reopening_recovers_seq_and_durability() {
         register(&store, "b");
         store.flush_blocking().unwrap();
     }
-    let store = Store::open(&path, &StoreOptions::default()).unwrap();
+    // sled's background threads let go of the file lock shortly after the
+    // drop; a restart is a new process in practice, here it may race.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let store = loop {
+        match Store::open(&path, &StoreOptions::default()) {
+            Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            other => break other.unwrap(),
+        }
+    };
     assert_eq!(store.last_seq(), 2);
     assert_eq!(store.durable_seq(), 2);
     assert_eq!(register(&store, "c")[0].seq, 3);
