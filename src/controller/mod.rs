@@ -304,11 +304,6 @@ impl Controller {
         &self.instance
     }
 
-    /// Names of the registered nodes.
-    pub fn node_names(&self) -> impl Iterator<Item = &str> {
-        self.tracked.keys().map(String::as_str)
-    }
-
     /// Runs until `shutdown`: registers `specs` (with retries), then probes,
     /// monitors and answers pushes. Stops cleanly.
     pub async fn run(

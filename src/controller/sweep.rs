@@ -36,12 +36,6 @@ pub(super) struct Answer {
 }
 
 impl Controller {
-    /// Probes every node once and stores what changed; see [`Controller::start_sweep`].
-    pub async fn probe_sweep(&mut self) -> Result<SweepReport, StoreError> {
-        let answers = self.start_sweep().await.unwrap_or_default();
-        self.apply_sweep(answers).await
-    }
-
     /// Starts probing every node that is not watched through its own
     /// heartbeats (all of them in probe mode; none in push mode).
     pub(super) fn start_sweep(&self) -> JoinHandle<Vec<Answer>> {
@@ -126,10 +120,8 @@ impl Controller {
                 ProbeOutcome::NoAnswer { .. } => None,
                 _ => Some((a.name.as_str(), a.wall)),
             }));
+        // The store's size is read when /metrics is scraped, not on every sweep.
         self.update_gauges();
-        self.metrics
-            .store_size
-            .set(self.store.size_on_disk() as i64);
         report.elapsed = answers
             .first()
             .map_or(Duration::ZERO, |a| a.sweep_started.elapsed());

@@ -117,14 +117,6 @@ impl View {
         Some((node, beat))
     }
 
-    pub fn len(&self) -> usize {
-        self.nodes.read().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Publishes durable changes.
     pub fn publish(&self, changed: impl IntoIterator<Item = Node>, deleted: &[String]) {
         let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());

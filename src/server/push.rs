@@ -145,11 +145,8 @@ fn patched_condition_types(body: &Bytes) -> Option<Vec<String>> {
     )
 }
 
-async fn write_status(s: &AppState, name: String, node: KubeNode) -> Response {
-    write_status_only(s, name, node, None).await
-}
-
-async fn write_status_only(
+/// Pushes a node's status; `only` limits it to the condition types a patch set.
+async fn write_status(
     s: &AppState,
     name: String,
     node: KubeNode,
@@ -196,7 +193,7 @@ pub(crate) async fn put_status(
         return r;
     }
     match json_body::<KubeNode>(&headers, &body) {
-        Ok(node) => write_status(&s, name, node).await,
+        Ok(node) => write_status(&s, name, node, None).await,
         Err(r) => r,
     }
 }
@@ -221,7 +218,7 @@ pub(crate) async fn patch_status(
         Ok(mut node) => {
             node.metadata.resource_version = None;
             let only = patched_condition_types(&body).unwrap_or_default();
-            write_status_only(&s, name, node, Some(only)).await
+            write_status(&s, name, node, Some(only)).await
         }
         Err(r) => r,
     }
