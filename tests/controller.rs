@@ -286,9 +286,11 @@ async fn an_unresolvable_node_is_registered_without_address_and_recorded() {
     let c = Controller::start(&db, &args);
     // Names are lowercased; the IP name is its own address and, unanswered, goes Unknown after grace.
     let node = c
-        .wait_for("/api/v1/nodes/127.0.0.1", "the IP-named node registered", |n| {
-            n["kind"] == "Node"
-        })
+        .wait_for(
+            "/api/v1/nodes/127.0.0.1",
+            "the IP-named node registered",
+            |n| n["kind"] == "Node",
+        )
         .await;
     assert_eq!(node["status"]["addresses"][0]["type"], "InternalIP");
     assert_eq!(node["status"]["addresses"][0]["address"], "127.0.0.1");

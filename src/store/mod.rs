@@ -6,10 +6,11 @@
 //! show what a crash could lose ask for history up to [`Store::durable_seq`].
 
 mod exchange;
+pub mod outbox;
 pub mod records;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use migrations::{trees, v2_node_index::index_key};
@@ -18,6 +19,7 @@ use thiserror::Error;
 
 use crate::model::{Event, EventKind, Lease, Micros, Node};
 pub use exchange::{ExportSummary, ImportSummary};
+pub use outbox::{OutboxEntry, OutboxKey};
 use records::DecodeError;
 
 /// sled's default cache is 1 GiB and RSS follows it; a registry needs far less.
@@ -209,6 +211,8 @@ pub struct Store {
     /// The last seq handed out; the lock also serialises writers so seq order is commit order.
     last_seq: Mutex<u64>,
     durable_seq: AtomicU64,
+    /// Whether changes queue mirror work (an API server is configured).
+    mirroring: AtomicBool,
 }
 
 impl Store {
@@ -234,6 +238,7 @@ impl Store {
             db,
             last_seq: Mutex::new(0),
             durable_seq: AtomicU64::new(0),
+            mirroring: AtomicBool::new(false),
         };
         if store.meta.get(META_CREATED)?.is_none() {
             store
@@ -330,21 +335,48 @@ impl Store {
             .iter()
             .map(|e| (e.seq, e.node.as_deref(), records::encode_event(e)))
             .collect();
-        (&self.nodes, &self.events, &self.node_events).transaction(|(nodes, log, index)| {
-            for (name, bytes) in &encoded_nodes {
-                nodes.insert(name.as_bytes(), bytes.as_slice())?;
-            }
-            for name in &deletes {
-                nodes.remove(name.as_bytes())?;
-            }
-            for (seq, node, bytes) in &encoded_events {
-                log.insert(&seq.to_be_bytes(), bytes.as_slice())?;
-                if let Some(node) = node {
-                    index.insert(index_key(node, *seq), &[] as &[u8])?;
+        // The mirror's work for these changes, coalesced per node: the newest seq wins.
+        let mut work: std::collections::BTreeMap<Vec<u8>, (u64, Option<String>)> =
+            std::collections::BTreeMap::new();
+        if self.mirroring.load(Ordering::Relaxed) {
+            for e in &events {
+                let Some(node) = &e.node else { continue };
+                if let Some((key, reason)) = OutboxKey::for_event(node, &e.kind) {
+                    work.insert(key.encode(), (e.seq, reason));
                 }
             }
-            Ok::<_, ConflictableTransactionError<StoreError>>(())
-        })?;
+        }
+        let queued_at = time;
+        (&self.nodes, &self.events, &self.node_events, &self.outbox).transaction(
+            |(nodes, log, index, outbox)| {
+                for (key, (seq, reason)) in &work {
+                    // Keep when the oldest change still waiting was queued.
+                    let enqueued = outbox
+                        .get(key)?
+                        .and_then(|old| records::decode_outbox_entry(&old).ok())
+                        .map_or(queued_at, |old| old.enqueued);
+                    let entry = OutboxEntry {
+                        seq: *seq,
+                        enqueued,
+                        reason: reason.clone(),
+                    };
+                    outbox.insert(key.as_slice(), records::encode_outbox_entry(&entry))?;
+                }
+                for (name, bytes) in &encoded_nodes {
+                    nodes.insert(name.as_bytes(), bytes.as_slice())?;
+                }
+                for name in &deletes {
+                    nodes.remove(name.as_bytes())?;
+                }
+                for (seq, node, bytes) in &encoded_events {
+                    log.insert(&seq.to_be_bytes(), bytes.as_slice())?;
+                    if let Some(node) = node {
+                        index.insert(index_key(node, *seq), &[] as &[u8])?;
+                    }
+                }
+                Ok::<_, ConflictableTransactionError<StoreError>>(())
+            },
+        )?;
         *last_seq += events.len() as u64;
         Ok(Written {
             events,
@@ -384,6 +416,89 @@ impl Store {
     pub fn delete_lease(&self, name: &str) -> Result<(), StoreError> {
         self.leases.remove(name.as_bytes())?;
         Ok(())
+    }
+
+    /// From now on, every change also queues its mirror work in the outbox.
+    pub fn enable_outbox(&self) {
+        self.mirroring.store(true, Ordering::Relaxed);
+    }
+
+    /// Queues work outside a change (a resync), keeping entries already
+    /// queued. Not durable until [`Store::flush`].
+    pub fn enqueue(&self, keys: &[OutboxKey], time: Micros) -> Result<usize, StoreError> {
+        let seq = self.last_seq();
+        let mut added = 0;
+        for key in keys {
+            let entry = OutboxEntry {
+                seq,
+                enqueued: time,
+                reason: None,
+            };
+            let fresh = self
+                .outbox
+                .compare_and_swap(
+                    key.encode(),
+                    None as Option<&[u8]>,
+                    Some(records::encode_outbox_entry(&entry)),
+                )?
+                .is_ok();
+            added += usize::from(fresh);
+        }
+        Ok(added)
+    }
+
+    /// Every queued piece of mirror work, by kind and node.
+    pub fn outbox(&self) -> Result<Vec<(OutboxKey, OutboxEntry)>, StoreError> {
+        let mut out = Vec::with_capacity(self.outbox.len());
+        for entry in self.outbox.iter() {
+            let (key, bytes) = entry?;
+            let Some(key) = OutboxKey::decode(&key) else {
+                return Err(StoreError::Decode(DecodeError {
+                    what: "an outbox key".into(),
+                    reason: format!("{:?} is not a kind and a node name", key.as_ref()),
+                }));
+            };
+            out.push((key, records::decode_outbox_entry(&bytes)?));
+        }
+        Ok(out)
+    }
+
+    /// One queued piece of work.
+    pub fn outbox_entry(&self, key: &OutboxKey) -> Result<Option<OutboxEntry>, StoreError> {
+        self.outbox
+            .get(key.encode())?
+            .map(|v| Ok(records::decode_outbox_entry(&v)?))
+            .transpose()
+    }
+
+    pub fn outbox_len(&self) -> usize {
+        self.outbox.len()
+    }
+
+    /// Removes an entry the mirror finished, unless a newer change (a higher
+    /// seq) was queued meanwhile: then the entry stays for another round.
+    /// Returns whether it was removed. Not durable until the next flush; a
+    /// crash before that redoes the work, which is idempotent.
+    pub fn outbox_done(&self, key: &OutboxKey, seq: u64) -> Result<bool, StoreError> {
+        let raw = key.encode();
+        // A concurrent writer can only replace the entry with a newer one;
+        // two rounds settle it.
+        for _ in 0..3 {
+            let Some(current) = self.outbox.get(&raw)? else {
+                return Ok(false);
+            };
+            if records::decode_outbox_entry(&current)?.seq != seq {
+                return Ok(false);
+            }
+            if self
+                .outbox
+                .compare_and_swap(&raw, Some(current), None as Option<&[u8]>)?
+                .is_ok()
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Makes everything written so far durable; returns the seq now durable.

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::outbox::OutboxEntry;
 use crate::model::{
     Address, AddressKind, Condition, ConditionStatus, Event, EventKind, Lease, Micros, Node,
     Resources, Taint,
@@ -192,6 +193,36 @@ pub fn decode_lease(bytes: &[u8]) -> Result<Lease, DecodeError> {
         acquire_time: v.acquire_time.map(Micros),
         renew_time: v.renew_time.map(Micros),
         lease_transitions: v.lease_transitions,
+    })
+}
+
+/// Envelope for outbox entries (keyed by kind and node name).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum StoredOutboxEntry {
+    V1(OutboxEntryV1),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboxEntryV1 {
+    pub seq: u64,
+    pub enqueued: i64,
+    pub reason: Option<String>,
+}
+
+pub fn encode_outbox_entry(e: &OutboxEntry) -> Vec<u8> {
+    encode(&StoredOutboxEntry::V1(OutboxEntryV1 {
+        seq: e.seq,
+        enqueued: e.enqueued.0,
+        reason: e.reason.clone(),
+    }))
+}
+
+pub fn decode_outbox_entry(bytes: &[u8]) -> Result<OutboxEntry, DecodeError> {
+    let StoredOutboxEntry::V1(v) = decode::<StoredOutboxEntry>(bytes, || "an outbox entry".into())?;
+    Ok(OutboxEntry {
+        seq: v.seq,
+        enqueued: Micros(v.enqueued),
+        reason: v.reason,
     })
 }
 
@@ -690,6 +721,18 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn outbox_entry_v1_golden_bytes() {
+        let entry = OutboxEntry {
+            seq: 300,
+            enqueued: Micros(5),
+            reason: Some("r".into()),
+        };
+        let bytes = encode_outbox_entry(&entry);
+        assert_eq!(hex(&bytes), "00ac020a010172");
+        assert_eq!(decode_outbox_entry(&bytes).unwrap(), entry);
+    }
+
+    #[test]
     fn event_v1_golden_bytes() {
         let event = Event {
             seq: 9,
@@ -882,6 +925,7 @@ mod round_trips {
             let _ = decode_node(&bytes);
             let _ = decode_event(1, &bytes);
             let _ = decode_lease(&bytes);
+            let _ = decode_outbox_entry(&bytes);
         }
     }
 }

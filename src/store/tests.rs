@@ -17,6 +17,21 @@ fn node(name: &str) -> Node {
     n
 }
 
+/// Opens a store another `Store` in this process just dropped. sled's
+/// background threads let go of the file lock shortly after the drop; a
+/// restart is a new process in practice, here it may race (bounded wait).
+pub(crate) fn reopen(path: &std::path::Path) -> Store {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match Store::open(path, &StoreOptions::default()) {
+            Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            other => break other.unwrap(),
+        }
+    }
+}
+
 fn register(store: &Store, name: &str) -> Vec<Event> {
     let mut b = Batch::new(Micros(100));
     let n = node(name);
@@ -171,17 +186,7 @@ fn reopening_recovers_seq_and_durability() {
         register(&store, "b");
         store.flush_blocking().unwrap();
     }
-    // sled's background threads let go of the file lock shortly after the
-    // drop; a restart is a new process in practice, here it may race.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let store = loop {
-        match Store::open(&path, &StoreOptions::default()) {
-            Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(10))
-            }
-            other => break other.unwrap(),
-        }
-    };
+    let store = reopen(&path);
     assert_eq!(store.last_seq(), 2);
     assert_eq!(store.durable_seq(), 2);
     assert_eq!(register(&store, "c")[0].seq, 3);
@@ -273,4 +278,97 @@ fn a_broken_import_names_the_line_and_leaves_the_store_empty() {
     assert_eq!(copy.last_seq(), 0);
     let err = copy.import(&mut "hello\n".as_bytes()).unwrap_err();
     assert!(err.to_string().contains("line 1"), "{err}");
+}
+
+#[test]
+fn changes_queue_mirror_work_only_when_mirroring() {
+    let (_d, store) = open();
+    register(&store, "quiet");
+    assert_eq!(store.outbox_len(), 0, "no mirror, no outbox");
+    store.enable_outbox();
+    register(&store, "a");
+    let mut b = Batch::new(Micros(500));
+    b.record(node("a"), [ready_change(ConditionStatus::False)]);
+    b.node_event(
+        "a",
+        EventKind::EvictionStarted {
+            reason: "gone".into(),
+            mode: "delete-pods".into(),
+        },
+    );
+    b.node_event(
+        "a",
+        EventKind::ProbeKeptReady {
+            message: "m".into(),
+        },
+    );
+    let written = store.write(b).unwrap();
+    let queued = store.outbox().unwrap();
+    assert_eq!(
+        queued,
+        vec![
+            (
+                OutboxKey::Node("a".into()),
+                // Coalesced: the newest change, first queued at registration.
+                OutboxEntry {
+                    seq: written.events[0].seq,
+                    enqueued: Micros(100),
+                    reason: None
+                }
+            ),
+            (
+                OutboxKey::EvictPods("a".into()),
+                OutboxEntry {
+                    seq: written.events[1].seq,
+                    enqueued: Micros(500),
+                    reason: Some("gone".into())
+                }
+            ),
+        ]
+    );
+}
+
+#[test]
+fn finished_work_leaves_the_outbox_unless_something_newer_was_queued() {
+    let (_d, store) = open();
+    store.enable_outbox();
+    let seq = register(&store, "a")[0].seq;
+    let key = OutboxKey::Node("a".into());
+    // A change lands while the mirror is sending seq: the entry stays.
+    let mut b = Batch::new(Micros(200));
+    b.record(node("a"), [ready_change(ConditionStatus::Unknown)]);
+    let newer = store.write(b).unwrap().events[0].seq;
+    assert!(!store.outbox_done(&key, seq).unwrap());
+    assert_eq!(store.outbox_entry(&key).unwrap().unwrap().seq, newer);
+    assert!(store.outbox_done(&key, newer).unwrap());
+    assert_eq!(store.outbox_len(), 0);
+    assert!(!store.outbox_done(&key, newer).unwrap(), "already gone");
+}
+
+#[test]
+fn a_resync_queues_only_what_is_not_queued_and_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let store = Store::open(&path, &StoreOptions::default()).unwrap();
+        store.enable_outbox();
+        register(&store, "a");
+        let keys = [OutboxKey::Node("a".into()), OutboxKey::Node("b".into())];
+        assert_eq!(store.enqueue(&keys, Micros(900)).unwrap(), 1);
+        store.flush_blocking().unwrap();
+    }
+    let store = reopen(&path);
+    let queued: Vec<_> = store
+        .outbox()
+        .unwrap()
+        .into_iter()
+        .map(|(k, e)| (k, e.enqueued))
+        .collect();
+    assert_eq!(
+        queued,
+        vec![
+            (OutboxKey::Node("a".into()), Micros(100)),
+            (OutboxKey::Node("b".into()), Micros(900))
+        ]
+    );
 }
