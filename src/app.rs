@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -39,6 +40,8 @@ pub struct RunConfig {
     pub controller: ControllerConfig,
     pub specs: Vec<NodeSpec>,
     pub simulate: Option<FleetConfig>,
+    /// Where to mirror, if an API server is configured.
+    pub mirror: Option<crate::mirror::MirrorConfig>,
 }
 
 /// Failures of `run`, each naming the flag or resource at fault.
@@ -236,7 +239,17 @@ impl RunConfig {
                 "--insecure-listen: the API may be reachable from the network without TLS or authentication"
             );
         }
+        let mirror = mirror_config(args)?;
+        if mirror.is_none()
+            && args.eviction_mode == crate::controller::eviction::EvictionMode::DeletePods
+        {
+            return Err(flag(
+                "--eviction-mode",
+                "delete-pods deletes pods on an API server, and none is configured: give --kubeconfig or --master, or use taint (with an --eviction-hook) when running alone".into(),
+            ));
+        }
         Ok(RunConfig {
+            mirror,
             db: db.to_path_buf(),
             listen: args.listen,
             tls,
@@ -276,6 +289,84 @@ impl RunConfig {
             simulate,
         })
     }
+}
+
+/// The mirror's configuration, validated; `None` when running alone.
+fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, RunError> {
+    use crate::mirror::{ApiServer, LeaderConfig, MirrorConfig};
+    let flag = |flag, reason: String| RunError::Flag { flag, reason };
+    let Some(api_server) = ApiServer::from_flags(
+        args.kubeconfig.clone(),
+        args.master.clone(),
+        args.standalone,
+    ) else {
+        return Ok(None);
+    };
+    if !(args.kube_api_qps.is_finite() && args.kube_api_qps > 0.0) {
+        return Err(flag(
+            "--kube-api-qps",
+            format!(
+                "{} is not a rate: give requests per second, more than 0",
+                args.kube_api_qps
+            ),
+        ));
+    }
+    if args.kube_api_burst == 0 {
+        return Err(flag("--kube-api-burst", "must be at least 1".into()));
+    }
+    for (name, d) in [
+        ("--kube-api-timeout", args.kube_api_timeout),
+        (
+            "--node-lease-renew-interval",
+            args.node_lease_renew_interval,
+        ),
+    ] {
+        if d.is_zero() {
+            return Err(flag(name, "must be more than zero".into()));
+        }
+    }
+    if args.node_lease_duration < Duration::from_secs(1)
+        || args.node_lease_renew_interval >= args.node_lease_duration
+    {
+        return Err(flag(
+            "--node-lease-duration",
+            "must be at least 1s and longer than --node-lease-renew-interval".into(),
+        ));
+    }
+    let mut config = MirrorConfig::new(api_server);
+    config.qps = args.kube_api_qps;
+    config.burst = args.kube_api_burst;
+    config.request_timeout = args.kube_api_timeout;
+    config.node_lease_duration = args.node_lease_duration;
+    config.node_lease_renew_interval = args.node_lease_renew_interval;
+    config.eviction_hold = args.node_monitor_grace_period;
+    if args.leader_elect {
+        let mut leader = LeaderConfig::new(identity());
+        leader.lease_duration = args.leader_elect_lease_duration;
+        leader.renew_deadline = args.leader_elect_renew_deadline;
+        leader.retry_period = args.leader_elect_retry_period;
+        leader.name = args.leader_elect_resource_name.clone();
+        leader.namespace = args.leader_elect_resource_namespace.clone();
+        leader
+            .validate()
+            .map_err(|reason| flag("--leader-elect-*", reason))?;
+        config.leader = Some(leader);
+    }
+    Ok(Some(config))
+}
+
+/// This process in a leader Lease: the host name and a fresh id, as
+/// kube-controller-manager does.
+fn identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let host = if host.is_empty() {
+        "nodekeeper".into()
+    } else {
+        host
+    };
+    format!("{host}_{}", uuid::Uuid::new_v4())
 }
 
 /// Where a running controller can be reached; written into the store
@@ -389,6 +480,34 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
 
     let view = Arc::new(View::default());
     let metrics = Arc::new(Metrics::new());
+    let (handle, pushes) = ControllerHandle::channel();
+    let mirror = match config.mirror.take() {
+        None => None,
+        Some(mirror_config) => {
+            // Every change from here on queues its mirror work.
+            store.enable_outbox();
+            let identity = mirror_config
+                .leader
+                .as_ref()
+                .map_or_else(|| "nodekeeper".to_string(), |l| l.identity.clone());
+            let target = mirror_config.api_server.describe();
+            let (mirror, state) = crate::mirror::Mirror::new(
+                mirror_config,
+                store.clone(),
+                view.clone(),
+                handle.clone(),
+                metrics.clone(),
+                identity,
+            )
+            .await
+            .map_err(|e| RunError::Flag {
+                flag: "--kubeconfig/--master",
+                reason: e.to_string(),
+            })?;
+            tracing::info!(server = %state.server, via = %target, "mirroring to the API server");
+            Some((mirror, state))
+        }
+    };
     let controller = Controller::start(
         config.controller,
         store.clone(),
@@ -417,13 +536,21 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     tracing::info!(url = %discovery.url, db = %config.db.display(), "serving the API");
 
     let server_shutdown = CancellationToken::new();
-    let (handle, pushes) = ControllerHandle::channel();
+    let mirror_shutdown = CancellationToken::new();
+    let (mirror_task, mirror_state) = match mirror {
+        None => (None, None),
+        Some((mirror, state)) => (
+            Some(tokio::spawn(mirror.run(mirror_shutdown.clone()))),
+            Some(state),
+        ),
+    };
     let state = AppState {
         view,
         store: store.clone(),
         metrics,
         controller: handle,
         shutdown: server_shutdown.clone(),
+        mirror: mirror_state,
     };
     let router = crate::server::secured_router(state, config.tokens.clone());
     let server = tasks.spawn({
@@ -434,6 +561,11 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     tasks.close();
 
     let result = controller.run(config.specs, pushes, shutdown.clone()).await;
+    // The mirror stops before the store closes (it gives up a leader Lease it holds).
+    mirror_shutdown.cancel();
+    if let Some(task) = mirror_task {
+        let _ = task.await;
+    }
     // The API goes last so the final state stays readable until the store is closed.
     server_shutdown.cancel();
     if let Ok(Err(e)) = server.await {

@@ -56,6 +56,11 @@ pub enum Command {
         #[arg(short, long, value_enum, default_value_t = ListFormat::Table)]
         output: ListFormat,
     },
+    /// The mirror to the Kubernetes API server.
+    Mirror {
+        #[command(subcommand)]
+        command: MirrorCommand,
+    },
     /// Look after the store.
     Db {
         #[command(subcommand)]
@@ -94,6 +99,15 @@ pub struct HistoryArgs {
     pub condition: Option<String>,
     #[arg(short, long, value_enum, default_value_t = ListFormat::Table)]
     pub output: ListFormat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MirrorCommand {
+    /// Backlog, oldest entry, last error, leadership.
+    Status {
+        #[arg(short, long, value_enum, default_value_t = ListFormat::Table)]
+        output: ListFormat,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -240,6 +254,52 @@ pub struct RunArgs {
     /// Passes at registering the nodes before giving up (one sync period apart).
     #[arg(long, default_value_t = 10)]
     pub register_retry_count: u32,
+
+    /// Mirror nodes, status, taints and Leases to the API server of this
+    /// kubeconfig (its current context). Inside a pod, the pod's service
+    /// account is used when neither this nor --master is given.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The API server's address (overrides the kubeconfig's server).
+    #[arg(long, value_name = "URL")]
+    pub master: Option<String>,
+    /// Run without an API server, even inside a pod.
+    #[arg(long, conflicts_with_all = ["kubeconfig", "master"])]
+    pub standalone: bool,
+    /// Requests per second to the API server, sustained.
+    #[arg(long, default_value_t = 20.0)]
+    pub kube_api_qps: f64,
+    /// Requests to the API server allowed in a burst.
+    #[arg(long, default_value_t = 30)]
+    pub kube_api_burst: u32,
+    /// Time one API server request may take (connect, send, answer).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub kube_api_timeout: Duration,
+    /// `leaseDurationSeconds` of the node Leases written for Ready nodes.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    pub node_lease_duration: Duration,
+    /// How often a Ready node's Lease is renewed on the API server.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub node_lease_renew_interval: Duration,
+    /// Elect a leader through a Lease before writing to the API server, so
+    /// two controllers for one site never write at once.
+    #[arg(long, action = ArgAction::Set, default_value = "true", value_name = "BOOL")]
+    pub leader_elect: bool,
+    /// How long a leader's last renewal holds off the standbys.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// A leader that could not renew for this long stops writing.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often candidates try to acquire or renew the leader Lease.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Duration,
+    /// The leader Lease's name.
+    #[arg(long, default_value = "nodekeeper")]
+    pub leader_elect_resource_name: String,
+    /// The leader Lease's namespace.
+    #[arg(long, default_value = "kube-system")]
+    pub leader_elect_resource_namespace: String,
 
     /// sled cache size in bytes (RSS follows it).
     #[arg(long, default_value_t = crate::store::DEFAULT_CACHE_CAPACITY)]

@@ -225,6 +225,18 @@ impl Source {
         }
     }
 
+    /// The mirror's state: the running controller's, or what the store holds.
+    pub async fn mirror_status(&self) -> Result<crate::mirror::MirrorStatus, InspectError> {
+        match self {
+            Source::Local(store) => Ok(crate::mirror::status_from_store(store)?),
+            Source::Remote { .. } => self.get("/v1/mirror").await?.ok_or_else(|| {
+                InspectError::NotFound(
+                    "the running controller has no API server configured (--kubeconfig or --master): nothing is mirrored".into(),
+                )
+            }),
+        }
+    }
+
     /// Store facts.
     pub async fn status(&self) -> Result<StoreStatus, InspectError> {
         match self {

@@ -12,6 +12,7 @@ pub mod inspect;
 pub mod kube;
 pub mod kube_input;
 pub mod metrics;
+pub mod mirror;
 pub mod model;
 pub mod output;
 pub mod probe;

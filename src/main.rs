@@ -44,6 +44,7 @@ async fn dispatch(cli: &Cli) -> commands::Outcome {
         Command::Describe { node } => commands::describe::describe(&source()?, node).await,
         Command::History(args) => commands::history::history(&source()?, args).await,
         Command::At { time, output } => commands::at::at(&source()?, time, *output).await,
+        Command::Mirror { command } => commands::mirror::mirror(&source()?, command).await,
         Command::Db { command } => {
             // Import makes the store it loads into.
             let source = match command {

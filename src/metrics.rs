@@ -61,6 +61,13 @@ pub struct QuantileLabels {
     pub quantile: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MirrorRequestLabels {
+    pub verb: String,
+    /// The HTTP status, or `error` when no answer came.
+    pub code: String,
+}
+
 /// Every metric nodekeeper exports.
 pub struct Metrics {
     registry: Registry,
@@ -79,6 +86,13 @@ pub struct Metrics {
     pub source_failures: Counter,
     pub source_machines: Gauge,
     pub source_sync_duration: Histogram,
+    pub mirror_backlog: Gauge,
+    pub mirror_oldest_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub mirror_requests: Family<MirrorRequestLabels, Counter>,
+    pub mirror_request_duration: Histogram,
+    pub mirror_retries: Counter,
+    pub mirror_lease_renewals: Counter,
+    pub mirror_leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -184,7 +198,58 @@ impl Metrics {
             "Time to list the cloud or inventory source and bring the registry in line",
             source_sync_duration.clone(),
         );
+        let mirror_backlog = Gauge::default();
+        registry.register(
+            "mirror_backlog",
+            "Outbox entries (nodes and pod evictions) the API server has not been told yet",
+            mirror_backlog.clone(),
+        );
+        let mirror_oldest_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "mirror_oldest_entry_age_seconds",
+            "Age of the oldest outbox entry (0 when the outbox is empty)",
+            mirror_oldest_age.clone(),
+        );
+        let mirror_requests = Family::<MirrorRequestLabels, Counter>::default();
+        registry.register(
+            "mirror_requests",
+            "Requests to the API server, by verb and answer",
+            mirror_requests.clone(),
+        );
+        let mirror_request_duration = Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 16),
+        );
+        registry.register(
+            "mirror_request_duration_seconds",
+            "API server request latency",
+            mirror_request_duration.clone(),
+        );
+        let mirror_retries = Counter::default();
+        registry.register(
+            "mirror_retries",
+            "Outbox entries and Lease renewals that failed and were scheduled again",
+            mirror_retries.clone(),
+        );
+        let mirror_lease_renewals = Counter::default();
+        registry.register(
+            "mirror_lease_renewals",
+            "Node Leases renewed in kube-node-lease",
+            mirror_lease_renewals.clone(),
+        );
+        let mirror_leader = Gauge::default();
+        registry.register(
+            "mirror_leader",
+            "1 while this controller holds the leader Lease and writes to the API server",
+            mirror_leader.clone(),
+        );
         Metrics {
+            mirror_backlog,
+            mirror_oldest_age,
+            mirror_requests,
+            mirror_request_duration,
+            mirror_retries,
+            mirror_lease_renewals,
+            mirror_leader,
             source_sync_duration,
             source_failures,
             source_machines,

@@ -4,6 +4,7 @@ pub mod at;
 pub mod db;
 pub mod describe;
 pub mod history;
+pub mod mirror;
 pub mod nodes;
 pub mod run;
 pub mod sim;

@@ -58,6 +58,12 @@ pub enum Push {
         expected_generation: Option<u64>,
         reply: oneshot::Sender<Result<Lease, PushError>>,
     },
+    /// An event about a node from outside the controller (what the mirror did).
+    Record {
+        name: String,
+        kind: EventKind,
+        reply: oneshot::Sender<Result<(), PushError>>,
+    },
     /// A kubelet registering its node (`POST /api/v1/nodes`).
     Register {
         spec: NodeSpec,
@@ -142,6 +148,11 @@ impl ControllerHandle {
         .await
     }
 
+    /// Records `kind` in the node's history, durably.
+    pub async fn record(&self, name: String, kind: EventKind) -> Result<(), PushError> {
+        self.ask(|reply| Push::Record { name, kind, reply }).await
+    }
+
     pub async fn register(&self, spec: NodeSpec, status: PushedStatus) -> Result<Node, PushError> {
         self.ask(|reply| Push::Register {
             spec,
@@ -179,6 +190,16 @@ impl Controller {
                 reply,
             } => {
                 let _ = reply.send(self.register_pushed(spec, status).await);
+            }
+            Push::Record { name, kind, reply } => {
+                let mut batch = Batch::new(Micros::now());
+                batch.node_event(&name, kind);
+                let _ = reply.send(
+                    self.commit(batch)
+                        .await
+                        .map(|_| ())
+                        .map_err(PushError::from),
+                );
             }
         }
     }

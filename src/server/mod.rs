@@ -47,6 +47,8 @@ pub struct AppState {
     pub controller: crate::controller::ControllerHandle,
     /// Cancelled when the server stops: long watches end with it.
     pub shutdown: CancellationToken,
+    /// The mirror, when an API server is configured.
+    pub mirror: Option<Arc<crate::mirror::MirrorState>>,
 }
 
 /// The router without `--token-file`: every caller is [`Caller::Anonymous`].
@@ -113,6 +115,7 @@ pub fn secured_router(state: AppState, tokens: Option<Arc<Tokens>>) -> Router {
         .route("/v1/at", get(v1::at))
         .route("/v1/store", get(v1::store_status))
         .route("/v1/sources", get(v1::sources))
+        .route("/v1/mirror", get(v1::mirror))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(v1::metrics))
         .fallback(not_found_path);

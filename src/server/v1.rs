@@ -136,6 +136,15 @@ pub(crate) async fn store_status(State(s): State<AppState>) -> Response {
 
 pub(crate) async fn metrics(State(s): State<AppState>) -> Response {
     s.metrics.store_size.set(s.store.size_on_disk() as i64);
+    if s.mirror.is_some() {
+        let oldest = s
+            .store
+            .outbox()
+            .ok()
+            .and_then(|entries| entries.iter().map(|(_, e)| e.enqueued).min());
+        let age = oldest.map_or(0.0, |t| crate::model::Micros::now().since(t).as_secs_f64());
+        s.metrics.mirror_oldest_age.set(age);
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -147,6 +156,32 @@ pub(crate) async fn metrics(State(s): State<AppState>) -> Response {
 }
 
 /// `GET /v1/sources`: how the cloud or inventory source is doing.
+/// `GET /v1/mirror`: the mirror's backlog, last error and leadership.
+pub(crate) async fn mirror(State(s): State<AppState>) -> Response {
+    let Some(mirror) = &s.mirror else {
+        return super::status_error(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "no API server is configured (--kubeconfig or --master): nothing is mirrored".into(),
+        );
+    };
+    let store = s.store.clone();
+    let mirror = mirror.clone();
+    match tokio::task::spawn_blocking(move || mirror.status(&store)).await {
+        Ok(Ok(status)) => Json(status).into_response(),
+        Ok(Err(e)) => super::status_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            e.to_string(),
+        ),
+        Err(e) => super::status_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            e.to_string(),
+        ),
+    }
+}
+
 pub(crate) async fn sources(State(s): State<AppState>) -> Response {
     match s.view.source_status() {
         Some(status) => Json(status).into_response(),

@@ -341,7 +341,7 @@ impl Store {
         if self.mirroring.load(Ordering::Relaxed) {
             for e in &events {
                 let Some(node) = &e.node else { continue };
-                if let Some((key, reason)) = OutboxKey::for_event(node, &e.kind) {
+                for (key, reason) in OutboxKey::for_event(node, &e.kind) {
                     work.insert(key.encode(), (e.seq, reason));
                 }
             }
@@ -594,6 +594,17 @@ impl Store {
     pub fn mark_started(&self, instance: &str) -> Result<(), StoreError> {
         self.meta.insert(META_INSTANCE, instance.as_bytes())?;
         self.meta.remove(META_CLEAN_STOP)?;
+        Ok(())
+    }
+
+    /// A value kept in the meta tree (under a key nodekeeper chose).
+    pub fn meta_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.meta.get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// Keeps a value in the meta tree. Not durable until [`Store::flush`].
+    pub fn meta_put(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.meta.insert(key, value)?;
         Ok(())
     }
 

@@ -60,15 +60,25 @@ impl OutboxKey {
         }
     }
 
-    /// The outbox work an event asks for, if any.
-    pub fn for_event(node: &str, kind: &EventKind) -> Option<(OutboxKey, Option<String>)> {
+    /// The outbox work an event asks for: the node's object for every change
+    /// to its record; its pods for a `delete-pods` eviction, and for a node
+    /// deleted from the registry (nothing else would ever remove them).
+    pub fn for_event(node: &str, kind: &EventKind) -> Vec<(OutboxKey, Option<String>)> {
+        let mut work = Vec::new();
+        if kind.changes_node() {
+            work.push((OutboxKey::Node(node.to_string()), None));
+        }
         match kind {
             EventKind::EvictionStarted { reason, mode } if mode == "delete-pods" => {
-                Some((OutboxKey::EvictPods(node.to_string()), Some(reason.clone())))
+                work.push((OutboxKey::EvictPods(node.to_string()), Some(reason.clone())));
             }
-            kind if kind.changes_node() => Some((OutboxKey::Node(node.to_string()), None)),
-            _ => None,
+            EventKind::Deleted { reason } => work.push((
+                OutboxKey::EvictPods(node.to_string()),
+                Some(format!("the node was deleted: {reason}")),
+            )),
+            _ => {}
         }
+        work
     }
 }
 
@@ -108,7 +118,7 @@ mod tests {
         };
         assert_eq!(
             OutboxKey::for_event("a", &taints),
-            Some((OutboxKey::Node("a".into()), None))
+            vec![(OutboxKey::Node("a".into()), None)]
         );
         let evict = |mode: &str| EventKind::EvictionStarted {
             reason: "r".into(),
@@ -116,12 +126,25 @@ mod tests {
         };
         assert_eq!(
             OutboxKey::for_event("a", &evict("delete-pods")),
-            Some((OutboxKey::EvictPods("a".into()), Some("r".into())))
+            vec![(OutboxKey::EvictPods("a".into()), Some("r".into()))]
         );
-        assert_eq!(OutboxKey::for_event("a", &evict("taint")), None);
+        assert_eq!(OutboxKey::for_event("a", &evict("taint")), vec![]);
+        let deleted = EventKind::Deleted {
+            reason: "gone from the inventory".into(),
+        };
+        assert_eq!(
+            OutboxKey::for_event("a", &deleted),
+            vec![
+                (OutboxKey::Node("a".into()), None),
+                (
+                    OutboxKey::EvictPods("a".into()),
+                    Some("the node was deleted: gone from the inventory".into())
+                )
+            ]
+        );
         let probe = EventKind::ProbeKeptReady {
             message: "m".into(),
         };
-        assert_eq!(OutboxKey::for_event("a", &probe), None);
+        assert_eq!(OutboxKey::for_event("a", &probe), vec![]);
     }
 }

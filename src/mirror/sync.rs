@@ -1,0 +1,273 @@
+//! What the API server's Node must change to match the registry, as patches
+//! that touch only nodekeeper's fields: its labels and source annotation,
+//! the taints it manages, the conditions it decides, addresses, capacity and
+//! node info. Everything else on the object (other controllers' labels and
+//! taints, conditions it does not set) is left as it is.
+//!
+//! Pure functions over JSON, so the decisions are tested without a server.
+
+use serde_json::{json, Map, Value};
+
+use crate::controller::eviction::{TAINT_NOT_READY, TAINT_UNREACHABLE};
+use crate::controller::TAINT_SHUTDOWN;
+
+/// Taint keys nodekeeper adds and removes; any other taint belongs to someone else.
+pub const MANAGED_TAINTS: [&str; 3] = [TAINT_NOT_READY, TAINT_UNREACHABLE, TAINT_SHUTDOWN];
+
+/// The object to create when the API server has no such node: metadata and
+/// spec only (the API server ignores status on create; it is patched next).
+pub fn for_create(desired: &Value) -> Value {
+    let meta = &desired["metadata"];
+    let mut metadata = Map::new();
+    for field in ["name", "labels", "annotations"] {
+        if !meta[field].is_null() {
+            metadata.insert(field.into(), meta[field].clone());
+        }
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": metadata,
+        "spec": desired.get("spec").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// A JSON merge patch of labels, annotations, managed taints and providerID,
+/// if any differ. It carries the object's resourceVersion, so a concurrent
+/// writer makes it fail with 409 rather than be overwritten.
+pub fn spec_patch(current: &Value, desired: &Value) -> Option<Value> {
+    let mut metadata = Map::new();
+    for field in ["labels", "annotations"] {
+        let changed = changed_entries(&current["metadata"][field], &desired["metadata"][field]);
+        if !changed.is_empty() {
+            metadata.insert(field.into(), Value::Object(changed));
+        }
+    }
+    let mut spec = Map::new();
+    let taints = merged_taints(&current["spec"]["taints"], &desired["spec"]["taints"]);
+    if !same_taints(&taints, &current["spec"]["taints"]) {
+        spec.insert("taints".into(), Value::Array(taints));
+    }
+    let provider = &desired["spec"]["providerID"];
+    if provider.is_string() && current["spec"]["providerID"].is_null() {
+        // providerID is immutable once set; only an empty one is filled in.
+        spec.insert("providerID".into(), provider.clone());
+    }
+    if metadata.is_empty() && spec.is_empty() {
+        return None;
+    }
+    metadata.insert(
+        "resourceVersion".into(),
+        current["metadata"]["resourceVersion"].clone(),
+    );
+    let mut patch = json!({ "metadata": metadata });
+    if !spec.is_empty() {
+        patch["spec"] = Value::Object(spec);
+    }
+    Some(patch)
+}
+
+/// A strategic merge patch for the status subresource: the conditions that
+/// differ (heartbeat times aside: the Lease carries liveness), capacity,
+/// allocatable and node info if they differ. Conditions merge by type, so
+/// conditions others set are kept.
+pub fn status_patch(current: &Value, desired: &Value) -> Option<Value> {
+    let cur = &current["status"];
+    let want = &desired["status"];
+    let mut status = Map::new();
+    let conditions: Vec<Value> = want["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| {
+            let theirs = cur["conditions"]
+                .as_array()
+                .and_then(|all| all.iter().find(|o| o["type"] == c["type"]));
+            theirs.is_none_or(|o| {
+                ["status", "reason", "message", "lastTransitionTime"]
+                    .iter()
+                    .any(|f| o[*f] != c[*f])
+            })
+        })
+        .cloned()
+        .collect();
+    if !conditions.is_empty() {
+        status.insert("conditions".into(), Value::Array(conditions));
+    }
+    for field in ["capacity", "allocatable"] {
+        let changed = changed_entries(&cur[field], &want[field]);
+        if !changed.is_empty() {
+            status.insert(field.into(), Value::Object(changed));
+        }
+    }
+    let info = &want["nodeInfo"];
+    if info
+        .as_object()
+        .is_some_and(|o| o.values().any(|v| v != ""))
+        && cur["nodeInfo"] != *info
+    {
+        status.insert("nodeInfo".into(), info.clone());
+    }
+    (!status.is_empty()).then(|| json!({ "status": status }))
+}
+
+/// A JSON merge patch replacing the address list, if it differs (a merge by
+/// type could not remove a stale address of a type still present).
+pub fn addresses_patch(current: &Value, desired: &Value) -> Option<Value> {
+    let cur = current["status"]["addresses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let want = desired["status"]["addresses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    (cur != want).then(|| json!({ "status": { "addresses": want } }))
+}
+
+/// The taints the node should carry: everyone else's, then nodekeeper's.
+fn merged_taints(current: &Value, desired: &Value) -> Vec<Value> {
+    let managed = |t: &Value| MANAGED_TAINTS.iter().any(|k| t["key"] == *k);
+    let mut taints: Vec<Value> = current
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| !managed(t))
+        .cloned()
+        .collect();
+    taints.extend(
+        desired
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| managed(t))
+            .cloned(),
+    );
+    taints
+}
+
+/// Same taints, ignoring order and `timeAdded` precision.
+fn same_taints(a: &[Value], b: &Value) -> bool {
+    let key = |t: &Value| {
+        (
+            t["key"].as_str().unwrap_or("").to_string(),
+            t["value"].as_str().unwrap_or("").to_string(),
+            t["effect"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    let mut a: Vec<_> = a.iter().map(key).collect();
+    let mut b: Vec<_> = b.as_array().into_iter().flatten().map(key).collect();
+    a.sort();
+    b.sort();
+    a == b
+}
+
+/// Entries of the `desired` map whose value differs in `current`.
+fn changed_entries(current: &Value, desired: &Value) -> Map<String, Value> {
+    desired
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| current.get(k.as_str()) != Some(v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desired() -> Value {
+        json!({
+            "metadata": {"name": "edge-1", "uid": "ours", "resourceVersion": "12",
+                         "labels": {"kubernetes.io/hostname": "edge-1", "zone": "a"},
+                         "annotations": {"nodekeeper.io/source": "static"}},
+            "spec": {"taints": [{"key": TAINT_UNREACHABLE, "effect": "NoSchedule", "timeAdded": "2026-12-01T00:00:00Z"}]},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                                "message": "m", "lastTransitionTime": "2026-12-01T00:00:00Z",
+                                "lastHeartbeatTime": "2026-12-01T00:00:00Z"}],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                "capacity": {"cpu": "1", "memory": "3Gi"},
+                "allocatable": {"cpu": "1", "memory": "3Gi"},
+                "nodeInfo": {"kubeletVersion": "", "osImage": ""}
+            }
+        })
+    }
+
+    #[test]
+    fn a_new_node_is_created_without_our_bookkeeping() {
+        let created = for_create(&desired());
+        assert_eq!(created["metadata"]["name"], "edge-1");
+        assert!(created["metadata"]["uid"].is_null());
+        assert!(created["metadata"]["resourceVersion"].is_null());
+        assert!(created.get("status").is_none());
+        assert_eq!(created["spec"]["taints"][0]["key"], TAINT_UNREACHABLE);
+    }
+
+    #[test]
+    fn an_up_to_date_node_needs_no_write() {
+        let mut current = desired();
+        current["metadata"]["uid"] = json!("theirs");
+        current["metadata"]["labels"]["team"] = json!("x");
+        // A newer heartbeat upstream is not a difference.
+        current["status"]["conditions"][0]["lastHeartbeatTime"] = json!("2026-12-01T01:00:00Z");
+        assert_eq!(spec_patch(&current, &desired()), None);
+        assert_eq!(status_patch(&current, &desired()), None);
+        assert_eq!(addresses_patch(&current, &desired()), None);
+    }
+
+    #[test]
+    fn others_taints_and_labels_are_kept_and_ours_replaced() {
+        let current = json!({
+            "metadata": {"resourceVersion": "77", "labels": {"kubernetes.io/hostname": "edge-1", "team": "x"}},
+            "spec": {"taints": [
+                {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+                {"key": TAINT_NOT_READY, "effect": "NoExecute"}
+            ]}
+        });
+        let patch = spec_patch(&current, &desired()).unwrap();
+        assert_eq!(patch["metadata"]["resourceVersion"], "77");
+        assert_eq!(patch["metadata"]["labels"], json!({"zone": "a"}));
+        assert_eq!(
+            patch["metadata"]["annotations"],
+            json!({"nodekeeper.io/source": "static"})
+        );
+        let keys: Vec<&str> = patch["spec"]["taints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["key"].as_str().unwrap())
+            .collect();
+        assert_eq!(keys, ["dedicated", TAINT_UNREACHABLE]);
+    }
+
+    #[test]
+    fn a_changed_condition_is_sent_alone_and_foreign_conditions_stay() {
+        let mut current = desired();
+        current["status"]["conditions"] = json!([
+            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok",
+             "lastTransitionTime": "2026-11-30T00:00:00Z"},
+            {"type": "NetworkUnavailable", "status": "False"}
+        ]);
+        current["status"]["capacity"] = json!({"cpu": "1", "memory": "3Gi", "pods": "110"});
+        let patch = status_patch(&current, &desired()).unwrap();
+        assert_eq!(
+            patch,
+            json!({"status": {"conditions": [desired()["status"]["conditions"][0]]}})
+        );
+    }
+
+    #[test]
+    fn addresses_are_replaced_as_a_whole() {
+        let mut current = desired();
+        current["status"]["addresses"] = json!([
+            {"type": "InternalIP", "address": "10.0.0.9"},
+            {"type": "InternalIP", "address": "10.0.0.1"}
+        ]);
+        assert_eq!(
+            addresses_patch(&current, &desired()),
+            Some(json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}}))
+        );
+    }
+}
