@@ -21,6 +21,10 @@ impl PatchKind {
     }
 }
 
+/// The merge key of a list field, by field name: `None` for lists a strategic
+/// merge patch replaces whole.
+pub type MergeKeys = fn(&str) -> Option<&'static str>;
+
 /// The merge key of a list, by field name, as the Node and Lease types
 /// declare them (`patchMergeKey`).
 fn merge_key(field: &str) -> Option<&'static str> {
@@ -33,12 +37,23 @@ fn merge_key(field: &str) -> Option<&'static str> {
 
 /// Applies `patch` to `target`.
 pub fn apply(kind: PatchKind, target: &mut Value, patch: &Value) -> Result<(), String> {
+    apply_with_keys(kind, target, patch, merge_key)
+}
+
+/// Applies `patch` to `target`, merging a strategic patch's lists by the keys
+/// `keys` gives (for callers whose types declare other merge keys).
+pub fn apply_with_keys(
+    kind: PatchKind,
+    target: &mut Value,
+    patch: &Value,
+    keys: MergeKeys,
+) -> Result<(), String> {
     match kind {
         PatchKind::Merge => {
             merge_patch(target, patch);
             Ok(())
         }
-        PatchKind::Strategic => strategic(target, patch),
+        PatchKind::Strategic => strategic(target, patch, keys),
     }
 }
 
@@ -63,7 +78,7 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-fn strategic(target: &mut Value, patch: &Value) -> Result<(), String> {
+fn strategic(target: &mut Value, patch: &Value, keys: MergeKeys) -> Result<(), String> {
     let Value::Object(patch) = patch else {
         *target = patch.clone();
         return Ok(());
@@ -97,15 +112,19 @@ fn strategic(target: &mut Value, patch: &Value) -> Result<(), String> {
             target_map.remove(key);
             continue;
         }
-        match (merge_key(key), value) {
+        match (keys(key), value) {
             (Some(merge_key), Value::Array(items)) => {
                 let slot = target_map
                     .entry(key.clone())
                     .or_insert_with(|| Value::Array(Vec::new()));
-                merge_list(slot, items, merge_key, key)?;
+                merge_list(slot, items, merge_key, key, keys)?;
             }
             (None, Value::Object(_)) => {
-                strategic(target_map.entry(key.clone()).or_insert(Value::Null), value)?;
+                strategic(
+                    target_map.entry(key.clone()).or_insert(Value::Null),
+                    value,
+                    keys,
+                )?;
             }
             _ => {
                 target_map.insert(key.clone(), value.clone());
@@ -117,7 +136,13 @@ fn strategic(target: &mut Value, patch: &Value) -> Result<(), String> {
 
 /// Merges list items by `key`: a patch item replaces-by-merge the target item
 /// with the same key, is appended if new, and `$patch: delete` removes it.
-fn merge_list(target: &mut Value, items: &[Value], key: &str, field: &str) -> Result<(), String> {
+fn merge_list(
+    target: &mut Value,
+    items: &[Value],
+    key: &str,
+    field: &str,
+    keys: MergeKeys,
+) -> Result<(), String> {
     if !target.is_array() {
         *target = Value::Array(Vec::new());
     }
@@ -136,10 +161,10 @@ fn merge_list(target: &mut Value, items: &[Value], key: &str, field: &str) -> Re
             continue;
         }
         match position {
-            Some(i) => strategic(&mut existing[i], item)?,
+            Some(i) => strategic(&mut existing[i], item, keys)?,
             None => {
                 let mut fresh = Value::Null;
-                strategic(&mut fresh, item)?;
+                strategic(&mut fresh, item, keys)?;
                 existing.push(fresh);
             }
         }

@@ -9,7 +9,11 @@
 //! JSON over HTTP for people and scripts; [`FleetHandle`] exposes them to code.
 //! [`Fleet::start_pushing`] makes the same nodes push heartbeats to a
 //! controller as well, as real kubelets do (`push.rs`).
+//!
+//! [`apiserver`] is the other side of the mirror: an in-process fake
+//! Kubernetes API server with fault injection, for tests and benchmarks.
 
+pub mod apiserver;
 mod control;
 mod kubelet;
 pub mod push;
