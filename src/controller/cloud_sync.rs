@@ -189,7 +189,6 @@ impl Controller {
                         tracing::warn!(node = %name, "its lease could not be removed: {e}");
                     }
                 }
-                self.view.publish([], &gone);
                 self.view.publish_leases([], &gone);
                 self.update_gauges();
             }

@@ -276,7 +276,10 @@ impl Controller {
                 self.metrics.transitions.get_or_create(&labels).inc();
             }
         }
-        self.view.publish(written.nodes.iter().cloned(), &[]);
+        // Deletions too, before readers following the durable seq (watches,
+        // the mirror) look: the view agrees with the log they read.
+        self.view
+            .publish(written.nodes.iter().cloned(), &written.deleted);
         self.view.advance(durable);
         Ok(written)
     }

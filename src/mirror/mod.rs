@@ -59,6 +59,8 @@ const PAGE: u32 = 500;
 /// A resourceVersion conflict is re-read and retried this often before the
 /// entry goes back to the queue with backoff.
 const CONFLICT_RETRIES: usize = 5;
+/// A Lease renewal due while its node has other work in flight waits this long.
+const BUSY_RETRY: Duration = Duration::from_millis(100);
 /// History events read per step when following the log.
 const FOLLOW_BATCH: usize = 4096;
 
@@ -280,6 +282,8 @@ struct Ctx {
     config: MirrorConfig,
     /// resourceVersions of the node Leases last written.
     lease_versions: Mutex<HashMap<String, String>>,
+    /// The API server's Nodes as last seen (listed or written).
+    upstream: Mutex<HashMap<String, Value>>,
 }
 
 impl Ctx {
@@ -324,7 +328,37 @@ impl Ctx {
         Api::all(self.client.clone())
     }
 
+    /// The API server's copy of a node as last seen, if known.
+    fn cached(&self, name: &str) -> Option<Value> {
+        self.upstream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Remembers the API server's copy (without what nodekeeper never reads).
+    fn remember(&self, name: &str, node: Option<Value>) {
+        let mut cache = self.upstream.lock().unwrap_or_else(|p| p.into_inner());
+        match node {
+            Some(mut node) => {
+                if let Some(meta) = node["metadata"].as_object_mut() {
+                    meta.remove("managedFields");
+                }
+                if let Some(status) = node["status"].as_object_mut() {
+                    status.remove("images");
+                }
+                cache.insert(name.to_string(), node);
+            }
+            None => {
+                cache.remove(name);
+            }
+        }
+    }
+
     /// Brings the API server's Node to the registry's record (or deletes it).
+    /// Works from the copy last seen, so a status change costs one request;
+    /// a stale copy shows up as a 409 (or 404) and is read again.
     async fn sync_node(&self, name: &str) -> Result<(), ApiError> {
         let nodes = self.nodes();
         let Some((record, _)) = self.view.get(name) else {
@@ -333,46 +367,48 @@ impl Ctx {
         let desired =
             serde_json::to_value(crate::kube::node(&record, None)).expect("k8s types serialize");
         let params = PatchParams::apply(FIELD_MANAGER);
+        let to_value = |n: &KubeNode| serde_json::to_value(n).expect("k8s types serialize");
+        let mut seen = self.cached(name);
         let mut current = None;
         for _ in 0..CONFLICT_RETRIES {
-            let found = self.call("get", nodes.get_opt(name)).await?;
-            let node = match found {
+            let node = match seen.take() {
                 Some(node) => node,
-                None => {
-                    let create: KubeNode = serde_json::from_value(sync::for_create(&desired))
-                        .expect("a node built from a node");
-                    match self
-                        .call("create", nodes.create(&PostParams::default(), &create))
-                        .await
-                    {
-                        Ok(node) => node,
-                        // Created meanwhile (adopted on the next round).
-                        Err(e) if e.is(409) => continue,
-                        Err(e) => return Err(e),
+                None => match self.call("get", nodes.get_opt(name)).await? {
+                    Some(node) => to_value(&node),
+                    None => {
+                        let create: KubeNode = serde_json::from_value(sync::for_create(&desired))
+                            .expect("a node built from a node");
+                        match self
+                            .call("create", nodes.create(&PostParams::default(), &create))
+                            .await
+                        {
+                            Ok(node) => to_value(&node),
+                            // Created meanwhile: adopted on the next round.
+                            Err(e) if e.is(409) => continue,
+                            Err(e) => return Err(e),
+                        }
                     }
-                }
+                },
             };
-            let value = serde_json::to_value(&node).expect("k8s types serialize");
-            match sync::spec_patch(&value, &desired) {
-                None => {
-                    current = Some(value);
+            let Some(patch) = sync::spec_patch(&node, &desired) else {
+                current = Some(node);
+                break;
+            };
+            match self
+                .call("patch", nodes.patch(name, &params, &Patch::Merge(&patch)))
+                .await
+            {
+                Ok(node) => {
+                    current = Some(to_value(&node));
                     break;
                 }
-                Some(patch) => match self
-                    .call("patch", nodes.patch(name, &params, &Patch::Merge(&patch)))
-                    .await
-                {
-                    Ok(node) => {
-                        current = Some(serde_json::to_value(&node).expect("k8s types serialize"));
-                        break;
-                    }
-                    // Someone else wrote the node: read it again.
-                    Err(e) if e.is(409) => continue,
-                    Err(e) => return Err(e),
-                },
+                // Someone else wrote the node, or it is gone: read it again.
+                Err(e) if e.is(409) || e.is(404) => continue,
+                Err(e) => return Err(e),
             }
         }
-        let Some(current) = current else {
+        let Some(mut current) = current else {
+            self.remember(name, None);
             return Err(ApiError {
                 code: Some(409),
                 message: format!(
@@ -380,20 +416,24 @@ impl Ctx {
                 ),
             });
         };
-        if let Some(patch) = sync::status_patch(&current, &desired) {
-            self.call(
-                "patch_status",
-                nodes.patch_status(name, &params, &Patch::Strategic(&patch)),
-            )
-            .await?;
+        let patches = [
+            sync::status_patch(&current, &desired).map(Patch::Strategic),
+            sync::addresses_patch(&current, &desired).map(Patch::Merge),
+        ];
+        for patch in patches.into_iter().flatten() {
+            match self
+                .call("patch_status", nodes.patch_status(name, &params, &patch))
+                .await
+            {
+                Ok(node) => current = to_value(&node),
+                Err(e) => {
+                    // Whatever the copy was, it is not to be trusted now.
+                    self.remember(name, None);
+                    return Err(e);
+                }
+            }
         }
-        if let Some(patch) = sync::addresses_patch(&current, &desired) {
-            self.call(
-                "patch_status",
-                nodes.patch_status(name, &params, &Patch::Merge(&patch)),
-            )
-            .await?;
-        }
+        self.remember(name, Some(current));
         Ok(())
     }
 
@@ -421,6 +461,7 @@ impl Ctx {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(name);
+        self.remember(name, None);
         Ok(())
     }
 
@@ -494,6 +535,16 @@ impl Ctx {
         if let Some(reason) = self.still_due(name, entry.enqueued) {
             return Ok(Evicted::Dropped(reason));
         }
+        // A node gone from the registry has no kubelet to confirm a graceful
+        // deletion: its pods are removed at once, as the pod GC does for
+        // orphans. Otherwise pods get their grace period, and pods already
+        // terminating are left to it.
+        let gone = self.view.get(name).is_none();
+        let delete = if gone {
+            DeleteParams::default().grace_period(0)
+        } else {
+            DeleteParams::default()
+        };
         if let Some(why) = self.site_down() {
             return Ok(Evicted::Held(why));
         }
@@ -510,6 +561,9 @@ impl Ctx {
                     kept += 1;
                     continue;
                 }
+                if pod.metadata.deletion_timestamp.is_some() && !gone {
+                    continue;
+                }
                 let (Some(ns), Some(pod_name)) = (
                     pod.metadata.namespace.as_deref(),
                     pod.metadata.name.as_deref(),
@@ -517,10 +571,7 @@ impl Ctx {
                     continue;
                 };
                 let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-                match self
-                    .call("delete", api.delete(pod_name, &DeleteParams::default()))
-                    .await
-                {
+                match self.call("delete", api.delete(pod_name, &delete)).await {
                     Ok(_) => deleted += 1,
                     Err(e) if e.is(404) => {}
                     Err(e) => return Err(e),
@@ -575,6 +626,7 @@ impl Ctx {
             for node in page.items {
                 let value = serde_json::to_value(&node).expect("k8s types serialize");
                 if let Some(name) = node.metadata.name {
+                    self.remember(&name, Some(value.clone()));
                     upstream.insert(name, value);
                 }
             }
@@ -660,8 +712,9 @@ enum Outcome {
     Done,
     /// Done, and these outbox entries were queued.
     Queued(Vec<OutboxKey>),
-    /// Try again after this long (and count it as a retry if it failed).
-    Again(Duration, Option<String>),
+    /// Try again after this long (and count it as a retry if it failed;
+    /// `true` when the API server did not answer or answered 5xx).
+    Again(Duration, Option<String>, bool),
 }
 
 /// The mirror, ready to run.
@@ -693,6 +746,7 @@ impl Mirror {
             state: state.clone(),
             config,
             lease_versions: Mutex::new(HashMap::new()),
+            upstream: Mutex::new(HashMap::new()),
         };
         Ok((Mirror { ctx: Arc::new(ctx) }, state))
     }
@@ -723,6 +777,10 @@ impl Mirror {
         let mut running: HashMap<Id, Job> = HashMap::new();
         let mut attempts: HashMap<Job, u32> = HashMap::new();
         let mut is_leader = false;
+        // Set while requests fail for want of an API server (no answer, 5xx):
+        // the first success after it retries everything waiting, at once
+        // (the budget still paces it), instead of each at its own backoff.
+        let mut outage = false;
         let hold_until = started + ctx.config.eviction_hold;
         loop {
             let now = Instant::now();
@@ -763,6 +821,7 @@ impl Mirror {
                     if now_leading && !is_leader {
                         tracing::info!("leading: writing to the API server");
                         queue.lead(Instant::now(), &ctx.view);
+                        warn_if_leases_exceed_the_budget(&ctx.config, &ctx.view);
                     } else if !now_leading && is_leader {
                         tracing::warn!("no longer leading: writes to the API server stop");
                         tasks.abort_all();
@@ -785,6 +844,12 @@ impl Mirror {
                                 Outcome::Done => {
                                     attempts.remove(&job);
                                     queue.after_success(&job, now, ctx.config.node_lease_renew_interval);
+                                    if std::mem::take(&mut outage) {
+                                        tracing::info!(backlog = queue.outbox_len(), "the API server answers again; draining the backlog");
+                                        queue.renew_all_now(now, &ctx.view);
+                                        queue.retry_all_now();
+                                        attempts.clear();
+                                    }
                                 }
                                 Outcome::Queued(keys) => {
                                     attempts.remove(&job);
@@ -792,7 +857,8 @@ impl Mirror {
                                         queue.add(key);
                                     }
                                 }
-                                Outcome::Again(delay, failure) => {
+                                Outcome::Again(delay, failure, unreachable) => {
+                                    outage |= unreachable;
                                     let n = attempts.entry(job.clone()).or_insert(0);
                                     let delay = match &failure {
                                         Some(message) => {
@@ -843,6 +909,26 @@ impl Mirror {
     }
 }
 
+/// Lease renewals alone can ask for more than the budget allows: say so,
+/// with what to change.
+fn warn_if_leases_exceed_the_budget(config: &MirrorConfig, view: &View) {
+    let ready = view
+        .list()
+        .iter()
+        .filter(|(n, _)| n.ready() == ConditionStatus::True)
+        .count();
+    let needed = ready as f64 / config.node_lease_renew_interval.as_secs_f64();
+    if needed > config.qps * 0.8 {
+        tracing::warn!(
+            ready,
+            needed_qps = needed,
+            qps = config.qps,
+            "renewing every Ready node's Lease every {} needs more than 80% of --kube-api-qps; Leases will be late and may expire upstream. Raise --kube-api-qps or --node-lease-renew-interval",
+            crate::duration::format(config.node_lease_renew_interval)
+        );
+    }
+}
+
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -855,7 +941,8 @@ async fn work(ctx: &Ctx, job: &Job) -> Outcome {
     let failed = |what: String, e: ApiError| {
         let message = format!("{what}: {e}");
         ctx.state.note(Err(&message));
-        Outcome::Again(Duration::ZERO, Some(message))
+        let unreachable = e.code.is_none_or(|c| c >= 500);
+        Outcome::Again(Duration::ZERO, Some(message), unreachable)
     };
     match job {
         Job::Lease(name) => match ctx.renew_lease(name).await {
@@ -899,7 +986,11 @@ async fn work(ctx: &Ctx, job: &Job) -> Outcome {
                         Ok(Evicted::Nothing) => return Outcome::Done,
                         Ok(Evicted::Held(why)) => {
                             tracing::warn!(node = %name, "pod eviction {why}");
-                            return Outcome::Again(ctx.config.node_lease_renew_interval, None);
+                            return Outcome::Again(
+                                ctx.config.node_lease_renew_interval,
+                                None,
+                                false,
+                            );
                         }
                         Ok(Evicted::Dropped(why)) => why,
                         Ok(Evicted::Done { deleted, kept }) => {
@@ -925,7 +1016,7 @@ async fn work(ctx: &Ctx, job: &Job) -> Outcome {
                     Outcome::Done
                 }
                 // Something newer was queued while we worked: again, now.
-                Ok(false) => Outcome::Again(Duration::ZERO, None),
+                Ok(false) => Outcome::Again(Duration::ZERO, None, false),
                 Err(e) => failed("clearing the outbox".into(), store_error(e)),
             }
         }
@@ -945,8 +1036,9 @@ struct Queue {
     busy: HashSet<String>,
     leases_due: BTreeSet<(Instant, String)>,
     lease_at: HashMap<String, Instant>,
-    leases_running: HashSet<String>,
     reconcile_due: Option<Instant>,
+    /// Whose turn it is when both a Lease and outbox work are due.
+    outbox_turn: bool,
 }
 
 impl Queue {
@@ -976,13 +1068,16 @@ impl Queue {
     /// node's Lease, and try everything waiting now.
     fn lead(&mut self, now: Instant, view: &View) {
         self.reconcile_due = Some(now);
+        self.renew_all_now(now, view);
+        self.retry_all_now();
+    }
+
+    /// Every Ready node's Lease is due now.
+    fn renew_all_now(&mut self, now: Instant, view: &View) {
         for (node, _) in view.list() {
             if node.ready() == ConditionStatus::True {
                 self.schedule_lease(&node.name, now);
             }
-        }
-        for (_, key) in std::mem::take(&mut self.delayed) {
-            self.ready.push_back(key);
         }
     }
 
@@ -1026,13 +1121,36 @@ impl Queue {
         seen
     }
 
-    /// The next job to start, if any is due: the reconcile, then Leases of
-    /// Ready nodes, then outbox work whose node is not busy.
+    /// The next job to start, if any is due: the reconcile first, then Lease
+    /// renewals and outbox work taking turns, so neither starves the other
+    /// when the budget cannot cover both.
     fn next(&mut self, now: Instant, view: &View, hold_until: Instant) -> Option<Job> {
         if self.reconcile_due.is_some_and(|t| t <= now) {
             self.reconcile_due = None;
             return Some(Job::Reconcile);
         }
+        while let Some((at, _)) = self.delayed.first() {
+            if *at > now {
+                break;
+            }
+            let (_, key) = self.delayed.pop_first().expect("just seen");
+            self.ready.push_back(key);
+        }
+        let job = if self.outbox_turn {
+            self.next_outbox(now, hold_until)
+                .or_else(|| self.next_lease(now, view))
+        } else {
+            self.next_lease(now, view)
+                .or_else(|| self.next_outbox(now, hold_until))
+        };
+        if let Some(job) = &job {
+            self.outbox_turn = matches!(job, Job::Lease(_));
+        }
+        job
+    }
+
+    /// The next due Lease renewal of a Ready node.
+    fn next_lease(&mut self, now: Instant, view: &View) -> Option<Job> {
         while let Some((at, name)) = self.leases_due.first().cloned() {
             if at > now {
                 break;
@@ -1043,17 +1161,23 @@ impl Queue {
                 .get(&name)
                 .is_some_and(|(n, _)| n.ready() == ConditionStatus::True);
             // A node not Ready lets its Lease expire; its next Ready schedules it again.
-            if ready && self.leases_running.insert(name.clone()) {
-                return Some(Job::Lease(name));
+            if !ready {
+                continue;
             }
-        }
-        while let Some((at, _)) = self.delayed.first() {
-            if *at > now {
-                break;
+            // One piece of work per node at a time: a renewal never races the
+            // node's deletion (which deletes its Lease).
+            if self.busy.contains(&name) {
+                self.schedule_lease(&name, now + BUSY_RETRY);
+                continue;
             }
-            let (_, key) = self.delayed.pop_first().expect("just seen");
-            self.ready.push_back(key);
+            self.busy.insert(name.clone());
+            return Some(Job::Lease(name));
         }
+        None
+    }
+
+    /// The next outbox key whose node is not busy.
+    fn next_outbox(&mut self, now: Instant, hold_until: Instant) -> Option<Job> {
         // Bounded by the ready queue's length: each key is started, parked or held.
         while let Some(key) = self.ready.pop_front() {
             let node = key.node().to_string();
@@ -1071,6 +1195,13 @@ impl Queue {
         None
     }
 
+    /// Everything waiting out a backoff becomes due now.
+    fn retry_all_now(&mut self) {
+        for (_, key) in std::mem::take(&mut self.delayed) {
+            self.ready.push_back(key);
+        }
+    }
+
     /// When the next timer is due.
     fn next_due(&self) -> Option<Instant> {
         [
@@ -1085,20 +1216,16 @@ impl Queue {
 
     /// A job ended (however): its node may take its next piece of work.
     fn finished(&mut self, job: &Job) {
-        match job {
-            Job::Outbox(key) => {
-                let node = key.node();
-                self.busy.remove(node);
-                if let Some(parked) = self.parked.remove(node) {
-                    for key in parked.into_iter().rev() {
-                        self.ready.push_front(key);
-                    }
-                }
+        let node = match job {
+            Job::Outbox(key) => key.node(),
+            Job::Lease(name) => name.as_str(),
+            Job::Reconcile => return,
+        };
+        self.busy.remove(node);
+        if let Some(parked) = self.parked.remove(node) {
+            for key in parked.into_iter().rev() {
+                self.ready.push_front(key);
             }
-            Job::Lease(name) => {
-                self.leases_running.remove(name);
-            }
-            Job::Reconcile => {}
         }
     }
 

@@ -131,6 +131,8 @@ pub struct Written {
     pub events: Vec<Event>,
     /// The batch's node records, with `resource_version` set.
     pub nodes: Vec<Node>,
+    /// The nodes the batch removed from the registry.
+    pub deleted: Vec<String>,
 }
 
 /// What history to read.
@@ -381,6 +383,7 @@ impl Store {
         Ok(Written {
             events,
             nodes: puts,
+            deleted: deletes,
         })
     }
 
