@@ -1249,3 +1249,151 @@ impl Queue {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::records::tests::sample_node;
+
+    fn view(ready: &[&str], down: &[&str]) -> View {
+        let view = View::default();
+        let node = |name: &str, status| {
+            let mut n = sample_node();
+            n.name = name.into();
+            n.conditions[0].status = status;
+            n
+        };
+        view.publish(
+            ready
+                .iter()
+                .map(|n| node(n, ConditionStatus::True))
+                .chain(down.iter().map(|n| node(n, ConditionStatus::Unknown))),
+            &[],
+        );
+        view
+    }
+
+    fn node(n: &str) -> OutboxKey {
+        OutboxKey::Node(n.into())
+    }
+
+    fn pods(n: &str) -> OutboxKey {
+        OutboxKey::EvictPods(n.into())
+    }
+
+    #[test]
+    fn one_piece_of_work_per_node_at_a_time_in_order() {
+        let view = view(&[], &["a", "b"]);
+        let now = Instant::now();
+        let mut q = Queue::default();
+        q.add(node("a"));
+        q.add(pods("a"));
+        q.add(node("b"));
+        q.add(node("a")); // already queued: coalesced
+        assert_eq!(q.outbox_len(), 3);
+        assert_eq!(q.next(now, &view, now), Some(Job::Outbox(node("a"))));
+        // a is busy: its pod eviction waits, b goes ahead.
+        assert_eq!(q.next(now, &view, now), Some(Job::Outbox(node("b"))));
+        assert_eq!(q.next(now, &view, now), None);
+        q.finished(&Job::Outbox(node("a")));
+        q.after_success(&Job::Outbox(node("a")), now, Duration::from_secs(10));
+        assert_eq!(q.next(now, &view, now), Some(Job::Outbox(pods("a"))));
+        assert_eq!(q.outbox_len(), 2);
+    }
+
+    #[test]
+    fn pod_deletions_wait_for_the_hold_after_a_start() {
+        let view = view(&[], &["a"]);
+        let now = Instant::now();
+        let hold = now + Duration::from_secs(40);
+        let mut q = Queue::default();
+        q.add(pods("a"));
+        assert_eq!(q.next(now, &view, hold), None);
+        assert_eq!(q.next_due(), Some(hold));
+        assert_eq!(q.next(hold, &view, hold), Some(Job::Outbox(pods("a"))));
+    }
+
+    #[test]
+    fn leases_and_outbox_work_take_turns() {
+        let view = view(&["a", "b", "c"], &[]);
+        let now = Instant::now();
+        let mut q = Queue::default();
+        q.renew_all_now(now, &view);
+        for n in ["d", "e", "f"] {
+            q.add(node(n));
+        }
+        let kinds: Vec<&str> = (0..6)
+            .map(|_| match q.next(now, &view, now) {
+                Some(Job::Lease(_)) => "lease",
+                Some(Job::Outbox(_)) => "outbox",
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["lease", "outbox", "lease", "outbox", "lease", "outbox"]
+        );
+    }
+
+    #[test]
+    fn leases_of_nodes_not_ready_lapse_and_busy_nodes_wait() {
+        let view = view(&["up"], &["down"]);
+        let now = Instant::now();
+        let mut q = Queue::default();
+        q.schedule_lease("down", now);
+        q.add(node("up"));
+        assert_eq!(q.next(now, &view, now), Some(Job::Outbox(node("up"))));
+        q.schedule_lease("up", now);
+        // "down" lapses; "up" is busy with its node, so its renewal waits.
+        assert_eq!(q.next(now, &view, now), None);
+        assert_eq!(q.next_due(), Some(now + BUSY_RETRY));
+        q.finished(&Job::Outbox(node("up")));
+        let later = now + BUSY_RETRY;
+        assert_eq!(q.next(later, &view, later), Some(Job::Lease("up".into())));
+        q.finished(&Job::Lease("up".into()));
+        q.after_success(&Job::Lease("up".into()), later, Duration::from_secs(10));
+        assert_eq!(q.next_due(), Some(later + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn a_failure_waits_its_backoff_unless_the_outage_ends() {
+        let view = view(&[], &["a"]);
+        let now = Instant::now();
+        let mut q = Queue::default();
+        q.add(node("a"));
+        let job = q.next(now, &view, now).unwrap();
+        q.finished(&job);
+        q.retry(job.clone(), now + Duration::from_secs(30));
+        assert_eq!(q.next(now, &view, now), None);
+        assert_eq!(q.next_due(), Some(now + Duration::from_secs(30)));
+        q.retry_all_now();
+        assert_eq!(q.next(now, &view, now), Some(job));
+    }
+
+    #[test]
+    fn following_the_log_queues_mirror_work_and_renewals() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db"), &Default::default()).unwrap();
+        store.enable_outbox();
+        let mut batch = crate::store::Batch::new(Micros(1));
+        let n = sample_node();
+        batch.record(
+            n.clone(),
+            [EventKind::ConditionChanged {
+                condition: READY.into(),
+                from: Some(ConditionStatus::Unknown),
+                to: ConditionStatus::True,
+                reason: "KubeletReady".into(),
+                message: "ok".into(),
+            }],
+        );
+        store.write(batch).unwrap();
+        store.flush_blocking().unwrap();
+        let now = Instant::now();
+        let mut q = Queue::default();
+        let seen = q.follow(&store, 0, store.durable_seq(), now);
+        assert_eq!(seen, store.durable_seq());
+        assert_eq!(q.outbox_len(), 1);
+        assert_eq!(q.lease_at.get("edge-1"), Some(&now));
+    }
+}
