@@ -442,6 +442,19 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         });
     }
 
+    let client = match &config.mirror {
+        None => None,
+        Some(mirror) => {
+            Some(
+                crate::mirror::Mirror::connect(mirror)
+                    .await
+                    .map_err(|e| RunError::Flag {
+                        flag: "--kubeconfig/--master",
+                        reason: e.to_string(),
+                    })?,
+            )
+        }
+    };
     let store = Arc::new(Store::open(&config.db, &config.store)?);
     let listener = TcpListener::bind(config.listen)
         .await
@@ -481,9 +494,8 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     let view = Arc::new(View::default());
     let metrics = Arc::new(Metrics::new());
     let (handle, pushes) = ControllerHandle::channel();
-    let mirror = match config.mirror.take() {
-        None => None,
-        Some(mirror_config) => {
+    let mirror = match (config.mirror.take(), client) {
+        (Some(mirror_config), Some(client)) => {
             // Every change from here on queues its mirror work.
             store.enable_outbox();
             let identity = mirror_config
@@ -493,20 +505,17 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
             let target = mirror_config.api_server.describe();
             let (mirror, state) = crate::mirror::Mirror::new(
                 mirror_config,
+                client,
                 store.clone(),
                 view.clone(),
                 handle.clone(),
                 metrics.clone(),
                 identity,
-            )
-            .await
-            .map_err(|e| RunError::Flag {
-                flag: "--kubeconfig/--master",
-                reason: e.to_string(),
-            })?;
+            );
             tracing::info!(server = %state.server, via = %target, "mirroring to the API server");
             Some((mirror, state))
         }
+        _ => None,
     };
     let controller = Controller::start(
         config.controller,

@@ -547,3 +547,76 @@ async fn two_controllers_never_write_at_once_and_the_standby_takes_over() {
     assert!(holder(&api).is_null(), "released");
     fleet.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubeconfig_reaches_the_api_server_and_bad_mirror_flags_are_refused() {
+    let fleet = TestFleet::start(1, Ipv4Addr::new(127, 146, 0, 1)).await;
+    let api = FakeApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = fleet.nodes_file(dir.path());
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: site\n\
+             clusters: [{{name: site, cluster: {{server: '{}'}}}}]\n\
+             users: [{{name: nodekeeper, user: {{token: s3cret}}}}]\n\
+             contexts: [{{name: site, context: {{cluster: site, user: nodekeeper}}}}]\n",
+            api.url()
+        ),
+    )
+    .unwrap();
+    let mut args = fast_args(&nodes, fleet.fleet.port());
+    args.extend(["--kubeconfig".to_string(), kubeconfig.display().to_string()]);
+    let c = Controller::start(&dir.path().join("db"), &args);
+    upstream("the node on the API server", || {
+        upstream_ready(&api, &fleet.name(0)).as_deref() == Some("True")
+    })
+    .await;
+    assert!(c.stop().success());
+
+    let db = dir.path().join("refused");
+    for (flags, says) in [
+        (
+            vec!["--eviction-mode", "delete-pods"],
+            "give --kubeconfig or --master",
+        ),
+        (vec!["--master", "localhost:6443"], "https://HOST:PORT"),
+        (
+            vec!["--master", "http://127.0.0.1:1", "--kube-api-qps", "0"],
+            "--kube-api-qps",
+        ),
+        (
+            vec!["--kubeconfig", "/nonexistent/kubeconfig"],
+            "cannot read the kubeconfig /nonexistent/kubeconfig",
+        ),
+        (
+            vec![
+                "--master",
+                "http://127.0.0.1:1",
+                "--leader-elect-lease-duration",
+                "5s",
+                "--leader-elect-renew-deadline",
+                "10s",
+            ],
+            "must be longer than --leader-elect-renew-deadline",
+        ),
+    ] {
+        let mut all = vec![
+            "run",
+            "--nodes",
+            "10.0.0.1",
+            "--kubelet-scheme",
+            "http",
+            "--listen",
+            "127.0.0.1:0",
+        ];
+        all.extend(flags.iter().copied());
+        let (code, _, stderr) = cli(&db, &all);
+        assert_ne!(code, 0, "{flags:?} was accepted");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+    }
+    // Nothing was stored by a refused start.
+    assert!(!db.exists());
+    fleet.stop().await;
+}

@@ -725,16 +725,22 @@ pub struct Mirror {
 impl Mirror {
     /// Builds the client; fails with a clear message when the API server's
     /// configuration is unusable (not when it is unreachable: that is an
-    /// outage, and the outbox waits it out).
-    pub async fn new(
+    /// outage, and the outbox waits it out). Called before the store is
+    /// opened, so a bad kubeconfig leaves nothing behind.
+    pub async fn connect(config: &MirrorConfig) -> Result<(Client, String), ClientError> {
+        config.api_server.client(config.request_timeout).await
+    }
+
+    /// The mirror over a client from [`Mirror::connect`].
+    pub fn new(
         config: MirrorConfig,
+        (client, url): (Client, String),
         store: Arc<Store>,
         view: Arc<View>,
         controller: ControllerHandle,
         metrics: Arc<Metrics>,
         identity: String,
-    ) -> Result<(Mirror, Arc<MirrorState>), ClientError> {
-        let (client, url) = config.api_server.client(config.request_timeout).await?;
+    ) -> (Mirror, Arc<MirrorState>) {
         let state = Arc::new(MirrorState::new(url, identity));
         let ctx = Ctx {
             client,
@@ -748,7 +754,7 @@ impl Mirror {
             lease_versions: Mutex::new(HashMap::new()),
             upstream: Mutex::new(HashMap::new()),
         };
-        Ok((Mirror { ctx: Arc::new(ctx) }, state))
+        (Mirror { ctx: Arc::new(ctx) }, state)
     }
 
     /// Runs until `shutdown`. Writes only while leading (always, without
