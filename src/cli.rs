@@ -367,6 +367,12 @@ pub struct SimArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum SimCommand {
+    /// Run an in-memory Kubernetes API server (nodes, node status, Leases,
+    /// pods) for `run --master` to mirror to: the demo and tests' stand-in.
+    Apiserver {
+        #[arg(long, default_value = "127.0.0.1:6443")]
+        listen: SocketAddr,
+    },
     /// Set a simulated kubelet's health: up, down, sick, hang or slow (`all` for every node).
     Set {
         node: String,

@@ -8,7 +8,14 @@ use nodekeeper::inspect::Source;
 fn main() {
     nodekeeper::install_crypto_provider();
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|e| {
+    // kube's client logs every failed request at error level; the mirror
+    // reports failures itself, summed up. `--log kube_client=debug` shows them.
+    let log = if cli.log.contains("kube_client") {
+        cli.log.clone()
+    } else {
+        format!("{},kube_client=off", cli.log)
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&log).unwrap_or_else(|e| {
         eprintln!("error: --log {:?}: {e}", cli.log);
         std::process::exit(2);
     });

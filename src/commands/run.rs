@@ -34,7 +34,7 @@ pub async fn run(args: &RunArgs, db: &Path) -> Outcome {
     }
 }
 
-async fn stop_on_signal(shutdown: CancellationToken) {
+pub(crate) async fn stop_on_signal(shutdown: CancellationToken) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -18,8 +18,26 @@ pub async fn sim(args: &SimArgs, db: &Path) -> Outcome {
             state,
             control,
         }) => set(db, node, state, control.as_deref()).await,
+        Some(SimCommand::Apiserver { listen }) => apiserver(*listen).await,
         None => run_fleet(args).await,
     }
+}
+
+/// Serves the in-memory API server until Ctrl-C or SIGTERM.
+async fn apiserver(listen: std::net::SocketAddr) -> Outcome {
+    let api = crate::sim::apiserver::FakeApiServer::start_on(listen)
+        .await
+        .map_err(|e| Failure {
+            message: format!("cannot listen on {listen} (--listen): {e}"),
+            code: 1,
+        })?;
+    let url = api.url();
+    // The banner is the interface scripts wait for.
+    println!("in-memory API server at {url}; mirror to it with `nodekeeper run --master {url}`");
+    let stop = CancellationToken::new();
+    super::run::stop_on_signal(stop.clone()).await;
+    let nodes = api.nodes().len();
+    Ok(format!("stopped; it held {nodes} nodes\n"))
 }
 
 /// The push settings from the flags, checked; `None` without `--push`.

@@ -59,6 +59,13 @@ const PAGE: u32 = 500;
 /// A resourceVersion conflict is re-read and retried this often before the
 /// entry goes back to the queue with backoff.
 const CONFLICT_RETRIES: usize = 5;
+/// How often the API server's nodes are listed and compared with the
+/// registry, besides on leadership and after an outage: repairs whatever
+/// someone else changed there.
+const RESYNC_PERIOD: Duration = Duration::from_secs(30 * 60);
+/// Failures are logged one by one at debug level, and summed up at warning
+/// level at most this often: an outage with 10k nodes must not flood the log.
+const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(10);
 /// A Lease renewal due while its node has other work in flight waits this long.
 const BUSY_RETRY: Duration = Duration::from_millis(100);
 /// History events read per step when following the log.
@@ -262,10 +269,25 @@ impl From<::kube::Error> for ApiError {
                 code: Some(status.code),
                 message: format!("{} ({})", status.message, status.code),
             },
-            other => ApiError {
-                code: None,
-                message: other.to_string(),
-            },
+            other => {
+                // kube's transport errors say "client error (Connect)"; the
+                // cause (refused, timed out, certificate) is further down.
+                let mut message = other.to_string();
+                let mut source = std::error::Error::source(&other);
+                for _ in 0..8 {
+                    let Some(cause) = source else { break };
+                    let text = cause.to_string();
+                    if !message.contains(&text) {
+                        message.push_str(": ");
+                        message.push_str(&text);
+                    }
+                    source = cause.source();
+                }
+                ApiError {
+                    code: None,
+                    message,
+                }
+            }
         }
     }
 }
@@ -787,6 +809,8 @@ impl Mirror {
         // the first success after it retries everything waiting, at once
         // (the budget still paces it), instead of each at its own backoff.
         let mut outage = false;
+        let mut unlogged = 0u64;
+        let mut last_logged: Option<Instant> = None;
         let hold_until = started + ctx.config.eviction_hold;
         loop {
             let now = Instant::now();
@@ -854,6 +878,8 @@ impl Mirror {
                                         tracing::info!(backlog = queue.outbox_len(), "the API server answers again; draining the backlog");
                                         queue.renew_all_now(now, &ctx.view);
                                         queue.retry_all_now();
+                                        // It may have come back with less than it had.
+                                        queue.reconcile_due = Some(now);
                                         attempts.clear();
                                     }
                                 }
@@ -862,6 +888,7 @@ impl Mirror {
                                     for key in keys {
                                         queue.add(key);
                                     }
+                                    queue.reconcile_due.get_or_insert(now + RESYNC_PERIOD);
                                 }
                                 Outcome::Again(delay, failure, unreachable) => {
                                     outage |= unreachable;
@@ -871,7 +898,13 @@ impl Mirror {
                                             *n += 1;
                                             ctx.state.retries.fetch_add(1, Ordering::Relaxed);
                                             ctx.metrics.mirror_retries.inc();
-                                            tracing::warn!(?job, attempt = *n, "{message}");
+                                            tracing::debug!(?job, attempt = *n, "{message}");
+                                            unlogged += 1;
+                                            if last_logged.is_none_or(|t| now - t >= FAILURE_LOG_PERIOD) {
+                                                tracing::warn!(failures = unlogged, backlog = queue.outbox_len(), "API server requests failing (retried with backoff); last: {message}");
+                                                unlogged = 0;
+                                                last_logged = Some(now);
+                                            }
                                             ctx.config.backoff.delay(*n - 1)
                                         }
                                         None => delay,

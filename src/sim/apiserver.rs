@@ -369,11 +369,15 @@ impl FakeApiServer {
     /// a Tokio runtime.
     pub async fn start() -> FakeApiServer {
         let wanted = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
-        let listener = bind_listener(wanted)
-            .unwrap_or_else(|e| panic!("fake API server cannot listen on {wanted}: {e}"));
-        let addr = listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("fake API server has no local address: {e}"));
+        FakeApiServer::start_on(wanted)
+            .await
+            .unwrap_or_else(|e| panic!("fake API server cannot listen on {wanted}: {e}"))
+    }
+
+    /// Listens on `wanted` (for `nodekeeper sim apiserver`) and starts serving.
+    pub async fn start_on(wanted: SocketAddr) -> std::io::Result<FakeApiServer> {
+        let listener = bind_listener(wanted)?;
+        let addr = listener.local_addr()?;
         let stop = CancellationToken::new();
         let shared = Arc::new(Shared {
             addr,
@@ -385,12 +389,12 @@ impl FakeApiServer {
         });
         tokio::spawn(run(shared.clone(), listener));
         tracing::debug!(%addr, "fake API server listening");
-        FakeApiServer {
+        Ok(FakeApiServer {
             handle: Arc::new(Handle {
                 shared,
                 _stop: stop.drop_guard(),
             }),
-        }
+        })
     }
 
     fn shared(&self) -> &Shared {
