@@ -172,7 +172,8 @@ async fn nodes_status_taints_and_leases_reach_the_api_server() {
         api.lease("kube-node-lease", n)
             .map(|l| l["spec"]["renewTime"].clone())
     };
-    let first = renewed(&b).expect("a Lease for b");
+    upstream("a Lease for b", || renewed(&b).is_some()).await;
+    let first = renewed(&b).unwrap();
     upstream("b's Lease renewed again", || {
         renewed(&b).is_some_and(|t| t != first)
     })
@@ -201,7 +202,7 @@ async fn nodes_status_taints_and_leases_reach_the_api_server() {
         })
     })
     .await;
-    assert_ne!(renewed(&b), stopped, "renewals resume");
+    upstream("b's renewals resume", || renewed(&b) != stopped).await;
 
     // A machine leaves the inventory: its node, Lease and pods go.
     write(&site, &inventory(&fleet, &[0, 1]));
@@ -354,23 +355,10 @@ async fn pod_eviction_deletes_pods_only_of_nodes_still_down() {
 
     // A node that stays down loses its pods, all but the DaemonSet's.
     fleet.handle.set(&down, KubeletState::Down).unwrap();
-    let history = c
-        .wait_for(&format!("/v1/history?node={down}"), "EvictionDone", |h| {
-            h.as_array()
-                .unwrap()
-                .iter()
-                .any(|e| e["kind"] == "EvictionDone")
-        })
-        .await;
-    let done = history
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "EvictionDone")
-        .unwrap();
+    let done = c.wait_event(&down, "EvictionDone").await;
     assert_eq!(
         done["result"], "deleted 2 pods (1 DaemonSet or static pods kept)",
-        "{history}"
+        "{done}"
     );
     for name in ["web-0", "db-0"] {
         let ns = if name == "web-0" { "default" } else { "shop" };
@@ -386,35 +374,12 @@ async fn pod_eviction_deletes_pods_only_of_nodes_still_down() {
     api.set_fault(Fault::Down);
     api.settled().await;
     fleet.handle.set(&back, KubeletState::Down).unwrap();
-    c.wait_for(
-        &format!("/v1/history?node={back}"),
-        "EvictionStarted",
-        |h| {
-            h.as_array()
-                .unwrap()
-                .iter()
-                .any(|e| e["kind"] == "EvictionStarted")
-        },
-    )
-    .await;
+    c.wait_event(&back, "EvictionStarted").await;
     fleet.handle.set(&back, KubeletState::Up).unwrap();
     c.wait_ready(&back, "True").await;
     api.set_fault(Fault::None);
     api.settled().await;
-    let history = c
-        .wait_for(&format!("/v1/history?node={back}"), "EvictionDone", |h| {
-            h.as_array()
-                .unwrap()
-                .iter()
-                .any(|e| e["kind"] == "EvictionDone")
-        })
-        .await;
-    let done = history
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "EvictionDone")
-        .unwrap();
+    let done = c.wait_event(&back, "EvictionDone").await;
     assert_eq!(done["result"], "not carried out: the node is Ready again");
     for i in 1..4 {
         let p = api.pod("default", &format!("web-{i}")).unwrap();
@@ -459,13 +424,7 @@ async fn an_interrupted_pod_eviction_resumes_after_a_restart_only_for_a_node_sti
     fleet.handle.set(&stays, KubeletState::Down).unwrap();
     fleet.handle.set(&recovers, KubeletState::Down).unwrap();
     for n in [&stays, &recovers] {
-        c.wait_for(&format!("/v1/history?node={n}"), "EvictionStarted", |h| {
-            h.as_array()
-                .unwrap()
-                .iter()
-                .any(|e| e["kind"] == "EvictionStarted")
-        })
-        .await;
+        c.wait_event(n, "EvictionStarted").await;
     }
     c.kill9();
     fleet.handle.set(&recovers, KubeletState::Up).unwrap();

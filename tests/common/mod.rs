@@ -372,6 +372,23 @@ impl Controller {
         }
     }
 
+    /// Waits until `node`'s history holds an event of `kind`, and returns
+    /// the first one.
+    pub async fn wait_event(&self, node: &str, kind: &str) -> Value {
+        let history = self
+            .wait_for(&format!("/v1/history?node={node}"), kind, |h| {
+                h.as_array().unwrap().iter().any(|e| e["kind"] == kind)
+            })
+            .await;
+        history
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == kind)
+            .cloned()
+            .unwrap()
+    }
+
     /// Stops with SIGTERM and waits.
     pub fn stop(mut self) -> std::process::ExitStatus {
         signal(self.child.id(), "-TERM");
