@@ -555,12 +555,20 @@ async fn a_kubeconfig_reaches_the_api_server_and_bad_mirror_flags_are_refused() 
     )
     .unwrap();
     let mut args = fast_args(&nodes, fleet.fleet.port());
-    args.extend(["--kubeconfig".to_string(), kubeconfig.display().to_string()]);
+    args.extend([
+        "--kubeconfig".to_string(),
+        kubeconfig.display().to_string(),
+        "--leader-elect=false".to_string(),
+    ]);
     let c = Controller::start(&dir.path().join("db"), &args);
     upstream("the node on the API server", || {
         upstream_ready(&api, &fleet.name(0)).as_deref() == Some("True")
     })
     .await;
+    // Without election it writes from the start, and takes no leader Lease.
+    assert!(api.lease("kube-system", "nodekeeper").is_none());
+    let (_, status) = c.get("/v1/mirror").await;
+    assert_eq!(status["leader"], true, "{status}");
     assert!(c.stop().success());
 
     let db = dir.path().join("refused");

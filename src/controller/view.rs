@@ -43,6 +43,11 @@ impl View {
         });
     }
 
+    /// The newest seq announced durable: the view shows every change up to it.
+    pub fn published(&self) -> u64 {
+        *self.durable.borrow()
+    }
+
     /// Follows the durable seq.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.durable.subscribe()

@@ -364,11 +364,13 @@ impl Ctx {
         let mut cache = self.upstream.lock().unwrap_or_else(|p| p.into_inner());
         match node {
             Some(mut node) => {
-                if let Some(meta) = node["metadata"].as_object_mut() {
-                    meta.remove("managedFields");
-                }
-                if let Some(status) = node["status"].as_object_mut() {
-                    status.remove("images");
+                if let Some(object) = node.as_object_mut() {
+                    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                        meta.remove("managedFields");
+                    }
+                    if let Some(status) = object.get_mut("status").and_then(Value::as_object_mut) {
+                        status.remove("images");
+                    }
                 }
                 cache.insert(name.to_string(), node);
             }
@@ -390,14 +392,22 @@ impl Ctx {
             serde_json::to_value(crate::kube::node(&record, None)).expect("k8s types serialize");
         let params = PatchParams::apply(FIELD_MANAGER);
         let to_value = |n: &KubeNode| serde_json::to_value(n).expect("k8s types serialize");
+        // `Null` in the cache: the last list did not have the node.
         let mut seen = self.cached(name);
         let mut current = None;
         for _ in 0..CONFLICT_RETRIES {
-            let node = match seen.take() {
+            let found = match seen.take() {
+                Some(Value::Null) => None,
+                Some(node) => Some(node),
+                None => self
+                    .call("get", nodes.get_opt(name))
+                    .await?
+                    .map(|n| to_value(&n)),
+            };
+            let node = match found {
                 Some(node) => node,
-                None => match self.call("get", nodes.get_opt(name)).await? {
-                    Some(node) => to_value(&node),
-                    None => {
+                None => {
+                    {
                         let create: KubeNode = serde_json::from_value(sync::for_create(&desired))
                             .expect("a node built from a node");
                         match self
@@ -410,7 +420,7 @@ impl Ctx {
                             Err(e) => return Err(e),
                         }
                     }
-                },
+                }
             };
             let Some(patch) = sync::spec_patch(&node, &desired) else {
                 current = Some(node);
@@ -661,6 +671,10 @@ impl Ctx {
         let ours = self.view.list();
         let registered: HashSet<&str> = ours.iter().map(|(n, _)| n.name.as_str()).collect();
         for (node, _) in &ours {
+            if !upstream.contains_key(&node.name) {
+                // Known absent: created without asking first.
+                self.remember(&node.name, Some(Value::Null));
+            }
             let desired =
                 serde_json::to_value(crate::kube::node(node, None)).expect("k8s types serialize");
             let differs = upstream.get(&node.name).is_none_or(|current| {
@@ -785,11 +799,17 @@ impl Mirror {
         let ctx = self.ctx;
         let started = Instant::now();
         let (leading_tx, mut leading) = tokio::sync::watch::channel(ctx.config.leader.is_none());
+        // Without election the mirror leads from the start: the first pass
+        // of the loop takes the initial value as a change.
+        leading.mark_changed();
         let elector = ctx.config.leader.clone().map(|config| {
             let client = ctx.client.clone();
             let stop = shutdown.clone();
-            tokio::spawn(leader::run(client, config, leading_tx, stop))
+            tokio::spawn(leader::run(client, config, leading_tx.clone(), stop))
         });
+        // Held here, so the channel stays open while no elector runs.
+        let _leading_tx = leading_tx;
+        let mut elector_running = true;
         let mut queue = Queue::default();
         let mut follow = ctx.view.subscribe();
         let mut seen = ctx.store.durable_seq();
@@ -840,11 +860,17 @@ impl Mirror {
             };
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                changed = leading.changed() => {
+                changed = leading.changed(), if elector_running => {
                     if changed.is_err() {
-                        // The elector ended (shutdown): stop writing.
+                        // The elector ended: nobody vouches for leadership any more.
+                        elector_running = false;
+                        if is_leader {
+                            tracing::error!("leader election ended; writes to the API server stop");
+                            tasks.abort_all();
+                        }
                         is_leader = false;
-                        if shutdown.is_cancelled() { break; }
+                        ctx.state.leader.store(false, Ordering::Relaxed);
+                        ctx.metrics.mirror_leader.set(0);
                         continue;
                     }
                     let now_leading = *leading.borrow_and_update();
@@ -1008,11 +1034,19 @@ async fn work(ctx: &Ctx, job: &Job) -> Outcome {
             Err(e) => failed("listing the API server's nodes".into(), e),
         },
         Job::Outbox(key) => {
+            // What the view shows includes every change up to `published`;
+            // read before the entry, so an entry at or below it is shown.
+            let published = ctx.view.published();
             let seq = match ctx.store.outbox_entry(key) {
                 Ok(Some(entry)) => entry.seq,
                 Ok(None) => return Outcome::Done,
                 Err(e) => return failed(format!("reading the outbox for {key:?}"), store_error(e)),
             };
+            if seq > published {
+                // Written but not yet durable and shown: sending the view now
+                // would send the state before it, and clear the entry.
+                return Outcome::Again(BUSY_RETRY, None, false);
+            }
             match key {
                 OutboxKey::Node(name) => {
                     if let Err(e) = ctx.sync_node(name).await {

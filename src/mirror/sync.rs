@@ -100,6 +100,12 @@ pub fn status_patch(current: &Value, desired: &Value) -> Option<Value> {
             status.insert(field.into(), Value::Object(changed));
         }
     }
+    // A node with no addresses yet (just created) takes them in this patch;
+    // changing existing ones is `addresses_patch`'s.
+    let has_addresses = cur["addresses"].as_array().is_some_and(|a| !a.is_empty());
+    if !has_addresses && want["addresses"].as_array().is_some_and(|a| !a.is_empty()) {
+        status.insert("addresses".into(), want["addresses"].clone());
+    }
     let info = &want["nodeInfo"];
     if info
         .as_object()
@@ -122,7 +128,7 @@ pub fn addresses_patch(current: &Value, desired: &Value) -> Option<Value> {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    (cur != want).then(|| json!({ "status": { "addresses": want } }))
+    (!cur.is_empty() && cur != want).then(|| json!({ "status": { "addresses": want } }))
 }
 
 /// The taints the node should carry: everyone else's, then nodekeeper's.
@@ -256,6 +262,21 @@ mod tests {
             patch,
             json!({"status": {"conditions": [desired()["status"]["conditions"][0]]}})
         );
+    }
+
+    #[test]
+    fn a_new_node_gets_its_whole_status_in_one_patch() {
+        let created = json!({"metadata": {"name": "edge-1"}, "status": {}});
+        let patch = status_patch(&created, &desired()).unwrap();
+        assert_eq!(
+            patch["status"]["addresses"],
+            desired()["status"]["addresses"]
+        );
+        assert_eq!(
+            patch["status"]["conditions"],
+            desired()["status"]["conditions"]
+        );
+        assert_eq!(addresses_patch(&created, &desired()), None);
     }
 
     #[test]
