@@ -672,8 +672,13 @@ impl Ctx {
         let registered: HashSet<&str> = ours.iter().map(|(n, _)| n.name.as_str()).collect();
         for (node, _) in &ours {
             if !upstream.contains_key(&node.name) {
-                // Known absent: created without asking first.
-                self.remember(&node.name, Some(Value::Null));
+                // Known absent (unless a sync created it since the list):
+                // created without asking first.
+                self.upstream
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(node.name.clone())
+                    .or_insert(Value::Null);
             }
             let desired =
                 serde_json::to_value(crate::kube::node(node, None)).expect("k8s types serialize");
