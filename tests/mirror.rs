@@ -616,3 +616,52 @@ async fn a_kubeconfig_reaches_the_api_server_and_bad_mirror_flags_are_refused() 
     assert!(!db.exists());
     fleet.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_and_slow_answers_are_retried_until_they_pass() {
+    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 147, 0, 1)).await;
+    let api = FakeApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = fleet.nodes_file(dir.path());
+    let mut args = fast_args(&nodes, fleet.fleet.port());
+    args.extend(mirror_args(&api));
+    args.push("--leader-elect=false".into());
+    let c = Controller::start(&dir.path().join("db"), &args);
+    let victim = fleet.name(1);
+    upstream("both nodes Ready upstream", || {
+        (0..2).all(|i| upstream_ready(&api, &fleet.name(i)).as_deref() == Some("True"))
+    })
+    .await;
+
+    // The API server answers 503: the change waits in the outbox.
+    api.set_fault(Fault::Status(503));
+    fleet.handle.set(&victim, KubeletState::Down).unwrap();
+    let status = c
+        .wait_for("/v1/mirror", "a 503 recorded", |s| {
+            s["backlog"].as_u64() >= Some(1)
+                && s["lastError"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("503"))
+        })
+        .await;
+    assert!(status["retries"].as_u64().unwrap() >= 1, "{status}");
+    // Then it answers, but slower than --kube-api-timeout (2s).
+    api.set_fault(Fault::Slow(Duration::from_secs(5)));
+    c.wait_for("/v1/mirror", "a timeout recorded", |s| {
+        s["lastError"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no answer within 2s"))
+    })
+    .await;
+    assert_eq!(upstream_ready(&api, &victim).as_deref(), Some("True"));
+    // Back to normal: the change arrives.
+    api.set_fault(Fault::None);
+    upstream("the victim Unknown upstream", || {
+        upstream_ready(&api, &victim).as_deref() == Some("Unknown")
+    })
+    .await;
+    c.wait_for("/v1/mirror", "an empty backlog", |s| s["backlog"] == 0)
+        .await;
+    assert!(c.stop().success());
+    fleet.stop().await;
+}
