@@ -691,6 +691,17 @@ impl Store {
                 Err(e) => report.problems.push(e.to_string()),
             }
         }
+        for entry in self.outbox.iter() {
+            let (key, bytes) = entry?;
+            if OutboxKey::decode(&key).is_none() {
+                report.problems.push(format!(
+                    "outbox key {:?} is not a kind and a node name",
+                    key.as_ref()
+                ));
+            } else if let Err(e) = records::decode_outbox_entry(&bytes) {
+                report.problems.push(e.to_string());
+            }
+        }
         report
             .problems
             .extend(crate::history::compare(&stored, replayed.nodes()));

@@ -372,3 +372,15 @@ fn a_resync_queues_only_what_is_not_queued_and_survives_reopening() {
         ]
     );
 }
+
+#[test]
+fn verify_reads_the_outbox_too() {
+    let (_d, store) = open();
+    store.enable_outbox();
+    register(&store, "a");
+    assert_eq!(store.verify().unwrap().problems, Vec::<String>::new());
+    store.outbox.insert([9u8, b'x'], &[1u8, 2, 3][..]).unwrap();
+    let problems = store.verify().unwrap().problems;
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("outbox key"), "{problems:?}");
+}
