@@ -307,8 +307,9 @@ struct Ctx {
     config: MirrorConfig,
     /// resourceVersions of the node Leases last written.
     lease_versions: Mutex<HashMap<String, String>>,
-    /// The API server's Nodes as last seen (listed or written).
-    upstream: Mutex<HashMap<String, Value>>,
+    /// The API server's Nodes as last seen (listed or written), as JSON
+    /// text; `null` for a node the last list did not have.
+    upstream: Mutex<HashMap<String, Box<[u8]>>>,
 }
 
 impl Ctx {
@@ -355,11 +356,9 @@ impl Ctx {
 
     /// The API server's copy of a node as last seen, if known.
     fn cached(&self, name: &str) -> Option<Value> {
-        self.upstream
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .cloned()
+        let cache = self.upstream.lock().unwrap_or_else(|p| p.into_inner());
+        // Written by `remember` from a Value: it reads back.
+        serde_json::from_slice(cache.get(name)?).ok()
     }
 
     /// Remembers the API server's copy (without what nodekeeper never reads).
@@ -375,7 +374,10 @@ impl Ctx {
                         status.remove("images");
                     }
                 }
-                cache.insert(name.to_string(), node);
+                // Kept as JSON text: a fraction of a Value's memory, and
+                // read back only when the node changes.
+                let text = serde_json::to_vec(&node).expect("a Value serializes");
+                cache.insert(name.to_string(), text.into_boxed_slice());
             }
             None => {
                 cache.remove(name);
@@ -654,52 +656,52 @@ impl Ctx {
     /// missing), and nodes nodekeeper created that the registry no longer has.
     async fn reconcile(&self) -> Result<Vec<OutboxKey>, ApiError> {
         let nodes = self.nodes();
-        let mut upstream: HashMap<String, Value> = HashMap::new();
+        let mut stale = Vec::new();
+        // Compared page by page: a 10k-node site is never held in memory whole.
+        let mut listed: HashSet<String> = HashSet::new();
         let mut params = ListParams::default().limit(PAGE);
         for _ in 0..100_000 {
             let page = self.call("list", nodes.list(&params)).await?;
             for node in page.items {
-                let value = serde_json::to_value(&node).expect("k8s types serialize");
-                if let Some(name) = node.metadata.name {
-                    self.remember(&name, Some(value.clone()));
-                    upstream.insert(name, value);
+                let Some(name) = node.metadata.name.clone() else {
+                    continue;
+                };
+                let current = serde_json::to_value(&node).expect("k8s types serialize");
+                let differs = match self.view.get(&name) {
+                    Some((ours, _)) => {
+                        let desired = serde_json::to_value(crate::kube::node(&ours, None))
+                            .expect("k8s types serialize");
+                        sync::spec_patch(&current, &desired).is_some()
+                            || sync::status_patch(&current, &desired).is_some()
+                            || sync::addresses_patch(&current, &desired).is_some()
+                    }
+                    // Created by nodekeeper, gone from the registry: deleted.
+                    None => !current["metadata"]["annotations"][crate::kube::SOURCE_ANNOTATION]
+                        .is_null(),
+                };
+                if differs {
+                    stale.push(OutboxKey::Node(name.clone()));
                 }
+                self.remember(&name, Some(current));
+                listed.insert(name);
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
                 None => break,
             }
         }
-        let mut stale = Vec::new();
-        let ours = self.view.list();
-        let registered: HashSet<&str> = ours.iter().map(|(n, _)| n.name.as_str()).collect();
-        for (node, _) in &ours {
-            if !upstream.contains_key(&node.name) {
-                // Known absent (unless a sync created it since the list):
-                // created without asking first.
-                self.upstream
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .entry(node.name.clone())
-                    .or_insert(Value::Null);
+        for (node, _) in self.view.list() {
+            if listed.contains(&node.name) {
+                continue;
             }
-            let desired =
-                serde_json::to_value(crate::kube::node(node, None)).expect("k8s types serialize");
-            let differs = upstream.get(&node.name).is_none_or(|current| {
-                sync::spec_patch(current, &desired).is_some()
-                    || sync::status_patch(current, &desired).is_some()
-                    || sync::addresses_patch(current, &desired).is_some()
-            });
-            if differs {
-                stale.push(OutboxKey::Node(node.name.clone()));
-            }
-        }
-        for (name, node) in &upstream {
-            let managed =
-                !node["metadata"]["annotations"][crate::kube::SOURCE_ANNOTATION].is_null();
-            if managed && !registered.contains(name.as_str()) {
-                stale.push(OutboxKey::Node(name.clone()));
-            }
+            // Known absent (unless a sync created it since the list):
+            // created without asking first.
+            self.upstream
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(node.name.clone())
+                .or_insert_with(|| b"null".to_vec().into_boxed_slice());
+            stale.push(OutboxKey::Node(node.name));
         }
         Ok(stale)
     }
