@@ -569,7 +569,14 @@ impl Ctx {
         let Some(entry) = self.store.outbox_entry(&key).map_err(store_error)? else {
             return Ok(Evicted::Nothing);
         };
-        if let Some(reason) = self.still_due(name, entry.enqueued) {
+        // The newest decision counts (a coalesced entry keeps the oldest
+        // queueing time): when was the event this entry stands for?
+        let decided = self
+            .store
+            .event(entry.seq)
+            .map_err(store_error)?
+            .map_or(entry.enqueued, |e| e.time);
+        if let Some(reason) = self.still_due(name, decided) {
             return Ok(Evicted::Dropped(reason));
         }
         // A node gone from the registry has no kubelet to confirm a graceful
@@ -623,12 +630,12 @@ impl Ctx {
     }
 
     /// Why a queued pod deletion must not happen any more, if so.
-    fn still_due(&self, name: &str, enqueued: Micros) -> Option<String> {
+    fn still_due(&self, name: &str, decided: Micros) -> Option<String> {
         let (node, _) = self.view.get(name)?; // Deleted for good: its pods go.
         let ready = node.condition(READY);
         match ready.map(|c| c.status) {
             Some(ConditionStatus::True) => Some("not carried out: the node is Ready again".into()),
-            _ if ready.is_some_and(|c| c.last_transition > enqueued) => Some(
+            _ if ready.is_some_and(|c| c.last_transition > decided) => Some(
                 "not carried out: the node recovered since the decision; a new one will be made"
                     .into(),
             ),

@@ -565,6 +565,14 @@ impl Store {
         Ok(out)
     }
 
+    /// One event, by seq.
+    pub fn event(&self, seq: u64) -> Result<Option<Event>, StoreError> {
+        self.events
+            .get(seq.to_be_bytes())?
+            .map(|bytes| Ok(records::decode_event(seq, &bytes)?))
+            .transpose()
+    }
+
     /// The newest durable event, if any.
     pub fn last_event(&self) -> Result<Option<Event>, StoreError> {
         let durable = self.durable_seq();
