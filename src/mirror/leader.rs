@@ -17,6 +17,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// Failed tries are logged as warnings at most this often.
+const WARN_PERIOD: Duration = Duration::from_secs(10);
+
 /// The election's Lease and timing.
 #[derive(Debug, Clone)]
 pub struct LeaderConfig {
@@ -80,6 +83,7 @@ pub async fn run(
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let mut observed: Option<Observed> = None;
     let mut last_renewal: Option<Instant> = None;
+    let mut last_warned: Option<Instant> = None;
     loop {
         let result = tokio::time::timeout(
             config.renew_deadline,
@@ -105,8 +109,12 @@ pub async fn run(
                 if *leading.borrow() && expired {
                     tracing::error!("lost the leader lease: {e}");
                     leading.send_replace(false);
-                } else {
+                } else if last_warned.is_none_or(|t| now - t >= WARN_PERIOD) {
+                    // An outage fails every try; say so now and then, not every retry period.
                     tracing::warn!("leader election: {e}");
+                    last_warned = Some(now);
+                } else {
+                    tracing::debug!("leader election: {e}");
                 }
             }
         }
