@@ -16,6 +16,16 @@ use serde_json::{json, Value};
 
 const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 
+/// Pods are deleted from nodes not Ready for a second, ten nodes a second.
+const DELETE_PODS_AFTER_A_SECOND: [&str; 6] = [
+    "--eviction-mode",
+    "delete-pods",
+    "--pod-eviction-timeout",
+    "1s",
+    "--node-eviction-rate",
+    "10",
+];
+
 /// The flags that point a controller at `api`, with fast periods.
 fn mirror_args(api: &FakeApiServer) -> Vec<String> {
     mirror_args_renewing(api, "500ms")
@@ -243,17 +253,7 @@ async fn an_outage_and_a_restart_lose_nothing_and_the_backlog_drains_within_budg
     args.extend(["--kube-api-qps", "5", "--kube-api-burst", "5"].map(String::from));
     // Pods are deleted from nodes that stay down for a second: the outage
     // and its end must not cost a pod of any other node.
-    args.extend(
-        [
-            "--eviction-mode",
-            "delete-pods",
-            "--pod-eviction-timeout",
-            "1s",
-            "--node-eviction-rate",
-            "10",
-        ]
-        .map(String::from),
-    );
+    args.extend(DELETE_PODS_AFTER_A_SECOND.map(String::from));
     let names: Vec<String> = (0..8).map(|i| fleet.name(i)).collect();
     for (i, n) in names.iter().enumerate() {
         api.put_pod(pod("default", &format!("web-{i}"), n));
@@ -366,17 +366,7 @@ async fn pod_eviction_deletes_pods_only_of_nodes_still_down() {
     api.put_pod(daemon);
     let mut args = fast_args(&nodes, fleet.fleet.port());
     args.extend(mirror_args(&api));
-    args.extend(
-        [
-            "--eviction-mode",
-            "delete-pods",
-            "--pod-eviction-timeout",
-            "1s",
-            "--node-eviction-rate",
-            "10",
-        ]
-        .map(String::from),
-    );
+    args.extend(DELETE_PODS_AFTER_A_SECOND.map(String::from));
     let c = Controller::start(&db, &args);
     for i in 0..4 {
         c.wait_ready(&fleet.name(i), "True").await;
@@ -431,17 +421,7 @@ async fn an_interrupted_pod_eviction_resumes_after_a_restart_only_for_a_node_sti
     api.put_pod(pod("default", "web-1", &recovers));
     let mut args = fast_args(&nodes, fleet.fleet.port());
     args.extend(mirror_args(&api));
-    args.extend(
-        [
-            "--eviction-mode",
-            "delete-pods",
-            "--pod-eviction-timeout",
-            "1s",
-            "--node-eviction-rate",
-            "10",
-        ]
-        .map(String::from),
-    );
+    args.extend(DELETE_PODS_AFTER_A_SECOND.map(String::from));
     let c = Controller::start(&db, &args);
     for i in 0..3 {
         c.wait_ready(&fleet.name(i), "True").await;

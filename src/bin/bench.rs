@@ -1,14 +1,17 @@
 //! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe, or with `--push` per pushed heartbeat. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000 [--push]`.
 
+mod common;
+
 use std::fmt::Write as _;
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
+
+use common::{command_line, command_output, cpu_ticks, memory_kib, parse_duration, Machine, Proc};
 
 /// One `nodekeeper sim` process holds about two open files per node (and up
 /// to 256 push connections); the hard limit is 20k.
@@ -49,10 +52,6 @@ struct Args {
     /// The nodekeeper binary (default: the one next to this executable).
     #[arg(long)]
     bin: Option<PathBuf>,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    nodekeeper::duration::parse(s)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -353,7 +352,7 @@ async fn wait_for_sim(
                 sim.name,
                 file.display(),
                 SIM_START_TIMEOUT,
-                sim.log_tail()
+                sim.log_tail(15)
             );
         }
         tokio::time::sleep(POLL).await;
@@ -566,41 +565,6 @@ async fn sim_pushes(client: &reqwest::Client, controls: &[String]) -> Result<Sim
     Ok(total)
 }
 
-/// Host facts for the report and for reading /proc.
-struct Machine {
-    cores: String,
-    kernel: String,
-    ticks_per_second: f64,
-    ticks_note: &'static str,
-    version: String,
-}
-
-impl Machine {
-    fn probe(bin: &Path) -> Machine {
-        let ticks = command_output("getconf", &["CLK_TCK"]).and_then(|t| t.parse::<f64>().ok());
-        Machine {
-            cores: command_output("nproc", &[]).unwrap_or_else(|| "?".into()),
-            kernel: command_output("uname", &["-r"]).unwrap_or_else(|| "?".into()),
-            ticks_per_second: ticks.unwrap_or(100.0),
-            ticks_note: if ticks.is_some() {
-                "getconf CLK_TCK"
-            } else {
-                "ASSUMED: getconf CLK_TCK failed"
-            },
-            version: command_output(&bin.to_string_lossy(), &["--version"])
-                .unwrap_or_else(|| "?".into()),
-        }
-    }
-}
-
-/// A command's trimmed standard output, if it ran and succeeded.
-fn command_output(program: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(program).args(args).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 /// Process and store figures at one instant.
 struct Sample {
     at: Instant,
@@ -651,40 +615,6 @@ impl Sample {
     }
 }
 
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> Result<u64> {
-    let path = format!("/proc/{pid}/stat");
-    let stat = fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-    // The command name may hold spaces and parentheses; fields resume after the last ')'.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .ok_or_else(|| anyhow!("{path}: unexpected format"))?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-    let field = |i: usize| -> Result<u64> {
-        fields
-            .get(i)
-            .and_then(|f| f.parse().ok())
-            .ok_or_else(|| anyhow!("{path}: no number in field {}", i + 3))
-    };
-    Ok(field(11)? + field(12)?)
-}
-
-/// VmRSS and VmHWM of a process, in KiB.
-fn memory_kib(pid: u32) -> Result<(u64, u64)> {
-    let path = format!("/proc/{pid}/status");
-    let status = fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-    let field = |name: &str| -> Result<u64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .ok_or_else(|| anyhow!("{path}: no {name}"))
-    };
-    Ok((field("VmRSS:")?, field("VmHWM:")?))
-}
-
 /// The bytes of every file under `dir`. Files vanishing mid-walk are skipped.
 fn dir_size(dir: &Path) -> Result<u64> {
     let mut total = 0;
@@ -702,85 +632,6 @@ fn dir_size(dir: &Path) -> Result<u64> {
 
 // ---------------------------------------------------------------------------
 // Child processes
-
-/// A child process with its output files.
-struct Proc {
-    name: String,
-    child: Child,
-    stdout: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Proc {
-    fn spawn(dir: &Path, name: &str, bin: &Path, args: &[String]) -> Result<Proc> {
-        let stdout = dir.join(format!("{name}.out"));
-        let stderr = dir.join(format!("{name}.log"));
-        let child = Command::new(bin)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(fs::File::create(&stdout)?)
-            .stderr(fs::File::create(&stderr)?)
-            .spawn()
-            .with_context(|| format!("cannot start {} ({name})", bin.display()))?;
-        Ok(Proc {
-            name: name.into(),
-            child,
-            stdout,
-            stderr,
-        })
-    }
-
-    fn check_alive(&mut self) -> Result<()> {
-        match self.child.try_wait()? {
-            None => Ok(()),
-            Some(status) => bail!("{} exited early ({status}){}", self.name, self.log_tail()),
-        }
-    }
-
-    /// The last lines of the process's stderr, for error messages.
-    fn log_tail(&self) -> String {
-        let text = fs::read_to_string(&self.stderr).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        if lines.is_empty() {
-            return String::new();
-        }
-        let tail = lines[lines.len().saturating_sub(15)..].join("\n   ");
-        format!("; last lines of its stderr:\n   {tail}")
-    }
-
-    /// SIGTERM, then SIGKILL if it has not exited within `timeout`; says how it went.
-    async fn terminate(&mut self, timeout: Duration) -> String {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            return format!("{} had already exited ({status})", self.name);
-        }
-        let started = Instant::now();
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        while started.elapsed() < timeout {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return format!(
-                    "{} stopped on SIGTERM in {:.2}s ({status})",
-                    self.name,
-                    started.elapsed().as_secs_f64()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        self.kill();
-        format!(
-            "{} did NOT stop within {timeout:?} of SIGTERM; killed",
-            self.name
-        )
-    }
-
-    fn kill(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 /// One size's processes and scratch directory; dropping it kills whatever
 /// still runs and removes the directory, on success and on error alike.
@@ -819,7 +670,7 @@ impl Run {
     fn controller_log_tail(&self) -> String {
         self.controller
             .as_ref()
-            .map(Proc::log_tail)
+            .map(|p| p.log_tail(15))
             .unwrap_or_default()
     }
 
@@ -833,7 +684,7 @@ impl Run {
             sim.kill();
         }
         if let Some(c) = &self.controller {
-            let tail = c.log_tail();
+            let tail = c.log_tail(15);
             if !tail.is_empty() {
                 report.push_str(&format!(" (controller stderr not empty{tail})"));
             }
@@ -1066,23 +917,6 @@ fn row_notes(row: &Row, mode: Mode) -> Vec<String> {
     }
     notes.push(format!("{} nodes: {}", row.nodes, row.stop));
     notes
-}
-
-/// This process's command line, quoted for a POSIX shell where needed.
-fn command_line() -> String {
-    std::env::args()
-        .map(|a| {
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=,:@".contains(c))
-            {
-                a
-            } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[cfg(test)]

@@ -1,0 +1,195 @@
+//! What both benchmarks need of the host: its facts for the report, a
+//! process's CPU time and memory from /proc, the command line, and the
+//! child processes they start and stop.
+// Each benchmark binary compiles this module and uses part of it.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+/// Host facts for the report and for reading /proc.
+pub struct Machine {
+    pub cores: String,
+    pub kernel: String,
+    pub ticks_per_second: f64,
+    pub ticks_note: &'static str,
+    pub version: String,
+}
+
+impl Machine {
+    pub fn probe(bin: &Path) -> Machine {
+        let ticks = command_output("getconf", &["CLK_TCK"]).and_then(|t| t.parse::<f64>().ok());
+        Machine {
+            cores: command_output("nproc", &[]).unwrap_or_else(|| "?".into()),
+            kernel: command_output("uname", &["-r"]).unwrap_or_else(|| "?".into()),
+            ticks_per_second: ticks.unwrap_or(100.0),
+            ticks_note: if ticks.is_some() {
+                "getconf CLK_TCK"
+            } else {
+                "ASSUMED: getconf CLK_TCK failed"
+            },
+            version: command_output(&bin.to_string_lossy(), &["--version"])
+                .unwrap_or_else(|| "?".into()),
+        }
+    }
+}
+
+/// A command's trimmed standard output, if it ran and succeeded.
+pub fn command_output(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// utime + stime of a process, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> Result<u64> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    // The command name may hold spaces and parentheses; fields resume after the last ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| anyhow!("{path}: unexpected format"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+    let field = |i: usize| -> Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| anyhow!("{path}: no number in field {}", i + 3))
+    };
+    Ok(field(11)? + field(12)?)
+}
+
+/// VmRSS and VmHWM of a process, in KiB.
+pub fn memory_kib(pid: u32) -> Result<(u64, u64)> {
+    let path = format!("/proc/{pid}/status");
+    let status = fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    let field = |name: &str| -> Result<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| anyhow!("{path}: no {name}"))
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// This process's command line, quoted for a POSIX shell where needed.
+pub fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=,:@".contains(c))
+            {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    nodekeeper::duration::parse(s)
+}
+
+/// A child process with its output files.
+pub struct Proc {
+    pub name: String,
+    pub child: Child,
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(dir: &Path, name: &str, bin: &Path, args: &[String]) -> Result<Proc> {
+        let stdout = dir.join(format!("{name}.out"));
+        let stderr = dir.join(format!("{name}.log"));
+        let open = |path: &Path| {
+            fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))
+        };
+        let child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(open(&stdout)?)
+            .stderr(open(&stderr)?)
+            .spawn()
+            .with_context(|| format!("cannot start {} ({name})", bin.display()))?;
+        Ok(Proc {
+            name: name.into(),
+            child,
+            stdout,
+            stderr,
+        })
+    }
+
+    pub fn check_alive(&mut self) -> Result<()> {
+        match self
+            .child
+            .try_wait()
+            .with_context(|| format!("cannot check on {}", self.name))?
+        {
+            None => Ok(()),
+            Some(status) => bail!("{} exited early ({status}){}", self.name, self.log_tail(15)),
+        }
+    }
+
+    /// The last `n` lines of the process's stderr, for messages.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = fs::read_to_string(&self.stderr).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        if lines.is_empty() {
+            return String::new();
+        }
+        let tail = lines[lines.len().saturating_sub(n)..].join("\n   ");
+        format!(
+            "; last lines of its stderr ({} in all):\n   {tail}",
+            lines.len()
+        )
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within `timeout`; says how it went.
+    pub async fn terminate(&mut self, timeout: Duration) -> String {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return format!("{} had already exited ({status})", self.name);
+        }
+        let started = Instant::now();
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        if !sent.is_ok_and(|s| s.success()) {
+            self.kill();
+            return format!("{}: SIGTERM could not be sent; killed", self.name);
+        }
+        while started.elapsed() < timeout {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return format!(
+                    "{} stopped on SIGTERM in {:.2}s ({status})",
+                    self.name,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.kill();
+        format!(
+            "{} did NOT stop within {timeout:?} of SIGTERM; killed",
+            self.name
+        )
+    }
+
+    pub fn kill(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
