@@ -9,7 +9,7 @@ mod nodes;
 mod paging;
 mod params;
 pub(crate) mod patch;
-mod pods;
+pub(crate) mod pods;
 mod push;
 pub(crate) mod selectors;
 mod serve;

@@ -192,18 +192,7 @@ impl Resource {
         match self {
             Resource::Nodes => &["metadata.name", "spec.unschedulable"],
             Resource::Leases => &["metadata.name", "metadata.namespace"],
-            Resource::Pods => &[
-                "metadata.name",
-                "metadata.namespace",
-                "spec.nodeName",
-                "spec.restartPolicy",
-                "spec.schedulerName",
-                "spec.serviceAccountName",
-                "spec.hostNetwork",
-                "status.phase",
-                "status.podIP",
-                "status.nominatedNodeName",
-            ],
+            Resource::Pods => crate::server::pods::POD_FIELDS,
         }
     }
 
