@@ -15,7 +15,7 @@ pub const DEFAULT_DB: &str = "nodekeeper-data";
 #[derive(Debug, Parser)]
 #[command(
     name = "nodekeeper",
-    version,
+    version = crate::version::LONG_VERSION,
     about = "A standalone node controller for edge and bare-metal sites"
 )]
 pub struct Cli {
@@ -68,6 +68,11 @@ pub enum Command {
     },
     /// Run simulated kubelets, or change one's health.
     Sim(SimArgs),
+    /// Show the version, git commit, build date and compiler of this binary.
+    Version {
+        #[arg(short, long, value_enum, default_value_t = ListFormat::Table)]
+        output: ListFormat,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -16,11 +16,13 @@ pub mod mirror;
 pub mod model;
 pub mod output;
 pub mod probe;
+pub mod process;
 pub mod quantity;
 pub mod server;
 pub mod sim;
 pub mod source;
 pub mod store;
+pub mod version;
 
 /// Installs rustls' ring provider for the process (reqwest and kubelet TLS
 /// need one). Safe to call more than once.

@@ -63,5 +63,6 @@ async fn dispatch(cli: &Cli) -> commands::Outcome {
             commands::db::db(source, &cli.db, command).await
         }
         Command::Sim(args) => commands::sim::sim(args, &cli.db).await,
+        Command::Version { output } => commands::version::version(*output),
     }
 }

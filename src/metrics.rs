@@ -103,7 +103,21 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("nodekeeper");
+        let mut root = Registry::default();
+        // The standard process_* series carry no prefix; ours all do.
+        root.register_collector(Box::new(crate::process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("nodekeeper");
+        let build = crate::version::build_info();
+        registry.register(
+            "build",
+            "Which nodekeeper this is: version, git commit, build date and compiler (always 1)",
+            prometheus_client::metrics::info::Info::new(vec![
+                ("version", build.version),
+                ("git_commit", build.git_commit),
+                ("build_date", build.build_date),
+                ("rustc_version", build.rustc_version),
+            ]),
+        );
         let nodes = Family::<ConditionLabels, Gauge>::default();
         registry.register(
             "nodes",
@@ -257,7 +271,7 @@ impl Metrics {
             heartbeats,
             heartbeat_age,
             pushing,
-            registry,
+            registry: root,
             nodes,
             transitions,
             probes,
@@ -357,5 +371,22 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("nodekeeper_store_size_bytes"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "nodekeeper_build_info{{version=\"{}\",git_commit=\"{}\"",
+                crate::version::VERSION,
+                crate::version::GIT_COMMIT
+            )),
+            "{text}"
+        );
+        for name in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_max_fds",
+            "process_start_time_seconds",
+        ] {
+            assert!(text.contains(&format!("\n{name} ")), "{name} in {text}");
+        }
     }
 }

@@ -1,0 +1,83 @@
+//! What an operator installs and watches: the binary says what it is, and
+//! `/metrics` carries the build and the process figures.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn the_binary_says_which_build_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let line = cli_ok(&db, &["--version"]);
+    assert!(
+        line.starts_with(&format!(
+            "nodekeeper {} (commit ",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{line}"
+    );
+    assert!(line.contains(", built 20"), "{line}");
+
+    let info = json(&cli_ok(&db, &["version", "-o", "json"]));
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
+    for field in ["gitCommit", "buildDate", "rustcVersion", "platform"] {
+        assert!(
+            info[field].as_str().is_some_and(|s| !s.is_empty()),
+            "{field} in {info}"
+        );
+    }
+    assert!(line.contains(info["gitCommit"].as_str().unwrap()), "{line}");
+    let table = cli_ok(&db, &["version"]);
+    assert!(
+        table.contains("Git commit:") && table.contains("Build date:"),
+        "{table}"
+    );
+    assert!(!db.exists(), "version opens no store");
+}
+
+#[tokio::test]
+async fn metrics_carry_the_build_and_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let nodes = dir.path().join("nodes.txt");
+    std::fs::write(&nodes, "127.88.0.1\n").unwrap();
+    let controller = Controller::start(&db, &push_mode_args(&nodes, &[]));
+    let text = client()
+        .get(format!("{}/metrics", controller.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let commit = json(&cli_ok(&db, &["version", "-o", "json"]))["gitCommit"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains(&format!("git_commit=\"{commit}\""))
+            && text.contains("nodekeeper_build_info{"),
+        "{text}"
+    );
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(value("process_resident_memory_bytes") > 1e6);
+    assert!(value("process_open_fds") >= 3.0);
+    assert!(value("process_max_fds") >= value("process_open_fds"));
+    let started = value("process_start_time_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        (now - started).abs() < 600.0,
+        "started {started}, now {now}"
+    );
+    assert!(value("process_cpu_seconds_total") >= 0.0);
+}
