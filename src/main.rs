@@ -6,6 +6,7 @@ use nodekeeper::commands::{self, Failure};
 use nodekeeper::inspect::Source;
 
 fn main() {
+    nodekeeper::process::mark_started();
     nodekeeper::install_crypto_provider();
     let cli = Cli::parse();
     // kube's client logs every failed request at error level; the mirror

@@ -8,6 +8,19 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
+/// When `main` began, for the start time where `/proc/stat` is hidden
+/// (systemd's `ProcSubset=pid`).
+static STARTED: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+
+/// Notes the process start; `main` calls this first thing.
+pub fn mark_started() {
+    STARTED.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    });
+}
+
 /// Clock ticks per second in `/proc/*/stat` (USER_HZ: 100 on every Linux
 /// architecture this builds for).
 const TICKS_PER_SECOND: f64 = 100.0;
@@ -32,7 +45,11 @@ impl ProcessFigures {
         let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
         let boot = std::fs::read_to_string("/proc/stat").unwrap_or_default();
         let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
-        parse(&stat, &status, &limits, &boot, open_fds)
+        let mut figures = parse(&stat, &status, &limits, &boot, open_fds)?;
+        if figures.start_time == 0.0 {
+            figures.start_time = STARTED.get().copied().unwrap_or(0.0);
+        }
+        Some(figures)
     }
 }
 
@@ -65,8 +82,7 @@ fn parse(
     let boot_time = boot
         .lines()
         .find_map(|l| l.strip_prefix("btime "))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(0);
+        .and_then(|v| v.trim().parse::<u64>().ok());
     // "Max open files            20000                20000                files"
     let max_fds = limits
         .lines()
@@ -80,7 +96,10 @@ fn parse(
         virtual_bytes: kib("VmSize:").unwrap_or(0) * 1024,
         open_fds,
         max_fds,
-        start_time: boot_time as f64 + started_ticks as f64 / TICKS_PER_SECOND,
+        // 0 when the boot time is hidden: the caller falls back to `mark_started`.
+        start_time: boot_time.map_or(0.0, |boot| {
+            boot as f64 + started_ticks as f64 / TICKS_PER_SECOND
+        }),
     })
 }
 
@@ -153,6 +172,7 @@ mod tests {
         assert_eq!(p.max_fds, 20000);
         assert_eq!(p.start_time, 1764000000.0 + 1234.0);
         assert!(parse("garbage", status, limits, boot, 0).is_none());
+        assert_eq!(parse(stat, status, limits, "", 0).unwrap().start_time, 0.0);
     }
 
     #[test]
