@@ -5,6 +5,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod config;
 pub mod controller;
 pub mod duration;
 pub mod history;

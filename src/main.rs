@@ -1,14 +1,19 @@
 //! The nodekeeper binary: parse the command line, set up logging, dispatch.
 
-use clap::Parser;
-use nodekeeper::cli::{Cli, Command};
+use nodekeeper::cli::{Cli, Command, ConfigCommand};
 use nodekeeper::commands::{self, Failure};
 use nodekeeper::inspect::Source;
 
 fn main() {
     nodekeeper::process::mark_started();
     nodekeeper::install_crypto_provider();
-    let cli = Cli::parse();
+    let (cli, settings) = match nodekeeper::config::parse_args(std::env::args_os().collect()) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
     // kube's client logs every failed request at error level; the mirror
     // reports failures itself, summed up. `--log kube_client=debug` shows them.
     let log = if cli.log.contains("kube_client") {
@@ -35,7 +40,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    match runtime.block_on(dispatch(&cli)) {
+    match runtime.block_on(dispatch(&cli, &settings)) {
         Ok(text) => print!("{text}"),
         Err(Failure { message, code }) => {
             eprintln!("error: {message}");
@@ -44,7 +49,7 @@ fn main() {
     }
 }
 
-async fn dispatch(cli: &Cli) -> commands::Outcome {
+async fn dispatch(cli: &Cli, settings: &[nodekeeper::config::Setting]) -> commands::Outcome {
     let source = || Source::open(&cli.db, cli.server.as_deref());
     match &cli.command {
         Command::Run(args) => commands::run::run(args, &cli.db).await,
@@ -65,5 +70,8 @@ async fn dispatch(cli: &Cli) -> commands::Outcome {
         }
         Command::Sim(args) => commands::sim::sim(args, &cli.db).await,
         Command::Version { output } => commands::version::version(*output),
+        Command::Config {
+            command: ConfigCommand::Print(_),
+        } => Ok(nodekeeper::config::print(settings)),
     }
 }

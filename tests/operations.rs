@@ -81,3 +81,88 @@ async fn metrics_carry_the_build_and_the_process() {
     );
     assert!(value("process_cpu_seconds_total") >= 0.0);
 }
+
+#[tokio::test]
+async fn a_config_file_sets_run_flags_and_the_command_line_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let etc = dir.path().join("etc");
+    std::fs::create_dir(&etc).unwrap();
+    std::fs::write(etc.join("nodes.txt"), "127.88.0.1\n127.88.0.2\n").unwrap();
+    let config = etc.join("nodekeeper.yaml");
+    std::fs::write(
+        &config,
+        "# relative paths are the file's\nnodes-file: nodes.txt\nnode-status-mode: push\nkubelet-scheme: http\nlisten: 127.0.0.1:1\nnode-monitor-grace-period: 7s\n",
+    )
+    .unwrap();
+    let config_arg = config.to_str().unwrap();
+
+    // The file alone would listen on port 1: the flag wins.
+    let controller = Controller::start(
+        &db,
+        &[
+            "--config".to_string(),
+            config_arg.to_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+        ],
+    );
+    let list: serde_json::Value = client()
+        .get(format!("{}/api/v1/nodes", controller.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 2, "{list}");
+    drop(controller);
+
+    let printed = cli_ok(
+        &db,
+        &[
+            "config",
+            "print",
+            "--config",
+            config_arg,
+            "--node-sync-period",
+            "3s",
+        ],
+    );
+    assert!(
+        printed.contains("\nnode-monitor-grace-period: 7s "),
+        "{printed}"
+    );
+    assert!(printed.contains("# config file"), "{printed}");
+    assert!(printed.contains("\nnode-sync-period: 3s "), "{printed}");
+    assert!(printed.contains("# command line"), "{printed}");
+    assert!(
+        printed.contains(&format!(
+            "\nnodes-file: {}",
+            etc.join("nodes.txt").display()
+        )),
+        "{printed}"
+    );
+
+    std::fs::write(&config, "nodes: a\n\nnode-sync-perod: 3s\n").unwrap();
+    let (code, _, err) = cli(&db, &["run", "--config", config_arg]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("nodekeeper.yaml:3") && err.contains("node-sync-period"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&db, &["run", "--server", "http://127.0.0.1:1"]);
+    assert_eq!(code, 2, "{err}");
+    let (_, help, _) = cli(&db, &["run", "--help"]);
+    assert!(!help.contains("--server"), "{help}");
+    for heading in [
+        "Nodes and sources:",
+        "Probing:",
+        "Eviction:",
+        "Mirror to an API server:",
+        "HTTP API:",
+        "Store:",
+    ] {
+        assert!(help.contains(heading), "{heading} in {help}");
+    }
+}
