@@ -21,6 +21,7 @@ pub mod server;
 pub mod sim;
 pub mod source;
 pub mod store;
+pub mod validation;
 
 /// Installs rustls' ring provider for the process (reqwest and kubelet TLS
 /// need one). Safe to call more than once.
