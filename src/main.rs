@@ -44,7 +44,8 @@ fn main() {
 }
 
 async fn dispatch(cli: &Cli) -> commands::Outcome {
-    let source = || Source::open(&cli.db, cli.server.as_deref());
+    let source =
+        || Source::open(&cli.db, cli.server.as_deref()).map(|s| s.with_token(cli.token.clone()));
     match &cli.command {
         Command::Run(args) => commands::run::run(args, &cli.db).await,
         Command::Nodes { output } => commands::nodes::nodes(&source()?, *output).await,
@@ -63,5 +64,11 @@ async fn dispatch(cli: &Cli) -> commands::Outcome {
             commands::db::db(source, &cli.db, command).await
         }
         Command::Sim(args) => commands::sim::sim(args, &cli.db).await,
+        Command::Cordon { node } => commands::edit::cordon(&source()?, node, true).await,
+        Command::Uncordon { node } => commands::edit::cordon(&source()?, node, false).await,
+        Command::Label(args) => commands::edit::label(&source()?, args, false).await,
+        Command::Annotate(args) => commands::edit::label(&source()?, args, true).await,
+        Command::Taint(args) => commands::edit::taint(&source()?, args).await,
+        Command::Delete { node } => commands::edit::delete(&source()?, node).await,
     }
 }
