@@ -621,3 +621,30 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text a client sends: an answer, never a panic, and whatever
+        /// is accepted is within the limits.
+        #[test]
+        fn validators_never_panic_and_bound_what_they_accept(text in ".{0,80}", long in 0usize..2000) {
+            let big = text.repeat(long / text.len().max(1));
+            for t in [&text, &big] {
+                if qualified_name("f", t).is_empty() {
+                    prop_assert!(t.len() <= MAX_PREFIX + 1 + MAX_NAME);
+                }
+                if label_value("f", t).is_empty() {
+                    prop_assert!(t.len() <= MAX_NAME);
+                }
+                if condition(0, t, t, t).is_empty() {
+                    prop_assert!(t.len() <= MAX_REASON && t.is_ascii());
+                }
+                let _ = node_info_field("osImage", t);
+            }
+        }
+    }
+}

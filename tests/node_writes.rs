@@ -406,7 +406,10 @@ async fn writes_follow_kube_apiserver_preconditions() {
     let a = fleet.name(0);
     c.wait_ready(&a, "True").await;
     let path = format!("/api/v1/nodes/{a}");
-    let (_, node) = c.get(&path).await;
+    // Settled: Ready, and the taint it had until then gone.
+    let node = c
+        .wait_for(&path, "no taints", |n| n["spec"]["taints"].is_null())
+        .await;
     let rv = node["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
@@ -681,6 +684,11 @@ async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
     let a = fleet.name(0);
     let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
     c.wait_ready(&a, "True").await;
+    // Settled: the taint it had until Ready gone.
+    c.wait_for(&format!("/api/v1/nodes/{a}"), "no taints", |n| {
+        n["spec"]["taints"].is_null()
+    })
+    .await;
     assert_eq!(
         cli_ok(&db, &["cordon", &a]).trim(),
         format!("node/{a} cordoned")

@@ -85,16 +85,13 @@ async fn nodes_dropped_from_the_list_between_runs_are_deleted_at_start() {
         "edge-1 127.83.20.1\nedge-2 127.83.20.2\nedge-3 127.83.20.3\n",
     );
     let c = Controller::start(&db, &args(&file, &["--nodes", "flag-1,flag-2"]));
-    assert_eq!(
-        names(&c).await,
-        ["edge-1", "edge-2", "edge-3", "flag-1", "flag-2"]
-    );
+    wait_names(&c, &["edge-1", "edge-2", "edge-3", "flag-1", "flag-2"]).await;
     assert!(c.stop().success());
 
     // edge-3 leaves the file and flag-2 the flag while the controller is down.
     write(&file, "edge-1 127.83.20.1\nedge-2 127.83.20.2\n");
     let c = Controller::start(&db, &args(&file, &["--nodes", "flag-1"]));
-    assert_eq!(names(&c).await, ["edge-1", "edge-2", "flag-1"]);
+    wait_names(&c, &["edge-1", "edge-2", "flag-1"]).await;
     for gone in ["edge-3", "flag-2"] {
         let deleted = c.wait_event(gone, "Deleted").await;
         assert_eq!(
@@ -115,6 +112,12 @@ async fn nodes_dropped_from_the_list_between_runs_are_deleted_at_start() {
     // An empty nodes file at start deletes nothing.
     write(&file, "# nothing here yet\n");
     let c = Controller::start(&db, &args(&file, &[]));
+    let decided = "the static node list is empty; static nodes are left as they are";
+    let seen = &c;
+    eventually("the empty list is seen", || async move {
+        seen.log_text().contains(decided)
+    })
+    .await;
     assert_eq!(names(&c).await, ["edge-1", "edge-2", "flag-1"]);
     assert!(c.stop().success());
     let verify = cli_ok(&db, &["db", "verify"]);
@@ -131,7 +134,7 @@ async fn the_registry_follows_the_nodes_file_as_it_changes() {
         "- name: edge-1\n  address: 127.83.21.1\n- name: edge-2\n  address: 127.83.21.2\n",
     );
     let c = Controller::start(&db, &args(&file, &["--allow-node-registration"]));
-    assert_eq!(names(&c).await, ["edge-1", "edge-2"]);
+    wait_names(&c, &["edge-1", "edge-2"]).await;
     // A kubelet registers itself: it is nobody's to delete by the list.
     let register = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "visitor"}});
     let response = client()

@@ -152,10 +152,12 @@ fn taints_after(
             TaintChange::Add(t) => {
                 let same = |x: &Taint| x.key == t.key && x.effect == t.effect;
                 match taints.iter_mut().find(|x| same(x)) {
-                    Some(_) if !overwrite => return Err(usage(format!(
+                    Some(_) if !overwrite => {
+                        return Err(usage(format!(
                         "node {} already has {} taint(s) with effect {}, and --overwrite is false",
                         node.name, t.key, t.effect
-                    ))),
+                    )))
+                    }
                     Some(x) => x.value = t.value.clone(),
                     None => taints.push(t.clone()),
                 }

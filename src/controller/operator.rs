@@ -98,6 +98,18 @@ impl SourceListing {
             .meta_get(LISTING_KEY)?
             .and_then(|bytes| serde_json::from_slice(&bytes).ok()))
     }
+
+    /// Without a record of what the sources list, a node from a source is
+    /// taken as still listed: only a self-registered one may go.
+    pub fn assumed_for(node: &Node) -> SourceListing {
+        let mut listing = SourceListing::default();
+        if node.source == crate::source::static_list::STATIC_SOURCE {
+            listing.static_names.insert(node.name.clone());
+        } else if node.source.starts_with("cloud/") {
+            listing.cloud = Some(node.source.clone());
+        }
+        listing
+    }
 }
 
 /// The key, value and effect of a taint: what makes two taints the same.
@@ -367,7 +379,7 @@ pub fn delete_in_stopped_store(
         kind: "nodes",
         name: name.into(),
     })?;
-    let listing = SourceListing::load(store)?.unwrap_or_default();
+    let listing = SourceListing::load(store)?.unwrap_or_else(|| SourceListing::assumed_for(&node));
     let batch = plan_delete(&node, preconditions, &listing, by, Micros::now())?;
     store.write(batch)?;
     store.delete_lease(name)?;
@@ -549,6 +561,14 @@ mod tests {
         let mut own = node();
         own.source = crate::kube_input::SELF_REGISTERED.into();
         assert!(plan_delete(&own, &none, &listing, "a", Micros(1)).is_ok());
+        // Knowing nothing of the sources, only a self-registered node may go.
+        for (n, deletable) in [(&n, false), (&cloud, false), (&own, true)] {
+            let assumed = SourceListing::assumed_for(n);
+            assert_eq!(
+                plan_delete(n, &none, &assumed, "a", Micros(1)).is_ok(),
+                deletable
+            );
+        }
         let stale = Preconditions {
             uid: Some("other".into()),
             resource_version: None,

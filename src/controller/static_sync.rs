@@ -154,12 +154,13 @@ impl Controller {
             .is_some_and(|f| f.specs.is_empty());
         if file_is_empty || self.static_list.names().is_empty() {
             // No list, or an empty file: nothing to follow, as with an empty inventory.
-            self.save_source_listing();
+            tracing::info!("the static node list is empty; static nodes are left as they are");
+            self.save_source_listing().await;
             return;
         }
         self.delete_unlisted_static("no longer listed in --nodes / --nodes-file")
             .await;
-        self.save_source_listing();
+        self.save_source_listing().await;
     }
 
     /// A look at the nodes file came back: follows it if it changed and is good.
@@ -201,7 +202,7 @@ impl Controller {
                 tracing::error!("{e}");
             }
         }
-        self.save_source_listing();
+        self.save_source_listing().await;
     }
 
     /// Deletes every static node the list does not name.
@@ -266,8 +267,12 @@ impl Controller {
     }
 
     /// Keeps what the sources list for deletes on a stopped store.
-    fn save_source_listing(&self) {
-        if let Err(e) = self.source_listing().save(&self.store) {
+    async fn save_source_listing(&self) {
+        let saved = self.source_listing().save(&self.store);
+        if let Err(e) = match saved {
+            Ok(()) => self.store.flush().await.map(|_| ()),
+            Err(e) => Err(e),
+        } {
             tracing::warn!("the source listing could not be kept in the store: {e}");
         }
     }

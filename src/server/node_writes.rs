@@ -301,3 +301,59 @@ mod tests {
         assert!(crate::controller::operator::fold(&node, p.fields, Micros(1)).is_none());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            prop_oneof![
+                Just("metadata".to_string()),
+                Just("spec".to_string()),
+                Just("labels".to_string()),
+                Just("taints".to_string()),
+                Just("unschedulable".to_string()),
+                "[a-zA-Z/.$-]{0,8}",
+            ]
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            let key = prop_oneof![
+                Just("metadata".to_string()),
+                Just("spec".to_string()),
+                Just("labels".to_string()),
+                Just("annotations".to_string()),
+                Just("taints".to_string()),
+                Just("key".to_string()),
+                Just("effect".to_string()),
+                Just("$patch".to_string()),
+                "[a-z/.-]{1,6}",
+            ];
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(key, inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Any body in any patch format, against a node: a prepared write
+        /// or a refusal, never a panic; what is accepted is within bounds.
+        #[test]
+        fn any_patch_is_prepared_or_refused(body in json_value(), format in 0..3u8) {
+            let node = crate::store::records::tests::sample_node();
+            let format = [PatchFormat::Merge, PatchFormat::Strategic, PatchFormat::Json][format as usize];
+            if let Ok(p) = prepare(&node, None, &NodeWrite::Patch { format, body }) {
+                prop_assert!(crate::validation::labels(&p.fields.labels).is_empty());
+                prop_assert!(crate::validation::annotations(&p.fields.annotations).is_empty());
+                prop_assert!(p.fields.taints.iter().all(|t| !crate::controller::operator::is_managed_taint(&t.key)));
+            }
+        }
+    }
+}
