@@ -426,6 +426,11 @@ mod tests {
     }
 
     #[test]
+    fn the_mirror_manages_the_same_taints() {
+        assert_eq!(MANAGED_TAINTS, crate::mirror::sync::MANAGED_TAINTS);
+    }
+
+    #[test]
     fn the_same_fields_change_nothing() {
         let n = node();
         assert_eq!(fold(&n, fields_of(&n), Micros(9)), None);
