@@ -273,6 +273,14 @@ impl RunConfig {
                 probe,
                 probe_concurrency: args.probe_concurrency,
                 cloud,
+                // Followed as it changes on disk.
+                nodes_file: args
+                    .nodes_file
+                    .as_ref()
+                    .map(|path| crate::controller::NodesFile {
+                        path: path.clone(),
+                        capacity,
+                    }),
                 eviction: crate::controller::eviction::EvictionConfig {
                     pod_eviction_timeout: args.pod_eviction_timeout,
                     mode: args.eviction_mode,

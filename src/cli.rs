@@ -29,6 +29,11 @@ pub struct Cli {
     #[arg(long, global = true, env = "NODEKEEPER_SERVER")]
     pub server: Option<String>,
 
+    /// A bearer token for a controller run with --token-file (an operator's
+    /// token: cordon, label, taint and delete need one there).
+    #[arg(long, global = true, env = "NODEKEEPER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
     /// Log filter (RUST_LOG syntax), e.g. `debug` or `nodekeeper=debug`.
     #[arg(long, global = true, env = "NODEKEEPER_LOG", default_value = "info")]
     pub log: String,
@@ -78,6 +83,41 @@ pub enum Command {
         #[arg(short, long, value_enum, default_value_t = ListFormat::Table)]
         output: ListFormat,
     },
+    /// Mark a node unschedulable for maintenance (as kubectl cordon); kept in its history.
+    Cordon { node: String },
+    /// Mark a cordoned node schedulable again.
+    Uncordon { node: String },
+    /// Set (`KEY=VALUE`) or remove (`KEY-`) a node's labels.
+    Label(LabelArgs),
+    /// Set (`KEY=VALUE`) or remove (`KEY-`) a node's annotations.
+    Annotate(LabelArgs),
+    /// Add (`KEY[=VALUE]:EFFECT`) or remove (`KEY[:EFFECT]-`) a node's taints.
+    Taint(TaintArgs),
+    /// Delete a node that no source lists (its history is kept).
+    Delete { node: String },
+}
+
+#[derive(Debug, Args)]
+pub struct LabelArgs {
+    pub node: String,
+    /// `KEY=VALUE` to set, `KEY-` to remove.
+    #[arg(required = true, allow_hyphen_values = true)]
+    pub changes: Vec<String>,
+    /// Change a key that already has another value.
+    #[arg(long)]
+    pub overwrite: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TaintArgs {
+    pub node: String,
+    /// `KEY[=VALUE]:EFFECT` to add (NoSchedule, PreferNoSchedule, NoExecute);
+    /// `KEY-` or `KEY:EFFECT-` to remove.
+    #[arg(required = true, allow_hyphen_values = true)]
+    pub changes: Vec<String>,
+    /// Replace a taint with the same key and effect.
+    #[arg(long)]
+    pub overwrite: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

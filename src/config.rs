@@ -72,18 +72,21 @@ pub struct Setting {
 pub fn command() -> clap::Command {
     let mut command = Cli::command();
     for name in ["run", "config"] {
-        command = command.mut_subcommand(name, |sub| {
-            // An argument of the subcommand's own stops clap from adding the global one.
-            sub.arg(
-                clap::Arg::new("server")
-                    .long("server")
-                    .hide(true)
-                    .num_args(1)
-                    .value_parser(|_: &str| -> Result<String, String> {
-                        Err("--server is for inspecting a running controller; `run` serves its own API on --listen".into())
-                    }),
-            )
-        });
+        for (id, why) in [
+            ("server", "--server is for inspecting a running controller; `run` serves its own API on --listen"),
+            ("token", "--token is for the inspection and edit commands; `run` takes its tokens from --token-file"),
+        ] {
+            command = command.mut_subcommand(name, |sub| {
+                // An argument of the subcommand's own stops clap from adding the global one.
+                sub.arg(
+                    clap::Arg::new(id)
+                        .long(id)
+                        .hide(true)
+                        .num_args(1)
+                        .value_parser(move |_: &str| -> Result<String, String> { Err(why.into()) }),
+                )
+            });
+        }
     }
     command
 }
@@ -173,7 +176,8 @@ fn run_args(command: &clap::Command) -> Vec<clap::Arg> {
             .cloned(),
     );
     args.retain(|a| {
-        a.get_long().is_some() && !matches!(a.get_id().as_str(), "config" | "help" | "server")
+        a.get_long().is_some()
+            && !matches!(a.get_id().as_str(), "config" | "help" | "server" | "token")
     });
     args
 }

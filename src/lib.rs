@@ -23,6 +23,7 @@ pub mod server;
 pub mod sim;
 pub mod source;
 pub mod store;
+pub mod validation;
 pub mod version;
 
 /// Installs rustls' ring provider for the process (reqwest and kubelet TLS

@@ -50,7 +50,8 @@ fn main() {
 }
 
 async fn dispatch(cli: &Cli, settings: &[nodekeeper::config::Setting]) -> commands::Outcome {
-    let source = || Source::open(&cli.db, cli.server.as_deref());
+    let source =
+        || Source::open(&cli.db, cli.server.as_deref()).map(|s| s.with_token(cli.token.clone()));
     match &cli.command {
         Command::Run(args) => commands::run::run(args, &cli.db).await,
         Command::Nodes { output } => commands::nodes::nodes(&source()?, *output).await,
@@ -73,5 +74,11 @@ async fn dispatch(cli: &Cli, settings: &[nodekeeper::config::Setting]) -> comman
         Command::Config {
             command: ConfigCommand::Print(_),
         } => Ok(nodekeeper::config::print(settings)),
+        Command::Cordon { node } => commands::edit::cordon(&source()?, node, true).await,
+        Command::Uncordon { node } => commands::edit::cordon(&source()?, node, false).await,
+        Command::Label(args) => commands::edit::label(&source()?, args, false).await,
+        Command::Annotate(args) => commands::edit::label(&source()?, args, true).await,
+        Command::Taint(args) => commands::edit::taint(&source()?, args).await,
+        Command::Delete { node } => commands::edit::delete(&source()?, node).await,
     }
 }

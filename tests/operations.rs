@@ -154,7 +154,10 @@ async fn a_config_file_sets_run_flags_and_the_command_line_wins() {
     let (code, _, err) = cli(&db, &["run", "--server", "http://127.0.0.1:1"]);
     assert_eq!(code, 2, "{err}");
     let (_, help, _) = cli(&db, &["run", "--help"]);
-    assert!(!help.contains("--server"), "{help}");
+    assert!(
+        !help.contains("--server") && !help.contains("--token "),
+        "{help}"
+    );
     for heading in [
         "Nodes and sources:",
         "Probing:",

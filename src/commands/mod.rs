@@ -3,6 +3,7 @@
 pub mod at;
 pub mod db;
 pub mod describe;
+pub mod edit;
 pub mod history;
 pub mod mirror;
 pub mod nodes;

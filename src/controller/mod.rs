@@ -11,8 +11,10 @@ pub mod conditions;
 mod evict;
 pub mod eviction;
 mod monitor;
+pub mod operator;
 pub mod push;
 mod register;
+mod static_sync;
 mod sweep;
 pub mod view;
 
@@ -32,7 +34,9 @@ use crate::probe::{ProbeConfig, ProbeConfigError, ProbeOutcome, ProbeTarget, Pro
 use crate::store::{Batch, Store, StoreError, Written};
 pub use cloud_sync::{CloudSource, SourceStatus, TAINT_SHUTDOWN};
 use conditions::Health;
+pub use operator::{OperatorFields, Preconditions, SourceListing, MANAGED_TAINTS};
 pub use push::{ControllerHandle, Push, PushError, PushedStatus};
+pub use static_sync::NodesFile;
 pub use sweep::SweepReport;
 use view::View;
 
@@ -70,6 +74,8 @@ pub struct ControllerConfig {
     pub eviction: eviction::EvictionConfig,
     /// A cloud or inventory provider to follow, besides the static nodes.
     pub cloud: Option<CloudSource>,
+    /// `--nodes-file`, followed as it changes on disk.
+    pub nodes_file: Option<NodesFile>,
 }
 
 impl Default for ControllerConfig {
@@ -87,6 +93,7 @@ impl Default for ControllerConfig {
             lookup_timeout: Duration::from_secs(5),
             eviction: eviction::EvictionConfig::default(),
             cloud: None,
+            nodes_file: None,
         }
     }
 }
@@ -138,6 +145,8 @@ pub struct Controller {
     /// resumed once the node's state is known again.
     interrupted: BTreeMap<String, String>,
     source_status: SourceStatus,
+    /// The static node list, followed.
+    static_list: static_sync::StaticList,
     /// Set when the store could not be flushed: the controller stops.
     broken: Option<String>,
     /// The run's shutdown, for waits inside the controller task.
@@ -201,6 +210,7 @@ impl Controller {
             .collect();
         view.publish(tracked.values().map(|t| t.node.clone()), &[]);
         view.publish_leases(leases.values().cloned(), &[]);
+        let nodes_file = config.nodes_file.clone();
         let controller = Controller {
             config,
             store,
@@ -216,6 +226,7 @@ impl Controller {
             hooks: JoinSet::new(),
             interrupted: BTreeMap::new(),
             source_status: SourceStatus::default(),
+            static_list: static_sync::StaticList::new(nodes_file),
             broken: None,
             shutdown: CancellationToken::new(),
             started,
@@ -328,6 +339,8 @@ impl Controller {
                 Err(e) => tracing::error!("listing the cloud source failed: {e}"),
             }
         }
+        // Static nodes the list no longer names go before anything registers.
+        self.follow_static_list_at_start(&specs).await;
         let registered = tokio::select! {
             r = self.register_nodes(specs, &shutdown) => r,
             _ = shutdown.cancelled() => Ok(()),
@@ -347,6 +360,7 @@ impl Controller {
         let mut sweep: Option<JoinHandle<Vec<sweep::Answer>>> = None;
         let mut listing: Option<cloud_sync::Listing> = None;
         let mut lookups: Option<register::Lookups> = None;
+        let mut nodes_file: Option<static_sync::Reading> = None;
         let follow = self
             .config
             .cloud
@@ -370,6 +384,16 @@ impl Controller {
                     sweep = Some(self.start_sweep());
                     if let (Some(source), None) = (&follow, &listing) {
                         listing = Some(cloud_sync::start_listing(source));
+                    }
+                    if nodes_file.is_none() {
+                        nodes_file = self.static_list.start_reading();
+                    }
+                }
+                read = async { nodes_file.as_mut().expect("guarded by the branch condition").await }, if nodes_file.is_some() => {
+                    nodes_file = None;
+                    match read {
+                        Ok(read) => self.apply_nodes_file(read).await,
+                        Err(e) => tracing::error!("reading the nodes file failed: {e}"),
                     }
                 }
                 found = async { lookups.as_mut().expect("guarded by the branch condition").await }, if lookups.is_some() => {
@@ -426,6 +450,9 @@ impl Controller {
         }
         if let Some(lookups) = lookups {
             lookups.abort();
+        }
+        if let Some(read) = nodes_file {
+            read.abort();
         }
         self.rescues.abort_all();
         self.stop().await

@@ -7,6 +7,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::conditions::{never_probed, REASON_NEVER_UPDATED};
+use super::operator::{OperatorFields, Preconditions};
 use super::{Controller, StatusMode, Tracked};
 use crate::model::{
     Address, Condition, ConditionStatus, EventKind, Lease, Micros, Node, NodeInfo, NodeSpec,
@@ -70,6 +71,22 @@ pub enum Push {
         status: PushedStatus,
         reply: oneshot::Sender<Result<Node, PushError>>,
     },
+    /// An operator's write to the fields operators own (`PATCH`/`PUT nodes/{name}`).
+    Edit {
+        name: String,
+        fields: OperatorFields,
+        expected_version: Option<u64>,
+        /// Who, as the API authenticated them.
+        by: String,
+        reply: oneshot::Sender<Result<Node, PushError>>,
+    },
+    /// An operator deleting a node (`DELETE nodes/{name}`).
+    Delete {
+        name: String,
+        preconditions: Preconditions,
+        by: String,
+        reply: oneshot::Sender<Result<Node, PushError>>,
+    },
 }
 
 /// Why a push was refused.
@@ -85,6 +102,15 @@ pub enum PushError {
     Forbidden(String),
     #[error("{0}")]
     Invalid(String),
+    /// Fields refused, each named (a 422 with `details.causes`).
+    #[error(transparent)]
+    Rejected(#[from] crate::validation::Invalid),
+    /// A delete's precondition does not hold.
+    #[error("{0}")]
+    PreconditionFailed(String),
+    /// A source still lists the node: deleting it would not last.
+    #[error("{0}")]
+    StillListed(String),
     #[error("storing the change failed: {0}")]
     Store(#[from] StoreError),
     #[error("the controller is stopping")]
@@ -161,6 +187,40 @@ impl ControllerHandle {
         })
         .await
     }
+
+    /// An operator's write; answers the node as stored (unchanged if the write changed nothing).
+    pub async fn edit(
+        &self,
+        name: String,
+        fields: OperatorFields,
+        expected_version: Option<u64>,
+        by: String,
+    ) -> Result<Node, PushError> {
+        self.ask(|reply| Push::Edit {
+            name,
+            fields,
+            expected_version,
+            by,
+            reply,
+        })
+        .await
+    }
+
+    /// An operator's delete; answers the node as it was.
+    pub async fn delete(
+        &self,
+        name: String,
+        preconditions: Preconditions,
+        by: String,
+    ) -> Result<Node, PushError> {
+        self.ask(|reply| Push::Delete {
+            name,
+            preconditions,
+            by,
+            reply,
+        })
+        .await
+    }
 }
 
 impl Controller {
@@ -190,6 +250,26 @@ impl Controller {
                 reply,
             } => {
                 let _ = reply.send(self.register_pushed(spec, status).await);
+            }
+            Push::Edit {
+                name,
+                fields,
+                expected_version,
+                by,
+                reply,
+            } => {
+                let _ = reply.send(
+                    self.operator_edit(&name, fields, expected_version, &by)
+                        .await,
+                );
+            }
+            Push::Delete {
+                name,
+                preconditions,
+                by,
+                reply,
+            } => {
+                let _ = reply.send(self.operator_delete(&name, preconditions, &by).await);
             }
             Push::Record { name, kind, reply } => {
                 let mut batch = Batch::new(Micros::now());
@@ -226,6 +306,15 @@ impl Controller {
                 name: name.into(),
             });
         }
+        crate::validation::extra_conditions(
+            tracked.node.conditions.iter().map(|c| c.kind.as_str()),
+            pushed.conditions.iter().map(|c| c.kind.as_str()),
+        )
+        .map_err(|e| crate::validation::Invalid {
+            kind: "Node",
+            name: name.into(),
+            causes: vec![e],
+        })?;
         let now = Instant::now();
         let wall = Micros::now();
         let mut node = tracked.node.clone();
@@ -277,14 +366,39 @@ impl Controller {
             }
         }
         if let Some(addresses) = pushed.addresses {
-            if addresses != node.addresses && !addresses.is_empty() {
-                events.push(EventKind::AddressesChanged {
-                    from: node.addresses.clone(),
-                    to: addresses.clone(),
-                });
-                node.addresses = addresses;
-                tracked.target = super::target_for(&node, self.config.probe.port);
+            let others = |ip: &str| {
+                self.tracked
+                    .values()
+                    .find(|t| {
+                        t.node.name != name && t.node.addresses.iter().any(|a| a.address == ip)
+                    })
+                    .map(|t| t.node.name.clone())
+            };
+            match addresses_to_take(&node, addresses, others) {
+                AddressDecision::Keep => {}
+                AddressDecision::Ignore(why) => {
+                    tracing::debug!(node = %name, "pushed addresses ignored: {why}");
+                }
+                AddressDecision::Take(addresses) => {
+                    events.push(EventKind::AddressesChanged {
+                        from: node.addresses.clone(),
+                        to: addresses.clone(),
+                    });
+                    node.addresses = addresses;
+                }
             }
+        }
+        let Some(tracked) = self.tracked.get_mut(name) else {
+            return Err(PushError::NotFound {
+                kind: "nodes",
+                name: name.into(),
+            });
+        };
+        if events
+            .iter()
+            .any(|e| matches!(e, EventKind::AddressesChanged { .. }))
+        {
+            tracked.target = super::target_for(&node, self.config.probe.port);
         }
         if let Some(info) = pushed.node_info {
             node.node_info = info;
@@ -299,9 +413,11 @@ impl Controller {
             })
             .inc();
         if events.is_empty() {
-            tracked.node = node.clone();
-            self.dirty_nodes.insert(name.to_string());
-            self.view.publish([node.clone()], &[]);
+            if node != tracked.node {
+                tracked.node = node.clone();
+                self.dirty_nodes.insert(name.to_string());
+                self.view.publish([node.clone()], &[]);
+            }
             return Ok(node);
         }
         for e in &events {
@@ -454,5 +570,101 @@ impl Controller {
                 });
         }
         self.apply_status(&name, status, None).await
+    }
+}
+
+/// What a node takes of the addresses it pushed.
+#[derive(Debug, PartialEq)]
+pub(super) enum AddressDecision {
+    /// The same as it has (or nothing usable): nothing to do.
+    Keep,
+    /// Ignored, and why (the source's addresses win, or another node's are claimed).
+    Ignore(String),
+    Take(Vec<Address>),
+}
+
+/// The rule for pushed addresses: an address the node's source gave (the
+/// static list, an inventory or cloud, or a lookup of its name) wins over a
+/// pushed one, so a node's token cannot move its node onto another
+/// kubelet. A node that registered itself, or whose source gave no address,
+/// takes what it pushes, unless that claims an address another node has.
+pub(super) fn addresses_to_take(
+    node: &Node,
+    pushed: Vec<Address>,
+    owner_of: impl Fn(&str) -> Option<String>,
+) -> AddressDecision {
+    if pushed.is_empty() || pushed == node.addresses {
+        return AddressDecision::Keep;
+    }
+    let self_registered = node.source == crate::kube_input::SELF_REGISTERED;
+    if !self_registered && !node.addresses.is_empty() {
+        return AddressDecision::Ignore(format!(
+            "the node's addresses come from its source ({})",
+            node.source
+        ));
+    }
+    for a in &pushed {
+        if let Some(other) = owner_of(&a.address) {
+            return AddressDecision::Ignore(format!(
+                "{} {} is the address of node {other:?}",
+                a.kind.as_str(),
+                a.address
+            ));
+        }
+    }
+    AddressDecision::Take(pushed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::AddressKind;
+
+    fn ip(address: &str) -> Address {
+        Address {
+            kind: AddressKind::InternalIP,
+            address: address.into(),
+        }
+    }
+
+    #[test]
+    fn the_source_address_wins_over_a_pushed_one() {
+        let mut node = crate::store::records::tests::sample_node();
+        node.addresses = vec![ip("127.0.0.1")];
+        let nobody = |_: &str| None;
+        assert!(matches!(
+            addresses_to_take(&node, vec![ip("127.0.0.2")], nobody),
+            AddressDecision::Ignore(why) if why.contains("static")
+        ));
+        assert_eq!(
+            addresses_to_take(&node, node.addresses.clone(), nobody),
+            AddressDecision::Keep
+        );
+        assert_eq!(
+            addresses_to_take(&node, vec![], nobody),
+            AddressDecision::Keep
+        );
+        // A static host name that never resolved takes what its kubelet says.
+        node.addresses.clear();
+        assert_eq!(
+            addresses_to_take(&node, vec![ip("127.0.0.2")], nobody),
+            AddressDecision::Take(vec![ip("127.0.0.2")])
+        );
+    }
+
+    #[test]
+    fn a_self_registered_node_moves_but_never_onto_another_node() {
+        let mut node = crate::store::records::tests::sample_node();
+        node.source = crate::kube_input::SELF_REGISTERED.into();
+        node.addresses = vec![ip("127.0.0.1")];
+        assert_eq!(
+            addresses_to_take(&node, vec![ip("127.0.0.3")], |_| None),
+            AddressDecision::Take(vec![ip("127.0.0.3")])
+        );
+        let b_has = |a: &str| (a == "127.0.0.2").then(|| "b".to_string());
+        assert!(matches!(
+            addresses_to_take(&node, vec![ip("127.0.0.2")], b_has),
+            AddressDecision::Ignore(why) if why.contains("\"b\"")
+        ));
     }
 }

@@ -5,6 +5,8 @@
 mod auth;
 mod discovery;
 mod events;
+pub(crate) mod json_patch;
+pub(crate) mod node_writes;
 mod nodes;
 mod paging;
 mod params;
@@ -19,7 +21,7 @@ mod watch;
 
 use std::sync::Arc;
 
-pub use auth::{authenticate, check_may_write_node, Caller, Tokens};
+pub use auth::{authenticate, check_may_write_node, Caller, Identity, Tokens};
 pub use serve::{check_listen, serve, serve_with, tls_config, ServeConfig};
 pub use v1::{HistoryParams, NodeEntry};
 
@@ -73,7 +75,13 @@ pub fn secured_router(state: AppState, tokens: Option<Arc<Tokens>>) -> Router {
             "/api/v1/nodes",
             get(nodes::list_nodes).post(push::create_node),
         )
-        .route("/api/v1/nodes/{name}", get(nodes::get_node))
+        .route(
+            "/api/v1/nodes/{name}",
+            get(nodes::get_node)
+                .patch(nodes::patch_node)
+                .put(nodes::put_node)
+                .delete(nodes::delete_node),
+        )
         .route(
             "/api/v1/nodes/{name}/status",
             get(nodes::get_node)
