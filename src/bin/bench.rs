@@ -76,6 +76,10 @@ struct Args {
     /// --bin's), to compare controllers against the same fleet.
     #[arg(long)]
     controller_bin: Option<PathBuf>,
+    /// The 127.X.0.0/16 ranges of the sim processes, one per process
+    /// (default 10, 20, 30 …): runs side by side need ranges of their own.
+    #[arg(long, value_delimiter = ',')]
+    ranges: Vec<u8>,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -252,7 +256,7 @@ async fn bench_size(
     machine: &Machine,
     nodes: usize,
 ) -> Result<Row> {
-    let mut run = Run::new(nodes, mode)?;
+    let mut run = Run::new(nodes, mode, &args.ranges)?;
     let started = Instant::now();
     let listen = mode.controller_listen()?;
     let (port, merged) = start_fleet(&mut run, &bins.sim, nodes, &mode.sim_args(listen)).await?;
@@ -451,7 +455,16 @@ async fn start_fleet(
     let mut entries = Vec::with_capacity(nodes);
     for (index, count) in split(nodes, MAX_NODES_PER_SIM).into_iter().enumerate() {
         let file = run.dir.join(format!("nodes-{index}.json"));
-        let sim = spawn_sim(&run.dir, bin, index, count, port, &file, extra)?;
+        let sim = spawn_sim(
+            &run.dir,
+            bin,
+            run.range(index)?,
+            index,
+            count,
+            port,
+            &file,
+            extra,
+        )?;
         run.sims.push(sim);
         let sim = run.sims.last_mut().expect("just pushed");
         let (banner, mut list) = wait_for_sim(sim, &file, count).await?;
@@ -476,19 +489,17 @@ fn split(total: usize, max: usize) -> Vec<usize> {
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn spawn_sim(
     dir: &Path,
     bin: &Path,
+    octet: u8,
     index: usize,
     nodes: usize,
     port: u16,
     nodes_file: &Path,
     extra: &[String],
 ) -> Result<Proc> {
-    let octet = u8::try_from(10 + 10 * index)
-        .ok()
-        .filter(|o| *o < 255)
-        .ok_or_else(|| anyhow!("too many sim processes for distinct 127.X.0.0/16 ranges"))?;
     let mut args = vec![
         "--log".to_string(),
         "warn".into(),
@@ -846,10 +857,12 @@ struct Run {
     /// Whether the sims push (and count their pushes).
     pushing: bool,
     controller: Option<Proc>,
+    /// --ranges.
+    ranges: Vec<u8>,
 }
 
 impl Run {
-    fn new(nodes: usize, mode: Mode) -> Result<Run> {
+    fn new(nodes: usize, mode: Mode, ranges: &[u8]) -> Result<Run> {
         let dir =
             std::env::temp_dir().join(format!("nodekeeper-bench-{}-{nodes}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
@@ -860,7 +873,25 @@ impl Run {
             sim_controls: Vec::new(),
             pushing: matches!(mode, Mode::Push { .. }),
             controller: None,
+            ranges: ranges.to_vec(),
         })
+    }
+
+    /// The second octet of sim process `index`'s addresses.
+    fn range(&self, index: usize) -> Result<u8> {
+        match self.ranges.get(index) {
+            Some(octet) if self.ranges.len() > index => Ok(*octet),
+            _ if !self.ranges.is_empty() => {
+                bail!(
+                    "--ranges gives {} ranges; this fleet needs more",
+                    self.ranges.len()
+                )
+            }
+            _ => u8::try_from(10 + 10 * index)
+                .ok()
+                .filter(|o| *o < 255)
+                .ok_or_else(|| anyhow!("too many sim processes for distinct 127.X.0.0/16 ranges")),
+        }
     }
 
     fn check_alive(&mut self) -> Result<()> {

@@ -826,15 +826,13 @@ impl<'a> Link<'a> {
             StatusCode::NOT_FOUND if p.config.register => {
                 return self.register(ready, info).await;
             }
-            StatusCode::NOT_FOUND => {
-                if !p.warned_unknown.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        node = %self.node.name,
-                        "the controller does not know this simulated node; list the fleet in its \
-                         nodes file (sim --write-nodes-file) or pass --register; retrying every \
-                         interval (logged once for the fleet)"
-                    );
-                }
+            StatusCode::NOT_FOUND if !p.warned_unknown.swap(true, Ordering::Relaxed) => {
+                tracing::warn!(
+                    node = %self.node.name,
+                    "the controller does not know this simulated node; list the fleet in its \
+                     nodes file (sim --write-nodes-file) or pass --register; retrying every \
+                     interval (logged once for the fleet)"
+                );
             }
             _ => {}
         }
