@@ -570,10 +570,16 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         mirror: mirror_state,
     };
     let router = crate::server::secured_router(state, config.tokens.clone());
+    // Interim, until the connection limits are sized from the open-file limit:
+    // room for one kept-alive connection per node, and readers besides.
+    let serving = crate::server::ServeConfig::default();
+    let serving = serving
+        .clone()
+        .max_connections(serving.max_connections.max(config.specs.len() + 1024));
     let server = tasks.spawn({
         let stop = server_shutdown.clone();
         let tls = config.tls.clone();
-        async move { crate::server::serve(listener, router, tls, stop).await }
+        async move { crate::server::serve_with(listener, router, tls, serving, stop).await }
     });
     tasks.close();
 

@@ -445,9 +445,6 @@ pub struct SimArgs {
     /// Send `Authorization: Bearer` with the first line of this file.
     #[arg(long, value_name = "FILE", requires = "push")]
     pub push_token_file: Option<PathBuf>,
-    /// Pushes in flight at once, over the whole fleet.
-    #[arg(long, default_value_t = crate::sim::push::DEFAULT_MAX_IN_FLIGHT, requires = "push")]
-    pub push_concurrency: usize,
 }
 
 #[derive(Debug, Subcommand)]

@@ -78,6 +78,10 @@ pub struct Metrics {
     pub sweep_duration: Histogram,
     pub store_size: Gauge,
     pub store_events: Gauge,
+    pub store_writable: Gauge,
+    pub store_flushes: Counter,
+    pub store_flush_duration: Histogram,
+    pub store_group_size: Histogram,
     pub registered: Gauge,
     pub heartbeats: Family<HeartbeatLabels, Counter>,
     pub heartbeat_age: Family<QuantileLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
@@ -160,6 +164,35 @@ impl Metrics {
             "store_last_seq",
             "Sequence number of the newest durable event",
             store_events.clone(),
+        );
+        let store_writable = Gauge::default();
+        store_writable.set(1);
+        registry.register(
+            "store_writable",
+            "1 while the store takes writes; 0 while it refuses them (a disk short of space, a failed write)",
+            store_writable.clone(),
+        );
+        let store_flushes = Counter::default();
+        registry.register(
+            "store_flushes",
+            "Flushes of the store; each makes a group of changes durable",
+            store_flushes.clone(),
+        );
+        let store_flush_duration = Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 16),
+        );
+        registry.register(
+            "store_flush_duration_seconds",
+            "Time to make one group of changes durable",
+            store_flush_duration.clone(),
+        );
+        let store_group_size = Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 13),
+        );
+        registry.register(
+            "store_group_size",
+            "Changes made durable by one flush (group commit)",
+            store_group_size.clone(),
         );
         let registered = Gauge::default();
         registry.register(
@@ -279,6 +312,10 @@ impl Metrics {
             sweep_duration,
             store_size,
             store_events,
+            store_writable,
+            store_flushes,
+            store_flush_duration,
+            store_group_size,
             registered,
         }
     }

@@ -173,7 +173,13 @@ impl Controller {
             self.view.set_source_status(self.source_status.clone());
             return;
         }
-        match self.commit(batch).await {
+        // A deleted node's Lease goes with it.
+        let change = super::writer::Change {
+            batch,
+            deleted_leases: gone.clone(),
+            ..Default::default()
+        };
+        match self.commit_change(change).await {
             Ok(written) => {
                 for node in &written.nodes {
                     if let Some(t) = self.tracked.get_mut(&node.name) {
@@ -185,11 +191,7 @@ impl Controller {
                     self.leases.remove(name);
                     self.dirty_nodes.remove(name);
                     self.dirty_leases.remove(name);
-                    if let Err(e) = self.store.delete_lease(name) {
-                        tracing::warn!(node = %name, "its lease could not be removed: {e}");
-                    }
                 }
-                self.view.publish_leases([], &gone);
                 self.update_gauges();
             }
             Err(e) => tracing::error!("following {source_name} failed to store: {e}"),

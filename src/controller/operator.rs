@@ -290,6 +290,13 @@ impl Controller {
                 name: name.into(),
             });
         };
+        // A write on its way gets a newer version than any a client has seen.
+        if expected_version.is_some() && self.is_ahead(name) {
+            return Err(PushError::Conflict {
+                kind: "nodes",
+                name: name.into(),
+            });
+        }
         let current = tracked.node.clone();
         let Some(batch) = plan_edit(&current, fields, expected_version, by, Micros::now())? else {
             return Ok(current);

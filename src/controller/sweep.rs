@@ -10,11 +10,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::conditions::{after_probe, apply};
+use super::CommitError;
 use super::{Controller, StatusMode};
 use crate::metrics::{ProbeLabels, ProbeResult};
 use crate::model::{Micros, READY};
 use crate::probe::{ProbeOutcome, ProbeTarget, Prober};
-use crate::store::{Batch, StoreError};
+use crate::store::Batch;
 
 /// What a sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,7 +65,7 @@ impl Controller {
     pub(super) async fn apply_sweep(
         &mut self,
         answers: Vec<Answer>,
-    ) -> Result<SweepReport, StoreError> {
+    ) -> Result<SweepReport, CommitError> {
         let now = Micros::now();
         let grace = self.config.node_monitor_grace_period;
         let mode = self.config.status_mode;
@@ -73,6 +74,8 @@ impl Controller {
             probed: answers.len(),
             ..SweepReport::default()
         };
+        // Logged once stored: a refused decision is made (and logged) again.
+        let mut decided = Vec::new();
         for answer in &answers {
             let result = match answer.outcome {
                 ProbeOutcome::Healthy => ProbeResult::Healthy,
@@ -108,12 +111,23 @@ impl Controller {
                 continue;
             };
             let mut node = tracked.node.clone();
-            tracing::info!(node = %node.name, from = %current, to = %verdict.status, reason = verdict.reason, "{}", verdict.message);
+            decided.push((node.name.clone(), current, verdict.clone()));
             let event = apply(&mut node, READY, verdict, now, tracked.health.last_answer);
             batch.record(node, [event]);
         }
-        if !batch.is_empty() {
-            report.transitions = self.commit(batch).await?.nodes.len();
+        // A refused commit leaves the decisions to the next sweep; the rest
+        // of what a sweep tells (answer times, metrics) holds either way.
+        let stored = if batch.is_empty() {
+            Ok(())
+        } else {
+            self.commit(batch)
+                .await
+                .map(|written| report.transitions = written.nodes.len())
+        };
+        if stored.is_ok() {
+            for (node, from, verdict) in decided {
+                tracing::info!(%node, %from, to = %verdict.status, reason = verdict.reason, "{}", verdict.message);
+            }
         }
         self.view
             .beat(answers.iter().filter_map(|a| match a.outcome {
@@ -130,7 +144,7 @@ impl Controller {
                 .sweep_duration
                 .observe(report.elapsed.as_secs_f64());
         }
-        Ok(report)
+        stored.map(|()| report)
     }
 }
 

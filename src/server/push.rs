@@ -59,6 +59,12 @@ pub(crate) fn push_error(e: PushError) -> Response {
             "InternalError",
             e.to_string(),
         ),
+        // Not made durable, so not made: the writer may try again later.
+        PushError::Unavailable(message) => status_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            format!("the change was not made: {message}"),
+        ),
         PushError::Stopped => status_error(
             StatusCode::SERVICE_UNAVAILABLE,
             "ServiceUnavailable",

@@ -6,6 +6,7 @@
 //! show what a crash could lose ask for history up to [`Store::durable_seq`].
 
 mod exchange;
+pub mod heartbeats;
 pub mod outbox;
 pub mod records;
 
