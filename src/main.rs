@@ -63,6 +63,7 @@ async fn dispatch(cli: &Cli) -> commands::Outcome {
             commands::db::db(source, &cli.db, command).await
         }
         Command::Sim(args) => commands::sim::sim(args, &cli.db).await,
+        Command::Ui(args) => commands::ui::ui(args, &cli.db).await,
         Command::Version { output } => commands::version::version(*output),
     }
 }
