@@ -191,7 +191,7 @@ export class NodePage {
         : null;
     this.eventsEl.replaceChildren(
       table(`${newest.length} events, newest first`, ['Seq', 'Time', 'Kind', 'Detail'], rows, { class: 'event-list', id: 'event-list' }),
-      more,
+      ...(more ? [more] : []),
     );
   }
 }
