@@ -494,7 +494,10 @@ async fn in_a_browser_the_overview_follows_the_fleet_and_the_past_matches_the_cl
         match request.as_str() {
             "stop-controller" => {
                 let stopped = running.take().expect("a controller runs");
-                assert!(stopped.stop().success());
+                let log = stopped.log.clone();
+                let status = stopped.stop();
+                let log = std::fs::read_to_string(log).unwrap_or_default();
+                assert!(status.success(), "the controller stopped with {status}: {log}");
                 script.answer("stopped");
             }
             "start-controller" => {
