@@ -28,7 +28,7 @@ async function ask(request) {
 }
 
 /** Drops the page errors a step caused on purpose (and only those). */
-function expected(errors, pattern) {
+function forgive(errors, pattern) {
   const kept = errors.filter((e) => !pattern.test(e));
   errors.splice(0, errors.length, ...kept);
 }
@@ -148,7 +148,7 @@ async function scenarioFleet() {
       assertEqual(new URL(url).searchParams.get('resourceVersion'), before, `the watch resumed from ${before}: ${url}`);
     }
     await checkOverviewMatchesApi(page);
-    expected(errors, /ERR_CONNECTION_REFUSED/);
+    forgive(errors, /ERR_CONNECTION_REFUSED/);
 
     step("the node page's timeline matches history");
     const flapped = env.NK_FLAPPED;
@@ -247,7 +247,7 @@ async function scenarioFleet() {
     await page.goto(`${URL_BASE}/ui/at/not-a-time`);
     await page.waitForSelector('.error', { timeout: WAIT });
     assert((await page.textContent('.error')).includes('RFC 3339'), 'a bad time is explained');
-    expected(errors, /status of 400/);
+    forgive(errors, /status of 400/);
 
     step('keyboard, dark mode and phone width');
     await waitForOverview(page);
