@@ -82,7 +82,8 @@ async function overviewPage(about) {
   const follow = (resourceVersion) =>
     new NodeWatch({
       resourceVersion,
-      onEvents: (batch) => {
+      onEvents: (batch, version) => {
+        conn.dataset.resourceVersion = version;
         overview.apply(batch);
         // Bookmarks (empty batches) and changes both refresh the health panels.
         refreshHealth();

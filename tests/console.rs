@@ -596,6 +596,22 @@ async fn in_a_browser_ten_thousand_nodes_stay_responsive() {
     .map(|s| s.to_string())
     .collect();
     let c = Controller::start(&db, &args);
+    // Registration of 10,000 nodes takes a moment after the API is up.
+    let registering = Instant::now();
+    loop {
+        // What the API lists: one item and the count of the rest.
+        let (_, list) = c.get("/api/v1/nodes?limit=1").await;
+        let rest = list["metadata"]["remainingItemCount"].as_u64().unwrap_or(0);
+        if rest + 1 == 2 * HALF as u64 {
+            break;
+        }
+        assert!(
+            registering.elapsed() < Duration::from_secs(300),
+            "the 10,000 nodes never registered: {}",
+            list["metadata"]
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let mut sims = Vec::new();
     for (prefix, base) in [("edge-a-", "127.88.32.1"), ("edge-b-", "127.88.64.1")] {
         let sim_dir = dir.path().join(prefix);

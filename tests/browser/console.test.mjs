@@ -58,9 +58,38 @@ async function shownTiles(page) {
   );
 }
 
+/** The pairs that differ between two sorted [name, ready] lists, for messages. */
+function difference(a, b) {
+  const left = new Map(a);
+  const right = new Map(b);
+  const names = [...new Set([...left.keys(), ...right.keys()])].filter((n) => left.get(n) !== right.get(n));
+  return names.slice(0, 20).map((n) => `${n}: page ${left.get(n) ?? '-'}, API ${right.get(n) ?? '-'}`);
+}
+
 async function checkOverviewMatchesApi(page) {
-  const list = await getJSON(`${URL_BASE}/api/v1/nodes`);
-  assertEqual(await tiles(page), readyPairs(list), 'the tiles are the nodes of /api/v1/nodes with their Ready status');
+  // A live fleet keeps changing: the page follows the API within moments,
+  // so compare until both agree (or the deadline passes).
+  const deadline = Date.now() + 90_000;
+  let list;
+  let shown;
+  let counts;
+  for (;;) {
+    list = await getJSON(`${URL_BASE}/api/v1/nodes`);
+    // Tiles and counts in one look, so no change lands between them.
+    ({ shown, counts } = await page.evaluate(() => ({
+      shown: [...document.querySelectorAll('[data-node]')]
+        .map((el) => [el.dataset.node, el.dataset.ready])
+        .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)),
+      counts: Object.fromEntries(
+        [...document.querySelectorAll('.summary .count')].map((el) => [el.dataset.status, Number(el.querySelector('b').textContent)]),
+      ),
+    })));
+    if (JSON.stringify(shown) === JSON.stringify(readyPairs(list))) break;
+    if (Date.now() > deadline) {
+      throw new Error(`the tiles are not the nodes of /api/v1/nodes:\n  ${difference(shown, readyPairs(list)).join('\n  ')}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
   // Grouped by zone.
   const zones = await page.$$eval('[data-node]', (els) =>
     Object.fromEntries(els.map((el) => [el.dataset.node, el.closest('[data-zone]').dataset.zone])),
@@ -69,10 +98,9 @@ async function checkOverviewMatchesApi(page) {
     const zone = node.metadata.labels['topology.kubernetes.io/zone'] ?? '(no zone)';
     assertEqual(zones[node.metadata.name], zone, `${node.metadata.name} is in its zone's group`);
   }
-  // Counts by status and zone.
-  const counts = await page.$$eval('.summary .count', (els) => Object.fromEntries(els.map((el) => [el.dataset.status, Number(el.querySelector('b').textContent)])));
+  // Counts by status.
   const want = { True: 0, False: 0, Unknown: 0 };
-  for (const [, ready] of readyPairs(list)) want[ready] += 1;
+  for (const [, ready] of shown) want[ready] += 1;
   assertEqual(counts, want, 'the counts by Ready status');
   return list;
 }
@@ -350,14 +378,15 @@ async function scenarioScale() {
     });
     console.log(`first render: list fetched ${timing.list.toFixed(0)} ms, tiles built ${timing.built.toFixed(0)} ms, painted ${timing.painted.toFixed(0)} ms after navigation (debug build server)`);
     assertEqual((await page.$$('[data-node]')).length, total, 'every node has a tile');
-    await checkOverviewMatchesApi(page);
 
     step('every node turns Ready live as the fleet pushes');
+    const wave = Date.now();
     await page.waitForFunction(
       (n) => document.querySelectorAll('[data-ready="True"]').length === n,
       total,
-      { timeout: 240_000, polling: 1000 },
+      { timeout: 420_000, polling: 1000 },
     );
+    console.log(`all ${total} tiles Ready ${((Date.now() - wave) / 1000).toFixed(0)} s after the first render`);
     await checkOverviewMatchesApi(page);
     await page.screenshot({ path: join(env.NK_SHOTS, 'console-overview-10k.png') });
 
