@@ -47,6 +47,9 @@ export function askForToken(reason) {
   return asking;
 }
 
+/** How long a read may take; the watch, which runs for long, passes its own signal. */
+const READ_TIMEOUT_MS = 60_000;
+
 /** fetch with the token; a 401 asks for a token and tries again. */
 export async function request(path, { signal } = {}) {
   // Bounded: each round needs a new token from the user.
@@ -54,7 +57,7 @@ export async function request(path, { signal } = {}) {
     const headers = { Accept: 'application/json' };
     const bearer = token();
     if (bearer) headers.Authorization = `Bearer ${bearer}`;
-    const response = await fetch(path, { headers, signal, cache: 'no-store' });
+    const response = await fetch(path, { headers, signal: signal ?? AbortSignal.timeout(READ_TIMEOUT_MS), cache: 'no-store' });
     if (response.status !== 401) return response;
     await askForToken(
       bearer

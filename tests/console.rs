@@ -222,7 +222,10 @@ async fn the_console_is_served_and_the_readiness_strip_counts_the_history() {
     let fleet = TestFleet::start(3, Ipv4Addr::new(127, 88, 10, 1)).await;
     let dir = tempfile::tempdir().unwrap();
     let nodes = zoned_nodes_file(&fleet, dir.path());
-    let c = Controller::start(&dir.path().join("db"), &fast_args(&nodes, fleet.fleet.port()));
+    let c = Controller::start(
+        &dir.path().join("db"),
+        &fast_args(&nodes, fleet.fleet.port()),
+    );
     let (a, b) = (fleet.name(0), fleet.name(1));
     c.wait_ready(&a, "True").await;
     c.wait_ready(&b, "True").await;
@@ -279,7 +282,9 @@ async fn the_console_is_served_and_the_readiness_strip_counts_the_history() {
         "{strip}"
     );
     assert!(
-        buckets.iter().any(|b| b["notReady"] == 1 || b["minReady"] == 2),
+        buckets
+            .iter()
+            .any(|b| b["notReady"] == 1 || b["minReady"] == 2),
         "the outage of {b} shows somewhere: {strip}"
     );
     let (_, history) = c.get("/v1/history").await;
@@ -475,7 +480,10 @@ async fn in_a_browser_the_overview_follows_the_fleet_and_the_past_matches_the_cl
     c.wait_ready(&flapped, "False").await;
     fleet.handle.set(&flapped, KubeletState::Up).unwrap();
     c.wait_ready(&flapped, "True").await;
-    fleet.handle.set(&fleet.name(7), KubeletState::Down).unwrap();
+    fleet
+        .handle
+        .set(&fleet.name(7), KubeletState::Down)
+        .unwrap();
     c.wait_ready(&fleet.name(7), "Unknown").await;
 
     let port = port_of(&c.url);
@@ -497,7 +505,10 @@ async fn in_a_browser_the_overview_follows_the_fleet_and_the_past_matches_the_cl
                 let log = stopped.log.clone();
                 let status = stopped.stop();
                 let log = std::fs::read_to_string(log).unwrap_or_default();
-                assert!(status.success(), "the controller stopped with {status}: {log}");
+                assert!(
+                    status.success(),
+                    "the controller stopped with {status}: {log}"
+                );
                 script.answer("stopped");
             }
             "start-controller" => {
@@ -628,13 +639,49 @@ async fn in_a_browser_ten_thousand_nodes_stay_responsive() {
                 "--push",
                 &c.url,
                 "--lease-renew-interval",
-                "40s",
+                "60s",
                 "--status-update-interval",
-                "20s",
+                "30s",
                 "--push-concurrency",
                 "64",
             ],
         ));
+    }
+    // The fleet's first pushes turn every node Ready; the page opens on a
+    // settled fleet (the metric is cheap to read, the 10,000-node list is not).
+    let wave = Instant::now();
+    loop {
+        let metrics = c.text("/metrics").await;
+        let ready = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("nodekeeper_nodes{")
+                    && l.contains("condition=\"Ready\"")
+                    && l.contains("status=\"True\"")
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if ready as usize == 2 * HALF {
+            println!(
+                "all {} nodes Ready {:?} after the fleet started",
+                2 * HALF,
+                wave.elapsed()
+            );
+            break;
+        }
+        assert!(
+            wave.elapsed() < Duration::from_secs(900),
+            "only {ready} of the 10,000 nodes became Ready: {}\n{}",
+            sims[0].log_text(),
+            c.log_text()
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let started = Instant::now();
     let mut script = Script::start(

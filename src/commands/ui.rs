@@ -88,7 +88,12 @@ pub async fn ui(args: &UiArgs, db: &Path) -> Outcome {
         Ok(store) => Arc::new(store),
         Err(StoreError::Locked { path }) => {
             let running = Discovery::read(&path)
-                .map(|d| format!(": its controller (pid {}) serves the console at {}/ui/", d.pid, d.url))
+                .map(|d| {
+                    format!(
+                        ": its controller (pid {}) serves the console at {}/ui/",
+                        d.pid, d.url
+                    )
+                })
                 .unwrap_or_default();
             return Err(format!(
                 "the store {} is in use by a running controller{running}; `nodekeeper ui` is for stopped stores",

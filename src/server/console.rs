@@ -119,7 +119,10 @@ fn serve_asset(name: &str, headers: &HeaderMap) -> Response {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         (
-            [(header::CONTENT_TYPE, HeaderValue::from_static(asset.content_type))],
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(asset.content_type),
+            )],
             asset.body,
         )
             .into_response()
@@ -132,7 +135,10 @@ fn serve_asset(name: &str, headers: &HeaderMap) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     if asset.name == INDEX {
         h.insert(
             header::CONTENT_SECURITY_POLICY,
@@ -295,7 +301,10 @@ pub(crate) async fn readiness(
             .map(|t| Micros::parse_instant(t, now).map_err(|e| format!("{name}: {e}")))
             .transpose()
     };
-    let (since, until) = match (instant("since", &params.since), instant("until", &params.until)) {
+    let (since, until) = match (
+        instant("since", &params.since),
+        instant("until", &params.until),
+    ) {
         (Ok(since), Ok(until)) => (since, until),
         (Err(e), _) | (_, Err(e)) => return bad_request(e),
     };

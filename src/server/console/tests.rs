@@ -249,7 +249,10 @@ fn every_console_file_is_compiled_in_and_every_reference_resolves() {
     let reference = regex::Regex::new(r#"/ui/assets/([\w.-]+)"#).unwrap();
     for asset in ASSETS {
         let text = std::str::from_utf8(asset.body).expect("assets are UTF-8 text");
-        for found in import.captures_iter(text).chain(reference.captures_iter(text)) {
+        for found in import
+            .captures_iter(text)
+            .chain(reference.captures_iter(text))
+        {
             let target = &found[1];
             assert!(
                 ASSETS.iter().any(|a| a.name == target),
@@ -276,7 +279,10 @@ fn assets_carry_types_tags_and_revalidate() {
     assert_eq!(h[header::CACHE_CONTROL], "no-cache");
     assert!(h.get(header::CONTENT_SECURITY_POLICY).is_none());
     let tag = h[header::ETAG].clone();
-    assert_ne!(tag, serve_asset("api.js", &HeaderMap::new()).headers()[header::ETAG]);
+    assert_ne!(
+        tag,
+        serve_asset("api.js", &HeaderMap::new()).headers()[header::ETAG]
+    );
 
     let mut again = HeaderMap::new();
     again.insert(header::IF_NONE_MATCH, tag.clone());
