@@ -12,7 +12,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -20,7 +19,7 @@ use nodekeeper::sim::KubeletState;
 use serde_json::{json, Value};
 
 /// One browser test at a time: each runs chromium next to a fleet and a controller.
-static BROWSER: Mutex<()> = Mutex::new(());
+static BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// How long one browser script may run before the test fails.
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(600);
@@ -136,6 +135,14 @@ impl Script {
     fn answer(&mut self, text: &str) {
         writeln!(self.stdin, "{text}").expect("the script reads its stdin");
         self.stdin.flush().unwrap();
+    }
+
+    /// Runs a script that asks for nothing, to its end.
+    fn run_to_end(mut self, started: Instant) {
+        if let Some(request) = self.next_request(started) {
+            panic!("unexpected request {request}");
+        }
+        self.finish(started);
     }
 
     /// Waits for the script to exit and fails the test unless it passed.
@@ -438,25 +445,22 @@ async fn ui_serves_a_stopped_store_read_only_and_the_browser_shows_it() {
     );
 
     check_prerequisites();
-    let _one = BROWSER.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = BROWSER.lock().await;
     let started = Instant::now();
-    let mut script = Script::start(
+    let script = Script::start(
         "stopped",
         &[
             ("NK_URL", ui.url.clone()),
             ("NK_DB", db.display().to_string()),
         ],
     );
-    while let Some(request) = script.next_request(started) {
-        panic!("unexpected request {request}");
-    }
-    script.finish(started);
+    script.run_to_end(started);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_browser_the_overview_follows_the_fleet_and_the_past_matches_the_cli() {
     check_prerequisites();
-    let _one = BROWSER.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = BROWSER.lock().await;
     let fleet = TestFleet::start(24, Ipv4Addr::new(127, 88, 12, 1)).await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
@@ -527,7 +531,7 @@ async fn in_a_browser_the_overview_follows_the_fleet_and_the_past_matches_the_cl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_browser_a_token_is_asked_for_and_kept_for_the_tab() {
     check_prerequisites();
-    let _one = BROWSER.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = BROWSER.lock().await;
     let fleet = TestFleet::start(2, Ipv4Addr::new(127, 88, 13, 1)).await;
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
@@ -538,17 +542,14 @@ async fn in_a_browser_a_token_is_asked_for_and_kept_for_the_tab() {
     let c = Controller::start(&dir.path().join("db"), &args);
     c.wait_ready(&fleet.name(0), "True").await;
     let started = Instant::now();
-    let mut script = Script::start(
+    let script = Script::start(
         "token",
         &[
             ("NK_URL", c.url.clone()),
             ("NK_TOKEN", "operator-secret".into()),
         ],
     );
-    while let Some(request) = script.next_request(started) {
-        panic!("unexpected request {request}");
-    }
-    script.finish(started);
+    script.run_to_end(started);
     drop(c);
     fleet.stop().await;
 }
@@ -559,7 +560,7 @@ async fn in_a_browser_a_token_is_asked_for_and_kept_for_the_tab() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_browser_ten_thousand_nodes_stay_responsive() {
     check_prerequisites();
-    let _one = BROWSER.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = BROWSER.lock().await;
     const HALF: usize = 5000;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
@@ -684,7 +685,7 @@ async fn in_a_browser_ten_thousand_nodes_stay_responsive() {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let started = Instant::now();
-    let mut script = Script::start(
+    let script = Script::start(
         "scale",
         &[
             ("NK_URL", c.url.clone()),
@@ -694,10 +695,7 @@ async fn in_a_browser_ten_thousand_nodes_stay_responsive() {
             ("NK_NODES", (2 * HALF).to_string()),
         ],
     );
-    while let Some(request) = script.next_request(started) {
-        panic!("unexpected request {request}");
-    }
-    script.finish(started);
+    script.run_to_end(started);
     drop(sims);
     drop(c);
 }

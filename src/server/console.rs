@@ -387,10 +387,11 @@ impl ReadinessSeries {
         match &event.kind {
             EventKind::Registered { node } => self.set(name, Some(node.ready())),
             EventKind::Deleted { .. } => self.set(name, None),
-            EventKind::ConditionChanged { condition, to, .. } if condition == READY => {
-                if self.ready.contains_key(name) {
-                    self.set(name, Some(*to));
-                }
+            // A change for a node not registered (any more) counts for nothing.
+            EventKind::ConditionChanged { condition, to, .. }
+                if condition == READY && self.ready.contains_key(name) =>
+            {
+                self.set(name, Some(*to));
             }
             EventKind::ControllerStarted {
                 downtime_seconds, ..
