@@ -397,7 +397,6 @@ async function scenarioScale() {
     console.log(`first render: list fetched ${timing.list.toFixed(0)} ms, tiles built ${timing.built.toFixed(0)} ms, painted ${timing.painted.toFixed(0)} ms after navigation (debug build server)`);
     assertEqual((await page.$$('[data-node]')).length, total, 'every node has a tile');
     await checkOverviewMatchesApi(page);
-    await page.screenshot({ path: join(env.NK_SHOTS, 'console-overview-10k.png') });
 
     step('the page stays responsive');
     // Longest main-thread task from here on.
