@@ -78,6 +78,8 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Serve the web console and the read-only API over a stopped store.
+    Ui(crate::commands::ui::UiArgs),
     /// Show the version, git commit, build date and compiler of this binary.
     Version {
         #[arg(short, long, value_enum, default_value_t = ListFormat::Table)]

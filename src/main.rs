@@ -73,6 +73,7 @@ async fn dispatch(cli: &Cli, settings: &[nodekeeper::config::Setting]) -> comman
             commands::db::db(source, &cli.db, command).await
         }
         Command::Sim(args) => commands::sim::sim(args, &cli.db).await,
+        Command::Ui(args) => commands::ui::ui(args, &cli.db).await,
         Command::Version { output } => commands::version::version(*output),
         Command::Config {
             command: ConfigCommand::Print(_),

@@ -9,6 +9,7 @@ pub mod mirror;
 pub mod nodes;
 pub mod run;
 pub mod sim;
+pub mod ui;
 pub mod version;
 
 use crate::model::{Micros, Node};

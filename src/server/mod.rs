@@ -3,6 +3,7 @@
 //! past time, store status, health and metrics. Reads only what is durable.
 
 mod auth;
+pub mod console;
 mod discovery;
 mod events;
 pub(crate) mod json_patch;
@@ -124,10 +125,15 @@ pub fn secured_router(state: AppState, tokens: Option<Arc<Tokens>>) -> Router {
         .route("/v1/store", get(v1::store_status))
         .route("/v1/sources", get(v1::sources))
         .route("/v1/mirror", get(v1::mirror))
+        .route("/v1/readiness", get(console::readiness))
+        .route("/v1/console", get(console::about))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(v1::metrics))
         .fallback(not_found_path);
-    harden(routes, tokens).with_state(state)
+    // The console's pages stay outside the auth layer: they carry no data.
+    harden(routes, tokens)
+        .merge(console::pages())
+        .with_state(state)
 }
 
 /// The layers over every route: the body cap (answered with a `Status`),

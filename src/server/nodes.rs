@@ -43,6 +43,10 @@ pub(crate) async fn list_nodes(
         Err(e) => return bad_request(e),
     };
 
+    // The version the view is known to show every change up to, read before
+    // the view itself: the store's durable seq can be ahead of the view for
+    // a moment, and a list+watch from there would miss that change.
+    let version = s.view.published();
     let mut nodes = s.view.list();
     nodes.retain(|(node, _)| {
         let unschedulable = if node.unschedulable { "true" } else { "false" };
@@ -59,7 +63,7 @@ pub(crate) async fn list_nodes(
         keyed,
         params.limit,
         query.continue_from.as_ref(),
-        s.store.durable_seq(),
+        version,
         query.unfiltered(),
     );
 
