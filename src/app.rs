@@ -84,9 +84,9 @@ impl RunConfig {
         let flag = |flag, reason: String| RunError::Flag { flag, reason };
         let capacity = Resources {
             cpu_millis: crate::quantity::parse_cpu(&args.node_cpu)
-                .map_err(|e| flag("--node-cpu", e))?,
+                .map_err(|e| flag("--node-cpu", e.to_string()))?,
             memory_bytes: crate::quantity::parse_memory(&args.node_memory)
-                .map_err(|e| flag("--node-memory", e))?,
+                .map_err(|e| flag("--node-memory", e.to_string()))?,
         };
         if args.node_sync_period.is_zero() {
             return Err(flag("--node-sync-period", "must be more than zero".into()));

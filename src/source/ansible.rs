@@ -244,10 +244,12 @@ fn instance(
         addresses.push(address_of(&name));
     }
     let cpu = get("cpu")
-        .map(|v| crate::quantity::parse_cpu(&v.value).map_err(|r| bad(v, "cpu", r)))
+        .map(|v| crate::quantity::parse_cpu(&v.value).map_err(|r| bad(v, "cpu", r.to_string())))
         .transpose()?;
     let memory = get("memory")
-        .map(|v| crate::quantity::parse_memory(&v.value).map_err(|r| bad(v, "memory", r)))
+        .map(|v| {
+            crate::quantity::parse_memory(&v.value).map_err(|r| bad(v, "memory", r.to_string()))
+        })
         .transpose()?;
     let mut labels = BTreeMap::new();
     if let Some(v) = get("labels") {
