@@ -319,7 +319,7 @@ impl Prober {
         match self.bounded(self.exchange(target, kept)).await {
             Ok((answer, stream)) => {
                 *slot = stream.filter(|_| answer.reusable);
-                classify(answer.status, &answer.body)
+                classify(answer.status, &answer.body, answer.complete)
             }
             Err(error) => ProbeOutcome::NoAnswer { error },
         }
@@ -462,9 +462,14 @@ where
         }
         Framing::Chunked => read_chunked(stream, raw).await?,
         Framing::UntilClose => {
-            while raw.len() < BODY_CAP && read_more(stream, &mut raw, BODY_CAP).await? > 0 {}
+            // Whole if the kubelet closes before the cap; one byte more tells.
+            let mut ended = false;
+            while raw.len() <= BODY_CAP && !ended {
+                ended = read_more(stream, &mut raw, BODY_CAP + 1).await? == 0;
+            }
+            let complete = ended && raw.len() <= BODY_CAP;
             raw.truncate(BODY_CAP);
-            (raw, false, false)
+            (raw, complete, false)
         }
     };
     Ok(Answer {
@@ -566,10 +571,10 @@ async fn read_chunked<S: AsyncRead + Unpin>(
             // Over the cap: keep what fits of it; the connection goes.
             while raw.len() - pos < room {
                 if read_more(stream, &mut raw, pos + room).await? == 0 {
-                    break;
+                    return Err("connection closed in the middle of the body".into());
                 }
             }
-            body.extend_from_slice(&raw[pos..raw.len().min(pos + room)]);
+            body.extend_from_slice(&raw[pos..pos + room]);
             return Ok((body, false, false));
         };
         while raw.len() - pos < size + 2 {
@@ -636,8 +641,9 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 }
 
 /// The verdict on one answer.
-pub fn classify(status: u16, body: &[u8]) -> ProbeOutcome {
-    if (200..300).contains(&status) && body.trim_ascii() == b"ok" {
+/// `complete` is false for a body cut at [`BODY_CAP`]: never healthy.
+pub fn classify(status: u16, body: &[u8], complete: bool) -> ProbeOutcome {
+    if complete && (200..300).contains(&status) && body.trim_ascii() == b"ok" {
         return ProbeOutcome::Healthy;
     }
     let text = String::from_utf8_lossy(body);
@@ -648,7 +654,7 @@ pub fn classify(status: u16, body: &[u8]) -> ProbeOutcome {
         .chars()
         .take(EXCERPT_CHARS)
         .collect();
-    if text.chars().count() > EXCERPT_CHARS {
+    if !complete || text.chars().count() > EXCERPT_CHARS {
         excerpt.push('…');
     }
     ProbeOutcome::Unhealthy { status, excerpt }
@@ -790,17 +796,25 @@ mod tests {
 
     #[test]
     fn only_2xx_ok_is_healthy() {
-        assert_eq!(classify(200, b"ok"), ProbeOutcome::Healthy);
-        assert_eq!(classify(200, b"ok\n"), ProbeOutcome::Healthy);
+        assert_eq!(classify(200, b"ok", true), ProbeOutcome::Healthy);
+        assert_eq!(classify(200, b"ok\n", true), ProbeOutcome::Healthy);
+        // A body cut at the cap is never healthy, whatever it starts with.
         assert_eq!(
-            classify(200, b"degraded"),
+            classify(200, b"ok", false),
+            ProbeOutcome::Unhealthy {
+                status: 200,
+                excerpt: "ok…".into()
+            }
+        );
+        assert_eq!(
+            classify(200, b"degraded", true),
             ProbeOutcome::Unhealthy {
                 status: 200,
                 excerpt: "degraded".into()
             }
         );
         let long = "x".repeat(500);
-        match classify(500, long.as_bytes()) {
+        match classify(500, long.as_bytes(), true) {
             ProbeOutcome::Unhealthy {
                 status: 500,
                 excerpt,
@@ -808,7 +822,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            classify(302, b"ok"),
+            classify(302, b"ok", true),
             ProbeOutcome::Unhealthy { status: 302, .. }
         ));
     }
@@ -1597,7 +1611,10 @@ mod reader_properties {
             match &outcome.result {
                 Ok((answer, kept)) => {
                     assert!(!answer.complete && !kept, "{answer:?}");
-                    assert_ne!(classify(answer.status, &answer.body), ProbeOutcome::Healthy);
+                    assert_ne!(
+                        classify(answer.status, &answer.body, answer.complete),
+                        ProbeOutcome::Healthy
+                    );
                 }
                 Err(e) => assert!(!e.contains("panicked"), "{e}"),
             }
