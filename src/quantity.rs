@@ -26,21 +26,29 @@ const MAX: u128 = i64::MAX as u128;
 /// to write it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum QuantityError {
-    #[error("empty quantity: write one such as {example}")]
-    Empty { example: &'static str },
-    #[error("{input:?} is not a quantity: {problem}; write one such as {example}")]
+    #[error("empty {what}: write one such as {example}")]
+    Empty {
+        what: &'static str,
+        example: &'static str,
+    },
+    #[error("{input:?} is not a {what}: {problem}; write one such as {example}")]
     Malformed {
         input: String,
+        what: &'static str,
         problem: String,
         example: &'static str,
     },
-    #[error("{input:?} has an unknown suffix {suffix:?}: use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei, or an exponent such as e9")]
-    UnknownSuffix { input: String, suffix: String },
-    #[error("{input:?} is negative: {what} cannot be")]
+    #[error("{input:?} is not a {what}: unknown suffix {suffix:?}; use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei, or an exponent such as e9")]
+    UnknownSuffix {
+        input: String,
+        what: &'static str,
+        suffix: String,
+    },
+    #[error("{input:?} is negative: a {what} cannot be")]
     Negative { input: String, what: &'static str },
-    #[error("{input:?} is zero: {what} must be more than 0")]
+    #[error("{input:?} is zero: a {what} must be more than 0")]
     Zero { input: String, what: &'static str },
-    #[error("{input:?} is out of range: {what} is at most 2^63-1 (9223372036854775807) {unit}")]
+    #[error("{input:?} is out of range: a {what} is at most 2^63-1 (9223372036854775807) {unit}")]
     TooLarge {
         input: String,
         what: &'static str,
@@ -48,28 +56,41 @@ pub enum QuantityError {
     },
 }
 
+/// What is being read, for messages.
+#[derive(Debug, Clone, Copy)]
+struct Kind {
+    what: &'static str,
+    unit: &'static str,
+    example: &'static str,
+}
+
 /// Parses a CPU quantity (`1`, `2.5`, `500m`, `1e-1`) into millicores,
 /// rounded up as `MilliValue()` does (`0.0001` is `1m`).
 pub fn parse_cpu(s: &str) -> Result<u64, QuantityError> {
-    parse_capacity(s, -3, "a CPU quantity", "millicores", "4, 2.5 or 500m")
+    let kind = Kind {
+        what: "CPU quantity",
+        unit: "millicores",
+        example: "4, 2.5 or 500m",
+    };
+    parse_capacity(s, -3, kind)
 }
 
 /// Parses a memory quantity (`3Gi`, `512Mi`, `1G`, `1e9`, `1000000`) into
 /// bytes, rounded up as `Value()` does (`1.5` is `2`).
 pub fn parse_memory(s: &str) -> Result<u64, QuantityError> {
-    parse_capacity(s, 0, "a memory quantity", "bytes", "3Gi, 512Mi, 1G or 1e9")
+    let kind = Kind {
+        what: "memory quantity",
+        unit: "bytes",
+        example: "3Gi, 512Mi, 1G or 1e9",
+    };
+    parse_capacity(s, 0, kind)
 }
 
 /// Parses a capacity in units of 10^`scale`: more than zero, at most 2^63-1.
-fn parse_capacity(
-    s: &str,
-    scale: i64,
-    what: &'static str,
-    unit: &'static str,
-    example: &'static str,
-) -> Result<u64, QuantityError> {
+fn parse_capacity(s: &str, scale: i64, kind: Kind) -> Result<u64, QuantityError> {
     let input = s.trim();
-    let quantity = Quantity::parse(input, example)?;
+    let quantity = Quantity::parse(input, kind)?;
+    let what = kind.what;
     match quantity.ceil_at(scale) {
         Some(0) => Err(QuantityError::Zero {
             input: input.into(),
@@ -83,7 +104,7 @@ fn parse_capacity(
         None => Err(QuantityError::TooLarge {
             input: input.into(),
             what,
-            unit,
+            unit: kind.unit,
         }),
     }
 }
@@ -99,14 +120,18 @@ struct Quantity {
 }
 
 impl Quantity {
-    fn parse(input: &str, example: &'static str) -> Result<Quantity, QuantityError> {
+    fn parse(input: &str, kind: Kind) -> Result<Quantity, QuantityError> {
         let malformed = |problem: String| QuantityError::Malformed {
             input: input.into(),
+            what: kind.what,
             problem,
-            example,
+            example: kind.example,
         };
         if input.is_empty() {
-            return Err(QuantityError::Empty { example });
+            return Err(QuantityError::Empty {
+                what: kind.what,
+                example: kind.example,
+            });
         }
         let (negative, rest) = split_sign(input);
         let int_len = leading_digits(rest);
@@ -144,6 +169,7 @@ impl Quantity {
                 None => {
                     return Err(QuantityError::UnknownSuffix {
                         input: input.into(),
+                        what: kind.what,
                         suffix: suffix.into(),
                     })
                 }
@@ -267,12 +293,13 @@ mod tests {
         assert_eq!(parse_cpu("0.0001"), Ok(1));
         assert_eq!(parse_cpu("1.5m"), Ok(2));
         assert_eq!(
-            parse_cpu("100u"),
-            Err(QuantityError::UnknownSuffix {
-                input: "100u".into(),
-                suffix: "u".into()
-            })
+            parse_cpu("100u").unwrap_err().to_string(),
+            "\"100u\" is not a CPU quantity: unknown suffix \"u\"; use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei, or an exponent such as e9"
         );
+        assert!(parse_cpu("fast")
+            .unwrap_err()
+            .to_string()
+            .starts_with("\"fast\" is not a CPU quantity: "));
         for bad in ["", "0", "x", "-1", "0m", "1..5", "1e", "m", "1e3m"] {
             assert!(parse_cpu(bad).is_err(), "{bad}");
         }
