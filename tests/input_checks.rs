@@ -4,17 +4,45 @@
 
 mod common;
 
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
 use common::*;
 use serde_json::{json, Value};
 
-/// Runs `run ARGS` expecting a flag error; returns its stderr.
+/// Runs `run ARGS` expecting a flag error; returns its stderr. A controller
+/// that starts instead is killed (it listens on a free loopback port only).
 fn refused(args: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let mut all = vec!["run"];
-    all.extend_from_slice(args);
-    let (code, _, err) = cli(&db, &all);
-    assert_eq!(code, 2, "{args:?} was not refused: {err}");
+    let err_path = dir.path().join("stderr");
+    let mut child = Command::new(BIN)
+        .arg("--db")
+        .arg(&db)
+        .arg("run")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{args:?} was not refused: the controller started\n{}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = std::fs::read_to_string(&err_path).unwrap();
+    assert_eq!(status.code(), Some(2), "{args:?} was not refused: {err}");
     assert!(!db.exists(), "a refused start must not create the store");
     err
 }
@@ -67,7 +95,7 @@ fn api_server_flags_are_checked_without_an_api_server() {
 fn a_dotted_quad_that_is_not_an_ipv4_address_is_refused_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("nodes.txt");
-    std::fs::write(&file, "# rack 1\n10.0.0.30\n10.0.0.300\n").unwrap();
+    std::fs::write(&file, "# rack 1\n127.81.1.30\n127.81.1.300\n").unwrap();
     let err = refused(&[
         "--nodes-file",
         file.to_str().unwrap(),
@@ -76,7 +104,7 @@ fn a_dotted_quad_that_is_not_an_ipv4_address_is_refused_with_its_line() {
     ]);
     assert!(err.contains("nodes.txt:3"), "{err}");
     assert!(
-        err.contains("\"10.0.0.300\"") && err.contains("IPv4"),
+        err.contains("\"127.81.1.300\"") && err.contains("IPv4"),
         "{err}"
     );
 
