@@ -84,9 +84,9 @@ impl RunConfig {
         let flag = |flag, reason: String| RunError::Flag { flag, reason };
         let capacity = Resources {
             cpu_millis: crate::quantity::parse_cpu(&args.node_cpu)
-                .map_err(|e| flag("--node-cpu", e))?,
+                .map_err(|e| flag("--node-cpu", e.to_string()))?,
             memory_bytes: crate::quantity::parse_memory(&args.node_memory)
-                .map_err(|e| flag("--node-memory", e))?,
+                .map_err(|e| flag("--node-memory", e.to_string()))?,
         };
         if args.node_sync_period.is_zero() {
             return Err(flag("--node-sync-period", "must be more than zero".into()));
@@ -126,6 +126,13 @@ impl RunConfig {
                 "must be a share between 0 and 1, such as 0.55".into(),
             ));
         }
+        if args.kubelet_port == 0 {
+            return Err(flag(
+                "--kubelet-port",
+                "0 is not a port a kubelet listens on: give one from 1 to 65535 (kubelets serve on 10250)".into(),
+            ));
+        }
+        check_api_server_flags(args)?;
         if args.probe_concurrency == 0 {
             return Err(flag("--probe-concurrency", "must be at least 1".into()));
         }
@@ -310,28 +317,11 @@ fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, 
     ) else {
         return Ok(None);
     };
-    if !(args.kube_api_qps.is_finite() && args.kube_api_qps > 0.0) {
+    if args.node_lease_renew_interval.is_zero() {
         return Err(flag(
-            "--kube-api-qps",
-            format!(
-                "{} is not a rate: give requests per second, more than 0",
-                args.kube_api_qps
-            ),
-        ));
-    }
-    if args.kube_api_burst == 0 {
-        return Err(flag("--kube-api-burst", "must be at least 1".into()));
-    }
-    for (name, d) in [
-        ("--kube-api-timeout", args.kube_api_timeout),
-        (
             "--node-lease-renew-interval",
-            args.node_lease_renew_interval,
-        ),
-    ] {
-        if d.is_zero() {
-            return Err(flag(name, "must be more than zero".into()));
-        }
+            "must be more than zero".into(),
+        ));
     }
     if args.node_lease_duration < Duration::from_secs(1)
         || args.node_lease_renew_interval >= args.node_lease_duration
@@ -361,6 +351,28 @@ fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, 
         config.leader = Some(leader);
     }
     Ok(Some(config))
+}
+
+/// The API server client's flags, checked whether or not an API server is
+/// configured, as kube-controller-manager checks its flags.
+fn check_api_server_flags(args: &RunArgs) -> Result<(), RunError> {
+    let flag = |flag, reason: String| RunError::Flag { flag, reason };
+    if !(args.kube_api_qps.is_finite() && args.kube_api_qps > 0.0) {
+        return Err(flag(
+            "--kube-api-qps",
+            format!(
+                "{} is not a rate: give requests per second, more than 0",
+                args.kube_api_qps
+            ),
+        ));
+    }
+    if args.kube_api_burst == 0 {
+        return Err(flag("--kube-api-burst", "must be at least 1".into()));
+    }
+    if args.kube_api_timeout.is_zero() {
+        return Err(flag("--kube-api-timeout", "must be more than zero".into()));
+    }
+    Ok(())
 }
 
 /// This process in a leader Lease: the host name and a fresh id, as

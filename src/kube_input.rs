@@ -150,7 +150,7 @@ fn status_of(status: &NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
                 errors.push(FieldError::invalid(
                     "status.capacity.cpu",
                     &map["cpu"].0,
-                    &e,
+                    &e.to_string(),
                 ));
                 None
             });
@@ -158,7 +158,7 @@ fn status_of(status: &NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
                 errors.push(FieldError::invalid(
                     "status.capacity.memory",
                     &map["memory"].0,
-                    &e,
+                    &e.to_string(),
                 ));
                 None
             });
