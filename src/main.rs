@@ -44,7 +44,7 @@ fn main() {
 }
 
 async fn dispatch(cli: &Cli) -> commands::Outcome {
-    let source = || Source::open(&cli.db, cli.server.as_deref());
+    let source = || Source::open_with_token(&cli.db, cli.server.as_deref(), cli.token.as_deref());
     match &cli.command {
         Command::Run(args) => commands::run::run(args, &cli.db).await,
         Command::Nodes { output } => commands::nodes::nodes(&source()?, *output).await,

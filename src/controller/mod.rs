@@ -107,6 +107,13 @@ pub enum ControllerError {
         tries: u32,
         last_error: String,
     },
+    /// A task of the controller's own (a probe sweep, a source listing, the
+    /// address lookups) panicked: a bug. The controller stops rather than
+    /// go on without it.
+    #[error(
+        "the {task} task failed: {reason}; the controller stopped so that a supervisor restarts it"
+    )]
+    TaskFailed { task: &'static str, reason: String },
 }
 
 /// A node the controller watches.
@@ -144,6 +151,15 @@ pub struct Controller {
     shutdown: CancellationToken,
     started: Instant,
     instance: String,
+    /// Finished sweeps and monitor passes, for `/readyz` (see [`Controller::report_passes`]).
+    passes: Passes,
+}
+
+/// Where finished passes are reported besides the metrics.
+#[derive(Default)]
+struct Passes {
+    sweep: Option<crate::readiness::Recurring>,
+    monitor: Option<crate::readiness::Recurring>,
 }
 
 impl Controller {
@@ -164,10 +180,12 @@ impl Controller {
         let now = Micros::now();
         let clean_stop = store.last_clean_stop()?;
         let last_event = store.last_event()?;
-        // The gap ends now; it starts at the clean stop, or at the last
-        // thing the previous controller is known to have written.
+        // The gap ends now; it starts at the clean stop, or at the last sign
+        // of life of the previous controller: its liveness stamp or its last
+        // write, whichever is newer.
+        let last_alive = crate::liveness::read(store.path()).map(|s| s.time);
         let downtime_seconds = clean_stop
-            .or(last_event.as_ref().map(|e| e.time))
+            .or(last_event.as_ref().map(|e| e.time).max(last_alive))
             .map(|since| now.since(since).as_secs_f64());
         let mut batch = Batch::new(now);
         batch.controller_event(EventKind::ControllerStarted {
@@ -220,6 +238,7 @@ impl Controller {
             shutdown: CancellationToken::new(),
             started,
             instance,
+            passes: Passes::default(),
         };
         let mut controller = controller;
         if controller.config.eviction.hook.is_some() {
@@ -307,6 +326,43 @@ impl Controller {
         &self.instance
     }
 
+    /// Reports finished passes to `/readyz`: a probe sweep (unless in push
+    /// mode) within three sync periods plus the kubelet timeout, and a
+    /// monitor pass within three monitor periods.
+    pub fn report_passes(&mut self, ready: &crate::readiness::Checks) {
+        let config = &self.config;
+        if config.status_mode != StatusMode::Push {
+            self.passes.sweep = Some(ready.register_recurring(
+                "probe-sweep",
+                "probe sweep",
+                config.node_sync_period * 3 + config.probe.timeout,
+            ));
+        }
+        self.passes.monitor = Some(ready.register_recurring(
+            "monitor-pass",
+            "monitor pass",
+            config.node_monitor_period * 3,
+        ));
+    }
+
+    fn sweep_finished(&self) {
+        if let Some(sweep) = &self.passes.sweep {
+            sweep.done();
+        }
+        self.metrics
+            .last_sweep
+            .set(crate::metrics::unix_seconds(Micros::now()));
+    }
+
+    fn monitor_pass_finished(&self) {
+        if let Some(monitor) = &self.passes.monitor {
+            monitor.done();
+        }
+        self.metrics
+            .last_monitor_pass
+            .set(crate::metrics::unix_seconds(Micros::now()));
+    }
+
     /// Runs until `shutdown`: registers `specs` (with retries), then probes,
     /// monitors and answers pushes. Stops cleanly.
     pub async fn run(
@@ -353,6 +409,12 @@ impl Controller {
             .as_ref()
             .filter(|c| c.sync_node_list)
             .cloned();
+        // A task of ours that panicked: stop (cleanly) and say so.
+        let mut failed: Option<ControllerError> = None;
+        let task_failed = |task, e: tokio::task::JoinError| ControllerError::TaskFailed {
+            task,
+            reason: e.to_string(),
+        };
         loop {
             if let Some(reason) = self.broken.take() {
                 return Err(ControllerError::FlushFailed(reason));
@@ -376,30 +438,43 @@ impl Controller {
                     lookups = None;
                     match found {
                         Ok(found) => self.apply_address_lookups(found).await,
-                        Err(e) => tracing::error!("address lookups failed: {e}"),
+                        Err(e) => {
+                            failed = Some(task_failed("address lookup", e));
+                            break;
+                        }
                     }
                 }
                 listed = async { listing.as_mut().expect("guarded by the branch condition").await }, if listing.is_some() => {
                     listing = None;
                     match listed {
                         Ok(result) => self.apply_listing(result).await,
-                        Err(e) => tracing::error!("listing the cloud source failed: {e}"),
+                        Err(e) => {
+                            failed = Some(task_failed("cloud source listing", e));
+                            break;
+                        }
                     }
                 }
                 answers = async { sweep.as_mut().expect("guarded by the branch condition").await }, if sweep.is_some() => {
                     sweep = None;
                     match answers {
                         Ok(answers) => match self.apply_sweep(answers).await {
-                            Ok(report) => tracing::debug!(?report, "sweep done"),
+                            Ok(report) => {
+                                tracing::debug!(?report, "sweep done");
+                                self.sweep_finished();
+                            }
                             // Nothing was acknowledged; the next sweep decides again.
                             Err(e) => tracing::error!("sweep results could not be stored: {e}"),
                         },
-                        Err(e) => tracing::error!("probe sweep failed: {e}"),
+                        Err(e) => {
+                            failed = Some(task_failed("probe sweep", e));
+                            break;
+                        }
                     }
                 }
                 _ = monitor_ticks.tick() => {
                     self.monitor_pass().await;
                     self.eviction_pass().await;
+                    self.monitor_pass_finished();
                 }
                 _ = heartbeat_writes.tick() => {
                     if let Err(e) = self.persist_heartbeats().await {
@@ -428,6 +503,11 @@ impl Controller {
             lookups.abort();
         }
         self.rescues.abort_all();
+        if let Some(failed) = failed {
+            tracing::error!("{failed}");
+            self.stop().await?;
+            return Err(failed);
+        }
         self.stop().await
     }
 
