@@ -1,5 +1,7 @@
 //! The nodekeeper binary: parse the command line, set up logging, dispatch.
 
+use std::io::Write;
+
 use clap::Parser;
 use nodekeeper::cli::{Cli, Command};
 use nodekeeper::commands::{self, Failure};
@@ -34,12 +36,25 @@ fn main() {
             std::process::exit(1);
         }
     };
-    match runtime.block_on(dispatch(&cli)) {
-        Ok(text) => print!("{text}"),
-        Err(Failure { message, code }) => {
-            eprintln!("error: {message}");
-            std::process::exit(code);
+    let outcome = runtime.block_on(dispatch(&cli));
+    let printed = match &outcome {
+        Ok(text) => {
+            let mut out = commands::stdout();
+            out.write_all(text.as_bytes()).and_then(|()| out.flush())
         }
+        Err(_) => Ok(()),
+    };
+    // The reader went away (`| head`): what it wanted, it has. Exit quietly.
+    if commands::stdout_closed() {
+        std::process::exit(0);
+    }
+    if let Err(e) = printed {
+        eprintln!("error: cannot write the output: {e}");
+        std::process::exit(1);
+    }
+    if let Err(Failure { message, code }) = outcome {
+        eprintln!("error: {message}");
+        std::process::exit(code);
     }
 }
 
