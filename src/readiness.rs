@@ -68,6 +68,19 @@ impl Checks {
         Check { failure }
     }
 
+    /// The handle of a check registered with [`Checks::register`], for a
+    /// component other than the one that registered it (the store's write
+    /// path reports on `store`, which `run` registers).
+    pub fn check(&self, name: &str) -> Option<Check> {
+        let checks = self.checks.read().unwrap_or_else(|p| p.into_inner());
+        checks.iter().find_map(|(n, kind)| match kind {
+            Kind::Set(failure) if n == name => Some(Check {
+                failure: failure.clone(),
+            }),
+            _ => None,
+        })
+    }
+
     /// Registers a check that passes while `what` finished within `max_age`.
     pub fn register_recurring(
         &self,
@@ -250,6 +263,11 @@ mod tests {
             [("store".into(), Err("no space left on device".into()))]
         );
         assert_eq!(store.failure().as_deref(), Some("no space left on device"));
+        // Another component finds the same check by its name.
+        checks.check("store").unwrap().clear();
+        assert_eq!(verdicts(&checks), [("store".into(), Ok(()))]);
+        assert!(checks.check("nope").is_none());
+        store.fail("again");
         store.clear();
         assert_eq!(verdicts(&checks), [("store".into(), Ok(()))]);
     }

@@ -338,10 +338,28 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for WatchedIo<I> {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
 
-    // Not vectored: hyper then hands over each response head in one write,
-    // which is what `parse_error_as_status` looks at.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.poll_pending(cx))?;
+        if !self.connection.is_http2() {
+            // hyper writes a head alone, in one slice, when no body follows.
+            let mut slices = bufs.iter().filter(|b| !b.is_empty());
+            if let (Some(only), None) = (slices.next(), slices.next()) {
+                if let Some(answer) = parse_error_as_status(only) {
+                    self.pending = Some((answer, 0));
+                    std::task::ready!(self.poll_pending(cx))?;
+                    return Poll::Ready(Ok(only.len()));
+                }
+            }
+        }
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
     fn is_write_vectored(&self) -> bool {
-        false
+        self.io.is_write_vectored()
     }
 }
 
