@@ -245,7 +245,12 @@ async fn serve_connection(
                 None => return,
             },
         };
-        return serve_http(tcp, http2, peer, router, &config, &shutdown, &slot).await;
+        // Boxed, as below: each connection's task then holds only the state
+        // of the protocol and transport it uses.
+        return Box::pin(serve_http(
+            tcp, http2, peer, router, &config, &shutdown, &slot,
+        ))
+        .await;
     };
     let handshake = tokio::time::timeout(config.tls_handshake_timeout, acceptor.accept(tcp));
     let tls = tokio::select! {
@@ -264,7 +269,10 @@ async fn serve_connection(
         },
     };
     let http2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    serve_http(tls, http2, peer, router, &config, &shutdown, &slot).await
+    Box::pin(serve_http(
+        tls, http2, peer, router, &config, &shutdown, &slot,
+    ))
+    .await
 }
 
 /// Whether a plain connection opens with the HTTP/2 preface; `None` if it
@@ -350,7 +358,7 @@ async fn serve_http<I>(
             .keep_alive_timeout(h2.keep_alive_timeout)
             .max_header_list_size(h2.max_header_list_size)
             .serve_connection(io, service);
-        drive(served, peer, config, shutdown, &connection).await
+        Box::pin(drive(served, peer, config, shutdown, &connection)).await
     } else {
         let served = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -358,7 +366,7 @@ async fn serve_http<I>(
             // connections first (hyper's own timer also runs while idle).
             .header_read_timeout(config.idle_timeout + config.header_read_timeout)
             .serve_connection(io, service);
-        drive(served, peer, config, shutdown, &connection).await
+        Box::pin(drive(served, peer, config, shutdown, &connection)).await
     }
 }
 
