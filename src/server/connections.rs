@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use std::future::Future;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -46,8 +48,6 @@ pub(crate) struct Connection {
     evicted: AtomicBool,
     /// Cancelled to close the connection gracefully (evicted).
     pub close: CancellationToken,
-    /// The connection's task recomputes its deadline.
-    pub wake: Notify,
     table: Arc<Connections>,
 }
 
@@ -110,7 +110,6 @@ impl Connections {
             http2: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
             close: CancellationToken::new(),
-            wake: Notify::new(),
             table: self.clone(),
         });
         let mut table = self.table();
@@ -204,7 +203,6 @@ impl Connection {
         }
         self.head_started
             .store(self.now_ms() + 1, Ordering::Relaxed);
-        self.wake.notify_one();
     }
 
     /// The deadline in force now.
@@ -247,33 +245,59 @@ impl Drop for RequestActivity {
     fn drop(&mut self) {
         let c = &self.connection;
         c.idle_since.store(c.now_ms(), Ordering::Relaxed);
-        if c.active.fetch_sub(1, Ordering::Relaxed) == 1 {
-            c.wake.notify_one();
-            if c.table.len() >= c.table.cap {
-                c.table.changed.notify_waiters();
-            }
+        if c.active.fetch_sub(1, Ordering::Relaxed) == 1 && c.table.len() >= c.table.cap {
+            c.table.changed.notify_waiters();
         }
     }
 }
 
-/// A connection's byte stream, watched: the first byte of a request's
-/// headers starts the header deadline, and hyper's own bodiless error
-/// answers (400, 414, 431 for a request it cannot parse) are rewritten into
-/// Kubernetes `Status` objects.
+/// An HTTP/1.1 connection's byte stream, watched. Its deadlines are kept
+/// where hyper reads, so they cost no wake-up of their own: a request's
+/// headers must arrive within the header timeout of their first byte (or of
+/// the connect), else the read fails; an idle connection reads as closed
+/// once the idle timeout passes. hyper's own bodiless error answers (400,
+/// 414, 431 for a request it cannot parse) are rewritten into Kubernetes
+/// `Status` objects. HTTP/2 streams pass through untouched.
 pub(crate) struct WatchedIo<I> {
     io: I,
     connection: Arc<Connection>,
+    header_read_timeout: Duration,
+    idle_timeout: Duration,
+    /// Wakes hyper's read at the deadline in force, if any.
+    timer: Option<(Pin<Box<tokio::time::Sleep>>, Instant)>,
     /// A rewritten answer still to be written, and how much of it is out.
     pending: Option<(Vec<u8>, usize)>,
 }
 
 impl<I> WatchedIo<I> {
-    pub fn new(io: I, connection: Arc<Connection>) -> WatchedIo<I> {
+    pub fn new(
+        io: I,
+        connection: Arc<Connection>,
+        header_read_timeout: Duration,
+        idle_timeout: Duration,
+    ) -> WatchedIo<I> {
         WatchedIo {
             io,
             connection,
+            header_read_timeout,
+            idle_timeout,
+            timer: None,
             pending: None,
         }
+    }
+
+    /// Arms the timer for `at`; whether it has gone off.
+    fn timer_fired(&mut self, at: Instant, cx: &mut Context<'_>) -> bool {
+        match &mut self.timer {
+            Some((_, armed)) if *armed == at => {}
+            Some((sleep, armed)) => {
+                sleep.as_mut().reset(at);
+                *armed = at;
+            }
+            None => self.timer = Some((Box::pin(tokio::time::sleep_until(at)), at)),
+        }
+        let (sleep, _) = self.timer.as_mut().expect("armed above");
+        sleep.as_mut().poll(cx).is_ready()
     }
 }
 
@@ -285,10 +309,49 @@ impl<I: AsyncRead + Unpin> AsyncRead for WatchedIo<I> {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let result = Pin::new(&mut self.io).poll_read(cx, buf);
-        if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.connection.bytes_arrived();
+        if self.connection.is_http2() {
+            return result;
         }
-        result
+        match result {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                self.connection.bytes_arrived();
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => {
+                let deadline = self
+                    .connection
+                    .deadline(self.header_read_timeout, self.idle_timeout);
+                match deadline {
+                    // Serving: hyper may not read again once the response is
+                    // out, so look again within an idle timeout.
+                    Deadline::None => {
+                        let now = Instant::now();
+                        let at = match &self.timer {
+                            Some((_, armed)) if *armed > now => *armed,
+                            _ => now + self.idle_timeout,
+                        };
+                        if self.timer_fired(at, cx) {
+                            cx.waker().wake_by_ref();
+                        }
+                        Poll::Pending
+                    }
+                    Deadline::Headers(at) if self.timer_fired(at, cx) => {
+                        Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!(
+                                "request headers not received within {:?}",
+                                self.header_read_timeout
+                            ),
+                        )))
+                    }
+                    // Read as the client closing: hyper then closes an idle
+                    // connection the ordinary way.
+                    Deadline::Idle(at) if self.timer_fired(at, cx) => Poll::Ready(Ok(())),
+                    Deadline::Headers(_) | Deadline::Idle(_) => Poll::Pending,
+                }
+            }
+            ready => ready,
+        }
     }
 }
 

@@ -22,7 +22,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::connections::{Connection, Connections, Deadline, Slot, WatchedIo};
+use super::connections::{Connection, Connections, Slot, WatchedIo};
 use crate::metrics::Metrics;
 
 /// How connections are accepted and served.
@@ -35,7 +35,8 @@ pub struct ServeConfig {
     /// How long a client may take to send a request's headers, counted
     /// from their first byte (for a new connection, from the connect).
     pub header_read_timeout: Duration,
-    /// How long a kept-alive connection may sit idle between requests.
+    /// How long a kept-alive HTTP/1.1 connection may sit idle between
+    /// requests. (HTTP/2 connections stay while they answer pings.)
     pub idle_timeout: Duration,
     /// How long a client may take to finish the TLS handshake.
     pub tls_handshake_timeout: Duration,
@@ -346,7 +347,12 @@ async fn serve_http<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let connection: Arc<Connection> = Arc::clone(slot);
-    let io = TokioIo::new(WatchedIo::new(io, connection.clone()));
+    let io = TokioIo::new(WatchedIo::new(
+        io,
+        connection.clone(),
+        config.header_read_timeout,
+        config.idle_timeout,
+    ));
     let service = counted_service(router, connection.clone());
     if http2 {
         connection.set_http2();
@@ -362,9 +368,10 @@ async fn serve_http<I>(
     } else {
         let served = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
-            // A backstop only: the deadlines below close idle and slow
-            // connections first (hyper's own timer also runs while idle).
-            .header_read_timeout(config.idle_timeout + config.header_read_timeout)
+            // `WatchedIo` keeps the header and idle deadlines (hyper's own
+            // header timer would also run while idle, cutting kept-alive
+            // connections after the header timeout).
+            .header_read_timeout(None)
             .serve_connection(io, service);
         Box::pin(drive(served, peer, config, shutdown, &connection)).await
     }
@@ -392,7 +399,8 @@ fn counted_service(
     })
 }
 
-/// Polls a connection to its end while enforcing its deadlines, eviction and shutdown.
+/// Polls a connection to its end, closing it gracefully when it is evicted
+/// or the server shuts down. (Its deadlines are kept by [`WatchedIo`].)
 async fn drive<C: ServedConnection>(
     served: C,
     peer: SocketAddr,
@@ -401,38 +409,13 @@ async fn drive<C: ServedConnection>(
     connection: &Connection,
 ) {
     let mut served = std::pin::pin!(served);
-    let result = loop {
-        let deadline = connection.deadline(config.header_read_timeout, config.idle_timeout);
-        let until = match deadline {
-            Deadline::None => None,
-            Deadline::Idle(at) | Deadline::Headers(at) => Some(at),
-        };
-        tokio::select! {
-            result = served.as_mut() => break result,
-            _ = connection.wake.notified() => continue,
-            _ = tokio::time::sleep_until(until.unwrap_or_else(tokio::time::Instant::now)), if until.is_some() => {
-                // The state may have changed since the deadline was read.
-                match connection.deadline(config.header_read_timeout, config.idle_timeout) {
-                    Deadline::Headers(at) if at <= tokio::time::Instant::now() => {
-                        tracing::debug!(%peer, "request headers not received within {:?}", config.header_read_timeout);
-                        return;
-                    }
-                    Deadline::Idle(at) if at <= tokio::time::Instant::now() => {
-                        break close_gracefully(served.as_mut(), config.shutdown_grace, peer).await;
-                    }
-                    _ => continue,
-                }
-            }
-            _ = connection.close.cancelled() => {
-                // Evicted while idle: the same as an idle timeout.
-                break close_gracefully(served.as_mut(), config.shutdown_grace, peer).await;
-            }
-            _ = shutdown.cancelled() => {
-                // Idle connections close now; a request in flight may finish, a
-                // watch is cut when the grace runs out.
-                break close_gracefully(served.as_mut(), config.shutdown_grace, peer).await;
-            }
-        }
+    let result = tokio::select! {
+        result = served.as_mut() => result,
+        // Evicted while idle: the same as an idle timeout.
+        _ = connection.close.cancelled() => close_gracefully(served.as_mut(), config.shutdown_grace, peer).await,
+        // Idle connections close now; a request in flight may finish, a
+        // watch is cut when the grace runs out.
+        _ = shutdown.cancelled() => close_gracefully(served.as_mut(), config.shutdown_grace, peer).await,
     };
     if let Err(e) = result {
         tracing::debug!(%peer, "connection ended: {e}");
