@@ -1003,3 +1003,92 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(open_files: u64, nodes: usize, probed_nodes: usize) -> SizingInput {
+        SizingInput {
+            open_files,
+            nodes,
+            probed_nodes,
+            simulated_nodes: 0,
+            max_connections: 0,
+            limits: ApiLimits {
+                max_mutating: 0,
+                ..ApiLimits::default()
+            },
+        }
+    }
+
+    #[test]
+    fn ten_thousand_pushing_kubelets_fit_with_room_for_readers() {
+        let sized = size_api(input(20_000, 10_000, 0)).unwrap();
+        assert_eq!(sized.max_connections, 19_744);
+        assert!(sized.max_connections >= 10_000 + READER_CONNECTIONS);
+        assert_eq!(sized.health_check_room, 64);
+        assert_eq!(sized.limits.max_watches, 100);
+        assert_eq!(sized.limits.max_reads, 400);
+        // Every node may have its heartbeat in flight at once.
+        assert_eq!(sized.limits.max_mutating, 19_180);
+        assert!(sized.limits.max_mutating >= 10_000);
+        // The budgets never take the last connections.
+        let l = sized.limits;
+        assert_eq!(
+            l.max_watches + l.max_reads + l.max_mutating + sized.health_check_room,
+            sized.max_connections
+        );
+    }
+
+    #[test]
+    fn probes_and_simulated_kubelets_keep_their_files() {
+        assert_eq!(
+            size_api(input(20_000, 10_000, 10_000))
+                .unwrap()
+                .max_connections,
+            9_744
+        );
+        let mut simulated = input(20_000, 100, 100);
+        simulated.simulated_nodes = 100;
+        // 256 spare, 100 probe connections, 300 for the simulated kubelets.
+        assert_eq!(size_api(simulated).unwrap().max_connections, 19_344);
+    }
+
+    #[test]
+    fn explicit_caps_are_checked_against_each_other_and_the_files() {
+        let mut small = input(20_000, 1, 0);
+        small.max_connections = 40;
+        small.limits.max_watches = 5;
+        small.limits.max_reads = 10;
+        let sized = size_api(small).unwrap();
+        assert_eq!(sized.max_connections, 40);
+        assert_eq!(sized.health_check_room, 4);
+        assert_eq!(sized.limits.max_mutating, 21);
+
+        let mut too_many = input(1_024, 0, 0);
+        too_many.max_connections = 5_000;
+        let e = size_api(too_many).unwrap_err();
+        assert!(
+            e.contains("--max-connections 5000") && e.contains("at most 768"),
+            "{e}"
+        );
+
+        let mut no_room = small;
+        no_room.limits.max_reads = 31;
+        let e = size_api(no_room).unwrap_err();
+        assert!(e.contains("leaves no room for writes"), "{e}");
+
+        let mut writes = small;
+        writes.limits.max_mutating = 22;
+        let e = size_api(writes).unwrap_err();
+        assert!(e.contains("--max-mutating-requests-inflight 22"), "{e}");
+
+        let mut no_watches = small;
+        no_watches.limits.max_watches = 0;
+        assert_eq!(
+            size_api(no_watches).unwrap_err(),
+            "--max-watches must be at least 1"
+        );
+    }
+}
