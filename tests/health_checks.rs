@@ -310,3 +310,52 @@ async fn after_a_kill_the_downtime_counts_from_the_liveness_stamp() {
     );
     assert!(c.stop().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_follows_the_mirrors_api_server() {
+    use nodekeeper::sim::apiserver::{FakeApiServer, Fault};
+    let api = FakeApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = dir.path().join("nodes.yaml");
+    std::fs::write(&nodes, "- name: edge-1\n  address: 127.82.9.1\n").unwrap();
+    let url = api.url();
+    let c = Controller::start(
+        &dir.path().join("db"),
+        &push_mode_args(
+            &nodes,
+            &[
+                "--master",
+                &url,
+                "--kube-api-timeout",
+                "1s",
+                "--leader-elect=false",
+            ],
+        ),
+    );
+    wait_text(
+        &c,
+        "/readyz?exclude=monitor-pass&verbose",
+        200,
+        "[+]mirror ok\n",
+    )
+    .await;
+    api.set_fault(Fault::Down);
+    let body = wait_text(
+        &c,
+        "/readyz?exclude=monitor-pass&verbose",
+        500,
+        "[-]mirror failed: the API server",
+    )
+    .await;
+    assert!(body.contains("has not answered since"), "{body}");
+    assert_eq!(text(&c, "/livez").await, (200, "ok".into()));
+    api.set_fault(Fault::None);
+    wait_text(
+        &c,
+        "/readyz?exclude=monitor-pass&verbose",
+        200,
+        "[+]mirror ok\n",
+    )
+    .await;
+    assert!(c.stop().success());
+}
