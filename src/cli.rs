@@ -29,8 +29,10 @@ pub struct Cli {
     #[arg(long, global = true, env = "NODEKEEPER_SERVER")]
     pub server: Option<String>,
 
-    /// A bearer token for a controller run with --token-file (an operator's
-    /// token: cordon, label, taint and delete need one there).
+    /// A bearer token for a controller run with --token-file: every request
+    /// but the health checks needs one there, and cordon, label, taint and
+    /// delete an operator's (prefer the environment variable: a flag shows
+    /// in the process list).
     #[arg(long, global = true, env = "NODEKEEPER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 
@@ -208,14 +210,34 @@ pub struct RunArgs {
     /// The private key of --tls-cert-file (PEM).
     #[arg(long, value_name = "PATH", help_heading = "HTTP API", value_hint = ValueHint::FilePath)]
     pub tls_private_key_file: Option<String>,
-    /// Bearer tokens for writes, one a line: `TOKEN` (any node), `TOKEN,NODE`
-    /// (that node only), or kube-apiserver's `token,user,uid[,"groups"]`
-    /// (user system:node:NAME is bound to NAME). Reads stay open.
+    /// Bearer tokens, one a line: `TOKEN` (any node), `TOKEN,NODE` (that
+    /// node only), or kube-apiserver's `token,user,uid[,"groups"]` (user
+    /// system:node:NAME is bound to NAME). Every request but the health
+    /// checks (/healthz, /livez, /readyz) then needs one, reads included.
     #[arg(long, value_name = "PATH", help_heading = "HTTP API", value_hint = ValueHint::FilePath)]
     pub token_file: Option<String>,
     /// Serve a non-loopback --listen address even without TLS or tokens.
     #[arg(long, help_heading = "HTTP API")]
     pub insecure_listen: bool,
+    /// API connections open at once; at the cap, the longest-idle one is
+    /// closed for a new client. 0: as many as the open-file limit allows
+    /// once probes and the store have theirs.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_connections: usize,
+    /// Watches streaming at once; more are answered 429 (Retry-After: 1).
+    #[arg(long, default_value_t = crate::server::ApiLimits::DEFAULT_MAX_WATCHES, value_name = "N")]
+    pub max_watches: usize,
+    /// Other reads in flight at once; more are answered 429.
+    #[arg(long, default_value_t = crate::server::ApiLimits::DEFAULT_MAX_READS, value_name = "N")]
+    pub max_requests_inflight: usize,
+    /// Writes (heartbeats included) in flight at once; more are answered
+    /// 429. 0: every connection not kept for watches, reads and health checks.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_mutating_requests_inflight: usize,
+    /// How long a request body may take to arrive once its headers have;
+    /// a slower one is answered 408 and its connection closed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub request_body_timeout: Duration,
 
     /// Static nodes, comma-separated names or IPs.
     #[arg(long, help_heading = "Nodes and sources")]

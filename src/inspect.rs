@@ -85,8 +85,18 @@ impl Source {
     /// Opens the store at `db`; if a running controller holds it, talks to
     /// that controller instead. `server` forces the HTTP way.
     pub fn open(db: &Path, server: Option<&str>) -> Result<Source, InspectError> {
+        Source::open_with_token(db, server, None)
+    }
+
+    /// [`Source::open`], presenting `token` to a controller that needs one
+    /// (`run --token-file`).
+    pub fn open_with_token(
+        db: &Path,
+        server: Option<&str>,
+        token: Option<&str>,
+    ) -> Result<Source, InspectError> {
         if let Some(url) = server {
-            return Source::remote(url, None);
+            return Source::remote(url, None, token);
         }
         if !db.exists() {
             return Err(InspectError::NoStore(db.display().to_string()));
@@ -99,7 +109,7 @@ impl Source {
         ) {
             Ok(store) => Ok(Source::Local(store)),
             Err(StoreError::Locked { path }) => match Discovery::read(&path) {
-                Some(found) => Source::remote(&found.url, found.ca_file.as_deref()),
+                Some(found) => Source::remote(&found.url, found.ca_file.as_deref(), token),
                 None => Err(StoreError::Locked { path }.into()),
             },
             Err(e) => Err(e.into()),
@@ -108,7 +118,11 @@ impl Source {
 
     /// A client for `url`; with `ca_file` (the controller's serving
     /// certificate, from its discovery file) it trusts that and nothing else.
-    fn remote(url: &str, ca_file: Option<&Path>) -> Result<Source, InspectError> {
+    fn remote(
+        url: &str,
+        ca_file: Option<&Path>,
+        token: Option<&str>,
+    ) -> Result<Source, InspectError> {
         let failed = |reason: String| InspectError::Remote {
             url: url.to_string(),
             reason,
@@ -118,6 +132,19 @@ impl Source {
             .no_proxy()
             .timeout(HTTP_TIMEOUT)
             .connect_timeout(Duration::from_secs(5));
+        if let Some(token) = token.map(str::trim).filter(|t| !t.is_empty()) {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| {
+                    failed(
+                        "the token cannot travel in an HTTP header (it holds control characters)"
+                            .into(),
+                    )
+                })?;
+            value.set_sensitive(true);
+            let headers =
+                reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, value)]);
+            builder = builder.default_headers(headers);
+        }
         if let Some(path) = ca_file {
             let certs = std::fs::read(path)
                 .map_err(|e| e.to_string())
@@ -186,6 +213,11 @@ impl Source {
         }
         if status == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
+        }
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            return Err(remote(
+                "401 Unauthorized: it runs with --token-file; give one of its tokens in NODEKEEPER_TOKEN (or --token)".into(),
+            ));
         }
         if !status.is_success() {
             let message = serde_json::from_slice::<serde_json::Value>(&body)

@@ -1,5 +1,7 @@
 //! The nodekeeper binary: parse the command line, set up logging, dispatch.
 
+use std::io::Write;
+
 use nodekeeper::cli::{Cli, Command, ConfigCommand};
 use nodekeeper::commands::{self, Failure};
 use nodekeeper::inspect::Source;
@@ -43,18 +45,30 @@ fn main() {
             std::process::exit(1);
         }
     };
-    match runtime.block_on(dispatch(&cli, &settings)) {
-        Ok(text) => print!("{text}"),
-        Err(Failure { message, code }) => {
-            eprintln!("error: {message}");
-            std::process::exit(code);
+    let outcome = runtime.block_on(dispatch(&cli, &settings));
+    let printed = match &outcome {
+        Ok(text) => {
+            let mut out = commands::stdout();
+            out.write_all(text.as_bytes()).and_then(|()| out.flush())
         }
+        Err(_) => Ok(()),
+    };
+    // The reader went away (`| head`): what it wanted, it has. Exit quietly.
+    if commands::stdout_closed() {
+        std::process::exit(0);
+    }
+    if let Err(e) = printed {
+        eprintln!("error: cannot write the output: {e}");
+        std::process::exit(1);
+    }
+    if let Err(Failure { message, code }) = outcome {
+        eprintln!("error: {message}");
+        std::process::exit(code);
     }
 }
 
 async fn dispatch(cli: &Cli, settings: &[nodekeeper::config::Setting]) -> commands::Outcome {
-    let source =
-        || Source::open(&cli.db, cli.server.as_deref()).map(|s| s.with_token(cli.token.clone()));
+    let source = || Source::open_with_token(&cli.db, cli.server.as_deref(), cli.token.as_deref());
     match &cli.command {
         Command::Run(args) => commands::run::run(args, &cli.db).await,
         Command::Nodes { output } => commands::nodes::nodes(&source()?, *output).await,

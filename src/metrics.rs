@@ -97,6 +97,48 @@ pub struct Metrics {
     pub mirror_retries: Counter,
     pub mirror_lease_renewals: Counter,
     pub mirror_leader: Gauge,
+    pub last_sweep: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub last_monitor_pass: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub http_connections: Gauge,
+    pub http_connections_evicted: Counter,
+    pub http_inflight: Family<RequestKindLabels, Gauge>,
+    pub http_rejected: Family<RejectedLabels, Counter>,
+}
+
+/// Which budget an API request counts against.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum RequestKind {
+    /// Watches: long-running.
+    Watch,
+    /// Other reads.
+    Read,
+    /// Writes (heartbeats among them).
+    Mutating,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestKindLabels {
+    pub kind: RequestKind,
+}
+
+/// Why the API refused a request before handling it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum RejectReason {
+    /// Its budget was full (429).
+    TooManyRequests,
+    /// Its body did not arrive in time (408).
+    BodyTimeout,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectedLabels {
+    pub kind: RequestKind,
+    pub reason: RejectReason,
+}
+
+/// A wall-clock time as Unix seconds, for `*_timestamp_seconds` gauges.
+pub fn unix_seconds(t: crate::model::Micros) -> f64 {
+    t.0 as f64 / 1e6
 }
 
 impl Default for Metrics {
@@ -289,7 +331,49 @@ impl Metrics {
             "1 while this controller holds the leader Lease and writes to the API server",
             mirror_leader.clone(),
         );
+        let last_sweep = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "last_sweep_timestamp_seconds",
+            "When the last probe sweep finished and its results were stored (Unix seconds; 0 before the first)",
+            last_sweep.clone(),
+        );
+        let last_monitor_pass = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "last_monitor_pass_timestamp_seconds",
+            "When the last monitor pass (silence check and eviction) finished (Unix seconds; 0 before the first)",
+            last_monitor_pass.clone(),
+        );
+        let http_connections = Gauge::default();
+        registry.register(
+            "http_connections",
+            "API connections open",
+            http_connections.clone(),
+        );
+        let http_connections_evicted = Counter::default();
+        registry.register(
+            "http_connections_evicted",
+            "Idle API connections closed to make room for new ones (the connection cap was reached)",
+            http_connections_evicted.clone(),
+        );
+        let http_inflight = Family::<RequestKindLabels, Gauge>::default();
+        registry.register(
+            "http_inflight_requests",
+            "API requests being served, by budget (watches, other reads, writes)",
+            http_inflight.clone(),
+        );
+        let http_rejected = Family::<RejectedLabels, Counter>::default();
+        registry.register(
+            "http_rejected_requests",
+            "API requests refused before being handled: budget full (429) or body too slow (408)",
+            http_rejected.clone(),
+        );
         Metrics {
+            last_sweep,
+            last_monitor_pass,
+            http_connections,
+            http_connections_evicted,
+            http_inflight,
+            http_rejected,
             mirror_backlog,
             mirror_oldest_age,
             mirror_requests,

@@ -257,6 +257,17 @@ async fn a_full_disk_refuses_changes_and_keeps_serving() {
     assert_eq!(code, 200);
     assert_eq!(list["items"].as_array().unwrap().len(), 3);
     assert_eq!(c.text("/healthz").await, "ok");
+    assert_eq!(c.text("/livez").await, "ok");
+    // It cannot record a decision: not ready, and /readyz says why.
+    let (code, verbose) = c.get("/readyz?verbose").await;
+    assert_eq!(code, 500, "{verbose}");
+    let verbose = verbose.as_str().unwrap().to_string();
+    assert!(
+        verbose
+            .lines()
+            .any(|l| l.starts_with("[-]store failed") && l.contains("free")),
+        "{verbose}"
+    );
     let out = Command::new(BIN)
         .args(["--db", &db.to_string_lossy(), "nodes"])
         .output()
@@ -276,6 +287,11 @@ async fn a_full_disk_refuses_changes_and_keeps_serving() {
     })
     .await;
     c.wait_ready(sick, "False").await;
+    let (code, verbose) = c.get("/readyz?verbose").await;
+    assert!(
+        verbose.as_str().unwrap().contains("[+]store ok"),
+        "{code} {verbose}"
+    );
     let (code, body) = patch_ready(&c, "edge-push", "False", "2026-11-30T09:00:30Z").await;
     assert_eq!(code, 200, "{body}");
     c.wait_ready("edge-push", "False").await;

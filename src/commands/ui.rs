@@ -117,6 +117,7 @@ pub async fn ui(args: &UiArgs, db: &Path) -> Outcome {
         controller,
         shutdown: shutdown.clone(),
         mirror: None,
+        health: crate::readiness::Health::new(),
     };
     let router = crate::server::console::read_only_router(state, tokens);
     let listener = TcpListener::bind(args.listen)

@@ -130,6 +130,13 @@ pub enum ControllerError {
         tries: u32,
         last_error: String,
     },
+    /// A task of the controller's own (a probe sweep, a source listing, the
+    /// address lookups) panicked: a bug. The controller stops rather than
+    /// go on without it.
+    #[error(
+        "the {task} task failed: {reason}; the controller stopped so that a supervisor restarts it"
+    )]
+    TaskFailed { task: &'static str, reason: String },
 }
 
 /// A node the controller watches.
@@ -183,6 +190,15 @@ pub struct Controller {
     shutdown: CancellationToken,
     started: Instant,
     instance: String,
+    /// Finished sweeps and monitor passes, for `/readyz` (see [`Controller::report_passes`]).
+    passes: Passes,
+}
+
+/// Where finished passes are reported besides the metrics.
+#[derive(Default)]
+struct Passes {
+    sweep: Option<crate::readiness::Recurring>,
+    monitor: Option<crate::readiness::Recurring>,
 }
 
 impl Controller {
@@ -203,10 +219,12 @@ impl Controller {
         let now = Micros::now();
         let clean_stop = store.last_clean_stop()?;
         let last_event = store.last_event()?;
-        // The gap ends now; it starts at the clean stop, or at the last
-        // thing the previous controller is known to have written.
+        // The gap ends now; it starts at the clean stop, or at the last sign
+        // of life of the previous controller: its liveness stamp or its last
+        // write, whichever is newer.
+        let last_alive = crate::liveness::read(store.path()).map(|s| s.time);
         let downtime_seconds = clean_stop
-            .or(last_event.as_ref().map(|e| e.time))
+            .or(last_event.as_ref().map(|e| e.time).max(last_alive))
             .map(|since| now.since(since).as_secs_f64());
         let (settled_tx, settled) = mpsc::unbounded_channel();
         let writer = StoreWriter::start(
@@ -298,6 +316,7 @@ impl Controller {
             shutdown: CancellationToken::new(),
             started,
             instance,
+            passes: Passes::default(),
         };
         let mut controller = controller;
         if controller.config.eviction.hook.is_some() {
@@ -526,6 +545,43 @@ impl Controller {
         &self.instance
     }
 
+    /// Reports finished passes to `/readyz`: a probe sweep (unless in push
+    /// mode) within three sync periods plus the kubelet timeout, and a
+    /// monitor pass within three monitor periods.
+    pub fn report_passes(&mut self, ready: &crate::readiness::Checks) {
+        let config = &self.config;
+        if config.status_mode != StatusMode::Push {
+            self.passes.sweep = Some(ready.register_recurring(
+                "probe-sweep",
+                "probe sweep",
+                config.node_sync_period * 3 + config.probe.timeout,
+            ));
+        }
+        self.passes.monitor = Some(ready.register_recurring(
+            "monitor-pass",
+            "monitor pass",
+            config.node_monitor_period * 3,
+        ));
+    }
+
+    fn sweep_finished(&self) {
+        if let Some(sweep) = &self.passes.sweep {
+            sweep.done();
+        }
+        self.metrics
+            .last_sweep
+            .set(crate::metrics::unix_seconds(Micros::now()));
+    }
+
+    fn monitor_pass_finished(&self) {
+        if let Some(monitor) = &self.passes.monitor {
+            monitor.done();
+        }
+        self.metrics
+            .last_monitor_pass
+            .set(crate::metrics::unix_seconds(Micros::now()));
+    }
+
     /// Runs until `shutdown`: registers `specs` (with retries), then probes,
     /// monitors and answers pushes. Stops cleanly.
     pub async fn run(
@@ -576,6 +632,12 @@ impl Controller {
             .as_ref()
             .filter(|c| c.sync_node_list)
             .cloned();
+        // A task of ours that panicked: stop (cleanly) and say so.
+        let mut failed: Option<ControllerError> = None;
+        let task_failed = |task, e: tokio::task::JoinError| ControllerError::TaskFailed {
+            task,
+            reason: e.to_string(),
+        };
         loop {
             tokio::select! {
                 // What the writer did first (a refusal must be settled before
@@ -608,25 +670,37 @@ impl Controller {
                     lookups = None;
                     match found {
                         Ok(found) => self.apply_address_lookups(found).await,
-                        Err(e) => tracing::error!("address lookups failed: {e}"),
+                        Err(e) => {
+                            failed = Some(task_failed("address lookup", e));
+                            break;
+                        }
                     }
                 }
                 listed = async { listing.as_mut().expect("guarded by the branch condition").await }, if listing.is_some() => {
                     listing = None;
                     match listed {
                         Ok(result) => self.apply_listing(result).await,
-                        Err(e) => tracing::error!("listing the cloud source failed: {e}"),
+                        Err(e) => {
+                            failed = Some(task_failed("cloud source listing", e));
+                            break;
+                        }
                     }
                 }
                 answers = async { sweep.as_mut().expect("guarded by the branch condition").await }, if sweep.is_some() => {
                     sweep = None;
                     match answers {
                         Ok(answers) => match self.apply_sweep(answers).await {
-                            Ok(report) => tracing::debug!(?report, "sweep done"),
+                            Ok(report) => {
+                                tracing::debug!(?report, "sweep done");
+                                self.sweep_finished();
+                            }
                             // Nothing was acknowledged; the next sweep decides again.
                             Err(e) => log_unstored("sweep results", &e),
                         },
-                        Err(e) => tracing::error!("probe sweep failed: {e}"),
+                        Err(e) => {
+                            failed = Some(task_failed("probe sweep", e));
+                            break;
+                        }
                     }
                 }
                 _ = monitor_ticks.tick() => {
@@ -634,6 +708,7 @@ impl Controller {
                     self.record_unrecorded().await;
                     self.monitor_pass().await;
                     self.eviction_pass().await;
+                    self.monitor_pass_finished();
                 }
                 _ = heartbeat_writes.tick() => self.checkpoint_heartbeats(),
                 Some(rescue) = self.rescues.join_next(), if !self.rescues.is_empty() => {
@@ -661,6 +736,11 @@ impl Controller {
             read.abort();
         }
         self.rescues.abort_all();
+        if let Some(failed) = failed {
+            tracing::error!("{failed}");
+            self.stop().await?;
+            return Err(failed);
+        }
         self.stop().await
     }
 

@@ -1,11 +1,12 @@
-//! Bearer tokens from `--token-file`: who may write, and which node a caller may change.
+//! Bearer tokens from `--token-file`: who may call the API at all, and which
+//! node a caller may change.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -16,7 +17,7 @@ use crate::source::static_list::normalize_name;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {
     /// No token was presented: no `--token-file` is configured (everything
-    /// is allowed), or the request is a read.
+    /// is allowed), or the request is a health check.
     Anonymous,
     /// A token bound to no node: may change any node.
     Operator,
@@ -93,7 +94,7 @@ impl Tokens {
         }
         if entries.is_empty() {
             return Err(format!(
-                "--token-file {origin} holds no tokens: writes could never be authorized; add a line `TOKEN` or `TOKEN,NODE`"
+                "--token-file {origin} holds no tokens: no request could ever be authorized; add a line `TOKEN` or `TOKEN,NODE`"
             ));
         }
         Ok(Tokens { entries, users })
@@ -212,9 +213,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// The auth middleware, for `axum::middleware::from_fn_with_state` with the
 /// configured tokens. Without tokens every caller is [`Caller::Anonymous`].
-/// With tokens, anything but GET and HEAD needs `Authorization: Bearer
-/// TOKEN`; a token presented on a read must be valid too, as with
-/// kube-apiserver.
+/// With tokens, every request needs `Authorization: Bearer TOKEN` (reads
+/// and watches too, as kube-apiserver without anonymous auth), except the
+/// health checks `/healthz`, `/livez` and `/readyz`; a token presented there
+/// must be valid all the same.
 pub async fn authenticate(
     State(tokens): State<Option<Arc<Tokens>>>,
     mut request: Request,
@@ -228,17 +230,13 @@ pub async fn authenticate(
                 Some(found) => found,
                 None => return unauthorized(),
             },
-            None if is_read(request.method()) => anonymous(),
+            None if super::limits::is_health_check(request.uri().path()) => anonymous(),
             None => return unauthorized(),
         },
     };
     request.extensions_mut().insert(caller);
     request.extensions_mut().insert(identity);
     next.run(request).await
-}
-
-fn is_read(method: &Method) -> bool {
-    *method == Method::GET || *method == Method::HEAD
 }
 
 /// The token of `Authorization: Bearer TOKEN` (the scheme in any case), if any.

@@ -4,7 +4,7 @@
 //! document (`apidiscovery.k8s.io/v2`); plain `application/json` answers
 //! make it fall back to these legacy documents, which are all we serve.
 
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -50,17 +50,19 @@ fn version_info() -> Info {
 }
 
 /// `/api`: the legacy core group's versions.
-pub(crate) async fn api(headers: HeaderMap) -> Response {
+pub(crate) async fn api(headers: HeaderMap, uri: Uri) -> Response {
     Json(APIVersions {
         versions: vec!["v1".to_string()],
         server_address_by_client_cidrs: vec![ServerAddressByClientCIDR {
             client_cidr: "0.0.0.0/0".to_string(),
-            // Where the client reached us is where it should come back.
+            // Where the client reached us is where it should come back
+            // (HTTP/2 clients name it in the request's authority, not in Host).
             server_address: headers
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok())
-                .unwrap_or_default()
-                .to_string(),
+                .map(str::to_string)
+                .or_else(|| uri.authority().map(|a| a.to_string()))
+                .unwrap_or_default(),
         }],
     })
     .into_response()
