@@ -510,6 +510,8 @@ fn check_api_server_flags(args: &RunArgs) -> Result<(), RunError> {
 /// This process in a leader Lease: the host name and a fresh id, as
 /// kube-controller-manager does.
 fn identity() -> String {
+    // Read once while the configuration is validated, before any task runs.
+    #[allow(clippy::disallowed_methods)]
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
@@ -544,16 +546,21 @@ impl Discovery {
 
     /// Reads the discovery file of a store, if there is one.
     pub fn read(db: &Path) -> Option<Discovery> {
-        serde_json::from_slice(&std::fs::read(Self::path(db)).ok()?).ok()
+        // A small file read by one-shot commands before they do anything else.
+        #[allow(clippy::disallowed_methods)]
+        let bytes = std::fs::read(Self::path(db)).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
-    fn write(&self, db: &Path) -> Result<(), RunError> {
+    async fn write(&self, db: &Path) -> Result<(), RunError> {
         let path = Self::path(db);
         let tmp = db.join(".controller.json.tmp");
         let body = serde_json::to_vec_pretty(self).unwrap_or_default();
-        std::fs::write(&tmp, body)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|source| RunError::Discovery { path, source })
+        let written = match tokio::fs::write(&tmp, body).await {
+            Ok(()) => tokio::fs::rename(&tmp, &path).await,
+            Err(e) => Err(e),
+        };
+        written.map_err(|source| RunError::Discovery { path, source })
     }
 }
 
@@ -702,7 +709,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
             .map(|f| format!("http://{}", f.control_addr())),
         ca_file: config.tls_cert_file.clone(),
     };
-    discovery.write(&config.db)?;
+    discovery.write(&config.db).await?;
     tracing::info!(
         url = %discovery.url,
         db = %config.db.display(),
@@ -821,7 +828,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         shutdown.cancel();
         fleet.closed().await;
     }
-    let _ = std::fs::remove_file(Discovery::path(&config.db));
+    let _ = tokio::fs::remove_file(Discovery::path(&config.db)).await;
     outcome
 }
 

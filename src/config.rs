@@ -187,6 +187,8 @@ fn file_args(
     path: &Path,
     command: &clap::Command,
 ) -> Result<Vec<(String, Vec<OsString>)>, ConfigError> {
+    // Read once at start-up, before the runtime (or any task) runs.
+    #[allow(clippy::disallowed_methods)]
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
@@ -263,6 +265,8 @@ fn blame_file(
         .find(|a| a.get_long() == Some(long) && from_file.iter().any(|id| id == a.get_id()));
     match (arg, path) {
         (Some(_), Some(path)) => {
+            // Read again to point at the line, before the runtime starts.
+            #[allow(clippy::disallowed_methods)]
             let text = std::fs::read_to_string(path).unwrap_or_default();
             let reason = error.to_string();
             let reason = reason
@@ -479,6 +483,9 @@ fn yaml_scalar(s: &str) -> String {
 }
 
 #[cfg(test)]
+// Tests write and read their fixtures with std::fs: blocking a test's own
+// runtime stalls nothing else.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 

@@ -291,6 +291,8 @@ impl Prober {
         )
         .to_string();
         if let Some(path) = &config.token_file {
+            // A prober is built at start-up, before any sweep runs.
+            #[allow(clippy::disallowed_methods)]
             let token = std::fs::read_to_string(path).map_err(|source| ProbeConfigError::Read {
                 flag: "--kubelet-token-file",
                 path: path.clone(),
@@ -662,6 +664,8 @@ pub fn classify(status: u16, body: &[u8], complete: bool) -> ProbeOutcome {
     ProbeOutcome::Unhealthy { status, excerpt }
 }
 
+// Certificates and keys are read when a prober is built, at start-up.
+#[allow(clippy::disallowed_methods)]
 fn read_file(flag: &'static str, path: &str) -> Result<Vec<u8>, ProbeConfigError> {
     std::fs::read(path).map_err(|source| ProbeConfigError::Read {
         flag,
@@ -1049,6 +1053,9 @@ mod tests {
 /// Kubelets behind TLS: verification against a CA, the insecure switch,
 /// client certificates and bearer tokens, end to end on loopback.
 #[cfg(test)]
+// Tests write and read their fixtures with std::fs: blocking a test's own
+// runtime stalls nothing else.
+#[allow(clippy::disallowed_methods)]
 mod tls_tests {
     use super::*;
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};

@@ -3,6 +3,9 @@
 //! with `--token-file` nothing but the health checks answers without a
 //! token; every error is a `Status`; HTTP/2 is spoken; 10,000 kept-alive
 //! connections fit.
+// Tests set up files with std::fs and time real processes: clippy.toml's
+// runtime rules are for the product.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! The command line as a user meets it: bad input, inspection of a stopped
 //! store, export and import, `at`.
+// Tests set up files with std::fs and time real processes: clippy.toml's
+// runtime rules are for the product.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod common;
 

@@ -2,6 +2,9 @@
 //! child process. `scripts/test` prepares it (a virtual environment with moto
 //! pinned) and names its interpreter in `NODEKEEPER_TEST_PYTHON`; without it
 //! the tests use `python3`, and fail saying what to install if moto is not there.
+// Tests set up files with std::fs and time real processes: clippy.toml's
+// runtime rules are for the product.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,5 +1,8 @@
 //! Eviction standalone: taints follow Ready, a node down past the timeout
 //! is evicted (event and hook), a site-wide outage evicts nothing.
+// Tests set up files with std::fs and time real processes: clippy.toml's
+// runtime rules are for the product.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod common;
 

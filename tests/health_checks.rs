@@ -2,6 +2,9 @@
 //! Kubernetes components serve them, a task that dies takes the process
 //! down with a non-zero exit, and the downtime after a `kill -9` counts from
 //! the liveness stamp.
+// Tests set up files with std::fs and time real processes: clippy.toml's
+// runtime rules are for the product.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod common;
 

@@ -1,4 +1,7 @@
 //! The `http` provider against an in-process inventory endpoint.
+// Tests set up files with std::fs and time real processes: clippy.toml's
+// runtime rules are for the product.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -4,6 +4,9 @@
 //! history with who made it; the controller's taints and operators' sit
 //! side by side; eviction respects cordons; and the mirror carries operator
 //! changes up while leaving the cluster's own alone.
+// Tests set up files with std::fs and time real processes: clippy.toml's
+// runtime rules are for the product.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod common;
 

@@ -3,6 +3,9 @@
 //! labels are refused with a 422 naming the field and write nothing; an
 //! empty patch changes nothing; and a node's token cannot move its node's
 //! address onto another node's kubelet.
+// Tests set up files with std::fs and time real processes: clippy.toml's
+// runtime rules are for the product.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod common;
 

@@ -1,4 +1,7 @@
 //! The API's defences: TLS serving, bearer tokens for writes, the listen policy and body caps.
+// Tests set up files with std::fs and time real processes: clippy.toml's
+// runtime rules are for the product.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod common;
 

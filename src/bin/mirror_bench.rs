@@ -35,6 +35,9 @@
 //! `-- --help` for the sizes, budgets and windows). It needs the
 //! `nodekeeper` binary next to it (`cargo build --release --bins`) or `--bin`.
 
+// A benchmark measures real (never paused) time and writes its reports synchronously.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+
 mod common;
 
 use std::collections::BTreeMap;

@@ -98,7 +98,8 @@ async fn run_fleet(args: &SimArgs) -> Outcome {
             .iter()
             .map(|n| serde_json::json!({"name": n.name, "address": n.address.ip().to_string()}))
             .collect();
-        std::fs::write(path, serde_json::to_vec_pretty(&entries)?)
+        tokio::fs::write(path, serde_json::to_vec_pretty(&entries)?)
+            .await
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     let first = fleet

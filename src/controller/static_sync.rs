@@ -98,6 +98,8 @@ impl StaticList {
 /// Reads the nodes file; parses it only when its bytes changed.
 fn read_nodes_file(path: &std::path::Path, capacity: Resources, seen: Option<&[u8]>) -> FileRead {
     let origin = path.display().to_string();
+    // Runs on the blocking pool (`start_reading`).
+    #[allow(clippy::disallowed_methods)]
     let bytes: Arc<[u8]> = match std::fs::read(path) {
         Ok(bytes) => bytes.into(),
         Err(e) => {

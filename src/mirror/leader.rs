@@ -138,7 +138,7 @@ async fn try_acquire_or_renew(
     config: &LeaderConfig,
     observed: &mut Option<Observed>,
 ) -> Result<bool, String> {
-    let now = MicroTime(jiff::Timestamp::now());
+    let now = MicroTime(crate::model::Micros::now().timestamp());
     let mine = |acquire: Option<MicroTime>, transitions: Option<i32>, rv: Option<String>| Lease {
         metadata: ObjectMeta {
             name: Some(config.name.clone()),
@@ -218,7 +218,7 @@ async fn release(api: &Api<Lease>, config: &LeaderConfig) -> Result<(), String> 
     }
     spec.holder_identity = None;
     spec.lease_duration_seconds = Some(1);
-    spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+    spec.renew_time = Some(MicroTime(crate::model::Micros::now().timestamp()));
     api.replace(&config.name, &PostParams::default(), &current)
         .await
         .map_err(|e| e.to_string())?;

@@ -522,7 +522,7 @@ impl Ctx {
             spec: Some(LeaseSpec {
                 holder_identity: Some(name.to_string()),
                 lease_duration_seconds: Some(self.config.node_lease_duration.as_secs() as i32),
-                renew_time: Some(MicroTime(jiff::Timestamp::now())),
+                renew_time: Some(MicroTime(Micros::now().timestamp())),
                 ..LeaseSpec::default()
             }),
         };

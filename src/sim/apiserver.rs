@@ -1844,7 +1844,7 @@ fn name_suffix() -> String {
 /// Now plus `seconds`, as the API server writes timestamps (RFC 3339, UTC,
 /// whole seconds).
 fn timestamp(seconds: i64) -> String {
-    let now = jiff::Timestamp::now();
+    let now = crate::model::Micros::now().timestamp();
     let at = now
         .checked_add(jiff::SignedDuration::from_secs(seconds))
         .unwrap_or(jiff::Timestamp::MAX);

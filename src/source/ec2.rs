@@ -47,7 +47,7 @@ use super::cloud::{
     Instances, Zone, INSTANCE_TYPE_LABEL,
 };
 use super::http::{error_chain, read_capped};
-use crate::model::{Address, AddressKind};
+use crate::model::{Address, AddressKind, Micros};
 
 /// The EC2 API version this client speaks.
 pub const EC2_API_VERSION: &str = "2016-11-15";
@@ -115,6 +115,8 @@ impl CredentialSource {
                 })
             }
             CredentialSource::File(path) => {
+                // At start-up, and for each call on the blocking pool (`call`).
+                #[allow(clippy::disallowed_methods)]
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| format!("cannot read credentialsFile {}: {e}", path.display()))?;
                 let mut keys: BTreeMap<String, String> = BTreeMap::new();
@@ -255,14 +257,19 @@ impl AwsQueryClient {
             .append_pair("Version", version)
             .extend_pairs(params)
             .finish();
-        let credentials = self.credentials.load().map_err(AwsError::Transport)?;
+        // A credentials file is read again for each call, off the runtime.
+        let source = self.credentials.clone();
+        let credentials = tokio::task::spawn_blocking(move || source.load())
+            .await
+            .map_err(|e| AwsError::Transport(format!("reading the credentials failed: {e}")))?
+            .map_err(AwsError::Transport)?;
         let identity = credentials.into();
         let content_type = "application/x-www-form-urlencoded; charset=utf-8";
         let params = v4::SigningParams::builder()
             .identity(&identity)
             .region(&self.region)
             .name(service)
-            .time(SystemTime::now())
+            .time(SystemTime::UNIX_EPOCH + Micros::now().since(Micros(0)))
             .settings(SigningSettings::default())
             .build()
             .map_err(|e| AwsError::Transport(format!("cannot sign the request: {e}")))?
@@ -619,6 +626,9 @@ struct ErrorItem {
 }
 
 #[cfg(test)]
+// Tests write and read their fixtures with std::fs: blocking a test's own
+// runtime stalls nothing else.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 

@@ -93,6 +93,8 @@ impl HttpProvider {
             .connect_timeout(timeout)
             .user_agent(concat!("nodekeeper/", env!("CARGO_PKG_VERSION")));
         if let Some(ca) = config.ca_file.map(|p| base.join(p)) {
+            // Read once at start-up, while the source is built.
+            #[allow(clippy::disallowed_methods)]
             let pem = std::fs::read(&ca)
                 .map_err(|e| format!("cannot read caFile {}: {e}", ca.display()))?;
             let certs = reqwest::Certificate::from_pem_bundle(&pem)
@@ -133,7 +135,8 @@ impl HttpProvider {
             .get(url.clone())
             .header(ACCEPT, "application/json");
         if let Some(path) = &self.token_file {
-            request = request.header(AUTHORIZATION, format!("Bearer {}", read_token(path)?));
+            let token = token_from(path, tokio::fs::read_to_string(path).await)?;
+            request = request.header(AUTHORIZATION, format!("Bearer {token}"));
         }
         let etag = self.cached().as_ref().map(|(etag, _)| etag.clone());
         if let Some(etag) = &etag {
@@ -200,9 +203,17 @@ impl Instances for HttpProvider {
     }
 }
 
+/// Checks the token file at start-up, while the source is built; each poll
+/// reads it again (with tokio::fs), so a rotated token is picked up.
 fn read_token(path: &Path) -> Result<String, String> {
-    let token = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read tokenFile {}: {e}", path.display()))?;
+    #[allow(clippy::disallowed_methods)]
+    let text = std::fs::read_to_string(path);
+    token_from(path, text)
+}
+
+/// The token in the text read from `path`.
+fn token_from(path: &Path, text: std::io::Result<String>) -> Result<String, String> {
+    let token = text.map_err(|e| format!("cannot read tokenFile {}: {e}", path.display()))?;
     let token = token.trim();
     if token.is_empty() {
         return Err(format!("tokenFile {} is empty", path.display()));

@@ -42,7 +42,7 @@ use super::cloud::{
     selects, BoxFuture, CloudProvider, CloudResult, Instance, InstanceResources, InstanceState,
     Instances, Zone,
 };
-use crate::model::{Address, AddressKind};
+use crate::model::{Address, AddressKind, Micros};
 
 /// How long after a modification the file's stamp is not trusted on its own:
 /// coarse file systems keep 1-2 s timestamps, so an edit within that window
@@ -117,6 +117,8 @@ impl Inner {
     /// The machines in the file now: cached while its stamp holds, else read again.
     fn load(&self) -> Result<Arc<Vec<Instance>>, String> {
         let origin = self.path.display().to_string();
+        // `load` runs at start-up and on the blocking pool (`list`).
+        #[allow(clippy::disallowed_methods)]
         let meta = std::fs::metadata(&self.path)
             .map_err(|e| format!("cannot read the inventory {origin}: {e}"))?;
         let stamp = Stamp::of(&meta);
@@ -126,7 +128,8 @@ impl Inner {
             }
         }
         // File times are wall-clock times, so the racy check compares with the wall clock.
-        let read_at = SystemTime::now();
+        let read_at = SystemTime::UNIX_EPOCH + Micros::now().since(Micros(0));
+        #[allow(clippy::disallowed_methods)]
         let parsed = std::fs::read_to_string(&self.path)
             .map_err(|e| format!("cannot read the inventory {origin}: {e}"))
             .and_then(|text| parse_inventory(&origin, &text));

@@ -115,6 +115,8 @@ pub fn parse_node_list(list: &str, capacity: Resources) -> Result<Vec<NodeSpec>,
 /// Reads a nodes file; the format is told by the extension (`.json`, `.yaml`,
 /// `.yml`) or, failing that, by its first meaningful character.
 pub fn read_nodes_file(path: &str, capacity: Resources) -> Result<Vec<NodeSpec>, SourceError> {
+    // Read once at start-up; the controller re-reads the file on the blocking pool.
+    #[allow(clippy::disallowed_methods)]
     let text = std::fs::read_to_string(path).map_err(|source| SourceError::Read {
         path: path.into(),
         source,

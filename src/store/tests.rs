@@ -1,4 +1,6 @@
 //! Store tests: transactions, history queries, durability bookkeeping, export/import.
+// Synchronous tests of a synchronous store: real time and blocking waits are right here.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use super::*;
 use crate::model::{ConditionStatus, EventKind};

@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests: the real binary, a simulated
 //! fleet in the test process, and bounded waits on observable state.
 #![allow(dead_code)]
+// Tests drive real processes: they wait in real time and set up files with std::fs.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};

@@ -3,6 +3,8 @@
 //! child processes they start and stop.
 // Each benchmark binary compiles this module and uses part of it.
 #![allow(dead_code)]
+// Benchmarks measure real time and read /proc and their reports synchronously.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::fs;
 use std::path::{Path, PathBuf};

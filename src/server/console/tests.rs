@@ -1,3 +1,6 @@
+// Tests read their fixtures with std::fs: blocking a test's own runtime stalls nothing else.
+#![allow(clippy::disallowed_methods)]
+
 use std::collections::BTreeMap;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
