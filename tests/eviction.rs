@@ -7,7 +7,6 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::time::{Duration, Instant};
 
 use common::*;
 use nodekeeper::sim::KubeletState;
@@ -122,25 +121,42 @@ async fn when_every_node_is_down_nothing_is_evicted() {
     for i in 0..3 {
         c.wait_ready(&fleet.name(i), "Unknown").await;
     }
-    // Several eviction timeouts pass: NoSchedule taints, no evictions.
+    let all_unknown = unix_now();
+    // An eviction timeout passes: NoSchedule taints, no evictions.
     let path = format!("/api/v1/nodes/{}", fleet.name(0));
     c.wait_for(&path, "NoSchedule", |n| {
         taints(n) == ["node.kubernetes.io/unreachable:NoSchedule"]
     })
     .await;
-    let until = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < until {
-        let (_, history) = c.get("/v1/history").await;
-        assert!(
-            !history
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|e| e["kind"] == "EvictionStarted"),
-            "{history}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // By the controller's own monitor passes: one that began after every
+    // node was seen Unknown (from then on they count as not Ready), then one
+    // that began more than an eviction timeout after that. Every node was
+    // then due; none is evicted.
+    let counted_from = c
+        .wait_pass_after(
+            "nodekeeper_last_monitor_pass_timestamp_seconds",
+            all_unknown,
+        )
+        .await;
+    c.wait_pass_after(
+        "nodekeeper_last_monitor_pass_timestamp_seconds",
+        counted_from + 0.5 + 0.1,
+    )
+    .await;
+    let (_, history) = c.get("/v1/history").await;
+    assert!(
+        !history
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "EvictionStarted"),
+        "{history}"
+    );
+    assert_eq!(
+        c.metric("nodekeeper_evictions_total").await,
+        Some(0.0),
+        "{history}"
+    );
     assert!(c.stop().success());
     fleet.stop().await;
 }

@@ -201,16 +201,31 @@ async fn push_mode_heartbeats_keep_nodes_ready_and_silence_makes_them_unknown() 
     );
     assert_eq!(last["reason"], "KubeletReady");
 
-    // Lease renewals alone keep it Ready through several grace periods.
+    // Lease renewals alone keep it Ready past a grace period (2s) since its
+    // last status: until, by the controller's own clock, a monitor pass
+    // began more than a grace period after that status was answered.
+    let last_status = unix_now();
     let (code, lease) = k.renew_lease().await;
     assert!(code == 200 || code == 201, "{lease}");
+    let mut past_grace = PassAfter::new(
+        "nodekeeper_last_monitor_pass_timestamp_seconds",
+        last_status + 2.0 + 0.1,
+    );
     let started = Instant::now();
-    while started.elapsed() < Duration::from_millis(2500) {
+    while past_grace.done(&c).await.is_none() {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "no monitor pass past the grace period"
+        );
         let (code, lease) = k.renew_lease().await;
         assert_eq!(code, 200, "{lease}");
         assert_eq!(c.ready("edge-1").await.as_deref(), Some("True"));
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
+    assert_eq!(c.ready("edge-1").await.as_deref(), Some("True"));
+    let (_, history) = c.get("/v1/history?node=edge-1&condition=Ready").await;
+    let last = history.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["to"], "True", "{history}");
     let (_, lease) = c
         .get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-1")
         .await;

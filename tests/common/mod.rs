@@ -164,6 +164,53 @@ pub fn push_mode_args(nodes_file: &Path, extra: &[&str]) -> Vec<String> {
     args
 }
 
+/// Follows one of the `nodekeeper_last_*_timestamp_seconds` gauges until a
+/// whole pass has started at or after `since`, by the controller's clock:
+/// one pass finished at or after `since`, then another after that one.
+/// However slow the machine, the controller has then looked at its nodes
+/// after `since`: a test that waits for it neither gives up early nor
+/// passes before anything was decided.
+pub struct PassAfter {
+    gauge: &'static str,
+    since: f64,
+    first: Option<f64>,
+}
+
+impl PassAfter {
+    pub fn new(gauge: &'static str, since: f64) -> PassAfter {
+        PassAfter {
+            gauge,
+            since,
+            first: None,
+        }
+    }
+
+    /// When such a pass finished, once one has.
+    pub async fn done(&mut self, c: &Controller) -> Option<f64> {
+        let last = c.metric(self.gauge).await.unwrap_or(0.0);
+        match self.first {
+            None if last >= self.since => self.first = Some(last),
+            Some(first) if last > first => return Some(last),
+            _ => {}
+        }
+        None
+    }
+}
+
+/// Now by the wall clock, in Unix seconds, as the controller's
+/// `nodekeeper_last_*_timestamp_seconds` gauges count it.
+pub fn unix_now() -> f64 {
+    nodekeeper::model::Micros::now().0 as f64 / 1e6
+}
+
+/// An event's `time` in Unix seconds, as the `nodekeeper_last_*_timestamp_seconds`
+/// gauges count it: both are the controller's wall clock.
+pub fn event_seconds(event: &Value) -> f64 {
+    let time = event["time"].as_str().expect("an event has a time");
+    let micros = nodekeeper::model::Micros::parse_rfc3339(time).expect("RFC 3339");
+    micros.0 as f64 / 1e6
+}
+
 /// Polls `check` until it holds; fails the test after [`DEADLINE`] with `what`.
 pub async fn eventually<F, Fut>(what: &str, mut check: F)
 where
@@ -337,6 +384,32 @@ impl Controller {
             .text()
             .await
             .unwrap()
+    }
+
+    /// The value of `name`'s first sample on `/metrics`.
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        let text = self.text("/metrics").await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// Waits until a whole pass timed by `gauge` has started at or after
+    /// `since` (see [`PassAfter`]); returns when that pass finished.
+    pub async fn wait_pass_after(&self, gauge: &'static str, since: f64) -> f64 {
+        let mut pass = PassAfter::new(gauge, since);
+        let started = Instant::now();
+        loop {
+            if let Some(finished) = pass.done(self).await {
+                return finished;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "no {gauge} pass after {since}: {}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// The Ready status of a node as the API shows it.
