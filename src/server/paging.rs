@@ -9,6 +9,7 @@
 //! the API server's answer to a malformed one (410 Expired is for compacted
 //! snapshots, which we do not keep).
 
+use base64::Engine as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde::{Deserialize, Serialize};
 
@@ -112,42 +113,16 @@ pub fn page<T>(
     }
 }
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+/// Unpadded base64url, Go's `base64.RawURLEncoding`, as kube-apiserver encodes tokens.
+const TOKEN_BASE64: base64::engine::GeneralPurpose =
+    base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
-/// Unpadded base64url (Go's `base64.RawURLEncoding`); a few lines instead of a dependency.
 fn base64url_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-        for i in 0..=chunk.len() {
-            out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
-        }
-    }
-    out
+    TOKEN_BASE64.encode(bytes)
 }
 
 fn base64url_decode(s: &str) -> Option<Vec<u8>> {
-    let digits = s
-        .bytes()
-        .map(|c| ALPHABET.iter().position(|&a| a == c).map(|p| p as u32))
-        .collect::<Option<Vec<u32>>>()?;
-    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
-    for chunk in digits.chunks(4) {
-        if chunk.len() == 1 {
-            return None;
-        }
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &d)| n | d << (18 - 6 * i));
-        for i in 0..chunk.len() - 1 {
-            out.push((n >> (16 - 8 * i)) as u8);
-        }
-    }
-    Some(out)
+    TOKEN_BASE64.decode(s).ok()
 }
 
 #[cfg(test)]
@@ -167,6 +142,9 @@ mod tests {
         }
         assert_eq!(base64url_decode("Zm9v+"), None);
         assert_eq!(base64url_decode("Z"), None);
+        // Unpadded, as Go's RawURLEncoding: padding is refused.
+        assert_eq!(base64url_decode("Zg=="), None);
+        assert_eq!(base64url_decode("Zg"), Some(b"f".to_vec()));
     }
 
     #[test]
