@@ -1,8 +1,13 @@
 //! JSON Patch (RFC 6902), `application/json-patch+json`: what `kubectl patch
 //! --type json` sends. Operations apply in order to a copy; the first that
-//! fails refuses the whole patch and leaves the document as it was.
+//! fails refuses the whole patch and leaves the document as it was. The
+//! operations themselves are the `json-patch` crate's; this module bounds
+//! the patch, says which operation failed, and tells what a patch touches.
 
-use serde_json::{Map, Value};
+use json_patch::jsonptr::Pointer;
+use json_patch::{PatchErrorKind, PatchOperation};
+use serde::Deserialize;
+use serde_json::Value;
 
 /// The most operations one patch may carry (kube-apiserver allows 10,000).
 pub const MAX_OPERATIONS: usize = 10_000;
@@ -19,192 +24,84 @@ pub fn apply(doc: &mut Value, patch: &Value) -> Result<(), String> {
             ops.len()
         ));
     }
+    let ops = ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| {
+            PatchOperation::deserialize(op).map_err(|e| format!("JSON patch operation {i}: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // On a copy: the crate's own rollback panics if an undo fails.
     let mut work = doc.clone();
-    for (i, op) in ops.iter().enumerate() {
-        operation(&mut work, op).map_err(|e| format!("JSON patch operation {i}: {e}"))?;
-    }
+    json_patch::patch_unsafe(&mut work, &ops).map_err(|e| {
+        let op = &ops[e.operation];
+        format!(
+            "JSON patch operation {}: {}",
+            e.operation,
+            failure(op, &e.kind)
+        )
+    })?;
     *doc = work;
     Ok(())
 }
 
-fn operation(doc: &mut Value, op: &Value) -> Result<(), String> {
-    let field = |name: &str| -> Result<&str, String> {
-        op.get(name)
-            .and_then(Value::as_str)
-            .ok_or_else(|| format!("missing string field {name:?}"))
-    };
-    let path = pointer(field("path")?)?;
-    let value = || {
-        op.get("value")
-            .cloned()
-            .ok_or_else(|| "missing field \"value\"".to_string())
-    };
-    match field("op")? {
-        "add" => add(doc, &path, value()?),
-        "remove" => remove(doc, &path).map(|_| ()),
-        "replace" => {
-            let v = value()?;
-            let slot = get_mut(doc, &path)?;
-            *slot = v;
-            Ok(())
+/// Why `op` could not be applied, naming its paths.
+fn failure(op: &PatchOperation, kind: &PatchErrorKind) -> String {
+    let path = shown(op.path());
+    match (op, kind) {
+        (PatchOperation::Test(t), PatchErrorKind::TestFailed) => {
+            format!("test failed: {path} is not {}", t.value)
         }
-        "move" => {
-            let from = pointer(field("from")?)?;
-            if path.len() > from.len() && path[..from.len()] == from[..] {
-                return Err("cannot move a value into itself".into());
-            }
-            let v = remove(doc, &from)?;
-            add(doc, &path, v)
+        (PatchOperation::Move(m), PatchErrorKind::InvalidFromPointer) => {
+            format!(
+                "move from {} to {path}: {} does not exist",
+                shown(&m.from),
+                shown(&m.from)
+            )
         }
-        "copy" => {
-            let from = pointer(field("from")?)?;
-            let v = get_mut(doc, &from)?.clone();
-            add(doc, &path, v)
+        (PatchOperation::Copy(c), PatchErrorKind::InvalidFromPointer) => {
+            format!(
+                "copy from {} to {path}: {} does not exist",
+                shown(&c.from),
+                shown(&c.from)
+            )
         }
-        "test" => {
-            let want = value()?;
-            let have = get_mut(doc, &path)?;
-            if *have == want {
-                Ok(())
-            } else {
-                Err(format!(
-                    "test failed: {} is {have}, not {want}",
-                    display(&path)
-                ))
-            }
-        }
-        other => Err(format!(
-            "unknown op {other:?} (add, remove, replace, move, copy or test)"
-        )),
+        (_, PatchErrorKind::InvalidPointer) => format!(
+            "{} {path}: no such member or index (or its parent is not an object or array)",
+            op_name(op)
+        ),
+        (_, kind) => format!("{} {path}: {kind}", op_name(op)),
     }
 }
 
-/// Parses a JSON pointer (RFC 6901) into its unescaped tokens.
-fn pointer(text: &str) -> Result<Vec<String>, String> {
-    if text.is_empty() {
-        return Ok(Vec::new());
+fn op_name(op: &PatchOperation) -> &'static str {
+    match op {
+        PatchOperation::Add(_) => "add",
+        PatchOperation::Remove(_) => "remove",
+        PatchOperation::Replace(_) => "replace",
+        PatchOperation::Move(_) => "move",
+        PatchOperation::Copy(_) => "copy",
+        PatchOperation::Test(_) => "test",
     }
-    let Some(rest) = text.strip_prefix('/') else {
-        return Err(format!("path {text:?} does not start with '/'"));
-    };
-    rest.split('/')
-        .map(|token| {
-            let mut out = String::with_capacity(token.len());
-            let mut chars = token.chars();
-            while let Some(c) = chars.next() {
-                if c != '~' {
-                    out.push(c);
-                    continue;
-                }
-                match chars.next() {
-                    Some('0') => out.push('~'),
-                    Some('1') => out.push('/'),
-                    _ => return Err(format!("path {text:?} has a '~' not followed by 0 or 1")),
-                }
-            }
-            Ok(out)
-        })
-        .collect()
 }
 
-fn display(path: &[String]) -> String {
-    if path.is_empty() {
-        return "the document".into();
-    }
-    path.iter()
-        .map(|t| format!("/{}", t.replace('~', "~0").replace('/', "~1")))
-        .collect()
-}
-
-/// An array index token: digits only, no leading zero.
-fn index(token: &str, len: usize, allow_end: bool) -> Result<usize, String> {
-    if token == "-" && allow_end {
-        return Ok(len);
-    }
-    let valid = !token.is_empty()
-        && token.bytes().all(|b| b.is_ascii_digit())
-        && (token == "0" || !token.starts_with('0'));
-    let i: usize = if valid {
-        token
-            .parse()
-            .map_err(|_| format!("array index {token:?} is too large"))?
+fn shown(path: &Pointer) -> String {
+    if path.is_root() {
+        "the document".into()
     } else {
-        return Err(format!("{token:?} is not an array index"));
-    };
-    let max = if allow_end {
-        len
-    } else {
-        len.saturating_sub(1)
-    };
-    if i > max || (!allow_end && len == 0) {
-        return Err(format!("array index {i} is out of bounds (length {len})"));
-    }
-    Ok(i)
-}
-
-fn get_mut<'a>(doc: &'a mut Value, path: &[String]) -> Result<&'a mut Value, String> {
-    let mut at = doc;
-    for (depth, token) in path.iter().enumerate() {
-        let missing = || format!("{} does not exist", display(&path[..=depth]));
-        at = match at {
-            Value::Object(map) => map.get_mut(token).ok_or_else(missing)?,
-            Value::Array(items) => {
-                let i = index(token, items.len(), false).map_err(|_| missing())?;
-                &mut items[i]
-            }
-            _ => return Err(missing()),
-        };
-    }
-    Ok(at)
-}
-
-fn add(doc: &mut Value, path: &[String], value: Value) -> Result<(), String> {
-    let Some((last, parent)) = path.split_last() else {
-        *doc = value;
-        return Ok(());
-    };
-    match get_mut(doc, parent)? {
-        Value::Object(map) => {
-            map.insert(last.clone(), value);
-            Ok(())
-        }
-        Value::Array(items) => {
-            let i = index(last, items.len(), true)?;
-            items.insert(i, value);
-            Ok(())
-        }
-        _ => Err(format!(
-            "{} is neither an object nor an array",
-            display(parent)
-        )),
+        path.to_string()
     }
 }
 
-fn remove(doc: &mut Value, path: &[String]) -> Result<Value, String> {
-    let Some((last, parent)) = path.split_last() else {
-        return Ok(std::mem::replace(doc, Value::Object(Map::new())));
-    };
-    match get_mut(doc, parent)? {
-        Value::Object(map) => map
-            .remove(last)
-            .ok_or_else(|| format!("{} does not exist", display(path))),
-        Value::Array(items) => {
-            let i = index(last, items.len(), false)?;
-            Ok(items.remove(i))
-        }
-        _ => Err(format!("{} does not exist", display(path))),
-    }
-}
-
-/// The top-level fields a JSON patch touches (`/status/...` → `status`), so
-/// a caller can refuse writes to fields that are not the writer's.
+/// Whether a JSON patch writes under the top-level `field` (`/status/...`
+/// touches `status`; so does the whole document), so a caller can refuse
+/// writes to fields that are not the writer's. Read from the raw operations:
+/// a path is judged even when the rest of its operation is malformed.
 pub fn touches(patch: &Value, field: &str) -> bool {
     let hits = |p: Option<&Value>| {
         p.and_then(Value::as_str)
-            .and_then(|p| pointer(p).ok())
-            .is_some_and(|tokens| {
-                tokens.first().map(String::as_str) == Some(field) || tokens.is_empty()
-            })
+            .and_then(|p| Pointer::parse(p).ok())
+            .is_some_and(|p| p.is_root() || p.first().is_some_and(|t| t.decoded() == field))
     };
     patch
         .as_array()
@@ -342,6 +239,53 @@ mod tests {
     }
 
     #[test]
+    fn failures_name_the_operation_and_its_paths() {
+        let mut doc = json!({"a": {"b": 1}, "l": [1]});
+        let fails = |patch: Value| apply(&mut doc.clone(), &patch).unwrap_err();
+        assert_eq!(
+            fails(
+                json!([{"op": "test", "path": "/a", "value": {"b": 1}}, {"op": "test", "path": "/a/b", "value": 2}])
+            ),
+            "JSON patch operation 1: test failed: /a/b is not 2"
+        );
+        assert_eq!(
+            fails(json!([{"op": "remove", "path": "/a/c"}])),
+            "JSON patch operation 0: remove /a/c: no such member or index (or its parent is not an object or array)"
+        );
+        assert_eq!(
+            fails(json!([{"op": "copy", "from": "/x", "path": "/y"}])),
+            "JSON patch operation 0: copy from /x to /y: /x does not exist"
+        );
+        assert_eq!(
+            fails(json!([{"op": "move", "from": "/a", "path": "/a/b"}])),
+            "JSON patch operation 0: move /a/b: cannot move the value inside itself"
+        );
+        for (patch, start) in [
+            (
+                json!([{"op": "frobnicate", "path": "/a"}]),
+                "JSON patch operation 0: unknown variant `frobnicate`",
+            ),
+            (
+                json!([{"op": "add", "path": "/a"}]),
+                "JSON patch operation 0: missing field `value`",
+            ),
+            (
+                json!([{"op": "add", "path": "a", "value": 1}]),
+                "JSON patch operation 0: ",
+            ),
+        ] {
+            let e = fails(patch);
+            assert!(e.starts_with(start), "{e}");
+        }
+        assert!(apply(
+            &mut doc,
+            &json!([{"op": "add", "path": "/l/-", "value": 2}])
+        )
+        .is_ok());
+        assert_eq!(doc["l"], json!([1, 2]));
+    }
+
+    #[test]
     fn what_a_patch_touches() {
         let p = json!([{"op": "test", "path": "/status", "value": 1},
                        {"op": "add", "path": "/spec/unschedulable", "value": true}]);
@@ -430,11 +374,16 @@ mod properties {
             prop_assert_eq!(work, doc);
         }
 
-        /// Pointers with escapes round trip through their display.
+        /// Member names with `~` and `/` are reached through their escapes (`~0`, `~1`).
         #[test]
-        fn pointers_round_trip(tokens in proptest::collection::vec("[a-z~/]{0,5}", 1..4)) {
-            let text = display(&tokens);
-            prop_assert_eq!(pointer(&text).unwrap(), tokens);
+        fn escaped_member_names_are_reached(key in "[a-z~/]{0,5}", value in json_value()) {
+            let escaped = key.replace('~', "~0").replace('/', "~1");
+            let mut doc = serde_json::json!({});
+            apply(&mut doc, &serde_json::json!([
+                {"op": "add", "path": format!("/{escaped}"), "value": value},
+                {"op": "test", "path": format!("/{escaped}"), "value": value},
+            ])).unwrap();
+            prop_assert_eq!(&doc[&key], &value);
         }
     }
 }

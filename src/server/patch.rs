@@ -70,25 +70,10 @@ pub fn apply_with_keys(
     }
 }
 
-/// RFC 7386: objects merge, `null` deletes, everything else replaces.
+/// RFC 7386: objects merge, `null` deletes, everything else replaces
+/// (the `json-patch` crate's implementation).
 pub fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(patch) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    let Value::Object(target) = target else {
-        return;
-    };
-    for (key, value) in patch {
-        if value.is_null() {
-            target.remove(key);
-        } else {
-            merge_patch(target.entry(key.clone()).or_insert(Value::Null), value);
-        }
-    }
+    json_patch::merge(target, patch);
 }
 
 fn strategic(target: &mut Value, patch: &Value, keys: MergeKeys) -> Result<(), String> {
@@ -238,6 +223,56 @@ mod tests {
         let mut doc = json!({"a": "b", "c": {"d": "e", "f": "g"}, "l": [1, 2]});
         merge_patch(&mut doc, &json!({"a": "z", "c": {"f": null}, "l": [3]}));
         assert_eq!(doc, json!({"a": "z", "c": {"d": "e"}, "l": [3]}));
+        // RFC 7386, appendix A.
+        for (target, patch, result) in [
+            (json!({"a": "b"}), json!({"a": "c"}), json!({"a": "c"})),
+            (
+                json!({"a": "b"}),
+                json!({"b": "c"}),
+                json!({"a": "b", "b": "c"}),
+            ),
+            (json!({"a": "b"}), json!({"a": null}), json!({})),
+            (
+                json!({"a": "b", "b": "c"}),
+                json!({"a": null}),
+                json!({"b": "c"}),
+            ),
+            (json!({"a": ["b"]}), json!({"a": "c"}), json!({"a": "c"})),
+            (json!({"a": "c"}), json!({"a": ["b"]}), json!({"a": ["b"]})),
+            (
+                json!({"a": {"b": "c"}}),
+                json!({"a": {"b": "d", "c": null}}),
+                json!({"a": {"b": "d"}}),
+            ),
+            (
+                json!({"a": [{"b": "c"}]}),
+                json!({"a": [1]}),
+                json!({"a": [1]}),
+            ),
+            (json!(["a", "b"]), json!(["c", "d"]), json!(["c", "d"])),
+            (json!({"a": "b"}), json!(["c"]), json!(["c"])),
+            (json!({"a": "foo"}), json!(null), json!(null)),
+            (json!({"a": "foo"}), json!("bar"), json!("bar")),
+            (
+                json!({"e": null}),
+                json!({"a": 1}),
+                json!({"e": null, "a": 1}),
+            ),
+            (
+                json!([1, 2]),
+                json!({"a": "b", "c": null}),
+                json!({"a": "b"}),
+            ),
+            (
+                json!({}),
+                json!({"a": {"bb": {"ccc": null}}}),
+                json!({"a": {"bb": {}}}),
+            ),
+        ] {
+            let mut doc = target.clone();
+            merge_patch(&mut doc, &patch);
+            assert_eq!(doc, result, "{target} + {patch}");
+        }
     }
 
     #[test]
