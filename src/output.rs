@@ -494,7 +494,9 @@ fn table(rows: &[Vec<String>]) -> String {
 /// a line's last tab is not part of any column), a column block is a run of
 /// consecutive lines that have a cell in that column, and every cell in a
 /// block is padded to the block's widest cell plus `padding` (at least
-/// `min_width`). Widths count characters, as Go counts runes.
+/// `min_width`). Widths count characters, as Go counts runes. (The
+/// `tabwriter` crate counts display columns instead, so a cell holding a
+/// wide character or a combining mark would be padded unlike kubectl's.)
 fn tabwrite(text: &str, min_width: usize, padding: usize) -> String {
     let lines: Vec<Vec<&str>> = text.split('\n').map(|l| l.split('\t').collect()).collect();
     let mut out = String::with_capacity(text.len() * 2);
@@ -748,6 +750,16 @@ d                  Unknown                       <none>               0s     <no
         // "c" has no cell in column 1, so "a\tb" and "dddd\te" align separately.
         let text = "a\tb\tz\nccc\ndddd\te\n\tf\n";
         assert_eq!(tabwrite(text, 0, 2), "a  b  z\nccc\ndddd  e\n      f\n");
+    }
+
+    #[test]
+    fn widths_count_characters_as_kubectl_does() {
+        // Go's text/tabwriter counts runes: a wide character is one, as is a combining mark.
+        assert_eq!(tabwrite("名前\tx\nab\ty\n", 0, 2), "名前  x\nab  y\n");
+        assert_eq!(
+            tabwrite("e\u{301}\tx\nab\ty\n", 0, 2),
+            "e\u{301}  x\nab  y\n"
+        );
     }
 
     #[test]
