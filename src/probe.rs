@@ -122,7 +122,35 @@ pub enum ProbeOutcome {
     /// An answer that is not healthy: the status and the start of the body.
     Unhealthy { status: u16, excerpt: String },
     /// No answer: refused, reset, timed out, TLS failure, not HTTP.
-    NoAnswer { error: String },
+    NoAnswer { error: ProbeError },
+}
+
+/// Why a probe got no answer. The messages are what the Ready condition
+/// and the log show; the variants let callers tell the failures apart.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeError {
+    /// Nothing came back within the kubelet timeout.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The kubelet's address refused the connection: nothing listens there.
+    #[error("connect {addr}: {reason}")]
+    Refused { addr: SocketAddr, reason: String },
+    /// The connection could not be made for another reason (unreachable, reset).
+    #[error("connect {addr}: {reason}")]
+    Connect { addr: SocketAddr, reason: String },
+    /// The TLS handshake failed: an untrusted or wrong certificate, or not TLS.
+    #[error("TLS with {addr}: {reason}")]
+    Tls { addr: SocketAddr, reason: String },
+    /// Connected, but what came back was not a usable HTTP answer (or the
+    /// connection broke while it came).
+    #[error("{0}")]
+    Answer(String),
+    /// The node has no address to probe.
+    #[error("no address known for the node")]
+    NoAddress,
+    /// The probe panicked; only this probe failed.
+    #[error("the probe panicked: {0}")]
+    Panicked(String),
 }
 
 /// A kept connection: plain or TLS.
@@ -332,16 +360,13 @@ impl Prober {
     /// Runs `exchange` within the timeout, catching a panic inside it.
     async fn bounded<T>(
         &self,
-        exchange: impl Future<Output = Result<T, String>>,
-    ) -> Result<T, String> {
+        exchange: impl Future<Output = Result<T, ProbeError>>,
+    ) -> Result<T, ProbeError> {
         let timeout = self.inner.timeout;
         match tokio::time::timeout(timeout, AssertUnwindSafe(exchange).catch_unwind()).await {
             Ok(Ok(result)) => result,
-            Ok(Err(panic)) => Err(format!(
-                "the probe panicked: {}",
-                panic_message(panic.as_ref())
-            )),
-            Err(_) => Err(format!("no answer within {timeout:?}")),
+            Ok(Err(panic)) => Err(ProbeError::Panicked(panic_message(panic.as_ref()).into())),
+            Err(_) => Err(ProbeError::Timeout(timeout)),
         }
     }
 
@@ -351,7 +376,7 @@ impl Prober {
         &self,
         target: &ProbeTarget,
         kept: Option<Stream>,
-    ) -> Result<(Answer, Option<Stream>), String> {
+    ) -> Result<(Answer, Option<Stream>), ProbeError> {
         // The kubelet may have closed a kept connection since the last
         // sweep; that is not its failure, so a kept stream that fails is
         // replaced once.
@@ -361,7 +386,9 @@ impl Prober {
             }
         }
         let mut stream = self.connect(target.addr).await?;
-        let answer = exchange_on(&mut stream, self.request(target)).await?;
+        let answer = exchange_on(&mut stream, self.request(target))
+            .await
+            .map_err(ProbeError::Answer)?;
         Ok((answer, Some(stream)))
     }
 
@@ -376,19 +403,23 @@ impl Prober {
         request
     }
 
-    async fn connect(&self, addr: SocketAddr) -> Result<Stream, String> {
-        let tcp = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect {addr}: {e}"))?;
+    async fn connect(&self, addr: SocketAddr) -> Result<Stream, ProbeError> {
+        let tcp = TcpStream::connect(addr).await.map_err(|e| {
+            let reason = e.to_string();
+            match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => ProbeError::Refused { addr, reason },
+                _ => ProbeError::Connect { addr, reason },
+            }
+        })?;
         let _ = tcp.set_nodelay(true);
         match &self.inner.tls {
             None => Ok(Stream::Plain(tcp)),
             Some(tls) => {
                 let name = ServerName::IpAddress(addr.ip().into());
-                let stream = tls
-                    .connect(name, tcp)
-                    .await
-                    .map_err(|e| format!("TLS with {addr}: {e}"))?;
+                let stream = tls.connect(name, tcp).await.map_err(|e| ProbeError::Tls {
+                    addr,
+                    reason: e.to_string(),
+                })?;
                 Ok(Stream::Tls(Box::new(stream)))
             }
         }
@@ -898,10 +929,15 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         drop(listener);
         let prober = http_prober(Duration::from_secs(5));
-        assert!(matches!(
-            prober.probe(&ProbeTarget::new(addr)).await,
-            ProbeOutcome::NoAnswer { .. }
-        ));
+        match prober.probe(&ProbeTarget::new(addr)).await {
+            ProbeOutcome::NoAnswer {
+                error: error @ ProbeError::Refused { .. },
+            } => assert!(
+                error.to_string().starts_with(&format!("connect {addr}: ")),
+                "{error}"
+            ),
+            other => panic!("{other:?}"),
+        }
 
         // Accepts and never answers: the timeout decides.
         let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -909,7 +945,8 @@ mod tests {
         let prober = http_prober(Duration::from_millis(200));
         match prober.probe(&ProbeTarget::new(addr)).await {
             ProbeOutcome::NoAnswer { error } => {
-                assert!(error.contains("no answer within"), "{error}")
+                assert_eq!(error, ProbeError::Timeout(Duration::from_millis(200)));
+                assert_eq!(error.to_string(), "no answer within 200ms");
             }
             other => panic!("{other:?}"),
         }
@@ -1205,7 +1242,9 @@ mod tls_tests {
             .probe(&ProbeTarget::new(addr))
             .await
         {
-            ProbeOutcome::NoAnswer { error } => assert!(error.contains("TLS"), "{error}"),
+            ProbeOutcome::NoAnswer {
+                error: error @ ProbeError::Tls { .. },
+            } => assert!(error.to_string().starts_with("TLS with "), "{error}"),
             other => panic!("an unknown issuer was trusted: {other:?}"),
         }
         let insecure = ProbeConfig {
@@ -1380,9 +1419,15 @@ mod reader_properties {
             let mut kubelet = kubelet;
             let request = prober.request(&ProbeTarget::new(([127, 0, 0, 1], 10250).into()));
             let started = tokio::time::Instant::now();
+            let exchange = async {
+                exchange_on(&mut kubelet, request)
+                    .await
+                    .map_err(ProbeError::Answer)
+            };
             let result = prober
-                .bounded(exchange_on(&mut kubelet, request))
+                .bounded(exchange)
                 .await
+                .map_err(|e| e.to_string())
                 .map(|answer| {
                     let kept = answer.reusable;
                     (answer, kept)

@@ -273,7 +273,7 @@ mod tests {
 
     fn no_answer() -> ProbeOutcome {
         ProbeOutcome::NoAnswer {
-            error: "connection refused".into(),
+            error: crate::probe::ProbeError::Answer("connection refused".into()),
         }
     }
 

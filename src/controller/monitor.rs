@@ -69,7 +69,7 @@ impl Controller {
                 let outcome = match target {
                     Some(target) => prober.probe(&target).await,
                     None => ProbeOutcome::NoAnswer {
-                        error: "no address known for the node".into(),
+                        error: crate::probe::ProbeError::NoAddress,
                     },
                 };
                 (name, outcome)

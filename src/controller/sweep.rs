@@ -18,7 +18,7 @@ use super::CommitError;
 use super::{Controller, StatusMode};
 use crate::metrics::{ProbeLabels, ProbeResult};
 use crate::model::{Micros, READY};
-use crate::probe::{panic_message, ProbeOutcome, ProbeTarget};
+use crate::probe::{panic_message, ProbeError, ProbeOutcome, ProbeTarget};
 use crate::store::Batch;
 
 /// What a sweep did.
@@ -177,13 +177,12 @@ where
                     .catch_unwind()
                     .await
                     .unwrap_or_else(|panic| {
-                        let error =
-                            format!("the probe panicked: {}", panic_message(panic.as_ref()));
+                        let error = ProbeError::Panicked(panic_message(panic.as_ref()).into());
                         tracing::warn!(node = %name, "{error}");
                         ProbeOutcome::NoAnswer { error }
                     }),
                 None => ProbeOutcome::NoAnswer {
-                    error: "no address known for the node".into(),
+                    error: ProbeError::NoAddress,
                 },
             };
             let at = Instant::now();
@@ -240,6 +239,7 @@ mod tests {
         assert_eq!(outcomes[2], ("c", &ProbeOutcome::Healthy));
         match outcomes[1] {
             ("b", ProbeOutcome::NoAnswer { error }) => {
+                let error = error.to_string();
                 assert!(error.starts_with("the probe panicked: "), "{error}");
                 assert!(error.contains("attempt to add with overflow"), "{error}");
             }
