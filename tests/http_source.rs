@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use nodekeeper::model::{AddressKind, Resources};
-use nodekeeper::source::cloud::{anchored, cloud_node_specs, CloudNode, CloudProvider};
+use nodekeeper::source::cloud::{anchored, cloud_node_specs, CloudError, CloudNode, CloudProvider};
 use nodekeeper::source::provider;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -212,6 +212,13 @@ async fn list(p: &dyn CloudProvider) -> Result<Vec<CloudNode>, String> {
         .map_err(|e| e.to_string())
 }
 
+/// The provider's own answer, its error typed.
+async fn listed(p: &dyn CloudProvider) -> Result<usize, CloudError> {
+    let filter = anchored(".*").unwrap();
+    let instances = p.instances().expect("the http provider lists instances");
+    instances.list(&filter).await.map(|machines| machines.len())
+}
+
 fn names(nodes: &[CloudNode]) -> Vec<&str> {
     nodes.iter().map(|n| n.spec.name.as_str()).collect()
 }
@@ -283,6 +290,13 @@ async fn a_refused_or_missing_token_is_a_clear_error() {
         err.contains(&server.url) && err.contains("401") && err.contains("was refused"),
         "{err}"
     );
+    assert!(
+        matches!(
+            listed(&*p).await,
+            Err(CloudError::Status { status: 401, .. })
+        ),
+        "a refused token is the endpoint's answer"
+    );
     let p = provider("http", Some(&config(dir.path(), &server.url, None, ""))).unwrap();
     let err = list(&*p).await.unwrap_err();
     assert!(
@@ -306,6 +320,7 @@ async fn malformed_answers_and_server_errors_are_errors() {
     server.set(|s| s.body = "{\"machines\": [\n  {\"name\": \"edge-1\",\n".into());
     let err = list(&*p).await.unwrap_err();
     assert!(err.contains(&server.url) && err.contains("line"), "{err}");
+    assert!(matches!(listed(&*p).await, Err(CloudError::Parse(_))));
 
     server.set(|s| s.body = r#"{"machines": [{"name": "edge-1", "cpu": "fast"}]}"#.into());
     let err = list(&*p).await.unwrap_err();
@@ -324,6 +339,10 @@ async fn malformed_answers_and_server_errors_are_errors() {
         err.contains("503") && err.contains("inventory database is down"),
         "{err}"
     );
+    assert!(matches!(
+        listed(&*p).await,
+        Err(CloudError::Status { status: 503, .. })
+    ));
     server.stop().await;
 }
 
@@ -342,6 +361,7 @@ async fn an_oversized_answer_is_refused() {
     let p = provider("http", Some(&path)).unwrap();
     let err = list(&*p).await.unwrap_err();
     assert!(err.contains("larger than 1000 bytes"), "{err}");
+    assert!(matches!(listed(&*p).await, Err(CloudError::Parse(_))));
     server.set(|s| s.body = r#"[{"name": "a"}]"#.into());
     assert_eq!(names(&list(&*p).await.unwrap()), ["a"]);
     server.stop().await;
@@ -357,6 +377,7 @@ async fn a_server_gone_mid_run_is_an_error_not_an_empty_list() {
     server.stop().await;
     let err = list(&*p).await.unwrap_err();
     assert!(err.contains(&url) && err.contains("failed"), "{err}");
+    assert!(matches!(listed(&*p).await, Err(CloudError::Network(_))));
 }
 
 #[tokio::test]

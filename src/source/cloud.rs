@@ -21,7 +21,29 @@ use crate::model::{Address, NodeSpec, Resources};
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A provider's own failure, in its words (it names the file, URL or API).
-pub type CloudResult<T> = Result<T, String>;
+pub type CloudResult<T> = Result<T, CloudError>;
+
+/// Why a provider could not list its machines. Each message names what
+/// failed and where, as before; the variants let callers tell a provider
+/// that cannot be reached from one that answers with an error or with
+/// something that is not a listing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CloudError {
+    /// No answer: refused, timed out, TLS, or the answer was cut short.
+    #[error("{0}")]
+    Network(String),
+    /// The provider answered with an HTTP error status (its API's error,
+    /// a refused token).
+    #[error("{message}")]
+    Status { status: u16, message: String },
+    /// An answer or an inventory file that is not a listing, or one beyond
+    /// the configured size or page caps.
+    #[error("{0}")]
+    Parse(String),
+    /// A local file the provider reads (the inventory, a token) could not be read.
+    #[error("{0}")]
+    File(String),
+}
 
 /// Label for the zone a node runs in.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -164,7 +186,10 @@ pub async fn cloud_node_specs(
         provider: provider_name.clone(),
         reason,
     };
-    let listed = instances.list(filter).await.map_err(failed)?;
+    let listed = instances
+        .list(filter)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
     let mut nodes = Vec::with_capacity(listed.len());
     // node name -> the machine that claimed it, for the duplicate message.
     let mut claimed: HashMap<String, String> = HashMap::with_capacity(listed.len());
@@ -296,7 +321,7 @@ impl Instances for FakeCloud {
             let mut state = self.state();
             state.lists += 1;
             if let Some(failure) = &state.failure {
-                return Err(failure.clone());
+                return Err(CloudError::Network(failure.clone()));
             }
             Ok(state
                 .machines

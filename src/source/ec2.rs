@@ -43,8 +43,8 @@ use regex::Regex;
 use serde::Deserialize;
 
 use super::cloud::{
-    selects, BoxFuture, CloudProvider, CloudResult, Instance, InstanceResources, InstanceState,
-    Instances, Zone, INSTANCE_TYPE_LABEL,
+    selects, BoxFuture, CloudError, CloudProvider, CloudResult, Instance, InstanceResources,
+    InstanceState, Instances, Zone, INSTANCE_TYPE_LABEL,
 };
 use super::http::{error_chain, read_capped};
 use crate::model::{Address, AddressKind, Micros};
@@ -405,7 +405,7 @@ impl Ec2Provider {
     }
 
     /// Every instance the filters select, through every page, or an error.
-    async fn describe_all(&self) -> Result<Vec<Instance>, String> {
+    async fn describe_all(&self) -> Result<Vec<Instance>, CloudError> {
         let at = |page: u32, e: String| {
             format!(
                 "DescribeInstances at {} (page {page}): {e}",
@@ -425,9 +425,16 @@ impl Ec2Provider {
                     &self.page_params(token.as_deref()),
                 )
                 .await
-                .map_err(|e| at(page, e.to_string()))?;
+                .map_err(|e| {
+                    let message = at(page, e.to_string());
+                    match e {
+                        AwsError::Transport(_) => CloudError::Network(message),
+                        AwsError::Api { status, .. } => CloudError::Status { status, message },
+                        AwsError::Malformed(_) => CloudError::Parse(message),
+                    }
+                })?;
             let answer: DescribeInstancesResponse = quick_xml::de::from_str(&xml)
-                .map_err(|e| at(page, format!("malformed answer: {e}")))?;
+                .map_err(|e| CloudError::Parse(at(page, format!("malformed answer: {e}"))))?;
             for reservation in answer.reservation_set.item {
                 for raw in reservation.instances_set.item {
                     if !seen.insert(raw.instance_id.clone()) {
@@ -441,17 +448,20 @@ impl Ec2Provider {
             match answer.next_token.filter(|t| !t.is_empty()) {
                 None => return Ok(instances),
                 Some(next) if token.as_deref() == Some(next.as_str()) => {
-                    return Err(at(page, "the same NextToken came back twice".into()));
+                    return Err(CloudError::Parse(at(
+                        page,
+                        "the same NextToken came back twice".into(),
+                    )));
                 }
                 Some(next) => token = Some(next),
             }
         }
-        Err(format!(
+        Err(CloudError::Parse(format!(
             "DescribeInstances at {}: more than {} pages of {} instances; narrow `filters` or raise `maxPages` in --cloud-config (a partial listing is never used)",
             self.api.endpoint(),
             self.max_pages,
             self.max_results
-        ))
+        )))
     }
 
     /// One EC2 instance as an [`Instance`]; `None` for one that is gone.

@@ -28,7 +28,9 @@ use reqwest::header::{ACCEPT, AUTHORIZATION, ETAG, IF_NONE_MATCH};
 use reqwest::StatusCode;
 use serde::Deserialize;
 
-use super::cloud::{selects, BoxFuture, CloudProvider, CloudResult, Instance, Instances};
+use super::cloud::{
+    selects, BoxFuture, CloudError, CloudProvider, CloudResult, Instance, Instances,
+};
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_MAX_BODY: u64 = 64 << 20;
@@ -128,31 +130,37 @@ impl HttpProvider {
     }
 
     /// Every machine the endpoint lists now.
-    async fn fetch(&self) -> Result<Arc<Vec<Instance>>, String> {
+    async fn fetch(&self) -> Result<Arc<Vec<Instance>>, CloudError> {
         let url = &self.url;
         let mut request = self
             .client
             .get(url.clone())
             .header(ACCEPT, "application/json");
         if let Some(path) = &self.token_file {
-            let token = token_from(path, tokio::fs::read_to_string(path).await)?;
+            let token = token_from(path, tokio::fs::read_to_string(path).await)
+                .map_err(CloudError::File)?;
             request = request.header(AUTHORIZATION, format!("Bearer {token}"));
         }
         let etag = self.cached().as_ref().map(|(etag, _)| etag.clone());
         if let Some(etag) = &etag {
             request = request.header(IF_NONE_MATCH, etag);
         }
-        let mut response = request
-            .send()
-            .await
-            .map_err(|e| format!("GET {url} failed: {}", error_chain(&e.without_url())))?;
+        let mut response = request.send().await.map_err(|e| {
+            CloudError::Network(format!(
+                "GET {url} failed: {}",
+                error_chain(&e.without_url())
+            ))
+        })?;
         let status = response.status();
         if status == StatusCode::NOT_MODIFIED {
             return match (etag, self.cached().as_ref()) {
                 (Some(sent), Some((kept, machines))) if &sent == kept => Ok(machines.clone()),
-                _ => Err(format!(
-                    "GET {url} answered 304 Not Modified, but no listing with that ETag is kept"
-                )),
+                _ => Err(CloudError::Status {
+                    status: status.as_u16(),
+                    message: format!(
+                        "GET {url} answered 304 Not Modified, but no listing with that ETag is kept"
+                    ),
+                }),
             };
         }
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
@@ -160,17 +168,27 @@ impl HttpProvider {
                 Some(p) => format!("the bearer token from {} was refused", p.display()),
                 None => "the endpoint wants a bearer token: set tokenFile in --cloud-config".into(),
             };
-            return Err(format!("GET {url} answered {status}: {hint}"));
+            return Err(CloudError::Status {
+                status: status.as_u16(),
+                message: format!("GET {url} answered {status}: {hint}"),
+            });
         }
         let body = read_capped(&mut response, self.max_body)
             .await
-            .map_err(|e| format!("GET {url} ({status}): {e}"))?;
+            .map_err(|e| match e {
+                CappedError::TooLarge(e) => CloudError::Parse(format!("GET {url} ({status}): {e}")),
+                CappedError::Read(e) => CloudError::Network(format!("GET {url} ({status}): {e}")),
+            })?;
         if !status.is_success() {
             let text = String::from_utf8_lossy(&body);
             let snippet: String = text.trim().chars().take(200).collect();
-            return Err(format!("GET {url} answered {status}: {snippet}"));
+            return Err(CloudError::Status {
+                status: status.as_u16(),
+                message: format!("GET {url} answered {status}: {snippet}"),
+            });
         }
-        let machines = Arc::new(super::inventory::parse_json(url.as_str(), &body)?);
+        let machines =
+            Arc::new(super::inventory::parse_json(url.as_str(), &body).map_err(CloudError::Parse)?);
         let etag = response
             .headers()
             .get(ETAG)
@@ -221,21 +239,33 @@ fn token_from(path: &Path, text: std::io::Result<String>) -> Result<String, Stri
     Ok(token.to_string())
 }
 
+/// Why a body was not read whole.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CappedError {
+    /// Larger than the cap: refused unread.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The connection failed while the body came.
+    #[error("{0}")]
+    Read(String),
+}
+
 /// Reads a response body, refusing one larger than `max` bytes.
 pub(crate) async fn read_capped(
     response: &mut reqwest::Response,
     max: u64,
-) -> Result<Vec<u8>, String> {
-    let too_large = || format!("the answer is larger than {max} bytes; refused");
+) -> Result<Vec<u8>, CappedError> {
+    let too_large =
+        || CappedError::TooLarge(format!("the answer is larger than {max} bytes; refused"));
     if response.content_length().is_some_and(|n| n > max) {
         return Err(too_large());
     }
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| {
-        format!(
+        CappedError::Read(format!(
             "reading the answer failed: {}",
             error_chain(&e.without_url())
-        )
+        ))
     })? {
         if (body.len() + chunk.len()) as u64 > max {
             return Err(too_large());

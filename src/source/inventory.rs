@@ -39,8 +39,8 @@ use regex::Regex;
 use serde::{Deserialize, Deserializer};
 
 use super::cloud::{
-    selects, BoxFuture, CloudProvider, CloudResult, Instance, InstanceResources, InstanceState,
-    Instances, Zone,
+    selects, BoxFuture, CloudError, CloudProvider, CloudResult, Instance, InstanceResources,
+    InstanceState, Instances, Zone,
 };
 use crate::model::{Address, AddressKind, Micros};
 
@@ -99,7 +99,7 @@ impl InventoryProvider {
                 cache: Mutex::new(None),
             }),
         };
-        provider.inner.load()?;
+        provider.inner.load().map_err(|e| e.to_string())?;
         Ok(provider)
     }
 
@@ -115,12 +115,12 @@ impl Inner {
     }
 
     /// The machines in the file now: cached while its stamp holds, else read again.
-    fn load(&self) -> Result<Arc<Vec<Instance>>, String> {
+    fn load(&self) -> Result<Arc<Vec<Instance>>, CloudError> {
         let origin = self.path.display().to_string();
         // `load` runs at start-up and on the blocking pool (`list`).
         #[allow(clippy::disallowed_methods)]
         let meta = std::fs::metadata(&self.path)
-            .map_err(|e| format!("cannot read the inventory {origin}: {e}"))?;
+            .map_err(|e| CloudError::File(format!("cannot read the inventory {origin}: {e}")))?;
         let stamp = Stamp::of(&meta);
         if let Some(loaded) = self.cache().as_ref() {
             if loaded.settled && loaded.stamp == stamp {
@@ -131,8 +131,8 @@ impl Inner {
         let read_at = SystemTime::UNIX_EPOCH + Micros::now().since(Micros(0));
         #[allow(clippy::disallowed_methods)]
         let parsed = std::fs::read_to_string(&self.path)
-            .map_err(|e| format!("cannot read the inventory {origin}: {e}"))
-            .and_then(|text| parse_inventory(&origin, &text));
+            .map_err(|e| CloudError::File(format!("cannot read the inventory {origin}: {e}")))
+            .and_then(|text| parse_inventory(&origin, &text).map_err(CloudError::Parse));
         let mut cache = self.cache();
         match parsed {
             Ok(machines) => {
@@ -173,7 +173,7 @@ impl Instances for InventoryProvider {
             let inner = self.inner.clone();
             let machines = tokio::task::spawn_blocking(move || inner.load())
                 .await
-                .map_err(|e| format!("reading the inventory failed: {e}"))??;
+                .map_err(|e| CloudError::File(format!("reading the inventory failed: {e}")))??;
             Ok(machines
                 .iter()
                 .filter(|m| selects(filter, &m.name))
