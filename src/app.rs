@@ -42,6 +42,8 @@ pub struct RunConfig {
     pub simulate: Option<FleetConfig>,
     /// Where to mirror, if an API server is configured.
     pub mirror: Option<crate::mirror::MirrorConfig>,
+    /// How much history to keep (`--history-retention`, `--history-max-bytes`).
+    pub retention: crate::store::RetentionConfig,
 }
 
 /// Failures of `run`, each naming the flag or resource at fault.
@@ -239,6 +241,14 @@ impl RunConfig {
                 "--insecure-listen: the API may be reachable from the network without TLS or authentication"
             );
         }
+        let retention = crate::store::RetentionConfig {
+            max_age: (!args.history_retention.is_zero()).then_some(args.history_retention),
+            max_bytes: match crate::quantity::parse_memory(&args.history_max_bytes) {
+                Ok(0) => None,
+                Ok(bytes) => Some(bytes),
+                Err(e) => return Err(flag("--history-max-bytes", e)),
+            },
+        };
         let mirror = mirror_config(args)?;
         if mirror.is_none()
             && args.eviction_mode == crate::controller::eviction::EvictionMode::DeletePods
@@ -250,6 +260,7 @@ impl RunConfig {
         }
         Ok(RunConfig {
             mirror,
+            retention,
             db: db.to_path_buf(),
             listen: args.listen,
             tls,
@@ -261,6 +272,7 @@ impl RunConfig {
             tokens,
             store: StoreOptions {
                 cache_capacity: args.cache_capacity,
+                checkpoint_interval: args.history_checkpoint_interval,
             },
             controller: ControllerConfig {
                 node_sync_period: args.node_sync_period,
@@ -569,7 +581,16 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     });
     tasks.close();
 
+    // Retention prunes in the background, in small batches, until the controller stops.
+    let retention_shutdown = CancellationToken::new();
+    let retention = tokio::spawn(crate::store::retention::run(
+        store.clone(),
+        config.retention.clone(),
+        retention_shutdown.clone(),
+    ));
     let result = controller.run(config.specs, pushes, shutdown.clone()).await;
+    retention_shutdown.cancel();
+    let _ = retention.await;
     // The mirror stops before the store closes (it gives up a leader Lease it holds).
     mirror_shutdown.cancel();
     if let Some(task) = mirror_task {

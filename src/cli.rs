@@ -304,6 +304,20 @@ pub struct RunArgs {
     /// sled cache size in bytes (RSS follows it).
     #[arg(long, default_value_t = crate::store::DEFAULT_CACHE_CAPACITY)]
     pub cache_capacity: u64,
+    /// How long the history is kept (e.g. 90d, 720h). Older events are
+    /// pruned in the background; the registry as of the oldest kept event
+    /// stays as a checkpoint, so `at` stays exact. 0 keeps everything.
+    #[arg(long, default_value = "90d", value_parser = parse_duration)]
+    pub history_retention: Duration,
+    /// The most the history may take: its events with their indexes, and
+    /// its checkpoints (bytes, or a quantity such as 512Mi or 2Gi). The
+    /// oldest go first. 0 is no limit.
+    #[arg(long, default_value = "1Gi", value_name = "BYTES")]
+    pub history_max_bytes: String,
+    /// Events between checkpoints of the registry: `at` and watches replay
+    /// at most this many. Default: 5 per node, at least 10000.
+    #[arg(long, value_name = "EVENTS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub history_checkpoint_interval: Option<u64>,
 
     /// Start N simulated kubelets in this process and manage them (the demo).
     #[arg(long, value_name = "N")]

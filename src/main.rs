@@ -52,16 +52,7 @@ async fn dispatch(cli: &Cli) -> commands::Outcome {
         Command::History(args) => commands::history::history(&source()?, args).await,
         Command::At { time, output } => commands::at::at(&source()?, time, *output).await,
         Command::Mirror { command } => commands::mirror::mirror(&source()?, command).await,
-        Command::Db { command } => {
-            // Import makes the store it loads into.
-            let source = match command {
-                nodekeeper::cli::DbCommand::Import { .. } if cli.server.is_none() => Source::Local(
-                    nodekeeper::store::Store::open(&cli.db, &Default::default())?,
-                ),
-                _ => source()?,
-            };
-            commands::db::db(source, &cli.db, command).await
-        }
+        Command::Db { command } => commands::db::db(&cli.db, cli.server.as_deref(), command).await,
         Command::Sim(args) => commands::sim::sim(args, &cli.db).await,
     }
 }
