@@ -93,7 +93,7 @@ fn status_text(s: &StoreStatus, remote: bool) -> String {
                 r.max_age_seconds
                     .map_or("no age limit".to_string(), |secs| format!(
                         "{} old",
-                        crate::duration::format(std::time::Duration::from_secs(secs))
+                        age(secs)
                     )),
                 r.max_bytes
                     .map_or("no size limit".to_string(), |b| human_bytes(b)),
@@ -136,6 +136,15 @@ fn status_text(s: &StoreStatus, remote: bool) -> String {
         },
     );
     out
+}
+
+/// A retention as it is written on the command line (`90d`, `36h`, `90m`).
+fn age(secs: u64) -> String {
+    if secs > 0 && secs % 86_400 == 0 {
+        format!("{}d", secs / 86_400)
+    } else {
+        crate::duration::format(std::time::Duration::from_secs(secs))
+    }
 }
 
 fn human_bytes(bytes: u64) -> String {

@@ -145,7 +145,8 @@ async fn list(
             "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
         );
     }
-    let pin = match s.store.pin_history(after.unwrap_or(0).max(horizon)) {
+    let from = after.unwrap_or(0).max(horizon);
+    let pin = match s.store.pin_history(from) {
         Ok(pin) => pin,
         Err(e) => return super::v1::store_error(e),
     };
@@ -155,7 +156,7 @@ async fn list(
             .fields
             .required("involvedObject.name")
             .map(str::to_string),
-        after_seq: after,
+        after_seq: Some(from),
         ..HistoryQuery::default()
     };
     let limit = params.limit.filter(|&l| l > 0).map(|l| l as usize);

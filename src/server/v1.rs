@@ -108,6 +108,8 @@ pub(crate) async fn history(
         Some(after) => after.max(horizon),
         None => horizon,
     };
+    let mut query = query;
+    query.after_seq = Some(from);
     let pin = match s.store.pin_history(from) {
         Ok(pin) => pin,
         Err(e) => return store_error(e),
@@ -158,8 +160,9 @@ pub(crate) fn stream_history(
             // One more than the limit: to know whether there is more.
             let want = limit.map_or(PAGE, |l| (l + 1).saturating_sub(served).clamp(1, PAGE));
             let (page_store, page_query) = (store.clone(), query.clone());
+            let floor = pin.floor();
             let page = tokio::task::spawn_blocking(move || {
-                let page = page_store.history_page(&page_query, want)?;
+                let page = page_store.history_page_pinned(&page_query, want, floor)?;
                 // A reader whose pin expired may have read holes: fail instead.
                 page_store.check_kept(after)?;
                 Ok::<_, StoreError>(page)

@@ -149,16 +149,16 @@ fn too_large(requested: u64, current: u64) -> Response {
         .into_response()
 }
 
-/// Reads up to a page of durable events after `after`; fails when pruning
-/// took history the watch had not read yet.
-async fn read_after(s: &AppState, after: u64) -> Result<Vec<Event>, StoreError> {
+/// Reads up to a page of durable events after `after`, down to the pin's
+/// `floor`; fails when pruning took history the watch had not read yet.
+async fn read_after(s: &AppState, after: u64, floor: u64) -> Result<Vec<Event>, StoreError> {
     let store = s.store.clone();
     tokio::task::spawn_blocking(move || {
         let query = HistoryQuery {
             after_seq: Some(after),
             ..HistoryQuery::default()
         };
-        let page = store.history_page(&query, PAGE)?;
+        let page = store.history_page_pinned(&query, PAGE, floor)?;
         store.check_kept(after)?;
         Ok(page.events)
     })
@@ -171,13 +171,14 @@ async fn read_after(s: &AppState, after: u64) -> Result<Vec<Event>, StoreError> 
 async fn resolve(
     s: &AppState,
     wanted: Vec<(String, u64)>,
+    floor: u64,
 ) -> Result<Vec<(String, Option<Node>)>, StoreError> {
     let store = s.store.clone();
     tokio::task::spawn_blocking(move || {
         wanted
             .into_iter()
             .map(|(name, seq)| {
-                let node = store.node_at(&name, seq)?;
+                let node = store.node_at_pinned(&name, seq, floor)?;
                 Ok((name, node))
             })
             .collect()
@@ -254,7 +255,7 @@ async fn stream_events(
     let mut bookmarks = tokio::time::interval(BOOKMARK_EVERY);
     bookmarks.reset();
     loop {
-        let events = match read_after(&s, last).await {
+        let events = match read_after(&s, last, pin.floor()).await {
             Ok(events) => events,
             Err(e) => {
                 let _ = out.send(gone(e)).await;
@@ -271,7 +272,7 @@ async fn stream_events(
                 }
             }
             if !wanted.is_empty() {
-                match resolve(&s, wanted).await {
+                match resolve(&s, wanted, pin.floor()).await {
                     Ok(nodes) => replay.extend(nodes.into_iter().filter_map(|(_, n)| n)),
                     Err(e) => {
                         let _ = out.send(gone(e)).await;

@@ -162,9 +162,9 @@ impl Store {
     }
 
     /// Where a replay up to `seq` starts: the newest checkpoint at or before
-    /// it (`None`: the empty registry before the first event).
-    fn replay_base(&self, seq: u64) -> Result<Option<Checkpoint>, StoreError> {
-        let horizon = self.horizon();
+    /// it (`None`: the empty registry before the first event). `horizon` is
+    /// the store's, or a pinned reader's floor (see [`super::ReadPin::floor`]).
+    fn replay_base(&self, seq: u64, horizon: u64) -> Result<Option<Checkpoint>, StoreError> {
         if seq < horizon {
             return Err(StoreError::Expired {
                 requested: seq,
@@ -193,7 +193,7 @@ impl Store {
     /// one checkpoint interval of events.
     pub fn registry_at(&self, seq: u64) -> Result<RegistryAt, StoreError> {
         let seq = seq.min(self.durable_seq());
-        let base = self.replay_base(seq)?;
+        let base = self.replay_base(seq, self.horizon())?;
         let from = base.as_ref().map_or(0, |c| c.seq);
         let mut replay = Replay::from_nodes(match &base {
             Some(c) if c.nodes > 0 => self.checkpoint_registry(c.seq)?,
@@ -239,7 +239,18 @@ impl Store {
     /// was not registered then): its record in the nearest checkpoint, and
     /// its own events after it, through the per-node index.
     pub fn node_at(&self, name: &str, seq: u64) -> Result<Option<Node>, StoreError> {
-        let base = self.replay_base(seq)?;
+        self.node_at_pinned(name, seq, self.horizon())
+    }
+
+    /// [`Store::node_at`] for a reader holding a pin: it reaches back to the
+    /// pin's `floor` even when the horizon has moved past it since.
+    pub fn node_at_pinned(
+        &self,
+        name: &str,
+        seq: u64,
+        floor: u64,
+    ) -> Result<Option<Node>, StoreError> {
+        let base = self.replay_base(seq, floor)?;
         let from = base.as_ref().map_or(0, |c| c.seq);
         let mut start = BTreeMap::new();
         if base.is_some() {

@@ -70,8 +70,21 @@ impl Store {
         query: &HistoryQuery,
         max: usize,
     ) -> Result<HistoryPage, StoreError> {
+        self.history_page_pinned(query, max, self.horizon())
+    }
+
+    /// [`Store::history_page`] for a reader holding a pin: it reads on from
+    /// its cursor down to the pin's `floor` (see
+    /// [`super::ReadPin::floor`]), even when the horizon has moved past it
+    /// since. Check [`Store::check_kept`] after each page.
+    pub fn history_page_pinned(
+        &self,
+        query: &HistoryQuery,
+        max: usize,
+        floor: u64,
+    ) -> Result<HistoryPage, StoreError> {
         let max = max.clamp(1, query.limit.unwrap_or(usize::MAX).max(1));
-        let Some((lo, hi)) = self.seq_bounds(query)? else {
+        let Some((lo, hi)) = self.seq_bounds(query, floor)? else {
             return Ok(HistoryPage::default());
         };
         let mut page = HistoryPage::default();
@@ -139,12 +152,12 @@ impl Store {
 
     /// The seqs a query can match, first and last, within what is kept and
     /// durable; `None` when none can.
-    fn seq_bounds(&self, query: &HistoryQuery) -> Result<Option<(u64, u64)>, StoreError> {
-        let mut lo = query
-            .after_seq
-            .unwrap_or(0)
-            .max(self.horizon())
-            .saturating_add(1);
+    fn seq_bounds(
+        &self,
+        query: &HistoryQuery,
+        floor: u64,
+    ) -> Result<Option<(u64, u64)>, StoreError> {
+        let mut lo = query.after_seq.unwrap_or(0).max(floor).saturating_add(1);
         let mut hi = self.durable_seq();
         if let Some(since) = query.since {
             match self.first_seq_at_or_after(since)? {

@@ -135,6 +135,14 @@ pub struct ReadPin {
 }
 
 impl ReadPin {
+    /// How far back this reader may still read: the horizon, or its pin
+    /// when the horizon has moved past it since.
+    pub fn floor(&self) -> u64 {
+        let state = self.guard.lock();
+        let pinned = state.pins.get(&self.id).map_or(state.horizon, |p| p.0);
+        pinned.min(state.horizon)
+    }
+
     /// The reader moved on: what is before `seq` may go.
     pub fn advance(&self, seq: u64) {
         if let Some(pin) = self.guard.lock().pins.get_mut(&self.id) {
