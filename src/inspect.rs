@@ -45,6 +45,8 @@ enum Answer<T> {
 const PAGE: usize = 1000;
 
 /// A place to read the registry from.
+// One per command: the size of the local store's handle does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Source {
     Local(Store),
     Remote {

@@ -75,7 +75,7 @@ fn synthetic(nodes: usize, groups: &[(Micros, Duration, usize)]) -> Vec<Event> {
             let i = k * 7 % nodes;
             let name = format!("edge-{i:03}");
             k += 1;
-            if k % 13 == 0 {
+            if k.is_multiple_of(13) {
                 push(
                     &mut events,
                     time,

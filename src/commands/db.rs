@@ -95,8 +95,7 @@ fn status_text(s: &StoreStatus, remote: bool) -> String {
                         "{} old",
                         age(secs)
                     )),
-                r.max_bytes
-                    .map_or("no size limit".to_string(), |b| human_bytes(b)),
+                r.max_bytes.map_or("no size limit".to_string(), human_bytes),
                 human_bytes(r.history_bytes)
             ),
             None => "applied by a running controller (--history-retention, --history-max-bytes)"
@@ -140,7 +139,7 @@ fn status_text(s: &StoreStatus, remote: bool) -> String {
 
 /// A retention as it is written on the command line (`90d`, `36h`, `90m`).
 fn age(secs: u64) -> String {
-    if secs > 0 && secs % 86_400 == 0 {
+    if secs > 0 && secs.is_multiple_of(86_400) {
         format!("{}d", secs / 86_400)
     } else {
         crate::duration::format(std::time::Duration::from_secs(secs))

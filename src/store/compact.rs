@@ -219,9 +219,9 @@ fn swap(path: &Path, copy: &Path, original: &Path) -> Result<(), StoreError> {
             if let Err(e) = std::fs::rename(copy, path) {
                 std::fs::rename(original, path)
                     .map_err(io(format!("cannot move {} back", original.display())))?;
-                return Err(io(format!(
-                    "cannot move the compacted store into place; the original is unchanged"
-                ))(e));
+                return Err(io(
+                    "cannot move the compacted store into place; the original is unchanged".into(),
+                )(e));
             }
             std::fs::remove_dir_all(original)
                 .map_err(io(format!("cannot remove {}", original.display())))?;

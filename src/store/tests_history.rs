@@ -74,7 +74,7 @@ fn flapping(store: &Store, nodes: usize, events: u64, batch: u64) {
             let i = (k * 7 % nodes as u64) as usize;
             let name = format!("n{i:03}");
             k += 1;
-            if i % 10 == 0 && k % 50 == 0 && !again.contains(&name) {
+            if i.is_multiple_of(10) && k.is_multiple_of(50) && !again.contains(&name) {
                 b.delete(&name, "gone");
                 again.push(name);
                 continue;
