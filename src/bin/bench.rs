@@ -1,6 +1,7 @@
 //! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe, or with `--push` per pushed heartbeat. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000 [--push]`.
 
 mod common;
+mod history;
 
 use std::fmt::Write as _;
 use std::fs;
@@ -56,6 +57,14 @@ struct Args {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    // `--history` is the history benchmark (src/bin/history/), with its own flags.
+    if std::env::args().nth(1).as_deref() == Some("--history") {
+        if let Err(e) = history::run(std::env::args().skip(1)).await {
+            eprintln!("nodekeeper-bench --history: error: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if let Err(e) = real_main().await {
         eprintln!("nodekeeper-bench: error: {e:#}");
         std::process::exit(1);
