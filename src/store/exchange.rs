@@ -6,7 +6,7 @@
 //! | line | what |
 //! |---|---|
 //! | `{"format":"nodekeeper-export","version":2,"exportedAt":T,"lastSeq":N,"horizon":{"seq":H,"time":T}}` | the header; `horizon` only when the history was pruned |
-//! | `{"meta":{"created":T,"instance":ID,"lastCleanStop":T}}` | the store's identity: when it was made, the last controller, its clean stop |
+//! | `{"meta":{"created":T,"instance":ID,"lastCleanStop":T,"other":{KEY:VALUE}}}` | the store's identity: when it was made, the last controller, its clean stop; and every other value it keeps (the mirror's last error) |
 //! | `{"node":NODE}` | a registry record (the domain's node, as `/v1/nodes` shows it) |
 //! | `{"lease":LEASE}` | a node Lease (`kube-node-lease`) |
 //! | `{"outbox":{"kind":"Node"\|"EvictPods","node":NAME,"seq":N,"enqueued":T,"reason":R}}` | mirror work not yet done |
@@ -71,7 +71,23 @@ struct MetaLine {
     instance: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     last_clean_stop: Option<Micros>,
+    /// Every other value kept in the meta tree (the mirror's last error...),
+    /// by key: its text, or `hex:` and its bytes when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    other: BTreeMap<String, String>,
 }
+
+/// Meta keys an export does not carry as such: the schema is the importing
+/// store's, the horizon is in the header, the rest is transient.
+const META_NOT_EXPORTED: &[&[u8]] = &[
+    migrations::SCHEMA_VERSION_KEY,
+    META_HORIZON,
+    META_IMPORT_INCOMPLETE,
+    b"checkpoint_in_progress",
+    META_CREATED,
+    META_INSTANCE,
+    META_CLEAN_STOP,
+];
 
 #[derive(Serialize, Deserialize)]
 struct OutboxLine {
@@ -156,12 +172,28 @@ pub(super) fn export(store: &Store, out: &mut dyn Write) -> Result<ExportSummary
             .get(key)?
             .and_then(|v| Some(Micros(i64::from_be_bytes(v.as_ref().try_into().ok()?)))))
     };
+    let mut other = BTreeMap::new();
+    for entry in store.meta.iter() {
+        let (key, value) = entry?;
+        if META_NOT_EXPORTED.contains(&key.as_ref()) {
+            continue;
+        }
+        let value = match std::str::from_utf8(&value) {
+            Ok(text) if !text.starts_with("hex:") => text.to_string(),
+            _ => format!(
+                "hex:{}",
+                value.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            ),
+        };
+        other.insert(String::from_utf8_lossy(&key).into_owned(), value);
+    }
     write_line(
         out,
         &Line::Meta(MetaLine {
             created: micros(META_CREATED)?,
             instance: store.last_instance()?,
             last_clean_stop: micros(META_CLEAN_STOP)?,
+            other,
         }),
     )?;
     let mut counts = Counts::default();
@@ -344,7 +376,10 @@ impl<'a> Loader<'a> {
                     other => other,
                 })?,
                 _ if v1 => return Err(bad("format 1 has only node and event lines".into())),
-                Line::Meta(meta) => self.meta(meta)?,
+                Line::Meta(meta) => self.meta(meta).map_err(|e| match e {
+                    StoreError::Import { reason, .. } => bad(reason),
+                    other => other,
+                })?,
                 Line::Lease(lease) => {
                     self.leases
                         .insert(lease.name.as_bytes(), records::encode_lease(&lease));
@@ -438,6 +473,23 @@ impl<'a> Loader<'a> {
         }
         if let Some(t) = meta.last_clean_stop {
             meta_tree.insert(META_CLEAN_STOP, &t.0.to_be_bytes())?;
+        }
+        for (key, value) in meta.other {
+            if META_NOT_EXPORTED.contains(&key.as_bytes()) {
+                continue;
+            }
+            let bytes = match value.strip_prefix("hex:") {
+                Some(hex) => (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("zz"), 16))
+                    .collect::<Result<Vec<u8>, _>>()
+                    .map_err(|_| StoreError::Import {
+                        line: 0,
+                        reason: format!("meta value {key:?} is not hex after `hex:`"),
+                    })?,
+                None => value.into_bytes(),
+            };
+            meta_tree.insert(key.as_bytes(), bytes)?;
         }
         Ok(())
     }

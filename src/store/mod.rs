@@ -728,12 +728,17 @@ impl Store {
             None => None,
         };
         let mut trees = Vec::new();
+        let mut kept_events = 0usize;
         for (name, tree) in self.named_trees() {
             let (mut records, mut bytes) = (0u64, 0u64);
             for entry in tree.iter() {
                 let (k, v) = entry?;
                 records += 1;
                 bytes += (k.len() + v.len()) as u64;
+                // Events at or before the horizon that are still being deleted do not count.
+                if name == trees::EVENTS && seq_from_key(&k)? > horizon {
+                    kept_events += 1;
+                }
             }
             trees.push(TreeSize {
                 name: name.to_string(),
@@ -752,8 +757,7 @@ impl Store {
             path: self.path.clone(),
             schema_version: migrations::schema_version(&self.db)?.unwrap_or(0),
             nodes: count(trees::NODES),
-            // Events at or before the horizon that are still being deleted do not count.
-            events: self.events.range((horizon + 1).to_be_bytes()..).count(),
+            events: kept_events,
             outbox: count(trees::OUTBOX),
             last_seq: self.last_seq(),
             first_event,

@@ -478,6 +478,10 @@ fn an_export_carries_every_tree_and_the_horizon() {
         .unwrap();
     store.mark_started("instance-1").unwrap();
     store.mark_clean_stop(Micros(77)).unwrap();
+    store
+        .meta_put(b"mirror_last_error", b"{\"message\":\"refused\"}")
+        .unwrap();
+    store.meta_put(b"binary", &[0xff, 0x00]).unwrap();
     let config = RetentionConfig {
         max_age: Some(std::time::Duration::from_secs(1_000)),
         max_bytes: None,
@@ -501,6 +505,11 @@ fn an_export_carries_every_tree_and_the_horizon() {
     assert_eq!(copy.outbox().unwrap(), store.outbox().unwrap());
     assert_eq!(copy.last_instance().unwrap().as_deref(), Some("instance-1"));
     assert_eq!(copy.last_clean_stop().unwrap(), Some(Micros(77)));
+    assert_eq!(
+        copy.meta_get(b"mirror_last_error").unwrap().unwrap(),
+        b"{\"message\":\"refused\"}"
+    );
+    assert_eq!(copy.meta_get(b"binary").unwrap().unwrap(), vec![0xff, 0x00]);
     assert_eq!(all(&copy), all(&store));
     // The horizon's checkpoint came along (the periodic ones are rebuilt
     // from it, and verify checks each against the history).
