@@ -63,9 +63,9 @@ pub async fn run(dir: &Path, length: Duration, rate: u64, max_bytes: u64) -> Res
     );
     let _ = writeln!(
         out,
-        "| elapsed | events written | written (records) | horizon | history (retention's count) | size on disk | disk writes by the process |"
+        "| elapsed | events written | written (records) | horizon | history (retention's count) | size on disk | disk writes by the process | batch write + flush: median / p99 / max |"
     );
-    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|");
     let per_tick = (rate / 10).max(1);
     let started = Instant::now();
     let io_start = written_bytes();
@@ -75,6 +75,7 @@ pub async fn run(dir: &Path, length: Duration, rate: u64, max_bytes: u64) -> Res
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let sample_every = length / SAMPLES;
     let mut next_sample = sample_every;
+    let mut latencies: Vec<Duration> = Vec::new();
     while started.elapsed() < length {
         tick.tick().await;
         let mut batch = Batch::new(Micros::now());
@@ -105,9 +106,22 @@ pub async fn run(dir: &Path, length: Duration, rate: u64, max_bytes: u64) -> Res
             batch.node_event(&name, kind);
             events += 1;
         }
+        let writing = Instant::now();
         store.write(batch)?;
         store.flush().await?;
+        latencies.push(writing.elapsed());
         if started.elapsed() >= next_sample {
+            latencies.sort();
+            let at = |q: f64| {
+                latencies
+                    .get(
+                        ((latencies.len() as f64 * q) as usize)
+                            .min(latencies.len().saturating_sub(1)),
+                    )
+                    .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+            };
+            let spread = format!("{:.1} / {:.1} / {:.1} ms", at(0.5), at(0.99), at(1.0));
+            latencies.clear();
             next_sample += sample_every;
             let history = store
                 .status()
@@ -116,7 +130,7 @@ pub async fn run(dir: &Path, length: Duration, rate: u64, max_bytes: u64) -> Res
                 .unwrap_or(0);
             let _ = writeln!(
                 out,
-                "| {:.0} s | {events} | {} | {} | {} | {} | {} |",
+                "| {:.0} s | {events} | {} | {} | {} | {} | {} | {spread} |",
                 started.elapsed().as_secs_f64(),
                 mib(logical),
                 store.horizon(),
