@@ -278,8 +278,8 @@ impl Store {
         Ok(store)
     }
 
-    /// Opens without refusing an interrupted import (the import itself and
-    /// compaction's copy need that).
+    /// Opens sled, migrates, and reads the store's state back (seqs,
+    /// horizon, condition types); [`Store::open`] then refuses what is unusable.
     fn open_unchecked(path: &Path, options: &StoreOptions) -> Result<Store, StoreError> {
         let db = sled::Config::new()
             .path(path)
