@@ -9,23 +9,26 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::cli::RunArgs;
 use crate::controller::view::View;
 use crate::controller::CloudSource;
 use crate::controller::{Controller, ControllerConfig, ControllerError, ControllerHandle};
 use crate::metrics::Metrics;
-use crate::model::{NodeSpec, Resources};
+use crate::model::{Micros, NodeSpec, Resources};
 use crate::probe::{ProbeConfig, Scheme};
-use crate::server::{AppState, Tokens};
+use crate::server::{ApiLimits, AppState, Tokens};
 use crate::sim::{Fleet, FleetConfig};
 use crate::source::cloud::{anchored, CloudProvider};
 use crate::source::{static_list, SourceError};
 use crate::store::{Store, StoreError, StoreOptions};
 
-/// Open files kept free for the store, the listener and its clients.
+/// Open files kept for everything but probes and API connections: the
+/// store, the listener, logs, the mirror's client, name lookups.
 const SPARE_FILES: u64 = 256;
+/// API connections wanted beyond one per pushing node: kubectl, the CLI,
+/// health checks and metrics scrapes.
+pub const READER_CONNECTIONS: usize = 256;
 
 /// Everything `run` needs, validated.
 pub struct RunConfig {
@@ -44,6 +47,93 @@ pub struct RunConfig {
     pub mirror: Option<crate::mirror::MirrorConfig>,
     /// How much history to keep (`--history-retention`, `--history-max-bytes`).
     pub retention: crate::store::RetentionConfig,
+    /// The open-file limit in force (raised to the hard limit).
+    pub open_files: u64,
+    /// How the API is served: its connection cap and timeouts.
+    pub serve: crate::server::ServeConfig,
+    /// The API's request budgets and body deadline.
+    pub limits: ApiLimits,
+}
+
+/// The API's connection cap and request budgets, as sized by [`size_api`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiSizing {
+    pub max_connections: usize,
+    pub limits: ApiLimits,
+    /// Connections no budget can take: health checks always find one.
+    pub health_check_room: usize,
+}
+
+/// What [`size_api`] sizes from.
+#[derive(Debug, Clone, Copy)]
+pub struct SizingInput {
+    pub open_files: u64,
+    /// Nodes known at start (static, simulated).
+    pub nodes: usize,
+    /// Nodes that may be probed, each with a kept-alive connection.
+    pub probed_nodes: usize,
+    /// Nodes of a simulated fleet in this process (a listener, and both ends of a probe).
+    pub simulated_nodes: usize,
+    /// `--max-connections`, 0 for automatic.
+    pub max_connections: usize,
+    /// The budgets asked for; `max_mutating` 0 for automatic.
+    pub limits: ApiLimits,
+}
+
+/// Sizes the API: the connection cap from the open-file limit (less the
+/// files kept for probes, a simulated fleet and the store), then the
+/// budgets inside it, so that watches, reads and writes together always
+/// leave connections for health checks. Writes get what is left unless
+/// `--max-mutating-requests-inflight` says otherwise.
+pub fn size_api(input: SizingInput) -> Result<ApiSizing, String> {
+    let kept = SPARE_FILES + input.probed_nodes as u64 + 3 * input.simulated_nodes as u64;
+    let fits = input.open_files.saturating_sub(kept) as usize;
+    let max_connections = match input.max_connections {
+        0 => fits,
+        asked if asked > fits => {
+            return Err(format!(
+                "--max-connections {asked}: this process may open {} files and keeps {kept} for probes, the store and the rest, so at most {fits} connections fit",
+                input.open_files
+            ))
+        }
+        asked => asked,
+    };
+    let health_check_room = (max_connections / 64).clamp(4, 64);
+    let limits = input.limits;
+    for (flag, value) in [
+        ("--max-watches", limits.max_watches),
+        ("--max-requests-inflight", limits.max_reads),
+    ] {
+        if value == 0 {
+            return Err(format!("{flag} must be at least 1"));
+        }
+    }
+    let taken = limits.max_watches + limits.max_reads + health_check_room;
+    let left = max_connections.saturating_sub(taken);
+    let max_mutating = match limits.max_mutating {
+        0 if left == 0 => {
+            return Err(format!(
+                "--max-connections {max_connections} leaves no room for writes once --max-watches {} and --max-requests-inflight {} (and {health_check_room} connections for health checks) are set aside",
+                limits.max_watches, limits.max_reads
+            ))
+        }
+        0 => left,
+        asked if asked > left => {
+            return Err(format!(
+                "--max-mutating-requests-inflight {asked} with --max-watches {} and --max-requests-inflight {} needs more than the {max_connections} connections (--max-connections), {health_check_room} of which are kept for health checks",
+                limits.max_watches, limits.max_reads
+            ))
+        }
+        asked => asked,
+    };
+    Ok(ApiSizing {
+        max_connections,
+        limits: ApiLimits {
+            max_mutating,
+            ..limits
+        },
+        health_check_room,
+    })
 }
 
 /// Failures of `run`, each naming the flag or resource at fault.
@@ -73,6 +163,10 @@ pub enum RunError {
         needed: u64,
         limit: u64,
     },
+    /// A supervised task (the controller, the HTTP server, the mirror)
+    /// failed or stopped on its own: the process exits non-zero.
+    #[error("the {task} task failed: {reason}")]
+    TaskFailed { task: &'static str, reason: String },
     #[error("cannot write {path}: {source}")]
     Discovery {
         path: PathBuf,
@@ -86,9 +180,9 @@ impl RunConfig {
         let flag = |flag, reason: String| RunError::Flag { flag, reason };
         let capacity = Resources {
             cpu_millis: crate::quantity::parse_cpu(&args.node_cpu)
-                .map_err(|e| flag("--node-cpu", e))?,
+                .map_err(|e| flag("--node-cpu", e.to_string()))?,
             memory_bytes: crate::quantity::parse_memory(&args.node_memory)
-                .map_err(|e| flag("--node-memory", e))?,
+                .map_err(|e| flag("--node-memory", e.to_string()))?,
         };
         if args.node_sync_period.is_zero() {
             return Err(flag("--node-sync-period", "must be more than zero".into()));
@@ -128,6 +222,13 @@ impl RunConfig {
                 "must be a share between 0 and 1, such as 0.55".into(),
             ));
         }
+        if args.kubelet_port == 0 {
+            return Err(flag(
+                "--kubelet-port",
+                "0 is not a port a kubelet listens on: give one from 1 to 65535 (kubelets serve on 10250)".into(),
+            ));
+        }
+        check_api_server_flags(args)?;
         if args.probe_concurrency == 0 {
             return Err(flag("--probe-concurrency", "must be at least 1".into()));
         }
@@ -246,10 +347,45 @@ impl RunConfig {
             max_bytes: match crate::quantity::parse_memory(&args.history_max_bytes) {
                 Ok(0) => None,
                 Ok(bytes) => Some(bytes),
-                Err(e) => return Err(flag("--history-max-bytes", e)),
+                Err(e) => return Err(flag("--history-max-bytes", e.to_string())),
             },
         };
         let mirror = mirror_config(args)?;
+        if args.request_body_timeout.is_zero() {
+            return Err(flag(
+                "--request-body-timeout",
+                "must be more than zero".into(),
+            ));
+        }
+        let open_files = raise_open_file_limit();
+        let sim_nodes = args.simulate.unwrap_or(0);
+        let known_nodes = specs.len() + sim_nodes;
+        let sizing = size_api(SizingInput {
+            open_files,
+            nodes: known_nodes,
+            probed_nodes: match args.node_status_mode {
+                crate::controller::StatusMode::Push => 0,
+                _ => known_nodes,
+            },
+            simulated_nodes: sim_nodes,
+            max_connections: args.max_connections,
+            limits: ApiLimits {
+                max_watches: args.max_watches,
+                max_reads: args.max_requests_inflight,
+                max_mutating: args.max_mutating_requests_inflight,
+                body_timeout: args.request_body_timeout,
+            },
+        })
+        .map_err(RunError::Serving)?;
+        if args.node_status_mode != crate::controller::StatusMode::Probe
+            && sizing.max_connections < known_nodes + READER_CONNECTIONS
+        {
+            tracing::warn!(
+                "only {} API connections fit in the open-file limit ({open_files}): {known_nodes} nodes pushing over one connection each, and readers besides, need {}; connections beyond the cap close idle ones (raise ulimit -Hn, or use push mode, which keeps no probe connections)",
+                sizing.max_connections,
+                known_nodes + READER_CONNECTIONS
+            );
+        }
         if mirror.is_none()
             && args.eviction_mode == crate::controller::eviction::EvictionMode::DeletePods
         {
@@ -285,6 +421,14 @@ impl RunConfig {
                 probe,
                 probe_concurrency: args.probe_concurrency,
                 cloud,
+                // Followed as it changes on disk.
+                nodes_file: args
+                    .nodes_file
+                    .as_ref()
+                    .map(|path| crate::controller::NodesFile {
+                        path: path.clone(),
+                        capacity,
+                    }),
                 eviction: crate::controller::eviction::EvictionConfig {
                     pod_eviction_timeout: args.pod_eviction_timeout,
                     mode: args.eviction_mode,
@@ -299,6 +443,9 @@ impl RunConfig {
             },
             specs,
             simulate,
+            open_files,
+            serve: crate::server::ServeConfig::default().max_connections(sizing.max_connections),
+            limits: sizing.limits,
         })
     }
 }
@@ -314,28 +461,11 @@ fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, 
     ) else {
         return Ok(None);
     };
-    if !(args.kube_api_qps.is_finite() && args.kube_api_qps > 0.0) {
+    if args.node_lease_renew_interval.is_zero() {
         return Err(flag(
-            "--kube-api-qps",
-            format!(
-                "{} is not a rate: give requests per second, more than 0",
-                args.kube_api_qps
-            ),
-        ));
-    }
-    if args.kube_api_burst == 0 {
-        return Err(flag("--kube-api-burst", "must be at least 1".into()));
-    }
-    for (name, d) in [
-        ("--kube-api-timeout", args.kube_api_timeout),
-        (
             "--node-lease-renew-interval",
-            args.node_lease_renew_interval,
-        ),
-    ] {
-        if d.is_zero() {
-            return Err(flag(name, "must be more than zero".into()));
-        }
+            "must be more than zero".into(),
+        ));
     }
     if args.node_lease_duration < Duration::from_secs(1)
         || args.node_lease_renew_interval >= args.node_lease_duration
@@ -365,6 +495,28 @@ fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, 
         config.leader = Some(leader);
     }
     Ok(Some(config))
+}
+
+/// The API server client's flags, checked whether or not an API server is
+/// configured, as kube-controller-manager checks its flags.
+fn check_api_server_flags(args: &RunArgs) -> Result<(), RunError> {
+    let flag = |flag, reason: String| RunError::Flag { flag, reason };
+    if !(args.kube_api_qps.is_finite() && args.kube_api_qps > 0.0) {
+        return Err(flag(
+            "--kube-api-qps",
+            format!(
+                "{} is not a rate: give requests per second, more than 0",
+                args.kube_api_qps
+            ),
+        ));
+    }
+    if args.kube_api_burst == 0 {
+        return Err(flag("--kube-api-burst", "must be at least 1".into()));
+    }
+    if args.kube_api_timeout.is_zero() {
+        return Err(flag("--kube-api-timeout", "must be more than zero".into()));
+    }
+    Ok(())
 }
 
 /// This process in a leader Lease: the host name and a fresh id, as
@@ -442,7 +594,7 @@ pub fn raise_open_file_limit() -> u64 {
 
 /// Runs the controller until `shutdown`.
 pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
-    let limit = raise_open_file_limit();
+    let limit = config.open_files;
     let sim_nodes = config.simulate.as_ref().map_or(0, |s| s.nodes);
     // Each node costs a probe connection; a simulated one also its listener and server side.
     let needed = (config.specs.len() + sim_nodes * 3) as u64 + SPARE_FILES;
@@ -479,7 +631,6 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         source,
     })?;
 
-    let tasks = TaskTracker::new();
     let fleet = match config.simulate.take() {
         None => None,
         Some(fleet_config) => {
@@ -529,13 +680,23 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         }
         _ => None,
     };
-    let controller = Controller::start(
+    let follows_source = config.controller.cloud.is_some();
+    let mut controller = Controller::start(
         config.controller,
         store.clone(),
         view.clone(),
         metrics.clone(),
     )
     .await?;
+    let health = crate::readiness::Health::new();
+    controller.report_passes(&health.ready);
+    register_checks(
+        &health,
+        &store,
+        &view,
+        follows_source,
+        mirror.as_ref().map(|m| &m.1),
+    );
     let discovery = Discovery {
         pid: std::process::id(),
         url: format!(
@@ -554,58 +715,433 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         ca_file: config.tls_cert_file.clone(),
     };
     discovery.write(&config.db)?;
-    tracing::info!(url = %discovery.url, db = %config.db.display(), "serving the API");
+    tracing::info!(
+        url = %discovery.url,
+        db = %config.db.display(),
+        max_connections = config.serve.max_connections,
+        max_watches = config.limits.max_watches,
+        max_requests_inflight = config.limits.max_reads,
+        max_mutating_requests_inflight = config.limits.max_mutating,
+        "serving the API"
+    );
 
     let server_shutdown = CancellationToken::new();
-    let mirror_shutdown = CancellationToken::new();
-    let (mirror_task, mirror_state) = match mirror {
-        None => (None, None),
-        Some((mirror, state)) => (
-            Some(tokio::spawn(mirror.run(mirror_shutdown.clone()))),
-            Some(state),
-        ),
-    };
     let state = AppState {
         view,
         store: store.clone(),
-        metrics,
+        metrics: metrics.clone(),
         controller: handle,
         shutdown: server_shutdown.clone(),
-        mirror: mirror_state,
+        mirror: mirror.as_ref().map(|m| m.1.clone()),
+        health: health.clone(),
     };
-    let router = crate::server::secured_router(state, config.tokens.clone());
-    let server = tasks.spawn({
+    let budgets = crate::server::Budgets::new(config.limits, Some(metrics.clone()));
+    let router = crate::server::limited_router(state, config.tokens.clone(), budgets);
+    let serve_config = config.serve.clone().metrics(metrics);
+
+    // Every long-lived task is supervised: one that ends before shutdown
+    // (an error, a panic) stops the controller, and the process exits
+    // non-zero for its supervisor to restart it.
+    let controller_stop = CancellationToken::new();
+    let mirror_stop = CancellationToken::new();
+    let stamp_stop = CancellationToken::new();
+    let instance = controller.instance().to_string();
+    let mut supervised = Supervised::default();
+    supervised.spawn(
+        Task::Controller,
+        &health,
+        controller.run(config.specs, pushes, controller_stop.clone()),
+    );
+    supervised.spawn(Task::Server, &health, {
         let stop = server_shutdown.clone();
         let tls = config.tls.clone();
-        async move { crate::server::serve(listener, router, tls, stop).await }
+        async move {
+            crate::server::serve_with(listener, router, tls, serve_config, stop)
+                .await
+                .map_err(|e| e.to_string())
+        }
     });
-    tasks.close();
-
     // Retention prunes in the background, in small batches, until the controller stops.
-    let retention_shutdown = CancellationToken::new();
-    let retention = tokio::spawn(crate::store::retention::run(
-        store.clone(),
-        config.retention.clone(),
-        retention_shutdown.clone(),
-    ));
-    let result = controller.run(config.specs, pushes, shutdown.clone()).await;
-    retention_shutdown.cancel();
-    let _ = retention.await;
-    // The mirror stops before the store closes (it gives up a leader Lease it holds).
-    mirror_shutdown.cancel();
-    if let Some(task) = mirror_task {
-        let _ = task.await;
+    let retention_stop = CancellationToken::new();
+    supervised.spawn(Task::Retention, &health, {
+        let store = store.clone();
+        let retention = config.retention.clone();
+        let stop = retention_stop.clone();
+        async move {
+            crate::store::retention::run(store, retention, stop).await;
+            Ok::<(), String>(())
+        }
+    });
+    if let Some((mirror, _)) = mirror {
+        let stop = mirror_stop.clone();
+        supervised.spawn(Task::Mirror, &health, async move {
+            mirror.run(stop).await;
+            Ok::<(), String>(())
+        });
     }
-    // The API goes last so the final state stays readable until the store is closed.
-    server_shutdown.cancel();
-    if let Ok(Err(e)) = server.await {
-        tracing::warn!("HTTP server stopped with an error: {e}");
+    supervised.spawn(Task::LivenessStamp, &health, {
+        let stop = stamp_stop.clone();
+        let db = config.db.clone();
+        async move {
+            crate::liveness::keep_stamping(db, instance, stop).await;
+            Ok::<(), String>(())
+        }
+    });
+
+    let failed = tokio::select! {
+        _ = shutdown.cancelled() => None,
+        ended = supervised.next_end() => Some(ended),
+    };
+    health
+        .ready
+        .register("shutdown")
+        .fail("the controller is shutting down");
+    // The controller stops first (it records the stop), then the mirror
+    // (it gives up a leader Lease it holds), the API last so the final state
+    // stays readable until the store is closed.
+    let mut outcome: Result<(), RunError> = Ok(());
+    let mut note = |task: Task, result: TaskResult, expected: bool| {
+        let error = match (task, result) {
+            (Task::Controller, TaskResult::Controller(Err(e))) => Some(RunError::Controller(e)),
+            (_, TaskResult::Panicked(reason)) => Some(RunError::TaskFailed {
+                task: task.name(),
+                reason,
+            }),
+            (_, TaskResult::Failed(reason)) => Some(RunError::TaskFailed {
+                task: task.name(),
+                reason,
+            }),
+            (_, _) if !expected => Some(RunError::TaskFailed {
+                task: task.name(),
+                reason: "it stopped by itself".into(),
+            }),
+            _ => None,
+        };
+        if let Some(error) = error {
+            if !expected {
+                tracing::error!("{error}; stopping");
+            }
+            if outcome.is_ok() {
+                outcome = Err(error);
+            }
+        }
+    };
+    if let Some((task, result)) = failed {
+        note(task, result, false);
+    }
+    for (task, stop) in [
+        (Task::Controller, &controller_stop),
+        (Task::Retention, &retention_stop),
+        (Task::Mirror, &mirror_stop),
+        (Task::Server, &server_shutdown),
+        (Task::LivenessStamp, &stamp_stop),
+    ] {
+        stop.cancel();
+        if let Some(result) = supervised.wait(task).await {
+            note(task, result, true);
+        }
     }
     if let Some(fleet) = fleet {
         shutdown.cancel();
         fleet.closed().await;
     }
-    tasks.wait().await;
     let _ = std::fs::remove_file(Discovery::path(&config.db));
-    result.map_err(RunError::from)
+    outcome
+}
+
+/// The checks `/readyz` makes besides the controller's passes: the store
+/// (as its writer last found it), the cloud source when one is followed,
+/// and the mirror.
+fn register_checks(
+    health: &crate::readiness::Health,
+    store: &Arc<Store>,
+    view: &Arc<View>,
+    follows_source: bool,
+    mirror: Option<&Arc<crate::mirror::MirrorState>>,
+) {
+    {
+        let view = view.clone();
+        health
+            .ready
+            .register_computed("store", move || view.store_writable());
+    }
+    if follows_source {
+        let view = view.clone();
+        health.ready.register_computed("source", move || {
+            let Some(status) = view.source_status() else {
+                return Err("the source has not been listed yet".into());
+            };
+            if status.consecutive_failures > 0 {
+                return Err(format!(
+                    "{} listing(s) of {} failed in a row; the last: {}",
+                    status.consecutive_failures,
+                    if status.source.is_empty() {
+                        "the source"
+                    } else {
+                        &status.source
+                    },
+                    status.last_error.as_deref().unwrap_or("unknown error")
+                ));
+            }
+            if status.last_success.is_none() {
+                return Err("the source has not been listed yet".into());
+            }
+            Ok(())
+        });
+    }
+    if let Some(mirror) = mirror {
+        let mirror = mirror.clone();
+        let store = store.clone();
+        let started = Micros::now();
+        health.ready.register_computed("mirror", move || {
+            let status = mirror.status(&store).map_err(|e| e.to_string())?;
+            let since = status.last_success.unwrap_or(started);
+            match status.last_error {
+                Some(error) if error.time > since => Err(format!(
+                    "the API server {} has not answered since {}: {}",
+                    mirror.server,
+                    error.time.rfc3339_seconds(),
+                    error.message
+                )),
+                _ => Ok(()),
+            }
+        });
+    }
+}
+
+/// The tasks `run` supervises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Task {
+    Controller,
+    Server,
+    Mirror,
+    Retention,
+    LivenessStamp,
+}
+
+impl Task {
+    fn name(self) -> &'static str {
+        match self {
+            Task::Controller => "controller",
+            Task::Server => "HTTP server",
+            Task::Mirror => "mirror",
+            Task::Retention => "history retention",
+            Task::LivenessStamp => "liveness stamp",
+        }
+    }
+
+    /// Its `/livez` check.
+    fn check(self) -> &'static str {
+        match self {
+            Task::Controller => "controller",
+            Task::Server => "server",
+            Task::Mirror => "mirror",
+            Task::Retention => "retention",
+            Task::LivenessStamp => "liveness-stamp",
+        }
+    }
+}
+
+/// How a supervised task ended.
+enum TaskResult {
+    Controller(Result<(), ControllerError>),
+    Done,
+    Failed(String),
+    Panicked(String),
+}
+
+/// What a supervised task returns.
+trait IntoTaskResult: Send + 'static {
+    fn into_result(self) -> TaskResult;
+}
+
+impl IntoTaskResult for Result<(), ControllerError> {
+    fn into_result(self) -> TaskResult {
+        TaskResult::Controller(self)
+    }
+}
+
+impl IntoTaskResult for Result<(), String> {
+    fn into_result(self) -> TaskResult {
+        match self {
+            Ok(()) => TaskResult::Done,
+            Err(e) => TaskResult::Failed(e),
+        }
+    }
+}
+
+/// The supervised tasks, each with its `/livez` check.
+#[derive(Default)]
+struct Supervised {
+    tasks: tokio::task::JoinSet<(Task, TaskResult)>,
+    /// Tasks spawned and not yet reported.
+    running: Vec<Task>,
+    /// Tasks that ended already, and how.
+    ended: Vec<(Task, TaskResult)>,
+}
+
+impl Supervised {
+    fn spawn<R: IntoTaskResult>(
+        &mut self,
+        task: Task,
+        health: &crate::readiness::Health,
+        future: impl std::future::Future<Output = R> + Send + 'static,
+    ) {
+        let running = health.live.register(task.check());
+        self.running.push(task);
+        let inner = tokio::spawn(async move {
+            #[cfg(debug_assertions)]
+            panic_if_asked(task).await;
+            future.await
+        });
+        self.tasks.spawn(async move {
+            let result = match inner.await {
+                Ok(result) => result.into_result(),
+                Err(e) if e.is_panic() => TaskResult::Panicked(panic_message(e.into_panic())),
+                Err(e) => TaskResult::Failed(e.to_string()),
+            };
+            running.fail(format!("the {} task has ended", task.name()));
+            (task, result)
+        });
+    }
+
+    /// The first task to end.
+    async fn next_end(&mut self) -> (Task, TaskResult) {
+        match self.tasks.join_next().await {
+            Some(Ok(ended)) => {
+                self.running.retain(|t| *t != ended.0);
+                ended
+            }
+            // The wrapper neither panics nor is aborted; nothing runs at all otherwise.
+            _ => std::future::pending().await,
+        }
+    }
+
+    /// Waits for `task` to end; `None` if it is not supervised or already reported.
+    async fn wait(&mut self, task: Task) -> Option<TaskResult> {
+        if !self.running.contains(&task) {
+            return None;
+        }
+        loop {
+            if let Some(at) = self.ended.iter().position(|(t, _)| *t == task) {
+                self.running.retain(|t| *t != task);
+                return Some(self.ended.swap_remove(at).1);
+            }
+            match self.tasks.join_next().await? {
+                Ok(ended) => self.ended.push(ended),
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// Debug builds only, for the tests of supervision: the task named by
+/// `NODEKEEPER_TEST_PANIC_TASK` (as in `/livez`) panics once the controller
+/// has served for a moment.
+#[cfg(debug_assertions)]
+async fn panic_if_asked(task: Task) {
+    if std::env::var("NODEKEEPER_TEST_PANIC_TASK").as_deref() == Ok(task.check()) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        panic!("NODEKEEPER_TEST_PANIC_TASK={} asked for it", task.check());
+    }
+}
+
+/// The text a panic carried.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(text) => format!("it panicked: {text}"),
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(text) => format!("it panicked: {text}"),
+            Err(_) => "it panicked".into(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(open_files: u64, nodes: usize, probed_nodes: usize) -> SizingInput {
+        SizingInput {
+            open_files,
+            nodes,
+            probed_nodes,
+            simulated_nodes: 0,
+            max_connections: 0,
+            limits: ApiLimits {
+                max_mutating: 0,
+                ..ApiLimits::default()
+            },
+        }
+    }
+
+    #[test]
+    fn ten_thousand_pushing_kubelets_fit_with_room_for_readers() {
+        let sized = size_api(input(20_000, 10_000, 0)).unwrap();
+        assert_eq!(sized.max_connections, 19_744);
+        assert!(sized.max_connections >= 10_000 + READER_CONNECTIONS);
+        assert_eq!(sized.health_check_room, 64);
+        assert_eq!(sized.limits.max_watches, 100);
+        assert_eq!(sized.limits.max_reads, 400);
+        // Every node may have its heartbeat in flight at once.
+        assert_eq!(sized.limits.max_mutating, 19_180);
+        assert!(sized.limits.max_mutating >= 10_000);
+        // The budgets never take the last connections.
+        let l = sized.limits;
+        assert_eq!(
+            l.max_watches + l.max_reads + l.max_mutating + sized.health_check_room,
+            sized.max_connections
+        );
+    }
+
+    #[test]
+    fn probes_and_simulated_kubelets_keep_their_files() {
+        assert_eq!(
+            size_api(input(20_000, 10_000, 10_000))
+                .unwrap()
+                .max_connections,
+            9_744
+        );
+        let mut simulated = input(20_000, 100, 100);
+        simulated.simulated_nodes = 100;
+        // 256 spare, 100 probe connections, 300 for the simulated kubelets.
+        assert_eq!(size_api(simulated).unwrap().max_connections, 19_344);
+    }
+
+    #[test]
+    fn explicit_caps_are_checked_against_each_other_and_the_files() {
+        let mut small = input(20_000, 1, 0);
+        small.max_connections = 40;
+        small.limits.max_watches = 5;
+        small.limits.max_reads = 10;
+        let sized = size_api(small).unwrap();
+        assert_eq!(sized.max_connections, 40);
+        assert_eq!(sized.health_check_room, 4);
+        assert_eq!(sized.limits.max_mutating, 21);
+
+        let mut too_many = input(1_024, 0, 0);
+        too_many.max_connections = 5_000;
+        let e = size_api(too_many).unwrap_err();
+        assert!(
+            e.contains("--max-connections 5000") && e.contains("at most 768"),
+            "{e}"
+        );
+
+        let mut no_room = small;
+        no_room.limits.max_reads = 31;
+        let e = size_api(no_room).unwrap_err();
+        assert!(e.contains("leaves no room for writes"), "{e}");
+
+        let mut writes = small;
+        writes.limits.max_mutating = 22;
+        let e = size_api(writes).unwrap_err();
+        assert!(e.contains("--max-mutating-requests-inflight 22"), "{e}");
+
+        let mut no_watches = small;
+        no_watches.limits.max_watches = 0;
+        assert_eq!(
+            size_api(no_watches).unwrap_err(),
+            "--max-watches must be at least 1"
+        );
+    }
 }

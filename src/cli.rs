@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum, ValueHint};
 
 use crate::probe::Scheme;
 
@@ -15,7 +15,7 @@ pub const DEFAULT_DB: &str = "nodekeeper-data";
 #[derive(Debug, Parser)]
 #[command(
     name = "nodekeeper",
-    version,
+    version = crate::version::LONG_VERSION,
     about = "A standalone node controller for edge and bare-metal sites"
 )]
 pub struct Cli {
@@ -28,6 +28,13 @@ pub struct Cli {
     /// (e.g. http://127.0.0.1:8080).
     #[arg(long, global = true, env = "NODEKEEPER_SERVER")]
     pub server: Option<String>,
+
+    /// A bearer token for a controller run with --token-file: every request
+    /// but the health checks needs one there, and cordon, label, taint and
+    /// delete an operator's (prefer the environment variable: a flag shows
+    /// in the process list).
+    #[arg(long, global = true, env = "NODEKEEPER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 
     /// Log filter (RUST_LOG syntax), e.g. `debug` or `nodekeeper=debug`.
     #[arg(long, global = true, env = "NODEKEEPER_LOG", default_value = "info")]
@@ -68,6 +75,53 @@ pub enum Command {
     },
     /// Run simulated kubelets, or change one's health.
     Sim(SimArgs),
+    /// The configuration `run` would use, and where each value comes from.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Serve the web console and the read-only API over a stopped store.
+    Ui(crate::commands::ui::UiArgs),
+    /// Show the version, git commit, build date and compiler of this binary.
+    Version {
+        #[arg(short, long, value_enum, default_value_t = ListFormat::Table)]
+        output: ListFormat,
+    },
+    /// Mark a node unschedulable for maintenance (as kubectl cordon); kept in its history.
+    Cordon { node: String },
+    /// Mark a cordoned node schedulable again.
+    Uncordon { node: String },
+    /// Set (`KEY=VALUE`) or remove (`KEY-`) a node's labels.
+    Label(LabelArgs),
+    /// Set (`KEY=VALUE`) or remove (`KEY-`) a node's annotations.
+    Annotate(LabelArgs),
+    /// Add (`KEY[=VALUE]:EFFECT`) or remove (`KEY[:EFFECT]-`) a node's taints.
+    Taint(TaintArgs),
+    /// Delete a node that no source lists (its history is kept).
+    Delete { node: String },
+}
+
+#[derive(Debug, Args)]
+pub struct LabelArgs {
+    pub node: String,
+    /// `KEY=VALUE` to set, `KEY-` to remove.
+    #[arg(required = true, allow_hyphen_values = true)]
+    pub changes: Vec<String>,
+    /// Change a key that already has another value.
+    #[arg(long)]
+    pub overwrite: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TaintArgs {
+    pub node: String,
+    /// `KEY[=VALUE]:EFFECT` to add (NoSchedule, PreferNoSchedule, NoExecute);
+    /// `KEY-` or `KEY:EFFECT-` to remove.
+    #[arg(required = true, allow_hyphen_values = true)]
+    pub changes: Vec<String>,
+    /// Replace a taint with the same key and effect.
+    #[arg(long)]
+    pub overwrite: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -111,6 +165,13 @@ pub enum MirrorCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the effective configuration of `run` (the same flags and
+    /// `--config`) as YAML, each value with where it came from.
+    Print(Box<RunArgs>),
+}
+
+#[derive(Debug, Subcommand)]
 pub enum DbCommand {
     /// Schema, counts, sizes, last controller.
     Status,
@@ -134,175 +195,213 @@ pub enum DbCommand {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// Read settings from this YAML file: the flags below under their own
+    /// names (`node-sync-period: 10s`); flags given here win over it.
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub config: Option<PathBuf>,
+
     /// Address for the HTTP API (nodes, history, metrics). A non-loopback
     /// address needs --tls-cert-file and --token-file (or --insecure-listen).
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(long, default_value = "127.0.0.1:8080", help_heading = "HTTP API")]
     pub listen: SocketAddr,
     /// Serve the API over HTTPS with this certificate (PEM, leaf first, then intermediates).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "HTTP API", value_hint = ValueHint::FilePath)]
     pub tls_cert_file: Option<String>,
     /// The private key of --tls-cert-file (PEM).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "HTTP API", value_hint = ValueHint::FilePath)]
     pub tls_private_key_file: Option<String>,
-    /// Bearer tokens for writes, one a line: `TOKEN` (any node), `TOKEN,NODE`
-    /// (that node only), or kube-apiserver's `token,user,uid[,"groups"]`
-    /// (user system:node:NAME is bound to NAME). Reads stay open.
-    #[arg(long, value_name = "PATH")]
+    /// Bearer tokens, one a line: `TOKEN` (any node), `TOKEN,NODE` (that
+    /// node only), or kube-apiserver's `token,user,uid[,"groups"]` (user
+    /// system:node:NAME is bound to NAME). Every request but the health
+    /// checks (/healthz, /livez, /readyz) then needs one, reads included.
+    #[arg(long, value_name = "PATH", help_heading = "HTTP API", value_hint = ValueHint::FilePath)]
     pub token_file: Option<String>,
     /// Serve a non-loopback --listen address even without TLS or tokens.
-    #[arg(long)]
+    #[arg(long, help_heading = "HTTP API")]
     pub insecure_listen: bool,
+    /// API connections open at once; at the cap, the longest-idle one is
+    /// closed for a new client. 0: as many as the open-file limit allows
+    /// once probes and the store have theirs.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_connections: usize,
+    /// Watches streaming at once; more are answered 429 (Retry-After: 1).
+    #[arg(long, default_value_t = crate::server::ApiLimits::DEFAULT_MAX_WATCHES, value_name = "N")]
+    pub max_watches: usize,
+    /// Other reads in flight at once; more are answered 429.
+    #[arg(long, default_value_t = crate::server::ApiLimits::DEFAULT_MAX_READS, value_name = "N")]
+    pub max_requests_inflight: usize,
+    /// Writes (heartbeats included) in flight at once; more are answered
+    /// 429. 0: every connection not kept for watches, reads and health checks.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_mutating_requests_inflight: usize,
+    /// How long a request body may take to arrive once its headers have;
+    /// a slower one is answered 408 and its connection closed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub request_body_timeout: Duration,
 
     /// Static nodes, comma-separated names or IPs.
-    #[arg(long)]
+    #[arg(long, help_heading = "Nodes and sources")]
     pub nodes: Option<String>,
     /// Static nodes from a file: one per line (`#` comments), or YAML/JSON entries with name, address, labels.
-    #[arg(long)]
+    #[arg(long, help_heading = "Nodes and sources", value_hint = ValueHint::FilePath)]
     pub nodes_file: Option<PathBuf>,
     /// Take nodes from a cloud or inventory provider: inventory, http or ec2.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", help_heading = "Nodes and sources")]
     pub cloud_provider: Option<String>,
     /// The provider's configuration: for `inventory` the inventory file
     /// itself, for `http` and `ec2` a YAML file (see the README).
-    #[arg(long, value_name = "PATH", requires = "cloud_provider")]
+    #[arg(long, value_name = "PATH", requires = "cloud_provider", help_heading = "Nodes and sources", value_hint = ValueHint::FilePath)]
     pub cloud_config: Option<PathBuf>,
     /// Only machines whose whole name matches REGEX become nodes (default:
     /// every machine). Matched against the lowercased node name.
     /// kube-controller-manager called it --minion_regexp.
-    #[arg(long = "match", value_name = "REGEX", requires = "cloud_provider")]
+    #[arg(
+        long = "match",
+        value_name = "REGEX",
+        requires = "cloud_provider",
+        help_heading = "Nodes and sources"
+    )]
     pub node_match: Option<String>,
     /// Keep the registry following the provider every sync period: machines
     /// that appear are registered, nodes whose machines are gone are deleted.
     /// `--sync-node-list=false` registers the first listing only.
-    #[arg(long, action = ArgAction::Set, default_value = "true", value_name = "BOOL")]
+    #[arg(long, action = ArgAction::Set, default_value = "true", value_name = "BOOL", help_heading = "Nodes and sources")]
     pub sync_node_list: bool,
     /// CPU capacity of static nodes (and of provider machines that don't say).
-    #[arg(long, default_value = "1")]
+    #[arg(long, default_value = "1", help_heading = "Nodes and sources")]
     pub node_cpu: String,
     /// Memory capacity of static nodes (and of provider machines that don't say).
-    #[arg(long, default_value = "3Gi")]
+    #[arg(long, default_value = "3Gi", help_heading = "Nodes and sources")]
     pub node_memory: String,
 
     /// Kubelet port to probe.
-    #[arg(long, default_value_t = 10250)]
+    #[arg(long, default_value_t = 10250, help_heading = "Probing")]
     pub kubelet_port: u16,
     /// Kubelet scheme.
-    #[arg(long, value_enum, default_value_t = Scheme::Https)]
+    #[arg(long, value_enum, default_value_t = Scheme::Https, help_heading = "Probing")]
     pub kubelet_scheme: Scheme,
     /// Timeout of one kubelet probe.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = parse_duration, help_heading = "Probing")]
     pub kubelet_timeout: Duration,
     /// CA bundle that signs kubelet serving certificates.
-    #[arg(long, alias = "kubelet-certificate-authority")]
+    #[arg(long, alias = "kubelet-certificate-authority", help_heading = "Probing", value_hint = ValueHint::FilePath)]
     pub kubelet_ca: Option<String>,
     /// Client certificate presented to kubelets.
-    #[arg(long, alias = "kubelet-client-certificate")]
+    #[arg(long, alias = "kubelet-client-certificate", help_heading = "Probing", value_hint = ValueHint::FilePath)]
     pub kubelet_client_cert: Option<String>,
     /// Client key presented to kubelets.
-    #[arg(long)]
+    #[arg(long, help_heading = "Probing", value_hint = ValueHint::FilePath)]
     pub kubelet_client_key: Option<String>,
     /// Bearer token (file) presented to kubelets.
-    #[arg(long)]
+    #[arg(long, help_heading = "Probing", value_hint = ValueHint::FilePath)]
     pub kubelet_token_file: Option<String>,
     /// Do not verify kubelet serving certificates. Anyone on the path can impersonate a kubelet.
-    #[arg(long)]
+    #[arg(long, help_heading = "Probing")]
     pub kubelet_insecure_skip_tls_verify: bool,
     /// Probes in flight at once.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, help_heading = "Probing")]
     pub probe_concurrency: usize,
 
     /// How often nodes are probed.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Probing")]
     pub node_sync_period: Duration,
     /// How long a node may go without a healthy answer before it is Unknown.
-    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    #[arg(long, default_value = "40s", value_parser = parse_duration, help_heading = "Node health and push")]
     pub node_monitor_grace_period: Duration,
     /// How node health is learned: probe kubelets, watch their pushed
     /// heartbeats, or both (pushing nodes are watched, the others probed).
-    #[arg(long, value_enum, default_value_t = crate::controller::StatusMode::Hybrid)]
+    #[arg(long, value_enum, default_value_t = crate::controller::StatusMode::Hybrid, help_heading = "Node health and push")]
     pub node_status_mode: crate::controller::StatusMode,
     /// How often pushing nodes are checked for silence.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = parse_duration, help_heading = "Node health and push")]
     pub node_monitor_period: Duration,
     /// How long a node that never posted status may stay silent (push mode).
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_duration, help_heading = "Node health and push")]
     pub node_startup_grace_period: Duration,
     /// Let kubelets register their own nodes (POST /api/v1/nodes).
-    #[arg(long)]
+    #[arg(long, help_heading = "Node health and push")]
     pub allow_node_registration: bool,
     /// How long a node may stay not Ready before it is evicted.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = parse_duration, help_heading = "Eviction")]
     pub pod_eviction_timeout: Duration,
     /// What eviction does: NoExecute taints, pod deletion (with a mirror), or nothing.
-    #[arg(long, value_enum, default_value_t = crate::controller::eviction::EvictionMode::Taint)]
+    #[arg(long, value_enum, default_value_t = crate::controller::eviction::EvictionMode::Taint, help_heading = "Eviction")]
     pub eviction_mode: crate::controller::eviction::EvictionMode,
     /// A command run (with `sh -c`) for each evicted node, given the node's name and the reason as $1 and $2.
-    #[arg(long)]
+    #[arg(long, help_heading = "Eviction", value_hint = ValueHint::CommandString)]
     pub eviction_hook: Option<String>,
     /// Evictions per second in a healthy zone.
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, help_heading = "Eviction")]
     pub node_eviction_rate: f64,
     /// Evictions per second in a partially disrupted large zone.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, help_heading = "Eviction")]
     pub secondary_node_eviction_rate: f64,
     /// Share of not Ready nodes (more than 2) that makes a zone partially disrupted.
-    #[arg(long, default_value_t = 0.55)]
+    #[arg(long, default_value_t = 0.55, help_heading = "Eviction")]
     pub unhealthy_zone_threshold: f64,
     /// Zones up to this size are not evicted at all while partially disrupted.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, help_heading = "Eviction")]
     pub large_cluster_size_threshold: usize,
     /// Passes at registering the nodes before giving up (one sync period apart).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, help_heading = "Nodes and sources")]
     pub register_retry_count: u32,
 
     /// Mirror nodes, status, taints and Leases to the API server of this
     /// kubeconfig (its current context). Inside a pod, the pod's service
     /// account is used when neither this nor --master is given.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Mirror to an API server", value_hint = ValueHint::FilePath)]
     pub kubeconfig: Option<PathBuf>,
     /// The API server's address (overrides the kubeconfig's server).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", help_heading = "Mirror to an API server")]
     pub master: Option<String>,
     /// Run without an API server, even inside a pod.
-    #[arg(long, conflicts_with_all = ["kubeconfig", "master"])]
+    #[arg(long, conflicts_with_all = ["kubeconfig", "master"], help_heading = "Mirror to an API server")]
     pub standalone: bool,
     /// Requests per second to the API server, sustained.
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(long, default_value_t = 20.0, help_heading = "Mirror to an API server")]
     pub kube_api_qps: f64,
     /// Requests to the API server allowed in a burst.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, help_heading = "Mirror to an API server")]
     pub kube_api_burst: u32,
     /// Time one API server request may take (connect, send, answer).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Mirror to an API server")]
     pub kube_api_timeout: Duration,
     /// `leaseDurationSeconds` of the node Leases written for Ready nodes.
-    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    #[arg(long, default_value = "40s", value_parser = parse_duration, help_heading = "Mirror to an API server")]
     pub node_lease_duration: Duration,
     /// How often a Ready node's Lease is renewed on the API server.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Mirror to an API server")]
     pub node_lease_renew_interval: Duration,
     /// Elect a leader through a Lease before writing to the API server, so
     /// two controllers for one site never write at once.
-    #[arg(long, action = ArgAction::Set, default_value = "true", value_name = "BOOL")]
+    #[arg(long, action = ArgAction::Set, default_value = "true", value_name = "BOOL", help_heading = "Mirror to an API server")]
     pub leader_elect: bool,
     /// How long a leader's last renewal holds off the standbys.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, default_value = "15s", value_parser = parse_duration, help_heading = "Mirror to an API server")]
     pub leader_elect_lease_duration: Duration,
     /// A leader that could not renew for this long stops writing.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Mirror to an API server")]
     pub leader_elect_renew_deadline: Duration,
     /// How often candidates try to acquire or renew the leader Lease.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = parse_duration, help_heading = "Mirror to an API server")]
     pub leader_elect_retry_period: Duration,
     /// The leader Lease's name.
-    #[arg(long, default_value = "nodekeeper")]
+    #[arg(
+        long,
+        default_value = "nodekeeper",
+        help_heading = "Mirror to an API server"
+    )]
     pub leader_elect_resource_name: String,
     /// The leader Lease's namespace.
-    #[arg(long, default_value = "kube-system")]
+    #[arg(
+        long,
+        default_value = "kube-system",
+        help_heading = "Mirror to an API server"
+    )]
     pub leader_elect_resource_namespace: String,
 
     /// sled cache size in bytes (RSS follows it).
-    #[arg(long, default_value_t = crate::store::DEFAULT_CACHE_CAPACITY)]
+    #[arg(long, default_value_t = crate::store::DEFAULT_CACHE_CAPACITY, help_heading = "Store")]
     pub cache_capacity: u64,
     /// How long the history is kept (e.g. 90d, 720h). Older events are
     /// pruned in the background; the registry as of the oldest kept event
@@ -320,13 +419,23 @@ pub struct RunArgs {
     pub history_checkpoint_interval: Option<u64>,
 
     /// Start N simulated kubelets in this process and manage them (the demo).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Demo")]
     pub simulate: Option<usize>,
     /// First loopback address of the simulated kubelets.
-    #[arg(long, default_value = "127.1.0.1", requires = "simulate")]
+    #[arg(
+        long,
+        default_value = "127.1.0.1",
+        requires = "simulate",
+        help_heading = "Demo"
+    )]
     pub simulate_base_ip: Ipv4Addr,
     /// Control endpoint of the simulated fleet.
-    #[arg(long, default_value = "127.0.0.1:0", requires = "simulate")]
+    #[arg(
+        long,
+        default_value = "127.0.0.1:0",
+        requires = "simulate",
+        help_heading = "Demo"
+    )]
     pub simulate_control: SocketAddr,
 }
 
@@ -374,9 +483,6 @@ pub struct SimArgs {
     /// Send `Authorization: Bearer` with the first line of this file.
     #[arg(long, value_name = "FILE", requires = "push")]
     pub push_token_file: Option<PathBuf>,
-    /// Pushes in flight at once, over the whole fleet.
-    #[arg(long, default_value_t = crate::sim::push::DEFAULT_MAX_IN_FLIGHT, requires = "push")]
-    pub push_concurrency: usize,
 }
 
 #[derive(Debug, Subcommand)]

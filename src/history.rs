@@ -65,6 +65,14 @@ impl Replay {
                     node.resource_version = event.seq;
                 }
             }
+            EventKind::OperatorChanged { changes, .. } => {
+                if let Some(node) = self.nodes.get_mut(name) {
+                    for change in changes {
+                        change.apply(node);
+                    }
+                    node.resource_version = event.seq;
+                }
+            }
             EventKind::AddressLookupFailed { .. }
             | EventKind::RegistrationFailed { .. }
             | EventKind::ControllerStarted { .. }

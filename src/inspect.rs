@@ -1,6 +1,9 @@
-//! Inspection commands (`nodes`, `describe`, `history`, `at`, `db status`):
-//! read a stopped store directly, or a running controller through its HTTP
-//! API, without the user having to say which.
+//! Inspection commands (`nodes`, `describe`, `history`, `at`, `db status`)
+//! and operator writes (`cordon`, `label`, `taint`, `delete`): a stopped
+//! store directly, or a running controller through its HTTP API, without
+//! the user having to say which. Writes take the same path either way: the
+//! API's checks ([`crate::server::node_writes::prepare`]) and the
+//! controller's fold ([`crate::controller::operator`]).
 
 use std::path::Path;
 use std::time::Duration;
@@ -33,6 +36,41 @@ pub enum InspectError {
     Invalid(String),
     #[error("{0}")]
     Gone(String),
+    /// A write refused for the node's state (a 409: a stale version, or a
+    /// source that still lists the node).
+    #[error("{0}")]
+    Conflict(String),
+    /// The controller wants a token (`--token`) or an operator's one.
+    #[error("{0}")]
+    Forbidden(String),
+}
+
+impl From<crate::controller::PushError> for InspectError {
+    fn from(e: crate::controller::PushError) -> Self {
+        use crate::controller::PushError as P;
+        match e {
+            P::NotFound { name, .. } => InspectError::NotFound(format!(
+                "node {name:?} not found; `nodekeeper nodes` lists the registry"
+            )),
+            P::Store(e) => InspectError::Store(e),
+            e @ (P::Conflict { .. }
+            | P::PreconditionFailed(_)
+            | P::StillListed(_)
+            | P::AlreadyExists { .. }) => InspectError::Conflict(e.to_string()),
+            P::Forbidden(m) => InspectError::Forbidden(m),
+            e => InspectError::Invalid(e.to_string()),
+        }
+    }
+}
+
+impl From<crate::server::node_writes::WriteError> for InspectError {
+    fn from(e: crate::server::node_writes::WriteError) -> Self {
+        use crate::server::node_writes::WriteError as W;
+        match e {
+            W::Conflict(m) => InspectError::Conflict(m),
+            e => InspectError::Invalid(e.to_string()),
+        }
+    }
 }
 
 /// What a GET found.
@@ -52,6 +90,8 @@ pub enum Source {
     Remote {
         base: String,
         client: reqwest::Client,
+        /// `--token`, sent as a bearer token.
+        token: Option<String>,
     },
 }
 
@@ -59,8 +99,18 @@ impl Source {
     /// Opens the store at `db`; if a running controller holds it, talks to
     /// that controller instead. `server` forces the HTTP way.
     pub fn open(db: &Path, server: Option<&str>) -> Result<Source, InspectError> {
+        Source::open_with_token(db, server, None)
+    }
+
+    /// [`Source::open`], presenting `token` to a controller that needs one
+    /// (`run --token-file`).
+    pub fn open_with_token(
+        db: &Path,
+        server: Option<&str>,
+        token: Option<&str>,
+    ) -> Result<Source, InspectError> {
         if let Some(url) = server {
-            return Source::remote(url, None);
+            return Source::remote(url, None, token);
         }
         crate::store::compact::check_path(db).map_err(StoreError::from)?;
         if !db.exists() {
@@ -75,7 +125,7 @@ impl Source {
         ) {
             Ok(store) => Ok(Source::Local(store)),
             Err(StoreError::Locked { path }) => match Discovery::read(&path) {
-                Some(found) => Source::remote(&found.url, found.ca_file.as_deref()),
+                Some(found) => Source::remote(&found.url, found.ca_file.as_deref(), token),
                 None => Err(StoreError::Locked { path }.into()),
             },
             Err(e) => Err(e.into()),
@@ -84,15 +134,33 @@ impl Source {
 
     /// A client for `url`; with `ca_file` (the controller's serving
     /// certificate, from its discovery file) it trusts that and nothing else.
-    fn remote(url: &str, ca_file: Option<&Path>) -> Result<Source, InspectError> {
+    fn remote(
+        url: &str,
+        ca_file: Option<&Path>,
+        token: Option<&str>,
+    ) -> Result<Source, InspectError> {
         let failed = |reason: String| InspectError::Remote {
             url: url.to_string(),
             reason,
         };
         let mut builder = reqwest::Client::builder()
+            .user_agent(concat!("nodekeeper/", env!("CARGO_PKG_VERSION")))
             .no_proxy()
             .timeout(HTTP_TIMEOUT)
             .connect_timeout(Duration::from_secs(5));
+        if let Some(token) = token.map(str::trim).filter(|t| !t.is_empty()) {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| {
+                    failed(
+                        "the token cannot travel in an HTTP header (it holds control characters)"
+                            .into(),
+                    )
+                })?;
+            value.set_sensitive(true);
+            let headers =
+                reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, value)]);
+            builder = builder.default_headers(headers);
+        }
         if let Some(path) = ca_file {
             let certs = std::fs::read(path)
                 .map_err(|e| e.to_string())
@@ -112,7 +180,16 @@ impl Source {
         Ok(Source::Remote {
             base: url.trim_end_matches('/').to_string(),
             client,
+            token: None,
         })
+    }
+
+    /// Sends `token` with every request to a running controller.
+    pub fn with_token(mut self, token: Option<String>) -> Source {
+        if let Source::Remote { token: slot, .. } = &mut self {
+            *slot = token;
+        }
+        self
     }
 
     /// Whether this reads through a running controller.
@@ -135,7 +212,12 @@ impl Source {
         &self,
         path_and_query: &str,
     ) -> Result<Answer<T>, InspectError> {
-        let Source::Remote { base, client } = self else {
+        let Source::Remote {
+            base,
+            client,
+            token,
+        } = self
+        else {
             unreachable!("get is only called on a remote source")
         };
         let url = format!("{base}{path_and_query}");
@@ -143,11 +225,11 @@ impl Source {
             url: base.clone(),
             reason,
         };
-        let mut response = client
-            .get(&url)
-            .send()
-            .await
-            .map_err(|e| remote(e.to_string()))?;
+        let mut request = client.get(&url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let mut response = request.send().await.map_err(|e| remote(e.to_string()))?;
         let status = response.status();
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| remote(e.to_string()))? {
@@ -155,6 +237,11 @@ impl Source {
                 return Err(remote(format!("answer larger than {RESPONSE_CAP} bytes")));
             }
             body.extend_from_slice(&chunk);
+        }
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            return Err(remote(
+                "401 Unauthorized: it runs with --token-file; give one of its tokens in NODEKEEPER_TOKEN (or --token)".into(),
+            ));
         }
         let message = || {
             serde_json::from_slice::<serde_json::Value>(&body)
@@ -343,6 +430,169 @@ impl Source {
             }
         }
     }
+}
+
+impl Source {
+    /// Applies an operator's write to a node: through the running
+    /// controller's API, or on the stopped store with the same checks, fold
+    /// and history. Answers the node as stored afterwards.
+    pub async fn write_node(
+        &self,
+        name: &str,
+        write: &crate::server::node_writes::NodeWrite,
+    ) -> Result<Node, InspectError> {
+        use crate::server::node_writes::{prepare, NodeWrite};
+        match self {
+            Source::Local(store) => {
+                let by = local_user();
+                let (node, _) = crate::controller::operator::edit_stopped_store(
+                    store,
+                    name,
+                    |node| {
+                        let p = prepare(node, None, write).map_err(|e| match e {
+                            crate::server::node_writes::WriteError::Invalid(i) => i.into(),
+                            e => crate::controller::PushError::Invalid(e.to_string()),
+                        })?;
+                        Ok((p.fields, p.expected_version))
+                    },
+                    &by,
+                )?;
+                Ok(node)
+            }
+            Source::Remote { .. } => {
+                let path = format!("/api/v1/nodes/{}", urlencode(name));
+                let (method, content_type, body) = match write {
+                    NodeWrite::Patch { format, body } => (
+                        reqwest::Method::PATCH,
+                        format.content_type(),
+                        body.to_string(),
+                    ),
+                    NodeWrite::Replace(object) => (
+                        reqwest::Method::PUT,
+                        "application/json",
+                        serde_json::to_string(object).expect("a Node serializes"),
+                    ),
+                };
+                let answer = self.send(method, &path, content_type, body).await?;
+                let node: k8s_openapi::api::core::v1::Node = serde_json::from_slice(&answer)
+                    .map_err(|e| self.remote_error(format!("unreadable answer: {e}")))?;
+                // The record as the controller keeps it, for what the CLI prints.
+                Ok(self
+                    .node(node.metadata.name.as_deref().unwrap_or(name))
+                    .await?
+                    .0)
+            }
+        }
+    }
+
+    /// Deletes a node no source lists; refused (naming the source) otherwise.
+    pub async fn delete_node(&self, name: &str) -> Result<(), InspectError> {
+        match self {
+            Source::Local(store) => {
+                crate::controller::operator::delete_in_stopped_store(
+                    store,
+                    name,
+                    &Default::default(),
+                    &local_user(),
+                )?;
+                Ok(())
+            }
+            Source::Remote { .. } => {
+                let path = format!("/api/v1/nodes/{}", urlencode(name));
+                self.send(
+                    reqwest::Method::DELETE,
+                    &path,
+                    "application/json",
+                    String::new(),
+                )
+                .await
+                .map(|_| ())
+            }
+        }
+    }
+
+    fn remote_error(&self, reason: String) -> InspectError {
+        let url = match self {
+            Source::Remote { base, .. } => base.clone(),
+            Source::Local(store) => store.path().display().to_string(),
+        };
+        InspectError::Remote { url, reason }
+    }
+
+    /// A write to the running controller; its answer's body, or the
+    /// refusal its `Status` gives.
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        content_type: &str,
+        body: String,
+    ) -> Result<Vec<u8>, InspectError> {
+        let Source::Remote {
+            base,
+            client,
+            token,
+        } = self
+        else {
+            unreachable!("send is only called on a remote source")
+        };
+        let mut request = client
+            .request(method, format!("{base}{path}"))
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let mut response = request
+            .send()
+            .await
+            .map_err(|e| self.remote_error(e.to_string()))?;
+        let status = response.status();
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.remote_error(e.to_string()))?
+        {
+            if body.len() + chunk.len() > RESPONSE_CAP {
+                return Err(self.remote_error(format!("answer larger than {RESPONSE_CAP} bytes")));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if status.is_success() {
+            return Ok(body);
+        }
+        let message = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["message"].as_str().map(str::to_string))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(300).collect());
+        Err(match status.as_u16() {
+            404 => InspectError::NotFound(message),
+            409 => InspectError::Conflict(message),
+            400 | 422 => InspectError::Invalid(message),
+            401 => InspectError::Forbidden(format!(
+                "{message}: the controller runs with --token-file; give an operator's token with --token (or NODEKEEPER_TOKEN)"
+            )),
+            403 => InspectError::Forbidden(message),
+            _ => self.remote_error(format!("{status}: {message}")),
+        })
+    }
+}
+
+/// Who a write to a stopped store is recorded as: the local user.
+fn local_user() -> String {
+    let uid = || {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+        Some(format!("uid {}", line.split_whitespace().nth(1)?))
+    };
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| !u.is_empty())
+        .or_else(uid)
+        .unwrap_or_else(|| "an unknown user".into());
+    format!("{user} (nodekeeper CLI on the stopped store)")
 }
 
 /// Percent-encodes a query or path value.

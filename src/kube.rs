@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    ListMeta, MicroTime, ObjectMeta, Status, StatusDetails, Time,
+    ListMeta, MicroTime, ObjectMeta, Status, StatusCause, StatusDetails, Time,
 };
 use k8s_openapi::List;
 
@@ -62,7 +62,8 @@ fn node_info(info: &model::NodeInfo) -> NodeSystemInfo {
 /// not written to the store one by one).
 pub fn node(node: &model::Node, heartbeat: Option<Micros>) -> Node {
     let labels = node_labels(node);
-    let annotations = BTreeMap::from([(SOURCE_ANNOTATION.to_string(), node.source.clone())]);
+    let mut annotations = node.annotations.clone();
+    annotations.insert(SOURCE_ANNOTATION.to_string(), node.source.clone());
 
     let metadata = ObjectMeta {
         name: Some(node.name.clone()),
@@ -250,6 +251,33 @@ pub fn status_error(
     }
 }
 
+/// The 422 kube-apiserver returns for an object that fails validation: the
+/// message lists every refused field, and `details.causes` names each.
+pub fn invalid(e: &crate::validation::Invalid) -> Status {
+    let causes = e
+        .causes
+        .iter()
+        .map(|c| StatusCause {
+            field: Some(c.field.clone()),
+            message: Some(c.message.clone()),
+            reason: Some(c.reason.to_string()),
+        })
+        .collect();
+    Status {
+        code: Some(422),
+        details: Some(StatusDetails {
+            name: Some(e.name.clone()),
+            kind: Some(e.kind.to_string()),
+            causes: Some(causes),
+            ..StatusDetails::default()
+        }),
+        message: Some(e.to_string()),
+        metadata: ListMeta::default(),
+        reason: Some("Invalid".to_string()),
+        status: Some("Failure".to_string()),
+    }
+}
+
 /// The 404 kube-apiserver returns for a missing object, e.g. `not_found("nodes", "x")`.
 pub fn not_found(resource: &str, name: &str) -> Status {
     status_error(
@@ -348,6 +376,7 @@ mod tests {
             resource_version: 42,
             source: "static".into(),
             labels: BTreeMap::from([("node-role.kubernetes.io/edge".into(), "".into())]),
+            annotations: BTreeMap::new(),
             external_id: "i-0abc".into(),
             provider_id: String::new(),
             capacity: Resources {
@@ -564,6 +593,38 @@ mod tests {
         )
         .expect("valid json");
         assert_eq!(to_json(&not_found("nodes", "x")), expected);
+    }
+
+    #[test]
+    fn operator_annotations_sit_beside_the_source_annotation() {
+        let mut n = sample();
+        n.annotations
+            .insert("example.com/owner".into(), "team-a".into());
+        let v = to_json(&node(&n, None));
+        assert_eq!(
+            v["metadata"]["annotations"],
+            json!({"example.com/owner": "team-a", "nodekeeper.io/source": "static"})
+        );
+    }
+
+    #[test]
+    fn invalid_is_what_kube_apiserver_returns() {
+        let e = crate::validation::Invalid {
+            kind: "Node",
+            name: "x".into(),
+            causes: vec![crate::validation::FieldError::forbidden(
+                "spec.taints",
+                "managed",
+            )],
+        };
+        assert_eq!(
+            to_json(&invalid(&e)),
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "Node \"x\" is invalid: spec.taints: Forbidden: managed",
+                   "reason": "Invalid", "code": 422,
+                   "details": {"name": "x", "kind": "Node", "causes": [
+                       {"reason": "FieldValueForbidden", "message": "Forbidden: managed", "field": "spec.taints"}]}})
+        );
     }
 
     #[test]

@@ -5,22 +5,28 @@
 
 pub mod app;
 pub mod cli;
+pub mod config;
 pub mod controller;
 pub mod duration;
 pub mod history;
 pub mod inspect;
 pub mod kube;
 pub mod kube_input;
+pub mod liveness;
 pub mod metrics;
 pub mod mirror;
 pub mod model;
 pub mod output;
 pub mod probe;
+pub mod process;
 pub mod quantity;
+pub mod readiness;
 pub mod server;
 pub mod sim;
 pub mod source;
 pub mod store;
+pub mod validation;
+pub mod version;
 
 /// Installs rustls' ring provider for the process (reqwest and kubelet TLS
 /// need one). Safe to call more than once.

@@ -1,13 +1,21 @@
 //! The nodekeeper binary: parse the command line, set up logging, dispatch.
 
-use clap::Parser;
-use nodekeeper::cli::{Cli, Command};
+use std::io::Write;
+
+use nodekeeper::cli::{Cli, Command, ConfigCommand};
 use nodekeeper::commands::{self, Failure};
 use nodekeeper::inspect::Source;
 
 fn main() {
+    nodekeeper::process::mark_started();
     nodekeeper::install_crypto_provider();
-    let cli = Cli::parse();
+    let (cli, settings) = match nodekeeper::config::parse_args(std::env::args_os().collect()) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
     // kube's client logs every failed request at error level; the mirror
     // reports failures itself, summed up. `--log kube_client=debug` shows them.
     let log = if cli.log.contains("kube_client") {
@@ -23,6 +31,9 @@ fn main() {
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
+        // A log on a full disk loses lines; reporting that with eprintln!
+        // would panic the task that logged.
+        .log_internal_errors(false)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -34,17 +45,30 @@ fn main() {
             std::process::exit(1);
         }
     };
-    match runtime.block_on(dispatch(&cli)) {
-        Ok(text) => print!("{text}"),
-        Err(Failure { message, code }) => {
-            eprintln!("error: {message}");
-            std::process::exit(code);
+    let outcome = runtime.block_on(dispatch(&cli, &settings));
+    let printed = match &outcome {
+        Ok(text) => {
+            let mut out = commands::stdout();
+            out.write_all(text.as_bytes()).and_then(|()| out.flush())
         }
+        Err(_) => Ok(()),
+    };
+    // The reader went away (`| head`): what it wanted, it has. Exit quietly.
+    if commands::stdout_closed() {
+        std::process::exit(0);
+    }
+    if let Err(e) = printed {
+        eprintln!("error: cannot write the output: {e}");
+        std::process::exit(1);
+    }
+    if let Err(Failure { message, code }) = outcome {
+        eprintln!("error: {message}");
+        std::process::exit(code);
     }
 }
 
-async fn dispatch(cli: &Cli) -> commands::Outcome {
-    let source = || Source::open(&cli.db, cli.server.as_deref());
+async fn dispatch(cli: &Cli, settings: &[nodekeeper::config::Setting]) -> commands::Outcome {
+    let source = || Source::open_with_token(&cli.db, cli.server.as_deref(), cli.token.as_deref());
     match &cli.command {
         Command::Run(args) => commands::run::run(args, &cli.db).await,
         Command::Nodes { output } => commands::nodes::nodes(&source()?, *output).await,
@@ -54,5 +78,16 @@ async fn dispatch(cli: &Cli) -> commands::Outcome {
         Command::Mirror { command } => commands::mirror::mirror(&source()?, command).await,
         Command::Db { command } => commands::db::db(&cli.db, cli.server.as_deref(), command).await,
         Command::Sim(args) => commands::sim::sim(args, &cli.db).await,
+        Command::Ui(args) => commands::ui::ui(args, &cli.db).await,
+        Command::Version { output } => commands::version::version(*output),
+        Command::Config {
+            command: ConfigCommand::Print(_),
+        } => Ok(nodekeeper::config::print(settings)),
+        Command::Cordon { node } => commands::edit::cordon(&source()?, node, true).await,
+        Command::Uncordon { node } => commands::edit::cordon(&source()?, node, false).await,
+        Command::Label(args) => commands::edit::label(&source()?, args, false).await,
+        Command::Annotate(args) => commands::edit::label(&source()?, args, true).await,
+        Command::Taint(args) => commands::edit::taint(&source()?, args).await,
+        Command::Delete { node } => commands::edit::delete(&source()?, node).await,
     }
 }

@@ -78,6 +78,10 @@ pub struct Metrics {
     pub sweep_duration: Histogram,
     pub store_size: Gauge,
     pub store_events: Gauge,
+    pub store_writable: Gauge,
+    pub store_flushes: Counter,
+    pub store_flush_duration: Histogram,
+    pub store_group_size: Histogram,
     pub registered: Gauge,
     pub heartbeats: Family<HeartbeatLabels, Counter>,
     pub heartbeat_age: Family<QuantileLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
@@ -93,6 +97,48 @@ pub struct Metrics {
     pub mirror_retries: Counter,
     pub mirror_lease_renewals: Counter,
     pub mirror_leader: Gauge,
+    pub last_sweep: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub last_monitor_pass: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub http_connections: Gauge,
+    pub http_connections_evicted: Counter,
+    pub http_inflight: Family<RequestKindLabels, Gauge>,
+    pub http_rejected: Family<RejectedLabels, Counter>,
+}
+
+/// Which budget an API request counts against.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum RequestKind {
+    /// Watches: long-running.
+    Watch,
+    /// Other reads.
+    Read,
+    /// Writes (heartbeats among them).
+    Mutating,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestKindLabels {
+    pub kind: RequestKind,
+}
+
+/// Why the API refused a request before handling it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum RejectReason {
+    /// Its budget was full (429).
+    TooManyRequests,
+    /// Its body did not arrive in time (408).
+    BodyTimeout,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectedLabels {
+    pub kind: RequestKind,
+    pub reason: RejectReason,
+}
+
+/// A wall-clock time as Unix seconds, for `*_timestamp_seconds` gauges.
+pub fn unix_seconds(t: crate::model::Micros) -> f64 {
+    t.0 as f64 / 1e6
 }
 
 impl Default for Metrics {
@@ -103,7 +149,21 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("nodekeeper");
+        let mut root = Registry::default();
+        // The standard process_* series carry no prefix; ours all do.
+        root.register_collector(Box::new(crate::process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("nodekeeper");
+        let build = crate::version::build_info();
+        registry.register(
+            "build",
+            "Which nodekeeper this is: version, git commit, build date and compiler (always 1)",
+            prometheus_client::metrics::info::Info::new(vec![
+                ("version", build.version),
+                ("git_commit", build.git_commit),
+                ("build_date", build.build_date),
+                ("rustc_version", build.rustc_version),
+            ]),
+        );
         let nodes = Family::<ConditionLabels, Gauge>::default();
         registry.register(
             "nodes",
@@ -146,6 +206,35 @@ impl Metrics {
             "store_last_seq",
             "Sequence number of the newest durable event",
             store_events.clone(),
+        );
+        let store_writable = Gauge::default();
+        store_writable.set(1);
+        registry.register(
+            "store_writable",
+            "1 while the store takes writes; 0 while it refuses them (a disk short of space, a failed write)",
+            store_writable.clone(),
+        );
+        let store_flushes = Counter::default();
+        registry.register(
+            "store_flushes",
+            "Flushes of the store; each makes a group of changes durable",
+            store_flushes.clone(),
+        );
+        let store_flush_duration = Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 16),
+        );
+        registry.register(
+            "store_flush_duration_seconds",
+            "Time to make one group of changes durable",
+            store_flush_duration.clone(),
+        );
+        let store_group_size = Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 13),
+        );
+        registry.register(
+            "store_group_size",
+            "Changes made durable by one flush (group commit)",
+            store_group_size.clone(),
         );
         let registered = Gauge::default();
         registry.register(
@@ -242,7 +331,49 @@ impl Metrics {
             "1 while this controller holds the leader Lease and writes to the API server",
             mirror_leader.clone(),
         );
+        let last_sweep = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "last_sweep_timestamp_seconds",
+            "When the last probe sweep finished and its results were stored (Unix seconds; 0 before the first)",
+            last_sweep.clone(),
+        );
+        let last_monitor_pass = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "last_monitor_pass_timestamp_seconds",
+            "When the last monitor pass (silence check and eviction) finished (Unix seconds; 0 before the first)",
+            last_monitor_pass.clone(),
+        );
+        let http_connections = Gauge::default();
+        registry.register(
+            "http_connections",
+            "API connections open",
+            http_connections.clone(),
+        );
+        let http_connections_evicted = Counter::default();
+        registry.register(
+            "http_connections_evicted",
+            "Idle API connections closed to make room for new ones (the connection cap was reached)",
+            http_connections_evicted.clone(),
+        );
+        let http_inflight = Family::<RequestKindLabels, Gauge>::default();
+        registry.register(
+            "http_inflight_requests",
+            "API requests being served, by budget (watches, other reads, writes)",
+            http_inflight.clone(),
+        );
+        let http_rejected = Family::<RejectedLabels, Counter>::default();
+        registry.register(
+            "http_rejected_requests",
+            "API requests refused before being handled: budget full (429) or body too slow (408)",
+            http_rejected.clone(),
+        );
         Metrics {
+            last_sweep,
+            last_monitor_pass,
+            http_connections,
+            http_connections_evicted,
+            http_inflight,
+            http_rejected,
             mirror_backlog,
             mirror_oldest_age,
             mirror_requests,
@@ -257,7 +388,7 @@ impl Metrics {
             heartbeats,
             heartbeat_age,
             pushing,
-            registry,
+            registry: root,
             nodes,
             transitions,
             probes,
@@ -265,6 +396,10 @@ impl Metrics {
             sweep_duration,
             store_size,
             store_events,
+            store_writable,
+            store_flushes,
+            store_flush_duration,
+            store_group_size,
             registered,
         }
     }
@@ -357,5 +492,22 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("nodekeeper_store_size_bytes"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "nodekeeper_build_info{{version=\"{}\",git_commit=\"{}\"",
+                crate::version::VERSION,
+                crate::version::GIT_COMMIT
+            )),
+            "{text}"
+        );
+        for name in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_max_fds",
+            "process_start_time_seconds",
+        ] {
+            assert!(text.contains(&format!("\n{name} ")), "{name} in {text}");
+        }
     }
 }

@@ -231,6 +231,10 @@ pub struct Node {
     /// Where the node came from: `static`, or `cloud/<provider>`.
     pub source: String,
     pub labels: BTreeMap<String, String>,
+    /// The operator's annotations (the source annotation is not among them:
+    /// it is [`Node::source`]).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
     #[serde(rename = "externalID")]
     pub external_id: String,
     #[serde(rename = "providerID")]
@@ -368,6 +372,59 @@ pub enum EventKind {
     EvictionStarted { reason: String, mode: String },
     /// An eviction finished (the hook's result, or what the mirror did).
     EvictionDone { result: String },
+    /// An operator changed the fields operators own (cordon, labels,
+    /// annotations, their taints); `by` is who, as the API authenticated them.
+    OperatorChanged {
+        by: String,
+        changes: Vec<NodeChange>,
+    },
+}
+
+/// One change an operator made to a node, in the fields operators own.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "field")]
+pub enum NodeChange {
+    /// Cordoned (`to: true`) or uncordoned.
+    #[serde(rename = "spec.unschedulable")]
+    Unschedulable { from: bool, to: bool },
+    /// A label set (`from: None`), changed, or removed (`to: None`).
+    #[serde(rename = "metadata.labels")]
+    Label {
+        key: String,
+        from: Option<String>,
+        to: Option<String>,
+    },
+    /// An annotation set, changed or removed.
+    #[serde(rename = "metadata.annotations")]
+    Annotation {
+        key: String,
+        from: Option<String>,
+        to: Option<String>,
+    },
+    /// The taints, all of them, before and after (the controller's own among
+    /// them unchanged).
+    #[serde(rename = "spec.taints")]
+    Taints { from: Vec<Taint>, to: Vec<Taint> },
+}
+
+impl NodeChange {
+    /// Applies the change to `node` (for replaying history).
+    pub fn apply(&self, node: &mut Node) {
+        let set = |map: &mut BTreeMap<String, String>, key: &str, to: &Option<String>| match to {
+            Some(v) => {
+                map.insert(key.to_string(), v.clone());
+            }
+            None => {
+                map.remove(key);
+            }
+        };
+        match self {
+            NodeChange::Unschedulable { to, .. } => node.unschedulable = *to,
+            NodeChange::Label { key, to, .. } => set(&mut node.labels, key, to),
+            NodeChange::Annotation { key, to, .. } => set(&mut node.annotations, key, to),
+            NodeChange::Taints { to, .. } => node.taints = to.clone(),
+        }
+    }
 }
 
 impl EventKind {
@@ -380,6 +437,7 @@ impl EventKind {
                 | EventKind::ConditionChanged { .. }
                 | EventKind::AddressesChanged { .. }
                 | EventKind::TaintsChanged { .. }
+                | EventKind::OperatorChanged { .. }
         )
     }
 
@@ -398,6 +456,7 @@ impl EventKind {
             EventKind::TaintsChanged { .. } => "TaintsChanged",
             EventKind::EvictionStarted { .. } => "EvictionStarted",
             EventKind::EvictionDone { .. } => "EvictionDone",
+            EventKind::OperatorChanged { .. } => "OperatorChanged",
         }
     }
 }

@@ -325,7 +325,57 @@ pub fn event_detail(kind: &EventKind) -> String {
         }
         EventKind::EvictionStarted { reason, mode } => format!("{mode}: {reason}"),
         EventKind::EvictionDone { result } => result.clone(),
+        EventKind::OperatorChanged { by, changes } => {
+            format!("by {by}: {}", describe_changes(changes))
+        }
     }
+}
+
+/// What an operator changed, in kubectl's words: `cordoned; label
+/// maintenance=true added; taint dedicated=gpu:NoSchedule added`.
+pub fn describe_changes(changes: &[model::NodeChange]) -> String {
+    use model::NodeChange as C;
+    let kv = |k: &str, v: &str| {
+        if v.is_empty() {
+            k.to_string()
+        } else {
+            format!("{k}={v}")
+        }
+    };
+    let keyed = |what: &str, key: &str, from: &Option<String>, to: &Option<String>| match (from, to)
+    {
+        (None, Some(v)) => format!("{what} {} added", kv(key, v)),
+        (Some(_), None) => format!("{what} {key} removed"),
+        (Some(a), Some(b)) => format!("{what} {key}: {a} -> {b}"),
+        (None, None) => format!("{what} {key} unchanged"),
+    };
+    let taint = |t: &model::Taint| format!("{}:{}", kv(&t.key, &t.value), t.effect);
+    let mut parts = Vec::new();
+    for c in changes {
+        match c {
+            C::Unschedulable { to: true, .. } => parts.push("cordoned".to_string()),
+            C::Unschedulable { to: false, .. } => parts.push("uncordoned".to_string()),
+            C::Label { key, from, to } => parts.push(keyed("label", key, from, to)),
+            C::Annotation { key, from, to } => parts.push(keyed("annotation", key, from, to)),
+            C::Taints { from, to } => {
+                let shown = |list: &[model::Taint]| list.iter().map(taint).collect::<Vec<_>>();
+                let (before, after) = (shown(from), shown(to));
+                for t in after.iter().filter(|t| !before.contains(t)) {
+                    parts.push(format!("taint {t} added"));
+                }
+                for t in before.iter().filter(|t| !after.contains(t)) {
+                    parts.push(format!("taint {t} removed"));
+                }
+                if before != after
+                    && after.iter().all(|t| before.contains(t))
+                    && before.len() == after.len()
+                {
+                    parts.push("taints reordered".to_string());
+                }
+            }
+        }
+    }
+    parts.join("; ")
 }
 
 /// The history as a table (`SEQ TIME NODE KIND DETAIL`), rows in the order given.
@@ -532,6 +582,7 @@ mod tests {
             resource_version: 1,
             source: "static".into(),
             labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
             external_id: String::new(),
             provider_id: String::new(),
             capacity: Resources::default(),
@@ -815,6 +866,56 @@ d                  Unknown                       <none>               0s     <no
                 instance: "a1b2".into()
             }),
             "instance a1b2"
+        );
+    }
+
+    #[test]
+    fn operator_changes_read_like_kubectl() {
+        use model::NodeChange as C;
+        let t = |key: &str, value: &str, effect: &str| model::Taint {
+            key: key.into(),
+            value: value.into(),
+            effect: effect.into(),
+            added: None,
+        };
+        let kind = EventKind::OperatorChanged {
+            by: "alice".into(),
+            changes: vec![
+                C::Unschedulable {
+                    from: false,
+                    to: true,
+                },
+                C::Label {
+                    key: "maintenance".into(),
+                    from: None,
+                    to: Some("true".into()),
+                },
+                C::Label {
+                    key: "zone".into(),
+                    from: Some("a".into()),
+                    to: Some("b".into()),
+                },
+                C::Annotation {
+                    key: "ticket".into(),
+                    from: Some("OPS-1".into()),
+                    to: None,
+                },
+                C::Taints {
+                    from: vec![
+                        t("old", "", "NoSchedule"),
+                        t("node.kubernetes.io/unreachable", "", "NoSchedule"),
+                    ],
+                    to: vec![
+                        t("dedicated", "gpu", "NoExecute"),
+                        t("node.kubernetes.io/unreachable", "", "NoSchedule"),
+                    ],
+                },
+            ],
+        };
+        assert_eq!(
+            event_detail(&kind),
+            "by alice: cordoned; label maintenance=true added; label zone: a -> b; \
+             annotation ticket removed; taint dedicated=gpu:NoExecute added; taint old:NoSchedule removed"
         );
     }
 

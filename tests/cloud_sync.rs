@@ -75,8 +75,13 @@ async fn the_registry_follows_an_inventory_file() {
         "cloud/inventory"
     );
 
-    // A machine leaves the inventory, another is shut down.
+    // A machine leaves the inventory, another is shut down (and its kubelet
+    // with it: a Ready node is never tainted).
     write(&file, &inventory(&fleet, &[(0, "running"), (1, "stopped")]));
+    fleet
+        .handle
+        .set(&b, nodekeeper::sim::KubeletState::Down)
+        .unwrap();
     c.wait_for("/api/v1/nodes", "the gone machine deleted", |l| {
         names(l) == [a.clone(), b.clone()]
     })
@@ -129,6 +134,10 @@ async fn the_registry_follows_an_inventory_file() {
         .contains("nodekeeper_source_list_failures_total"));
 
     // Fixed, with the machine back and running: registered again, untainted.
+    fleet
+        .handle
+        .set(&b, nodekeeper::sim::KubeletState::Up)
+        .unwrap();
     write(
         &file,
         &inventory(&fleet, &[(0, "running"), (1, "running"), (2, "running")]),

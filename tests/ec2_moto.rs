@@ -1,6 +1,7 @@
 //! The `ec2` provider against moto, a real EC2-compatible server, run as a
-//! child process. Needs `pip install 'moto[server]'` (`.ci/run` installs it);
-//! without it these tests fail and say so.
+//! child process. `scripts/test` prepares it (a virtual environment with moto
+//! pinned) and names its interpreter in `NODEKEEPER_TEST_PYTHON`; without it
+//! the tests use `python3`, and fail saying what to install if moto is not there.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -19,6 +20,11 @@ const REGION: &str = "us-east-1";
 const KEY: &str = "AKIDNODEKEEPERTEST";
 const SECRET: &str = "test-secret";
 
+/// The Python that runs moto: `scripts/test`'s virtual environment, else `python3`.
+fn python() -> String {
+    std::env::var("NODEKEEPER_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
 /// A moto server on 127.0.0.1, killed when dropped.
 struct Moto {
     child: Child,
@@ -27,7 +33,8 @@ struct Moto {
 
 impl Moto {
     fn start(env: &[(&str, &str)]) -> Moto {
-        let installed = Command::new("python3")
+        let python = python();
+        let installed = Command::new(&python)
             .args(["-c", "import moto.server, werkzeug, flask"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -35,17 +42,17 @@ impl Moto {
             .is_ok_and(|s| s.success());
         assert!(
             installed,
-            "moto's server is not installed for python3: run `pip install 'moto[server]'` \
-             (.ci/run does it on a fresh machine); the ec2 provider is tested against it"
+            "moto's server is not installed for {python}: run the tests with `scripts/test`, \
+             which prepares it, or `pip install 'moto[server]'`; the ec2 provider is tested against it"
         );
-        let mut child = Command::new("python3")
+        let mut child = Command::new(&python)
             .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", "0"])
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("python3 starts");
+            .unwrap_or_else(|e| panic!("{python} does not start: {e}"));
         // Port 0: the server picks a free port and says which on stderr.
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();

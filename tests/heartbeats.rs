@@ -565,8 +565,19 @@ async fn with_tokens_a_node_may_update_only_itself() {
     assert!(s["message"].as_str().unwrap().contains("edge-2"), "{s}");
     assert_eq!(patch(Some("edge-1-secret"), "edge-1").await.0, 200);
     assert_eq!(patch(Some("op-secret"), "edge-2").await.0, 200);
-    // Reads stay open.
-    assert_eq!(c.ready("edge-2").await.as_deref(), Some("True"));
+    // Reads need a token too.
+    let (_, node) = c.get("/api/v1/nodes/edge-2").await;
+    assert_eq!(node["reason"], "Unauthorized");
+    let node: Value = client()
+        .get(format!("{}/api/v1/nodes/edge-2", c.url))
+        .bearer_auth("op-secret")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready_of(&node).as_deref(), Some("True"));
     assert!(c.stop().success());
 }
 

@@ -21,6 +21,7 @@ fn node(name: &str, at: Micros) -> Node {
         resource_version: 0,
         source: "static".into(),
         labels: Default::default(),
+        annotations: Default::default(),
         external_id: name.into(),
         provider_id: String::new(),
         capacity: Default::default(),

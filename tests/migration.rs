@@ -128,6 +128,7 @@ fn write_schema_1_fixture() {
             resource_version: 0,
             source: "static".into(),
             labels: Default::default(),
+            annotations: Default::default(),
             external_id: name.into(),
             provider_id: String::new(),
             capacity: Default::default(),

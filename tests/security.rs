@@ -87,7 +87,7 @@ async fn over_tls_the_api_and_the_cli_work_and_plain_clients_do_not() {
     let node = fleet.name(0);
     let started = Instant::now();
     loop {
-        let (code, out, err) = cli(&db, &["nodes"]);
+        let (code, out, err) = cli(&db, &["--token", "operator-secret", "nodes"]);
         if code == 0 && out.contains(&node) {
             break;
         }
@@ -102,7 +102,7 @@ async fn over_tls_the_api_and_the_cli_work_and_plain_clients_do_not() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_need_a_token_and_reads_do_not() {
+async fn writes_and_reads_need_a_token() {
     let fleet = TestFleet::start(1, Ipv4Addr::new(127, 90, 1, 1)).await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
@@ -140,8 +140,9 @@ async fn writes_need_a_token_and_reads_do_not() {
         assert_ne!(passed.status(), 401, "{token}");
     }
 
-    // Reads stay open, but a bad token is refused even there.
-    assert_eq!(c.get("/api/v1/nodes").await.0, 200);
+    // Reads need a token too (as kube-apiserver without anonymous auth),
+    // and a bad one is refused.
+    assert_eq!(c.get("/api/v1/nodes").await.0, 401);
     let bad_read = http.get(&nodes).bearer_auth("nope").send().await.unwrap();
     assert_eq!(bad_read.status(), 401);
     let good_read = http
@@ -151,8 +152,8 @@ async fn writes_need_a_token_and_reads_do_not() {
         .await
         .unwrap();
     assert_eq!(good_read.status(), 200);
-    // The CLI reads without a token.
-    assert!(cli(&db, &["nodes"]).0 == 0);
+    // The CLI reads with one.
+    assert!(cli(&db, &["--token", "operator-secret", "nodes"]).0 == 0);
     c.stop();
     fleet.stop().await;
 }
@@ -299,9 +300,9 @@ async fn the_auth_layer_names_the_caller_and_nodes_change_only_themselves() {
                "reason": "Forbidden", "details": {"name": "edge-2", "kind": "nodes"}, "code": 403})
     );
 
-    // Reads: anonymous without a token, the token's caller with one.
+    // Reads need a token too; with one, the token's caller.
     let whoami = format!("{url}/whoami");
-    assert_eq!(answer(http.get(&whoami)).await, (200, "Anonymous".into()));
+    assert_eq!(answer(http.get(&whoami)).await.0, 401);
     assert_eq!(
         answer(http.get(&whoami).bearer_auth("edge-1-secret")).await,
         (200, "Node(\"edge-1\")".into())

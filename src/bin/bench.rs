@@ -1,4 +1,4 @@
-//! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe, or with `--push` per pushed heartbeat. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000 [--push]`.
+//! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe, or with `--push` per pushed heartbeat (every simulated kubelet on a connection of its own); `--soak` follows store size and memory minute by minute, `--burst` times thousands of status changes at once. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000 [--push [--soak 1h] [--burst]]`.
 
 mod common;
 mod history;
@@ -12,10 +12,13 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 
-use common::{command_line, command_output, cpu_ticks, memory_kib, parse_duration, Machine, Proc};
+use common::{
+    command_line, command_output, cpu_ticks, dir_size, memory_kib, memory_kinds_kib,
+    parse_duration, slope, written_bytes, Machine, Proc,
+};
 
-/// One `nodekeeper sim` process holds about two open files per node (and up
-/// to 256 push connections); the hard limit is 20k.
+/// One `nodekeeper sim` process holds about two open files per node, three
+/// when its nodes push (each its own connection); the hard limit is 20k.
 const MAX_NODES_PER_SIM: usize = 5000;
 const SIM_START_TIMEOUT: Duration = Duration::from_secs(60);
 const CONTROLLER_START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -24,6 +27,10 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(250);
 const GRACE_PERIOD: &str = "40s";
+/// How long a burst of status changes may take before the run fails.
+const BURST_TIMEOUT: Duration = Duration::from_secs(60);
+/// A soak judges flatness over this much of its end.
+const SOAK_TAIL: Duration = Duration::from_secs(30 * 60);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -50,9 +57,30 @@ struct Args {
     /// Length of the measurement window.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     measure: Duration,
+    /// After the window, keep the fleet pushing this long and print the
+    /// store's size, memory and disk writes at every --sample-every; the
+    /// trend of the last 30 minutes says whether they are flat.
+    #[arg(long, value_parser = parse_duration, requires = "push")]
+    soak: Option<Duration>,
+    /// Time between soak samples.
+    #[arg(long, default_value = "1m", value_parser = parse_duration, requires = "soak")]
+    sample_every: Duration,
+    /// After the window, turn every node of the first sim process (up to
+    /// 5,000) sick at once, then up again, and time until every change is
+    /// answered (each answer comes only once the change is on disk).
+    #[arg(long, requires = "push")]
+    burst: bool,
     /// The nodekeeper binary (default: the one next to this executable).
     #[arg(long)]
     bin: Option<PathBuf>,
+    /// A different nodekeeper binary for the controller only (the sims stay
+    /// --bin's), to compare controllers against the same fleet.
+    #[arg(long)]
+    controller_bin: Option<PathBuf>,
+    /// The 127.X.0.0/16 ranges of the sim processes, one per process
+    /// (default 10, 20, 30 …): runs side by side need ranges of their own.
+    #[arg(long, value_delimiter = ',')]
+    ranges: Vec<u8>,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -80,6 +108,9 @@ async fn real_main() -> Result<()> {
     if args.period.is_zero() || args.interval.is_zero() || args.measure.is_zero() {
         bail!("--period, --interval and --measure must be more than zero");
     }
+    if args.sample_every.is_zero() {
+        bail!("--sample-every must be more than zero");
+    }
     let mode = Mode::of(&args);
     let bin = match &args.bin {
         Some(bin) => bin.clone(),
@@ -91,7 +122,18 @@ async fn real_main() -> Result<()> {
             bin.display()
         );
     }
-    let machine = Machine::probe(&bin);
+    let controller_bin = args.controller_bin.clone().unwrap_or_else(|| bin.clone());
+    if !controller_bin.is_file() {
+        bail!(
+            "--controller-bin {}: no such file",
+            controller_bin.display()
+        );
+    }
+    let bins = Bins {
+        sim: bin.clone(),
+        controller: controller_bin,
+    };
+    let machine = Machine::probe(&bins.controller);
     let client = reqwest::Client::builder()
         .no_proxy()
         .timeout(HTTP_TIMEOUT)
@@ -103,7 +145,7 @@ async fn real_main() -> Result<()> {
         eprintln!("== {nodes} nodes");
         // On Ctrl-C the run is dropped, which stops its processes and removes its files.
         let outcome = tokio::select! {
-            outcome = bench_size(&args, mode, &bin, &client, &machine, nodes) => outcome,
+            outcome = bench_size(&args, mode, &bins, &client, &machine, nodes) => outcome,
             _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
         };
         match outcome {
@@ -114,7 +156,7 @@ async fn real_main() -> Result<()> {
             }
         }
     }
-    print!("{}", report(&args, mode, &bin, &machine, &rows));
+    print!("{}", report(&args, mode, &bins, &machine, &rows));
     match failure {
         Some(e) => Err(e),
         None => Ok(()),
@@ -195,6 +237,12 @@ impl Mode {
 // ---------------------------------------------------------------------------
 // One size
 
+/// The binaries a run starts.
+struct Bins {
+    sim: PathBuf,
+    controller: PathBuf,
+}
+
 /// Everything measured for one fleet size.
 struct Row {
     nodes: usize,
@@ -202,21 +250,25 @@ struct Row {
     ready_after: Duration,
     start: Sample,
     end: Sample,
+    /// Samples every --sample-every after the window, with --soak.
+    soak: Vec<Sample>,
+    /// The status bursts, with --burst.
+    bursts: Vec<Burst>,
     stop: String,
 }
 
 async fn bench_size(
     args: &Args,
     mode: Mode,
-    bin: &Path,
+    bins: &Bins,
     client: &reqwest::Client,
     machine: &Machine,
     nodes: usize,
 ) -> Result<Row> {
-    let mut run = Run::new(nodes, mode)?;
+    let mut run = Run::new(nodes, mode, &args.ranges)?;
     let started = Instant::now();
     let listen = mode.controller_listen()?;
-    let (port, merged) = start_fleet(&mut run, bin, nodes, &mode.sim_args(listen)).await?;
+    let (port, merged) = start_fleet(&mut run, &bins.sim, nodes, &mode.sim_args(listen)).await?;
     eprintln!(
         "   {} sim process(es) up on port {port} after {:.1}s",
         run.sims.len(),
@@ -226,7 +278,7 @@ async fn bench_size(
     let controller_started = Instant::now();
     run.controller = Some(spawn_controller(
         &run.dir,
-        bin,
+        &bins.controller,
         &merged,
         listen,
         &mode.controller_args(port),
@@ -249,6 +301,38 @@ async fn bench_size(
     run.check_alive()?;
     let end = Sample::take(&run, client, &url, machine).await?;
 
+    let mut soak = Vec::new();
+    if let Some(length) = args.soak {
+        eprintln!(
+            "   soaking {} (a sample every {})",
+            nodekeeper::duration::format(length),
+            nodekeeper::duration::format(args.sample_every)
+        );
+        let soak_started = Instant::now();
+        let mut previous = Sample::take(&run, client, &url, machine).await?;
+        soak.push(previous.clone());
+        while soak_started.elapsed() < length {
+            tokio::time::sleep(args.sample_every).await;
+            run.check_alive()?;
+            let sample = Sample::take(&run, client, &url, machine).await?;
+            eprintln!("   {}", soak_line(&soak[0], &previous, &sample));
+            previous = sample.clone();
+            soak.push(sample);
+        }
+    }
+
+    let mut bursts = Vec::new();
+    if args.burst {
+        for state in ["sick", "up"] {
+            run.check_alive()?;
+            let burst = status_burst(&run, client, &url, state).await?;
+            eprintln!("   {}", burst.describe());
+            bursts.push(burst);
+            // Let the fleet settle back into its rhythm before the next burst.
+            tokio::time::sleep(args.warmup).await;
+        }
+    }
+
     let stop = run.stop().await;
     eprintln!("   {stop}");
     Ok(Row {
@@ -257,8 +341,115 @@ async fn bench_size(
         ready_after,
         start,
         end,
+        soak,
+        bursts,
         stop,
     })
+}
+
+/// One burst of status changes: every node of the first sim process set to
+/// one state at once.
+#[derive(Debug, Clone)]
+struct Burst {
+    state: &'static str,
+    nodes: u64,
+    /// From the request that changed the nodes to the moment the bench saw
+    /// every change answered (polled every 50 ms, so up to 50 ms late).
+    all_answered: Duration,
+    /// The slowest change as the sim measured it: from the node's change of
+    /// state to the controller's answer.
+    slowest_ms: u64,
+    /// Until /metrics showed the new Ready count (readers see only durable state).
+    visible: Duration,
+    /// Condition transitions the controller counted during the burst.
+    transitions: f64,
+    /// Store flushes the controller made for them, if it reports flushes.
+    flushes: Option<f64>,
+}
+
+impl Burst {
+    fn describe(&self) -> String {
+        format!(
+            "burst to {}: {} nodes changed, all answered after {:.3}s (slowest {} ms as the sim measured), \
+             readable after {:.3}s, {} transitions, {} flushes",
+            self.state,
+            self.nodes,
+            self.all_answered.as_secs_f64(),
+            self.slowest_ms,
+            self.visible.as_secs_f64(),
+            self.transitions,
+            self.flushes.map_or("?".into(), |f| f.to_string())
+        )
+    }
+}
+
+/// Sets every node of the first sim to `state` and waits until each change
+/// is answered and readable.
+async fn status_burst(
+    run: &Run,
+    client: &reqwest::Client,
+    url: &str,
+    state: &'static str,
+) -> Result<Burst> {
+    let control = run
+        .sim_controls
+        .first()
+        .ok_or_else(|| anyhow!("no sim to change"))?;
+    let first = std::slice::from_ref(control);
+    let before = sim_pushes(client, first).await?;
+    let metrics_before = scrape(client, url).await?;
+    let nodes = before.nodes;
+    let want_ready = if state == "up" {
+        metrics_before.ready + nodes as f64
+    } else {
+        metrics_before.ready - nodes as f64
+    };
+    let started = Instant::now();
+    client
+        .put(format!("{control}/nodes"))
+        .json(&serde_json::json!({ "state": state }))
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .with_context(|| format!("PUT {control}/nodes"))?;
+    let mut answered = None;
+    let mut visible = None;
+    let mut now;
+    // Ends when both are seen, or at the timeout.
+    loop {
+        now = sim_pushes(client, first).await?;
+        if answered.is_none() && now.changes >= before.changes + nodes {
+            answered = Some(started.elapsed());
+        }
+        if visible.is_none() && scrape(client, url).await?.ready == want_ready {
+            visible = Some(started.elapsed());
+        }
+        if let (Some(answered), Some(visible)) = (answered, visible) {
+            let after = scrape(client, url).await?;
+            return Ok(Burst {
+                state,
+                nodes,
+                all_answered: answered,
+                slowest_ms: now.change_latency_max_ms,
+                visible,
+                transitions: after.transitions - metrics_before.transitions,
+                flushes: after
+                    .flushes
+                    .zip(metrics_before.flushes)
+                    .map(|(a, b)| a - b),
+            });
+        }
+        if started.elapsed() > BURST_TIMEOUT {
+            bail!(
+                "setting {nodes} nodes {state}: after {BURST_TIMEOUT:?}, {} of the changes answered, \
+                 Ready count {} of {want_ready} wanted (last error: {})",
+                now.changes - before.changes,
+                scrape(client, url).await?.ready,
+                now.last_error.as_deref().unwrap_or("none")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Starts the sim processes (the first picks the port, the others reuse it),
@@ -273,7 +464,16 @@ async fn start_fleet(
     let mut entries = Vec::with_capacity(nodes);
     for (index, count) in split(nodes, MAX_NODES_PER_SIM).into_iter().enumerate() {
         let file = run.dir.join(format!("nodes-{index}.json"));
-        let sim = spawn_sim(&run.dir, bin, index, count, port, &file, extra)?;
+        let sim = spawn_sim(
+            &run.dir,
+            bin,
+            run.range(index)?,
+            index,
+            count,
+            port,
+            &file,
+            extra,
+        )?;
         run.sims.push(sim);
         let sim = run.sims.last_mut().expect("just pushed");
         let (banner, mut list) = wait_for_sim(sim, &file, count).await?;
@@ -298,19 +498,17 @@ fn split(total: usize, max: usize) -> Vec<usize> {
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn spawn_sim(
     dir: &Path,
     bin: &Path,
+    octet: u8,
     index: usize,
     nodes: usize,
     port: u16,
     nodes_file: &Path,
     extra: &[String],
 ) -> Result<Proc> {
-    let octet = u8::try_from(10 + 10 * index)
-        .ok()
-        .filter(|o| *o < 255)
-        .ok_or_else(|| anyhow!("too many sim processes for distinct 127.X.0.0/16 ranges"))?;
     let mut args = vec![
         "--log".to_string(),
         "warn".into(),
@@ -492,6 +690,10 @@ struct Scrape {
     status_beats: f64,
     /// `nodekeeper_heartbeat_age_seconds` at the 0.5, 0.99 and 1 quantiles.
     heartbeat_age: [Option<f64>; 3],
+    /// Condition transitions, summed over conditions and statuses.
+    transitions: f64,
+    /// Store flushes, when the controller reports them.
+    flushes: Option<f64>,
 }
 
 async fn scrape(client: &reqwest::Client, url: &str) -> Result<Scrape> {
@@ -539,14 +741,25 @@ fn parse_metrics(text: &str) -> Result<Scrape> {
                 "nodekeeper_heartbeat_age_seconds{{quantile=\"{q}\"}}"
             ))
         }),
+        transitions: samples
+            .iter()
+            .filter(|(k, _)| k.starts_with("nodekeeper_condition_transitions_total{"))
+            .map(|(_, v)| v)
+            .sum(),
+        flushes: get("nodekeeper_store_flushes_total"),
     })
 }
 
 /// What the pushing sims counted, summed over them.
 #[derive(Debug, Clone, Default)]
 struct SimPushes {
+    nodes: u64,
     sent: u64,
     failed: u64,
+    refused: u64,
+    connections: u64,
+    changes: u64,
+    change_latency_max_ms: u64,
     last_error: Option<String>,
 }
 
@@ -565,8 +778,14 @@ async fn sim_pushes(client: &reqwest::Client, controls: &[String]) -> Result<Sim
             .await
             .with_context(|| format!("GET {url}: not JSON"))?;
         let pushes = &stats["pushes"];
-        total.sent += pushes["sent"].as_u64().unwrap_or(0);
-        total.failed += pushes["failed"].as_u64().unwrap_or(0);
+        let count = |key: &str| pushes[key].as_u64().unwrap_or(0);
+        total.nodes += stats["nodes"].as_u64().unwrap_or(0);
+        total.sent += count("sent");
+        total.failed += count("failed");
+        total.refused += count("refused");
+        total.connections += count("connections");
+        total.changes += count("changes");
+        total.change_latency_max_ms = total.change_latency_max_ms.max(count("changeLatencyMaxMs"));
         if let Some(e) = pushes["lastError"].as_str() {
             total.last_error = Some(e.to_string());
         }
@@ -575,13 +794,19 @@ async fn sim_pushes(client: &reqwest::Client, controls: &[String]) -> Result<Sim
 }
 
 /// Process and store figures at one instant.
+#[derive(Clone)]
 struct Sample {
     at: Instant,
     controller_cpu: f64,
     sim_cpu: f64,
     rss_kib: u64,
     hwm_kib: u64,
+    /// Of the RSS: anonymous memory, and file-backed pages (the binary's code).
+    anon_kib: u64,
+    file_kib: u64,
     store_bytes: u64,
+    /// Bytes the controller had written to storage.
+    written: u64,
     metrics: Scrape,
     /// Push counters of the sims; empty unless they push.
     pushes: SimPushes,
@@ -611,32 +836,21 @@ impl Sample {
             sim_ticks += cpu_ticks(sim.child.id())?;
         }
         let (rss_kib, hwm_kib) = memory_kib(controller)?;
+        let (anon_kib, file_kib) = memory_kinds_kib(controller)?;
         Ok(Sample {
             at: Instant::now(),
             controller_cpu: cpu_ticks(controller)? as f64 / machine.ticks_per_second,
             sim_cpu: sim_ticks as f64 / machine.ticks_per_second,
             rss_kib,
             hwm_kib,
+            anon_kib,
+            file_kib,
             store_bytes: dir_size(&run.dir.join("db"))?,
+            written: written_bytes(controller)?,
             metrics,
             pushes,
         })
     }
-}
-
-/// The bytes of every file under `dir`. Files vanishing mid-walk are skipped.
-fn dir_size(dir: &Path) -> Result<u64> {
-    let mut total = 0;
-    let entries = fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
-    for entry in entries.flatten() {
-        let Ok(meta) = entry.metadata() else { continue };
-        if meta.is_dir() {
-            total += dir_size(&entry.path()).unwrap_or(0);
-        } else {
-            total += meta.len();
-        }
-    }
-    Ok(total)
 }
 
 // ---------------------------------------------------------------------------
@@ -652,10 +866,12 @@ struct Run {
     /// Whether the sims push (and count their pushes).
     pushing: bool,
     controller: Option<Proc>,
+    /// --ranges.
+    ranges: Vec<u8>,
 }
 
 impl Run {
-    fn new(nodes: usize, mode: Mode) -> Result<Run> {
+    fn new(nodes: usize, mode: Mode, ranges: &[u8]) -> Result<Run> {
         let dir =
             std::env::temp_dir().join(format!("nodekeeper-bench-{}-{nodes}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
@@ -666,7 +882,25 @@ impl Run {
             sim_controls: Vec::new(),
             pushing: matches!(mode, Mode::Push { .. }),
             controller: None,
+            ranges: ranges.to_vec(),
         })
+    }
+
+    /// The second octet of sim process `index`'s addresses.
+    fn range(&self, index: usize) -> Result<u8> {
+        match self.ranges.get(index) {
+            Some(octet) if self.ranges.len() > index => Ok(*octet),
+            _ if !self.ranges.is_empty() => {
+                bail!(
+                    "--ranges gives {} ranges; this fleet needs more",
+                    self.ranges.len()
+                )
+            }
+            _ => u8::try_from(10 + 10 * index)
+                .ok()
+                .filter(|o| *o < 255)
+                .ok_or_else(|| anyhow!("too many sim processes for distinct 127.X.0.0/16 ranges")),
+        }
     }
 
     fn check_alive(&mut self) -> Result<()> {
@@ -717,7 +951,7 @@ impl Drop for Run {
 // ---------------------------------------------------------------------------
 // The report
 
-fn report(args: &Args, mode: Mode, bin: &Path, machine: &Machine, rows: &[Row]) -> String {
+fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row]) -> String {
     let mut out = String::new();
     let title = match mode {
         Mode::Probe { .. } => "## nodekeeper scale benchmark\n",
@@ -725,11 +959,25 @@ fn report(args: &Args, mode: Mode, bin: &Path, machine: &Machine, rows: &[Row]) 
     };
     let _ = writeln!(out, "{title}");
     let _ = writeln!(out, "command:  {}", command_line());
-    let _ = writeln!(out, "binary:   {} ({})", bin.display(), machine.version);
     let _ = writeln!(
         out,
-        "machine:  {} cores (nproc), kernel {} (uname -r), {} clock ticks/s ({})",
-        machine.cores, machine.kernel, machine.ticks_per_second, machine.ticks_note
+        "binary:   {} ({})",
+        bins.controller.display(),
+        machine.version
+    );
+    if bins.sim != bins.controller {
+        let _ = writeln!(out, "sims:     {}", bins.sim.display());
+    }
+    let _ = writeln!(
+        out,
+        "machine:  {} cores (nproc), kernel {} (uname -r), {} clock ticks/s ({}), load {}",
+        machine.cores,
+        machine.kernel,
+        machine.ticks_per_second,
+        machine.ticks_note,
+        fs::read_to_string("/proc/loadavg")
+            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|_| "?".into())
     );
     let how = match mode {
         Mode::Probe { period } => format!(
@@ -737,7 +985,7 @@ fn report(args: &Args, mode: Mode, bin: &Path, machine: &Machine, rows: &[Row]) 
             nodekeeper::duration::format(period)
         ),
         Mode::Push { interval } => format!(
-            "--node-status-mode push, nodes file, grace {GRACE_PERIOD}, every node renews its Lease and patches its status every {}",
+            "--node-status-mode push, nodes file, grace {GRACE_PERIOD}, every node renews its Lease and patches its status every {} over a kept-alive connection of its own",
             nodekeeper::duration::format(interval)
         ),
     };
@@ -762,8 +1010,9 @@ fn report(args: &Args, mode: Mode, bin: &Path, machine: &Machine, rows: &[Row]) 
             "ctrl CPU-s /10k probes",
             "ctrl CPU % of 1 core",
             "RSS MiB (peak)",
+            "anon / file MiB",
             "store growth (B)",
-            "store B/min",
+            "disk written B/min",
             "sim CPU-s /10k probes",
         ],
         Mode::Push { .. } => &[
@@ -771,13 +1020,15 @@ fn report(args: &Args, mode: Mode, bin: &Path, machine: &Machine, rows: &[Row]) 
             "sims",
             "all Ready after (s)",
             "heartbeats/s",
-            "Lease/s",
-            "status/s",
+            "refused",
+            "no answer",
+            "connections opened",
             "ctrl CPU-s /10k heartbeats",
             "ctrl CPU % of 1 core",
             "RSS MiB (peak)",
+            "anon / file MiB",
             "store growth (B)",
-            "store B/min",
+            "disk written B/min",
             "heartbeat age p50/p99/max (s)",
             "sim CPU-s /10k heartbeats",
         ],
@@ -798,6 +1049,34 @@ fn report(args: &Args, mode: Mode, bin: &Path, machine: &Machine, rows: &[Row]) 
     if rows.is_empty() {
         let _ = writeln!(out, "\n(no size completed)");
     }
+    for row in rows.iter().filter(|r| !r.soak.is_empty()) {
+        out.push_str(&soak_section(row));
+    }
+    for row in rows.iter().filter(|r| !r.bursts.is_empty()) {
+        let _ = writeln!(
+            out,
+            "\n### {} nodes: status bursts (every node of the first sim changes at once)\n",
+            row.nodes
+        );
+        let _ = writeln!(
+            out,
+            "| to | nodes | all answered after (s) | slowest answer (ms, sim-measured) | readable after (s) | transitions | store flushes |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+        for b in &row.bursts {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.3} | {} | {:.3} | {} | {} |",
+                b.state,
+                b.nodes,
+                b.all_answered.as_secs_f64(),
+                b.slowest_ms,
+                b.visible.as_secs_f64(),
+                b.transitions,
+                b.flushes.map_or("?".into(), |f| f.to_string())
+            );
+        }
+    }
     let notes: Vec<String> = rows.iter().flat_map(|r| row_notes(r, mode)).collect();
     if !notes.is_empty() {
         let _ = writeln!(out);
@@ -808,12 +1087,101 @@ fn report(args: &Args, mode: Mode, bin: &Path, machine: &Machine, rows: &[Row]) 
     out
 }
 
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// One soak sample as a line: since the soak began, and over the last interval.
+fn soak_line(first: &Sample, previous: &Sample, sample: &Sample) -> String {
+    let minutes = sample.at.duration_since(first.at).as_secs_f64() / 60.0;
+    let secs = sample.at.duration_since(previous.at).as_secs_f64();
+    let beats = (sample.metrics.lease_beats + sample.metrics.status_beats)
+        - (previous.metrics.lease_beats + previous.metrics.status_beats);
+    let cpu = sample.controller_cpu - previous.controller_cpu;
+    format!(
+        "{minutes:6.1} min | {:6.0} heartbeats/s | refused {:4} | no answer {:4} | {} CPU-s/10k | RSS {:6.1} MiB (anon {:6.1}) | store {:7.2} MiB | written {:7.3} MiB/min | Ready {}",
+        beats / secs,
+        sample.pushes.refused - previous.pushes.refused,
+        (sample.pushes.failed - previous.pushes.failed)
+            .saturating_sub(sample.pushes.refused - previous.pushes.refused),
+        per_10k(cpu, beats),
+        sample.rss_kib as f64 / 1024.0,
+        sample.anon_kib as f64 / 1024.0,
+        sample.store_bytes as f64 / MIB,
+        (sample.written - previous.written) as f64 / MIB / secs * 60.0,
+        sample.metrics.ready
+    )
+}
+
+/// The soak's samples and its verdict: the trend of store size and RSS over
+/// its last 30 minutes (or its second half, when shorter).
+fn soak_section(row: &Row) -> String {
+    let mut out = String::new();
+    let first = &row.soak[0];
+    let _ = writeln!(out, "\n### {} nodes: soak, nothing changing\n", row.nodes);
+    let _ = writeln!(out, "```");
+    for pair in row.soak.windows(2) {
+        let _ = writeln!(out, "{}", soak_line(first, &pair[0], &pair[1]));
+    }
+    let _ = writeln!(out, "```");
+    let last = row.soak.last().expect("a soak has samples");
+    let total = last.at.duration_since(first.at);
+    let tail_from = if total > SOAK_TAIL * 2 {
+        total - SOAK_TAIL
+    } else {
+        total / 2
+    };
+    let tail: Vec<&Sample> = row
+        .soak
+        .iter()
+        .filter(|s| s.at.duration_since(first.at) >= tail_from)
+        .collect();
+    let minutes: Vec<f64> = tail
+        .iter()
+        .map(|s| s.at.duration_since(first.at).as_secs_f64() / 60.0)
+        .collect();
+    let span = minutes.last().unwrap_or(&0.0) - minutes.first().unwrap_or(&0.0);
+    let trend = |what: &str, ys: Vec<f64>| -> String {
+        let (lo, hi) = ys
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), y| (lo.min(*y), hi.max(*y)));
+        match slope(&minutes, &ys) {
+            Some(s) => format!(
+                "{what}: {:+.3} MiB/min over the last {span:.0} min ({:+.1} MiB in all; samples between {lo:.1} and {hi:.1} MiB)",
+                s,
+                s * span
+            ),
+            None => format!("{what}: too few samples for a trend"),
+        }
+    };
+    let written: f64 =
+        (tail.last().map_or(0, |s| s.written) - tail.first().map_or(0, |s| s.written)) as f64 / MIB;
+    let _ = writeln!(
+        out,
+        "\n- {}\n- {}\n- {}\n- disk written over the last {span:.0} min: {:.2} MiB ({:.3} MiB/min)",
+        trend(
+            "store files",
+            tail.iter().map(|s| s.store_bytes as f64 / MIB).collect()
+        ),
+        trend(
+            "controller RSS",
+            tail.iter().map(|s| s.rss_kib as f64 / 1024.0).collect()
+        ),
+        trend(
+            "controller anonymous memory",
+            tail.iter().map(|s| s.anon_kib as f64 / 1024.0).collect()
+        ),
+        written,
+        if span > 0.0 { written / span } else { 0.0 }
+    );
+    out
+}
+
 /// The differences between a row's two samples.
 struct Window {
     secs: f64,
     ctrl_cpu: f64,
     sim_cpu: f64,
     store_growth: i64,
+    written: u64,
 }
 
 impl Window {
@@ -824,6 +1192,7 @@ impl Window {
             ctrl_cpu: e.controller_cpu - s.controller_cpu,
             sim_cpu: e.sim_cpu - s.sim_cpu,
             store_growth: e.store_bytes as i64 - s.store_bytes as i64,
+            written: e.written - s.written,
         }
     }
 
@@ -837,8 +1206,13 @@ impl Window {
                 row.end.rss_kib as f64 / 1024.0,
                 row.end.hwm_kib as f64 / 1024.0
             ),
+            format!(
+                "{:.1} / {:.1}",
+                row.end.anon_kib as f64 / 1024.0,
+                row.end.file_kib as f64 / 1024.0
+            ),
             self.store_growth.to_string(),
-            format!("{:.0}", self.store_growth as f64 / self.secs * 60.0),
+            format!("{:.0}", self.written as f64 / self.secs * 60.0),
         ]
     }
 }
@@ -880,10 +1254,12 @@ fn probe_cells(row: &Row) -> Vec<String> {
 
 fn push_cells(row: &Row) -> Vec<String> {
     let (s, e) = (&row.start.metrics, &row.end.metrics);
+    let (sp, ep) = (&row.start.pushes, &row.end.pushes);
     let w = Window::of(row);
     let leases = e.lease_beats - s.lease_beats;
     let statuses = e.status_beats - s.status_beats;
     let beats = leases + statuses;
+    let refused = ep.refused - sp.refused;
     let ages = e
         .heartbeat_age
         .map(|q| q.map_or("?".into(), |v| format!("{v:.1}")))
@@ -893,11 +1269,13 @@ fn push_cells(row: &Row) -> Vec<String> {
         row.sims.to_string(),
         format!("{:.1}", row.ready_after.as_secs_f64()),
         format!("{:.0}", beats / w.secs),
-        format!("{:.0}", leases / w.secs),
-        format!("{:.0}", statuses / w.secs),
+        refused.to_string(),
+        (ep.failed - sp.failed).saturating_sub(refused).to_string(),
+        (ep.connections - sp.connections).to_string(),
     ];
-    cells.extend(w.cost_cells(row, beats));
-    cells.push(ages);
+    let mut costs = w.cost_cells(row, beats);
+    costs.insert(costs.len(), ages);
+    cells.extend(costs);
     cells.push(per_10k(w.sim_cpu, beats));
     cells
 }
@@ -915,9 +1293,11 @@ fn row_notes(row: &Row, mode: Mode) -> Vec<String> {
         let (s, e) = (&row.start.pushes, &row.end.pushes);
         let failed = e.failed - s.failed;
         let mut note = format!(
-            "{} nodes: the sims sent {} pushes in the window, {failed} failed",
+            "{} nodes: the sims sent {} pushes in the window, {failed} failed ({} refused); {} connections opened since the start",
             row.nodes,
-            e.sent - s.sent
+            e.sent - s.sent,
+            e.refused - s.refused,
+            e.connections
         );
         if failed > 0 {
             let _ = write!(note, " (last: {})", e.last_error.as_deref().unwrap_or("?"));

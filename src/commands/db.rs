@@ -177,8 +177,7 @@ fn verify(store: &Store) -> Outcome {
 fn export(store: &Store, output: Option<&Path>) -> Outcome {
     let summary = match output {
         None => {
-            let stdout = std::io::stdout();
-            let mut out = BufWriter::new(stdout.lock());
+            let mut out = BufWriter::new(super::stdout());
             let s = store.export(&mut out)?;
             out.flush()?;
             s

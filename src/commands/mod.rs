@@ -3,11 +3,14 @@
 pub mod at;
 pub mod db;
 pub mod describe;
+pub mod edit;
 pub mod history;
 pub mod mirror;
 pub mod nodes;
 pub mod run;
 pub mod sim;
+pub mod ui;
+pub mod version;
 
 use crate::model::{Micros, Node};
 
@@ -28,6 +31,44 @@ impl<E: std::fmt::Display> From<E> for Failure {
 }
 
 pub type Outcome = Result<String, Failure>;
+
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Standard output for what commands print. A reader that went away
+/// (`nodekeeper history | head -1`) is remembered, so `main` exits quietly
+/// instead of reporting (or panicking on) the broken pipe.
+pub fn stdout() -> Stdout {
+    Stdout(std::io::stdout().lock())
+}
+
+/// Whether a write to standard output found the reader gone.
+pub fn stdout_closed() -> bool {
+    STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// See [`stdout`].
+pub struct Stdout(std::io::StdoutLock<'static>);
+
+impl Stdout {
+    fn note<T>(result: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &result {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                STDOUT_CLOSED.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        result
+    }
+}
+
+impl std::io::Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Self::note(self.0.write(buf))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Self::note(self.0.flush())
+    }
+}
 
 /// Nodes as a Kubernetes NodeList, in JSON or YAML.
 pub(crate) fn node_list_text(

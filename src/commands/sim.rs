@@ -59,7 +59,6 @@ fn push_config(args: &SimArgs) -> Result<Option<PushConfig>, Failure> {
         clock_skew: args.clock_skew,
         register: args.register,
         token,
-        max_in_flight: args.push_concurrency,
         ..PushConfig::new(url.clone())
     };
     config.validate().map_err(usage)?;
@@ -69,10 +68,10 @@ fn push_config(args: &SimArgs) -> Result<Option<PushConfig>, Failure> {
 async fn run_fleet(args: &SimArgs) -> Outcome {
     let push = push_config(args)?;
     let limit = crate::app::raise_open_file_limit();
-    // A listener and a served connection per kubelet, a client connection
-    // per push in flight, plus spare.
-    let pushing = push.as_ref().map_or(0, |p| p.max_in_flight as u64);
-    let needed = args.nodes as u64 * 2 + pushing + 64;
+    // A listener and a served connection per kubelet, its own connection to
+    // the controller when pushing, plus spare.
+    let per_node = if push.is_some() { 3 } else { 2 };
+    let needed = args.nodes as u64 * per_node + 64;
     if needed > limit {
         return Err(Failure {
             message: format!(

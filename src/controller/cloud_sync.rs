@@ -1,6 +1,7 @@
 //! Following a cloud or inventory source: the ancestor's `SyncCloudNodes`.
 //! New machines are registered, machines gone from the source are deleted
-//! (their history kept), stopped ones carry the shutdown taint. A listing
+//! (their history kept), stopped ones carry the shutdown taint while they
+//! are not Ready (as the cloud node lifecycle controller does). A listing
 //! that fails changes nothing: it is never read as "every machine is gone".
 
 use std::collections::{BTreeMap, HashSet};
@@ -12,7 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::Controller;
-use crate::model::{EventKind, Micros, Resources, Taint};
+use crate::model::{ConditionStatus, EventKind, Micros, Resources, Taint, READY};
 use crate::source::cloud::{cloud_node_specs, CloudNode, CloudProvider, InstanceState};
 use crate::source::SourceError;
 use crate::store::Batch;
@@ -140,7 +141,12 @@ impl Controller {
             let mut node = t.node.clone();
             let mut events = Vec::new();
             let has = node.taints.iter().any(|x| x.key == TAINT_SHUTDOWN);
-            let stopped = machine.state == InstanceState::Stopped;
+            // A source that says "stopped" about a node that answers Ready is
+            // behind (or wrong): the node's own word wins, as upstream.
+            let ready = node
+                .condition(READY)
+                .is_some_and(|c| c.status == ConditionStatus::True);
+            let stopped = machine.state == InstanceState::Stopped && !ready;
             if stopped != has {
                 let from = node.taints.clone();
                 if stopped {
@@ -173,7 +179,13 @@ impl Controller {
             self.view.set_source_status(self.source_status.clone());
             return;
         }
-        match self.commit(batch).await {
+        // A deleted node's Lease goes with it.
+        let change = super::writer::Change {
+            batch,
+            deleted_leases: gone.clone(),
+            ..Default::default()
+        };
+        match self.commit_change(change).await {
             Ok(written) => {
                 for node in &written.nodes {
                     if let Some(t) = self.tracked.get_mut(&node.name) {
@@ -185,11 +197,7 @@ impl Controller {
                     self.leases.remove(name);
                     self.dirty_nodes.remove(name);
                     self.dirty_leases.remove(name);
-                    if let Err(e) = self.store.delete_lease(name) {
-                        tracing::warn!(node = %name, "its lease could not be removed: {e}");
-                    }
                 }
-                self.view.publish_leases([], &gone);
                 self.update_gauges();
             }
             Err(e) => tracing::error!("following {source_name} failed to store: {e}"),

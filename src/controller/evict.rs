@@ -70,7 +70,7 @@ impl Controller {
             for (name, _) in &pass.evict {
                 self.evictor.forget(name);
             }
-            return tracing::error!("eviction decisions could not be stored: {e}");
+            return super::log_unstored("eviction decisions", &e);
         }
         for (name, reason, hook) in hooks {
             let timeout = config.hook_timeout;
@@ -119,18 +119,19 @@ impl Controller {
         }
         if !batch.is_empty() {
             if let Err(e) = self.commit(batch).await {
-                tracing::error!("eviction results could not be stored: {e}");
+                super::log_unstored("eviction results", &e);
             }
         }
     }
 
-    /// Records what a hook did.
+    /// Records what a hook did (later, if the store refuses it now: it must
+    /// not look interrupted after a restart).
     pub(super) async fn after_hook(&mut self, name: &str, result: String) {
-        let mut batch = Batch::new(Micros::now());
-        batch.node_event(name, EventKind::EvictionDone { result });
-        if let Err(e) = self.commit(batch).await {
-            tracing::error!("the eviction result could not be stored: {e}");
-        }
+        self.record_events(vec![(
+            Some(name.to_string()),
+            EventKind::EvictionDone { result },
+        )])
+        .await;
     }
 }
 

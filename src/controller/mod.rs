@@ -4,19 +4,26 @@
 //!
 //! One task owns all state. Probe sweeps run in a task of their own and hand
 //! back their answers; pushed status, leases and registrations arrive as
-//! [`Push`] messages; the HTTP server reads the published [`View`].
+//! [`Push`] messages; the HTTP server reads the published [`View`]. Every
+//! write goes through the store writer's thread ([`writer`]), which makes
+//! changes durable in groups and only then publishes them: the controller
+//! waits for the disk only where it must (a sweep's or a monitor pass's
+//! results), and a pushed change is answered by the writer once durable.
 
 mod cloud_sync;
 pub mod conditions;
 mod evict;
 pub mod eviction;
 mod monitor;
+pub mod operator;
 pub mod push;
 mod register;
+mod static_sync;
 mod sweep;
 pub mod view;
+mod writer;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,15 +36,20 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 use crate::model::{EventKind, Lease, Micros, Node, NodeSpec, READY};
 use crate::probe::{ProbeConfig, ProbeConfigError, ProbeOutcome, ProbeTarget, Prober};
+use crate::store::heartbeats::{HeartbeatCheckpoint, LeaseBeat, NodeBeats};
 use crate::store::{Batch, Store, StoreError, Written};
 pub use cloud_sync::{CloudSource, SourceStatus, TAINT_SHUTDOWN};
 use conditions::Health;
+pub use operator::{OperatorFields, Preconditions, SourceListing, MANAGED_TAINTS};
 pub use push::{ControllerHandle, Push, PushError, PushedStatus};
+pub use static_sync::NodesFile;
 pub use sweep::SweepReport;
 use view::View;
+use writer::{Change, Done, Job, Mark, Settled, StoreWriter};
+pub use writer::{CommitError, FreeSpace, StoreHealth, STORE_RESERVE_BYTES};
 
 /// How often heartbeat-only changes (times in node records, Lease renewals)
-/// are written. Losing them in a crash loses no transition: the grace
+/// are checkpointed. Losing them in a crash loses no transition: the grace
 /// periods restart from the controller's start anyway.
 pub const HEARTBEAT_WRITE_PERIOD: Duration = Duration::from_secs(60);
 
@@ -70,6 +82,12 @@ pub struct ControllerConfig {
     pub eviction: eviction::EvictionConfig,
     /// A cloud or inventory provider to follow, besides the static nodes.
     pub cloud: Option<CloudSource>,
+    /// `--nodes-file`, followed as it changes on disk.
+    pub nodes_file: Option<NodesFile>,
+    /// Where the store writer learns the free space on the store's disk.
+    pub free_space: FreeSpace,
+    /// How often changed heartbeat times are checkpointed.
+    pub heartbeat_checkpoint_period: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -87,6 +105,9 @@ impl Default for ControllerConfig {
             lookup_timeout: Duration::from_secs(5),
             eviction: eviction::EvictionConfig::default(),
             cloud: None,
+            nodes_file: None,
+            free_space: FreeSpace::default(),
+            heartbeat_checkpoint_period: HEARTBEAT_WRITE_PERIOD,
         }
     }
 }
@@ -98,8 +119,10 @@ pub enum ControllerError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Probe(#[from] ProbeConfigError),
-    #[error("the store could not be flushed ({0}); the controller stopped so that nothing unacknowledged is shown. Check the disk, then start it again: the history up to the last flush is intact")]
-    FlushFailed(String),
+    #[error("{0}")]
+    Commit(#[from] CommitError),
+    #[error("cannot start the store writer thread: {0}")]
+    Writer(std::io::Error),
     /// The ancestor's `ErrRegistration`.
     #[error("unable to register all nodes: {} still unregistered after {tries} tries ({}); last error: {last_error}", missing.len(), missing.join(", "))]
     Registration {
@@ -107,6 +130,13 @@ pub enum ControllerError {
         tries: u32,
         last_error: String,
     },
+    /// A task of the controller's own (a probe sweep, a source listing, the
+    /// address lookups) panicked: a bug. The controller stops rather than
+    /// go on without it.
+    #[error(
+        "the {task} task failed: {reason}; the controller stopped so that a supervisor restarts it"
+    )]
+    TaskFailed { task: &'static str, reason: String },
 }
 
 /// A node the controller watches.
@@ -126,9 +156,25 @@ pub struct Controller {
     prober: Option<Prober>,
     tracked: BTreeMap<String, Tracked>,
     leases: BTreeMap<String, Lease>,
-    /// Nodes and leases whose heartbeat times changed since the last batch write.
+    /// Every write goes through it.
+    writer: StoreWriter,
+    /// What became of each write, in order.
+    settled: mpsc::UnboundedReceiver<Settled>,
+    /// Nodes and Leases with a write sent ahead (not awaited) and not yet
+    /// settled: the controller already shows their change, readers not yet.
+    ahead: HashMap<String, u32>,
+    ahead_leases: HashMap<String, u32>,
+    /// Resumes sent to the writer after refused writes.
+    epoch: u64,
+    /// Heartbeat times changed since the last checkpoint.
+    beats_changed: bool,
+    /// Nodes and leases whose heartbeat times are newer than their records
+    /// (written into the records at a clean stop).
     dirty_nodes: BTreeSet<String>,
     dirty_leases: BTreeSet<String>,
+    /// Events that must not be lost (the start, what a hook did) and that
+    /// the store refused so far: recorded at a later monitor pass.
+    unrecorded: Vec<(Option<String>, EventKind)>,
     /// Single probes of nodes whose heartbeats stopped (hybrid mode).
     rescues: JoinSet<(String, ProbeOutcome)>,
     evictor: eviction::Evictor,
@@ -138,12 +184,21 @@ pub struct Controller {
     /// resumed once the node's state is known again.
     interrupted: BTreeMap<String, String>,
     source_status: SourceStatus,
-    /// Set when the store could not be flushed: the controller stops.
-    broken: Option<String>,
+    /// The static node list, followed.
+    static_list: static_sync::StaticList,
     /// The run's shutdown, for waits inside the controller task.
     shutdown: CancellationToken,
     started: Instant,
     instance: String,
+    /// Finished sweeps and monitor passes, for `/readyz` (see [`Controller::report_passes`]).
+    passes: Passes,
+}
+
+/// Where finished passes are reported besides the metrics.
+#[derive(Default)]
+struct Passes {
+    sweep: Option<crate::readiness::Recurring>,
+    monitor: Option<crate::readiness::Recurring>,
 }
 
 impl Controller {
@@ -164,21 +219,44 @@ impl Controller {
         let now = Micros::now();
         let clean_stop = store.last_clean_stop()?;
         let last_event = store.last_event()?;
-        // The gap ends now; it starts at the clean stop, or at the last
-        // thing the previous controller is known to have written.
+        // The gap ends now; it starts at the clean stop, or at the last sign
+        // of life of the previous controller: its liveness stamp or its last
+        // write, whichever is newer.
+        let last_alive = crate::liveness::read(store.path()).map(|s| s.time);
         let downtime_seconds = clean_stop
-            .or(last_event.as_ref().map(|e| e.time))
+            .or(last_event.as_ref().map(|e| e.time).max(last_alive))
             .map(|since| now.since(since).as_secs_f64());
-        let mut batch = Batch::new(now);
-        batch.controller_event(EventKind::ControllerStarted {
+        let (settled_tx, settled) = mpsc::unbounded_channel();
+        let writer = StoreWriter::start(
+            store.clone(),
+            view.clone(),
+            metrics.clone(),
+            settled_tx,
+            config.free_space.clone(),
+        )
+        .map_err(ControllerError::Writer)?;
+        let started_event = EventKind::ControllerStarted {
             instance: instance.clone(),
             downtime_seconds,
             previous_stop_clean: clean_stop.is_some(),
-        });
-        store.write(batch)?;
-        store.mark_started(&instance)?;
-        let durable = store.flush().await?;
-        view.advance(durable);
+        };
+        let mut batch = Batch::new(now);
+        batch.controller_event(started_event.clone());
+        let change = Change {
+            batch,
+            mark: Some(Mark::Started(instance.clone())),
+            ..Change::default()
+        };
+        let unrecorded = match writer.commit(change, 0).await {
+            Ok(_) => Vec::new(),
+            // A full disk degrades the controller; it does not keep it from
+            // serving what it has. The start is recorded once writes are taken.
+            Err(e) => {
+                tracing::error!("the controller's start could not be recorded: {e}; it is recorded once the store takes writes again");
+                vec![(None, started_event)]
+            }
+        };
+        view.advance(store.durable_seq());
 
         let started = Instant::now();
         let mut tracked = BTreeMap::new();
@@ -194,13 +272,24 @@ impl Controller {
                 },
             );
         }
-        let leases: BTreeMap<String, Lease> = store
+        let mut leases: BTreeMap<String, Lease> = store
             .leases()?
             .into_iter()
             .map(|l| (l.name.clone(), l))
             .collect();
+        match HeartbeatCheckpoint::read(store.path()) {
+            Ok(Some(checkpoint)) => restore_heartbeats(&checkpoint, &mut tracked, &mut leases),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{e}"),
+        }
         view.publish(tracked.values().map(|t| t.node.clone()), &[]);
         view.publish_leases(leases.values().cloned(), &[]);
+        view.with_nodes(|nodes| {
+            metrics.set_node_counts(
+                nodes.flat_map(|n| n.conditions.iter().map(|c| (c.kind.as_str(), c.status))),
+            )
+        });
+        let nodes_file = config.nodes_file.clone();
         let controller = Controller {
             config,
             store,
@@ -209,17 +298,25 @@ impl Controller {
             prober,
             tracked,
             leases,
+            writer,
+            settled,
+            ahead: HashMap::new(),
+            ahead_leases: HashMap::new(),
+            epoch: 0,
+            beats_changed: false,
             dirty_nodes: BTreeSet::new(),
             dirty_leases: BTreeSet::new(),
+            unrecorded,
             rescues: JoinSet::new(),
             evictor: eviction::Evictor::default(),
             hooks: JoinSet::new(),
             interrupted: BTreeMap::new(),
             source_status: SourceStatus::default(),
-            broken: None,
+            static_list: static_sync::StaticList::new(nodes_file),
             shutdown: CancellationToken::new(),
             started,
             instance,
+            passes: Passes::default(),
         };
         let mut controller = controller;
         if controller.config.eviction.hook.is_some() {
@@ -247,19 +344,15 @@ impl Controller {
         Ok(controller)
     }
 
-    /// Writes a batch, makes it durable, then publishes it: readers never see
-    /// a change a crash could take back.
-    async fn commit(&mut self, batch: Batch) -> Result<Written, StoreError> {
-        let written = self.store.write(batch)?;
-        let durable = match self.store.flush().await {
-            Ok(durable) => durable,
-            Err(e) => {
-                // Written but not durable: the store is ahead of what the
-                // controller acknowledged. Stop rather than guess.
-                self.broken = Some(e.to_string());
-                return Err(e);
-            }
-        };
+    /// Writes a batch and waits until it is durable and published (the
+    /// writer publishes it): readers never see a change a crash could take
+    /// back. Nothing of a failed commit was acknowledged; callers decide again.
+    async fn commit(&mut self, batch: Batch) -> Result<Written, CommitError> {
+        self.commit_change(Change::of(batch)).await
+    }
+
+    async fn commit_change(&mut self, change: Change) -> Result<Written, CommitError> {
+        let written = self.writer.commit(change, self.epoch).await?;
         for node in &written.nodes {
             if let Some(t) = self.tracked.get_mut(&node.name) {
                 t.node = node.clone();
@@ -267,44 +360,226 @@ impl Controller {
             // The durable record now carries any quiet heartbeat update.
             self.dirty_nodes.remove(&node.name);
         }
-        for event in &written.events {
-            if let EventKind::ConditionChanged { condition, to, .. } = &event.kind {
-                let labels = crate::metrics::ConditionLabels {
-                    condition: condition.clone(),
-                    status: (*to).into(),
-                };
-                self.metrics.transitions.get_or_create(&labels).inc();
-            }
-        }
-        // Deletions too, before readers following the durable seq (watches,
-        // the mirror) look: the view agrees with the log they read.
-        self.view
-            .publish(written.nodes.iter().cloned(), &written.deleted);
-        self.view.advance(durable);
         Ok(written)
     }
 
-    /// Writes heartbeat-only changes (node records and leases) in one batch.
-    async fn persist_heartbeats(&mut self) -> Result<(), StoreError> {
-        if self.dirty_nodes.is_empty() && self.dirty_leases.is_empty() {
-            return Ok(());
+    /// Sends a change to be written without waiting for it: `nodes` (and
+    /// `leases`) already show it here, and `done` is answered by the writer
+    /// once it is durable. A refusal puts their durable state back (see
+    /// [`Controller::settle`]).
+    fn commit_ahead(&mut self, change: Change, nodes: Vec<String>, leases: &[String], done: Done) {
+        for name in &nodes {
+            *self.ahead.entry(name.clone()).or_default() += 1;
         }
-        let nodes: Vec<Node> = std::mem::take(&mut self.dirty_nodes)
-            .iter()
-            .filter_map(|n| self.tracked.get(n).map(|t| t.node.clone()))
+        for name in leases {
+            *self.ahead_leases.entry(name.clone()).or_default() += 1;
+        }
+        let mut ahead = nodes;
+        ahead.extend(leases.iter().map(|l| lease_key(l)));
+        // A writer that is gone drops `done`: its waiter hears the controller stopped.
+        let _ = self.writer.send(Job::Commit {
+            change: Box::new(change),
+            done,
+            ahead,
+            epoch: self.epoch,
+        });
+    }
+
+    /// Whether a write of this node is on its way to the disk.
+    fn is_ahead(&self, name: &str) -> bool {
+        self.ahead.contains_key(name)
+    }
+
+    /// What became of a write: resource versions are taken over, and a
+    /// refusal puts back the durable state of everything sent ahead, then
+    /// lets the writer take jobs again (later ones are built on that state).
+    fn settle(&mut self, settled: Settled) {
+        let refused = settled.refused.is_some() && settled.epoch == self.epoch;
+        // The refused job's own nodes are put back too, below.
+        let mut put_back: BTreeSet<String> = BTreeSet::new();
+        if refused {
+            put_back.extend(settled.ahead.iter().cloned());
+            put_back.extend(self.ahead.keys().cloned());
+            put_back.extend(self.ahead_leases.keys().map(|l| lease_key(l)));
+        }
+        for key in &settled.ahead {
+            let (map, name) = match key.strip_prefix(LEASE_KEY) {
+                Some(name) => (&mut self.ahead_leases, name),
+                None => (&mut self.ahead, key.as_str()),
+            };
+            if let Some(n) = map.get_mut(name) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(name);
+                }
+            }
+        }
+        for (name, version) in settled.versions {
+            if let Some(t) = self.tracked.get_mut(&name) {
+                t.node.resource_version = t.node.resource_version.max(version);
+            }
+        }
+        // A refusal of an earlier run (epoch) was put back when it came in.
+        let (Some(reason), true) = (settled.refused, refused) else {
+            return;
+        };
+        let (mut nodes, mut leases) = (0, 0);
+        for key in &put_back {
+            match key.strip_prefix(LEASE_KEY) {
+                Some(name) => {
+                    leases += 1;
+                    match self.view.lease(name) {
+                        Some(durable) => {
+                            self.leases.insert(name.to_string(), durable);
+                        }
+                        None => {
+                            self.leases.remove(name);
+                        }
+                    }
+                }
+                None => {
+                    nodes += 1;
+                    if let (Some(t), Some((durable, _))) =
+                        (self.tracked.get_mut(key), self.view.get(key))
+                    {
+                        t.target = target_for(&durable, self.config.probe.port);
+                        t.node = durable;
+                    }
+                }
+            }
+        }
+        self.epoch += 1;
+        let _ = self.writer.send(Job::Resume);
+        if nodes + leases > 0 {
+            tracing::warn!(
+                nodes,
+                leases,
+                "a write was refused ({reason}); changes sent ahead were answered as refused and their durable state put back"
+            );
+        }
+    }
+
+    /// Settles every write the writer has reported so far.
+    fn settle_reported(&mut self) {
+        while let Ok(settled) = self.settled.try_recv() {
+            self.settle(settled);
+        }
+    }
+
+    /// The heartbeat times of every node and Lease, for the checkpoint.
+    fn checkpoint(&self) -> HeartbeatCheckpoint {
+        let nodes = self
+            .tracked
+            .values()
+            .map(|t| NodeBeats {
+                name: t.node.name.clone(),
+                conditions: t
+                    .node
+                    .conditions
+                    .iter()
+                    .map(|c| match t.health.last_answer {
+                        // A probe's answer is the Ready heartbeat of a probed node.
+                        Some(at) if c.kind == READY => c.last_heartbeat.max(at).0,
+                        _ => c.last_heartbeat.0,
+                    })
+                    .collect(),
+                lease: self.leases.get(&t.node.name).map(|l| LeaseBeat {
+                    renew_time: l.renew_time.map(|t| t.0),
+                    generation: l.generation,
+                }),
+            })
             .collect();
-        let leases: Vec<Lease> = std::mem::take(&mut self.dirty_leases)
-            .iter()
-            .filter_map(|n| self.leases.get(n).cloned())
-            .collect();
-        self.store.put_quietly(&nodes)?;
-        self.store.put_leases(&leases)?;
-        self.store.flush().await?;
-        Ok(())
+        HeartbeatCheckpoint {
+            taken: Micros::now().0,
+            nodes,
+        }
+    }
+
+    /// Hands the newest heartbeat times to the writer, if any changed.
+    fn checkpoint_heartbeats(&mut self) {
+        if !self.beats_changed {
+            return;
+        }
+        self.beats_changed = false;
+        let _ = self.writer.send(Job::Checkpoint(self.checkpoint()));
+    }
+
+    /// Records events that must not be lost (what a hook did): now, or
+    /// while the store refuses writes, at a later monitor pass.
+    async fn record_events(&mut self, events: Vec<(Option<String>, EventKind)>) {
+        self.unrecorded.extend(events);
+        self.record_unrecorded().await;
+    }
+
+    /// Tries again to record the events the store refused.
+    async fn record_unrecorded(&mut self) {
+        if self.unrecorded.is_empty() {
+            return;
+        }
+        let events = std::mem::take(&mut self.unrecorded);
+        let mut batch = Batch::new(Micros::now());
+        let mut mark = None;
+        for (node, kind) in &events {
+            match node {
+                Some(name) => batch.node_event(name, kind.clone()),
+                None => {
+                    if matches!(kind, EventKind::ControllerStarted { .. }) {
+                        mark = Some(Mark::Started(self.instance.clone()));
+                    }
+                    batch.controller_event(kind.clone());
+                }
+            }
+        }
+        let change = Change {
+            batch,
+            mark,
+            ..Change::default()
+        };
+        if let Err(e) = self.commit_change(change).await {
+            log_unstored("events", &e);
+            self.unrecorded = events;
+        }
     }
 
     pub fn instance(&self) -> &str {
         &self.instance
+    }
+
+    /// Reports finished passes to `/readyz`: a probe sweep (unless in push
+    /// mode) within three sync periods plus the kubelet timeout, and a
+    /// monitor pass within three monitor periods.
+    pub fn report_passes(&mut self, ready: &crate::readiness::Checks) {
+        let config = &self.config;
+        if config.status_mode != StatusMode::Push {
+            self.passes.sweep = Some(ready.register_recurring(
+                "probe-sweep",
+                "probe sweep",
+                config.node_sync_period * 3 + config.probe.timeout,
+            ));
+        }
+        self.passes.monitor = Some(ready.register_recurring(
+            "monitor-pass",
+            "monitor pass",
+            config.node_monitor_period * 3,
+        ));
+    }
+
+    fn sweep_finished(&self) {
+        if let Some(sweep) = &self.passes.sweep {
+            sweep.done();
+        }
+        self.metrics
+            .last_sweep
+            .set(crate::metrics::unix_seconds(Micros::now()));
+    }
+
+    fn monitor_pass_finished(&self) {
+        if let Some(monitor) = &self.passes.monitor {
+            monitor.done();
+        }
+        self.metrics
+            .last_monitor_pass
+            .set(crate::metrics::unix_seconds(Micros::now()));
     }
 
     /// Runs until `shutdown`: registers `specs` (with retries), then probes,
@@ -328,6 +603,8 @@ impl Controller {
                 Err(e) => tracing::error!("listing the cloud source failed: {e}"),
             }
         }
+        // Static nodes the list no longer names go before anything registers.
+        self.follow_static_list_at_start(&specs).await;
         let registered = tokio::select! {
             r = self.register_nodes(specs, &shutdown) => r,
             _ = shutdown.cancelled() => Ok(()),
@@ -338,30 +615,37 @@ impl Controller {
         }
         let mut sweep_ticks = tokio::time::interval(self.config.node_sync_period);
         sweep_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Heartbeat times are not history: written at most this often (and at
-        // a clean stop), so 10k nodes renewing every 10s cost a batch a minute.
-        let mut heartbeat_writes = tokio::time::interval(HEARTBEAT_WRITE_PERIOD);
+        // Heartbeat times are not history: checkpointed at most this often
+        // (and written into the records at a clean stop), so 10k nodes
+        // renewing every 10s cost one small file a minute.
+        let mut heartbeat_writes = tokio::time::interval(self.config.heartbeat_checkpoint_period);
         heartbeat_writes.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut monitor_ticks = tokio::time::interval(self.config.node_monitor_period);
         monitor_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut sweep: Option<JoinHandle<Vec<sweep::Answer>>> = None;
         let mut listing: Option<cloud_sync::Listing> = None;
         let mut lookups: Option<register::Lookups> = None;
+        let mut nodes_file: Option<static_sync::Reading> = None;
         let follow = self
             .config
             .cloud
             .as_ref()
             .filter(|c| c.sync_node_list)
             .cloned();
+        // A task of ours that panicked: stop (cleanly) and say so.
+        let mut failed: Option<ControllerError> = None;
+        let task_failed = |task, e: tokio::task::JoinError| ControllerError::TaskFailed {
+            task,
+            reason: e.to_string(),
+        };
         loop {
-            if let Some(reason) = self.broken.take() {
-                return Err(ControllerError::FlushFailed(reason));
-            }
             tokio::select! {
-                // Queued pushes first: a heartbeat waiting in the queue must not
-                // look like silence to the monitor pass behind it.
+                // What the writer did first (a refusal must be settled before
+                // more is built on it), then queued pushes: a heartbeat waiting
+                // in the queue must not look like silence to the monitor pass.
                 biased;
                 _ = shutdown.cancelled() => break,
+                Some(settled) = self.settled.recv() => self.settle(settled),
                 Some(push) = pushes.recv() => self.handle_push(push).await,
                 _ = sweep_ticks.tick(), if sweep.is_none() => {
                     if lookups.is_none() {
@@ -371,41 +655,62 @@ impl Controller {
                     if let (Some(source), None) = (&follow, &listing) {
                         listing = Some(cloud_sync::start_listing(source));
                     }
+                    if nodes_file.is_none() {
+                        nodes_file = self.static_list.start_reading();
+                    }
+                }
+                read = async { nodes_file.as_mut().expect("guarded by the branch condition").await }, if nodes_file.is_some() => {
+                    nodes_file = None;
+                    match read {
+                        Ok(read) => self.apply_nodes_file(read).await,
+                        Err(e) => tracing::error!("reading the nodes file failed: {e}"),
+                    }
                 }
                 found = async { lookups.as_mut().expect("guarded by the branch condition").await }, if lookups.is_some() => {
                     lookups = None;
                     match found {
                         Ok(found) => self.apply_address_lookups(found).await,
-                        Err(e) => tracing::error!("address lookups failed: {e}"),
+                        Err(e) => {
+                            failed = Some(task_failed("address lookup", e));
+                            break;
+                        }
                     }
                 }
                 listed = async { listing.as_mut().expect("guarded by the branch condition").await }, if listing.is_some() => {
                     listing = None;
                     match listed {
                         Ok(result) => self.apply_listing(result).await,
-                        Err(e) => tracing::error!("listing the cloud source failed: {e}"),
+                        Err(e) => {
+                            failed = Some(task_failed("cloud source listing", e));
+                            break;
+                        }
                     }
                 }
                 answers = async { sweep.as_mut().expect("guarded by the branch condition").await }, if sweep.is_some() => {
                     sweep = None;
                     match answers {
                         Ok(answers) => match self.apply_sweep(answers).await {
-                            Ok(report) => tracing::debug!(?report, "sweep done"),
+                            Ok(report) => {
+                                tracing::debug!(?report, "sweep done");
+                                self.sweep_finished();
+                            }
                             // Nothing was acknowledged; the next sweep decides again.
-                            Err(e) => tracing::error!("sweep results could not be stored: {e}"),
+                            Err(e) => log_unstored("sweep results", &e),
                         },
-                        Err(e) => tracing::error!("probe sweep failed: {e}"),
+                        Err(e) => {
+                            failed = Some(task_failed("probe sweep", e));
+                            break;
+                        }
                     }
                 }
                 _ = monitor_ticks.tick() => {
+                    self.settle_reported();
+                    self.record_unrecorded().await;
                     self.monitor_pass().await;
                     self.eviction_pass().await;
+                    self.monitor_pass_finished();
                 }
-                _ = heartbeat_writes.tick() => {
-                    if let Err(e) = self.persist_heartbeats().await {
-                        tracing::error!("heartbeats could not be stored: {e}");
-                    }
-                }
+                _ = heartbeat_writes.tick() => self.checkpoint_heartbeats(),
                 Some(rescue) = self.rescues.join_next(), if !self.rescues.is_empty() => {
                     if let Ok((name, outcome)) = rescue {
                         self.after_rescue(&name, outcome).await;
@@ -427,48 +732,64 @@ impl Controller {
         if let Some(lookups) = lookups {
             lookups.abort();
         }
+        if let Some(read) = nodes_file {
+            read.abort();
+        }
         self.rescues.abort_all();
+        if let Some(failed) = failed {
+            tracing::error!("{failed}");
+            self.stop().await?;
+            return Err(failed);
+        }
         self.stop().await
     }
 
-    /// Stops cleanly: keeps the newest heartbeat times, records the stop, flushes.
+    /// Stops cleanly: keeps the newest heartbeat times, records the stop,
+    /// flushes, and stops the writer.
     pub async fn stop(mut self) -> Result<(), ControllerError> {
+        // Whatever was refused is settled first, so the stop is not refused for it.
+        self.settle_reported();
+        let _ = self.writer.send(Job::Checkpoint(self.checkpoint()));
         let now = Micros::now();
-        let beaten: Vec<Node> = self
-            .tracked
-            .values()
-            .filter_map(|t| {
-                let at = t.health.last_answer?;
-                let mut node = t.node.clone();
-                let ready = node.condition_mut(READY)?;
-                if ready.last_heartbeat >= at {
-                    return None;
-                }
-                ready.last_heartbeat = at;
-                Some(node)
-            })
-            .collect();
-        self.store.put_quietly(&beaten)?;
-        self.persist_heartbeats().await?;
         let mut batch = Batch::new(now);
+        // The records get the newest heartbeat times, for readers of the stopped store.
+        for t in self.tracked.values() {
+            let mut node = t.node.clone();
+            let mut newer = self.dirty_nodes.contains(&node.name);
+            if let (Some(at), Some(ready)) = (t.health.last_answer, node.condition_mut(READY)) {
+                if ready.last_heartbeat < at {
+                    ready.last_heartbeat = at;
+                    newer = true;
+                }
+            }
+            if newer && !self.ahead.contains_key(&node.name) {
+                batch.record(node, []);
+            }
+        }
         batch.controller_event(EventKind::ControllerStopped {
             instance: self.instance.clone(),
         });
-        self.store.write(batch)?;
-        self.store.mark_clean_stop(now)?;
-        self.store.flush().await?;
+        let change = Change {
+            batch,
+            leases: self
+                .dirty_leases
+                .iter()
+                .filter(|name| !self.ahead_leases.contains_key(*name))
+                .filter_map(|name| self.leases.get(name).cloned())
+                .collect(),
+            mark: Some(Mark::CleanStop(now)),
+            ..Change::default()
+        };
+        let recorded = self.writer.commit(change, self.epoch).await;
+        self.writer.stop().await;
+        recorded?;
         tracing::info!(instance = %self.instance, "controller stopped cleanly");
         Ok(())
     }
 
+    /// The gauges the controller keeps; the node counts follow what the
+    /// writer publishes.
     fn update_gauges(&self) {
-        self.metrics
-            .set_node_counts(self.tracked.values().flat_map(|t| {
-                t.node
-                    .conditions
-                    .iter()
-                    .map(|c| (c.kind.as_str(), c.status))
-            }));
         self.metrics.registered.set(self.tracked.len() as i64);
         self.metrics
             .store_events
@@ -492,6 +813,50 @@ fn interrupted_evictions(store: &Store) -> Result<BTreeMap<String, String>, Stor
         }
     }
     Ok(open)
+}
+
+/// Logs a write the store did not take. A refusal (a disk short of space)
+/// is logged once by the writer when it starts; each decision it holds up
+/// is decided again at the next pass.
+fn log_unstored(what: &str, e: &CommitError) {
+    match e {
+        CommitError::Refused(_) => {
+            tracing::debug!("{what} could not be stored, and are decided again later: {e}")
+        }
+        _ => tracing::error!("{what} could not be stored: {e}"),
+    }
+}
+
+/// Marks a Lease in the names a write was sent ahead for.
+const LEASE_KEY: &str = "lease/";
+
+fn lease_key(name: &str) -> String {
+    format!("{LEASE_KEY}{name}")
+}
+
+/// Puts the checkpointed heartbeat times back into the records read from
+/// the store, where they are newer.
+fn restore_heartbeats(
+    checkpoint: &HeartbeatCheckpoint,
+    tracked: &mut BTreeMap<String, Tracked>,
+    leases: &mut BTreeMap<String, Lease>,
+) {
+    for beats in &checkpoint.nodes {
+        if let Some(t) = tracked.get_mut(&beats.name) {
+            // A record rewritten since has its own, newer, conditions.
+            if t.node.conditions.len() == beats.conditions.len() {
+                for (c, at) in t.node.conditions.iter_mut().zip(&beats.conditions) {
+                    c.last_heartbeat = c.last_heartbeat.max(Micros(*at));
+                }
+            }
+        }
+        if let (Some(beat), Some(lease)) = (beats.lease, leases.get_mut(&beats.name)) {
+            if beat.generation > lease.generation {
+                lease.generation = beat.generation;
+                lease.renew_time = beat.renew_time.map(Micros);
+            }
+        }
+    }
 }
 
 /// Where to probe a node: its first IP address and the kubelet port.

@@ -19,6 +19,8 @@ impl Controller {
         let config = &self.config;
         let mut batch = Batch::new(wall);
         let mut rescue = Vec::new();
+        // Logged once stored: a refused decision is made (and logged) again.
+        let mut decided = Vec::new();
         for (name, t) in &self.tracked {
             let action = monitor(
                 config.status_mode,
@@ -36,7 +38,7 @@ impl Controller {
                     let mut node = t.node.clone();
                     let events = declare_unknown(&mut node, reason, &message, wall);
                     if !events.is_empty() {
-                        tracing::info!(node = %name, reason, "{message}");
+                        decided.push((name.clone(), reason, message));
                         batch.record(node, events);
                     }
                 }
@@ -74,8 +76,13 @@ impl Controller {
             });
         }
         if !batch.is_empty() {
-            if let Err(e) = self.commit(batch).await {
-                tracing::error!("monitor results could not be stored: {e}");
+            match self.commit(batch).await {
+                Ok(_) => {
+                    for (node, reason, message) in decided {
+                        tracing::info!(%node, reason, "{message}");
+                    }
+                }
+                Err(e) => super::log_unstored("monitor results", &e),
             }
             self.update_gauges();
         }
@@ -139,7 +146,7 @@ impl Controller {
             }
         }
         if let Err(e) = self.commit(batch).await {
-            tracing::error!("monitor results could not be stored: {e}");
+            super::log_unstored("monitor results", &e);
         }
         self.update_gauges();
     }

@@ -1,12 +1,16 @@
 //! What kubelets push: node status updates, Lease renewals, and (when
 //! allowed) their own registration. The HTTP server sends these as [`Push`]
-//! messages; the controller answers each once the result is as durable as it
-//! must be — at once for a heartbeat, after a flush for any condition change.
+//! messages; each is answered once the result is as durable as it must be:
+//! at once for a heartbeat (times only, checkpointed), and by the store
+//! writer after the flush that holds it for any other change, so changes
+//! that arrive together share one flush and the controller does not wait.
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::conditions::{never_probed, REASON_NEVER_UPDATED};
+use super::operator::{OperatorFields, Preconditions};
+use super::writer::{Change, Done};
 use super::{Controller, StatusMode, Tracked};
 use crate::model::{
     Address, Condition, ConditionStatus, EventKind, Lease, Micros, Node, NodeInfo, NodeSpec,
@@ -70,6 +74,22 @@ pub enum Push {
         status: PushedStatus,
         reply: oneshot::Sender<Result<Node, PushError>>,
     },
+    /// An operator's write to the fields operators own (`PATCH`/`PUT nodes/{name}`).
+    Edit {
+        name: String,
+        fields: OperatorFields,
+        expected_version: Option<u64>,
+        /// Who, as the API authenticated them.
+        by: String,
+        reply: oneshot::Sender<Result<Node, PushError>>,
+    },
+    /// An operator deleting a node (`DELETE nodes/{name}`).
+    Delete {
+        name: String,
+        preconditions: Preconditions,
+        by: String,
+        reply: oneshot::Sender<Result<Node, PushError>>,
+    },
 }
 
 /// Why a push was refused.
@@ -85,8 +105,21 @@ pub enum PushError {
     Forbidden(String),
     #[error("{0}")]
     Invalid(String),
+    /// Fields refused, each named (a 422 with `details.causes`).
+    #[error(transparent)]
+    Rejected(#[from] crate::validation::Invalid),
+    /// A delete's precondition does not hold.
+    #[error("{0}")]
+    PreconditionFailed(String),
+    /// A source still lists the node: deleting it would not last.
+    #[error("{0}")]
+    StillListed(String),
     #[error("storing the change failed: {0}")]
     Store(#[from] StoreError),
+    /// The change could not be made durable now (a disk short of space);
+    /// nothing of it was made. Retry later.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("the controller is stopping")]
     Stopped,
 }
@@ -161,6 +194,40 @@ impl ControllerHandle {
         })
         .await
     }
+
+    /// An operator's write; answers the node as stored (unchanged if the write changed nothing).
+    pub async fn edit(
+        &self,
+        name: String,
+        fields: OperatorFields,
+        expected_version: Option<u64>,
+        by: String,
+    ) -> Result<Node, PushError> {
+        self.ask(|reply| Push::Edit {
+            name,
+            fields,
+            expected_version,
+            by,
+            reply,
+        })
+        .await
+    }
+
+    /// An operator's delete; answers the node as it was.
+    pub async fn delete(
+        &self,
+        name: String,
+        preconditions: Preconditions,
+        by: String,
+    ) -> Result<Node, PushError> {
+        self.ask(|reply| Push::Delete {
+            name,
+            preconditions,
+            by,
+            reply,
+        })
+        .await
+    }
 }
 
 impl Controller {
@@ -171,60 +238,84 @@ impl Controller {
                 status,
                 expected_version,
                 reply,
-            } => {
-                let _ = reply.send(self.apply_status(&name, status, expected_version).await);
-            }
-            Push::CreateLease { lease, reply } => {
-                let _ = reply.send(self.create_lease(lease));
-            }
+            } => self.apply_status(&name, status, expected_version, reply),
+            Push::CreateLease { lease, reply } => self.create_lease(lease, reply),
             Push::UpdateLease {
                 lease,
                 expected_generation,
                 reply,
-            } => {
-                let _ = reply.send(self.update_lease(lease, expected_generation));
-            }
+            } => self.update_lease(lease, expected_generation, reply),
             Push::Register {
                 spec,
                 status,
                 reply,
+            } => self.register_pushed(spec, status, reply).await,
+            Push::Edit {
+                name,
+                fields,
+                expected_version,
+                by,
+                reply,
             } => {
-                let _ = reply.send(self.register_pushed(spec, status).await);
+                let _ = reply.send(
+                    self.operator_edit(&name, fields, expected_version, &by)
+                        .await,
+                );
+            }
+            Push::Delete {
+                name,
+                preconditions,
+                by,
+                reply,
+            } => {
+                let _ = reply.send(self.operator_delete(&name, preconditions, &by).await);
             }
             Push::Record { name, kind, reply } => {
                 let mut batch = Batch::new(Micros::now());
                 batch.node_event(&name, kind);
-                let _ = reply.send(
-                    self.commit(batch)
-                        .await
-                        .map(|_| ())
-                        .map_err(PushError::from),
-                );
+                self.commit_ahead(Change::of(batch), Vec::new(), &[], Done::Unit(reply));
             }
         }
     }
 
-    /// Folds a pushed status into the node. A status change is written with
-    /// its event and flushed before the answer; a heartbeat is kept in memory
-    /// and written with the next batch.
-    async fn apply_status(
+    /// Folds a pushed status into the node. A change is sent to the writer,
+    /// which answers once it is durable; a heartbeat (times only) is kept in
+    /// memory, checkpointed, and answered at once.
+    fn apply_status(
         &mut self,
         name: &str,
         pushed: PushedStatus,
         expected: Option<u64>,
-    ) -> Result<Node, PushError> {
+        reply: oneshot::Sender<Result<Node, PushError>>,
+    ) {
         let mode = self.config.status_mode;
+        let ahead = self.is_ahead(name);
         let Some(tracked) = self.tracked.get_mut(name) else {
-            return Err(PushError::NotFound {
+            let _ = reply.send(Err(PushError::NotFound {
                 kind: "nodes",
                 name: name.into(),
-            });
+            }));
+            return;
         };
-        if expected.is_some_and(|v| v != tracked.node.resource_version) {
-            return Err(PushError::Conflict {
+        // A write on its way gets a newer version than any a client has seen.
+        if expected.is_some_and(|v| ahead || v != tracked.node.resource_version) {
+            let _ = reply.send(Err(PushError::Conflict {
                 kind: "nodes",
                 name: name.into(),
-            });
+            }));
+            return;
+        }
+        if let Err(e) = crate::validation::extra_conditions(
+            tracked.node.conditions.iter().map(|c| c.kind.as_str()),
+            pushed.conditions.iter().map(|c| c.kind.as_str()),
+        ) {
+            let _ = reply.send(Err(crate::validation::Invalid {
+                kind: "Node",
+                name: name.into(),
+                causes: vec![e],
+            }
+            .into()));
+            return;
         }
         let now = Instant::now();
         let wall = Micros::now();
@@ -277,14 +368,40 @@ impl Controller {
             }
         }
         if let Some(addresses) = pushed.addresses {
-            if addresses != node.addresses && !addresses.is_empty() {
-                events.push(EventKind::AddressesChanged {
-                    from: node.addresses.clone(),
-                    to: addresses.clone(),
-                });
-                node.addresses = addresses;
-                tracked.target = super::target_for(&node, self.config.probe.port);
+            let others = |ip: &str| {
+                self.tracked
+                    .values()
+                    .find(|t| {
+                        t.node.name != name && t.node.addresses.iter().any(|a| a.address == ip)
+                    })
+                    .map(|t| t.node.name.clone())
+            };
+            match addresses_to_take(&node, addresses, others) {
+                AddressDecision::Keep => {}
+                AddressDecision::Ignore(why) => {
+                    tracing::debug!(node = %name, "pushed addresses ignored: {why}");
+                }
+                AddressDecision::Take(addresses) => {
+                    events.push(EventKind::AddressesChanged {
+                        from: node.addresses.clone(),
+                        to: addresses.clone(),
+                    });
+                    node.addresses = addresses;
+                }
             }
+        }
+        let Some(tracked) = self.tracked.get_mut(name) else {
+            let _ = reply.send(Err(PushError::NotFound {
+                kind: "nodes",
+                name: name.into(),
+            }));
+            return;
+        };
+        if events
+            .iter()
+            .any(|e| matches!(e, EventKind::AddressesChanged { .. }))
+        {
+            tracked.target = super::target_for(&node, self.config.probe.port);
         }
         if let Some(info) = pushed.node_info {
             node.node_info = info;
@@ -298,11 +415,16 @@ impl Controller {
                 via: crate::metrics::Via::Status,
             })
             .inc();
-        if events.is_empty() {
+        if events.is_empty() && same_but_heartbeats(&tracked.node, &node) {
             tracked.node = node.clone();
+            self.beats_changed = true;
             self.dirty_nodes.insert(name.to_string());
-            self.view.publish([node.clone()], &[]);
-            return Ok(node);
+            // A node with a write on its way shows once that write is durable.
+            if !ahead {
+                self.view.publish([node.clone()], &[]);
+            }
+            let _ = reply.send(Ok(node));
+            return;
         }
         for e in &events {
             if let EventKind::ConditionChanged {
@@ -316,28 +438,33 @@ impl Controller {
                 tracing::info!(node = %name, %condition, from = ?from, to = %to, reason, "pushed status changed");
             }
         }
+        // Shown here at once (the next push is compared with it), to readers
+        // once durable; a refusal puts the durable state back.
+        tracked.node = node.clone();
         let mut batch = Batch::new(wall);
         batch.record(node, events);
-        let written = self.commit(batch).await?;
-        self.update_gauges();
-        written.nodes.into_iter().next().ok_or(PushError::NotFound {
-            kind: "nodes",
-            name: name.into(),
-        })
+        self.commit_ahead(
+            Change::of(batch),
+            vec![name.to_string()],
+            &[],
+            Done::Node(reply),
+        );
     }
 
-    fn create_lease(&mut self, mut lease: Lease) -> Result<Lease, PushError> {
+    fn create_lease(&mut self, mut lease: Lease, reply: oneshot::Sender<Result<Lease, PushError>>) {
         if !self.tracked.contains_key(&lease.name) {
-            return Err(PushError::Forbidden(format!(
+            let _ = reply.send(Err(PushError::Forbidden(format!(
                 "leases.coordination.k8s.io {:?} is forbidden: no node {:?} is registered",
                 lease.name, lease.name
-            )));
+            ))));
+            return;
         }
         if self.leases.contains_key(&lease.name) {
-            return Err(PushError::AlreadyExists {
+            let _ = reply.send(Err(PushError::AlreadyExists {
                 kind: "leases.coordination.k8s.io",
                 name: lease.name,
-            });
+            }));
+            return;
         }
         lease.uid = uuid::Uuid::new_v4().to_string();
         lease.created = Micros::now();
@@ -345,37 +472,53 @@ impl Controller {
         if lease.renew_time.is_some() {
             self.lease_heartbeat(&lease.name);
         }
-        self.store_lease(lease.clone());
-        Ok(lease)
+        self.write_lease(lease, reply);
     }
 
     fn update_lease(
         &mut self,
         mut lease: Lease,
         expected: Option<u64>,
-    ) -> Result<Lease, PushError> {
+        reply: oneshot::Sender<Result<Lease, PushError>>,
+    ) {
         let Some(current) = self.leases.get(&lease.name) else {
-            return Err(PushError::NotFound {
+            let _ = reply.send(Err(PushError::NotFound {
                 kind: "leases.coordination.k8s.io",
                 name: lease.name,
-            });
+            }));
+            return;
         };
         if expected.is_some_and(|g| g != current.generation) {
-            return Err(PushError::Conflict {
+            let _ = reply.send(Err(PushError::Conflict {
                 kind: "leases.coordination.k8s.io",
                 name: lease.name,
-            });
+            }));
+            return;
         }
         // A renewal is a renewTime that moved, whatever the kubelet's clock says.
         let renewed = lease.renew_time.is_some() && lease.renew_time != current.renew_time;
         lease.uid = current.uid.clone();
         lease.created = current.created;
         lease.generation = current.generation + 1;
+        let times_only = Lease {
+            renew_time: current.renew_time,
+            generation: current.generation,
+            ..lease.clone()
+        } == *current;
         if renewed {
             self.lease_heartbeat(&lease.name);
         }
-        self.store_lease(lease.clone());
-        Ok(lease)
+        if !times_only {
+            return self.write_lease(lease, reply);
+        }
+        // A renewal is not history: kept in memory and checkpointed.
+        self.beats_changed = true;
+        self.dirty_leases.insert(lease.name.clone());
+        if !self.ahead_leases.contains_key(&lease.name) {
+            self.view.publish_leases([lease.clone()], &[]);
+        }
+        self.leases.insert(lease.name.clone(), lease.clone());
+        let _ = reply.send(Ok(lease));
     }
 
     fn lease_heartbeat(&mut self, name: &str) {
@@ -394,10 +537,16 @@ impl Controller {
         }
     }
 
-    fn store_lease(&mut self, lease: Lease) {
-        self.dirty_leases.insert(lease.name.clone());
-        self.view.publish_leases([lease.clone()], &[]);
-        self.leases.insert(lease.name.clone(), lease);
+    /// A new Lease, or one changed beyond its times: written, then answered.
+    fn write_lease(&mut self, lease: Lease, reply: oneshot::Sender<Result<Lease, PushError>>) {
+        let name = lease.name.clone();
+        self.leases.insert(name.clone(), lease.clone());
+        self.dirty_leases.remove(&name);
+        let change = Change {
+            leases: vec![lease.clone()],
+            ..Change::default()
+        };
+        self.commit_ahead(change, Vec::new(), &[name], Done::Lease(lease, reply));
     }
 
     /// A kubelet registering its own node (`--allow-node-registration`).
@@ -405,19 +554,22 @@ impl Controller {
         &mut self,
         spec: NodeSpec,
         status: PushedStatus,
-    ) -> Result<Node, PushError> {
+        reply: oneshot::Sender<Result<Node, PushError>>,
+    ) {
         if !self.config.allow_node_registration {
-            return Err(PushError::Forbidden(format!(
+            let _ = reply.send(Err(PushError::Forbidden(format!(
                 "nodes {:?} is forbidden: nodekeeper does not let nodes register themselves; \
                  start it with --allow-node-registration, or list the node with --nodes or --nodes-file",
                 spec.name
-            )));
+            ))));
+            return;
         }
         if self.tracked.contains_key(&spec.name) {
-            return Err(PushError::AlreadyExists {
+            let _ = reply.send(Err(PushError::AlreadyExists {
                 kind: "nodes",
                 name: spec.name,
-            });
+            }));
+            return;
         }
         let wall = Micros::now();
         let mut node = super::register::new_node(&spec, wall);
@@ -429,7 +581,14 @@ impl Controller {
                 node: Box::new(node.clone()),
             }],
         );
-        let written = self.commit(batch).await?;
+        // Rare, and the node must exist before its status is applied: awaited.
+        let written = match self.commit(batch).await {
+            Ok(written) => written,
+            Err(e) => {
+                let _ = reply.send(Err(e.into()));
+                return;
+            }
+        };
         let node = written.nodes.into_iter().next().unwrap_or(node);
         let target = super::target_for(&node, self.config.probe.port);
         let name = node.name.clone();
@@ -437,22 +596,182 @@ impl Controller {
         self.tracked.insert(
             name.clone(),
             Tracked {
-                node,
+                node: node.clone(),
                 target,
                 health: super::conditions::Health::watching_from(Instant::now()),
             },
         );
         self.update_gauges();
         if status == PushedStatus::default() {
-            return self
-                .tracked
-                .get(&name)
-                .map(|t| t.node.clone())
-                .ok_or(PushError::NotFound {
-                    kind: "nodes",
-                    name,
-                });
+            let _ = reply.send(Ok(node));
+            return;
         }
-        self.apply_status(&name, status, None).await
+        self.apply_status(&name, status, None, reply);
+    }
+}
+
+/// Whether two records of a node differ in heartbeat times at most.
+fn same_but_heartbeats(a: &Node, b: &Node) -> bool {
+    // Every field, so a new one is not forgotten here.
+    let Node {
+        name,
+        uid,
+        created,
+        resource_version,
+        source,
+        labels,
+        annotations,
+        external_id,
+        provider_id,
+        capacity,
+        unschedulable,
+        taints,
+        addresses,
+        conditions,
+        node_info,
+    } = a;
+    *name == b.name
+        && *uid == b.uid
+        && *created == b.created
+        && *resource_version == b.resource_version
+        && *source == b.source
+        && *labels == b.labels
+        && *annotations == b.annotations
+        && *external_id == b.external_id
+        && *provider_id == b.provider_id
+        && *capacity == b.capacity
+        && *unschedulable == b.unschedulable
+        && *taints == b.taints
+        && *addresses == b.addresses
+        && *node_info == b.node_info
+        && conditions.len() == b.conditions.len()
+        && conditions.iter().zip(&b.conditions).all(|(x, y)| {
+            x.kind == y.kind
+                && x.status == y.status
+                && x.last_transition == y.last_transition
+                && x.reason == y.reason
+                && x.message == y.message
+        })
+}
+
+/// What a node takes of the addresses it pushed.
+#[derive(Debug, PartialEq)]
+pub(super) enum AddressDecision {
+    /// The same as it has (or nothing usable): nothing to do.
+    Keep,
+    /// Ignored, and why (the source's addresses win, or another node's are claimed).
+    Ignore(String),
+    Take(Vec<Address>),
+}
+
+/// The rule for pushed addresses: an address the node's source gave (the
+/// static list, an inventory or cloud, or a lookup of its name) wins over a
+/// pushed one, so a node's token cannot move its node onto another
+/// kubelet. A node that registered itself, or whose source gave no address,
+/// takes what it pushes, unless that claims an address another node has.
+pub(super) fn addresses_to_take(
+    node: &Node,
+    pushed: Vec<Address>,
+    owner_of: impl Fn(&str) -> Option<String>,
+) -> AddressDecision {
+    if pushed.is_empty() || pushed == node.addresses {
+        return AddressDecision::Keep;
+    }
+    let self_registered = node.source == crate::kube_input::SELF_REGISTERED;
+    if !self_registered && !node.addresses.is_empty() {
+        return AddressDecision::Ignore(format!(
+            "the node's addresses come from its source ({})",
+            node.source
+        ));
+    }
+    for a in &pushed {
+        if let Some(other) = owner_of(&a.address) {
+            return AddressDecision::Ignore(format!(
+                "{} {} is the address of node {other:?}",
+                a.kind.as_str(),
+                a.address
+            ));
+        }
+    }
+    AddressDecision::Take(pushed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_heartbeat_times_make_a_heartbeat() {
+        let now = Micros(1_000_000);
+        let mut a = super::super::register::new_node(
+            &crate::source::static_list::static_spec(
+                "edge-1".into(),
+                None,
+                Default::default(),
+                Default::default(),
+            ),
+            now,
+        );
+        a.conditions = vec![never_probed(now)];
+        let mut b = a.clone();
+        b.conditions[0].last_heartbeat = Micros(2_000_000);
+        assert!(same_but_heartbeats(&a, &b));
+        b.conditions[0].message = "changed".into();
+        assert!(!same_but_heartbeats(&a, &b));
+        let mut c = a.clone();
+        c.node_info.kubelet_version = "v1.33.0".into();
+        assert!(!same_but_heartbeats(&a, &c));
+        let mut d = a.clone();
+        d.conditions.push(never_probed(now));
+        assert!(!same_but_heartbeats(&a, &d));
+    }
+    use crate::model::AddressKind;
+
+    fn ip(address: &str) -> Address {
+        Address {
+            kind: AddressKind::InternalIP,
+            address: address.into(),
+        }
+    }
+
+    #[test]
+    fn the_source_address_wins_over_a_pushed_one() {
+        let mut node = crate::store::records::tests::sample_node();
+        node.addresses = vec![ip("127.0.0.1")];
+        let nobody = |_: &str| None;
+        assert!(matches!(
+            addresses_to_take(&node, vec![ip("127.0.0.2")], nobody),
+            AddressDecision::Ignore(why) if why.contains("static")
+        ));
+        assert_eq!(
+            addresses_to_take(&node, node.addresses.clone(), nobody),
+            AddressDecision::Keep
+        );
+        assert_eq!(
+            addresses_to_take(&node, vec![], nobody),
+            AddressDecision::Keep
+        );
+        // A static host name that never resolved takes what its kubelet says.
+        node.addresses.clear();
+        assert_eq!(
+            addresses_to_take(&node, vec![ip("127.0.0.2")], nobody),
+            AddressDecision::Take(vec![ip("127.0.0.2")])
+        );
+    }
+
+    #[test]
+    fn a_self_registered_node_moves_but_never_onto_another_node() {
+        let mut node = crate::store::records::tests::sample_node();
+        node.source = crate::kube_input::SELF_REGISTERED.into();
+        node.addresses = vec![ip("127.0.0.1")];
+        assert_eq!(
+            addresses_to_take(&node, vec![ip("127.0.0.3")], |_| None),
+            AddressDecision::Take(vec![ip("127.0.0.3")])
+        );
+        let b_has = |a: &str| (a == "127.0.0.2").then(|| "b".to_string());
+        assert!(matches!(
+            addresses_to_take(&node, vec![ip("127.0.0.2")], b_has),
+            AddressDecision::Ignore(why) if why.contains("\"b\"")
+        ));
     }
 }

@@ -193,6 +193,7 @@ pub(super) fn new_node(spec: &NodeSpec, now: Micros) -> Node {
         resource_version: 0,
         source: spec.source.clone(),
         labels: spec.labels.clone(),
+        annotations: Default::default(),
         external_id: spec.external_id.clone(),
         provider_id: spec.provider_id.clone(),
         capacity: spec.capacity,

@@ -1,20 +1,25 @@
 //! One probe sweep: the ancestor's `SyncProbedNodeStatus`. The probing runs
 //! in a task of its own so pushes are answered while kubelets are slow; the
-//! answers come back to the controller, which decides and stores.
+//! answers come back to the controller, which decides and stores. A probe
+//! that fails in any way, a panic included, costs that one answer.
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
+use futures_util::FutureExt;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::conditions::{after_probe, apply};
+use super::CommitError;
 use super::{Controller, StatusMode};
 use crate::metrics::{ProbeLabels, ProbeResult};
 use crate::model::{Micros, READY};
-use crate::probe::{ProbeOutcome, ProbeTarget, Prober};
-use crate::store::{Batch, StoreError};
+use crate::probe::{panic_message, ProbeOutcome, ProbeTarget};
+use crate::store::Batch;
 
 /// What a sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,7 +60,10 @@ impl Controller {
             return tokio::spawn(async { Vec::new() });
         };
         let concurrency = self.config.probe_concurrency.max(1);
-        tokio::spawn(probe_all(prober, targets, concurrency))
+        tokio::spawn(probe_all(targets, concurrency, move |target| {
+            let prober = prober.clone();
+            async move { prober.probe(&target).await }
+        }))
     }
 
     /// Decides Ready for each answer and stores the transitions with their
@@ -64,7 +72,7 @@ impl Controller {
     pub(super) async fn apply_sweep(
         &mut self,
         answers: Vec<Answer>,
-    ) -> Result<SweepReport, StoreError> {
+    ) -> Result<SweepReport, CommitError> {
         let now = Micros::now();
         let grace = self.config.node_monitor_grace_period;
         let mode = self.config.status_mode;
@@ -73,6 +81,8 @@ impl Controller {
             probed: answers.len(),
             ..SweepReport::default()
         };
+        // Logged once stored: a refused decision is made (and logged) again.
+        let mut decided = Vec::new();
         for answer in &answers {
             let result = match answer.outcome {
                 ProbeOutcome::Healthy => ProbeResult::Healthy,
@@ -108,12 +118,23 @@ impl Controller {
                 continue;
             };
             let mut node = tracked.node.clone();
-            tracing::info!(node = %node.name, from = %current, to = %verdict.status, reason = verdict.reason, "{}", verdict.message);
+            decided.push((node.name.clone(), current, verdict.clone()));
             let event = apply(&mut node, READY, verdict, now, tracked.health.last_answer);
             batch.record(node, [event]);
         }
-        if !batch.is_empty() {
-            report.transitions = self.commit(batch).await?.nodes.len();
+        // A refused commit leaves the decisions to the next sweep; the rest
+        // of what a sweep tells (answer times, metrics) holds either way.
+        let stored = if batch.is_empty() {
+            Ok(())
+        } else {
+            self.commit(batch)
+                .await
+                .map(|written| report.transitions = written.nodes.len())
+        };
+        if stored.is_ok() {
+            for (node, from, verdict) in decided {
+                tracing::info!(%node, %from, to = %verdict.status, reason = verdict.reason, "{}", verdict.message);
+            }
         }
         self.view
             .beat(answers.iter().filter_map(|a| match a.outcome {
@@ -130,23 +151,37 @@ impl Controller {
                 .sweep_duration
                 .observe(report.elapsed.as_secs_f64());
         }
-        Ok(report)
+        stored.map(|()| report)
     }
 }
 
-/// Probes every target, a bounded number at a time; answers sorted by name.
-async fn probe_all(
-    prober: Prober,
+/// Probes every target with `probe`, a bounded number at a time; answers
+/// sorted by name. A probe that panics is that node's failed probe, with
+/// the panic as its reason; the others go on.
+async fn probe_all<P, F>(
     targets: Vec<(String, Option<Arc<ProbeTarget>>)>,
     concurrency: usize,
-) -> Vec<Answer> {
+    probe: P,
+) -> Vec<Answer>
+where
+    P: Fn(Arc<ProbeTarget>) -> F,
+    F: Future<Output = ProbeOutcome>,
+{
     let sweep_started = Instant::now();
-    let prober = &prober;
+    let probe = &probe;
     let mut answers: Vec<Answer> = stream::iter(targets)
         .map(|(name, target)| async move {
             let begun = Instant::now();
-            let outcome = match &target {
-                Some(target) => prober.probe(target).await,
+            let outcome = match target {
+                Some(target) => AssertUnwindSafe(async { probe(target).await })
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|panic| {
+                        let error =
+                            format!("the probe panicked: {}", panic_message(panic.as_ref()));
+                        tracing::warn!(node = %name, "{error}");
+                        ProbeOutcome::NoAnswer { error }
+                    }),
                 None => ProbeOutcome::NoAnswer {
                     error: "no address known for the node".into(),
                 },
@@ -167,4 +202,49 @@ async fn probe_all(
     // Answers arrive in completion order; history reads better by name.
     answers.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     answers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+
+    fn target(i: u8) -> Option<Arc<ProbeTarget>> {
+        let addr: SocketAddr = ([127, 0, 0, i], 10250).into();
+        Some(Arc::new(ProbeTarget::new(addr)))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_probe_costs_its_own_answer_only() {
+        let targets = vec![
+            ("a".to_string(), target(1)),
+            ("b".to_string(), target(2)),
+            ("c".to_string(), target(3)),
+            ("d".to_string(), None),
+        ];
+        let answers = probe_all(targets, 2, |t: Arc<ProbeTarget>| async move {
+            if t.addr.ip() == std::net::Ipv4Addr::new(127, 0, 0, 2) {
+                // What a chunk size near 2^64 once did to the reader.
+                panic!("attempt to add with overflow");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            ProbeOutcome::Healthy
+        })
+        .await;
+        let outcomes: Vec<(&str, &ProbeOutcome)> = answers
+            .iter()
+            .map(|a| (a.name.as_str(), &a.outcome))
+            .collect();
+        assert_eq!(outcomes.len(), 4);
+        assert_eq!(outcomes[0], ("a", &ProbeOutcome::Healthy));
+        assert_eq!(outcomes[2], ("c", &ProbeOutcome::Healthy));
+        match outcomes[1] {
+            ("b", ProbeOutcome::NoAnswer { error }) => {
+                assert!(error.starts_with("the probe panicked: "), "{error}");
+                assert!(error.contains("attempt to add with overflow"), "{error}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(outcomes[3], ("d", ProbeOutcome::NoAnswer { .. })));
+    }
 }

@@ -1,11 +1,13 @@
 //! What readers (HTTP, CLI through HTTP) see of the registry: only what is
-//! already durable, plus in-memory heartbeat times.
+//! already durable, plus in-memory heartbeat times, and whether the store
+//! takes writes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::RwLock;
 
 use tokio::sync::watch;
 
+use super::writer::StoreHealth;
 use crate::model::{Lease, Micros, Node};
 
 /// The published registry. The controller publishes changes after each
@@ -17,6 +19,8 @@ pub struct View {
     source: RwLock<Option<super::SourceStatus>>,
     /// The newest durable event seq, for watchers.
     durable: watch::Sender<u64>,
+    /// Whether the store takes writes; the store writer keeps it.
+    store: watch::Sender<StoreHealth>,
 }
 
 impl Default for View {
@@ -27,6 +31,7 @@ impl Default for View {
             leases: RwLock::default(),
             source: RwLock::default(),
             durable: watch::channel(0).0,
+            store: watch::channel(StoreHealth::Writable).0,
         }
     }
 }
@@ -51,6 +56,31 @@ impl View {
     /// Follows the durable seq.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.durable.subscribe()
+    }
+
+    /// `Ok` while the store takes writes; else why it does not (a disk short
+    /// of space, a failed write), in words for `/readyz`. Reads go on either way.
+    pub fn store_writable(&self) -> Result<(), String> {
+        self.store.borrow().writable()
+    }
+
+    /// Follows whether the store takes writes.
+    pub fn store_health(&self) -> watch::Receiver<StoreHealth> {
+        self.store.subscribe()
+    }
+
+    /// The store writer's word on whether the store takes writes.
+    pub(super) fn store_health_sender(&self) -> &watch::Sender<StoreHealth> {
+        &self.store
+    }
+
+    /// Runs `f` over every published node, in name order, without copying them.
+    pub fn with_nodes<R>(
+        &self,
+        f: impl FnOnce(std::collections::btree_map::Values<'_, String, Node>) -> R,
+    ) -> R {
+        let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
+        f(nodes.values())
     }
 
     /// How the cloud or inventory source is doing, if there is one.

@@ -4,7 +4,15 @@
 //! node info. Everything else on the object (other controllers' labels and
 //! taints, conditions it does not set) is left as it is.
 //!
+//! Operator fields set through nodekeeper (cordon, labels, annotations,
+//! operators' taints) go up with kubectl apply's three-way merge: the Node
+//! upstream carries [`APPLIED_ANNOTATION`], what nodekeeper last set, so
+//! what was removed here is removed there, and what others set there is
+//! left alone.
+//!
 //! Pure functions over JSON, so the decisions are tested without a server.
+
+use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
@@ -13,6 +21,77 @@ use crate::controller::TAINT_SHUTDOWN;
 
 /// Taint keys nodekeeper adds and removes; any other taint belongs to someone else.
 pub const MANAGED_TAINTS: [&str; 3] = [TAINT_NOT_READY, TAINT_UNREACHABLE, TAINT_SHUTDOWN];
+
+/// What nodekeeper last set of the fields operators own, on the API
+/// server's Node (absent while that is nothing).
+pub const APPLIED_ANNOTATION: &str = "nodekeeper.io/last-applied";
+
+/// The content of [`APPLIED_ANNOTATION`].
+#[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Applied {
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    labels: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    annotations: BTreeSet<String>,
+    /// Operators' taints, as `key:effect`.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    taints: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    unschedulable: bool,
+}
+
+impl Applied {
+    /// What the registry's node sets (the well-known labels and the source
+    /// annotation are on every node and never removed).
+    fn of(desired: &Value) -> Applied {
+        let keys = |v: &Value, skip: &[&str]| -> BTreeSet<String> {
+            v.as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k.clone())
+                .filter(|k| !skip.contains(&k.as_str()))
+                .collect()
+        };
+        Applied {
+            labels: keys(
+                &desired["metadata"]["labels"],
+                &[crate::kube::HOSTNAME_LABEL, crate::kube::OS_LABEL],
+            ),
+            annotations: keys(
+                &desired["metadata"]["annotations"],
+                &[crate::kube::SOURCE_ANNOTATION, APPLIED_ANNOTATION],
+            ),
+            taints: desired["spec"]["taints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|t| !MANAGED_TAINTS.iter().any(|k| t["key"] == *k))
+                .map(taint_id)
+                .collect(),
+            unschedulable: desired["spec"]["unschedulable"] == true,
+        }
+    }
+
+    /// What the API server's node says was set last (nothing, if unreadable).
+    fn on(current: &Value) -> Applied {
+        current["metadata"]["annotations"][APPLIED_ANNOTATION]
+            .as_str()
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_default()
+    }
+
+    fn text(&self) -> Option<String> {
+        (*self != Applied::default()).then(|| serde_json::to_string(self).expect("serializable"))
+    }
+}
+
+fn taint_id(t: &Value) -> String {
+    format!(
+        "{}:{}",
+        t["key"].as_str().unwrap_or(""),
+        t["effect"].as_str().unwrap_or("")
+    )
+}
 
 /// The object to create when the API server has no such node: metadata and
 /// spec only (the API server ignores status on create; it is patched next).
@@ -24,6 +103,10 @@ pub fn for_create(desired: &Value) -> Value {
             metadata.insert(field.into(), meta[field].clone());
         }
     }
+    if let Some(text) = Applied::of(desired).text() {
+        metadata.entry("annotations").or_insert_with(|| json!({}))[APPLIED_ANNOTATION] =
+            Value::String(text);
+    }
     json!({
         "apiVersion": "v1",
         "kind": "Node",
@@ -32,21 +115,50 @@ pub fn for_create(desired: &Value) -> Value {
     })
 }
 
-/// A JSON merge patch of labels, annotations, managed taints and providerID,
-/// if any differ. It carries the object's resourceVersion, so a concurrent
-/// writer makes it fail with 409 rather than be overwritten.
+/// A JSON merge patch of labels, annotations, taints, the cordon and
+/// providerID, if any differ. It carries the object's resourceVersion, so a
+/// concurrent writer makes it fail with 409 rather than be overwritten.
 pub fn spec_patch(current: &Value, desired: &Value) -> Option<Value> {
+    let before = Applied::on(current);
+    let now = Applied::of(desired);
     let mut metadata = Map::new();
-    for field in ["labels", "annotations"] {
-        let changed = changed_entries(&current["metadata"][field], &desired["metadata"][field]);
+    for (field, was) in [
+        ("labels", &before.labels),
+        ("annotations", &before.annotations),
+    ] {
+        let mut changed = changed_entries(&current["metadata"][field], &desired["metadata"][field]);
+        // Set by nodekeeper before, removed from the registry since: removed there too.
+        for gone in was
+            .iter()
+            .filter(|k| desired["metadata"][field][k.as_str()].is_null())
+        {
+            if !current["metadata"][field][gone.as_str()].is_null() {
+                changed.insert(gone.clone(), Value::Null);
+            }
+        }
+        if field == "annotations" {
+            let text = now.text().map_or(Value::Null, Value::String);
+            if current["metadata"]["annotations"][APPLIED_ANNOTATION] != text {
+                changed.insert(APPLIED_ANNOTATION.into(), text);
+            }
+        }
         if !changed.is_empty() {
             metadata.insert(field.into(), Value::Object(changed));
         }
     }
     let mut spec = Map::new();
-    let taints = merged_taints(&current["spec"]["taints"], &desired["spec"]["taints"]);
+    let taints = merged_taints(
+        &current["spec"]["taints"],
+        &desired["spec"]["taints"],
+        &before.taints,
+    );
     if !same_taints(&taints, &current["spec"]["taints"]) {
         spec.insert("taints".into(), Value::Array(taints));
+    }
+    // The cordon goes up when it changed here; one made there is left alone.
+    let cordoned = current["spec"]["unschedulable"] == true;
+    if now.unschedulable != before.unschedulable && now.unschedulable != cordoned {
+        spec.insert("unschedulable".into(), Value::Bool(now.unschedulable));
     }
     let provider = &desired["spec"]["providerID"];
     if provider.is_string() && current["spec"]["providerID"].is_null() {
@@ -131,16 +243,38 @@ pub fn addresses_patch(current: &Value, desired: &Value) -> Option<Value> {
     (!cur.is_empty() && cur != want).then(|| json!({ "status": { "addresses": want } }))
 }
 
-/// The taints the node should carry: everyone else's, then nodekeeper's.
-fn merged_taints(current: &Value, desired: &Value) -> Vec<Value> {
+/// The taints the node should carry: everyone else's, with the operators'
+/// taints set through nodekeeper added (and those removed here since
+/// `applied`, removed), then nodekeeper's managed ones.
+fn merged_taints(current: &Value, desired: &Value, applied: &BTreeSet<String>) -> Vec<Value> {
     let managed = |t: &Value| MANAGED_TAINTS.iter().any(|k| t["key"] == *k);
+    let ours: Vec<&Value> = desired
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| !managed(t))
+        .collect();
     let mut taints: Vec<Value> = current
         .as_array()
         .into_iter()
         .flatten()
         .filter(|t| !managed(t))
-        .cloned()
+        .filter(|t| {
+            let id = taint_id(t);
+            !applied.contains(&id) || ours.iter().any(|o| taint_id(o) == id)
+        })
+        .map(|t| {
+            // One of ours: with our value.
+            ours.iter()
+                .find(|o| taint_id(o) == taint_id(t))
+                .map_or_else(|| t.clone(), |o| (*o).clone())
+        })
         .collect();
+    for o in &ours {
+        if !taints.iter().any(|t| taint_id(t) == taint_id(o)) {
+            taints.push((*o).clone());
+        }
+    }
     taints.extend(
         desired
             .as_array()
@@ -218,6 +352,7 @@ mod tests {
         current["metadata"]["labels"]["team"] = json!("x");
         // A newer heartbeat upstream is not a difference.
         current["status"]["conditions"][0]["lastHeartbeatTime"] = json!("2026-12-01T01:00:00Z");
+        current["metadata"]["annotations"][APPLIED_ANNOTATION] = json!(r#"{"labels":["zone"]}"#);
         assert_eq!(spec_patch(&current, &desired()), None);
         assert_eq!(status_patch(&current, &desired()), None);
         assert_eq!(addresses_patch(&current, &desired()), None);
@@ -237,7 +372,7 @@ mod tests {
         assert_eq!(patch["metadata"]["labels"], json!({"zone": "a"}));
         assert_eq!(
             patch["metadata"]["annotations"],
-            json!({"nodekeeper.io/source": "static"})
+            json!({"nodekeeper.io/source": "static", APPLIED_ANNOTATION: r#"{"labels":["zone"]}"#})
         );
         let keys: Vec<&str> = patch["spec"]["taints"]
             .as_array()
@@ -246,6 +381,78 @@ mod tests {
             .map(|t| t["key"].as_str().unwrap())
             .collect();
         assert_eq!(keys, ["dedicated", TAINT_UNREACHABLE]);
+    }
+
+    #[test]
+    fn operator_fields_go_up_and_what_the_cluster_set_stays() {
+        let mut want = desired();
+        want["metadata"]["labels"]["maintenance"] = json!("true");
+        want["metadata"]["annotations"]["ticket"] = json!("OPS-1");
+        want["spec"]["unschedulable"] = json!(true);
+        want["spec"]["taints"].as_array_mut().unwrap().insert(
+            0,
+            json!({"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}),
+        );
+        // The cluster's own label, taint and cordon state, set there.
+        let current = json!({
+            "metadata": {"resourceVersion": "5",
+                         "labels": {"kubernetes.io/hostname": "edge-1", "zone": "a", "team": "x"},
+                         "annotations": {"nodekeeper.io/source": "static"}},
+            "spec": {"taints": [{"key": "theirs", "effect": "NoSchedule"}]}
+        });
+        let patch = spec_patch(&current, &want).unwrap();
+        assert_eq!(patch["spec"]["unschedulable"], true);
+        assert_eq!(patch["metadata"]["labels"], json!({"maintenance": "true"}));
+        assert_eq!(patch["metadata"]["annotations"]["ticket"], "OPS-1");
+        let keys: Vec<String> = patch["spec"]["taints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(taint_id)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "theirs:NoSchedule",
+                "dedicated:NoSchedule",
+                &format!("{TAINT_UNREACHABLE}:NoSchedule")
+            ]
+        );
+        // Applied: the API server now has it all, and the record of it.
+        let mut there = current.clone();
+        crate::server::patch::merge_patch(&mut there, &patch);
+        assert_eq!(spec_patch(&there, &want), None);
+
+        // Uncordoned, unlabeled, untainted, unannotated here: removed there,
+        // and the cluster's own label and taint stay.
+        let patch = spec_patch(&there, &desired()).unwrap();
+        assert_eq!(patch["spec"]["unschedulable"], false);
+        assert_eq!(patch["metadata"]["labels"], json!({"maintenance": null}));
+        assert_eq!(patch["metadata"]["annotations"]["ticket"], Value::Null);
+        assert!(patch["metadata"]["annotations"]
+            .as_object()
+            .unwrap()
+            .contains_key("ticket"));
+        let keys: Vec<String> = patch["spec"]["taints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(taint_id)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "theirs:NoSchedule",
+                &format!("{TAINT_UNREACHABLE}:NoSchedule")
+            ]
+        );
+        crate::server::patch::merge_patch(&mut there, &patch);
+        assert_eq!(there["metadata"]["labels"]["team"], "x");
+        assert_eq!(spec_patch(&there, &desired()), None);
+
+        // A cordon made on the cluster while nodekeeper's record is unchanged stays.
+        there["spec"]["unschedulable"] = json!(true);
+        assert_eq!(spec_patch(&there, &desired()), None);
     }
 
     #[test]

@@ -1,11 +1,12 @@
-//! Bearer tokens from `--token-file`: who may write, and which node a caller may change.
+//! Bearer tokens from `--token-file`: who may call the API at all, and which
+//! node a caller may change.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -16,7 +17,7 @@ use crate::source::static_list::normalize_name;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {
     /// No token was presented: no `--token-file` is configured (everything
-    /// is allowed), or the request is a read.
+    /// is allowed), or the request is a health check.
     Anonymous,
     /// A token bound to no node: may change any node.
     Operator,
@@ -24,9 +25,20 @@ pub enum Caller {
     Node(String),
 }
 
+/// Who made a request, by name, for the history (a request extension):
+/// the token's user (`system:node:NAME` for a node's token), or
+/// `system:anonymous` without one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity(pub String);
+
+/// The name kube-apiserver gives callers without a token.
+pub const ANONYMOUS: &str = "system:anonymous";
+
 /// The tokens of `--token-file`.
 pub struct Tokens {
     entries: Vec<(Box<[u8]>, Caller)>,
+    /// Who each entry is, by the same index.
+    users: Vec<String>,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -53,6 +65,7 @@ impl Tokens {
     /// Parses the text of a token file; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Tokens, String> {
         let mut entries: Vec<(Box<[u8]>, Caller)> = Vec::new();
+        let mut users: Vec<String> = Vec::new();
         let mut lines_of: Vec<usize> = Vec::new();
         for (index, line) in text.lines().enumerate() {
             let number = index + 1;
@@ -61,7 +74,7 @@ impl Tokens {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let (token, caller) = parse_line(line).map_err(at)?;
+            let (token, caller, user) = parse_line(line).map_err(at)?;
             if let Some(first) = entries
                 .iter()
                 .position(|(known, _)| constant_time_eq(known, token.as_bytes()))
@@ -71,27 +84,37 @@ impl Tokens {
                     lines_of[first]
                 )));
             }
+            users.push(match (user, &caller) {
+                (Some(user), _) => user,
+                (None, Caller::Node(name)) => format!("system:node:{name}"),
+                (None, _) => format!("operator (token of line {number} of {origin})"),
+            });
             entries.push((token.as_bytes().into(), caller));
             lines_of.push(number);
         }
         if entries.is_empty() {
             return Err(format!(
-                "--token-file {origin} holds no tokens: writes could never be authorized; add a line `TOKEN` or `TOKEN,NODE`"
+                "--token-file {origin} holds no tokens: no request could ever be authorized; add a line `TOKEN` or `TOKEN,NODE`"
             ));
         }
-        Ok(Tokens { entries })
+        Ok(Tokens { entries, users })
     }
 
     /// The caller a token stands for. Every known token is compared, each in
     /// constant time, so the time taken says nothing about the secrets.
     pub fn caller(&self, token: &str) -> Option<Caller> {
+        self.identify(token).map(|(caller, _)| caller)
+    }
+
+    /// The caller a token stands for, and its name.
+    pub fn identify(&self, token: &str) -> Option<(Caller, Identity)> {
         let mut found = None;
-        for (known, caller) in &self.entries {
+        for (i, (known, _)) in self.entries.iter().enumerate() {
             if constant_time_eq(known, token.as_bytes()) {
-                found = Some(caller);
+                found = Some(i);
             }
         }
-        found.cloned()
+        found.map(|i| (self.entries[i].1.clone(), Identity(self.users[i].clone())))
     }
 
     pub fn len(&self) -> usize {
@@ -103,8 +126,8 @@ impl Tokens {
     }
 }
 
-/// One non-comment line: the token and who it stands for.
-fn parse_line(line: &str) -> Result<(String, Caller), String> {
+/// One non-comment line: the token, who it stands for, and the user it names.
+fn parse_line(line: &str) -> Result<(String, Caller, Option<String>), String> {
     let mut fields = split_csv(line)?;
     let token = std::mem::take(&mut fields[0]);
     if token.is_empty() {
@@ -120,18 +143,18 @@ fn parse_line(line: &str) -> Result<(String, Caller), String> {
             .map(Caller::Node)
             .map_err(|e| format!("bad node name: {e}"))
     };
-    let caller = match fields.as_slice() {
-        [_] => Caller::Operator,
-        [_, name] => node(name)?,
+    let (caller, user) = match fields.as_slice() {
+        [_] => (Caller::Operator, None),
+        [_, name] => (node(name)?, None),
         // kube-apiserver's static token file; uid and groups do not matter here.
         [_, user, _uid, ..] => match user.strip_prefix("system:node:") {
             _ if user.is_empty() => return Err("the user (second field) is empty".into()),
-            Some(name) => node(name)?,
-            None => Caller::Operator,
+            Some(name) => (node(name)?, Some(user.clone())),
+            None => (Caller::Operator, Some(user.clone())),
         },
         [] => unreachable!("split_csv yields at least one field"),
     };
-    Ok((token, caller))
+    Ok((token, caller, user))
 }
 
 /// Splits a line on commas; a field may be double-quoted (kube-apiserver's
@@ -190,31 +213,30 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// The auth middleware, for `axum::middleware::from_fn_with_state` with the
 /// configured tokens. Without tokens every caller is [`Caller::Anonymous`].
-/// With tokens, anything but GET and HEAD needs `Authorization: Bearer
-/// TOKEN`; a token presented on a read must be valid too, as with
-/// kube-apiserver.
+/// With tokens, every request needs `Authorization: Bearer TOKEN` (reads
+/// and watches too, as kube-apiserver without anonymous auth), except the
+/// health checks `/healthz`, `/livez` and `/readyz`; a token presented there
+/// must be valid all the same.
 pub async fn authenticate(
     State(tokens): State<Option<Arc<Tokens>>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let caller = match &tokens {
-        None => Caller::Anonymous,
+    let anonymous = || (Caller::Anonymous, Identity(ANONYMOUS.into()));
+    let (caller, identity) = match &tokens {
+        None => anonymous(),
         Some(tokens) => match bearer_token(request.headers()) {
-            Some(token) => match tokens.caller(token) {
-                Some(caller) => caller,
+            Some(token) => match tokens.identify(token) {
+                Some(found) => found,
                 None => return unauthorized(),
             },
-            None if is_read(request.method()) => Caller::Anonymous,
+            None if super::limits::is_health_check(request.uri().path()) => anonymous(),
             None => return unauthorized(),
         },
     };
     request.extensions_mut().insert(caller);
+    request.extensions_mut().insert(identity);
     next.run(request).await
-}
-
-fn is_read(method: &Method) -> bool {
-    *method == Method::GET || *method == Method::HEAD
 }
 
 /// The token of `Authorization: Bearer TOKEN` (the scheme in any case), if any.
@@ -257,6 +279,16 @@ pub fn check_may_write_node(caller: &Caller, node: &str) -> Result<(), Response>
             );
             Err((StatusCode::FORBIDDEN, axum::Json(body)).into_response())
         }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Identity {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Identity, Response> {
+        parts.extensions.get::<Identity>().cloned().ok_or_else(|| {
+            super::internal("the caller is unknown: the auth layer is not installed on this route")
+        })
     }
 }
 
@@ -310,6 +342,14 @@ mod tests {
         assert_eq!(tokens.caller("op-secret2"), None);
         assert_eq!(tokens.caller(""), None);
         assert_eq!(format!("{tokens:?}"), "Tokens { count: 5 }");
+        let user = |t: &str| tokens.identify(t).map(|(_, Identity(u))| u);
+        assert_eq!(
+            user("op-secret").as_deref(),
+            Some("operator (token of line 3 of tokens.csv)")
+        );
+        assert_eq!(user("node-a-secret").as_deref(), Some("system:node:edge-1"));
+        assert_eq!(user("kube-secret").as_deref(), Some("system:node:Edge-2"));
+        assert_eq!(user("admin-secret").as_deref(), Some("admin"));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! document (`apidiscovery.k8s.io/v2`); plain `application/json` answers
 //! make it fall back to these legacy documents, which are all we serve.
 
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -36,7 +36,9 @@ fn version_info() -> Info {
             "v{KUBE_MAJOR}.{KUBE_MINOR}.0-nodekeeper.{}",
             env!("CARGO_PKG_VERSION")
         ),
+        git_commit: crate::version::GIT_COMMIT.to_string(),
         git_tree_state: "clean".to_string(),
+        build_date: crate::version::BUILD_DATE.to_string(),
         compiler: "rustc".to_string(),
         platform: format!(
             "{}/{}",
@@ -48,17 +50,19 @@ fn version_info() -> Info {
 }
 
 /// `/api`: the legacy core group's versions.
-pub(crate) async fn api(headers: HeaderMap) -> Response {
+pub(crate) async fn api(headers: HeaderMap, uri: Uri) -> Response {
     Json(APIVersions {
         versions: vec!["v1".to_string()],
         server_address_by_client_cidrs: vec![ServerAddressByClientCIDR {
             client_cidr: "0.0.0.0/0".to_string(),
-            // Where the client reached us is where it should come back.
+            // Where the client reached us is where it should come back
+            // (HTTP/2 clients name it in the request's authority, not in Host).
             server_address: headers
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok())
-                .unwrap_or_default()
-                .to_string(),
+                .map(str::to_string)
+                .or_else(|| uri.authority().map(|a| a.to_string()))
+                .unwrap_or_default(),
         }],
     })
     .into_response()
@@ -178,6 +182,8 @@ mod tests {
             format!("v1.33.0-nodekeeper.{}", env!("CARGO_PKG_VERSION"))
         );
         assert!(v["platform"].as_str().unwrap().contains('/'));
+        assert_eq!(v["gitCommit"], crate::version::GIT_COMMIT);
+        assert_eq!(v["buildDate"], crate::version::BUILD_DATE);
     }
 
     #[test]

@@ -3,8 +3,14 @@
 //! past time, store status, health and metrics. Reads only what is durable.
 
 mod auth;
+mod connections;
+pub mod console;
 mod discovery;
 mod events;
+mod health;
+pub(crate) mod json_patch;
+pub mod limits;
+pub(crate) mod node_writes;
 mod nodes;
 mod paging;
 mod params;
@@ -19,8 +25,9 @@ mod watch;
 
 use std::sync::Arc;
 
-pub use auth::{authenticate, check_may_write_node, Caller, Tokens};
-pub use serve::{check_listen, serve, serve_with, tls_config, ServeConfig};
+pub use auth::{authenticate, check_may_write_node, Caller, Identity, Tokens};
+pub use limits::{ApiLimits, Budgets};
+pub use serve::{check_listen, serve, serve_with, tls_config, Http2Config, ServeConfig};
 pub use v1::{HistoryParams, NodeEntry};
 
 use axum::extract::DefaultBodyLimit;
@@ -49,6 +56,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// The mirror, when an API server is configured.
     pub mirror: Option<Arc<crate::mirror::MirrorState>>,
+    /// The checks behind `/livez` and `/readyz`.
+    pub health: Arc<crate::readiness::Health>,
 }
 
 /// The router without `--token-file`: every caller is [`Caller::Anonymous`].
@@ -56,9 +65,20 @@ pub fn router(state: AppState) -> Router {
     secured_router(state, None)
 }
 
-/// The router for [`serve`]; with `tokens`, writes need a bearer token
-/// (see [`authenticate`]).
+/// The router for [`serve`] with the default [`ApiLimits`]; with `tokens`,
+/// every request but the health checks needs a bearer token (see
+/// [`authenticate`]).
 pub fn secured_router(state: AppState, tokens: Option<Arc<Tokens>>) -> Router {
+    let budgets = Budgets::new(ApiLimits::default(), Some(state.metrics.clone()));
+    limited_router(state, tokens, budgets)
+}
+
+/// [`secured_router`] with the given request budgets.
+pub fn limited_router(
+    state: AppState,
+    tokens: Option<Arc<Tokens>>,
+    budgets: Arc<Budgets>,
+) -> Router {
     let routes = Router::new()
         .route("/version", get(discovery::version))
         .route("/api", get(discovery::api))
@@ -73,7 +93,13 @@ pub fn secured_router(state: AppState, tokens: Option<Arc<Tokens>>) -> Router {
             "/api/v1/nodes",
             get(nodes::list_nodes).post(push::create_node),
         )
-        .route("/api/v1/nodes/{name}", get(nodes::get_node))
+        .route(
+            "/api/v1/nodes/{name}",
+            get(nodes::get_node)
+                .patch(nodes::patch_node)
+                .put(nodes::put_node)
+                .delete(nodes::delete_node),
+        )
         .route(
             "/api/v1/nodes/{name}/status",
             get(nodes::get_node)
@@ -116,38 +142,113 @@ pub fn secured_router(state: AppState, tokens: Option<Arc<Tokens>>) -> Router {
         .route("/v1/store", get(v1::store_status))
         .route("/v1/sources", get(v1::sources))
         .route("/v1/mirror", get(v1::mirror))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/v1/readiness", get(console::readiness))
+        .route("/v1/console", get(console::about))
+        .route("/healthz", get(health::healthz))
+        .route("/livez", get(health::livez))
+        .route("/livez/{check}", get(health::livez_check))
+        .route("/readyz", get(health::readyz))
+        .route("/readyz/{check}", get(health::readyz_check))
         .route("/metrics", get(v1::metrics))
         .fallback(not_found_path);
-    harden(routes, tokens).with_state(state)
+    // The console's pages stay outside the auth layer: they carry no data.
+    harden_with(routes, tokens, budgets)
+        .merge(console::pages())
+        .with_state(state)
 }
 
-/// The layers over every route: the body cap (answered with a `Status`),
-/// and outermost the bearer-token check, so an unauthorized write is
-/// refused before anything else.
+/// [`harden_with`] with the default [`ApiLimits`].
 pub fn harden<S: Clone + Send + Sync + 'static>(
     routes: Router<S>,
     tokens: Option<Arc<Tokens>>,
 ) -> Router<S> {
-    routes
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(middleware::map_response(too_large_as_status))
-        .layer(middleware::from_fn_with_state(tokens, authenticate))
+    harden_with(routes, tokens, Budgets::new(ApiLimits::default(), None))
 }
 
-/// axum's body-limit rejection is plain text; clients expect a `Status`.
-async fn too_large_as_status(response: Response) -> Response {
-    let is_status = response
+/// The layers over every route, outermost first: every error answered as a
+/// `Status`; the bearer-token check, so an unauthorized request is refused
+/// before anything else; the request budgets and the body deadline; the body
+/// cap. A method a path does not serve is a 405 `Status`.
+pub fn harden_with<S: Clone + Send + Sync + 'static>(
+    routes: Router<S>,
+    tokens: Option<Arc<Tokens>>,
+    budgets: Arc<Budgets>,
+) -> Router<S> {
+    routes
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(budgets, limits::limit))
+        .layer(middleware::from_fn_with_state(tokens, authenticate))
+        .layer(middleware::from_fn(errors_as_status))
+}
+
+/// Error answers that are not JSON (axum's rejections are plain text, its
+/// 405 and 413 have no body) become Kubernetes `Status` objects, keeping
+/// their headers (`Allow`, `Retry-After`, …). Health checks answer in
+/// plain text, as Kubernetes components do.
+async fn errors_as_status(request: axum::extract::Request, next: middleware::Next) -> Response {
+    let health = limits::is_health_check(request.uri().path());
+    let response = next.run(request).await;
+    let code = response.status();
+    let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if response.status() != StatusCode::PAYLOAD_TOO_LARGE || is_status {
+    if health || is_json || !(code.is_client_error() || code.is_server_error()) {
         return response;
     }
+    let (mut parts, body) = response.into_parts();
+    // axum's rejection texts say what was wrong; keep them (they are short).
+    let text = match axum::body::to_bytes(body, 4096).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).trim().to_string(),
+        Err(_) => String::new(),
+    };
+    let message = if !text.is_empty() {
+        text
+    } else if code == StatusCode::PAYLOAD_TOO_LARGE {
+        format!("Request entity too large: limit is {BODY_LIMIT}")
+    } else {
+        code.canonical_reason().unwrap_or("error").to_string()
+    };
+    let status = status_error(code, status_reason(code), message);
+    parts.headers.remove(header::CONTENT_TYPE);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let (new_parts, body) = status.into_parts();
+    parts.headers.extend(new_parts.headers);
+    Response::from_parts(parts, body)
+}
+
+/// The `reason` Kubernetes gives a status code.
+fn status_reason(code: StatusCode) -> &'static str {
+    match code.as_u16() {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        405 => "MethodNotAllowed",
+        406 => "NotAcceptable",
+        408 | 504 => "Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        413 => "RequestEntityTooLarge",
+        415 => "UnsupportedMediaType",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        503 => "ServiceUnavailable",
+        500..=599 => "InternalError",
+        _ => "Unknown",
+    }
+}
+
+/// Any method a path does not serve, as kube-apiserver answers it.
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
     status_error(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "RequestEntityTooLarge",
-        format!("Request entity too large: limit is {BODY_LIMIT}"),
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        format!(
+            "the server does not allow this method on the requested resource ({method} {})",
+            uri.path()
+        ),
     )
 }
 

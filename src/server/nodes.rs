@@ -1,17 +1,25 @@
 //! `/api/v1/nodes`: nodes as the Kubernetes API serves them (lists with
-//! selectors and pages, single nodes, as JSON or as a kubectl Table).
+//! selectors and pages, single nodes, as JSON or as a kubectl Table), and
+//! what operators write to them (`PATCH`, `PUT`, `DELETE` of a node).
 
+use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, StatusDetails};
 use k8s_openapi::List;
 
+use super::node_writes::{self, NodeWrite, PatchFormat, WriteError};
 use super::params::{wants_table, ListParams};
-use super::{bad_request, paging, table, AppState};
+use super::{bad_request, paging, status_error, table, AppState, Caller, Identity};
+use crate::controller::{Preconditions, PushError};
 use crate::model::Micros;
+
+/// How often a patch is applied again when the node changed under it.
+const PATCH_RETRIES: usize = 5;
 
 /// The fields nodes can be selected by, as in kube-apiserver.
 const NODE_FIELDS: &[&str] = &["metadata.name", "spec.unschedulable"];
@@ -35,6 +43,10 @@ pub(crate) async fn list_nodes(
         Err(e) => return bad_request(e),
     };
 
+    // The version the view is known to show every change up to, read before
+    // the view itself: the store's durable seq can be ahead of the view for
+    // a moment, and a list+watch from there would miss that change.
+    let version = s.view.published();
     let mut nodes = s.view.list();
     nodes.retain(|(node, _)| {
         let unschedulable = if node.unschedulable { "true" } else { "false" };
@@ -51,7 +63,7 @@ pub(crate) async fn list_nodes(
         keyed,
         params.limit,
         query.continue_from.as_ref(),
-        s.store.durable_seq(),
+        version,
         query.unfiltered(),
     );
 
@@ -155,4 +167,237 @@ async fn watch(
         render,
     };
     super::watch::watch_nodes(s, watch).await
+}
+
+/// Who an operator write is recorded as: the token's user, or for a caller
+/// without one, `system:anonymous` and the client it said it was.
+fn writer(identity: Identity, headers: &HeaderMap) -> String {
+    let Identity(user) = identity;
+    if user != super::auth::ANONYMOUS {
+        return user;
+    }
+    let agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|a| a.split_whitespace().next())
+        .filter(|a| !a.is_empty())
+        .map(|a| a.chars().take(64).collect::<String>());
+    match agent {
+        Some(agent) => format!("{user} ({agent})"),
+        None => user,
+    }
+}
+
+/// Node tokens push status and Leases; cordons, labels, taints and deletes
+/// are for operators.
+#[allow(clippy::result_large_err)]
+fn check_operator(caller: &Caller, name: &str) -> Result<(), Response> {
+    match caller {
+        Caller::Node(own) => Err(status_error(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "nodes {name:?} is forbidden: node {own:?} may update its own status and Lease \
+                 only; cordons, labels, annotations, taints and deletes need an operator's token"
+            ),
+        )),
+        Caller::Anonymous | Caller::Operator => Ok(()),
+    }
+}
+
+fn not_found(name: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(crate::kube::not_found("nodes", name)),
+    )
+        .into_response()
+}
+
+fn write_error(e: WriteError) -> Response {
+    match e {
+        WriteError::BadRequest(m) => bad_request(m),
+        WriteError::Conflict(m) => status_error(StatusCode::CONFLICT, "Conflict", m),
+        WriteError::Invalid(i) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(crate::kube::invalid(&i)),
+        )
+            .into_response(),
+    }
+}
+
+/// Sends a prepared write to the controller.
+async fn commit(
+    s: &AppState,
+    name: &str,
+    prepared: node_writes::Prepared,
+    by: &str,
+) -> Result<crate::model::Node, PushError> {
+    s.controller
+        .edit(
+            name.to_string(),
+            prepared.fields,
+            prepared.expected_version,
+            by.to_string(),
+        )
+        .await
+}
+
+/// `PATCH /api/v1/nodes/{name}`: merge, strategic merge or JSON patch of
+/// the fields operators own, applied to the node as it is now (again, if
+/// the controller changed it meanwhile), as kube-apiserver does.
+pub(crate) async fn patch_node(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    caller: Caller,
+    identity: Identity,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = check_operator(&caller, &name) {
+        return r;
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let Some(format) = PatchFormat::from_content_type(content_type) else {
+        return status_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: \
+                 application/json-patch+json, application/merge-patch+json, \
+                 application/strategic-merge-patch+json (got {content_type:?})"
+            ),
+        );
+    };
+    let body: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_request(format!("the patch is not valid JSON: {e}")),
+    };
+    let by = writer(identity, &headers);
+    let write = NodeWrite::Patch { format, body };
+    for _ in 0..PATCH_RETRIES {
+        let Some((node, beat)) = s.view.get(&name) else {
+            return not_found(&name);
+        };
+        let prepared = match node_writes::prepare(&node, beat, &write) {
+            Ok(p) => p,
+            Err(e) => return write_error(e),
+        };
+        match commit(&s, &name, prepared, &by).await {
+            Ok(node) => return Json(crate::kube::node(&node, None)).into_response(),
+            // The controller changed the node since it was read: apply the patch again.
+            Err(PushError::Conflict { .. }) => continue,
+            Err(e) => return super::push::push_error(e),
+        }
+    }
+    status_error(
+        StatusCode::CONFLICT,
+        "Conflict",
+        node_writes::conflict_message(&name),
+    )
+}
+
+/// `PUT /api/v1/nodes/{name}`: the whole object; its resourceVersion, if
+/// given, must be the node's.
+pub(crate) async fn put_node(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    caller: Caller,
+    identity: Identity,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = check_operator(&caller, &name) {
+        return r;
+    }
+    let object: KubeNode = match super::push::json_body(&headers, &body) {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
+    let Some((node, beat)) = s.view.get(&name) else {
+        return not_found(&name);
+    };
+    let prepared = match node_writes::prepare(&node, beat, &NodeWrite::Replace(Box::new(object))) {
+        Ok(p) => p,
+        Err(e) => return write_error(e),
+    };
+    match commit(&s, &name, prepared, &writer(identity, &headers)).await {
+        Ok(node) => Json(crate::kube::node(&node, None)).into_response(),
+        Err(e) => super::push::push_error(e),
+    }
+}
+
+/// The parts of `DeleteOptions` that matter here.
+#[derive(Debug, Default, serde::Deserialize)]
+struct DeleteOptions {
+    #[serde(default)]
+    preconditions: Option<DeletePreconditions>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct DeletePreconditions {
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+/// `DELETE /api/v1/nodes/{name}`: a node no source lists is deleted (its
+/// history stays); one a source lists would come back, and is refused.
+pub(crate) async fn delete_node(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    caller: Caller,
+    identity: Identity,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = check_operator(&caller, &name) {
+        return r;
+    }
+    let options: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(o) => o,
+            Err(e) => return bad_request(format!("the DeleteOptions are not valid JSON: {e}")),
+        }
+    };
+    let pre = options.preconditions.unwrap_or_default();
+    let resource_version = match pre.resource_version.as_deref() {
+        None | Some("") => None,
+        Some(v) => match v.parse() {
+            Ok(v) => Some(v),
+            Err(_) => {
+                return bad_request(format!(
+                    "preconditions.resourceVersion: invalid value {v:?}"
+                ))
+            }
+        },
+    };
+    let preconditions = Preconditions {
+        uid: pre.uid.filter(|u| !u.is_empty()),
+        resource_version,
+    };
+    match s
+        .controller
+        .delete(name.clone(), preconditions, writer(identity, &headers))
+        .await
+    {
+        // What kube-apiserver answers for an object deleted at once.
+        Ok(node) => Json(Status {
+            status: Some("Success".into()),
+            details: Some(StatusDetails {
+                name: Some(name),
+                kind: Some("nodes".into()),
+                uid: Some(node.uid),
+                ..StatusDetails::default()
+            }),
+            ..Status::default()
+        })
+        .into_response(),
+        Err(e) => super::push::push_error(e),
+    }
 }

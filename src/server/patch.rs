@@ -1,7 +1,14 @@
 //! The patch formats kubelets and kubectl send: JSON merge patch (RFC 7386)
 //! and strategic merge patch, with lists merged by their Kubernetes merge key.
 
+use std::collections::{HashMap, VecDeque};
+
 use serde_json::{Map, Value};
+
+/// How deeply a patch may nest: what serde_json reads at most, so nothing
+/// that parses is refused, and the recursion below stays bounded for
+/// values built any other way.
+pub const MAX_DEPTH: usize = 128;
 
 /// Which patch a request carries, by its content type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +55,12 @@ pub fn apply_with_keys(
     patch: &Value,
     keys: MergeKeys,
 ) -> Result<(), String> {
+    let nesting = depth(patch);
+    if nesting > MAX_DEPTH {
+        return Err(format!(
+            "the patch nests {nesting} levels deep; at most {MAX_DEPTH} are allowed"
+        ));
+    }
     match kind {
         PatchKind::Merge => {
             merge_patch(target, patch);
@@ -136,6 +149,7 @@ fn strategic(target: &mut Value, patch: &Value, keys: MergeKeys) -> Result<(), S
 
 /// Merges list items by `key`: a patch item replaces-by-merge the target item
 /// with the same key, is appended if new, and `$patch: delete` removes it.
+/// Items are found through an index by key, so a long list costs linear work.
 fn merge_list(
     target: &mut Value,
     items: &[Value],
@@ -149,27 +163,69 @@ fn merge_list(
     let Value::Array(existing) = target else {
         return Ok(());
     };
+    // Slots for every item; a deleted one is emptied and dropped at the end.
+    let mut slots: Vec<Option<Value>> = std::mem::take(existing).into_iter().map(Some).collect();
+    // Each key's slots in order: the first live one is the item a patch
+    // item with that key merges into (as a search from the start would find).
+    let mut by_key: HashMap<String, VecDeque<usize>> = HashMap::new();
+    for (i, item) in slots.iter().enumerate() {
+        if let Some(id) = item.as_ref().and_then(|v| v.get(key)) {
+            by_key.entry(id.to_string()).or_default().push_back(i);
+        }
+    }
     for item in items {
-        let Some(id) = item.get(key).cloned() else {
+        let Some(id) = item.get(key) else {
+            *existing = slots.into_iter().flatten().collect();
             return Err(format!("an item of {field} lacks its merge key {key:?}"));
         };
-        let position = existing.iter().position(|e| e.get(key) == Some(&id));
+        let positions = by_key.entry(id.to_string()).or_default();
         if item.get("$patch").and_then(Value::as_str) == Some("delete") {
-            if let Some(i) = position {
-                existing.remove(i);
+            if let Some(i) = positions.pop_front() {
+                slots[i] = None;
             }
             continue;
         }
-        match position {
-            Some(i) => strategic(&mut existing[i], item, keys)?,
+        let result = match positions.front() {
+            Some(&i) => match slots[i].as_mut() {
+                Some(slot) => strategic(slot, item, keys),
+                None => Ok(()),
+            },
             None => {
                 let mut fresh = Value::Null;
-                strategic(&mut fresh, item, keys)?;
-                existing.push(fresh);
+                let result = strategic(&mut fresh, item, keys);
+                // A merged item keeps its key: later items find it by that.
+                if let Some(new_id) = fresh.get(key) {
+                    by_key
+                        .entry(new_id.to_string())
+                        .or_default()
+                        .push_back(slots.len());
+                }
+                slots.push(Some(fresh));
+                result
             }
+        };
+        if let Err(e) = result {
+            *existing = slots.into_iter().flatten().collect();
+            return Err(e);
         }
     }
+    *existing = slots.into_iter().flatten().collect();
     Ok(())
+}
+
+/// How deeply objects and lists nest in `value`, counted without recursion.
+fn depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1)];
+    while let Some((v, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, d + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|i| (i, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 #[cfg(test)]
@@ -253,5 +309,192 @@ mod tests {
             PatchKind::from_content_type("application/json-patch+json"),
             None
         );
+    }
+}
+
+/// Arbitrary documents and patches: no panic, RFC 7386 idempotence, the
+/// indexed list merge agreeing with a plain search, and linear work on long lists.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "type",
+                "key",
+                "status",
+                "conditions",
+                "addresses",
+                "taints",
+                "$patch",
+                "$setElementOrder/conditions",
+                "$deleteFromPrimitiveList/x",
+                "$retainKeys",
+                "x",
+            ])
+            .prop_map(String::from),
+            "[a-z]{1,3}",
+        ]
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-3i64..4).prop_map(Value::from),
+            prop::sample::select(vec!["Ready", "A", "B", "delete", "replace", "x"])
+                .prop_map(|s| Value::String(s.into())),
+        ];
+        leaf.prop_recursive(5, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(key(), inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// The merge before lists were indexed: a search from the start for each item.
+    fn merge_list_by_search(
+        target: &mut Value,
+        items: &[Value],
+        key: &str,
+        field: &str,
+    ) -> Result<(), String> {
+        if !target.is_array() {
+            *target = Value::Array(Vec::new());
+        }
+        let Value::Array(existing) = target else {
+            return Ok(());
+        };
+        for item in items {
+            let Some(id) = item.get(key).cloned() else {
+                return Err(format!("an item of {field} lacks its merge key {key:?}"));
+            };
+            let position = existing.iter().position(|e| e.get(key) == Some(&id));
+            if item.get("$patch").and_then(Value::as_str) == Some("delete") {
+                if let Some(i) = position {
+                    existing.remove(i);
+                }
+                continue;
+            }
+            match position {
+                Some(i) => strategic(&mut existing[i], item, merge_key)?,
+                None => {
+                    let mut fresh = Value::Null;
+                    strategic(&mut fresh, item, merge_key)?;
+                    existing.push(fresh);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn condition_list() -> impl Strategy<Value = Vec<Value>> {
+        prop::collection::vec(
+            (
+                prop::sample::select(vec!["Ready", "A", "B", "C"]),
+                prop::option::of(prop::sample::select(vec!["True", "False"])),
+                any::<bool>(),
+            )
+                .prop_map(|(t, status, delete)| {
+                    let mut item = json!({"type": t});
+                    if let Some(s) = status {
+                        item["status"] = json!(s);
+                    }
+                    if delete {
+                        item["$patch"] = json!("delete");
+                    }
+                    item
+                }),
+            0..10,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_patches_never_panic(target in json_value(), patch in json_value()) {
+            for kind in [PatchKind::Merge, PatchKind::Strategic] {
+                let mut doc = target.clone();
+                if let Err(e) = apply(kind, &mut doc, &patch) {
+                    prop_assert!(e.contains("merge key") || e.contains("nests"), "{e}");
+                }
+            }
+        }
+
+        #[test]
+        fn a_merge_patch_applied_twice_changes_nothing_more(target in json_value(), patch in json_value()) {
+            let mut once = target.clone();
+            merge_patch(&mut once, &patch);
+            let mut twice = once.clone();
+            merge_patch(&mut twice, &patch);
+            prop_assert_eq!(&once, &twice);
+            if let (Value::Object(p), Value::Object(result)) = (&patch, &once) {
+                for (k, v) in p {
+                    prop_assert!(!v.is_null() || !result.contains_key(k), "{k} was to be removed");
+                }
+            }
+        }
+
+        #[test]
+        fn indexed_list_merge_agrees_with_a_search(existing in condition_list(), items in condition_list()) {
+            // Stored lists may hold duplicates and directives too: merge them as they are.
+            let mut indexed = Value::Array(existing.clone());
+            let mut searched = Value::Array(existing);
+            let a = merge_list(&mut indexed, &items, "type", "conditions", merge_key);
+            let b = merge_list_by_search(&mut searched, &items, "type", "conditions");
+            prop_assert_eq!(a.is_ok(), b.is_ok());
+            if a.is_ok() {
+                prop_assert_eq!(indexed, searched);
+            }
+        }
+    }
+
+    #[test]
+    fn long_lists_merge_in_linear_work() {
+        // 60k conditions, each new: a search per item would compare 1.8e9 pairs.
+        let items: Vec<Value> = (0..60_000)
+            .map(|i| json!({"type": format!("T{i}")}))
+            .collect();
+        let mut node = json!({"status": {"conditions": []}});
+        apply(
+            PatchKind::Strategic,
+            &mut node,
+            &json!({"status": {"conditions": items}}),
+        )
+        .unwrap();
+        assert_eq!(
+            node["status"]["conditions"].as_array().unwrap().len(),
+            60_000
+        );
+        let deletes: Vec<Value> = (0..60_000)
+            .map(|i| json!({"type": format!("T{i}"), "$patch": "delete"}))
+            .collect();
+        apply(
+            PatchKind::Strategic,
+            &mut node,
+            &json!({"status": {"conditions": deletes}}),
+        )
+        .unwrap();
+        assert_eq!(node["status"]["conditions"], json!([]));
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let mut deep = json!("x");
+        for _ in 0..1000 {
+            deep = json!({"a": deep});
+        }
+        let mut doc = json!({});
+        for kind in [PatchKind::Merge, PatchKind::Strategic] {
+            let err = apply(kind, &mut doc, &deep).unwrap_err();
+            assert!(err.contains("1001 levels") && err.contains("128"), "{err}");
+        }
+        // What serde_json reads is within the bound.
+        let text = "[".repeat(200) + &"]".repeat(200);
+        assert!(serde_json::from_str::<Value>(&text).is_err());
     }
 }

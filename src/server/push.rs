@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 
 use super::patch::{self, PatchKind};
 use super::{status_error, AppState};
-use crate::controller::PushError;
+use crate::controller::{PushError, PushedStatus};
 use crate::kube_input;
 use crate::model::NODE_LEASE_NAMESPACE;
 
@@ -46,10 +46,24 @@ pub(crate) fn push_error(e: PushError) -> Response {
         PushError::Invalid(message) => {
             status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message)
         }
+        PushError::Rejected(invalid) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(crate::kube::invalid(&invalid)),
+        )
+            .into_response(),
+        PushError::PreconditionFailed(message) | PushError::StillListed(message) => {
+            status_error(StatusCode::CONFLICT, "Conflict", message)
+        }
         PushError::Store(e) => status_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "InternalError",
             e.to_string(),
+        ),
+        // Not made durable, so not made: the writer may try again later.
+        PushError::Unavailable(message) => status_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            format!("the change was not made: {message}"),
         ),
         PushError::Stopped => status_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -67,7 +81,10 @@ fn content_type(headers: &HeaderMap) -> &str {
 }
 
 /// Parses a JSON body of a `PUT` or `POST`.
-fn json_body<T: DeserializeOwned>(headers: &HeaderMap, body: &Bytes) -> Result<T, Response> {
+pub(crate) fn json_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<T, Response> {
     let ct = content_type(headers);
     let media = ct.split(';').next().unwrap_or("").trim();
     if !(media == "application/json" || media.is_empty()) {
@@ -119,7 +136,27 @@ fn invalid(kind: &str, name: &str, reason: String) -> Response {
     )
 }
 
-/// The current node as the API shows it, or a 404 Status.
+/// Refused fields, each named, as kube-apiserver's 422.
+fn invalid_fields(
+    kind: &'static str,
+    name: &str,
+    causes: Vec<crate::validation::FieldError>,
+) -> Response {
+    let e = crate::validation::Invalid {
+        kind,
+        name: name.to_string(),
+        causes,
+    };
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Json(crate::kube::invalid(&e)),
+    )
+        .into_response()
+}
+
+/// The current node as a status patch applies to it: as the API shows it,
+/// but with `nodeInfo` as stored (not the display defaults), so a patch
+/// that does not set a field does not store what was only shown.
 fn current_node(s: &AppState, name: &str) -> Result<serde_json::Value, Response> {
     let Some((node, beat)) = s.view.get(name) else {
         return Err((
@@ -128,29 +165,63 @@ fn current_node(s: &AppState, name: &str) -> Result<serde_json::Value, Response>
         )
             .into_response());
     };
-    serde_json::to_value(crate::kube::node(&node, beat)).map_err(super::internal)
+    let mut current =
+        serde_json::to_value(crate::kube::node(&node, beat)).map_err(super::internal)?;
+    current["status"]["nodeInfo"] =
+        serde_json::to_value(&node.node_info).map_err(super::internal)?;
+    Ok(current)
 }
 
-/// The condition types a status patch itself sets: only those are pushed.
-/// The rest of the merged object is what readers were shown (times cut to
-/// seconds, probe heartbeats overlaid), and must not pass for a heartbeat.
-fn patched_condition_types(body: &Bytes) -> Option<Vec<String>> {
-    let patch: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let conditions = patch.get("status")?.get("conditions")?.as_array()?;
-    Some(
-        conditions
-            .iter()
-            .filter_map(|c| c.get("type")?.as_str().map(str::to_string))
-            .collect(),
-    )
+/// What a status patch itself sets: only that is pushed. The rest of the
+/// merged object is what readers were shown (times cut to seconds, probe
+/// heartbeats overlaid), and must not pass for a heartbeat or a report.
+#[derive(Debug, Default)]
+struct PatchedFields {
+    /// The condition types the patch names.
+    conditions: Vec<String>,
+    addresses: bool,
+    node_info: bool,
+    capacity: bool,
 }
 
-/// Pushes a node's status; `only` limits it to the condition types a patch set.
+impl PatchedFields {
+    fn of(patch: &serde_json::Value) -> PatchedFields {
+        let status = &patch["status"];
+        PatchedFields {
+            conditions: status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.get("type")?.as_str().map(str::to_string))
+                .collect(),
+            addresses: !status["addresses"].is_null(),
+            node_info: !status["nodeInfo"].is_null(),
+            capacity: !status["capacity"].is_null(),
+        }
+    }
+
+    fn keep_only(&self, status: &mut PushedStatus) {
+        status
+            .conditions
+            .retain(|c| self.conditions.contains(&c.kind));
+        if !self.addresses {
+            status.addresses = None;
+        }
+        if !self.node_info {
+            status.node_info = None;
+        }
+        if !self.capacity {
+            status.capacity = None;
+        }
+    }
+}
+
+/// Pushes a node's status; `only` limits it to what a patch set.
 async fn write_status(
     s: &AppState,
     name: String,
     node: KubeNode,
-    only: Option<Vec<String>>,
+    only: Option<PatchedFields>,
 ) -> Response {
     if node.metadata.name.as_deref().is_some_and(|n| n != name) {
         return status_error(
@@ -162,14 +233,19 @@ async fn write_status(
             ),
         );
     }
+    if only.is_none() {
+        if let Err(e) = kube_input::check_condition_types(&node) {
+            return invalid_fields("Node", &name, vec![e]);
+        }
+    }
     let status = match kube_input::pushed_status(&node) {
         Ok(mut status) => {
-            if let Some(types) = &only {
-                status.conditions.retain(|c| types.contains(&c.kind));
+            if let Some(only) = &only {
+                only.keep_only(&mut status);
             }
             status
         }
-        Err(e) => return invalid("Node", &name, e),
+        Err(causes) => return invalid_fields("Node", &name, causes),
     };
     let expected = match kube_input::expected_version(&node.metadata) {
         Ok(v) => v,
@@ -213,11 +289,18 @@ pub(crate) async fn patch_status(
         Ok(c) => c,
         Err(r) => return r,
     };
+    // Bounded before merging: a merge by type costs the product of the two lists.
+    let patch: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let only = PatchedFields::of(&patch);
+    if let Err(e) =
+        crate::validation::extra_conditions([], only.conditions.iter().map(String::as_str))
+    {
+        return invalid_fields("Node", &name, vec![e]);
+    }
     match patched::<KubeNode>(&headers, &body, current) {
         // The patch applies to the current object; its version is not a precondition.
         Ok(mut node) => {
             node.metadata.resource_version = None;
-            let only = patched_condition_types(&body).unwrap_or_default();
             write_status(&s, name, node, Some(only)).await
         }
         Err(r) => r,
@@ -241,7 +324,7 @@ pub(crate) async fn create_node(
     }
     let (spec, status) = match kube_input::node_registration(&node) {
         Ok(parts) => parts,
-        Err(e) => return invalid("Node", &name, e),
+        Err(causes) => return invalid_fields("Node", &name, causes),
     };
     match s.controller.register(spec, status).await {
         Ok(node) => (StatusCode::CREATED, Json(crate::kube::node(&node, None))).into_response(),

@@ -642,3 +642,124 @@ mod tests {
         );
     }
 }
+
+/// Selectors from anywhere: no panic, bounded work, errors that say what
+/// failed, and every selector printed from requirements reads back as them.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn label_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,20}[a-zA-Z0-9])?",
+            Just("in".to_string()),
+            Just("notin".to_string()),
+        ]
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        (
+            prop::option::of("[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?(\\.[a-z0-9]{1,5}){0,2}"),
+            label_name(),
+        )
+            .prop_map(|(prefix, name)| match prefix {
+                Some(p) => format!("{p}/{name}"),
+                None => name,
+            })
+    }
+
+    fn op() -> impl Strategy<Value = LabelOp> {
+        let value = || prop_oneof![Just(String::new()), label_name()];
+        let values = || prop::collection::vec(label_name(), 1..4);
+        prop_oneof![
+            value().prop_map(LabelOp::Equals),
+            value().prop_map(LabelOp::NotEquals),
+            values().prop_map(LabelOp::In),
+            values().prop_map(LabelOp::NotIn),
+            Just(LabelOp::Exists),
+            Just(LabelOp::DoesNotExist),
+            any::<i64>().prop_map(LabelOp::GreaterThan),
+            any::<i64>().prop_map(LabelOp::LessThan),
+        ]
+    }
+
+    /// A selector as kubectl would write it.
+    fn print(requirements: &[Requirement]) -> String {
+        requirements
+            .iter()
+            .map(|r| {
+                let k = &r.key;
+                match &r.op {
+                    LabelOp::Equals(v) => format!("{k}={v}"),
+                    LabelOp::NotEquals(v) => format!("{k} != {v}"),
+                    LabelOp::In(vs) => format!("{k} in ({})", vs.join(", ")),
+                    LabelOp::NotIn(vs) => format!("{k} notin ({})", vs.join(",")),
+                    LabelOp::Exists => k.clone(),
+                    LabelOp::DoesNotExist => format!("!{k}"),
+                    LabelOp::GreaterThan(n) => format!("{k}>{n}"),
+                    LabelOp::LessThan(n) => format!("{k} < {n}"),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_selectors_never_panic(s in "\\PC{0,60}", t in "[a-z=!(),<> .\\\\/0-9-]{0,60}") {
+            for text in [&s, &t] {
+                if let Err(e) = LabelSelector::parse(text) {
+                    prop_assert!(e.starts_with("unable to parse label selector"), "{e}");
+                }
+                if let Ok(f) = FieldSelector::parse(text) {
+                    let _ = f.check_fields(&["metadata.name"]);
+                    let _ = f.matches(|_| Some("x"));
+                } else if let Err(e) = FieldSelector::parse(text) {
+                    prop_assert!(e.starts_with("invalid"), "{e}");
+                }
+            }
+        }
+
+        #[test]
+        fn printed_selectors_read_back(
+            requirements in prop::collection::vec((key(), op()).prop_map(|(key, op)| Requirement { key, op }), 0..6)
+        ) {
+            let text = print(&requirements);
+            let parsed = LabelSelector::parse(&text).map_err(TestCaseError::fail)?;
+            prop_assert_eq!(parsed.requirements, requirements, "{}", text);
+        }
+
+        #[test]
+        fn field_values_escape_and_read_back(value in "\\PC{0,20}", equal in any::<bool>()) {
+            let escaped: String = value
+                .chars()
+                .flat_map(|c| match c {
+                    '\\' | ',' | '=' => vec!['\\', c],
+                    c => vec![c],
+                })
+                .collect();
+            let op = if equal { "==" } else { "!=" };
+            let s = FieldSelector::parse(&format!("metadata.name{op}{escaped},spec.unschedulable=true"))
+                .map_err(TestCaseError::fail)?;
+            prop_assert_eq!(s.terms.len(), 2);
+            prop_assert_eq!(&s.terms[0].value, &value);
+            prop_assert_eq!(s.terms[0].equal, equal);
+        }
+    }
+
+    #[test]
+    fn long_selectors_take_linear_work() {
+        let many = vec!["a=b"; 100_000].join(",");
+        assert_eq!(
+            LabelSelector::parse(&many).unwrap().requirements.len(),
+            100_000
+        );
+        let wide = format!("k in ({})", vec!["v"; 100_000].join(","));
+        assert!(LabelSelector::parse(&wide).is_ok());
+        let fields = vec!["metadata.name=x"; 100_000].join(",");
+        assert_eq!(FieldSelector::parse(&fields).unwrap().terms.len(), 100_000);
+        let unsplit = "x".repeat(1_000_000);
+        assert!(FieldSelector::parse(&unsplit).is_err());
+    }
+}

@@ -1,34 +1,88 @@
-//! Serving the router over TCP or TLS: a connection cap, header-read and handshake timeouts, backed-off accept errors and a bounded graceful shutdown.
+//! Serving the router over TCP or TLS, in HTTP/1.1 and HTTP/2 (ALPN `h2`
+//! over TLS, prior knowledge on plain connections): a connection cap that
+//! closes the longest-idle connection to make room, header-read, idle and
+//! handshake timeouts, HTTP/2 pings and stream limits, backed-off accept
+//! errors and a bounded graceful shutdown.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::connections::{Connection, Connections, Slot, WatchedIo};
+use crate::metrics::Metrics;
+
 /// How connections are accepted and served.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServeConfig {
-    /// Connections served at once; further clients wait in the listen backlog.
+    /// Connections open at once. At the cap, the connection idle the
+    /// longest is closed to make room for a new one; when none is idle, new
+    /// clients wait in the listen backlog.
     pub max_connections: usize,
-    /// How long a client may take to send a request's headers, counted from
-    /// the moment the server waits for them (also between keep-alive requests).
+    /// How long a client may take to send a request's headers, counted
+    /// from their first byte (for a new connection, from the connect).
     pub header_read_timeout: Duration,
+    /// How long a kept-alive HTTP/1.1 connection may sit idle between
+    /// requests. (HTTP/2 connections stay while they answer pings.)
+    pub idle_timeout: Duration,
     /// How long a client may take to finish the TLS handshake.
     pub tls_handshake_timeout: Duration,
     /// After shutdown, how long in-flight requests (watches included) may go on.
     pub shutdown_grace: Duration,
+    pub http2: Http2Config,
+    /// Where connection counts go, if anywhere.
+    pub metrics: Option<Arc<Metrics>>,
+}
+
+/// HTTP/2 settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Config {
+    /// Requests (streams) one connection may have in flight.
+    pub max_concurrent_streams: u32,
+    /// A ping after this long without a frame from the client...
+    pub keep_alive_interval: Duration,
+    /// ...which must be answered within this long, or the connection closes.
+    pub keep_alive_timeout: Duration,
+    /// The largest header block a client may send, in bytes.
+    pub max_header_list_size: u32,
+}
+
+impl Default for Http2Config {
+    fn default() -> Self {
+        Http2Config {
+            // Go's (and so kube-apiserver's) default.
+            max_concurrent_streams: 250,
+            keep_alive_interval: Duration::from_secs(30),
+            keep_alive_timeout: Duration::from_secs(20),
+            max_header_list_size: 64 << 10,
+        }
+    }
+}
+
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("max_connections", &self.max_connections)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("tls_handshake_timeout", &self.tls_handshake_timeout)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("http2", &self.http2)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ServeConfig {
@@ -36,8 +90,13 @@ impl Default for ServeConfig {
         ServeConfig {
             max_connections: 4096,
             header_read_timeout: Duration::from_secs(10),
+            // Longer than a kubelet's 10s between Lease renewals, so its one
+            // connection stays open; shorter than most clients' pools keep one.
+            idle_timeout: Duration::from_secs(90),
             tls_handshake_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(5),
+            http2: Http2Config::default(),
+            metrics: None,
         }
     }
 }
@@ -53,6 +112,11 @@ impl ServeConfig {
         self
     }
 
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = d;
+        self
+    }
+
     pub fn tls_handshake_timeout(mut self, d: Duration) -> Self {
         self.tls_handshake_timeout = d;
         self
@@ -60,6 +124,16 @@ impl ServeConfig {
 
     pub fn shutdown_grace(mut self, d: Duration) -> Self {
         self.shutdown_grace = d;
+        self
+    }
+
+    pub fn http2(mut self, http2: Http2Config) -> Self {
+        self.http2 = http2;
+        self
+    }
+
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 }
@@ -86,19 +160,11 @@ pub async fn serve_with(
     shutdown: CancellationToken,
 ) -> io::Result<()> {
     let acceptor = tls.map(TlsAcceptor::from);
+    let connections = Connections::new(config.max_connections, config.metrics.clone());
     let config = Arc::new(config);
-    let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
-    let connections = TaskTracker::new();
+    let tasks = TaskTracker::new();
     let mut backoff = AcceptBackoff::default();
     loop {
-        // Take a slot before accepting, so a full server leaves clients in the backlog.
-        let permit = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-        };
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => accepted,
@@ -121,35 +187,45 @@ pub async fn serve_with(
             }
         };
         let _ = tcp.set_nodelay(true);
-        connections.spawn(serve_connection(
+        // Serve it once there is room; meanwhile nothing else is accepted,
+        // so a server whose every connection is busy leaves new clients in
+        // the backlog.
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = connections.room() => {}
+        }
+        let slot = connections.admit();
+        tasks.spawn(serve_connection(
             tcp,
             peer,
             acceptor.clone(),
             router.clone(),
             config.clone(),
             shutdown.clone(),
-            permit,
+            slot,
         ));
     }
     // Closing the listener refuses new clients while the old ones drain.
     drop(listener);
-    connections.close();
+    tasks.close();
     // Each connection bounds its own drain; this only guards against a bug there.
     let backstop = config.shutdown_grace + Duration::from_secs(1);
-    if tokio::time::timeout(backstop, connections.wait())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(backstop, tasks.wait()).await.is_err() {
         tracing::warn!(
             "{} connections still open after shutdown; leaving them",
-            connections.len()
+            tasks.len()
         );
     }
     Ok(())
 }
 
-/// One connection: the TLS handshake if any, then HTTP/1.1 until the client
-/// leaves, a timeout closes it, or shutdown's grace runs out.
+/// The HTTP/2 connection preface a client speaking it with prior knowledge
+/// sends first.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// One connection: the TLS handshake if any, the protocol (ALPN, or the
+/// HTTP/2 preface on a plain connection), then requests until the client
+/// leaves, a timeout closes it, it is evicted, or shutdown's grace runs out.
 async fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
@@ -157,14 +233,30 @@ async fn serve_connection(
     router: Router,
     config: Arc<ServeConfig>,
     shutdown: CancellationToken,
-    _permit: OwnedSemaphorePermit,
+    slot: Slot,
 ) {
     let Some(acceptor) = acceptor else {
-        return serve_http(tcp, peer, router, &config, &shutdown).await;
+        // hyper-util's auto builder sniffs the preface too, but without a
+        // timeout: a silent client would hold its slot for ever.
+        let http2 = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = slot.close.cancelled() => return,
+            sniffed = sniff_http2(&tcp, config.header_read_timeout) => match sniffed {
+                Some(http2) => http2,
+                None => return,
+            },
+        };
+        // Boxed, as below: each connection's task then holds only the state
+        // of the protocol and transport it uses.
+        return Box::pin(serve_http(
+            tcp, http2, peer, router, &config, &shutdown, &slot,
+        ))
+        .await;
     };
     let handshake = tokio::time::timeout(config.tls_handshake_timeout, acceptor.accept(tcp));
     let tls = tokio::select! {
         _ = shutdown.cancelled() => return,
+        _ = slot.close.cancelled() => return,
         handshake = handshake => match handshake {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
@@ -177,40 +269,171 @@ async fn serve_connection(
             }
         },
     };
-    serve_http(tls, peer, router, &config, &shutdown).await
+    let http2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    Box::pin(serve_http(
+        tls, http2, peer, router, &config, &shutdown, &slot,
+    ))
+    .await
+}
+
+/// Whether a plain connection opens with the HTTP/2 preface; `None` if it
+/// closed or sent nothing decisive within `timeout`.
+async fn sniff_http2(tcp: &TcpStream, timeout: Duration) -> Option<bool> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut buf = [0u8; H2_PREFACE.len()];
+    loop {
+        let n = tokio::time::timeout_at(deadline, tcp.peek(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        if buf[..n] != H2_PREFACE[..n] {
+            return Some(false);
+        }
+        if n == H2_PREFACE.len() {
+            return Some(true);
+        }
+        // A partial preface: peeking again would return the same bytes at
+        // once, so give the rest a moment to arrive.
+        tokio::time::timeout_at(deadline, tokio::time::sleep(Duration::from_millis(10)))
+            .await
+            .ok()?;
+    }
+}
+
+/// A served connection of either protocol.
+trait ServedConnection: Future<Output = Result<(), hyper::Error>> {
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S> ServedConnection for hyper::server::conn::http1::Connection<I, S>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        hyper::server::conn::http1::Connection::graceful_shutdown(self)
+    }
+}
+
+impl<I, S, B> ServedConnection for hyper::server::conn::http2::Connection<I, S, TokioExecutor>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    TokioExecutor: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        hyper::server::conn::http2::Connection::graceful_shutdown(self)
+    }
 }
 
 async fn serve_http<I>(
     io: I,
+    http2: bool,
     peer: SocketAddr,
     router: Router,
     config: &ServeConfig,
     shutdown: &CancellationToken,
+    slot: &Slot,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let connection = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout)
-        .serve_connection(TokioIo::new(io), TowerToHyperService::new(router));
-    let mut connection = std::pin::pin!(connection);
-    let result = tokio::select! {
-        result = connection.as_mut() => result,
-        _ = shutdown.cancelled() => {
-            // Idle connections close now; a request in flight may finish, a watch
-            // is cut when the grace runs out.
-            connection.as_mut().graceful_shutdown();
-            match tokio::time::timeout(config.shutdown_grace, connection.as_mut()).await {
-                Ok(result) => result,
-                Err(_) => {
-                    tracing::debug!(%peer, "connection cut at shutdown after {:?}", config.shutdown_grace);
-                    return;
-                }
-            }
+    let connection: Arc<Connection> = Arc::clone(slot);
+    let io = TokioIo::new(WatchedIo::new(
+        io,
+        connection.clone(),
+        config.header_read_timeout,
+        config.idle_timeout,
+    ));
+    let service = counted_service(router, connection.clone());
+    if http2 {
+        connection.set_http2();
+        let h2 = &config.http2;
+        let served = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(h2.max_concurrent_streams)
+            .keep_alive_interval(h2.keep_alive_interval)
+            .keep_alive_timeout(h2.keep_alive_timeout)
+            .max_header_list_size(h2.max_header_list_size)
+            .serve_connection(io, service);
+        Box::pin(drive(served, peer, config, shutdown, &connection)).await
+    } else {
+        let served = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            // `WatchedIo` keeps the header and idle deadlines (hyper's own
+            // header timer would also run while idle, cutting kept-alive
+            // connections after the header timeout).
+            .header_read_timeout(None)
+            .serve_connection(io, service);
+        Box::pin(drive(served, peer, config, shutdown, &connection)).await
+    }
+}
+
+/// The router as a hyper service that counts each request on its
+/// connection until the response body is sent.
+fn counted_service(
+    router: Router,
+    connection: Arc<Connection>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
+> + Clone {
+    let router = TowerToHyperService::new(router);
+    hyper::service::service_fn(move |request| {
+        let activity = connection.begin_request();
+        let answer = hyper::service::Service::call(&router, request);
+        async move {
+            let response = answer.await?;
+            Ok(super::limits::hold_until_sent(response, activity))
         }
+    })
+}
+
+/// Polls a connection to its end, closing it gracefully when it is evicted
+/// or the server shuts down. (Its deadlines are kept by [`WatchedIo`].)
+async fn drive<C: ServedConnection>(
+    served: C,
+    peer: SocketAddr,
+    config: &ServeConfig,
+    shutdown: &CancellationToken,
+    connection: &Connection,
+) {
+    let mut served = std::pin::pin!(served);
+    let result = tokio::select! {
+        result = served.as_mut() => result,
+        // Evicted while idle: the same as an idle timeout.
+        _ = connection.close.cancelled() => close_gracefully(served.as_mut(), config.shutdown_grace, peer).await,
+        // Idle connections close now; a request in flight may finish, a
+        // watch is cut when the grace runs out.
+        _ = shutdown.cancelled() => close_gracefully(served.as_mut(), config.shutdown_grace, peer).await,
     };
     if let Err(e) = result {
         tracing::debug!(%peer, "connection ended: {e}");
+    }
+}
+
+async fn close_gracefully<C: ServedConnection>(
+    mut served: Pin<&mut C>,
+    grace: Duration,
+    peer: SocketAddr,
+) -> Result<(), hyper::Error> {
+    served.as_mut().graceful_shutdown();
+    match tokio::time::timeout(grace, served).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::debug!(%peer, "connection cut after {grace:?}");
+            Ok(())
+        }
     }
 }
 
@@ -280,8 +503,8 @@ pub fn tls_config(cert_file: &str, key_file: &str) -> Result<Arc<rustls::ServerC
                 "--tls-cert-file {cert_file} and --tls-private-key-file {key_file} do not make a usable pair: {e}"
             )
         })?;
-    // HTTP/1.1 only: no HTTP/2 stack is built in.
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 first, as kube-apiserver offers it.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 
@@ -330,12 +553,14 @@ mod tests {
     /// How long any wait in these tests may take before it fails.
     const DEADLINE: Duration = Duration::from_secs(10);
 
-    fn app() -> Router {
+    /// `/forever` adds a permit to `entered` when a request reaches it.
+    fn app(entered: Arc<tokio::sync::Semaphore>) -> Router {
         Router::new()
             .route("/healthz", get(|| async { "ok" }))
             .route(
                 "/forever",
-                get(|| async {
+                get(move || async move {
+                    entered.add_permits(1);
                     std::future::pending::<()>().await;
                     "never"
                 }),
@@ -346,17 +571,32 @@ mod tests {
         addr: SocketAddr,
         shutdown: CancellationToken,
         done: tokio::task::JoinHandle<io::Result<()>>,
+        forever_entered: Arc<tokio::sync::Semaphore>,
+    }
+
+    impl Running {
+        /// Waits until a request has reached `/forever`.
+        async fn forever_reached(&self) {
+            tokio::time::timeout(DEADLINE, self.forever_entered.acquire())
+                .await
+                .expect("the request reaches its handler")
+                .unwrap()
+                .forget();
+        }
     }
 
     async fn start(config: ServeConfig, tls: Option<Arc<rustls::ServerConfig>>) -> Running {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
-        let done = tokio::spawn(serve_with(listener, app(), tls, config, shutdown.clone()));
+        let forever_entered = Arc::new(tokio::sync::Semaphore::new(0));
+        let router = app(forever_entered.clone());
+        let done = tokio::spawn(serve_with(listener, router, tls, config, shutdown.clone()));
         Running {
             addr,
             shutdown,
             done,
+            forever_entered,
         }
     }
 
@@ -402,10 +642,6 @@ mod tests {
             .unwrap();
         read_to_close(&mut slow).await;
 
-        // An idle keep-alive connection is closed after answering.
-        let mut idle = TcpStream::connect(server.addr).await.unwrap();
-        assert!(healthz(&mut idle).await.starts_with("HTTP/1.1 200"));
-        read_to_close(&mut idle).await;
         server.shutdown.cancel();
         server.done.await.unwrap().unwrap();
     }
@@ -427,31 +663,207 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn connections_beyond_the_cap_wait_for_a_free_slot() {
+    async fn at_the_cap_an_idle_connection_makes_room_and_busy_ones_do_not() {
         let server = start(ServeConfig::default().max_connections(1), None).await;
-        let mut first = TcpStream::connect(server.addr).await.unwrap();
-        assert!(healthz(&mut first).await.starts_with("HTTP/1.1 200"));
-        // The kernel completes the handshake, but nobody serves the second one yet.
+        let mut idle = TcpStream::connect(server.addr).await.unwrap();
+        assert!(healthz(&mut idle).await.starts_with("HTTP/1.1 200"));
+        // The only slot is idle: the newcomer gets it, the idle one is closed.
         let mut second = TcpStream::connect(server.addr).await.unwrap();
+        assert!(healthz(&mut second).await.starts_with("HTTP/1.1 200"));
+        assert!(read_to_close(&mut idle).await.is_empty());
+
+        // A busy connection keeps its slot; the next client waits for it.
         second
+            .write_all(b"GET /forever HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        server.forever_reached().await;
+        let mut third = TcpStream::connect(server.addr).await.unwrap();
+        third
             .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
             .unwrap();
         let mut buf = [0u8; 64];
+        let early = tokio::time::timeout(Duration::from_millis(300), third.read(&mut buf)).await;
         assert!(
-            tokio::time::timeout(Duration::from_millis(300), second.read(&mut buf))
-                .await
-                .is_err(),
-            "the second connection was served while the first held the only slot"
+            early.is_err(),
+            "the third connection was served while a busy one held the only slot: {early:?} {:?}",
+            String::from_utf8_lossy(&buf)
         );
-        drop(first);
-        let n = tokio::time::timeout(DEADLINE, second.read(&mut buf))
+        drop(second);
+        let n = tokio::time::timeout(DEADLINE, third.read(&mut buf))
             .await
             .expect("served once the slot is free")
             .unwrap();
         assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
         server.shutdown.cancel();
         server.done.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_idle_keep_alive_connection_outlives_the_header_timeout() {
+        let server = start(
+            ServeConfig::default()
+                .header_read_timeout(Duration::from_millis(200))
+                .idle_timeout(Duration::from_millis(1500)),
+            None,
+        )
+        .await;
+        let mut kept = TcpStream::connect(server.addr).await.unwrap();
+        assert!(healthz(&mut kept).await.starts_with("HTTP/1.1 200"));
+        // Idle for longer than the header timeout: still open, still served.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(healthz(&mut kept).await.starts_with("HTTP/1.1 200"));
+        // A request whose headers start but never end is cut after the header timeout.
+        let started = tokio::time::Instant::now();
+        kept.write_all(b"GET /healthz HTTP/1.1\r\nHo")
+            .await
+            .unwrap();
+        assert!(read_to_close(&mut kept).await.is_empty());
+        assert!(started.elapsed() < Duration::from_millis(1200));
+        // And an idle one is closed after the idle timeout.
+        let mut idle = TcpStream::connect(server.addr).await.unwrap();
+        assert!(healthz(&mut idle).await.starts_with("HTTP/1.1 200"));
+        let started = tokio::time::Instant::now();
+        read_to_close(&mut idle).await;
+        assert!(started.elapsed() >= Duration::from_millis(1000));
+        server.shutdown.cancel();
+        server.done.await.unwrap().unwrap();
+    }
+
+    /// Sends `request` raw and reads the whole answer (the server closes).
+    async fn raw(addr: SocketAddr, request: &[u8]) -> String {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request).await.unwrap();
+        String::from_utf8_lossy(&read_to_close(&mut stream).await).into_owned()
+    }
+
+    #[tokio::test]
+    async fn requests_hyper_cannot_parse_get_a_status() {
+        let server = start(ServeConfig::default(), None).await;
+        let long_uri = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(70_000));
+        let many_headers = format!(
+            "GET /healthz HTTP/1.1\r\nHost: x\r\n{}\r\n",
+            (0..200)
+                .map(|i| format!("x-h{i}: v\r\n"))
+                .collect::<String>()
+        );
+        for (request, code, reason) in [
+            (long_uri.as_bytes(), "414", "RequestURITooLong"),
+            (
+                many_headers.as_bytes(),
+                "431",
+                "RequestHeaderFieldsTooLarge",
+            ),
+            (
+                &b"GET /\xff\x01 HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+                "400",
+                "BadRequest",
+            ),
+        ] {
+            let answer = raw(server.addr, request).await;
+            assert!(answer.starts_with(&format!("HTTP/1.1 {code} ")), "{answer}");
+            let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+            let status: serde_json::Value =
+                serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+            assert_eq!(status["kind"], "Status", "{answer}");
+            assert_eq!(status["reason"], reason, "{answer}");
+            assert_eq!(status["code"].to_string(), code, "{answer}");
+        }
+        server.shutdown.cancel();
+        server.done.await.unwrap().unwrap();
+    }
+
+    /// A GET over HTTP/2 on `io`; the status and the body.
+    async fn h2_get<I>(io: I, paths: &[&str]) -> Vec<(u16, String)>
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        use http_body_util::BodyExt;
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        // All at once, over the one connection.
+        let requests = paths.iter().map(|path| {
+            let request = hyper::Request::get(format!("http://x{path}"))
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap();
+            sender.send_request(request)
+        });
+        let mut answers = Vec::new();
+        for response in futures_util::future::join_all(requests).await {
+            let response = response.unwrap();
+            assert_eq!(response.version(), hyper::Version::HTTP_2);
+            let code = response.status().as_u16();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            answers.push((code, String::from_utf8_lossy(&body).into_owned()));
+        }
+        answers
+    }
+
+    #[tokio::test]
+    async fn http2_with_prior_knowledge_on_a_plain_connection() {
+        let server = start(ServeConfig::default(), None).await;
+        let tcp = TcpStream::connect(server.addr).await.unwrap();
+        let answers = h2_get(tcp, &["/healthz", "/healthz", "/healthz"]).await;
+        assert_eq!(answers, vec![(200, "ok".to_string()); 3]);
+        // HTTP/1.1 on the same port still works.
+        let mut h1 = TcpStream::connect(server.addr).await.unwrap();
+        assert!(healthz(&mut h1).await.starts_with("HTTP/1.1 200"));
+        server.shutdown.cancel();
+        server.done.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn over_tls_alpn_chooses_http2_or_http1() {
+        let (cert, key) = test_cert_files();
+        let tls = tls_config(&cert.1, &key).unwrap();
+        let server = start(ServeConfig::default(), Some(tls)).await;
+        let connect = |alpn: &[&[u8]]| {
+            let mut roots = rustls::RootCertStore::empty();
+            let pem = std::fs::read(&cert.1).unwrap();
+            for c in CertificateDer::pem_slice_iter(&pem) {
+                roots.add(c.unwrap()).unwrap();
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+            let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+            let addr = server.addr;
+            async move {
+                let tcp = TcpStream::connect(addr).await.unwrap();
+                let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+                connector.connect(name, tcp).await.unwrap()
+            }
+        };
+        let h2 = connect(&[b"h2", b"http/1.1"]).await;
+        assert_eq!(h2.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        assert_eq!(h2_get(h2, &["/healthz"]).await, [(200, "ok".to_string())]);
+
+        let mut h1 = connect(&[b"http/1.1"]).await;
+        assert_eq!(h1.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+        h1.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(DEADLINE, h1.read_to_end(&mut answer))
+            .await
+            .unwrap()
+            .ok();
+        assert!(
+            answer.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        server.shutdown.cancel();
+        server.done.await.unwrap().unwrap();
+        drop(cert.0);
     }
 
     #[tokio::test]
@@ -468,8 +880,7 @@ mod tests {
             .write_all(b"GET /forever HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
             .unwrap();
-        // Let the request reach its handler before shutting down.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        server.forever_reached().await;
         let started = tokio::time::Instant::now();
         server.shutdown.cancel();
         read_to_close(&mut idle).await;

@@ -419,6 +419,7 @@ mod tests {
             resource_version: 7,
             source: "static".into(),
             labels: BTreeMap::from([("node-role.kubernetes.io/edge".into(), "".into())]),
+            annotations: BTreeMap::new(),
             external_id: String::new(),
             provider_id: String::new(),
             capacity: Resources::default(),

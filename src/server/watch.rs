@@ -296,7 +296,8 @@ async fn stream_events(
                 (
                     EventKind::ConditionChanged { .. }
                     | EventKind::AddressesChanged { .. }
-                    | EventKind::TaintsChanged { .. },
+                    | EventKind::TaintsChanged { .. }
+                    | EventKind::OperatorChanged { .. },
                     Some(_),
                     Some(node),
                 ) => ("MODIFIED", node.clone()),

@@ -2,28 +2,38 @@
 //! creates and renews its Lease, patches its node status, and registers itself
 //! when asked and unknown.
 //!
-//! Every node runs two loops (Lease renewals and status updates), started at
-//! `i * interval / N` so a large fleet pushes evenly instead of in bursts. All
-//! of them share one pooled HTTP client and a bound on requests in flight. A
-//! node pushes while `up`, `slow` or `sick` (Ready=False); a `down` or `hang`
-//! kubelet pushes nothing. Bodies are written as JSON by hand: they are what a
-//! kubelet puts on the wire, and a strategic-merge patch has no typed form.
+//! Every node is one task that holds its own kept-alive connection to the
+//! controller, opened from the node's own address when the controller is on
+//! loopback, as each real kubelet holds its own; no connection is shared with
+//! another node. Lease renewals and status updates are started at
+//! `i * interval / N` so a large fleet pushes evenly instead of in bursts, and
+//! a change of the node's state is reported at once. A node pushes while
+//! `up`, `slow` or `sick` (Ready=False); a `down` or `hang` kubelet pushes
+//! nothing. Bodies are written as JSON by hand: they are what a kubelet puts
+//! on the wire, and a strategic-merge patch has no typed form.
 
 use std::fmt;
 use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, USER_AGENT};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
 use jiff::{SignedDuration, Timestamp};
-use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
-use reqwest::{Method, StatusCode};
+use rustls::pki_types::ServerName;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tokio::sync::Semaphore;
+use tokio::net::TcpSocket;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio_rustls::TlsConnector;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -35,8 +45,6 @@ use super::KubeletState;
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// What kubelets write into `spec.leaseDurationSeconds`.
 pub const LEASE_DURATION_SECONDS: i32 = 40;
-/// Requests in flight at once, over the whole fleet.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 /// A clock further off than this is a typo, and would leave jiff's range.
 const MAX_CLOCK_SKEW: SignedDuration = SignedDuration::from_hours(24 * 1000);
 /// Answers are small Statuses or objects; the rest is not read.
@@ -49,6 +57,7 @@ const NODES_PATH: &str = "/api/v1/nodes";
 const JSON: &str = "application/json";
 const STRATEGIC_MERGE: &str = "application/strategic-merge-patch+json";
 const SIM_KUBELET_VERSION: &str = concat!("v1.33.0-nodekeeper-sim.", env!("CARGO_PKG_VERSION"));
+const SIM_USER_AGENT: &str = concat!("nodekeeper-sim/", env!("CARGO_PKG_VERSION"));
 
 /// How a fleet pushes to a controller.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,8 +74,6 @@ pub struct PushConfig {
     pub register: bool,
     /// Sent as `Authorization: Bearer ...` with every request.
     pub token: Option<BearerToken>,
-    /// Requests in flight at once, over the whole fleet.
-    pub max_in_flight: usize,
     /// Limit on opening a connection.
     pub connect_timeout: Duration,
     /// Limit on one whole request, answer included.
@@ -83,7 +90,6 @@ impl PushConfig {
             clock_skew: SignedDuration::ZERO,
             register: false,
             token: None,
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
         }
@@ -91,7 +97,7 @@ impl PushConfig {
 
     /// Checks every field; the CLI calls this before anything is bound.
     pub fn validate(&self) -> Result<(), PushSetupError> {
-        base_url(&self.url)?;
+        Endpoint::parse(&self.url)?;
         for (flag, d) in [
             ("--lease-renew-interval", self.lease_renew_interval),
             ("--status-update-interval", self.status_update_interval),
@@ -101,11 +107,6 @@ impl PushConfig {
             if d.is_zero() {
                 return Err(PushSetupError::Zero { what: flag });
             }
-        }
-        if self.max_in_flight == 0 {
-            return Err(PushSetupError::Zero {
-                what: "--push-concurrency",
-            });
         }
         if self.clock_skew.abs() > MAX_CLOCK_SKEW {
             return Err(PushSetupError::ClockSkew(self.clock_skew));
@@ -160,29 +161,73 @@ pub enum PushSetupError {
     EmptyToken { path: PathBuf },
     #[error("the bearer token cannot be sent as an HTTP header (it holds control characters)")]
     BadToken,
-    #[error("cannot set up the HTTP client for pushing: {0}")]
-    Client(#[source] reqwest::Error),
+    #[error("--push {url:?}: cannot find the address of {host}: {reason}")]
+    Resolve {
+        url: String,
+        host: String,
+        reason: String,
+    },
+    #[error("cannot set up TLS for pushing to {url}: {reason}")]
+    Tls { url: String, reason: String },
     #[error("the fleet already pushes")]
     AlreadyPushing,
 }
 
-/// `url` without a trailing slash, checked to be an http(s) base URL.
-fn base_url(url: &str) -> Result<String, PushSetupError> {
-    let bad = |reason: &str| PushSetupError::BadUrl {
-        url: url.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let parsed = reqwest::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(bad("the scheme must be http or https"));
+/// Where the pushes go: the parts of the `--push` URL, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Endpoint {
+    https: bool,
+    host: String,
+    port: u16,
+    /// The URL's path without a trailing slash ("" for none): requests go below it.
+    prefix: String,
+}
+
+impl Endpoint {
+    fn parse(url: &str) -> Result<Endpoint, PushSetupError> {
+        let bad = |reason: &str| PushSetupError::BadUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let parsed = reqwest::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+        let https = match parsed.scheme() {
+            "http" => false,
+            "https" => true,
+            _ => return Err(bad("the scheme must be http or https")),
+        };
+        let host = match parsed.host_str() {
+            // An IPv6 literal comes bracketed, as it is written in the URL.
+            Some(h) if !h.is_empty() => h.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            _ => return Err(bad("no host")),
+        };
+        if parsed.query().is_some() || parsed.fragment().is_some() {
+            return Err(bad("a base URL has no query or fragment"));
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err(bad("credentials go in --push-token-file, not in the URL"));
+        }
+        Ok(Endpoint {
+            https,
+            port: parsed.port_or_known_default().unwrap_or(80),
+            host,
+            prefix: parsed.path().trim_end_matches('/').to_owned(),
+        })
     }
-    if parsed.host_str().is_none_or(str::is_empty) {
-        return Err(bad("no host"));
+
+    /// The `Host` header.
+    fn authority(&self) -> String {
+        let default = if self.https { 443 } else { 80 };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        if self.port == default {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
     }
-    if parsed.query().is_some() || parsed.fragment().is_some() {
-        return Err(bad("a base URL has no query or fragment"));
-    }
-    Ok(url.trim_end_matches('/').to_owned())
 }
 
 /// Parses `--clock-skew`: a duration such as `3h` or `-5h30m`.
@@ -208,12 +253,25 @@ pub struct PushStats {
     pub sent: u64,
     /// Requests without a successful answer (no answer, or refused).
     pub failed: u64,
+    /// Of `failed`, those the controller answered with an error status.
+    #[serde(default)]
+    pub refused: u64,
     /// Lease creations and renewals accepted.
     pub leases: u64,
     /// Node status updates accepted.
     pub statuses: u64,
     /// Nodes registered by the fleet.
     pub registrations: u64,
+    /// Connections opened to the controller (one per node while they stay up).
+    #[serde(default)]
+    pub connections: u64,
+    /// Changes of a node's state reported and accepted.
+    #[serde(default)]
+    pub changes: u64,
+    /// The longest time from a node's change of state to the accepted
+    /// status update that reported it, in milliseconds.
+    #[serde(default)]
+    pub change_latency_max_ms: u64,
     /// The newest failure, as `METHOD path: what happened`.
     pub last_error: Option<String>,
 }
@@ -222,33 +280,45 @@ pub struct PushStats {
 struct Counters {
     sent: AtomicU64,
     failed: AtomicU64,
+    refused: AtomicU64,
     leases: AtomicU64,
     statuses: AtomicU64,
     registrations: AtomicU64,
+    connections: AtomicU64,
+    changes: AtomicU64,
+    change_latency_max_ms: AtomicU64,
     last_error: Mutex<Option<String>>,
 }
 
-/// What the pushing loops share: configuration, client, bound, counters.
+/// What every node's pushing shares: configuration, where to connect, counters.
 pub(super) struct Pusher {
-    base: String,
+    endpoint: Endpoint,
+    /// The controller's address, looked up once.
+    address: SocketAddr,
+    /// The `Host` header.
+    authority: HeaderValue,
+    tls: Option<(TlsConnector, ServerName<'static>)>,
     config: PushConfig,
-    client: reqwest::Client,
     authorization: Option<HeaderValue>,
-    in_flight: Semaphore,
     counters: Counters,
     warned_unknown: AtomicBool,
     warned_refused: AtomicBool,
+    /// Connection tasks run here, so the fleet waits for them on stop.
+    tracker: TaskTracker,
     shutdown: CancellationToken,
 }
 
 impl fmt::Debug for Pusher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pusher").field("url", &self.base).finish()
+        f.debug_struct("Pusher")
+            .field("url", &self.config.url)
+            .finish()
     }
 }
 
-/// Starts pushing for every node: two loops each, spread over their
-/// intervals, plus the logger of the counters. All stop with `shutdown`.
+/// Starts pushing for every node (one task and one connection each,
+/// spread over the intervals) plus the logger of the counters. All stop with
+/// `shutdown`.
 pub(super) fn start(
     config: PushConfig,
     nodes: &[Arc<Node>],
@@ -256,25 +326,30 @@ pub(super) fn start(
     shutdown: CancellationToken,
 ) -> Result<Arc<Pusher>, PushSetupError> {
     config.validate()?;
-    let pusher = Arc::new(Pusher::new(config, shutdown)?);
+    let pusher = Arc::new(Pusher::new(config, tracker.clone(), shutdown)?);
     let now = Instant::now();
     let lease = pusher.config.lease_renew_interval;
     let status = pusher.config.status_update_interval;
     for (i, node) in nodes.iter().enumerate() {
         let first_lease = now + start_offset(i, nodes.len(), lease);
-        let first_status = now + start_offset(i, nodes.len(), status);
-        tracker.spawn(lease_loop(pusher.clone(), node.clone(), first_lease));
-        tracker.spawn(status_loop(pusher.clone(), node.clone(), first_status));
+        // A kubelet's status loop does not run in step with its Lease loop.
+        let first_status = now + start_offset(i, nodes.len(), status) + status / 2;
+        tracker.spawn(node_loop(
+            pusher.clone(),
+            node.clone(),
+            first_lease,
+            first_status,
+        ));
     }
     tracker.spawn(report_loop(pusher.clone()));
     tracing::info!(
-        url = %pusher.base,
+        url = %pusher.config.url,
         nodes = nodes.len(),
         lease_renew_interval = ?lease,
         status_update_interval = ?status,
         clock_skew = %format_args!("{:#}", pusher.config.clock_skew),
         register = pusher.config.register,
-        "simulated kubelets push"
+        "simulated kubelets push, one connection each"
     );
     Ok(pusher)
 }
@@ -297,37 +372,54 @@ fn pushes(state: KubeletState) -> bool {
     !matches!(state, KubeletState::Down | KubeletState::Hang)
 }
 
-/// Renews the node's Lease every interval while its kubelet runs.
-async fn lease_loop(pusher: Arc<Pusher>, node: Arc<Node>, first: Instant) {
-    let mut ticks = ticks(first, pusher.config.lease_renew_interval);
-    let mut created = false;
-    // Ends on shutdown; each turn is one renewal slot.
-    loop {
-        tokio::select! {
-            biased;
-            _ = pusher.shutdown.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
-        if pushes(*node.state.borrow()) {
-            pusher.renew_lease(&node.name, &mut created).await;
-        }
-    }
-}
-
-/// Updates the node's status every interval while its kubelet runs.
-async fn status_loop(pusher: Arc<Pusher>, node: Arc<Node>, first: Instant) {
+/// One node's kubelet: renews its Lease and updates its status every
+/// interval, and reports a change of state at once, over its own connection.
+async fn node_loop(
+    pusher: Arc<Pusher>,
+    node: Arc<Node>,
+    first_lease: Instant,
+    first_status: Instant,
+) {
     let info = node_info(&node.name, &uuid::Uuid::new_v4().to_string());
-    let mut ticks = ticks(first, pusher.config.status_update_interval);
-    // Ends on shutdown; each turn is one update slot.
+    let mut link = Link::new(&pusher, &node);
+    let mut lease_ticks = ticks(first_lease, pusher.config.lease_renew_interval);
+    let mut status_ticks = ticks(first_status, pusher.config.status_update_interval);
+    let mut state = node.state.subscribe();
+    state.mark_unchanged();
+    let mut lease_created = false;
+    // When the state last changed, until a status update reports it.
+    let mut changed_at: Option<Instant> = None;
+    // Ends on shutdown; each turn is one renewal, one update, or one change.
     loop {
-        tokio::select! {
+        let renew = tokio::select! {
             biased;
             _ = pusher.shutdown.cancelled() => return,
-            _ = ticks.tick() => {}
+            changed = state.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                changed_at = Some(Instant::now());
+                false
+            }
+            _ = status_ticks.tick() => false,
+            _ = lease_ticks.tick() => true,
+        };
+        let current = *state.borrow_and_update();
+        if !pushes(current) {
+            // Nothing to report until it pushes again; then it reports at once.
+            continue;
         }
-        let state = *node.state.borrow();
-        if let Some(ready) = ready_condition(state, pusher.node_now()) {
-            pusher.update_status(&node, ready, &info).await;
+        if renew {
+            link.renew_lease(&mut lease_created).await;
+            continue;
+        }
+        let Some(ready) = ready_condition(current, pusher.node_now()) else {
+            continue;
+        };
+        if link.update_status(ready, &info).await {
+            if let Some(at) = changed_at.take() {
+                pusher.change_reported(at.elapsed());
+            }
         }
     }
 }
@@ -345,13 +437,23 @@ async fn report_loop(pusher: Arc<Pusher>) {
         tracing::info!(
             sent = s.sent,
             failed = s.failed,
+            refused = s.refused,
             leases = s.leases,
             statuses = s.statuses,
             registrations = s.registrations,
+            connections = s.connections,
             last_error = s.last_error.as_deref().unwrap_or("none"),
             "simulated kubelet pushes so far"
         );
     }
+}
+
+/// Why an exchange failed.
+enum Failure {
+    /// The connection closed before the server answered anything: it
+    /// never took the request up (an idle connection closed under it).
+    NotTaken(String),
+    Other(String),
 }
 
 /// The end of one request.
@@ -385,9 +487,37 @@ impl Answer {
 }
 
 impl Pusher {
-    fn new(config: PushConfig, shutdown: CancellationToken) -> Result<Pusher, PushSetupError> {
+    fn new(
+        config: PushConfig,
+        tracker: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Result<Pusher, PushSetupError> {
         crate::install_crypto_provider();
-        let base = base_url(&config.url)?;
+        let endpoint = Endpoint::parse(&config.url)?;
+        let address = (endpoint.host.as_str(), endpoint.port)
+            .to_socket_addrs()
+            .map_err(|e| e.to_string())
+            .and_then(|mut found| found.next().ok_or_else(|| "no address".to_owned()))
+            .map_err(|reason| PushSetupError::Resolve {
+                url: config.url.clone(),
+                host: endpoint.host.clone(),
+                reason,
+            })?;
+        let authority =
+            HeaderValue::from_str(&endpoint.authority()).map_err(|e| PushSetupError::BadUrl {
+                url: config.url.clone(),
+                reason: e.to_string(),
+            })?;
+        let tls = if endpoint.https {
+            Some(
+                tls_connector(&endpoint).map_err(|reason| PushSetupError::Tls {
+                    url: config.url.clone(),
+                    reason,
+                })?,
+            )
+        } else {
+            None
+        };
         let authorization = match &config.token {
             None => None,
             Some(BearerToken(token)) => {
@@ -397,24 +527,17 @@ impl Pusher {
                 Some(value)
             }
         };
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .http1_only()
-            .pool_max_idle_per_host(config.max_in_flight)
-            .connect_timeout(config.connect_timeout)
-            .timeout(config.request_timeout)
-            .user_agent(concat!("nodekeeper-sim/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(PushSetupError::Client)?;
         Ok(Pusher {
-            base,
-            in_flight: Semaphore::new(config.max_in_flight),
+            endpoint,
+            address,
+            authority,
+            tls,
             config,
-            client,
             authorization,
             counters: Counters::default(),
             warned_unknown: AtomicBool::new(false),
             warned_refused: AtomicBool::new(false),
+            tracker,
             shutdown,
         })
     }
@@ -425,9 +548,13 @@ impl Pusher {
         PushStats {
             sent: c.sent.load(Ordering::Relaxed),
             failed: c.failed.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
             leases: c.leases.load(Ordering::Relaxed),
             statuses: c.statuses.load(Ordering::Relaxed),
             registrations: c.registrations.load(Ordering::Relaxed),
+            connections: c.connections.load(Ordering::Relaxed),
+            changes: c.changes.load(Ordering::Relaxed),
+            change_latency_max_ms: c.change_latency_max_ms.load(Ordering::Relaxed),
             last_error: c
                 .last_error
                 .lock()
@@ -453,53 +580,200 @@ impl Pusher {
             .unwrap_or_else(|e| e.into_inner()) = Some(message);
     }
 
-    /// One request, within the bound on requests in flight; the answer's body
-    /// is read up to [`MAX_ANSWER`].
-    async fn send(&self, method: Method, path: String, content_type: &str, body: &Value) -> Sent {
-        let permit = tokio::select! {
-            biased;
-            _ = self.shutdown.cancelled() => return Sent::Stopped,
-            permit = self.in_flight.acquire() => match permit {
-                Ok(p) => p,
-                Err(_) => return Sent::Stopped,
-            },
-        };
-        self.counters.sent.fetch_add(1, Ordering::Relaxed);
-        let mut request = self
-            .client
-            .request(method.clone(), format!("{}{path}", self.base))
-            .header(CONTENT_TYPE, content_type)
-            .body(body.to_string());
-        if let Some(auth) = &self.authorization {
-            request = request.header(AUTHORIZATION, auth.clone());
+    /// A request the controller answered with an error status.
+    fn refused(&self, answer: &Answer) {
+        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+        self.failed(answer.describe());
+    }
+
+    fn change_reported(&self, after: Duration) {
+        let c = &self.counters;
+        c.changes.fetch_add(1, Ordering::Relaxed);
+        let ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+        c.change_latency_max_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+}
+
+/// A TLS client that trusts what the platform trusts, as an HTTPS client does.
+fn tls_connector(endpoint: &Endpoint) -> Result<(TlsConnector, ServerName<'static>), String> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let config = rustls::ClientConfig::builder()
+        .with_platform_verifier()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth();
+    let name = ServerName::try_from(endpoint.host.clone()).map_err(|e| e.to_string())?;
+    Ok((TlsConnector::from(Arc::new(config)), name))
+}
+
+/// One node's connection to the controller, opened when needed and kept
+/// alive between requests.
+struct Link<'a> {
+    pusher: &'a Pusher,
+    node: &'a Node,
+    /// Where the node's connections come from: its own address, when the
+    /// controller is on loopback too (a kubelet connects from its host).
+    source: Option<IpAddr>,
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+impl<'a> Link<'a> {
+    fn new(pusher: &'a Pusher, node: &'a Node) -> Link<'a> {
+        let from = node.address.ip();
+        let source = (pusher.address.ip().is_loopback()
+            && from.is_loopback()
+            && from.is_ipv4() == pusher.address.is_ipv4())
+        .then_some(from);
+        Link {
+            pusher,
+            node,
+            source,
+            sender: None,
         }
+    }
+
+    /// Opens the connection: TCP (and TLS), then an HTTP/1.1 handshake.
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, String> {
+        let p = self.pusher;
+        let address = p.address;
+        let socket = match address {
+            SocketAddr::V4(_) => TcpSocket::new_v4(),
+            SocketAddr::V6(_) => TcpSocket::new_v6(),
+        }
+        .map_err(|e| format!("cannot open a socket: {e}"))?;
+        if let Some(ip) = self.source {
+            socket
+                .bind(SocketAddr::new(ip, 0))
+                .map_err(|e| format!("cannot connect from {ip}: {e}"))?;
+        }
+        let stream = tokio::time::timeout(p.config.connect_timeout, socket.connect(address))
+            .await
+            .map_err(|_| {
+                format!(
+                    "connect {address}: no answer within {}",
+                    crate::duration::format(p.config.connect_timeout)
+                )
+            })?
+            .map_err(|e| format!("connect {address}: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        p.counters.connections.fetch_add(1, Ordering::Relaxed);
+        match &p.tls {
+            None => handshake(p, TokioIo::new(stream)).await,
+            Some((connector, name)) => {
+                let tls = connector
+                    .connect(name.clone(), stream)
+                    .await
+                    .map_err(|e| format!("TLS handshake with {address}: {e}"))?;
+                handshake(p, TokioIo::new(tls)).await
+            }
+        }
+    }
+
+    /// One request over the node's connection (opened first if needed),
+    /// its answer read up to [`MAX_ANSWER`]. A failed or timed-out exchange
+    /// closes the connection; the next request opens a new one. A request
+    /// the server did not take up because it had just closed the idle
+    /// connection is sent again once on a new one, as HTTP clients do.
+    async fn send(
+        &mut self,
+        method: Method,
+        path: String,
+        content_type: &str,
+        body: &Value,
+    ) -> Sent {
+        let p = self.pusher;
+        p.counters.sent.fetch_add(1, Ordering::Relaxed);
+        let body = Bytes::from(body.to_string());
         let exchange = async {
-            let mut response = request.send().await?;
-            let status = response.status();
-            let body = read_capped(&mut response, MAX_ANSWER).await?;
-            Ok::<_, reqwest::Error>((status, body))
+            let reused = self.sender.as_ref().is_some_and(|s| !s.is_closed());
+            match self
+                .exchange(method.clone(), &path, content_type, body.clone())
+                .await
+            {
+                Err(Failure::NotTaken(_)) if reused => {
+                    self.sender = None;
+                    self.exchange(method.clone(), &path, content_type, body)
+                        .await
+                }
+                other => other,
+            }
         };
         let result = tokio::select! {
             biased;
-            _ = self.shutdown.cancelled() => return Sent::Stopped,
-            r = exchange => r,
+            _ = p.shutdown.cancelled() => return Sent::Stopped,
+            r = tokio::time::timeout(p.config.request_timeout, exchange) => r,
         };
-        drop(permit);
-        match result {
-            Ok((status, body)) => Sent::Answered(Answer {
-                method,
-                path,
-                status,
-                body,
-            }),
-            Err(e) => Sent::Failed(format!("{method} {path}: {}", error_chain(&e))),
+        let failure = match result {
+            Ok(Ok((status, body, reusable))) => {
+                if !reusable {
+                    self.sender = None;
+                }
+                return Sent::Answered(Answer {
+                    method,
+                    path,
+                    status,
+                    body,
+                });
+            }
+            Ok(Err(Failure::NotTaken(e) | Failure::Other(e))) => e,
+            Err(_) => format!(
+                "no answer within {}",
+                crate::duration::format(p.config.request_timeout)
+            ),
+        };
+        self.sender = None;
+        Sent::Failed(format!("{method} {path}: {failure}"))
+    }
+
+    /// The exchange itself: status, body, and whether the connection can carry another request.
+    async fn exchange(
+        &mut self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Bytes,
+    ) -> Result<(StatusCode, Bytes, bool), Failure> {
+        let p = self.pusher;
+        if self.sender.as_ref().is_none_or(SendRequest::is_closed) {
+            self.sender = Some(self.connect().await.map_err(Failure::Other)?);
         }
+        let sender = self.sender.as_mut().expect("connected above");
+        sender.ready().await.map_err(|e| {
+            Failure::NotTaken(format!("the connection closed: {}", error_chain(&e)))
+        })?;
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", p.endpoint.prefix))
+            .header(HOST, p.authority.clone())
+            .header(USER_AGENT, SIM_USER_AGENT)
+            .header(ACCEPT, JSON)
+            .header(CONTENT_TYPE, content_type);
+        if let Some(auth) = &p.authorization {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        let request = request
+            .body(Full::new(body))
+            .map_err(|e| Failure::Other(format!("cannot build the request: {e}")))?;
+        let response = sender.send_request(request).await.map_err(|e| {
+            // Closed before any answer began: the server never took the request up.
+            if e.is_canceled() || e.is_incomplete_message() {
+                Failure::NotTaken(error_chain(&e))
+            } else {
+                Failure::Other(error_chain(&e))
+            }
+        })?;
+        let status = response.status();
+        let (body, complete) = read_capped(response.into_body(), MAX_ANSWER)
+            .await
+            .map_err(|e| Failure::Other(format!("reading the answer: {}", error_chain(&e))))?;
+        Ok((status, body, complete))
     }
 
     /// Creates the Lease if it is not known to exist, else renews it; a
     /// renewal of a Lease that is gone creates it again.
-    async fn renew_lease(&self, name: &str, created: &mut bool) {
-        let body = lease_body(name, self.node_now());
+    async fn renew_lease(&mut self, created: &mut bool) {
+        let p = self.pusher;
+        let name = &self.node.name;
+        let body = lease_body(name, p.node_now());
         // At most: renew (404) → create (409) → renew.
         for _ in 0..3 {
             let (method, path) = if *created {
@@ -509,78 +783,90 @@ impl Pusher {
             };
             let answer = match self.send(method, path, JSON, &body).await {
                 Sent::Answered(a) => a,
-                Sent::Failed(message) => return self.failed(message),
+                Sent::Failed(message) => return p.failed(message),
                 Sent::Stopped => return,
             };
             match answer.status {
                 s if s.is_success() => {
                     *created = true;
-                    self.counters.leases.fetch_add(1, Ordering::Relaxed);
+                    p.counters.leases.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
                 StatusCode::NOT_FOUND if *created => *created = false,
                 StatusCode::CONFLICT if !*created => *created = true,
-                _ => return self.failed(answer.describe()),
+                _ => return p.refused(&answer),
             }
         }
-        self.failed(format!(
+        p.failed(format!(
             "lease {name}: created and deleted again while renewing"
         ));
     }
 
-    async fn update_status(&self, node: &Node, ready: Value, info: &Value) {
-        let path = format!("{NODES_PATH}/{}/status", node.name);
+    /// Patches the node's status; true if the controller accepted it.
+    async fn update_status(&mut self, ready: Value, info: &Value) -> bool {
+        let p = self.pusher;
+        let path = format!("{NODES_PATH}/{}/status", self.node.name);
         let patch = status_patch(&ready, info);
         let answer = match self
             .send(Method::PATCH, path, STRATEGIC_MERGE, &patch)
             .await
         {
             Sent::Answered(a) => a,
-            Sent::Failed(message) => return self.failed(message),
-            Sent::Stopped => return,
+            Sent::Failed(message) => {
+                p.failed(message);
+                return false;
+            }
+            Sent::Stopped => return false,
         };
         match answer.status {
             s if s.is_success() => {
-                self.counters.statuses.fetch_add(1, Ordering::Relaxed);
+                p.counters.statuses.fetch_add(1, Ordering::Relaxed);
+                return true;
             }
-            StatusCode::NOT_FOUND if self.config.register => {
-                self.register(node, ready, info).await;
+            StatusCode::NOT_FOUND if p.config.register => {
+                return self.register(ready, info).await;
             }
-            StatusCode::NOT_FOUND => {
-                if !self.warned_unknown.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        node = %node.name,
-                        "the controller does not know this simulated node; list the fleet in its \
-                         nodes file (sim --write-nodes-file) or pass --register; retrying every \
-                         interval (logged once for the fleet)"
-                    );
-                }
-                self.failed(answer.describe());
+            StatusCode::NOT_FOUND if !p.warned_unknown.swap(true, Ordering::Relaxed) => {
+                tracing::warn!(
+                    node = %self.node.name,
+                    "the controller does not know this simulated node; list the fleet in its \
+                     nodes file (sim --write-nodes-file) or pass --register; retrying every \
+                     interval (logged once for the fleet)"
+                );
             }
-            _ => self.failed(answer.describe()),
+            _ => {}
         }
+        p.refused(&answer);
+        false
     }
 
-    /// `POST /api/v1/nodes` with the node and its status, as a kubelet registers.
-    async fn register(&self, node: &Node, ready: Value, info: &Value) {
+    /// `POST /api/v1/nodes` with the node and its status, as a kubelet
+    /// registers; true if it is registered now.
+    async fn register(&mut self, ready: Value, info: &Value) -> bool {
+        let p = self.pusher;
+        let node = self.node;
         let body = registration(&node.name, &node.address.ip().to_string(), ready, info);
         let answer = match self
             .send(Method::POST, NODES_PATH.to_owned(), JSON, &body)
             .await
         {
             Sent::Answered(a) => a,
-            Sent::Failed(message) => return self.failed(message),
-            Sent::Stopped => return,
+            Sent::Failed(message) => {
+                p.failed(message);
+                return false;
+            }
+            Sent::Stopped => return false,
         };
         match answer.status {
             s if s.is_success() => {
                 tracing::debug!(node = %node.name, "simulated node registered");
-                self.counters.registrations.fetch_add(1, Ordering::Relaxed);
+                p.counters.registrations.fetch_add(1, Ordering::Relaxed);
+                true
             }
             // Registered meanwhile: the next status update goes through.
-            StatusCode::CONFLICT => {}
+            StatusCode::CONFLICT => false,
             _ => {
-                if !self.warned_refused.swap(true, Ordering::Relaxed) {
+                if !p.warned_refused.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         node = %node.name,
                         error = %answer.describe(),
@@ -588,30 +874,52 @@ impl Pusher {
                          --allow-node-registration); retrying every interval (logged once for the fleet)"
                     );
                 }
-                self.failed(answer.describe());
+                p.refused(&answer);
+                false
             }
         }
     }
 }
 
-/// Reads a response body, keeping at most `cap` bytes; the rest is left unread.
-async fn read_capped(response: &mut reqwest::Response, cap: usize) -> reqwest::Result<Bytes> {
-    let mut body = BytesMut::new();
-    // Ends at the end of the body or at the cap.
-    while let Some(chunk) = response.chunk().await? {
-        let room = cap - body.len();
-        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        if body.len() == cap {
-            break;
+/// The HTTP/1.1 handshake over an open stream; the connection is driven by
+/// a task of its own, which ends when the node drops its sender.
+async fn handshake<T>(pusher: &Pusher, io: TokioIo<T>) -> Result<SendRequest<Full<Bytes>>, String>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| format!("HTTP handshake: {}", error_chain(&e)))?;
+    pusher.tracker.spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %error_chain(&e), "simulated kubelet connection ended");
         }
-    }
-    Ok(body.freeze())
+    });
+    Ok(sender)
 }
 
-/// A reqwest error with its causes: "error sending request: ... Connection refused".
-fn error_chain(e: &reqwest::Error) -> String {
+/// Reads an answer's body, keeping at most `cap` bytes; also says whether it
+/// was read to its end (only then can the connection carry another request).
+async fn read_capped(mut body: Incoming, cap: usize) -> Result<(Bytes, bool), hyper::Error> {
+    let mut read = BytesMut::new();
+    // Ends at the end of the body or at the cap.
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        let room = cap - read.len();
+        read.extend_from_slice(&data[..data.len().min(room)]);
+        if data.len() > room {
+            return Ok((read.freeze(), false));
+        }
+    }
+    Ok((read.freeze(), true))
+}
+
+/// An error with its causes: "connection error: ... Connection reset by peer".
+fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
+    let mut source = e.source();
     while let Some(cause) = source {
         text.push_str(": ");
         text.push_str(&cause.to_string());
@@ -826,11 +1134,33 @@ mod tests {
     #[test]
     fn configs_are_checked_before_anything_starts() {
         assert!(PushConfig::new("http://127.0.0.1:8080").validate().is_ok());
+        let endpoint = Endpoint::parse("http://127.0.0.1:8080/").unwrap();
         assert_eq!(
-            base_url("http://127.0.0.1:8080/").unwrap(),
-            "http://127.0.0.1:8080"
+            (
+                endpoint.https,
+                endpoint.port,
+                endpoint.authority(),
+                endpoint.prefix.as_str()
+            ),
+            (false, 8080, "127.0.0.1:8080".to_string(), "")
         );
-        for bad in ["127.0.0.1:8080", "ftp://h/", "http://h/?q=1", "not a url"] {
+        let endpoint = Endpoint::parse("https://[::1]/api-prefix/").unwrap();
+        assert_eq!(
+            (
+                endpoint.host.as_str(),
+                endpoint.port,
+                endpoint.authority(),
+                endpoint.prefix.as_str()
+            ),
+            ("::1", 443, "[::1]".to_string(), "/api-prefix")
+        );
+        for bad in [
+            "127.0.0.1:8080",
+            "ftp://h/",
+            "http://h/?q=1",
+            "not a url",
+            "http://u:p@h/",
+        ] {
             let e = PushConfig::new(bad).validate().unwrap_err();
             assert!(e.to_string().starts_with("--push"), "{bad}: {e}");
         }

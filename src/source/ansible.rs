@@ -30,6 +30,7 @@
 //! so `nodekeeper.io/group-web=true` selects the web machines.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
 
 use super::cloud::{Instance, InstanceResources};
 use super::inventory::{address_of, check_host_address, state_of, zone};
@@ -37,8 +38,26 @@ use super::inventory::{address_of, check_host_address, state_of, zone};
 /// The prefix of the label each group becomes.
 pub const GROUP_LABEL_PREFIX: &str = "nodekeeper.io/group-";
 
-/// The most hosts one range may expand to.
-const MAX_RANGE: u64 = 100_000;
+/// The most hosts one host pattern may expand to, its ranges multiplied.
+const MAX_RANGE: usize = 100_000;
+/// The most host names all patterns of an inventory may expand to (a name
+/// listed twice counts twice): the work a file may cause is bounded, not
+/// only its size.
+const MAX_EXPANDED: usize = 1_000_000;
+/// The longest host name, as a node name may be.
+const MAX_NAME: usize = 253;
+/// The deepest groups may nest through `:children`.
+const MAX_GROUP_DEPTH: usize = 64;
+/// The variables nodekeeper reads; all others are ignored.
+const READ_VARS: [&str; 7] = [
+    "ansible_host",
+    "zone",
+    "region",
+    "cpu",
+    "memory",
+    "state",
+    "labels",
+];
 
 /// Whether `line` is a section header (`[web]`, `[web:vars]`, `[web:children]`).
 pub fn is_section_header(line: &str) -> bool {
@@ -61,9 +80,12 @@ struct Var {
 
 type Vars = BTreeMap<String, Var>;
 
+/// A host: the variables of each line that named it (later lines win), and
+/// its groups. A line's variables are shared by every host its pattern
+/// names, so a range costs no copies of them.
 #[derive(Debug, Default)]
 struct Host {
-    vars: Vars,
+    vars: Vec<Rc<Vars>>,
     groups: BTreeSet<String>,
 }
 
@@ -83,6 +105,7 @@ pub fn parse_ini(origin: &str, text: &str) -> Result<Vec<Instance>, String> {
     let mut parents: HashMap<String, BTreeSet<String>> = HashMap::new();
     let mut declared: HashMap<String, usize> = HashMap::new();
     let mut section = Section::Hosts("ungrouped".into());
+    let mut expanded = 0usize;
 
     for (i, raw) in text.lines().enumerate() {
         let line_no = i + 1;
@@ -128,7 +151,11 @@ pub fn parse_ini(origin: &str, text: &str) -> Result<Vec<Instance>, String> {
                     ));
                 }
                 let mut vars = Vars::new();
-                for token in assignments {
+                for token in assignments.iter().filter(|t| {
+                    // Unknown variables are ignored, but must still be key=value.
+                    t.split_once('=')
+                        .is_none_or(|(k, _)| READ_VARS.contains(&k))
+                }) {
                     let (k, v) = token.split_once('=').ok_or_else(|| {
                         at(
                             line_no,
@@ -143,15 +170,25 @@ pub fn parse_ini(origin: &str, text: &str) -> Result<Vec<Instance>, String> {
                         },
                     );
                 }
-                for name in expand(strip_port(pattern)).map_err(|r| at(line_no, r))? {
+                let names = expand(strip_port(pattern)).map_err(|r| at(line_no, r))?;
+                expanded += names.len();
+                if expanded > MAX_EXPANDED {
+                    return Err(at(
+                        line_no,
+                        format!("the inventory expands to more than {MAX_EXPANDED} host names; split it or narrow its ranges"),
+                    ));
+                }
+                let vars = Rc::new(vars);
+                for name in names {
                     let slot = *index.entry(name.clone()).or_insert_with(|| {
-                        hosts.push((name.clone(), Host::default()));
+                        hosts.push((name, Host::default()));
                         hosts.len() - 1
                     });
                     let host = &mut hosts[slot].1;
                     host.groups.insert(group.clone());
-                    host.vars
-                        .extend(vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    if !vars.is_empty() {
+                        host.vars.push(vars.clone());
+                    }
                 }
             }
             Section::Vars(group) => {
@@ -217,19 +254,25 @@ fn instance(
             stack.extend(parents.get(g).into_iter().flatten());
         }
     }
-    // Least specific first: all, then groups by depth (parents before
-    // children) and name, then the host's own variables.
+    // Most specific first: the host's own lines (the last first), then its
+    // groups by depth (children before parents) and name, then `all`.
     let mut ordered: Vec<&String> = groups.iter().filter(|g| *g != "all").collect();
     ordered.sort_by_key(|g| (depth.get(*g).copied().unwrap_or(0), (*g).clone()));
-    let mut vars: BTreeMap<&str, &Var> = BTreeMap::new();
-    for g in std::iter::once(&"all".to_string()).chain(ordered.iter().copied()) {
-        if let Some(gv) = group_vars.get(g) {
-            vars.extend(gv.iter().map(|(k, v)| (k.as_str(), v)));
-        }
-    }
-    vars.extend(host.vars.iter().map(|(k, v)| (k.as_str(), v)));
-
-    let get = |key: &str| vars.get(key).copied();
+    let all = "all".to_string();
+    let get = |key: &str| -> Option<&Var> {
+        host.vars
+            .iter()
+            .rev()
+            .find_map(|vars| vars.get(key))
+            .or_else(|| {
+                ordered
+                    .iter()
+                    .rev()
+                    .copied()
+                    .chain(std::iter::once(&all))
+                    .find_map(|g| group_vars.get(g)?.get(key))
+            })
+    };
     let bad = |var: &Var, key: &str, reason: String| {
         (
             var.line,
@@ -244,10 +287,12 @@ fn instance(
         addresses.push(address_of(&name));
     }
     let cpu = get("cpu")
-        .map(|v| crate::quantity::parse_cpu(&v.value).map_err(|r| bad(v, "cpu", r)))
+        .map(|v| crate::quantity::parse_cpu(&v.value).map_err(|r| bad(v, "cpu", r.to_string())))
         .transpose()?;
     let memory = get("memory")
-        .map(|v| crate::quantity::parse_memory(&v.value).map_err(|r| bad(v, "memory", r)))
+        .map(|v| {
+            crate::quantity::parse_memory(&v.value).map_err(|r| bad(v, "memory", r.to_string()))
+        })
         .transpose()?;
     let mut labels = BTreeMap::new();
     if let Some(v) = get("labels") {
@@ -290,6 +335,12 @@ fn group_depths(
     ) -> Result<usize, (String, String)> {
         if let Some(d) = depth.get(g) {
             return Ok(*d);
+        }
+        if path.len() >= MAX_GROUP_DEPTH {
+            return Err((
+                g.to_string(),
+                format!("groups nest more than {MAX_GROUP_DEPTH} levels deep through :children"),
+            ));
         }
         if path.iter().any(|p| p == g) {
             return Err((
@@ -400,20 +451,50 @@ fn strip_port(host: &str) -> &str {
     }
 }
 
-/// Expands one Ansible range (`web-[01:10]`, `rack-[a:c]`, `n[0:10:2]`).
+/// Expands a host pattern's Ansible ranges (`web-[01:10]`, `rack-[a:c]`,
+/// `n[0:10:2]`, several in one name), at most [`MAX_RANGE`] names of at
+/// most [`MAX_NAME`] characters.
 fn expand(pattern: &str) -> Result<Vec<String>, String> {
-    let Some(open) = pattern.find('[') else {
-        return Ok(vec![pattern.to_string()]);
-    };
-    let close = pattern[open..]
-        .find(']')
-        .map(|c| open + c)
-        .ok_or_else(|| format!("{pattern:?} has an unclosed range"))?;
-    let (prefix, range, suffix) = (
-        &pattern[..open],
-        &pattern[open + 1..close],
-        &pattern[close + 1..],
-    );
+    let mut names = vec![String::new()];
+    let mut rest = pattern;
+    while let Some(open) = rest.find('[') {
+        let close = rest[open..]
+            .find(']')
+            .map(|c| open + c)
+            .ok_or_else(|| format!("{pattern:?} has an unclosed range"))?;
+        let (prefix, range) = (&rest[..open], &rest[open + 1..close]);
+        let middles = range_values(pattern, range, prefix.len())?;
+        if names.len().saturating_mul(middles.len()) > MAX_RANGE {
+            return Err(format!(
+                "{pattern:?} expands to more than {MAX_RANGE} hosts"
+            ));
+        }
+        names = names
+            .iter()
+            .flat_map(|name| middles.iter().map(move |m| format!("{name}{prefix}{m}")))
+            .collect();
+        rest = &rest[close + 1..];
+        check_length(pattern, &names, rest.len())?;
+    }
+    for name in &mut names {
+        name.push_str(rest);
+    }
+    check_length(pattern, &names, 0)?;
+    Ok(names)
+}
+
+/// Refuses names that would be longer than a host name may be, `more` to come.
+fn check_length(pattern: &str, names: &[String], more: usize) -> Result<(), String> {
+    if names.iter().any(|n| n.len() + more > MAX_NAME) {
+        return Err(format!(
+            "{pattern:?} expands to names longer than {MAX_NAME} characters"
+        ));
+    }
+    Ok(())
+}
+
+/// The values of one range (`01:10`, `0:10:2`, `a:f`), after `before` characters.
+fn range_values(pattern: &str, range: &str, before: usize) -> Result<Vec<String>, String> {
     let bad = || format!("{pattern:?}: [{range}] is not a range like [01:10], [0:10:2] or [a:f]");
     let parts: Vec<&str> = range.split(':').collect();
     let (start, end, step) = match parts.as_slice() {
@@ -421,19 +502,15 @@ fn expand(pattern: &str) -> Result<Vec<String>, String> {
         [s, e, st] => (
             *s,
             *e,
-            st.parse::<u64>().ok().filter(|s| *s > 0).ok_or_else(bad)?,
+            st.parse::<usize>()
+                .ok()
+                .filter(|s| *s > 0)
+                .ok_or_else(bad)?,
         ),
         _ => return Err(bad()),
     };
-    let rests = expand(suffix)?;
-    let mut names = Vec::new();
-    let mut push = |middle: String| {
-        for rest in &rests {
-            names.push(format!("{prefix}{middle}{rest}"));
-        }
-    };
     if let (Ok(a), Ok(b)) = (start.parse::<u64>(), end.parse::<u64>()) {
-        if a > b || (b - a) / step >= MAX_RANGE {
+        if a > b || (b - a) / step as u64 >= MAX_RANGE as u64 {
             return Err(bad());
         }
         // [01:10] keeps the width of its start.
@@ -442,20 +519,26 @@ fn expand(pattern: &str) -> Result<Vec<String>, String> {
         } else {
             0
         };
-        for n in (a..=b).step_by(step as usize) {
-            push(format!("{n:0width$}"));
+        if before + width > MAX_NAME {
+            return Err(format!(
+                "{pattern:?} expands to names longer than {MAX_NAME} characters"
+            ));
         }
+        Ok((a..=b)
+            .step_by(step)
+            .map(|n| format!("{n:0width$}"))
+            .collect())
     } else if let ([a], [b]) = (start.as_bytes(), end.as_bytes()) {
         if !(a.is_ascii_lowercase() && b.is_ascii_lowercase() && a <= b) {
             return Err(bad());
         }
-        for c in (*a..=*b).step_by(step as usize) {
-            push((c as char).to_string());
-        }
+        Ok((*a..=*b)
+            .step_by(step)
+            .map(|c| (c as char).to_string())
+            .collect())
     } else {
-        return Err(bad());
+        Err(bad())
     }
-    Ok(names)
 }
 
 #[cfg(test)]
@@ -615,5 +698,95 @@ zone = nowhere
             ["a", "b=x y", "c=#1"]
         );
         assert_eq!(tokenize("a#b").unwrap(), ["a#b"]);
+    }
+
+    #[test]
+    fn ranges_are_bounded_in_count_length_and_work() {
+        let err = expand("h[0:99999][0:99999]").unwrap_err();
+        assert!(err.contains("more than 100000 hosts"), "{err}");
+        let err = expand(&"h[0:1]".repeat(40)).unwrap_err();
+        assert!(err.contains("more than 100000 hosts"), "{err}");
+        // Many ranges in one name: expanded one after another, not recursively.
+        let err = expand(&"[0:0]".repeat(100_000)).unwrap_err();
+        assert!(err.contains("longer than 253"), "{err}");
+        let err = expand(&format!("h[{}1:2]", "0".repeat(1_000_000))).unwrap_err();
+        assert!(err.contains("longer than 253"), "{err}");
+        assert_eq!(
+            expand("a[1:2]b[c:d]e").unwrap(),
+            ["a1bce", "a1bde", "a2bce", "a2bde"]
+        );
+        // Every line's ranges count towards the file's bound.
+        let text = "[web]\n".to_string() + &"h[0:99999]\n".repeat(11);
+        let err = parse_ini("hosts", &text).unwrap_err();
+        assert!(
+            err.starts_with("hosts:12:") && err.contains("more than 1000000"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_line_of_many_variables_is_not_copied_to_every_host() {
+        // 100,000 hosts sharing 2,000 variables: one shared copy, not 2e8.
+        let vars: String = (0..2000).map(|i| format!(" v{i}=x")).collect();
+        let text = format!("[web]\nh[0:99999]{vars} cpu=2\nh7 cpu=3\n");
+        let m = parse_ini("hosts", &text).unwrap();
+        assert_eq!(m.len(), 100_000);
+        assert_eq!(by_name(&m, "h6").resources.cpu_millis, Some(2000));
+        assert_eq!(
+            by_name(&m, "h7").resources.cpu_millis,
+            Some(3000),
+            "later lines win"
+        );
+    }
+
+    #[test]
+    fn group_nesting_is_bounded() {
+        let chain = |n: usize| -> String {
+            let mut text = "[g0]\nh1\n".to_string();
+            for i in 1..n {
+                text.push_str(&format!("[g{i}:children]\ng{}\n", i - 1));
+            }
+            text
+        };
+        let m = parse_ini("hosts", &chain(60)).unwrap();
+        assert_eq!(m[0].labels.len(), 60);
+        let err = parse_ini("hosts", &chain(500)).unwrap_err();
+        assert!(err.contains("more than 64 levels"), "{err}");
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn line() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "\\[[a-z:_.-]{0,12}\\]",
+                "[a-z0-9.-]{1,8}(\\[[0-9a-z]{0,3}:[0-9a-z]{0,3}(:[0-9]{0,2})?\\])?[a-z0-9]{0,3}( [a-z_]{1,12}=[ -~]{0,12}){0,3}",
+                "(ansible_host|cpu|memory|zone|state|labels) ?= ?[ -~]{0,16}",
+                "[ -~]{0,30}",
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+                if let Err(e) = parse_ini("hosts", &text) {
+                    prop_assert!(e.starts_with("hosts:"), "{e}");
+                }
+            }
+
+            #[test]
+            fn ini_like_text_never_panics_and_errors_carry_the_line(lines in prop::collection::vec(line(), 0..20)) {
+                let text = lines.join("\n");
+                match parse_ini("hosts", &text) {
+                    Ok(machines) => {
+                        for m in machines {
+                            prop_assert!(m.name.len() <= MAX_NAME);
+                        }
+                    }
+                    Err(e) => prop_assert!(e.starts_with("hosts:"), "{e}"),
+                }
+            }
+        }
     }
 }

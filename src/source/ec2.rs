@@ -835,4 +835,105 @@ mod tests {
         })
         .contains("cannot read credentialsFile"));
     }
+
+    #[test]
+    fn deep_and_wide_answers_are_read_without_recursion_limits_tripping() {
+        // Unknown elements nested 100k deep inside an instance are skipped.
+        let deep = format!(
+            "<DescribeInstancesResponse><reservationSet><item><instancesSet><item>\
+             <instanceId>i-1</instanceId><instanceState><name>running</name></instanceState>\
+             {}{}</item></instancesSet></item></reservationSet></DescribeInstancesResponse>",
+            "<x>".repeat(100_000),
+            "</x>".repeat(100_000)
+        );
+        let answer: Result<DescribeInstancesResponse, _> = quick_xml::de::from_str(&deep);
+        if let Ok(answer) = answer {
+            assert_eq!(answer.reservation_set.item.len(), 1);
+        }
+        let many: String = (0..20_000)
+            .map(|i| format!("<item><instanceId>i-{i}</instanceId><instanceState><name>running</name></instanceState></item>"))
+            .collect();
+        let wide = format!(
+            "<DescribeInstancesResponse><reservationSet><item><instancesSet>{many}</instancesSet></item></reservationSet></DescribeInstancesResponse>"
+        );
+        let answer: DescribeInstancesResponse = quick_xml::de::from_str(&wide).unwrap();
+        assert_eq!(
+            answer.reservation_set.item[0].instances_set.item.len(),
+            20_000
+        );
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        const NAMES: [&str; 16] = [
+            "DescribeInstancesResponse",
+            "reservationSet",
+            "instancesSet",
+            "item",
+            "instanceId",
+            "instanceState",
+            "name",
+            "privateDnsName",
+            "dnsName",
+            "placement",
+            "availabilityZone",
+            "privateIpAddress",
+            "tagSet",
+            "key",
+            "value",
+            "nextToken",
+        ];
+
+        /// XML made of the answer's element names (and others), in any order and nesting.
+        fn xml() -> impl Strategy<Value = String> {
+            let leaf = prop_oneof![
+                "[ -;=?-~]{0,12}",
+                Just("&amp;".to_string()),
+                Just("&bogus;".to_string()),
+                Just("<![CDATA[x]]>".to_string()),
+            ];
+            leaf.prop_recursive(6, 48, 5, |inner| {
+                (
+                    prop_oneof![
+                        prop::sample::select(NAMES.to_vec()).prop_map(String::from),
+                        "[a-z]{1,4}"
+                    ],
+                    prop::collection::vec(inner, 0..5),
+                    any::<bool>(),
+                )
+                    .prop_map(|(name, children, closed)| {
+                        let body = children.concat();
+                        if closed {
+                            format!("<{name}>{body}</{name}>")
+                        } else {
+                            format!("<{name}>{body}")
+                        }
+                    })
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+                let _ = quick_xml::de::from_str::<DescribeInstancesResponse>(&text);
+                let _ = quick_xml::de::from_str::<ErrorResponse>(&text);
+            }
+
+            #[test]
+            fn answer_like_xml_never_panics(body in xml()) {
+                let p = provider();
+                let text = format!("<DescribeInstancesResponse>{body}</DescribeInstancesResponse>");
+                if let Ok(answer) = quick_xml::de::from_str::<DescribeInstancesResponse>(&text) {
+                    for raw in answer.reservation_set.item.into_iter().flat_map(|r| r.instances_set.item) {
+                        if let Some(instance) = p.instance(raw) {
+                            prop_assert!(!instance.name.is_empty() || instance.external_id.is_empty());
+                        }
+                    }
+                }
+                let _ = quick_xml::de::from_str::<ErrorResponse>(&format!("<Response>{body}</Response>"));
+            }
+        }
+    }
 }

@@ -368,7 +368,13 @@ pub(crate) fn address_of(address: &str) -> Address {
 
 /// Checks an untyped address: an IP address or a host name.
 pub(crate) fn check_host_address(address: &str) -> Result<(), String> {
-    if address.parse::<IpAddr>().is_ok() || super::static_list::normalize_name(address).is_ok() {
+    if address.parse::<IpAddr>().is_ok() {
+        return Ok(());
+    }
+    if let Some(reason) = super::static_list::not_quite_ipv4(address) {
+        return Err(format!("address {reason}"));
+    }
+    if super::static_list::normalize_name(address).is_ok() {
         Ok(())
     } else {
         Err(format!(
@@ -611,5 +617,114 @@ machines:
             detect_format("hosts", "a ansible_host=10.0.0.1"),
             Format::AnsibleIni
         );
+    }
+
+    #[test]
+    fn aliases_and_nesting_cannot_blow_up() {
+        // A billion laughs: anchors that would expand to 10^9 entries.
+        let mut laughs =
+            "a: &a [\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\"]\n".to_string();
+        for (name, prev) in ["b", "c", "d", "e", "f", "g", "h", "i"]
+            .iter()
+            .zip(["a", "b", "c", "d", "e", "f", "g", "h"])
+        {
+            laughs.push_str(&format!("{name}: &{name} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
+        }
+        laughs.push_str("machines:\n  - name: edge-1\n    labels: {x: *i}\n");
+        assert!(parse_inventory("inv.yaml", &laughs).is_err());
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        let err = parse_inventory("inv.json", &deep).unwrap_err();
+        assert!(err.starts_with("inv.json:"), "{err}");
+        let deep_labels = "{\"machines\": [{\"name\": \"a\", \"labels\": ".to_string()
+            + &"{\"a\": ".repeat(100_000);
+        let err = parse_inventory("inv.json", &deep_labels).unwrap_err();
+        assert!(err.starts_with("inv.json:"), "{err}");
+        let deep_yaml = "machines:\n".to_string() + &"[".repeat(100_000);
+        assert!(parse_inventory("inv.yaml", &deep_yaml).is_err());
+    }
+
+    #[test]
+    fn a_typo_of_an_address_is_refused() {
+        let err =
+            parse_inventory("inv.yaml", "- name: edge-1\n  address: 10.0.0.300\n").unwrap_err();
+        assert!(err.contains("10.0.0.300") && err.contains("IPv4"), "{err}");
+        let err = parse_inventory("hosts", "edge-1 ansible_host=10.0.0.300\n").unwrap_err();
+        assert!(err.starts_with("hosts:1:") && err.contains("IPv4"), "{err}");
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn machine() -> impl Strategy<Value = String> {
+            let field = prop_oneof![
+                "name: [a-zA-Z0-9.:_ -]{0,12}",
+                "address: [0-9a-z.:]{0,16}",
+                "cpu: [0-9.eEmkMGKi+-]{0,8}",
+                "memory: [0-9.eEmkMGTPKi+-]{0,8}",
+                "zone: [a-z-]{0,8}",
+                "state: (running|stopped|[a-z]{0,8})",
+                "labels: \\{[a-z]{1,4}: [a-z]{0,4}\\}",
+                "addresses: \\[\\{type: (InternalIP|Hostname|ExternalIP|x), address: [0-9a-z.]{0,12}\\}\\]",
+                "[a-z]{1,6}: [ -~]{0,8}",
+            ];
+            prop::collection::vec(field, 0..6).prop_map(|fields| {
+                let mut entry = String::new();
+                for (i, f) in fields.iter().enumerate() {
+                    entry.push_str(if i == 0 { "- " } else { "  " });
+                    entry.push_str(f);
+                    entry.push('\n');
+                }
+                entry
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+                for origin in ["inv", "inv.yaml", "inv.json", "inv.ini"] {
+                    if let Err(e) = parse_inventory(origin, &text) {
+                        prop_assert!(e.starts_with(origin), "{e}");
+                    }
+                }
+            }
+
+            #[test]
+            fn yaml_like_machines_never_panic(machines in prop::collection::vec(machine(), 0..8), wrapped in any::<bool>()) {
+                let mut text = machines.concat();
+                if wrapped {
+                    text = format!("machines:\n{}", text.lines().map(|l| format!("  {l}\n")).collect::<String>());
+                }
+                match parse_inventory("inv.yaml", &text) {
+                    Ok(found) => {
+                        for m in found {
+                            for a in &m.addresses {
+                                prop_assert!(
+                                    a.address.parse::<IpAddr>().is_ok() || crate::source::static_list::normalize_name(&a.address).is_ok(),
+                                    "{a:?}"
+                                );
+                            }
+                        }
+                    }
+                    Err(e) => prop_assert!(e.starts_with("inv.yaml:"), "{e}"),
+                }
+            }
+
+            #[test]
+            fn json_machines_read_back(names in prop::collection::vec("[a-z][a-z0-9-]{0,10}", 0..10), cpu in 1u64..64_000) {
+                let entries: Vec<serde_json::Value> = names
+                    .iter()
+                    .map(|n| serde_json::json!({"name": n, "cpu": format!("{cpu}m"), "memory": "1e9"}))
+                    .collect();
+                let text = serde_json::to_string(&serde_json::json!({"machines": entries})).unwrap();
+                let found = parse_inventory("inv.json", &text).map_err(TestCaseError::fail)?;
+                prop_assert_eq!(found.len(), names.len());
+                for (m, n) in found.iter().zip(&names) {
+                    prop_assert_eq!(&m.name, n);
+                    prop_assert_eq!(m.resources.cpu_millis, Some(cpu));
+                    prop_assert_eq!(m.resources.memory_bytes, Some(1_000_000_000));
+                }
+            }
+        }
     }
 }

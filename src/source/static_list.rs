@@ -21,6 +21,9 @@ pub fn normalize_name(raw: &str) -> Result<String, String> {
     if name.parse::<IpAddr>().is_ok() {
         return Ok(name);
     }
+    if let Some(reason) = not_quite_ipv4(&name) {
+        return Err(reason);
+    }
     if name.len() > 253 {
         return Err(format!("{raw:?} is longer than 253 characters"));
     }
@@ -40,6 +43,19 @@ pub fn normalize_name(raw: &str) -> Result<String, String> {
         }
     }
     Ok(name)
+}
+
+/// A name of digits and dots is an IPv4 address with a typo (`10.0.0.300`,
+/// `10.0.0.01`, `10.0.0`), never a host name: resolvers read such names as
+/// addresses, so registering one would probe some other machine.
+pub fn not_quite_ipv4(name: &str) -> Option<String> {
+    let numeric = name.contains('.') && name.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    numeric.then(|| {
+        format!(
+            "{name:?} looks like an IPv4 address but is not one: write four numbers from 0 to 255, \
+             without leading zeros, such as 10.0.0.30"
+        )
+    })
 }
 
 /// Builds the spec of a static node: the ancestor's `GetStaticNodesWithSpec`
@@ -230,6 +246,9 @@ fn check_address(address: &str) -> Result<(), String> {
     if address.parse::<IpAddr>().is_ok() {
         return Ok(());
     }
+    if let Some(reason) = not_quite_ipv4(address) {
+        return Err(format!("address {reason}"));
+    }
     normalize_name(address)
         .map(|_| ())
         .map_err(|_| format!("address {address:?} is neither an IP address nor a host name"))
@@ -358,5 +377,108 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("entry 2"), "{err}");
+    }
+
+    #[test]
+    fn dotted_quads_that_are_not_ipv4_addresses_are_refused() {
+        for typo in [
+            "10.0.0.300",
+            "10.0.0.01",
+            "10.0.0",
+            "1.2.3.4.5",
+            "256.1.1.1",
+            "10..0.1",
+        ] {
+            let err = normalize_name(typo).unwrap_err();
+            assert!(err.contains("IPv4") && err.contains(typo), "{typo}: {err}");
+        }
+        assert_eq!(normalize_name("10.0.0.30"), Ok("10.0.0.30".into()));
+        assert_eq!(normalize_name("rack10.0"), Ok("rack10.0".into()));
+        let err = parse_nodes_text("nodes.txt", "a\n\n10.0.0.300\n", Resources::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("nodes.txt:3: "), "{err}");
+        let err = parse_nodes_text("nodes.txt", "edge-1 10.0.0.300\n", Resources::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("nodes.txt:1: ") && err.contains("IPv4"),
+            "{err}"
+        );
+        let err = parse_node_list("a,10.0.0.300", Resources::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--nodes entry 2"), "{err}");
+    }
+
+    #[test]
+    fn aliases_and_nesting_cannot_blow_up() {
+        // A billion laughs: anchors that would expand to 10^9 strings.
+        let mut laughs = "a: &a [x,x,x,x,x,x,x,x,x,x]\n".to_string();
+        for (name, prev) in ["b", "c", "d", "e", "f", "g", "h", "i"]
+            .iter()
+            .zip(["a", "b", "c", "d", "e", "f", "g", "h"])
+        {
+            let refs = vec![format!("*{prev}"); 10].join(",");
+            laughs.push_str(&format!("{name}: &{name} [{refs}]\n"));
+        }
+        laughs.push_str("nodes: *i\n");
+        let err = parse_nodes_text("nodes.yaml", &laughs, Resources::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("nodes.yaml: "), "{err}");
+        assert!(err.contains("repetition limit"), "{err}");
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        let err = parse_nodes_text("nodes.json", &deep, Resources::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("nodes.json: "), "{err}");
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn arbitrary_files_never_panic(text in "\\PC{0,200}") {
+                for origin in ["nodes.txt", "nodes.yaml", "nodes.json"] {
+                    if let Err(e) = parse_nodes_text(origin, &text, Resources::default()) {
+                        prop_assert!(e.to_string().starts_with(origin), "{e}");
+                    }
+                }
+            }
+
+            #[test]
+            fn line_files_carry_the_line_of_a_bad_entry(
+                lines in prop::collection::vec(
+                    "[ a-zA-Z0-9.:#_-]{0,24}".prop_filter("a YAML list item", |l| !l.trim_start().starts_with('-')),
+                    0..12,
+                )
+            ) {
+                let text = lines.join("\n");
+                match parse_nodes_text("nodes.txt", &text, Resources::default()) {
+                    Ok(specs) => {
+                        for spec in specs {
+                            prop_assert_eq!(normalize_name(&spec.name), Ok(spec.name.clone()));
+                        }
+                    }
+                    Err(SourceError::Invalid { origin, .. }) => {
+                        let line: usize = origin.trim_start_matches("nodes.txt:").parse().map_err(|_| TestCaseError::fail(origin.clone()))?;
+                        prop_assert!(line >= 1 && line <= lines.len(), "{origin}");
+                    }
+                    Err(SourceError::Duplicate { .. }) => {}
+                    Err(e) => prop_assert!(false, "{e}"),
+                }
+            }
+
+            #[test]
+            fn names_normalize_once(raw in "\\PC{0,40}") {
+                if let Ok(name) = normalize_name(&raw) {
+                    prop_assert_eq!(normalize_name(&name), Ok(name.clone()));
+                    prop_assert!(name.len() <= 253 || name.parse::<IpAddr>().is_ok());
+                }
+            }
+        }
     }
 }

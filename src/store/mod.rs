@@ -10,6 +10,7 @@
 pub mod checkpoint;
 pub mod compact;
 mod exchange;
+pub mod heartbeats;
 pub mod outbox;
 mod query;
 pub mod records;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::outbox::OutboxEntry;
 use crate::model::{
     Address, AddressKind, Condition, ConditionStatus, Event, EventKind, Lease, Micros, Node,
-    Resources, Taint,
+    NodeChange, Resources, Taint,
 };
 
 /// Envelope for node records.
@@ -20,6 +20,8 @@ pub enum StoredNode {
     /// V1 plus what the kubelet reports of its machine.
     // Boxed: the same bytes as unboxed, a smaller enum.
     V2(Box<NodeV2>),
+    /// V2 plus the operator's annotations.
+    V3(Box<NodeV3>),
 }
 
 /// Envelope for event records. Keyed by `seq`, so the seq is not repeated here.
@@ -50,6 +52,12 @@ pub struct NodeV1 {
 pub struct NodeV2 {
     pub v1: NodeV1,
     pub node_info: NodeInfoV1,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeV3 {
+    pub v2: NodeV2,
+    pub annotations: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -145,6 +153,35 @@ pub enum EventKindV1 {
     },
     EvictionDone {
         result: String,
+    },
+    /// `Registered` with the V3 record.
+    RegisteredV3(Box<NodeV3>),
+    OperatorChanged {
+        by: String,
+        changes: Vec<NodeChangeV1>,
+    },
+}
+
+/// One operator change. Append-only: postcard stores the variant index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum NodeChangeV1 {
+    Unschedulable {
+        from: bool,
+        to: bool,
+    },
+    Label {
+        key: String,
+        from: Option<String>,
+        to: Option<String>,
+    },
+    Annotation {
+        key: String,
+        from: Option<String>,
+        to: Option<String>,
+    },
+    Taints {
+        from: Vec<TaintV1>,
+        to: Vec<TaintV1>,
     },
 }
 
@@ -258,13 +295,71 @@ pub(super) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 }
 
 pub fn encode_node(node: &Node) -> Vec<u8> {
-    encode(&StoredNode::V2(Box::new(NodeV2::from(node))))
+    encode(&StoredNode::V3(Box::new(NodeV3::from(node))))
 }
 
 pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
     match decode::<StoredNode>(bytes, || "a node record".into())? {
         StoredNode::V1(v1) => (*v1).try_into(),
         StoredNode::V2(v2) => (*v2).try_into(),
+        StoredNode::V3(v3) => (*v3).try_into(),
+    }
+}
+
+impl From<&Node> for NodeV3 {
+    fn from(n: &Node) -> Self {
+        NodeV3 {
+            v2: NodeV2::from(n),
+            annotations: n
+                .annotations
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<NodeV3> for Node {
+    type Error = DecodeError;
+    fn try_from(v: NodeV3) -> Result<Node, DecodeError> {
+        let mut node = Node::try_from(v.v2)?;
+        node.annotations = v.annotations.into_iter().collect();
+        Ok(node)
+    }
+}
+
+fn node_change_v1(c: &NodeChange) -> NodeChangeV1 {
+    match c {
+        NodeChange::Unschedulable { from, to } => NodeChangeV1::Unschedulable {
+            from: *from,
+            to: *to,
+        },
+        NodeChange::Label { key, from, to } => NodeChangeV1::Label {
+            key: key.clone(),
+            from: from.clone(),
+            to: to.clone(),
+        },
+        NodeChange::Annotation { key, from, to } => NodeChangeV1::Annotation {
+            key: key.clone(),
+            from: from.clone(),
+            to: to.clone(),
+        },
+        NodeChange::Taints { from, to } => NodeChangeV1::Taints {
+            from: taints_v1(from),
+            to: taints_v1(to),
+        },
+    }
+}
+
+fn node_change_from(c: NodeChangeV1) -> NodeChange {
+    match c {
+        NodeChangeV1::Unschedulable { from, to } => NodeChange::Unschedulable { from, to },
+        NodeChangeV1::Label { key, from, to } => NodeChange::Label { key, from, to },
+        NodeChangeV1::Annotation { key, from, to } => NodeChange::Annotation { key, from, to },
+        NodeChangeV1::Taints { from, to } => NodeChange::Taints {
+            from: taints_from(from),
+            to: taints_from(to),
+        },
     }
 }
 
@@ -483,6 +578,7 @@ impl TryFrom<NodeV1> for Node {
             resource_version: v.resource_version,
             source: v.source,
             labels: v.labels.into_iter().collect(),
+            annotations: Default::default(),
             external_id: v.external_id,
             provider_id: v.provider_id,
             capacity: Resources {
@@ -500,7 +596,7 @@ impl From<&EventKind> for EventKindV1 {
     fn from(k: &EventKind) -> Self {
         match k {
             EventKind::Registered { node } => {
-                EventKindV1::RegisteredV2(Box::new(NodeV2::from(node.as_ref())))
+                EventKindV1::RegisteredV3(Box::new(NodeV3::from(node.as_ref())))
             }
             EventKind::Deleted { reason } => EventKindV1::Deleted {
                 reason: reason.clone(),
@@ -553,6 +649,10 @@ impl From<&EventKind> for EventKindV1 {
             },
             EventKind::EvictionDone { result } => EventKindV1::EvictionDone {
                 result: result.clone(),
+            },
+            EventKind::OperatorChanged { by, changes } => EventKindV1::OperatorChanged {
+                by: by.clone(),
+                changes: changes.iter().map(node_change_v1).collect(),
             },
         }
     }
@@ -613,6 +713,13 @@ impl TryFrom<EventKindV1> for EventKind {
             EventKindV1::RegisteredV2(node) => EventKind::Registered {
                 node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),
             },
+            EventKindV1::RegisteredV3(node) => EventKind::Registered {
+                node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),
+            },
+            EventKindV1::OperatorChanged { by, changes } => EventKind::OperatorChanged {
+                by,
+                changes: changes.into_iter().map(node_change_from).collect(),
+            },
         })
     }
 }
@@ -630,6 +737,7 @@ pub(crate) mod tests {
             resource_version: 3,
             source: "static".into(),
             labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
+            annotations: BTreeMap::new(),
             external_id: "edge-1".into(),
             provider_id: String::new(),
             capacity: Resources {
@@ -682,21 +790,84 @@ pub(crate) mod tests {
         assert_eq!(decode_node(&v1).unwrap(), sample_node());
     }
 
-    /// Bytes written now. If this test fails, a record layout changed: add a
-    /// new variant instead.
+    /// Bytes of a V2 node record, as releases before annotations wrote
+    /// them: they must decode forever.
     #[test]
-    fn node_v2_golden_bytes() {
+    fn node_v2_golden_bytes_still_decode() {
         let mut node = sample_node();
         node.node_info.kubelet_version = "v1.32.0".into();
         node.node_info.architecture = "arm64".into();
+        let v2 = unhex(
+            "0106656467652d3102753180897a030673746174696301047a6f6e65016106656467652d3100e8078008\
+             0001016b01760a4e6f5363686564756c65010a01010831302e302e302e31010552656164790104020c4b75\
+             62656c65745265616479026f6b0000000000000776312e33322e3000000561726d3634",
+        );
+        assert_eq!(decode_node(&v2).unwrap(), node);
+    }
+
+    /// Bytes written now. If this test fails, a record layout changed: add a
+    /// new variant instead.
+    #[test]
+    fn node_v3_golden_bytes() {
+        let mut node = sample_node();
+        node.node_info.kubelet_version = "v1.32.0".into();
+        node.node_info.architecture = "arm64".into();
+        node.unschedulable = true;
+        node.annotations = BTreeMap::from([("owner".to_string(), "ops".to_string())]);
         let bytes = encode_node(&node);
         assert_eq!(
             hex(&bytes),
-            "0106656467652d3102753180897a030673746174696301047a6f6e65016106656467652d3100e8078008\
-             0001016b01760a4e6f5363686564756c65010a01010831302e302e302e31010552656164790104020c4b75\
-             62656c65745265616479026f6b0000000000000776312e33322e3000000561726d3634"
+            "0206656467652d3102753180897a030673746174696301047a6f6e65016106656467652d3100e8078008\
+             0101016b01760a4e6f5363686564756c65010a01010831302e302e302e31010552656164790104020c4b75\
+             62656c65745265616479026f6b0000000000000776312e33322e3000000561726d363401056f776e6572\
+             036f7073"
         );
         assert_eq!(decode_node(&bytes).unwrap(), node);
+    }
+
+    /// An operator change as written now.
+    #[test]
+    fn operator_changed_golden_bytes() {
+        let event = Event {
+            seq: 10,
+            time: Micros(1),
+            node: Some("n".into()),
+            kind: EventKind::OperatorChanged {
+                by: "alice".into(),
+                changes: vec![
+                    NodeChange::Unschedulable {
+                        from: false,
+                        to: true,
+                    },
+                    NodeChange::Label {
+                        key: "k".into(),
+                        from: None,
+                        to: Some("v".into()),
+                    },
+                    NodeChange::Annotation {
+                        key: "a".into(),
+                        from: Some("x".into()),
+                        to: None,
+                    },
+                    NodeChange::Taints {
+                        from: vec![],
+                        to: vec![Taint {
+                            key: "t".into(),
+                            value: String::new(),
+                            effect: "NoSchedule".into(),
+                            added: None,
+                        }],
+                    },
+                ],
+            },
+        };
+        let bytes = encode_event(&event);
+        assert_eq!(
+            hex(&bytes),
+            "000201016e0e05616c6963650400000101016b000101760201610101780003000101740\
+             00a4e6f5363686564756c6500"
+        );
+        assert_eq!(decode_event(10, &bytes).unwrap(), event);
     }
 
     #[test]
@@ -791,6 +962,14 @@ pub(crate) mod tests {
             },
             EventKind::ControllerStopped {
                 instance: "i".into(),
+            },
+            EventKind::OperatorChanged {
+                by: "system:anonymous".into(),
+                changes: vec![NodeChange::Annotation {
+                    key: "a".into(),
+                    from: None,
+                    to: Some("b".into()),
+                }],
             },
         ];
         for (seq, kind) in kinds.into_iter().enumerate() {
@@ -896,7 +1075,10 @@ mod round_trips {
                         memory_bytes: mem,
                     };
                     n.unschedulable = unschedulable;
-                    n.node_info.kubelet_version = kubelet;
+                    n.node_info.kubelet_version = kubelet.clone();
+                    if !kubelet.is_empty() {
+                        n.annotations.insert(kubelet, n.name.clone());
+                    }
                     n
                 },
             )

@@ -80,6 +80,69 @@ pub fn memory_kib(pid: u32) -> Result<(u64, u64)> {
     Ok((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// Bytes a process caused to be written to storage (`write_bytes` of
+/// /proc/PID/io): what reached the disk, not what went to sockets.
+pub fn written_bytes(pid: u32) -> Result<u64> {
+    let path = format!("/proc/{pid}/io");
+    let io = fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| anyhow!("{path}: no write_bytes"))
+}
+
+/// A process's resident memory by kind, in KiB, from /proc/PID/smaps_rollup:
+/// anonymous (heap, stacks, caches) and file-backed (mostly the binary's own
+/// code, shared with every other process running it).
+pub fn memory_kinds_kib(pid: u32) -> Result<(u64, u64)> {
+    let path = format!("/proc/{pid}/smaps_rollup");
+    let text = fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    let field = |name: &str| -> Result<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| anyhow!("{path}: no {name}"))
+    };
+    let anon = field("Anonymous:")?;
+    Ok((anon, field("Rss:")?.saturating_sub(anon)))
+}
+
+/// The least-squares slope of `ys` over `xs` (units of y per unit of x);
+/// `None` with fewer than two distinct x.
+pub fn slope(xs: &[f64], ys: &[f64]) -> Option<f64> {
+    let n = xs.len().min(ys.len());
+    if n < 2 {
+        return None;
+    }
+    let mx = xs[..n].iter().sum::<f64>() / n as f64;
+    let my = ys[..n].iter().sum::<f64>() / n as f64;
+    let sxx: f64 = xs[..n].iter().map(|x| (x - mx) * (x - mx)).sum();
+    if sxx == 0.0 {
+        return None;
+    }
+    let sxy: f64 = xs[..n]
+        .iter()
+        .zip(&ys[..n])
+        .map(|(x, y)| (x - mx) * (y - my))
+        .sum();
+    Some(sxy / sxx)
+}
+
+/// The bytes of every file under `dir`. Files vanishing mid-walk are skipped.
+pub fn dir_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    let entries = fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+    for entry in entries.flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_dir() {
+            total += dir_size(&entry.path()).unwrap_or(0);
+        } else {
+            total += meta.len();
+        }
+    }
+    Ok(total)
+}
+
 /// This process's command line, quoted for a POSIX shell where needed.
 pub fn command_line() -> String {
     std::env::args()

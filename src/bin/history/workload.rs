@@ -33,6 +33,7 @@ fn node(i: usize, at: Micros) -> Node {
         created: at,
         resource_version: 0,
         source: "static".into(),
+        annotations: BTreeMap::new(),
         labels: BTreeMap::from([
             ("kubernetes.io/hostname".into(), name.clone()),
             (

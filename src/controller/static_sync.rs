@@ -1,0 +1,279 @@
+//! Following the static node list (`--nodes`, `--nodes-file`, a simulated
+//! fleet) the way a cloud is followed: at start, and whenever the nodes file
+//! changes on disk (read again every sync period, like the inventory file),
+//! static nodes no longer listed are deleted with a `Deleted` event saying
+//! why (their history stays), new ones are registered and changed addresses
+//! taken. A file that is empty or cannot be read or parsed changes nothing.
+//! Nodes that registered themselves are never deleted this way.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+
+use super::Controller;
+use crate::model::{AddressKind, EventKind, Micros, NodeSpec, Resources};
+use crate::source::static_list::{parse_nodes_text, STATIC_SOURCE};
+use crate::store::Batch;
+
+/// `--nodes-file`, followed while the controller runs.
+#[derive(Debug, Clone)]
+pub struct NodesFile {
+    pub path: PathBuf,
+    /// `--node-cpu` / `--node-memory`: what a listed node offers.
+    pub capacity: Resources,
+}
+
+/// What one look at the nodes file found.
+pub(super) enum FileRead {
+    /// The same bytes as last time.
+    Unchanged,
+    Changed {
+        bytes: Arc<[u8]>,
+        parsed: Result<Vec<NodeSpec>, String>,
+    },
+}
+
+/// A look at the nodes file in flight (file reads block: off the controller task).
+pub(super) type Reading = JoinHandle<FileRead>;
+
+/// The static list as the controller follows it.
+#[derive(Debug, Default)]
+pub(super) struct StaticList {
+    /// From `--nodes` and a simulated fleet: fixed for the run.
+    fixed: Vec<NodeSpec>,
+    file: Option<WatchedFile>,
+}
+
+#[derive(Debug)]
+struct WatchedFile {
+    config: NodesFile,
+    /// The bytes last read (good or not), so a change is noticed once.
+    seen: Option<Arc<[u8]>>,
+    /// What the file last listed when it was good and not empty.
+    specs: Vec<NodeSpec>,
+}
+
+impl StaticList {
+    pub(super) fn new(file: Option<NodesFile>) -> StaticList {
+        StaticList {
+            fixed: Vec::new(),
+            file: file.map(|config| WatchedFile {
+                config,
+                seen: None,
+                specs: Vec::new(),
+            }),
+        }
+    }
+
+    /// Every listed spec, each name once (`--nodes` first).
+    fn specs(&self) -> Vec<NodeSpec> {
+        let mut seen = BTreeSet::new();
+        self.fixed
+            .iter()
+            .chain(self.file.iter().flat_map(|f| f.specs.iter()))
+            .filter(|s| seen.insert(s.name.clone()))
+            .cloned()
+            .collect()
+    }
+
+    /// The names listed now.
+    pub(super) fn names(&self) -> BTreeSet<String> {
+        self.specs().into_iter().map(|s| s.name).collect()
+    }
+
+    /// Starts a look at the nodes file, if there is one.
+    pub(super) fn start_reading(&self) -> Option<Reading> {
+        let file = self.file.as_ref()?;
+        let path = file.config.path.clone();
+        let capacity = file.config.capacity;
+        let seen = file.seen.clone();
+        Some(tokio::task::spawn_blocking(move || {
+            read_nodes_file(&path, capacity, seen.as_deref())
+        }))
+    }
+}
+
+/// Reads the nodes file; parses it only when its bytes changed.
+fn read_nodes_file(path: &std::path::Path, capacity: Resources, seen: Option<&[u8]>) -> FileRead {
+    let origin = path.display().to_string();
+    let bytes: Arc<[u8]> = match std::fs::read(path) {
+        Ok(bytes) => bytes.into(),
+        Err(e) => {
+            return FileRead::Changed {
+                bytes: Arc::from(&[][..]),
+                parsed: Err(format!("cannot read the nodes file {origin}: {e}")),
+            }
+        }
+    };
+    if seen == Some(&bytes[..]) {
+        return FileRead::Unchanged;
+    }
+    let parsed = std::str::from_utf8(&bytes)
+        .map_err(|e| format!("{origin}: not UTF-8 text: {e}"))
+        .and_then(|text| parse_nodes_text(&origin, text, capacity).map_err(|e| e.to_string()));
+    FileRead::Changed { bytes, parsed }
+}
+
+impl Controller {
+    /// At start: learns which of `specs` came from the nodes file, then
+    /// deletes the static nodes neither lists (unless the list is empty).
+    pub(super) async fn follow_static_list_at_start(&mut self, specs: &[NodeSpec]) {
+        let mut file_names = BTreeSet::new();
+        if let Some(reading) = self.static_list.start_reading() {
+            match reading.await {
+                Ok(FileRead::Changed { bytes, parsed }) => {
+                    let file = self
+                        .static_list
+                        .file
+                        .as_mut()
+                        .expect("reading implies a file");
+                    file.seen = Some(bytes);
+                    match parsed {
+                        Ok(listed) => {
+                            file_names = listed.iter().map(|s| s.name.clone()).collect();
+                            file.specs = listed;
+                        }
+                        Err(e) => tracing::warn!("{e}; static nodes are left as they are"),
+                    }
+                }
+                Ok(FileRead::Unchanged) => {}
+                Err(e) => tracing::error!("reading the nodes file failed: {e}"),
+            }
+        }
+        self.static_list.fixed = specs
+            .iter()
+            .filter(|s| !file_names.contains(&s.name))
+            .cloned()
+            .collect();
+        let file_is_empty = self
+            .static_list
+            .file
+            .as_ref()
+            .is_some_and(|f| f.specs.is_empty());
+        if file_is_empty || self.static_list.names().is_empty() {
+            // No list, or an empty file: nothing to follow, as with an empty inventory.
+            tracing::info!("the static node list is empty; static nodes are left as they are");
+            self.save_source_listing().await;
+            return;
+        }
+        self.delete_unlisted_static("no longer listed in --nodes / --nodes-file")
+            .await;
+        self.save_source_listing().await;
+    }
+
+    /// A look at the nodes file came back: follows it if it changed and is good.
+    pub(super) async fn apply_nodes_file(&mut self, read: FileRead) {
+        let FileRead::Changed { bytes, parsed } = read else {
+            return;
+        };
+        let Some(file) = self.static_list.file.as_mut() else {
+            return;
+        };
+        file.seen = Some(bytes);
+        let origin = file.config.path.display().to_string();
+        let listed = match parsed {
+            Ok(listed) if listed.is_empty() => {
+                return tracing::warn!(
+                    "the nodes file {origin} lists no nodes; the registry is left as it is \
+                     (remove the lines of the nodes you mean to delete, not all of them)"
+                );
+            }
+            Ok(listed) => listed,
+            Err(e) => return tracing::warn!("{e}; the registry is left as it is"),
+        };
+        tracing::info!(
+            nodes = listed.len(),
+            "the nodes file {origin} changed; following it"
+        );
+        file.specs = listed;
+        let reason = format!("no longer listed in the nodes file {origin}");
+        self.delete_unlisted_static(&reason).await;
+        let specs = self.static_list.specs();
+        self.take_static_addresses(&specs).await;
+        let new: Vec<NodeSpec> = specs
+            .into_iter()
+            .filter(|s| !self.tracked.contains_key(&s.name))
+            .collect();
+        if !new.is_empty() {
+            let shutdown = self.shutdown.clone();
+            if let Err(e) = self.register_nodes(new, &shutdown).await {
+                tracing::error!("{e}");
+            }
+        }
+        self.save_source_listing().await;
+    }
+
+    /// Deletes every static node the list does not name.
+    async fn delete_unlisted_static(&mut self, reason: &str) {
+        let names = self.static_list.names();
+        let gone: Vec<String> = self
+            .tracked
+            .values()
+            .filter(|t| t.node.source == STATIC_SOURCE && !names.contains(&t.node.name))
+            .map(|t| t.node.name.clone())
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let mut batch = Batch::new(Micros::now());
+        for name in &gone {
+            tracing::info!(node = %name, "{reason}; deleting it (its history stays)");
+            batch.delete(name, reason);
+        }
+        match self.commit(batch).await {
+            Ok(_) => self.forget(&gone),
+            Err(e) => {
+                tracing::error!("deleting nodes the static list dropped failed to store: {e}")
+            }
+        }
+    }
+
+    /// Takes the IP addresses the file gives for nodes already registered.
+    async fn take_static_addresses(&mut self, specs: &[NodeSpec]) {
+        let by_name: BTreeMap<&str, &NodeSpec> =
+            specs.iter().map(|s| (s.name.as_str(), s)).collect();
+        let mut batch = Batch::new(Micros::now());
+        for (name, t) in &self.tracked {
+            let Some(spec) = by_name.get(name.as_str()) else {
+                continue;
+            };
+            let gives_ip = spec
+                .addresses
+                .iter()
+                .any(|a| a.kind == AddressKind::InternalIP);
+            if t.node.source != STATIC_SOURCE || !gives_ip || spec.addresses == t.node.addresses {
+                continue;
+            }
+            let mut node = t.node.clone();
+            let from = std::mem::replace(&mut node.addresses, spec.addresses.clone());
+            let to = node.addresses.clone();
+            batch.record(node, [EventKind::AddressesChanged { from, to }]);
+        }
+        if batch.is_empty() {
+            return;
+        }
+        match self.commit(batch).await {
+            Ok(written) => {
+                for node in &written.nodes {
+                    if let Some(t) = self.tracked.get_mut(&node.name) {
+                        t.target = super::target_for(node, self.config.probe.port);
+                    }
+                }
+            }
+            Err(e) => tracing::error!("addresses from the nodes file failed to store: {e}"),
+        }
+    }
+
+    /// Keeps what the sources list for deletes on a stopped store.
+    async fn save_source_listing(&self) {
+        let saved = self.source_listing().save(&self.store);
+        if let Err(e) = match saved {
+            Ok(()) => self.store.flush().await.map(|_| ()),
+            Err(e) => Err(e),
+        } {
+            tracing::warn!("the source listing could not be kept in the store: {e}");
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! Request budgets, kept the way kube-apiserver's max-in-flight filter keeps
+//! them: watches, other reads and writes each have their own, so a flood of
+//! one kind cannot starve the others, and health checks count against none.
+//! A request beyond its budget is answered at once with a 429 `Status` and
+//! `Retry-After`. Request bodies must arrive within a deadline (408).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode, Version};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, Limited};
+use tokio::sync::Semaphore;
+
+use super::BODY_LIMIT;
+use crate::metrics::{Metrics, RejectReason, RejectedLabels, RequestKind, RequestKindLabels};
+
+/// How many requests of each kind may be served at once, and how long a
+/// request body may take to arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiLimits {
+    /// Watches (`?watch=true`) streaming at once (`--max-watches`).
+    pub max_watches: usize,
+    /// Other reads in flight (`--max-requests-inflight`).
+    pub max_reads: usize,
+    /// Writes in flight, heartbeats among them (`--max-mutating-requests-inflight`).
+    pub max_mutating: usize,
+    /// How long a request body may take to arrive, from the end of the
+    /// headers (`--request-body-timeout`).
+    pub body_timeout: Duration,
+}
+
+impl ApiLimits {
+    pub const DEFAULT_MAX_WATCHES: usize = 100;
+    /// kube-apiserver's `--max-requests-inflight` default.
+    pub const DEFAULT_MAX_READS: usize = 400;
+    /// kube-apiserver's `--max-mutating-requests-inflight` default; `run`
+    /// sizes it from the connection cap instead.
+    pub const DEFAULT_MAX_MUTATING: usize = 200;
+    pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        ApiLimits {
+            max_watches: Self::DEFAULT_MAX_WATCHES,
+            max_reads: Self::DEFAULT_MAX_READS,
+            max_mutating: Self::DEFAULT_MAX_MUTATING,
+            body_timeout: Self::DEFAULT_BODY_TIMEOUT,
+        }
+    }
+}
+
+/// The budgets of one server, shared by all its connections.
+pub struct Budgets {
+    limits: ApiLimits,
+    watches: Arc<Semaphore>,
+    reads: Arc<Semaphore>,
+    mutating: Arc<Semaphore>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Budgets {
+    pub fn new(limits: ApiLimits, metrics: Option<Arc<Metrics>>) -> Arc<Budgets> {
+        Arc::new(Budgets {
+            limits,
+            watches: Arc::new(Semaphore::new(limits.max_watches)),
+            reads: Arc::new(Semaphore::new(limits.max_reads)),
+            mutating: Arc::new(Semaphore::new(limits.max_mutating)),
+            metrics,
+        })
+    }
+
+    fn semaphore(&self, kind: &RequestKind) -> &Arc<Semaphore> {
+        match kind {
+            RequestKind::Watch => &self.watches,
+            RequestKind::Read => &self.reads,
+            RequestKind::Mutating => &self.mutating,
+        }
+    }
+
+    fn rejected(&self, kind: RequestKind, reason: RejectReason) {
+        if let Some(m) = &self.metrics {
+            m.http_rejected
+                .get_or_create(&RejectedLabels { kind, reason })
+                .inc();
+        }
+    }
+}
+
+/// `/healthz`, `/livez`, `/readyz` and their single checks: always served,
+/// without a token and outside every budget.
+pub fn is_health_check(path: &str) -> bool {
+    ["/healthz", "/livez", "/readyz"].iter().any(|root| {
+        path.strip_prefix(root)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
+/// The budget a request counts against; `None` for health checks.
+pub fn classify(method: &Method, path: &str, query: Option<&str>) -> Option<RequestKind> {
+    if is_health_check(path) {
+        return None;
+    }
+    if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Some(RequestKind::Mutating);
+    }
+    let watch = query.is_some_and(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .any(|(k, v)| k == "watch" && matches!(&*v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
+    });
+    Some(if watch {
+        RequestKind::Watch
+    } else {
+        RequestKind::Read
+    })
+}
+
+/// The budget middleware, for `axum::middleware::from_fn_with_state`. It
+/// also reads the request body, within the deadline and the size cap,
+/// before the handler sees it.
+pub async fn limit(State(budgets): State<Arc<Budgets>>, request: Request, next: Next) -> Response {
+    let Some(kind) = classify(
+        request.method(),
+        request.uri().path(),
+        request.uri().query(),
+    ) else {
+        return next.run(request).await;
+    };
+    let Ok(permit) = budgets.semaphore(&kind).clone().try_acquire_owned() else {
+        budgets.rejected(kind, RejectReason::TooManyRequests);
+        return too_many_requests();
+    };
+    let in_flight = InFlight::start(budgets.metrics.clone(), kind.clone());
+    let version = request.version();
+    let (parts, body) = request.into_parts();
+    let body = match read_body(body, budgets.limits.body_timeout).await {
+        Ok(body) => body,
+        Err(BodyError::TooLarge) => {
+            return super::status_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                format!("Request entity too large: limit is {BODY_LIMIT}"),
+            )
+        }
+        Err(BodyError::Failed(e)) => {
+            return super::bad_request(format!("the request body could not be read: {e}"))
+        }
+        Err(BodyError::TimedOut) => {
+            budgets.rejected(kind, RejectReason::BodyTimeout);
+            return body_timed_out(budgets.limits.body_timeout, version);
+        }
+    };
+    let response = next.run(Request::from_parts(parts, body)).await;
+    // A watch holds its slot for as long as it streams.
+    hold_until_sent(response, (permit, in_flight))
+}
+
+enum BodyError {
+    TooLarge,
+    TimedOut,
+    Failed(String),
+}
+
+async fn read_body(body: Body, timeout: Duration) -> Result<Body, BodyError> {
+    let read = Limited::new(body, BODY_LIMIT).collect();
+    match tokio::time::timeout(timeout, read).await {
+        Err(_) => Err(BodyError::TimedOut),
+        Ok(Ok(collected)) => Ok(Body::from(collected.to_bytes())),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+        Ok(Err(e)) => Err(BodyError::Failed(e.to_string())),
+    }
+}
+
+/// The 429 kube-apiserver's max-in-flight filter answers.
+fn too_many_requests() -> Response {
+    let mut status = crate::kube::status_error(
+        429,
+        "TooManyRequests",
+        "Too many requests, please try again later.",
+        None,
+        None,
+    );
+    status.details = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusDetails {
+            retry_after_seconds: Some(1),
+            ..Default::default()
+        },
+    );
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(status)).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+fn body_timed_out(timeout: Duration, version: Version) -> Response {
+    let mut response = super::status_error(
+        StatusCode::REQUEST_TIMEOUT,
+        "Timeout",
+        format!(
+            "the request body did not arrive within {}: send the whole body at once (at most {BODY_LIMIT} bytes)",
+            crate::duration::format(timeout)
+        ),
+    );
+    // The rest of the body is never read: the connection cannot be reused.
+    if version <= Version::HTTP_11 {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// Counts a request in `nodekeeper_http_inflight_requests` while it lives.
+struct InFlight {
+    metrics: Option<Arc<Metrics>>,
+    kind: RequestKind,
+}
+
+impl InFlight {
+    fn start(metrics: Option<Arc<Metrics>>, kind: RequestKind) -> InFlight {
+        if let Some(m) = &metrics {
+            m.http_inflight
+                .get_or_create(&RequestKindLabels { kind: kind.clone() })
+                .inc();
+        }
+        InFlight { metrics, kind }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(m) = &self.metrics {
+            m.http_inflight
+                .get_or_create(&RequestKindLabels {
+                    kind: self.kind.clone(),
+                })
+                .dec();
+        }
+    }
+}
+
+/// Keeps `guard` alive until the response body has been sent (or dropped),
+/// so a streaming answer keeps holding what it was given.
+pub(crate) fn hold_until_sent<G: Send + 'static>(response: Response, guard: G) -> Response {
+    response.map(|body| {
+        Body::new(Guarded {
+            body,
+            _guard: guard,
+        })
+    })
+}
+
+/// A body that carries a guard: dropped with the body.
+struct Guarded<G> {
+    body: Body,
+    _guard: G,
+}
+
+impl<G> hyper::body::Body for Guarded<G> {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+// Guards hold no pinned state.
+impl<G> Unpin for Guarded<G> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_checks_are_exempt_and_nothing_else() {
+        for path in ["/healthz", "/livez", "/readyz", "/readyz/ping", "/livez/x"] {
+            assert!(is_health_check(path), "{path}");
+            assert_eq!(classify(&Method::GET, path, None), None);
+        }
+        for path in ["/healthzz", "/readyzx", "/", "/metrics", "/api/healthz"] {
+            assert!(!is_health_check(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn requests_are_classified_as_kube_apiserver_does() {
+        let nodes = "/api/v1/nodes";
+        let kind = |m: Method, q: Option<&str>| classify(&m, nodes, q);
+        assert_eq!(kind(Method::GET, None), Some(RequestKind::Read));
+        assert_eq!(
+            kind(Method::GET, Some("watch=false")),
+            Some(RequestKind::Read)
+        );
+        assert_eq!(
+            kind(Method::GET, Some("limit=5&watch=true")),
+            Some(RequestKind::Watch)
+        );
+        assert_eq!(kind(Method::GET, Some("watch=1")), Some(RequestKind::Watch));
+        assert_eq!(
+            kind(Method::GET, Some("watch=True")),
+            Some(RequestKind::Watch)
+        );
+        assert_eq!(kind(Method::HEAD, Some("x=1")), Some(RequestKind::Read));
+        for m in [Method::PUT, Method::PATCH, Method::POST, Method::DELETE] {
+            assert_eq!(kind(m, Some("watch=true")), Some(RequestKind::Mutating));
+        }
+    }
+
+    #[tokio::test]
+    async fn the_429_is_a_status_with_retry_after() {
+        let response = too_many_requests();
+        assert_eq!(response.status(), 429);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            status,
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "Too many requests, please try again later.", "reason": "TooManyRequests",
+                "details": {"retryAfterSeconds": 1}, "code": 429})
+        );
+    }
+
+    #[tokio::test]
+    async fn a_guarded_body_keeps_its_guard_and_length_until_dropped() {
+        let permits = Arc::new(Semaphore::new(1));
+        let permit = permits.clone().try_acquire_owned().unwrap();
+        let response = hold_until_sent("hello".into_response(), permit);
+        assert_eq!(
+            hyper::body::Body::size_hint(response.body()).exact(),
+            Some(5)
+        );
+        assert_eq!(permits.available_permits(), 0);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"hello");
+        assert_eq!(permits.available_permits(), 1);
+    }
+}

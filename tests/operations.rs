@@ -1,0 +1,171 @@
+//! What an operator installs and watches: the binary says what it is, and
+//! `/metrics` carries the build and the process figures.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn the_binary_says_which_build_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let line = cli_ok(&db, &["--version"]);
+    assert!(
+        line.starts_with(&format!(
+            "nodekeeper {} (commit ",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{line}"
+    );
+    assert!(line.contains(", built 20"), "{line}");
+
+    let info = json(&cli_ok(&db, &["version", "-o", "json"]));
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
+    for field in ["gitCommit", "buildDate", "rustcVersion", "platform"] {
+        assert!(
+            info[field].as_str().is_some_and(|s| !s.is_empty()),
+            "{field} in {info}"
+        );
+    }
+    assert!(line.contains(info["gitCommit"].as_str().unwrap()), "{line}");
+    let table = cli_ok(&db, &["version"]);
+    assert!(
+        table.contains("Git commit:") && table.contains("Build date:"),
+        "{table}"
+    );
+    assert!(!db.exists(), "version opens no store");
+}
+
+#[tokio::test]
+async fn metrics_carry_the_build_and_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let nodes = dir.path().join("nodes.txt");
+    std::fs::write(&nodes, "127.88.0.1\n").unwrap();
+    let controller = Controller::start(&db, &push_mode_args(&nodes, &[]));
+    let text = client()
+        .get(format!("{}/metrics", controller.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let commit = json(&cli_ok(&db, &["version", "-o", "json"]))["gitCommit"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains(&format!("git_commit=\"{commit}\""))
+            && text.contains("nodekeeper_build_info{"),
+        "{text}"
+    );
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(value("process_resident_memory_bytes") > 1e6);
+    assert!(value("process_open_fds") >= 3.0);
+    assert!(value("process_max_fds") >= value("process_open_fds"));
+    let started = value("process_start_time_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        (now - started).abs() < 600.0,
+        "started {started}, now {now}"
+    );
+    assert!(value("process_cpu_seconds_total") >= 0.0);
+}
+
+#[tokio::test]
+async fn a_config_file_sets_run_flags_and_the_command_line_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let etc = dir.path().join("etc");
+    std::fs::create_dir(&etc).unwrap();
+    std::fs::write(etc.join("nodes.txt"), "127.88.0.1\n127.88.0.2\n").unwrap();
+    let config = etc.join("nodekeeper.yaml");
+    std::fs::write(
+        &config,
+        "# relative paths are the file's\nnodes-file: nodes.txt\nnode-status-mode: push\nkubelet-scheme: http\nlisten: 127.0.0.1:1\nnode-monitor-grace-period: 7s\n",
+    )
+    .unwrap();
+    let config_arg = config.to_str().unwrap();
+
+    // The file alone would listen on port 1: the flag wins.
+    let controller = Controller::start(
+        &db,
+        &[
+            "--config".to_string(),
+            config_arg.to_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+        ],
+    );
+    let list: serde_json::Value = client()
+        .get(format!("{}/api/v1/nodes", controller.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 2, "{list}");
+    drop(controller);
+
+    let printed = cli_ok(
+        &db,
+        &[
+            "config",
+            "print",
+            "--config",
+            config_arg,
+            "--node-sync-period",
+            "3s",
+        ],
+    );
+    assert!(
+        printed.contains("\nnode-monitor-grace-period: 7s "),
+        "{printed}"
+    );
+    assert!(printed.contains("# config file"), "{printed}");
+    assert!(printed.contains("\nnode-sync-period: 3s "), "{printed}");
+    assert!(printed.contains("# command line"), "{printed}");
+    assert!(
+        printed.contains(&format!(
+            "\nnodes-file: {}",
+            etc.join("nodes.txt").display()
+        )),
+        "{printed}"
+    );
+
+    std::fs::write(&config, "nodes: a\n\nnode-sync-perod: 3s\n").unwrap();
+    let (code, _, err) = cli(&db, &["run", "--config", config_arg]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("nodekeeper.yaml:3") && err.contains("node-sync-period"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&db, &["run", "--server", "http://127.0.0.1:1"]);
+    assert_eq!(code, 2, "{err}");
+    let (_, help, _) = cli(&db, &["run", "--help"]);
+    assert!(
+        !help.contains("--server") && !help.contains("--token "),
+        "{help}"
+    );
+    for heading in [
+        "Nodes and sources:",
+        "Probing:",
+        "Eviction:",
+        "Mirror to an API server:",
+        "HTTP API:",
+        "Store:",
+    ] {
+        assert!(help.contains(heading), "{heading} in {help}");
+    }
+}

@@ -1,0 +1,452 @@
+//! How the controller writes: pushed changes answered only once durable
+//! (sharing flushes), a disk short of space that refuses changes but keeps
+//! heartbeats, reads and pending decisions, and heartbeat times checkpointed
+//! beside the store. In process, on a fake disk whose free space the test
+//! sets; the real binary on a real full disk is `tests/full_disk.rs`.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{eventually, Controller as Binary, DEADLINE};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use nodekeeper::controller::push::PushedCondition;
+use nodekeeper::controller::view::View;
+use nodekeeper::controller::{
+    Controller, ControllerConfig, ControllerHandle, FreeSpace, PushError, PushedStatus, StatusMode,
+};
+use nodekeeper::metrics::Metrics;
+use nodekeeper::model::{ConditionStatus, EventKind, Lease, Micros, Node};
+use nodekeeper::source::static_list::static_spec;
+use nodekeeper::store::{HistoryQuery, Store, StoreOptions};
+use tokio_util::sync::CancellationToken;
+
+/// A controller in this process, in push mode, on a store in a temporary
+/// directory whose disk has the free space the test sets.
+struct InProcess {
+    dir: tempfile::TempDir,
+    store: Arc<Store>,
+    view: Arc<View>,
+    metrics: Arc<Metrics>,
+    handle: ControllerHandle,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), nodekeeper::controller::ControllerError>>,
+    free: Arc<AtomicU64>,
+}
+
+fn name(i: usize) -> String {
+    format!("node-{i:04}")
+}
+
+fn config(free: &Arc<AtomicU64>, grace: Duration) -> ControllerConfig {
+    let space = free.clone();
+    ControllerConfig {
+        status_mode: StatusMode::Push,
+        node_monitor_period: Duration::from_millis(100),
+        node_monitor_grace_period: grace,
+        // Nodes are pushed first by the test, whenever it gets to them.
+        node_startup_grace_period: Duration::from_secs(600),
+        node_sync_period: Duration::from_millis(200),
+        free_space: FreeSpace::fake(move || space.load(Ordering::SeqCst)),
+        heartbeat_checkpoint_period: Duration::from_millis(200),
+        ..ControllerConfig::default()
+    }
+}
+
+impl InProcess {
+    async fn start(nodes: usize, grace: Duration) -> InProcess {
+        let dir = tempfile::tempdir().unwrap();
+        InProcess::open(dir, nodes, grace, Arc::new(AtomicU64::new(u64::MAX))).await
+    }
+
+    async fn open(
+        dir: tempfile::TempDir,
+        nodes: usize,
+        grace: Duration,
+        free: Arc<AtomicU64>,
+    ) -> InProcess {
+        let store =
+            Arc::new(Store::open(&dir.path().join("db"), &StoreOptions::default()).unwrap());
+        let view = Arc::new(View::default());
+        let metrics = Arc::new(Metrics::new());
+        let controller = Controller::start(
+            config(&free, grace),
+            store.clone(),
+            view.clone(),
+            metrics.clone(),
+        )
+        .await
+        .unwrap();
+        // Addresses in this test's loopback range; push mode probes nothing.
+        let specs = (0..nodes)
+            .map(|i| {
+                let address = format!("127.86.{}.{}", i / 250, i % 250 + 1);
+                static_spec(
+                    name(i),
+                    Some(&address),
+                    Default::default(),
+                    Default::default(),
+                )
+            })
+            .collect();
+        let (handle, pushes) = ControllerHandle::channel();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(controller.run(specs, pushes, shutdown.clone()));
+        let c = InProcess {
+            dir,
+            store,
+            view,
+            metrics,
+            handle,
+            shutdown,
+            task,
+            free,
+        };
+        let view = c.view.clone();
+        eventually("every node is registered", || {
+            let view = view.clone();
+            async move { view.list().len() == nodes }
+        })
+        .await;
+        c
+    }
+
+    /// A kubelet's status update with only its Ready condition, its heartbeat at `beat`.
+    async fn push(&self, i: usize, status: ConditionStatus, beat: i64) -> Result<Node, PushError> {
+        let ready = PushedCondition {
+            kind: "Ready".into(),
+            status,
+            last_heartbeat: Some(Micros(beat)),
+            reason: "KubeletReady".into(),
+            message: "kubelet is posting ready status".into(),
+        };
+        let pushed = PushedStatus {
+            conditions: vec![ready],
+            ..PushedStatus::default()
+        };
+        self.handle.status(name(i), pushed, None).await
+    }
+
+    fn ready(&self, i: usize) -> ConditionStatus {
+        self.view.get(&name(i)).expect("registered").0.ready()
+    }
+
+    /// The Ready changes of node `i` in the durable history, as statuses.
+    fn ready_history(&self, i: usize) -> Vec<ConditionStatus> {
+        let query = HistoryQuery {
+            node: Some(name(i)),
+            condition: Some("Ready".into()),
+            ..HistoryQuery::default()
+        };
+        self.store
+            .history(&query)
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e.kind {
+                EventKind::ConditionChanged { to, .. } => Some(to),
+                _ => None,
+            })
+            .collect()
+    }
+
+    async fn stop(self) -> tempfile::TempDir {
+        self.shutdown.cancel();
+        self.task.await.unwrap().unwrap();
+        self.dir
+    }
+}
+
+/// Every change is answered only once it is durable and readable; changes
+/// arriving together share flushes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushed_changes_are_durable_when_answered() {
+    const NODES: usize = 2000;
+    let c = InProcess::start(NODES, Duration::from_secs(600)).await;
+    let flushes_before = c.metrics.store_flushes.get();
+    let mut answers: FuturesUnordered<_> = (0..NODES)
+        .map(|i| {
+            let c = &c;
+            async move { (i, c.push(i, ConditionStatus::True, 1_000_000).await) }
+        })
+        .collect();
+    let mut versions = BTreeSet::new();
+    while let Some((i, answer)) = answers.next().await {
+        let node = answer.unwrap_or_else(|e| panic!("{}: {e}", name(i)));
+        assert_eq!(node.ready(), ConditionStatus::True);
+        // On disk, and what readers see, by the time the kubelet hears of it.
+        assert!(c.store.durable_seq() >= node.resource_version);
+        assert!(c.view.published() >= node.resource_version);
+        assert_eq!(c.ready(i), ConditionStatus::True);
+        versions.insert(node.resource_version);
+    }
+    drop(answers);
+    assert_eq!(versions.len(), NODES);
+    for i in [0, NODES / 2, NODES - 1] {
+        assert_eq!(c.ready_history(i), [ConditionStatus::True]);
+    }
+    let flushes = c.metrics.store_flushes.get() - flushes_before;
+    eprintln!("{NODES} changes made durable in {flushes} flushes");
+    assert!((1..=NODES as u64).contains(&flushes));
+    // The same status again is a heartbeat: answered, nothing written.
+    let flushes = c.metrics.store_flushes.get();
+    for i in 0..10 {
+        c.push(i, ConditionStatus::True, 2_000_000).await.unwrap();
+    }
+    assert_eq!(c.metrics.store_flushes.get(), flushes);
+    c.stop().await;
+}
+
+/// A disk short of space: changes are refused (nothing of them is kept),
+/// heartbeats still count, reads go on, and it all resumes by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_changes_and_resumes() {
+    let c = InProcess::start(3, Duration::from_secs(600)).await;
+    for i in 0..3 {
+        c.push(i, ConditionStatus::True, 1_000_000).await.unwrap();
+    }
+    c.free.store(1 << 20, Ordering::SeqCst);
+    let e = c
+        .push(0, ConditionStatus::False, 2_000_000)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, PushError::Unavailable(m) if m.contains("1.0 MiB free")),
+        "{e}"
+    );
+    assert!(c
+        .view
+        .store_writable()
+        .unwrap_err()
+        .contains("free some space"));
+    assert_eq!(c.metrics.store_writable.get(), 0);
+    // Nothing of the refused change stays: the same node's next heartbeat
+    // (Ready as before) is a heartbeat, answered, and not a change.
+    let beat = c.push(0, ConditionStatus::True, 3_000_000).await.unwrap();
+    assert_eq!(beat.ready(), ConditionStatus::True);
+    assert_eq!(c.ready(0), ConditionStatus::True);
+    assert_eq!(c.ready_history(0), [ConditionStatus::True]);
+    // Refused again while the disk stays full.
+    assert!(c.push(1, ConditionStatus::False, 2_000_000).await.is_err());
+    c.free.store(u64::MAX, Ordering::SeqCst);
+    // Writes are taken again without a restart.
+    let changed = c.push(0, ConditionStatus::False, 4_000_000).await.unwrap();
+    assert_eq!(changed.ready(), ConditionStatus::False);
+    assert_eq!(c.ready(0), ConditionStatus::False);
+    assert_eq!(
+        c.ready_history(0),
+        [ConditionStatus::True, ConditionStatus::False]
+    );
+    c.push(1, ConditionStatus::False, 4_000_000).await.unwrap();
+    assert_eq!(
+        c.ready_history(1),
+        [ConditionStatus::True, ConditionStatus::False]
+    );
+    assert_eq!(c.view.store_writable(), Ok(()));
+    c.stop().await;
+}
+
+/// The monitor's decision about a silent node waits while the disk is full
+/// and is made once there is room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_decisions_wait_for_room() {
+    let grace = Duration::from_secs(1);
+    let c = InProcess::start(2, grace).await;
+    let beats = Arc::new(AtomicU64::new(1_000_000));
+    let next_beat = || beats.fetch_add(1_000, Ordering::SeqCst) as i64;
+    for i in 0..2 {
+        c.push(i, ConditionStatus::True, next_beat()).await.unwrap();
+    }
+    c.free.store(0, Ordering::SeqCst);
+    // Node 0 keeps pushing; node 1 falls silent. Once the monitor has seen
+    // node 1 silent for longer than the grace period, its Unknown is due.
+    let silent_since = tokio::time::Instant::now();
+    let metrics = c.metrics.clone();
+    let mut ages = 0;
+    while tokio::time::Instant::now() - silent_since < DEADLINE {
+        c.push(0, ConditionStatus::True, next_beat()).await.unwrap();
+        let text = metrics.encode();
+        let max_age: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("nodekeeper_heartbeat_age_seconds{quantile=\"1\"} "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0);
+        if max_age > grace.as_secs_f64() * 2.0 {
+            ages += 1;
+            if ages > 3 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ages > 3, "the monitor never saw node 1 silent");
+    assert_eq!(c.ready(1), ConditionStatus::True, "decided without a disk");
+    assert_eq!(c.ready_history(1), [ConditionStatus::True]);
+    c.free.store(u64::MAX, Ordering::SeqCst);
+    let view = c.view.clone();
+    eventually("node 1 is Unknown once there is room", || {
+        let view = view.clone();
+        async move { view.get(&name(1)).unwrap().0.ready() == ConditionStatus::Unknown }
+    })
+    .await;
+    assert_eq!(
+        c.ready_history(1),
+        [ConditionStatus::True, ConditionStatus::Unknown]
+    );
+    assert_eq!(c.ready(0), ConditionStatus::True);
+    c.stop().await;
+}
+
+/// Heartbeat times are checkpointed beside the store, not written into it,
+/// and come back after a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeat_times_survive_a_crash_in_the_checkpoint() {
+    let c = InProcess::start(2, Duration::from_secs(600)).await;
+    for i in 0..2 {
+        c.push(i, ConditionStatus::True, 1_000_000).await.unwrap();
+    }
+    // Ready nodes carry no taint; the eviction pass has caught up once so.
+    let view = c.view.clone();
+    eventually("no taints", || {
+        let view = view.clone();
+        async move { view.list().iter().all(|(n, _)| n.taints.is_empty()) }
+    })
+    .await;
+    let renew = |t: i64| Lease {
+        name: name(0),
+        uid: String::new(),
+        created: Micros(0),
+        generation: 0,
+        holder_identity: Some(name(0)),
+        lease_duration_seconds: Some(40),
+        acquire_time: None,
+        renew_time: Some(Micros(t)),
+        lease_transitions: None,
+    };
+    c.handle.create_lease(renew(1_000_000)).await.unwrap();
+    let flushes = c.metrics.store_flushes.get();
+    // Heartbeats only: nothing is written into the store.
+    let beat = 1_764_576_000_000_000;
+    c.push(0, ConditionStatus::True, beat).await.unwrap();
+    let lease = c.handle.update_lease(renew(beat), None).await.unwrap();
+    assert_eq!(lease.generation, 2);
+    assert_eq!(c.metrics.store_flushes.get(), flushes);
+    let checkpoint = c.dir.path().join("db").join("heartbeats");
+    let stored = c.store.clone();
+    eventually("a checkpoint holds the newest heartbeat", || {
+        let checkpoint = checkpoint.clone();
+        async move {
+            std::fs::read(&checkpoint)
+                .ok()
+                .and_then(|b| nodekeeper::store::heartbeats::HeartbeatCheckpoint::decode(&b).ok())
+                .is_some_and(|cp| cp.nodes.iter().any(|n| n.conditions.contains(&beat)))
+        }
+    })
+    .await;
+    assert_eq!(c.metrics.store_flushes.get(), flushes);
+    let recorded = stored.node(&name(0)).unwrap().unwrap();
+    assert!(recorded.conditions[0].last_heartbeat.0 < beat);
+    // A crash: the controller task is gone without its clean stop.
+    c.task.abort();
+    let _ = c.task.await;
+    drop(stored);
+    let (dir, free) = (c.dir, c.free);
+    drop((c.store, c.view, c.metrics, c.handle));
+    let mut reopened = None;
+    for _ in 0..100 {
+        // The aborted task's last handles on the store go with its runtime tasks.
+        match Store::open(&dir.path().join("db"), &StoreOptions::default()) {
+            Ok(store) => {
+                reopened = Some(store);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    drop(reopened.expect("the store reopens"));
+    let c = InProcess::open(dir, 2, Duration::from_secs(600), free).await;
+    let (node, _) = c.view.get(&name(0)).unwrap();
+    assert_eq!(node.conditions[0].last_heartbeat.0, beat);
+    let lease = c.view.lease(&name(0)).unwrap();
+    assert_eq!(
+        (lease.renew_time, lease.generation),
+        (Some(Micros(beat)), 2)
+    );
+    c.stop().await;
+}
+
+/// Changes the controller answered are on disk: a kill right after the
+/// answers loses none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answered_changes_survive_a_kill() {
+    const NODES: usize = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let entries: Vec<serde_json::Value> = (0..NODES)
+        .map(|i| serde_json::json!({"name": name(i), "address": format!("127.86.9.{}", i + 1)}))
+        .collect();
+    let nodes = dir.path().join("nodes.json");
+    std::fs::write(&nodes, serde_json::to_vec(&entries).unwrap()).unwrap();
+    let db = dir.path().join("db");
+    let c = Binary::start(&db, &common::push_mode_args(&nodes, &[]));
+    let client = common::client();
+    // The API serves before the static nodes are registered.
+    eventually("every node is registered", || {
+        let client = client.clone();
+        let url = format!("{}/api/v1/nodes", c.url);
+        async move {
+            let Ok(r) = client.get(url).send().await else {
+                return false;
+            };
+            let list: serde_json::Value = r.json().await.unwrap_or_default();
+            list["items"]
+                .as_array()
+                .is_some_and(|items| items.len() == NODES)
+        }
+    })
+    .await;
+    let sends = (0..NODES).map(|i| {
+        let client = client.clone();
+        let url = format!("{}/api/v1/nodes/{}/status", c.url, name(i));
+        async move {
+            let body = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+                "lastHeartbeatTime": "2026-11-30T09:00:00Z", "reason": "KubeletNotReady", "message": "sick"}]}});
+            let r = client
+                .patch(url)
+                .header("content-type", "application/strategic-merge-patch+json")
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap();
+            r.status().as_u16()
+        }
+    });
+    let codes = futures_util::future::join_all(sends).await;
+    assert!(codes.iter().all(|c| *c == 200), "{codes:?}");
+    c.kill9();
+    let store = Store::open(&db, &StoreOptions::default()).unwrap();
+    for i in 0..NODES {
+        let node = store.node(&name(i)).unwrap().unwrap();
+        assert_eq!(node.ready(), ConditionStatus::False, "{}", name(i));
+    }
+    let query = HistoryQuery {
+        condition: Some("Ready".into()),
+        ..HistoryQuery::default()
+    };
+    let changes = store
+        .history(&query)
+        .unwrap()
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                EventKind::ConditionChanged {
+                    to: ConditionStatus::False,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(changes, NODES);
+}
