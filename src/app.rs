@@ -302,43 +302,49 @@ fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, 
     ) else {
         return Ok(None);
     };
-    if !(args.kube_api_qps.is_finite() && args.kube_api_qps > 0.0) {
+    if let Some(qps) = args.kube_api_qps {
+        if !(qps.is_finite() && qps > 0.0) {
+            return Err(flag(
+                "--kube-api-qps",
+                format!("{qps} is not a rate: give requests per second, more than 0"),
+            ));
+        }
+    }
+    if args.kube_api_burst == Some(0) {
+        return Err(flag("--kube-api-burst", "must be at least 1".into()));
+    }
+    if args.kube_api_timeout.is_zero() {
+        return Err(flag("--kube-api-timeout", "must be more than zero".into()));
+    }
+    if args.node_lease_duration < Duration::from_secs(1) {
+        return Err(flag("--node-lease-duration", "must be at least 1s".into()));
+    }
+    let renew = args
+        .node_lease_renew_interval
+        .unwrap_or(args.node_lease_duration / 3);
+    if renew.is_zero() || renew >= args.node_lease_duration {
         return Err(flag(
-            "--kube-api-qps",
+            "--node-lease-renew-interval",
             format!(
-                "{} is not a rate: give requests per second, more than 0",
-                args.kube_api_qps
+                "must be more than zero and shorter than --node-lease-duration ({}); a third of it is usual",
+                crate::duration::format(args.node_lease_duration)
             ),
         ));
     }
-    if args.kube_api_burst == 0 {
-        return Err(flag("--kube-api-burst", "must be at least 1".into()));
-    }
-    for (name, d) in [
-        ("--kube-api-timeout", args.kube_api_timeout),
-        (
-            "--node-lease-renew-interval",
-            args.node_lease_renew_interval,
-        ),
-    ] {
-        if d.is_zero() {
-            return Err(flag(name, "must be more than zero".into()));
-        }
-    }
-    if args.node_lease_duration < Duration::from_secs(1)
-        || args.node_lease_renew_interval >= args.node_lease_duration
-    {
+    if !args.mirror_leases && args.node_lease_renew_interval.is_some() {
         return Err(flag(
-            "--node-lease-duration",
-            "must be at least 1s and longer than --node-lease-renew-interval".into(),
+            "--node-lease-renew-interval",
+            "has no effect with --mirror-leases=false: give one or the other".into(),
         ));
     }
     let mut config = MirrorConfig::new(api_server);
-    config.qps = args.kube_api_qps;
-    config.burst = args.kube_api_burst;
+    config.budget = crate::mirror::BudgetFlags {
+        qps: args.kube_api_qps,
+        burst: args.kube_api_burst,
+    };
     config.request_timeout = args.kube_api_timeout;
     config.node_lease_duration = args.node_lease_duration;
-    config.node_lease_renew_interval = args.node_lease_renew_interval;
+    config.node_lease_renew_interval = args.mirror_leases.then_some(renew);
     config.eviction_hold = args.node_monitor_grace_period;
     if args.leader_elect {
         let mut leader = LeaderConfig::new(identity());

@@ -3,7 +3,7 @@
 use super::Outcome;
 use crate::cli::{ListFormat, MirrorCommand};
 use crate::inspect::Source;
-use crate::mirror::MirrorStatus;
+use crate::mirror::{BudgetStatus, MirrorStatus, UpstreamStatus};
 use crate::model::Micros;
 
 pub async fn mirror(source: &Source, command: &MirrorCommand) -> Outcome {
@@ -15,6 +15,54 @@ pub async fn mirror(source: &Source, command: &MirrorCommand) -> Outcome {
                 ListFormat::Table => status_text(&status, Micros::now()),
             })
         }
+    }
+}
+
+/// What the API server lacks or has otherwise. Never a clean slate while
+/// nodes are missing there, nor while the mirror cannot tell.
+fn upstream_text(u: &UpstreamStatus, leader: bool, age: &dyn Fn(Micros) -> String) -> String {
+    if !leader {
+        return "- (not leading: the API server's nodes are not followed)".into();
+    }
+    let Some(listed) = u.last_list else {
+        return "not listed yet: how many nodes it lacks is unknown".into();
+    };
+    format!(
+        "{} registry nodes missing, {} differing; {}, last listed {}",
+        u.missing,
+        u.differ,
+        if u.watching {
+            "watching"
+        } else {
+            "NOT watching"
+        },
+        age(listed)
+    )
+}
+
+fn budget_text(b: &BudgetStatus) -> String {
+    let rate = format!(
+        "{} requests/s, burst {} ({})",
+        b.qps,
+        b.burst,
+        if b.sized {
+            "sized from the Ready nodes"
+        } else {
+            "--kube-api-qps"
+        }
+    );
+    let leases = match b.lease_renew_interval_seconds {
+        None => "node Leases not mirrored".to_string(),
+        Some(every) => format!(
+            "{} Ready nodes' Leases every {} need {:.1}/s",
+            b.ready_nodes,
+            crate::duration::format(std::time::Duration::from_secs_f64(every)),
+            b.lease_qps
+        ),
+    };
+    match &b.shortfall {
+        None => format!("{rate}; {leases}: enough"),
+        Some(why) => format!("{rate}; NOT ENOUGH: {why}"),
     }
 }
 
@@ -47,7 +95,17 @@ fn status_text(s: &MirrorStatus, now: Micros) -> String {
             "no controller running; read from the store".into(),
         );
     }
-    line("Backlog:", format!("{} entries", s.backlog));
+    let drift = s
+        .upstream
+        .as_ref()
+        .filter(|u| s.leader && u.missing + u.differ > 0)
+        .map_or(String::new(), |u| {
+            format!(
+                " ({} nodes missing and {} differing on the API server)",
+                u.missing, u.differ
+            )
+        });
+    line("Backlog:", format!("{} entries{drift}", s.backlog));
     line("Oldest entry:", s.oldest_entry.map_or("-".into(), age));
     line(
         "Last error:",
@@ -64,6 +122,26 @@ fn status_text(s: &MirrorStatus, now: Micros) -> String {
                 s.requests, s.retries, s.lease_renewals
             ),
         );
+        line(
+            "Throttled:",
+            match &s.last_throttled {
+                None => format!("{} answers 429", s.throttled),
+                Some(t) => format!(
+                    "{} answers 429, the last {} (waited its Retry-After of {})",
+                    s.throttled,
+                    age(t.time),
+                    crate::duration::format(std::time::Duration::from_secs_f64(
+                        t.retry_after_seconds
+                    ))
+                ),
+            },
+        );
+    }
+    if let Some(u) = &s.upstream {
+        line("Upstream:", upstream_text(u, s.leader, &age));
+    }
+    if let Some(b) = &s.budget {
+        line("Budget:", budget_text(b));
     }
     if !s.entries.is_empty() {
         out.push_str("\nOLDEST ENTRIES\n");
