@@ -335,6 +335,8 @@ struct Shared {
     state: Mutex<State>,
     /// While true, open watches hold their events back.
     watch_stall: watch::Sender<bool>,
+    /// Bumped by a compaction: every open watch ends with 410 at once.
+    watch_expiry: watch::Sender<u64>,
     stop: CancellationToken,
 }
 
@@ -439,7 +441,8 @@ enum WatchItem {
         kind: &'static str,
         object: Value,
     },
-    /// The history was compacted: every watch ends with 410 Gone.
+    /// Too old to watch from (compacted, or the watcher fell behind): the
+    /// watch ends with 410 Gone.
     Expire,
 }
 
@@ -478,6 +481,7 @@ impl FakeApiServer {
             connections: watch::Sender::new(0),
             state: Mutex::new(State::new()),
             watch_stall: watch::Sender::new(false),
+            watch_expiry: watch::Sender::new(0),
             stop: stop.clone(),
         });
         tokio::spawn(run(shared.clone(), listener));
@@ -739,13 +743,15 @@ impl FakeApiServer {
     }
 
     /// Forgets the watch history, as etcd compaction does: a watch from any
-    /// version until now is answered 410 Gone, and every open watch ends
-    /// with a 410 `ERROR` event.
+    /// version until now is answered 410 Gone, and every open watch ends at
+    /// once with a 410 `ERROR` event, dropping what it had not sent yet
+    /// (even while stalled).
     pub fn compact(&self) {
         let mut state = self.shared().lock();
         state.history.clear();
         state.oldest_watchable = state.resource_version;
-        let _ = state.events.send(Arc::new(WatchItem::Expire));
+        drop(state);
+        self.shared().watch_expiry.send_modify(|n| *n += 1);
     }
 
     /// While `true`, open watches send nothing (events, bookmarks), as over
@@ -1112,6 +1118,8 @@ impl Shared {
             deadline: Instant::now() + timeout,
             last_rv: from,
             stall: self.watch_stall.subscribe(),
+            expiry: self.watch_expiry.subscribe(),
+            expiry_seen: *self.watch_expiry.borrow(),
             done,
         };
         let frames = futures_util::stream::unfold(watch, |mut watch| async move {
@@ -1140,6 +1148,9 @@ struct Watch {
     /// The newest version sent (or filtered out).
     last_rv: u64,
     stall: watch::Receiver<bool>,
+    expiry: watch::Receiver<u64>,
+    /// The compactions counted when the watch started.
+    expiry_seen: u64,
     /// After an error event, nothing more.
     done: bool,
 }
@@ -1149,11 +1160,16 @@ impl Watch {
     async fn next_line(&mut self) -> Option<Bytes> {
         // Each round sends a line, ends, or waits for something to change.
         loop {
+            if *self.expiry.borrow() != self.expiry_seen && !self.done {
+                self.pending.clear();
+                return self.line(&WatchItem::Expire);
+            }
             if *self.stall.borrow_and_update() {
                 tokio::select! {
                     _ = self.shared.stop.cancelled() => return None,
                     _ = tokio::time::sleep_until(self.deadline) => return None,
                     _ = self.stall.changed() => continue,
+                    _ = self.expiry.changed() => continue,
                 }
             }
             if let Some(item) = self.pending.pop_front() {
@@ -1169,6 +1185,7 @@ impl Watch {
                 _ = self.shared.stop.cancelled() => return None,
                 _ = tokio::time::sleep_until(self.deadline) => return None,
                 _ = self.stall.changed() => {}
+                _ = self.expiry.changed() => {}
                 _ = tokio::time::sleep_until(self.next_bookmark), if self.bookmarks => {
                     self.next_bookmark += self.every;
                     if let Some(line) = self.bookmark() {
