@@ -105,7 +105,7 @@ impl Plan {
 }
 
 fn fmt_qps(qps: f64) -> String {
-    if qps >= 10.0 {
+    if qps >= 10.0 || qps.fract() == 0.0 {
         format!("{qps:.0}")
     } else {
         format!("{qps:.1}")

@@ -563,7 +563,7 @@ impl Mirror {
                         elector_running = false;
                         if is_leader {
                             tracing::error!("leader election ended; writes to the API server stop");
-                            stop_leading(&mut tasks, &mut watcher, &mut queue);
+                            stop_leading(&ctx, &mut tasks, &mut watcher, &mut queue);
                         }
                         is_leader = false;
                         ctx.state.leader.store(false, Ordering::Relaxed);
@@ -580,7 +580,7 @@ impl Mirror {
                         watcher = Some((handle, stop));
                     } else if !now_leading && is_leader {
                         tracing::warn!("no longer leading: writes to the API server stop");
-                        stop_leading(&mut tasks, &mut watcher, &mut queue);
+                        stop_leading(&ctx, &mut tasks, &mut watcher, &mut queue);
                     }
                     is_leader = now_leading;
                     ctx.state.leader.store(is_leader, Ordering::Relaxed);
@@ -651,6 +651,7 @@ type Outcome = queue::Outcome;
 
 /// Leadership ends: work in flight and the watch stop.
 fn stop_leading(
+    ctx: &Ctx,
     tasks: &mut JoinSet<Outcome>,
     watcher: &mut Option<(JoinHandle<()>, CancellationToken)>,
     queue: &mut Queue,
@@ -660,6 +661,7 @@ fn stop_leading(
         stop.cancel();
         handle.abort();
     }
+    ctx.state.set_watching(false);
     queue.lost_lead();
 }
 

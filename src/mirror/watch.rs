@@ -107,6 +107,14 @@ pub(crate) async fn watch_nodes(
                         }
                         rv
                     }
+                    Err(e) if e.is(429) => {
+                        // Throttled: the budget waits the Retry-After out;
+                        // not a failure.
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(e.retry_after.unwrap_or(Duration::from_secs(1))) => continue,
+                        }
+                    }
                     Err(e) => {
                         let unreachable = e.code.is_none_or(|c| c >= 500);
                         let report = Report::Failed {
