@@ -1128,17 +1128,27 @@ struct Upstream {
     nodes: BTreeMap<String, (Option<String>, Vec<String>)>,
     /// Per node Lease: its renewTime.
     renewed: BTreeMap<String, jiff::Timestamp>,
+    /// Per node: its creationTimestamp.
+    created: BTreeMap<String, jiff::Timestamp>,
     at: jiff::Timestamp,
 }
 
 impl Upstream {
     fn read(api: &FakeApiServer) -> Upstream {
-        let nodes = api
-            .nodes()
+        let all = api.nodes();
+        let nodes = all
             .iter()
             .filter_map(|n| {
                 let name = n["metadata"]["name"].as_str()?.to_string();
                 Some((name, (ready_status(n), managed_taints(n))))
+            })
+            .collect();
+        let created = all
+            .iter()
+            .filter_map(|n| {
+                let name = n["metadata"]["name"].as_str()?.to_string();
+                let at = n["metadata"]["creationTimestamp"].as_str()?.parse().ok()?;
+                Some((name, at))
             })
             .collect();
         let renewed = api
@@ -1154,6 +1164,7 @@ impl Upstream {
         Upstream {
             nodes,
             renewed,
+            created,
             at: jiff::Timestamp::now(),
         }
     }
@@ -1166,15 +1177,21 @@ impl Upstream {
             .map(|(n, _)| n)
     }
 
+    /// The age of a node's Lease, in seconds: since its renewTime, or since
+    /// the Node's creation if that is later (a Node created a moment ago has
+    /// had no time to renew). `None`: no Lease.
+    fn lease_age(&self, name: &str) -> Option<f64> {
+        let renewed = *self.renewed.get(name)?;
+        let from = match self.created.get(name) {
+            Some(created) if *created > renewed => *created,
+            _ => renewed,
+        };
+        Some(self.at.duration_since(from).as_secs_f64())
+    }
+
     /// The age of each Ready node's Lease, in seconds (`None`: no Lease).
     fn lease_ages(&self) -> Vec<Option<f64>> {
-        self.ready()
-            .map(|n| {
-                self.renewed
-                    .get(n)
-                    .map(|t| self.at.duration_since(*t).as_secs_f64())
-            })
-            .collect()
+        self.ready().map(|n| self.lease_age(n)).collect()
     }
 
     /// The oldest Lease age of the Ready nodes, and how many have none.
@@ -1184,6 +1201,23 @@ impl Upstream {
         let oldest = ages.into_iter().flatten().fold(0.0, f64::max);
         (oldest, missing)
     }
+}
+
+/// The oldest Lease age of the nodes Ready in the registry (`truth`) whose
+/// Node is upstream and whose Lease was renewed since `since` (the API
+/// server's return: older ones lapsed during the outage, which `behind`
+/// counts until they are renewed).
+fn oldest_lease_of_ready(
+    truth: &BTreeMap<String, (Option<String>, Vec<String>)>,
+    up: &Upstream,
+    since: jiff::Timestamp,
+) -> f64 {
+    truth
+        .iter()
+        .filter(|(n, (ready, _))| ready.as_deref() == Some("True") && up.nodes.contains_key(*n))
+        .filter(|(n, _)| up.renewed.get(*n).is_some_and(|t| *t >= since))
+        .filter_map(|(n, _)| up.lease_age(n))
+        .fold(0.0, f64::max)
 }
 
 fn managed_taints(node: &Value) -> Vec<String> {
@@ -1226,8 +1260,8 @@ async fn controller_nodes(
 }
 
 /// Nodes whose Node upstream differs from the controller's (missing, or
-/// another Ready status or managed taints), and Ready nodes whose Lease was
-/// not renewed since `since`.
+/// another Ready status or managed taints), and Ready nodes not upstream
+/// with a Lease renewed since `since`.
 fn behind(
     truth: &BTreeMap<String, (Option<String>, Vec<String>)>,
     upstream: &Upstream,
@@ -1240,7 +1274,9 @@ fn behind(
     let leases = truth
         .iter()
         .filter(|(_, (ready, _))| ready.as_deref() == Some("True"))
-        .filter(|(n, _)| upstream.renewed.get(*n).is_none_or(|t| *t < since))
+        .filter(|(n, _)| {
+            !upstream.nodes.contains_key(*n) || upstream.renewed.get(*n).is_none_or(|t| *t < since)
+        })
         .count();
     (nodes, leases)
 }
@@ -1251,6 +1287,7 @@ struct SiteRow {
     /// From the controller's start to every node upstream, Ready, with a Lease.
     initial: Duration,
     initial_requests: usize,
+    initial_mix: BTreeMap<String, usize>,
     budget_after_start: Option<nodekeeper::mirror::BudgetStatus>,
     window: Duration,
     counts: BTreeMap<Kind, usize>,
@@ -1269,8 +1306,9 @@ struct SiteRow {
     leases_renewed: Option<Duration>,
     /// From its return to every Node and its status upstream.
     nodes_upstream: Option<Duration>,
-    /// The oldest Lease age of the Ready nodes each second from every
-    /// Lease renewed to the end of the drain (and AFTER_DRAIN beyond).
+    /// The oldest Lease age of the nodes Ready in the registry and upstream,
+    /// once renewed after the return, each second from the return to the
+    /// end of the drain (and AFTER_DRAIN beyond).
     drain_oldest: Vec<f64>,
     drain_requests: usize,
     drain_mix: BTreeMap<String, usize>,
@@ -1329,16 +1367,24 @@ async fn site(env: &Env<'_>) -> Result<SiteRow> {
             );
         }
         if reported.elapsed() >= Duration::from_secs(10) {
+            let status = mirror_status(env.client, &url).await.ok();
             eprintln!(
-                "   {:.0}s: {ready} of {n} Ready upstream with a Lease",
-                started.elapsed().as_secs_f64()
+                "   {:.0}s: {ready} of {n} Ready upstream with a Lease ({} requests; {})",
+                started.elapsed().as_secs_f64(),
+                api.requests().len(),
+                status
+                    .as_ref()
+                    .map_or("no /v1/mirror".into(), describe_status)
             );
             reported = Instant::now();
         }
         tokio::time::sleep(SITE_SAMPLE_EVERY).await;
     }
     let initial = started.elapsed();
-    let initial_requests = api.requests().len();
+    let initial_log = api.requests();
+    let initial_requests = initial_log.len();
+    let initial_mix = mix(&initial_log);
+    drop(initial_log);
     let budget_after_start = mirror_status(env.client, &url).await?.budget;
     eprintln!(
         "   every node upstream after {:.1}s ({initial_requests} requests); warming up {}",
@@ -1461,9 +1507,7 @@ async fn site(env: &Env<'_>) -> Result<SiteRow> {
                 returned.elapsed().as_secs_f64()
             );
         }
-        if leases_renewed.is_some() {
-            drain_oldest.push(up.oldest_lease().0);
-        }
+        drain_oldest.push(oldest_lease_of_ready(&truth, &up, returned_at));
         if nodes_upstream.is_none() && nodes_behind == 0 {
             nodes_upstream = Some(returned.elapsed());
             eprintln!(
@@ -1524,6 +1568,7 @@ async fn site(env: &Env<'_>) -> Result<SiteRow> {
         nodes: n,
         initial,
         initial_requests,
+        initial_mix,
         budget_after_start,
         window,
         counts,
@@ -1700,6 +1745,11 @@ fn site_section(out: &mut String, row: &SiteRow, args: &Args) {
         row.initial.as_secs_f64(),
         row.initial_requests
     );
+    let _ = writeln!(
+        out,
+        "- requests by route: {}",
+        describe_mix(&row.initial_mix)
+    );
     let secs = row.window.as_secs_f64();
     let per_node_hour = |count: usize| count as f64 / row.nodes as f64 * 3600.0 / secs;
     let _ = writeln!(out, "\n**Steady state** ({secs:.0}s window)\n");
@@ -1750,7 +1800,7 @@ fn site_section(out: &mut String, row: &SiteRow, args: &Args) {
         |d: Option<Duration>| d.map_or("never".into(), |d| format!("{:.1}s", d.as_secs_f64()));
     let _ = writeln!(
         out,
-        "- every Ready node's Lease renewed: {} after the return",
+        "- every Ready node upstream with its Lease renewed: {} after the return",
         secs_or(row.leases_renewed)
     );
     let _ = writeln!(
@@ -1760,7 +1810,7 @@ fn site_section(out: &mut String, row: &SiteRow, args: &Args) {
     );
     let _ = writeln!(
         out,
-        "- oldest Lease age of the Ready nodes from then to {}s after the drain, each second's oldest, p50 / p99 / max: {} s",
+        "- oldest Lease age during the drain, of the Ready nodes upstream once renewed after the return (age from the renewal, or the Node's creation if later), each second's oldest from the return to {}s after the drain, p50 / p99 / max: {} s",
         AFTER_DRAIN.as_secs(),
         spread(&row.drain_oldest)
     );

@@ -161,3 +161,75 @@ fn status_text(s: &MirrorStatus, now: Micros) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mirror::{BudgetFlags, Plan};
+    use std::time::Duration;
+
+    fn status(missing: usize, leader: bool) -> MirrorStatus {
+        let plan = Plan::new(
+            600,
+            Some(Duration::from_secs(40) / 3),
+            BudgetFlags {
+                qps: Some(20.0),
+                burst: Some(30),
+            },
+        );
+        MirrorStatus {
+            running: true,
+            server: Some("http://127.0.0.1:6443/".into()),
+            identity: Some("me".into()),
+            leader,
+            backlog: 0,
+            oldest_entry: None,
+            last_error: None,
+            last_success: Some(Micros(1_000_000)),
+            requests: 10,
+            retries: 0,
+            lease_renewals: 5,
+            throttled: 2,
+            last_throttled: Some(crate::mirror::Throttle {
+                time: Micros(1_000_000),
+                retry_after_seconds: 5.0,
+            }),
+            upstream: Some(UpstreamStatus {
+                missing,
+                differ: 0,
+                watching: false,
+                last_list: Some(Micros(1_000_000)),
+            }),
+            budget: Some(BudgetStatus::from(&plan)),
+            entries: vec![],
+        }
+    }
+
+    #[test]
+    fn an_empty_backlog_is_not_a_clean_slate_while_nodes_are_missing_upstream() {
+        let text = status_text(&status(8, true), Micros(3_000_000));
+        assert!(
+            text.contains(
+                "Backlog:        0 entries (8 nodes missing and 0 differing on the API server)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "Upstream:       8 registry nodes missing, 0 differing; NOT watching, last listed"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("Throttled:      2 answers 429, the last 1970-01-01T00:00:01Z (2s ago) (waited its Retry-After of 5s)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Budget:         20 requests/s, burst 30 (--kube-api-qps); NOT ENOUGH: renewing the Leases of 600 Ready nodes"),
+            "{text}"
+        );
+        let standby = status_text(&status(8, false), Micros(3_000_000));
+        assert!(standby.contains("Backlog:        0 entries\n"), "{standby}");
+        assert!(standby.contains("not leading"), "{standby}");
+    }
+}

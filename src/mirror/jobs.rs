@@ -241,13 +241,13 @@ impl Ctx {
                 // It is gone: create it.
                 Err(e) if e.is(404) => known = Known::Missing,
                 Err(e) => {
-                    self.upstream().forget(name);
+                    self.upstream().distrust(name);
                     return Err(e);
                 }
             }
         }
         let Some(mut current) = current else {
-            self.upstream().forget(name);
+            self.upstream().distrust(name);
             return Err(ApiError {
                 code: Some(409),
                 message: format!(
@@ -276,7 +276,7 @@ impl Ctx {
                     if e.is(404) {
                         self.upstream().missing(name);
                     } else {
-                        self.upstream().forget(name);
+                        self.upstream().distrust(name);
                     }
                     return Err(e);
                 }

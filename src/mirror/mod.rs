@@ -538,7 +538,9 @@ impl Mirror {
             let now = Instant::now();
             ctx.metrics.mirror_backlog.set(queue.outbox_len() as i64);
             if is_leader {
-                while let Some((job, priority)) = queue.next(now, hold_until, tasks.len(), workers)
+                let missing = |name: &str| ctx.upstream().is_missing(name);
+                while let Some((job, priority)) =
+                    queue.next(now, hold_until, tasks.len(), workers, &missing)
                 {
                     let task = {
                         let ctx = ctx.clone();
@@ -579,7 +581,11 @@ impl Mirror {
                         let handle = tokio::spawn(watch::watch_nodes(ctx.clone(), reports_tx.clone(), stop.clone()));
                         watcher = Some((handle, stop));
                     } else if !now_leading && is_leader {
-                        tracing::warn!("no longer leading: writes to the API server stop");
+                        if shutdown.is_cancelled() {
+                            tracing::info!("stopping: leadership given up");
+                        } else {
+                            tracing::warn!("no longer leading: writes to the API server stop");
+                        }
                         stop_leading(&ctx, &mut tasks, &mut watcher, &mut queue);
                     }
                     is_leader = now_leading;
@@ -662,6 +668,7 @@ fn stop_leading(
         handle.abort();
     }
     ctx.state.set_watching(false);
+    ctx.upstream().incomplete();
     queue.lost_lead();
 }
 

@@ -89,8 +89,6 @@ pub(crate) struct Queue {
     lease_at: HashMap<String, Instant>,
     /// Ready nodes of the registry: whose Leases are renewed.
     ready_nodes: HashSet<String>,
-    /// Nodes missing upstream: no Lease for them until they are created.
-    missing: HashSet<String>,
     attempts: HashMap<Job, u32>,
     /// Set while requests fail for want of an API server (no answer, 5xx):
     /// the first success after it retries everything waiting, at once (the
@@ -117,7 +115,6 @@ impl Queue {
             leases_due: BTreeSet::new(),
             lease_at: HashMap::new(),
             ready_nodes: HashSet::new(),
-            missing: HashSet::new(),
             attempts: HashMap::new(),
             outage: false,
             unlogged: 0,
@@ -182,7 +179,6 @@ impl Queue {
     /// Leadership lost: work in flight was aborted (each reported through
     /// [`Queue::aborted`]); what the API server showed is forgotten.
     pub(crate) fn lost_lead(&mut self) {
-        self.missing.clear();
         self.dirty.clear();
         self.outage = false;
     }
@@ -277,9 +273,6 @@ impl Queue {
                     }
                 } else {
                     self.ready_nodes.remove(&name);
-                    if view.get(&name).is_none() {
-                        self.missing.remove(&name);
-                    }
                 }
             }
             seen = last;
@@ -291,11 +284,10 @@ impl Queue {
     /// differing from the registry: its Node is queued, unless work for it
     /// is in flight, which then looks again when it ends.
     pub(crate) fn upstream_changed(&mut self, name: &str, missing: bool) {
+        // Recreating a node is a creation; repairing one a change.
         let priority = if missing {
-            self.missing.insert(name.to_string());
             Priority::Backlog
         } else {
-            self.missing.remove(name);
             Priority::Change
         };
         if self.busy.contains(name) {
@@ -308,12 +300,15 @@ impl Queue {
 
     /// The next job to start, with the priority its requests take, if one is
     /// due and a worker is free. `in_flight` jobs run of at most `workers`.
+    /// `missing` says which nodes are known missing upstream: their Leases
+    /// wait until the Node is created.
     pub(crate) fn next(
         &mut self,
         now: Instant,
         hold_until: Instant,
         in_flight: usize,
         workers: usize,
+        missing: &dyn Fn(&str) -> bool,
     ) -> Option<(Job, Priority)> {
         if in_flight >= workers {
             return None;
@@ -327,7 +322,7 @@ impl Queue {
                 self.make_ready(key);
             }
         }
-        if let Some(job) = self.next_lease(now) {
+        if let Some(job) = self.next_lease(now, missing) {
             return Some((job, Priority::Lease));
         }
         // The last quarter of the workers is kept for Lease renewals.
@@ -338,7 +333,7 @@ impl Queue {
     }
 
     /// The next due Lease renewal of a Ready node that exists upstream.
-    fn next_lease(&mut self, now: Instant) -> Option<Job> {
+    fn next_lease(&mut self, now: Instant, missing: &dyn Fn(&str) -> bool) -> Option<Job> {
         while let Some((at, name)) = self.leases_due.first().cloned() {
             if at > now {
                 break;
@@ -346,9 +341,16 @@ impl Queue {
             self.leases_due.pop_first();
             self.lease_at.remove(&name);
             // A node not Ready lets its Lease expire; its next Ready
-            // schedules it again. A node missing upstream gets its Lease
-            // once it is created.
-            if !self.ready_nodes.contains(&name) || self.missing.contains(&name) {
+            // schedules it again.
+            if !self.ready_nodes.contains(&name) {
+                continue;
+            }
+            // A node missing upstream gets its Lease once it is created (then
+            // at once); until then it is looked at again an interval on.
+            if missing(&name) {
+                if let Some(renew) = self.renew {
+                    self.schedule_lease(&name, now + renew);
+                }
                 continue;
             }
             // One piece of work per node at a time: a renewal never races the
@@ -420,12 +422,9 @@ impl Queue {
                 self.attempts.remove(&job);
                 match &job {
                     Job::Outbox(key) => {
-                        // The Node is there now (or rightly gone): a node
-                        // that was missing gets its Lease at once.
-                        let was_missing =
-                            matches!(key, OutboxKey::Node(_)) && self.missing.remove(key.node());
+                        // A node just created gets its Lease at once.
                         let name = key.node().to_string();
-                        if (created || was_missing) && self.ready_nodes.contains(&name) {
+                        if created && self.ready_nodes.contains(&name) {
                             self.schedule_lease(&name, now);
                         }
                         if again {
@@ -608,7 +607,7 @@ mod tests {
 
     /// The next job, any worker free.
     fn next(q: &mut Queue, now: Instant) -> Option<Job> {
-        q.next(now, now, 0, 8).map(|(job, _)| job)
+        q.next(now, now, 0, 8, &|_| false).map(|(job, _)| job)
     }
 
     #[test]
@@ -635,10 +634,10 @@ mod tests {
         let hold = now + Duration::from_secs(40);
         let mut q = queue(now);
         q.add(pods("a"), Priority::Change);
-        assert_eq!(q.next(now, hold, 0, 8), None);
+        assert_eq!(q.next(now, hold, 0, 8, &|_| false), None);
         assert_eq!(q.next_due(), Some(hold));
         assert_eq!(
-            q.next(hold, hold, 0, 8),
+            q.next(hold, hold, 0, 8, &|_| false),
             Some((Job::Outbox(pods("a")), Priority::Change))
         );
     }
@@ -651,7 +650,9 @@ mod tests {
         q.add(node("old"), Priority::Backlog);
         q.add(node("tainted"), Priority::Change);
         q.lead(now, &view(&["up-1", "up-2"], &["new", "old", "tainted"]));
-        let order: Vec<(Job, Priority)> = (0..5).map_while(|_| q.next(now, now, 0, 8)).collect();
+        let order: Vec<(Job, Priority)> = (0..5)
+            .map_while(|_| q.next(now, now, 0, 8, &|_| false))
+            .collect();
         assert_eq!(
             order,
             [
@@ -680,12 +681,12 @@ mod tests {
         q.lead(now, &view(&["up"], &[]));
         // Six of eight workers busy: outbox work waits, a Lease still starts.
         assert_eq!(
-            q.next(now, now, 6, 8),
+            q.next(now, now, 6, 8, &|_| false),
             Some((Job::Lease("up".into()), Priority::Lease))
         );
-        assert_eq!(q.next(now, now, 6, 8), None);
-        assert!(q.next(now, now, 5, 8).is_some());
-        assert_eq!(q.next(now, now, 8, 8), None);
+        assert_eq!(q.next(now, now, 6, 8, &|_| false), None);
+        assert!(q.next(now, now, 5, 8, &|_| false).is_some());
+        assert_eq!(q.next(now, now, 8, 8, &|_| false), None);
     }
 
     #[test]
@@ -757,19 +758,30 @@ mod tests {
         // The API server came back empty: both nodes are missing.
         q.upstream_changed("a", true);
         q.upstream_changed("b", true);
+        let missing = std::cell::RefCell::new(HashSet::from(["a", "b"]));
+        let is_missing = |n: &str| missing.borrow().contains(n);
         assert_eq!(
-            q.next(now, now, 0, 8),
+            q.next(now, now, 0, 8, &is_missing),
             Some((Job::Outbox(node("a")), Priority::Backlog))
         );
         let created = Outcome::Done {
             created: true,
             again: false,
         };
+        missing.borrow_mut().remove("a");
         q.finished(Job::Outbox(node("a")), created, now);
         // a exists now: its Lease is due at once; b's waits for its creation.
-        assert_eq!(next(&mut q, now), Some(Job::Lease("a".into())));
-        assert_eq!(next(&mut q, now), Some(Job::Outbox(node("b"))));
-        assert_eq!(next(&mut q, now), None);
+        assert_eq!(
+            q.next(now, now, 0, 8, &is_missing),
+            Some((Job::Lease("a".into()), Priority::Lease))
+        );
+        assert_eq!(
+            q.next(now, now, 0, 8, &is_missing),
+            Some((Job::Outbox(node("b")), Priority::Backlog))
+        );
+        assert_eq!(q.next(now, now, 0, 8, &is_missing), None);
+        // b's Lease is looked at again an interval on.
+        assert_eq!(q.next_due(), Some(now + RENEW));
     }
 
     #[test]
@@ -807,11 +819,11 @@ mod tests {
         assert!(q.answered(now));
         assert!(!q.in_outage());
         assert_eq!(
-            q.next(now, now, 0, 8),
+            q.next(now, now, 0, 8, &|_| false),
             Some((Job::Lease("up".into()), Priority::Lease))
         );
         assert_eq!(
-            q.next(now, now, 0, 8),
+            q.next(now, now, 0, 8, &|_| false),
             Some((Job::Outbox(node("a")), Priority::Backlog))
         );
         assert!(!q.answered(now), "only once");

@@ -54,12 +54,18 @@ pub(crate) struct Upstream {
     missing: HashSet<String>,
     /// Registry nodes whose copy was last seen to differ from the registry.
     differ: HashSet<String>,
+    /// Set once a list was complete: from then on (the watch keeps the copy
+    /// current) a node without an entry is not upstream...
+    complete: bool,
+    /// ...unless its copy was dropped as untrustworthy: read it first.
+    distrusted: HashSet<String>,
 }
 
 impl Upstream {
     /// What is known of `name`.
     pub(crate) fn get(&self, name: &str) -> Known {
         match self.nodes.get(name) {
+            None if self.complete && !self.distrusted.contains(name) => Known::Missing,
             None => Known::Unknown,
             Some(Entry { copy: None, .. }) => Known::Missing,
             // Written by `set` from a Value: it reads back.
@@ -70,9 +76,13 @@ impl Upstream {
     }
 
     /// Whether the node is known to be missing upstream.
-    #[cfg(test)]
-    fn is_missing(&self, name: &str) -> bool {
-        self.missing.contains(name)
+    /// Whether the node is known to be missing upstream: seen missing, or
+    /// never seen since a complete list.
+    pub(crate) fn is_missing(&self, name: &str) -> bool {
+        match self.nodes.get(name) {
+            None => self.complete && !self.distrusted.contains(name),
+            Some(entry) => entry.copy.is_none(),
+        }
     }
 
     /// The current generation: what [`Upstream::listed`] is given back.
@@ -87,6 +97,7 @@ impl Upstream {
 
     fn set(&mut self, name: &str, node: Option<Value>) {
         self.generation += 1;
+        self.distrusted.remove(name);
         let copy = node.map(|mut node| {
             if let Some(object) = node.as_object_mut() {
                 if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -140,14 +151,28 @@ impl Upstream {
         self.set(name, None);
     }
 
-    /// Forgets a node: deleted by us (no longer the registry's), or its copy
-    /// is not to be trusted after a failed write.
+    /// Nothing is known any more beyond the entries (leadership lost).
+    pub(crate) fn incomplete(&mut self) {
+        self.complete = false;
+        self.distrusted.clear();
+    }
+
+    /// Forgets a node that is gone and not the registry's (deleted by us,
+    /// or someone else's node deleted).
     pub(crate) fn forget(&mut self, name: &str) {
         self.generation += 1;
         self.nodes.remove(name);
         self.missing.remove(name);
         self.differ.remove(name);
         self.own_writes.remove(name);
+        self.distrusted.remove(name);
+    }
+
+    /// Drops a copy not to be trusted after a failed write: read it again
+    /// before the next write.
+    pub(crate) fn distrust(&mut self, name: &str) {
+        self.forget(name);
+        self.distrusted.insert(name.to_string());
     }
 
     /// Records whether a registry node's copy differs from the registry.
@@ -231,6 +256,7 @@ impl Upstream {
         // Echoes of writes before the list will not come; a server that
         // restarted may even give their resourceVersions out again.
         self.own_writes.retain(|_, (at, _)| *at > generation);
+        self.complete = true;
         registry
             .iter()
             .filter(|n| self.missing.contains(*n))
@@ -306,12 +332,17 @@ mod tests {
         let began = up.generation();
         up.wrote("b", node("b", "1"));
         let registry = ["a".to_string(), "b".into(), "c".into()];
+        assert_eq!(up.get("c"), Known::Unknown, "nothing listed yet");
         let missing = up.list_done(began, &HashSet::new(), &registry);
         assert_eq!(missing, ["a", "c"]);
+        // Listed once and watched since: a node never seen is not there.
+        assert_eq!(up.get("d"), Known::Missing);
+        assert!(up.is_missing("d"));
         assert_eq!(up.get("a"), Known::Missing);
         assert!(matches!(up.get("b"), Known::Present(_)));
         assert_eq!(up.get("c"), Known::Missing);
-        assert_eq!(up.get("x"), Known::Unknown);
+        // Someone else's node, gone: forgotten (and not counted).
+        assert_eq!(up.get("x"), Known::Missing);
         assert_eq!(up.drift(), (2, 0));
         // resourceVersions start over: an old write's number is someone else's now.
         let began = up.generation();
@@ -333,6 +364,11 @@ mod tests {
             panic!()
         };
         assert_eq!(c["metadata"]["resourceVersion"], "9");
+        up.distrust("a");
+        assert_eq!(up.get("a"), Known::Unknown, "read before written");
+        up.incomplete();
+        assert_eq!(up.get("d"), Known::Unknown);
+        assert!(!up.is_missing("d"));
     }
 
     #[test]
