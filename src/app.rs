@@ -461,26 +461,35 @@ fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, 
     ) else {
         return Ok(None);
     };
-    if args.node_lease_renew_interval.is_zero() {
+    if args.node_lease_duration < Duration::from_secs(1) {
+        return Err(flag("--node-lease-duration", "must be at least 1s".into()));
+    }
+    let renew = args
+        .node_lease_renew_interval
+        .unwrap_or(args.node_lease_duration / 3);
+    if renew.is_zero() || renew >= args.node_lease_duration {
         return Err(flag(
             "--node-lease-renew-interval",
-            "must be more than zero".into(),
+            format!(
+                "must be more than zero and shorter than --node-lease-duration ({}); a third of it is usual",
+                crate::duration::format(args.node_lease_duration)
+            ),
         ));
     }
-    if args.node_lease_duration < Duration::from_secs(1)
-        || args.node_lease_renew_interval >= args.node_lease_duration
-    {
+    if !args.mirror_leases && args.node_lease_renew_interval.is_some() {
         return Err(flag(
-            "--node-lease-duration",
-            "must be at least 1s and longer than --node-lease-renew-interval".into(),
+            "--node-lease-renew-interval",
+            "has no effect with --mirror-leases=false: give one or the other".into(),
         ));
     }
     let mut config = MirrorConfig::new(api_server);
-    config.qps = args.kube_api_qps;
-    config.burst = args.kube_api_burst;
+    config.budget = crate::mirror::BudgetFlags {
+        qps: args.kube_api_qps,
+        burst: args.kube_api_burst,
+    };
     config.request_timeout = args.kube_api_timeout;
     config.node_lease_duration = args.node_lease_duration;
-    config.node_lease_renew_interval = args.node_lease_renew_interval;
+    config.node_lease_renew_interval = args.mirror_leases.then_some(renew);
     config.eviction_hold = args.node_monitor_grace_period;
     if args.leader_elect {
         let mut leader = LeaderConfig::new(identity());
@@ -501,16 +510,15 @@ fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, 
 /// configured, as kube-controller-manager checks its flags.
 fn check_api_server_flags(args: &RunArgs) -> Result<(), RunError> {
     let flag = |flag, reason: String| RunError::Flag { flag, reason };
-    if !(args.kube_api_qps.is_finite() && args.kube_api_qps > 0.0) {
-        return Err(flag(
-            "--kube-api-qps",
-            format!(
-                "{} is not a rate: give requests per second, more than 0",
-                args.kube_api_qps
-            ),
-        ));
+    if let Some(qps) = args.kube_api_qps {
+        if !(qps.is_finite() && qps > 0.0) {
+            return Err(flag(
+                "--kube-api-qps",
+                format!("{qps} is not a rate: give requests per second, more than 0"),
+            ));
+        }
     }
-    if args.kube_api_burst == 0 {
+    if args.kube_api_burst == Some(0) {
         return Err(flag("--kube-api-burst", "must be at least 1".into()));
     }
     if args.kube_api_timeout.is_zero() {
@@ -894,6 +902,8 @@ fn register_checks(
         let store = store.clone();
         let started = Micros::now();
         health.ready.register_computed("mirror", move || {
+            // A budget too small to keep the Ready nodes' Leases renewed.
+            mirror.readiness()?;
             let status = mirror.status(&store).map_err(|e| e.to_string())?;
             let since = status.last_success.unwrap_or(started);
             match status.last_error {

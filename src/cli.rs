@@ -357,21 +357,30 @@ pub struct RunArgs {
     /// Run without an API server, even inside a pod.
     #[arg(long, conflicts_with_all = ["kubeconfig", "master"], help_heading = "Mirror to an API server")]
     pub standalone: bool,
-    /// Requests per second to the API server, sustained.
-    #[arg(long, default_value_t = 20.0, help_heading = "Mirror to an API server")]
-    pub kube_api_qps: f64,
-    /// Requests to the API server allowed in a burst.
-    #[arg(long, default_value_t = 30, help_heading = "Mirror to an API server")]
-    pub kube_api_burst: u32,
+    /// Requests per second to the API server, sustained [default: sized
+    /// from the Ready nodes' Lease renewals, 20 to 1000].
+    #[arg(long, value_name = "QPS", help_heading = "Mirror to an API server")]
+    pub kube_api_qps: Option<f64>,
+    /// Requests to the API server allowed in a burst [default: the larger
+    /// of 30 and the QPS].
+    #[arg(long, value_name = "N", help_heading = "Mirror to an API server")]
+    pub kube_api_burst: Option<u32>,
     /// Time one API server request may take (connect, send, answer).
     #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Mirror to an API server")]
     pub kube_api_timeout: Duration,
     /// `leaseDurationSeconds` of the node Leases written for Ready nodes.
     #[arg(long, default_value = "40s", value_parser = parse_duration, help_heading = "Mirror to an API server")]
     pub node_lease_duration: Duration,
-    /// How often a Ready node's Lease is renewed on the API server.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Mirror to an API server")]
-    pub node_lease_renew_interval: Duration,
+    /// How often a Ready node's Lease is renewed on the API server
+    /// [default: a third of --node-lease-duration].
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", help_heading = "Mirror to an API server")]
+    pub node_lease_renew_interval: Option<Duration>,
+    /// Renew the node Leases of Ready nodes on the API server. Keep it on
+    /// while anything in the cluster reads them (kube-controller-manager's
+    /// node lifecycle controller does); turn it off to save the requests
+    /// when nothing does.
+    #[arg(long, action = ArgAction::Set, default_value = "true", value_name = "BOOL", help_heading = "Mirror to an API server")]
+    pub mirror_leases: bool,
     /// Elect a leader through a Lease before writing to the API server, so
     /// two controllers for one site never write at once.
     #[arg(long, action = ArgAction::Set, default_value = "true", value_name = "BOOL", help_heading = "Mirror to an API server")]

@@ -103,6 +103,12 @@ pub struct Metrics {
     pub http_connections_evicted: Counter,
     pub http_inflight: Family<RequestKindLabels, Gauge>,
     pub http_rejected: Family<RejectedLabels, Counter>,
+    pub mirror_throttled: Counter,
+    pub mirror_nodes_missing_upstream: Gauge,
+    pub mirror_nodes_differ_upstream: Gauge,
+    pub mirror_budget_qps: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub mirror_lease_qps_needed: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub mirror_budget_sufficient: Gauge,
 }
 
 /// Which budget an API request counts against.
@@ -367,6 +373,42 @@ impl Metrics {
             "API requests refused before being handled: budget full (429) or body too slow (408)",
             http_rejected.clone(),
         );
+        let mirror_throttled = Counter::default();
+        registry.register(
+            "mirror_throttled",
+            "API requests answered 429 Too Many Requests (API Priority and Fairness); each waits its Retry-After",
+            mirror_throttled.clone(),
+        );
+        let mirror_nodes_missing_upstream = Gauge::default();
+        registry.register(
+            "mirror_nodes_missing_upstream",
+            "Registry nodes the API server lacks, as last listed or watched",
+            mirror_nodes_missing_upstream.clone(),
+        );
+        let mirror_nodes_differ_upstream = Gauge::default();
+        registry.register(
+            "mirror_nodes_differ_upstream",
+            "Registry nodes whose Node on the API server differs from the registry, as last listed or watched",
+            mirror_nodes_differ_upstream.clone(),
+        );
+        let mirror_budget_qps = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "mirror_budget_qps",
+            "The mirror's request budget in requests per second (--kube-api-qps, or sized from the Ready nodes)",
+            mirror_budget_qps.clone(),
+        );
+        let mirror_lease_qps_needed = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "mirror_lease_qps_needed",
+            "Requests per second that renewing every Ready node's Lease needs",
+            mirror_lease_qps_needed.clone(),
+        );
+        let mirror_budget_sufficient = Gauge::default();
+        registry.register(
+            "mirror_budget_sufficient",
+            "1 when the request budget renews every Ready node's Lease in time with a fifth to spare, else 0",
+            mirror_budget_sufficient.clone(),
+        );
         Metrics {
             last_sweep,
             last_monitor_pass,
@@ -374,6 +416,12 @@ impl Metrics {
             http_connections_evicted,
             http_inflight,
             http_rejected,
+            mirror_throttled,
+            mirror_nodes_missing_upstream,
+            mirror_nodes_differ_upstream,
+            mirror_budget_qps,
+            mirror_lease_qps_needed,
+            mirror_budget_sufficient,
             mirror_backlog,
             mirror_oldest_age,
             mirror_requests,
