@@ -97,6 +97,29 @@ pub struct Controller {
     pub db: PathBuf,
     pub url: String,
     pub log: PathBuf,
+    /// With `--token-file`, the first operator's token in it: the helpers'
+    /// reads present it, since every request but health checks needs one.
+    pub token: Option<String>,
+}
+
+/// The first token of a `--token-file` among `args` that is not bound to a
+/// node (`TOKEN`, or `token,user,uid` with a user other than system:node:…).
+fn operator_token(args: &[String]) -> Option<String> {
+    let at = args.iter().position(|a| a == "--token-file")?;
+    let text = std::fs::read_to_string(&args[at + 1]).ok()?;
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            match fields.as_slice() {
+                [token] => Some(token.to_string()),
+                [token, user, _, ..] if !user.starts_with("system:node:") => {
+                    Some(token.to_string())
+                }
+                _ => None,
+            }
+        })
 }
 
 /// Fast periods so tests take seconds.
@@ -281,6 +304,7 @@ impl Controller {
             db: db.to_path_buf(),
             url: String::new(),
             log,
+            token: operator_token(args),
         };
         let started = Instant::now();
         loop {
@@ -312,12 +336,17 @@ impl Controller {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// A GET to the controller, with its reader token if it has one.
+    pub fn request(&self, path: &str) -> reqwest::RequestBuilder {
+        let request = client().get(format!("{}{path}", self.url));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let response = client()
-            .get(format!("{}{path}", self.url))
-            .send()
-            .await
-            .expect("controller answers");
+        let response = self.request(path).send().await.expect("controller answers");
         let status = response.status().as_u16();
         let text = response.text().await.unwrap();
         (
@@ -327,8 +356,7 @@ impl Controller {
     }
 
     pub async fn text(&self, path: &str) -> String {
-        client()
-            .get(format!("{}{path}", self.url))
+        self.request(path)
             .send()
             .await
             .unwrap()
