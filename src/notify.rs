@@ -137,10 +137,14 @@ pub fn passes(ready: &Checks) -> Verdict {
 pub fn node_counts(view: &View) -> String {
     let (nodes, ready) = view.with_nodes(|nodes| {
         nodes.fold((0usize, 0usize), |(n, r), node| {
-            (n + 1, r + usize::from(node.ready() == ConditionStatus::True))
+            (
+                n + 1,
+                r + usize::from(node.ready() == ConditionStatus::True),
+            )
         })
     });
-    format!("{nodes} nodes, {ready} Ready")
+    let plural = if nodes == 1 { "" } else { "s" };
+    format!("{nodes} node{plural}, {ready} Ready")
 }
 
 /// Keeps systemd informed until `stop`: `READY=1` once every pass of the
@@ -205,7 +209,9 @@ pub async fn keep_informed(
                 tracing::warn!("{line}; systemd's watchdog is no longer fed")
             }
             (State::Stalled, State::Deciding) => {
-                tracing::info!("the controller's passes finish again; systemd's watchdog is fed again")
+                tracing::info!(
+                    "the controller's passes finish again; systemd's watchdog is fed again"
+                )
             }
             _ => {}
         }
@@ -299,9 +305,10 @@ mod tests {
             Arc::new(Notifier::to(path.to_str().unwrap()).with_watchdog(Duration::from_secs(2)));
         assert_eq!(notifier.watchdog_interval(), Some(Duration::from_secs(1)));
         let health = Health::new();
-        let sweep = health
-            .ready
-            .register_recurring("probe-sweep", "probe sweep", Duration::from_secs(5));
+        let sweep =
+            health
+                .ready
+                .register_recurring("probe-sweep", "probe sweep", Duration::from_secs(5));
         let monitor =
             health
                 .ready
@@ -339,7 +346,10 @@ mod tests {
         }
         let said = drain(&systemd);
         assert!((3..=5).contains(&pings(&said)), "{said:?}");
-        assert!(said.iter().all(|m| !m.starts_with("READY")), "READY once: {said:?}");
+        assert!(
+            said.iter().all(|m| !m.starts_with("READY")),
+            "READY once: {said:?}"
+        );
 
         // The sweep stalls: pings stop once it is late, and the status says why.
         for _ in 0..10 {
@@ -374,11 +384,17 @@ mod tests {
     #[test]
     fn passes_need_every_pass_check_and_ignore_the_others() {
         let checks = Checks::default();
-        assert_eq!(passes(&checks), Err("the controller reports no passes".into()));
+        assert_eq!(
+            passes(&checks),
+            Err("the controller reports no passes".into())
+        );
         checks.register("store").fail("disk full");
         let monitor =
             checks.register_recurring("monitor-pass", "monitor pass", Duration::from_secs(5));
-        assert_eq!(passes(&checks), Err("no monitor pass has finished yet".into()));
+        assert_eq!(
+            passes(&checks),
+            Err("no monitor pass has finished yet".into())
+        );
         monitor.done();
         // The store's trouble is /readyz's business, not the watchdog's.
         assert_eq!(passes(&checks), Ok(()));

@@ -303,7 +303,13 @@ mod tests {
         assert_eq!(checks.names(), ["a", "b"]);
         assert_eq!(verdicts(&checks)[0].1, Err("now failing".into()));
         let only_b = checks.results_of(&["b", "missing"]);
-        assert_eq!(only_b, [CheckResult { name: "b".into(), verdict: Ok(()) }]);
+        assert_eq!(
+            only_b,
+            [CheckResult {
+                name: "b".into(),
+                verdict: Ok(())
+            }]
+        );
     }
 
     #[tokio::test(start_paused = true)]
