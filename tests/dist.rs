@@ -273,3 +273,411 @@ fn the_systemd_unit_runs_what_the_binary_takes() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+// --- the container and the Kubernetes manifest ------------------------------
+
+const MANIFEST: &str = "kubernetes/nodekeeper.yaml";
+
+/// Every document of the manifest, as JSON.
+fn manifest_documents() -> Vec<serde_json::Value> {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(dist(MANIFEST)).unwrap();
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| {
+            let yaml = serde_yaml_ng::Value::deserialize(doc).unwrap();
+            serde_json::to_value(yaml).unwrap()
+        })
+        .collect()
+}
+
+/// `doc` read into its typed Kubernetes struct and written back: a field the
+/// struct does not know (a typo, a wrong level) is lost, and fails here.
+fn typed_round_trip<T>(doc: &serde_json::Value)
+where
+    T: serde::de::DeserializeOwned + serde::Serialize,
+{
+    let typed: T = serde_json::from_value(doc.clone())
+        .unwrap_or_else(|e| panic!("{} {}: {e}", doc["kind"], doc["metadata"]["name"]));
+    let back = serde_json::to_value(&typed).unwrap();
+    assert_eq!(
+        &back, doc,
+        "{} {} loses or changes fields when read as its Kubernetes type",
+        doc["kind"], doc["metadata"]["name"]
+    );
+}
+
+fn document<'a>(docs: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_json::Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("the manifest has no {kind} {name}"))
+}
+
+#[test]
+fn every_manifest_document_is_a_kubernetes_object_without_unknown_fields() {
+    use k8s_openapi::api::{apps, core, rbac};
+    let docs = manifest_documents();
+    let mut kinds = Vec::new();
+    for doc in &docs {
+        let kind = doc["kind"].as_str().unwrap();
+        match (doc["apiVersion"].as_str().unwrap(), kind) {
+            ("v1", "Namespace") => typed_round_trip::<core::v1::Namespace>(doc),
+            ("v1", "ServiceAccount") => typed_round_trip::<core::v1::ServiceAccount>(doc),
+            ("v1", "ConfigMap") => typed_round_trip::<core::v1::ConfigMap>(doc),
+            ("v1", "Service") => typed_round_trip::<core::v1::Service>(doc),
+            ("apps/v1", "StatefulSet") => typed_round_trip::<apps::v1::StatefulSet>(doc),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
+                typed_round_trip::<rbac::v1::ClusterRole>(doc)
+            }
+            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+                typed_round_trip::<rbac::v1::ClusterRoleBinding>(doc)
+            }
+            ("rbac.authorization.k8s.io/v1", "Role") => typed_round_trip::<rbac::v1::Role>(doc),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
+                typed_round_trip::<rbac::v1::RoleBinding>(doc)
+            }
+            (api, kind) => panic!("the test knows no {api} {kind}: add it"),
+        }
+        kinds.push(kind.to_string());
+    }
+    for kind in [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "StatefulSet",
+        "Service",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == kind),
+            "the manifest has no {kind}"
+        );
+    }
+}
+
+#[test]
+fn a_typo_in_the_manifest_is_caught() {
+    let mut docs = manifest_documents();
+    let set = docs
+        .iter_mut()
+        .find(|d| d["kind"] == "StatefulSet")
+        .unwrap();
+    let probe = &mut set["spec"]["template"]["spec"]["containers"][0]["readinessProbe"];
+    probe["httpGet"]["pth"] = probe["httpGet"]["path"].take();
+    let set = set.clone();
+    let caught = std::panic::catch_unwind(|| {
+        typed_round_trip::<k8s_openapi::api::apps::v1::StatefulSet>(&set)
+    });
+    assert!(caught.is_err());
+}
+
+/// The manifest grants what the mirror calls (src/mirror: nodes get, list,
+/// create, patch, delete; nodes/status patch; pods list, delete; node Leases
+/// get, create, update, delete; the leader Lease get, create, update) and
+/// nothing else.
+#[test]
+fn rbac_grants_exactly_what_the_mirror_calls() {
+    let docs = manifest_documents();
+    let rules = |kind: &str, name: &str| -> Vec<(String, String, Vec<String>)> {
+        let doc = document(&docs, kind, name);
+        let mut rules: Vec<_> = doc["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|rule| {
+                let groups: Vec<String> =
+                    serde_json::from_value(rule["apiGroups"].clone()).unwrap();
+                let resources: Vec<String> =
+                    serde_json::from_value(rule["resources"].clone()).unwrap();
+                let mut verbs: Vec<String> = serde_json::from_value(rule["verbs"].clone()).unwrap();
+                verbs.sort();
+                groups.into_iter().flat_map(move |g| {
+                    let verbs = verbs.clone();
+                    resources
+                        .clone()
+                        .into_iter()
+                        .map(move |r| (g.clone(), r, verbs.clone()))
+                })
+            })
+            .collect();
+        rules.sort();
+        rules
+    };
+    let want = |list: &[(&str, &str, &[&str])]| -> Vec<(String, String, Vec<String>)> {
+        let mut want: Vec<_> = list
+            .iter()
+            .map(|(g, r, v)| {
+                let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
+                v.sort();
+                (g.to_string(), r.to_string(), v)
+            })
+            .collect();
+        want.sort();
+        want
+    };
+    assert_eq!(
+        rules("ClusterRole", "nodekeeper"),
+        want(&[
+            ("", "nodes", &["get", "list", "create", "patch", "delete"]),
+            ("", "nodes/status", &["patch"]),
+            ("", "pods", &["list", "delete"]),
+        ])
+    );
+    let node_leases = document(&docs, "Role", "nodekeeper-node-leases");
+    assert_eq!(node_leases["metadata"]["namespace"], "kube-node-lease");
+    assert_eq!(
+        rules("Role", "nodekeeper-node-leases"),
+        want(&[(
+            "coordination.k8s.io",
+            "leases",
+            &["get", "create", "update", "delete"]
+        )])
+    );
+    // The leader Lease lives where config.yaml says.
+    let config = configmap_config(&docs);
+    let leader = document(&docs, "Role", "nodekeeper-leader");
+    assert_eq!(
+        leader["metadata"]["namespace"].as_str(),
+        config["leader-elect-resource-namespace"].as_str()
+    );
+    assert_eq!(
+        rules("Role", "nodekeeper-leader"),
+        want(&[(
+            "coordination.k8s.io",
+            "leases",
+            &["get", "create", "update"]
+        )])
+    );
+    // Each role is bound to the pod's service account.
+    let account = &document(&docs, "StatefulSet", "nodekeeper")["spec"]["template"]["spec"]
+        ["serviceAccountName"];
+    for (kind, name) in [
+        ("ClusterRoleBinding", "nodekeeper"),
+        ("RoleBinding", "nodekeeper-node-leases"),
+        ("RoleBinding", "nodekeeper-leader"),
+    ] {
+        let binding = document(&docs, kind, name);
+        assert_eq!(binding["roleRef"]["name"], binding["metadata"]["name"]);
+        assert_eq!(&binding["subjects"][0]["name"], account);
+        assert_eq!(binding["subjects"][0]["namespace"], "nodekeeper");
+    }
+}
+
+/// The ConfigMap's config.yaml, parsed.
+fn configmap_config(docs: &[serde_json::Value]) -> serde_json::Value {
+    let text = document(docs, "ConfigMap", "nodekeeper")["data"]["config.yaml"]
+        .as_str()
+        .unwrap();
+    serde_json::to_value(serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text).unwrap()).unwrap()
+}
+
+/// The ConfigMap's files written out as the pod sees them, under `dir`.
+fn write_configmap(docs: &[serde_json::Value], dir: &Path) {
+    for (name, text) in document(docs, "ConfigMap", "nodekeeper")["data"]
+        .as_object()
+        .unwrap()
+    {
+        std::fs::write(dir.join(name), text.as_str().unwrap()).unwrap();
+    }
+}
+
+#[test]
+fn the_configmap_is_a_valid_config_and_the_probes_follow_it() {
+    let docs = manifest_documents();
+    let config = configmap_config(&docs);
+    let set = document(&docs, "StatefulSet", "nodekeeper");
+    let pod = &set["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<String> = serde_json::from_value(container["args"].clone()).unwrap();
+
+    // `config print` reads the ConfigMap's config.yaml with the container's
+    // arguments: every key is one `run` takes, every value one it accepts.
+    let dir = tempfile::tempdir().unwrap();
+    write_configmap(&docs, dir.path());
+    let at = |flag: &str| args[args.iter().position(|a| a == flag).unwrap() + 1].clone();
+    let config_path = at("--config");
+    let mut print = args.clone();
+    let run = print.iter().position(|a| a == "run").unwrap();
+    print.splice(run..=run, ["config".to_string(), "print".to_string()]);
+    let config_at = print.iter().position(|a| a == "--config").unwrap() + 1;
+    print[config_at] = dir
+        .path()
+        .join("config.yaml")
+        .to_string_lossy()
+        .into_owned();
+    let out = Command::new(BIN).args(&print).output().unwrap();
+    assert!(
+        out.status.success(),
+        "the ConfigMap's config.yaml is refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Its nodes file too.
+    let nodes_file = dir.path().join(config["nodes-file"].as_str().unwrap());
+    let nodes = nodekeeper::source::static_list::read_nodes_file(
+        &nodes_file.to_string_lossy(),
+        nodekeeper::model::Resources {
+            cpu_millis: 1000,
+            memory_bytes: 1 << 30,
+        },
+    )
+    .unwrap();
+    assert!(!nodes.is_empty());
+
+    // The files are where the arguments and the config say.
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    let mounted = |path: &str| {
+        mounts
+            .iter()
+            .filter(|m| Path::new(path).starts_with(m["mountPath"].as_str().unwrap()))
+            .max_by_key(|m| m["mountPath"].as_str().unwrap().len())
+            .unwrap_or_else(|| panic!("nothing is mounted at {path}"))["name"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let volume = |name: &str| {
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .cloned()
+    };
+    assert_eq!(
+        volume(&mounted(&config_path)).unwrap()["configMap"]["name"],
+        "nodekeeper"
+    );
+    assert_eq!(Path::new(&config_path).file_name().unwrap(), "config.yaml");
+    let db = at("--db");
+    let data = mounted(&db);
+    assert!(volume(&data).is_none(), "--db is on the claim");
+    assert_eq!(
+        set["spec"]["volumeClaimTemplates"][0]["metadata"]["name"],
+        data.as_str()
+    );
+    for key in ["tls-cert-file", "tls-private-key-file", "token-file"] {
+        let path = config[key].as_str().unwrap();
+        let secret = volume(&mounted(path)).unwrap();
+        let file = Path::new(path).file_name().unwrap().to_str().unwrap();
+        assert_eq!(
+            secret["secret"]["secretName"], "nodekeeper-serving",
+            "{key}"
+        );
+        assert!(
+            dist_text(MANIFEST).contains(&format!("--from-file={file}")),
+            "the manifest says how to make {file}"
+        );
+    }
+
+    // The probes reach the API where `listen` serves it, in its scheme.
+    let listen: std::net::SocketAddr = config["listen"].as_str().unwrap().parse().unwrap();
+    let scheme = if config.get("tls-cert-file").is_some() {
+        "HTTPS"
+    } else {
+        "HTTP"
+    };
+    for (probe, path) in [
+        ("livenessProbe", "/livez"),
+        ("readinessProbe", "/readyz"),
+        ("startupProbe", "/livez"),
+    ] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        assert_eq!(get["port"], listen.port(), "{probe}");
+        assert_eq!(get["scheme"], scheme, "{probe}");
+    }
+    assert_eq!(container["ports"][0]["containerPort"], listen.port());
+    let service = document(&docs, "Service", "nodekeeper");
+    assert_eq!(
+        service["spec"]["ports"][0]["targetPort"],
+        container["ports"][0]["name"]
+    );
+    assert_eq!(
+        service["spec"]["selector"],
+        set["spec"]["selector"]["matchLabels"]
+    );
+    assert_eq!(set["spec"]["replicas"], 1, "one controller per store");
+}
+
+fn dist_text(path: &str) -> String {
+    std::fs::read_to_string(dist(path)).unwrap()
+}
+
+/// A Dockerfile instruction's JSON-array form (`ENTRYPOINT ["…"]`).
+fn dockerfile_array(dockerfile: &str, instruction: &str) -> Vec<String> {
+    let line = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{instruction} ")))
+        .unwrap_or_else(|| panic!("the Dockerfile has no {instruction}"));
+    serde_json::from_str(line).unwrap()
+}
+
+#[test]
+fn the_dockerfile_runs_what_the_manifest_and_the_cli_expect() {
+    let dockerfile =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile")).unwrap();
+    assert!(dockerfile.contains("cargo build --release --locked"));
+    let entrypoint = dockerfile_array(&dockerfile, "ENTRYPOINT");
+    let cmd = dockerfile_array(&dockerfile, "CMD");
+    assert_eq!(entrypoint.len(), 1);
+    assert!(
+        dockerfile.contains(&format!("COPY --from=builder {0} {0}", entrypoint[0])),
+        "the runtime image has the binary where ENTRYPOINT runs it"
+    );
+    let docs = manifest_documents();
+    let set = document(&docs, "StatefulSet", "nodekeeper");
+    let pod = &set["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<String> = serde_json::from_value(container["args"].clone()).unwrap();
+    assert_eq!(cmd, args, "the manifest runs the image's own command");
+    assert!(
+        container.get("command").is_none(),
+        "the image's ENTRYPOINT is used"
+    );
+    // A non-root user, the one the pod runs as, with the store on the volume.
+    let user = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("USER "))
+        .unwrap();
+    assert_eq!(
+        user,
+        format!(
+            "{}:{}",
+            pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]
+        )
+    );
+    assert_ne!(user.split(':').next(), Some("0"));
+    let volume = dockerfile_array(&dockerfile, "VOLUME").pop();
+    let volume = volume.unwrap_or_default();
+    let db = &cmd[cmd.iter().position(|a| a == "--db").unwrap() + 1];
+    assert!(
+        Path::new(db).starts_with(&volume),
+        "--db {db} is on VOLUME {volume}"
+    );
+    let config = configmap_config(&docs);
+    let listen: std::net::SocketAddr = config["listen"].as_str().unwrap().parse().unwrap();
+    assert!(
+        dockerfile
+            .lines()
+            .any(|l| l == format!("EXPOSE {}", listen.port())),
+        "EXPOSE is the port config.yaml listens on"
+    );
+    // The binary takes the image's command line (as `config print`).
+    let dir = tempfile::tempdir().unwrap();
+    write_configmap(&docs, dir.path());
+    let mut print = cmd.clone();
+    let run = print.iter().position(|a| a == "run").unwrap();
+    print.splice(run..=run, ["config".to_string(), "print".to_string()]);
+    let config_at = print.iter().position(|a| a == "--config").unwrap() + 1;
+    print[config_at] = dir
+        .path()
+        .join("config.yaml")
+        .to_string_lossy()
+        .into_owned();
+    let out = Command::new(BIN).args(&print).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
