@@ -371,82 +371,97 @@ fn a_typo_in_the_manifest_is_caught() {
     assert!(caught.is_err());
 }
 
-/// The manifest grants what the mirror calls (src/mirror: nodes get, list,
-/// create, patch, delete; nodes/status patch; pods list, delete; node Leases
-/// get, create, update, delete; the leader Lease get, create, update) and
-/// nothing else.
+/// (group, resource, sorted verbs) of every rule of an RBAC object.
+fn rbac_rules(object: &serde_json::Value) -> Vec<(String, String, Vec<String>)> {
+    let strings =
+        |v: &serde_json::Value| -> Vec<String> { serde_json::from_value(v.clone()).unwrap() };
+    let mut rules = Vec::new();
+    for rule in object["rules"].as_array().unwrap() {
+        let mut verbs = strings(&rule["verbs"]);
+        verbs.sort();
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                rules.push((group.clone(), resource, verbs.clone()));
+            }
+        }
+    }
+    rules.sort();
+    rules
+}
+
+/// The ClusterRole the README's mirror section gives: the permissions the
+/// mirror's calls need, kept with the mirror's code.
+fn readme_cluster_role() -> serde_json::Value {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let after = readme
+        .split("The account nodekeeper uses needs these permissions (RBAC):")
+        .nth(1)
+        .expect("the README gives the mirror's RBAC");
+    let block = after
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    serde_json::to_value(serde_yaml_ng::from_str::<serde_yaml_ng::Value>(block).unwrap()).unwrap()
+}
+
+/// The manifest grants what the mirror calls, as the README lists it
+/// (nodes get, list, watch, create, patch, delete; nodes/status patch; pods
+/// list, delete; Leases get, create, update, delete), and nothing else; the
+/// Leases only in `kube-node-lease` and the leader Lease's namespace.
 #[test]
 fn rbac_grants_exactly_what_the_mirror_calls() {
     let docs = manifest_documents();
-    let rules = |kind: &str, name: &str| -> Vec<(String, String, Vec<String>)> {
-        let doc = document(&docs, kind, name);
-        let mut rules: Vec<_> = doc["rules"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|rule| {
-                let groups: Vec<String> =
-                    serde_json::from_value(rule["apiGroups"].clone()).unwrap();
-                let resources: Vec<String> =
-                    serde_json::from_value(rule["resources"].clone()).unwrap();
-                let mut verbs: Vec<String> = serde_json::from_value(rule["verbs"].clone()).unwrap();
-                verbs.sort();
-                groups.into_iter().flat_map(move |g| {
-                    let verbs = verbs.clone();
-                    resources
-                        .clone()
-                        .into_iter()
-                        .map(move |r| (g.clone(), r, verbs.clone()))
-                })
-            })
-            .collect();
-        rules.sort();
-        rules
-    };
-    let want = |list: &[(&str, &str, &[&str])]| -> Vec<(String, String, Vec<String>)> {
-        let mut want: Vec<_> = list
-            .iter()
-            .map(|(g, r, v)| {
-                let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
-                v.sort();
-                (g.to_string(), r.to_string(), v)
-            })
-            .collect();
-        want.sort();
-        want
-    };
+    let readme = rbac_rules(&readme_cluster_role());
+    let (leases, core): (Vec<_>, Vec<_>) = readme
+        .into_iter()
+        .partition(|(group, _, _)| group == "coordination.k8s.io");
     assert_eq!(
-        rules("ClusterRole", "nodekeeper"),
-        want(&[
-            ("", "nodes", &["get", "list", "create", "patch", "delete"]),
-            ("", "nodes/status", &["patch"]),
-            ("", "pods", &["list", "delete"]),
-        ])
+        rbac_rules(document(&docs, "ClusterRole", "nodekeeper")),
+        core
     );
+    assert!(
+        core.iter()
+            .all(|(_, _, verbs)| !verbs.iter().any(|v| v == "*")),
+        "{core:?}"
+    );
+    let [(_, resource, lease_verbs)] = leases.as_slice() else {
+        panic!("the README's RBAC has one rule for Leases: {leases:?}")
+    };
+    assert_eq!(resource, "leases");
+
+    // Node Leases: everything the README grants on Leases.
     let node_leases = document(&docs, "Role", "nodekeeper-node-leases");
     assert_eq!(node_leases["metadata"]["namespace"], "kube-node-lease");
     assert_eq!(
-        rules("Role", "nodekeeper-node-leases"),
-        want(&[(
-            "coordination.k8s.io",
-            "leases",
-            &["get", "create", "update", "delete"]
-        )])
+        rbac_rules(node_leases),
+        [(
+            "coordination.k8s.io".to_string(),
+            "leases".to_string(),
+            lease_verbs.clone()
+        )]
     );
-    // The leader Lease lives where config.yaml says.
+    // The leader Lease, where config.yaml keeps it: taken and renewed by
+    // replacing it, never deleted.
     let config = configmap_config(&docs);
     let leader = document(&docs, "Role", "nodekeeper-leader");
     assert_eq!(
         leader["metadata"]["namespace"].as_str(),
         config["leader-elect-resource-namespace"].as_str()
     );
+    let leader_verbs: Vec<String> = lease_verbs
+        .iter()
+        .filter(|v| *v != "delete")
+        .cloned()
+        .collect();
     assert_eq!(
-        rules("Role", "nodekeeper-leader"),
-        want(&[(
-            "coordination.k8s.io",
-            "leases",
-            &["get", "create", "update"]
-        )])
+        rbac_rules(leader),
+        [(
+            "coordination.k8s.io".to_string(),
+            "leases".to_string(),
+            leader_verbs
+        )]
     );
     // Each role is bound to the pod's service account.
     let account = &document(&docs, "StatefulSet", "nodekeeper")["spec"]["template"]["spec"]

@@ -235,3 +235,33 @@ async fn ready_after_the_first_sweep_watchdog_while_passes_finish_stopping_on_si
         "nothing but the end after STOPPING: {after:?}"
     );
 }
+
+/// In push mode nothing is probed: the first monitor pass decides, and
+/// READY follows it (a controller waiting for a sweep would never be ready).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_push_mode_ready_follows_the_first_monitor_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut systemd = Systemd::bind(&dir.path().join("notify"));
+    let log = dir.path().join("controller.log");
+    let mut child = Command::new(BIN)
+        .arg("--db")
+        .arg(dir.path().join("db"))
+        .args(["--log", "info", "run", "--nodes", "127.91.0.5"])
+        .args(["--node-status-mode", "push", "--kubelet-scheme", "http"])
+        .args(["--node-monitor-period", "200ms", "--listen", "127.91.0.6:0"])
+        .env("NOTIFY_SOCKET", dir.path().join("notify"))
+        .env_remove("WATCHDOG_USEC")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let ready = systemd
+        .wait_for("READY=1", |m| m.starts_with("READY=1"))
+        .await;
+    // The node has not pushed yet: registered, not Ready.
+    assert_eq!(ready, "READY=1\nSTATUS=1 node, 0 Ready");
+    // No WatchdogSec, no pings.
+    assert!(systemd.heard.iter().all(|m| m != "WATCHDOG=1"));
+    let _ = child.kill();
+    let _ = child.wait();
+}
