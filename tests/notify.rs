@@ -73,6 +73,16 @@ fn serve(mut stream: TcpStream, asked: mpsc::Sender<()>, mut gate: Option<mpsc::
     }
 }
 
+/// The controller process, killed if the test ends before it exits.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// What the stand-in for systemd has received so far.
 struct Systemd {
     socket: UnixDatagram,
@@ -124,27 +134,30 @@ async fn ready_after_the_first_sweep_watchdog_while_passes_finish_stopping_on_si
     let kubelet = HeldKubelet::start("127.91.0.1");
     let db = dir.path().join("db");
     let log = dir.path().join("controller.log");
-    let mut child = Command::new(BIN)
-        .arg("--db")
-        .arg(&db)
-        .args(["--log", "info", "run", "--nodes", "127.91.0.1"])
-        .args(["--kubelet-scheme", "http", "--kubelet-port"])
-        .arg(kubelet.port.to_string())
-        .args(["--kubelet-timeout", "25s", "--node-sync-period", "500ms"])
-        .args([
-            "--node-monitor-period",
-            "200ms",
-            "--node-monitor-grace-period",
-            "30s",
-        ])
-        .args(["--listen", "127.91.0.2:0"])
-        .env("NOTIFY_SOCKET", dir.path().join("notify"))
-        .env("WATCHDOG_USEC", "1000000")
-        .env_remove("WATCHDOG_PID")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut running = Running(
+        Command::new(BIN)
+            .arg("--db")
+            .arg(&db)
+            .args(["--log", "info", "run", "--nodes", "127.91.0.1"])
+            .args(["--kubelet-scheme", "http", "--kubelet-port"])
+            .arg(kubelet.port.to_string())
+            .args(["--kubelet-timeout", "25s", "--node-sync-period", "500ms"])
+            .args([
+                "--node-monitor-period",
+                "200ms",
+                "--node-monitor-grace-period",
+                "30s",
+            ])
+            .args(["--listen", "127.91.0.2:0"])
+            .env("NOTIFY_SOCKET", dir.path().join("notify"))
+            .env("WATCHDOG_USEC", "1000000")
+            .env_remove("WATCHDOG_PID")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut running.0;
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
 
     // The first sweep is under way and held at the kubelet; the API serves.
@@ -243,18 +256,20 @@ async fn in_push_mode_ready_follows_the_first_monitor_pass() {
     let dir = tempfile::tempdir().unwrap();
     let mut systemd = Systemd::bind(&dir.path().join("notify"));
     let log = dir.path().join("controller.log");
-    let mut child = Command::new(BIN)
-        .arg("--db")
-        .arg(dir.path().join("db"))
-        .args(["--log", "info", "run", "--nodes", "127.91.0.5"])
-        .args(["--node-status-mode", "push", "--kubelet-scheme", "http"])
-        .args(["--node-monitor-period", "200ms", "--listen", "127.91.0.6:0"])
-        .env("NOTIFY_SOCKET", dir.path().join("notify"))
-        .env_remove("WATCHDOG_USEC")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let _running = Running(
+        Command::new(BIN)
+            .arg("--db")
+            .arg(dir.path().join("db"))
+            .args(["--log", "info", "run", "--nodes", "127.91.0.5"])
+            .args(["--node-status-mode", "push", "--kubelet-scheme", "http"])
+            .args(["--node-monitor-period", "200ms", "--listen", "127.91.0.6:0"])
+            .env("NOTIFY_SOCKET", dir.path().join("notify"))
+            .env_remove("WATCHDOG_USEC")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let ready = systemd
         .wait_for("READY=1", |m| m.starts_with("READY=1"))
         .await;
@@ -262,6 +277,4 @@ async fn in_push_mode_ready_follows_the_first_monitor_pass() {
     assert_eq!(ready, "READY=1\nSTATUS=1 node, 0 Ready");
     // No WatchdogSec, no pings.
     assert!(systemd.heard.iter().all(|m| m != "WATCHDOG=1"));
-    let _ = child.kill();
-    let _ = child.wait();
 }
