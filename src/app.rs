@@ -723,6 +723,18 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         ca_file: config.tls_cert_file.clone(),
     };
     discovery.write(&config.db)?;
+    // systemd (Type=notify): ready once the controller has decided, the watchdog fed while it does.
+    let notifier = Arc::new(crate::notify::Notifier::from_env());
+    let notify_stop = CancellationToken::new();
+    let notifying = notifier.is_enabled().then(|| {
+        let view = view.clone();
+        tokio::spawn(crate::notify::keep_informed(
+            notifier.clone(),
+            health.clone(),
+            move || crate::notify::node_counts(&view),
+            notify_stop.clone(),
+        ))
+    });
     tracing::info!(
         url = %discovery.url,
         db = %config.db.display(),
@@ -804,6 +816,11 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         .ready
         .register("shutdown")
         .fail("the controller is shutting down");
+    notify_stop.cancel();
+    if let Some(notifying) = notifying {
+        let _ = notifying.await;
+    }
+    notifier.stopping();
     // The controller stops first (it records the stop), then the mirror
     // (it gives up a leader Lease it holds), the API last so the final state
     // stays readable until the store is closed.

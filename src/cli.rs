@@ -99,6 +99,11 @@ pub enum Command {
     Taint(TaintArgs),
     /// Delete a node that no source lists (its history is kept).
     Delete { node: String },
+    /// Print a shell completion script: `source <(nodekeeper completions bash)`.
+    Completions {
+        #[arg(value_enum)]
+        shell: crate::commands::completions::Shell,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -16,6 +16,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod mirror;
 pub mod model;
+pub mod notify;
 pub mod output;
 pub mod probe;
 pub mod process;

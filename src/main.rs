@@ -89,5 +89,6 @@ async fn dispatch(cli: &Cli, settings: &[nodekeeper::config::Setting]) -> comman
         Command::Annotate(args) => commands::edit::label(&source()?, args, true).await,
         Command::Taint(args) => commands::edit::taint(&source()?, args).await,
         Command::Delete { node } => commands::edit::delete(&source()?, node).await,
+        Command::Completions { shell } => commands::completions::completions(*shell),
     }
 }
