@@ -40,6 +40,11 @@ pub struct Cli {
     #[arg(long, global = true, env = "NODEKEEPER_LOG", default_value = "info")]
     pub log: String,
 
+    /// How log lines look: `text` for people, `json` for log pipelines (one
+    /// object a line: time, level, target, message and the event's fields).
+    #[arg(long, global = true, env = "NODEKEEPER_LOG_FORMAT", value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    pub log_format: crate::logging::LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
 }

@@ -13,6 +13,7 @@ pub mod inspect;
 pub mod kube;
 pub mod kube_input;
 pub mod liveness;
+pub mod logging;
 pub mod metrics;
 pub mod mirror;
 pub mod model;

@@ -180,6 +180,8 @@ pub struct Controller {
     evictor: eviction::Evictor,
     /// Eviction hooks running.
     hooks: JoinSet<(String, String)>,
+    /// Failed probes, logged as they start and rate-limited per node.
+    probe_failures: crate::logging::probe_failures::ProbeFailures,
     /// Evictions whose hook a crash or stop interrupted, with their reason:
     /// resumed once the node's state is known again.
     interrupted: BTreeMap<String, String>,
@@ -310,6 +312,7 @@ impl Controller {
             rescues: JoinSet::new(),
             evictor: eviction::Evictor::default(),
             hooks: JoinSet::new(),
+            probe_failures: Default::default(),
             interrupted: BTreeMap::new(),
             source_status: SourceStatus::default(),
             static_list: static_sync::StaticList::new(nodes_file),
