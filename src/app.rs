@@ -51,6 +51,8 @@ pub struct RunConfig {
     pub serve: crate::server::ServeConfig,
     /// The API's request budgets and body deadline.
     pub limits: ApiLimits,
+    /// `--transition-hook`, if given.
+    pub transition_hook: Option<crate::hook::transitions::TransitionHookConfig>,
 }
 
 /// The API's connection cap and request budgets, as sized by [`size_api`].
@@ -384,7 +386,27 @@ impl RunConfig {
                 "delete-pods deletes pods on an API server, and none is configured: give --kubeconfig or --master, or use taint (with an --eviction-hook) when running alone".into(),
             ));
         }
+        let transition_hook = match &args.transition_hook {
+            None => None,
+            Some(command) if command.trim().is_empty() => {
+                return Err(flag(
+                    "--transition-hook",
+                    "the command is empty; give a command, or leave the flag out".into(),
+                ))
+            }
+            Some(_) if args.transition_hook_timeout.is_zero() => {
+                return Err(flag(
+                    "--transition-hook-timeout",
+                    "must be more than 0, e.g. 30s".into(),
+                ))
+            }
+            Some(command) => Some(crate::hook::transitions::TransitionHookConfig {
+                command: command.clone(),
+                timeout: args.transition_hook_timeout,
+            }),
+        };
         Ok(RunConfig {
+            transition_hook,
             mirror,
             db: db.to_path_buf(),
             listen: args.listen,
@@ -669,6 +691,20 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         _ => None,
     };
     let follows_source = config.controller.cloud.is_some();
+    // Before the controller writes: a first hook starts at the store's newest event.
+    let transition_hook = match config.transition_hook.take() {
+        None => None,
+        Some(hook) => Some(
+            crate::hook::transitions::TransitionHook::start(
+                hook,
+                store.clone(),
+                view.subscribe(),
+                metrics.clone(),
+            )
+            .await
+            .map_err(ControllerError::from)?,
+        ),
+    };
     let mut controller = Controller::start(
         config.controller,
         store.clone(),
@@ -733,6 +769,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     let controller_stop = CancellationToken::new();
     let mirror_stop = CancellationToken::new();
     let stamp_stop = CancellationToken::new();
+    let hook_stop = CancellationToken::new();
     let instance = controller.instance().to_string();
     let mut supervised = Supervised::default();
     supervised.spawn(
@@ -755,6 +792,9 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
             mirror.run(stop).await;
             Ok::<(), String>(())
         });
+    }
+    if let Some(hook) = transition_hook {
+        supervised.spawn(Task::TransitionHook, &health, hook.run(hook_stop.clone()));
     }
     supervised.spawn(Task::LivenessStamp, &health, {
         let stop = stamp_stop.clone();
@@ -809,6 +849,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     for (task, stop) in [
         (Task::Controller, &controller_stop),
         (Task::Mirror, &mirror_stop),
+        (Task::TransitionHook, &hook_stop),
         (Task::Server, &server_shutdown),
         (Task::LivenessStamp, &stamp_stop),
     ] {
@@ -891,6 +932,7 @@ enum Task {
     Controller,
     Server,
     Mirror,
+    TransitionHook,
     LivenessStamp,
 }
 
@@ -900,6 +942,7 @@ impl Task {
             Task::Controller => "controller",
             Task::Server => "HTTP server",
             Task::Mirror => "mirror",
+            Task::TransitionHook => "transition hook",
             Task::LivenessStamp => "liveness stamp",
         }
     }
@@ -910,6 +953,7 @@ impl Task {
             Task::Controller => "controller",
             Task::Server => "server",
             Task::Mirror => "mirror",
+            Task::TransitionHook => "transition-hook",
             Task::LivenessStamp => "liveness-stamp",
         }
     }

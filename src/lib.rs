@@ -9,6 +9,7 @@ pub mod config;
 pub mod controller;
 pub mod duration;
 pub mod history;
+pub mod hook;
 pub mod inspect;
 pub mod kube;
 pub mod kube_input;

@@ -580,6 +580,10 @@ impl Controller {
         if let Some(monitor) = &self.passes.monitor {
             monitor.done();
         }
+        self.metrics.set_zone_counts(self.tracked.values().map(|t| {
+            let zone = t.node.labels.get(eviction::ZONE_LABEL);
+            (zone.map_or("", String::as_str), t.node.ready())
+        }));
         self.metrics
             .last_monitor_pass
             .set(crate::metrics::unix_seconds(Micros::now()));
