@@ -671,6 +671,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         (Some(mirror_config), Some(client)) => {
             // Every change from here on queues its mirror work.
             store.enable_outbox();
+            metrics.mirror_configured.set(1);
             let identity = mirror_config
                 .leader
                 .as_ref()

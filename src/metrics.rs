@@ -120,6 +120,7 @@ pub struct Metrics {
     pub mirror_retries: Counter,
     pub mirror_lease_renewals: Counter,
     pub mirror_leader: Gauge,
+    pub mirror_configured: Gauge,
     pub last_sweep: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub last_monitor_pass: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub http_connections: Gauge,
@@ -362,6 +363,12 @@ impl Metrics {
             "1 while this controller holds the leader Lease and writes to the API server",
             mirror_leader.clone(),
         );
+        let mirror_configured = Gauge::default();
+        registry.register(
+            "mirror_configured",
+            "1 when this controller mirrors to an API server (--kubeconfig or --master), else 0",
+            mirror_configured.clone(),
+        );
         let last_sweep = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register(
             "last_sweep_timestamp_seconds",
@@ -498,6 +505,7 @@ impl Metrics {
             mirror_retries,
             mirror_lease_renewals,
             mirror_leader,
+            mirror_configured,
             source_sync_duration,
             source_failures,
             source_machines,
