@@ -91,6 +91,17 @@ pub struct MirrorRequestLabels {
     pub code: String,
 }
 
+/// The verbs the mirror's requests are counted by.
+pub const MIRROR_VERBS: [&str; 7] = [
+    "get",
+    "list",
+    "create",
+    "update",
+    "patch",
+    "patch_status",
+    "delete",
+];
+
 /// Every metric nodekeeper exports.
 pub struct Metrics {
     registry: Registry,
@@ -476,6 +487,13 @@ impl Metrics {
                     reason,
                 });
             }
+        }
+        // The mirror's answered requests; other codes appear as they are met.
+        for verb in MIRROR_VERBS {
+            let _ = mirror_requests.get_or_create(&MirrorRequestLabels {
+                verb: verb.to_string(),
+                code: "2xx".into(),
+            });
         }
         for result in [
             HookResult::Succeeded,
