@@ -108,6 +108,7 @@ where
 }
 
 /// Builds one JSON line; `record` feeds the event's fields to the visitor.
+/// The four fixed fields come first, then the event's in the order given.
 fn json_line(
     time: jiff::Timestamp,
     level: &tracing::Level,
@@ -116,24 +117,31 @@ fn json_line(
 ) -> String {
     let mut visitor = FieldsVisitor::default();
     record(&mut visitor);
-    let mut object = serde_json::Map::new();
-    object.insert("time".into(), time.to_string().into());
-    object.insert("level".into(), level.as_str().to_ascii_lowercase().into());
-    object.insert("target".into(), target.into());
-    object.insert(
-        "message".into(),
-        visitor.message.take().unwrap_or_default().into(),
-    );
-    for (name, value) in visitor.fields {
-        let name = if object.contains_key(&name) {
-            format!("field.{name}")
+    let message = visitor.message.take().unwrap_or_default();
+    let mut line = String::with_capacity(256);
+    let mut put = |name: &str, value: &serde_json::Value| {
+        line.push(if line.is_empty() { '{' } else { ',' });
+        line.push_str(&serde_json::Value::from(name).to_string());
+        line.push(':');
+        line.push_str(&value.to_string());
+    };
+    put("time", &time.to_string().into());
+    put("level", &level.as_str().to_ascii_lowercase().into());
+    put("target", &target.into());
+    put("message", &message.into());
+    for (name, value) in &visitor.fields {
+        if FIXED.contains(&name.as_str()) {
+            put(&format!("field.{name}"), value);
         } else {
-            name
-        };
-        object.insert(name, value);
+            put(name, value);
+        }
     }
-    serde_json::Value::Object(object).to_string()
+    line.push('}');
+    line
 }
+
+/// The fields every JSON line starts with.
+const FIXED: [&str; 4] = ["time", "level", "target", "message"];
 
 /// Collects an event's fields as JSON values.
 #[derive(Default)]
@@ -281,5 +289,20 @@ mod tests {
         assert_eq!(line["ratio"], 0.5);
         assert_eq!(line["field.time"], "x");
         assert!(line["time"].as_str().unwrap().ends_with('Z'), "{line}");
+    }
+
+    #[test]
+    fn the_fixed_fields_lead_in_their_order() {
+        let time: jiff::Timestamp = "2026-12-01T15:04:05.5Z".parse().unwrap();
+        let line = json_line(time, &tracing::Level::ERROR, "nodekeeper::x", |v| {
+            v.fields.push(("zone".into(), "a".into()));
+            v.fields.push(("count".into(), 2.into()));
+            v.fields.push(("level".into(), "shadow".into()));
+            v.message = Some("say \"hi\"".into());
+        });
+        assert_eq!(
+            line,
+            r#"{"time":"2026-12-01T15:04:05.5Z","level":"error","target":"nodekeeper::x","message":"say \"hi\"","zone":"a","count":2,"field.level":"shadow"}"#
+        );
     }
 }
