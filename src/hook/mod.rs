@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
-/// What a hook printed that is kept (in logs and history) at most.
+/// What a hook printed that is kept (in logs and history) at most, in characters.
 pub const OUTPUT_LIMIT: usize = 500;
 
 /// One run of a hook command.
