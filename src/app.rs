@@ -53,6 +53,8 @@ pub struct RunConfig {
     pub serve: crate::server::ServeConfig,
     /// The API's request budgets and body deadline.
     pub limits: ApiLimits,
+    /// `--transition-hook`, if given.
+    pub transition_hook: Option<crate::hook::transitions::TransitionHookConfig>,
 }
 
 /// The API's connection cap and request budgets, as sized by [`size_api`].
@@ -394,7 +396,27 @@ impl RunConfig {
                 "delete-pods deletes pods on an API server, and none is configured: give --kubeconfig or --master, or use taint (with an --eviction-hook) when running alone".into(),
             ));
         }
+        let transition_hook = match &args.transition_hook {
+            None => None,
+            Some(command) if command.trim().is_empty() => {
+                return Err(flag(
+                    "--transition-hook",
+                    "the command is empty; give a command, or leave the flag out".into(),
+                ))
+            }
+            Some(_) if args.transition_hook_timeout.is_zero() => {
+                return Err(flag(
+                    "--transition-hook-timeout",
+                    "must be more than 0, e.g. 30s".into(),
+                ))
+            }
+            Some(command) => Some(crate::hook::transitions::TransitionHookConfig {
+                command: command.clone(),
+                timeout: args.transition_hook_timeout,
+            }),
+        };
         Ok(RunConfig {
+            transition_hook,
             mirror,
             retention,
             db: db.to_path_buf(),
@@ -669,6 +691,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         (Some(mirror_config), Some(client)) => {
             // Every change from here on queues its mirror work.
             store.enable_outbox();
+            metrics.mirror_configured.set(1);
             let identity = mirror_config
                 .leader
                 .as_ref()
@@ -689,6 +712,20 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         _ => None,
     };
     let follows_source = config.controller.cloud.is_some();
+    // Before the controller writes: a first hook starts at the store's newest event.
+    let transition_hook = match config.transition_hook.take() {
+        None => None,
+        Some(hook) => Some(
+            crate::hook::transitions::TransitionHook::start(
+                hook,
+                store.clone(),
+                view.subscribe(),
+                metrics.clone(),
+            )
+            .await
+            .map_err(ControllerError::from)?,
+        ),
+    };
     let mut controller = Controller::start(
         config.controller,
         store.clone(),
@@ -765,6 +802,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     let controller_stop = CancellationToken::new();
     let mirror_stop = CancellationToken::new();
     let stamp_stop = CancellationToken::new();
+    let hook_stop = CancellationToken::new();
     let instance = controller.instance().to_string();
     let mut supervised = Supervised::default();
     supervised.spawn(
@@ -798,6 +836,9 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
             mirror.run(stop).await;
             Ok::<(), String>(())
         });
+    }
+    if let Some(hook) = transition_hook {
+        supervised.spawn(Task::TransitionHook, &health, hook.run(hook_stop.clone()));
     }
     supervised.spawn(Task::LivenessStamp, &health, {
         let stop = stamp_stop.clone();
@@ -858,6 +899,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         (Task::Controller, &controller_stop),
         (Task::Retention, &retention_stop),
         (Task::Mirror, &mirror_stop),
+        (Task::TransitionHook, &hook_stop),
         (Task::Server, &server_shutdown),
         (Task::LivenessStamp, &stamp_stop),
     ] {
@@ -943,6 +985,7 @@ enum Task {
     Server,
     Mirror,
     Retention,
+    TransitionHook,
     LivenessStamp,
 }
 
@@ -953,6 +996,7 @@ impl Task {
             Task::Server => "HTTP server",
             Task::Mirror => "mirror",
             Task::Retention => "history retention",
+            Task::TransitionHook => "transition hook",
             Task::LivenessStamp => "liveness stamp",
         }
     }
@@ -964,6 +1008,7 @@ impl Task {
             Task::Server => "server",
             Task::Mirror => "mirror",
             Task::Retention => "retention",
+            Task::TransitionHook => "transition-hook",
             Task::LivenessStamp => "liveness-stamp",
         }
     }

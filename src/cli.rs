@@ -40,6 +40,11 @@ pub struct Cli {
     #[arg(long, global = true, env = "NODEKEEPER_LOG", default_value = "info")]
     pub log: String,
 
+    /// How log lines look: `text` for people, `json` for log pipelines (one
+    /// object a line: time, level, target, message and the event's fields).
+    #[arg(long, global = true, env = "NODEKEEPER_LOG_FORMAT", value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    pub log_format: crate::logging::LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -335,6 +340,14 @@ pub struct RunArgs {
     /// A command run (with `sh -c`) for each evicted node, given the node's name and the reason as $1 and $2.
     #[arg(long, help_heading = "Eviction", value_hint = ValueHint::CommandString)]
     pub eviction_hook: Option<String>,
+    /// A command run (with `sh -c`) for every condition transition, once, in
+    /// order, resumed after a restart: node, condition, from, to, reason and
+    /// seq as $1…$6 and NODEKEEPER_* variables, the event as JSON on stdin.
+    #[arg(long, help_heading = "Hooks", value_hint = ValueHint::CommandString)]
+    pub transition_hook: Option<String>,
+    /// How long one --transition-hook run may take before its process group is killed.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, help_heading = "Hooks")]
+    pub transition_hook_timeout: Duration,
     /// Evictions per second in a healthy zone.
     #[arg(long, default_value_t = 0.1, help_heading = "Eviction")]
     pub node_eviction_rate: f64,

@@ -27,14 +27,7 @@ fn main() {
         eprintln!("error: --log {:?}: {e}", cli.log);
         std::process::exit(2);
     });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        // A log on a full disk loses lines; reporting that with eprintln!
-        // would panic the task that logged.
-        .log_internal_errors(false)
-        .init();
+    nodekeeper::logging::init(filter, cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

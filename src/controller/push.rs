@@ -426,18 +426,6 @@ impl Controller {
             let _ = reply.send(Ok(node));
             return;
         }
-        for e in &events {
-            if let EventKind::ConditionChanged {
-                condition,
-                from,
-                to,
-                reason,
-                ..
-            } = e
-            {
-                tracing::info!(node = %name, %condition, from = ?from, to = %to, reason, "pushed status changed");
-            }
-        }
         // Shown here at once (the next push is compared with it), to readers
         // once durable; a refusal puts the durable state back.
         tracked.node = node.clone();
