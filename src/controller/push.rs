@@ -330,7 +330,8 @@ impl Controller {
                     .node
                     .condition_mut(&pc.kind)
                     .expect("heartbeat_only found it");
-                if pc.kind == READY && (c.last_heartbeat != beat || c.reason == REASON_NEVER_UPDATED)
+                if pc.kind == READY
+                    && (c.last_heartbeat != beat || c.reason == REASON_NEVER_UPDATED)
                 {
                     tracked.health.heartbeat(now);
                 }
@@ -657,7 +658,10 @@ fn heartbeat_only(node: &Node, pushed: &PushedStatus, mode: StatusMode) -> bool 
         .addresses
         .as_ref()
         .is_none_or(|a| a.is_empty() || *a == node.addresses)
-        && pushed.node_info.as_ref().is_none_or(|i| *i == node.node_info)
+        && pushed
+            .node_info
+            .as_ref()
+            .is_none_or(|i| *i == node.node_info)
         && pushed.capacity.as_ref().is_none_or(|c| *c == node.capacity)
 }
 
