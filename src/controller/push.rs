@@ -814,7 +814,7 @@ mod tests {
         let with_info = PushedStatus {
             node_info: Some(node.node_info.clone()),
             addresses: Some(node.addresses.clone()),
-            capacity: Some(node.capacity.clone()),
+            capacity: Some(node.capacity),
             ..beat.clone()
         };
         assert!(heartbeat_only(&node, &with_info, push_mode));
