@@ -6,6 +6,12 @@ use nodekeeper::cli::{Cli, Command, ConfigCommand};
 use nodekeeper::commands::{self, Failure};
 use nodekeeper::inspect::Source;
 
+/// mimalloc: a push fleet allocates and frees per request on every worker
+/// thread; glibc's malloc spent a quarter of the controller's CPU on it and
+/// let RSS creep (README, Scale benchmark).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     nodekeeper::process::mark_started();
     nodekeeper::install_crypto_provider();
