@@ -130,15 +130,7 @@ async fn bench(args: &Args, bin: &Path, machine: &Machine, dir: &Path) -> Result
             let _ = writeln!(out, "| what | time | peak RSS | note |");
             let _ = writeln!(out, "|---|---:|---:|---|");
             for r in &rows {
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} | {} |",
-                    r.what,
-                    seconds(r.seconds),
-                    r.peak_kib
-                        .map_or("-".to_string(), |k| format!("{} MiB", k / 1024)),
-                    r.note
-                );
+                let _ = writeln!(out, "{}", table_line(r));
             }
         }
     }
@@ -151,6 +143,33 @@ async fn bench(args: &Args, bin: &Path, machine: &Machine, dir: &Path) -> Result
         );
     }
     Ok(out)
+}
+
+/// A row as a line of the table.
+fn table_line(r: &Row) -> String {
+    format!(
+        "| {} | {} | {} | {} |",
+        r.what,
+        seconds(r.seconds),
+        r.peak_kib
+            .map_or("-".to_string(), |k| format!("{} MiB", k / 1024)),
+        r.note
+    )
+}
+
+/// Pushes a row, and shows it at once on stderr, so a run cut short still
+/// leaves what it measured.
+fn push_row(rows: &mut Vec<Row>, row: Row) {
+    eprintln!("   {}", table_line(&row));
+    rows.push(row);
+}
+
+/// Sets the last row's note, and shows the row again with it.
+fn note_last(rows: &mut [Row], note: String) {
+    if let Some(last) = rows.last_mut() {
+        last.note = note;
+        eprintln!("   {}", table_line(last));
+    }
 }
 
 fn seconds(s: f64) -> String {
@@ -205,12 +224,15 @@ fn cli_row(
         .map_or(String::new(), |m| {
             format!("{:.1} MiB out", m.len() as f64 / 1048576.0)
         });
-    rows.push(Row {
-        what: what.to_string(),
-        seconds: secs,
-        peak_kib: Some(peak),
-        note: size,
-    });
+    push_row(
+        rows,
+        Row {
+            what: what.to_string(),
+            seconds: secs,
+            peak_kib: Some(peak),
+            note: size,
+        },
+    );
     Ok(stderr)
 }
 
@@ -256,10 +278,13 @@ async fn bench_size(
         &["--db", &db_arg, "db", "import", "--input", &input],
         None,
     )?;
-    rows.last_mut().unwrap().note = format!(
-        "{} export, {} on disk after",
-        mib(fs::metadata(&export_file)?.len()),
-        mib(dir_size(&db))
+    note_last(
+        &mut rows,
+        format!(
+            "{} export, {} on disk after",
+            mib(fs::metadata(&export_file)?.len()),
+            mib(dir_size(&db))
+        ),
     );
     let node = facts.busiest_node.clone();
     let sink = base.join("out");
@@ -316,7 +341,7 @@ async fn bench_size(
         &["--db", &db_arg, "db", "export", "--output", &exported_arg],
         None,
     )?;
-    rows.last_mut().unwrap().note = mib(fs::metadata(&exported)?.len());
+    note_last(&mut rows, mib(fs::metadata(&exported)?.len()));
     let _ = fs::remove_file(&exported);
     let before = dir_size(&db);
     cli_row(
@@ -326,7 +351,10 @@ async fn bench_size(
         &["--db", &db_arg, "db", "compact"],
         None,
     )?;
-    rows.last_mut().unwrap().note = format!("{} -> {} on disk", mib(before), mib(dir_size(&db)));
+    note_last(
+        &mut rows,
+        format!("{} -> {} on disk", mib(before), mib(dir_size(&db))),
+    );
     let _ = fs::remove_file(&sink);
 
     // The running controller: restart to serving, then reads over HTTP.
@@ -364,12 +392,15 @@ async fn bench_size(
     };
     let pid = controller.child.id();
     let (rss, _) = memory_kib(pid)?;
-    rows.push(Row {
-        what: "restart to serving".into(),
-        seconds: started.elapsed().as_secs_f64(),
-        peak_kib: Some(rss),
-        note: "RSS when it serves".into(),
-    });
+    push_row(
+        &mut rows,
+        Row {
+            what: "restart to serving".into(),
+            seconds: started.elapsed().as_secs_f64(),
+            peak_kib: Some(rss),
+            note: "RSS when it serves".into(),
+        },
+    );
     let result = http_rows(&mut rows, machine, pid, &url, &facts).await;
     eprintln!("   {}", controller.terminate(Duration::from_secs(60)).await);
     result?;
@@ -441,12 +472,15 @@ async fn http_rows(
         reset_peak(pid);
         let (secs, bytes) = get(path).await?;
         let (_, peak) = memory_kib(pid)?;
-        rows.push(Row {
-            what: what.into(),
-            seconds: secs,
-            peak_kib: Some(peak),
-            note: format!("server RSS {} MiB before; {bytes} bytes", rss / 1024),
-        });
+        push_row(
+            rows,
+            Row {
+                what: what.into(),
+                seconds: secs,
+                peak_kib: Some(peak),
+                note: format!("server RSS {} MiB before; {bytes} bytes", rss / 1024),
+            },
+        );
     }
     // Watches from a recent version: the first event, one and ten at once.
     for count in [1usize, 10] {
@@ -479,12 +513,15 @@ async fn http_rows(
         let secs = started.elapsed().as_secs_f64();
         let cpu = (cpu_ticks(pid)? - ticks) as f64 / machine.ticks_per_second;
         let (_, peak) = memory_kib(pid)?;
-        rows.push(Row {
-            what: format!("{count} watch(es) from newest − 10: first event"),
-            seconds: secs,
-            peak_kib: Some(peak),
-            note: format!("server {cpu:.2} CPU-s, RSS {} MiB before", rss / 1024),
-        });
+        push_row(
+            rows,
+            Row {
+                what: format!("{count} watch(es) from newest − 10: first event"),
+                seconds: secs,
+                peak_kib: Some(peak),
+                note: format!("server {cpu:.2} CPU-s, RSS {} MiB before", rss / 1024),
+            },
+        );
     }
     Ok(())
 }
