@@ -44,6 +44,9 @@
 //!    oldest Lease age from the first round of renewals to the end of the
 //!    drain.
 //!
+//! The simulated kubelets listen from `--base-ip` (127.150.0.1) on: runs
+//! side by side each need a range of their own.
+//!
 //! Every drain and phase runs even if one before it failed; the tables show
 //! what completed, and the exit status is 1 if anything failed or was wrong.
 //!
@@ -93,12 +96,12 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(200);
 /// How often memory is sampled in the steady-state window.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
-/// The simulated fleet's first loopback address.
+/// The simulated fleet's first loopback address, unless --base-ip gives one.
 const FLEET_BASE_IP: Ipv4Addr = Ipv4Addr::new(127, 150, 0, 1);
 /// The site's simulated kubelets: one `nodekeeper sim` process per this many
 /// (about two open files per node; the hard limit is 20k)...
 const MAX_NODES_PER_SIM: usize = 5000;
-/// ...each from its own part of 127.150.0.0/16, this many addresses apart.
+/// ...each from its own part of the range from --base-ip, this many addresses apart.
 const SIM_ADDRESS_STRIDE: u32 = 8192;
 const SIM_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest wait for every node of the site to be upstream with its Lease.
@@ -196,9 +199,29 @@ struct Args {
     #[arg(long)]
     site_burst: Option<u32>,
 
+    /// The simulated kubelets' first loopback address (in 127.0.0.0/8); the
+    /// site's sim processes start 8,192 addresses apart from it. Runs side
+    /// by side need addresses of their own.
+    #[arg(long, default_value_t = FLEET_BASE_IP)]
+    base_ip: Ipv4Addr,
+
     /// The nodekeeper binary (default: the one next to this executable).
     #[arg(long)]
     bin: Option<PathBuf>,
+}
+
+/// Refuses a fleet of `span` addresses from `base` that would leave
+/// 127.0.0.0/8: nothing the benchmark starts may listen outside loopback.
+fn check_fleet_addresses(base: Ipv4Addr, span: u64) -> Result<()> {
+    let last = u64::from(u32::from(base)) + span.saturating_sub(1);
+    let loopback = u64::from(u32::from(Ipv4Addr::new(127, 0, 0, 0)))
+        ..=u64::from(u32::from(Ipv4Addr::new(127, 255, 255, 254)));
+    if !loopback.contains(&u64::from(u32::from(base))) || !loopback.contains(&last) {
+        bail!(
+            "--base-ip {base}: the simulated kubelets need {span} addresses from it, all inside 127.0.0.0/8; pick one in 127/8 low enough, e.g. 127.150.0.1"
+        );
+    }
+    Ok(())
 }
 
 /// What the API server has when it returns after the outage.
@@ -256,6 +279,18 @@ async fn real_main() -> Result<()> {
         if !(args.steady_qps.is_finite() && args.steady_qps > 0.0) || args.steady_burst == 0 {
             bail!("--steady-qps and --steady-burst must be more than zero");
         }
+    }
+    if args.phases.contains(&Phase::Site) {
+        let parts = args.site_nodes.div_ceil(MAX_NODES_PER_SIM);
+        // The parts before the last take the remainder.
+        let last_part = args.site_nodes / parts;
+        check_fleet_addresses(
+            args.base_ip,
+            (parts - 1) as u64 * u64::from(SIM_ADDRESS_STRIDE) + last_part as u64,
+        )?;
+    }
+    if args.phases.contains(&Phase::Steady) {
+        check_fleet_addresses(args.base_ip, args.steady_nodes as u64)?;
     }
     let bin = match &args.bin {
         Some(bin) => bin.clone(),
@@ -851,7 +886,7 @@ async fn steady_state(env: &Env<'_>) -> Result<SteadyRow> {
     let fleet = Fleet::start(
         FleetConfig {
             nodes,
-            base_ip: FLEET_BASE_IP,
+            base_ip: args.base_ip,
             port: 0,
             ..FleetConfig::default()
         },
@@ -1325,7 +1360,7 @@ async fn site(env: &Env<'_>) -> Result<SiteRow> {
     let args = env.args;
     let n = args.site_nodes;
     let mut run = Run::new("site", n)?;
-    let (port, nodes_file, controls) = start_sims(&mut run, env.bin, n).await?;
+    let (port, nodes_file, controls) = start_sims(&mut run, env.bin, env.args.base_ip, n).await?;
     eprintln!("   {} sim process(es) up on port {port}", run.sims.len());
     let api = FakeApiServer::start().await;
     let mut flags = strings(&[
@@ -1618,6 +1653,7 @@ async fn set_kubelet(
 async fn start_sims(
     run: &mut Run,
     bin: &Path,
+    base_ip: Ipv4Addr,
     nodes: usize,
 ) -> Result<(u16, PathBuf, Vec<(String, String)>)> {
     let parts = nodes.div_ceil(MAX_NODES_PER_SIM);
@@ -1627,7 +1663,7 @@ async fn start_sims(
     for index in 0..parts {
         let count = nodes / parts + usize::from(index < nodes % parts);
         let file = run.dir.join(format!("nodes-{index}.json"));
-        let base = Ipv4Addr::from(u32::from(FLEET_BASE_IP) + index as u32 * SIM_ADDRESS_STRIDE);
+        let base = Ipv4Addr::from(u32::from(base_ip) + index as u32 * SIM_ADDRESS_STRIDE);
         let args = strings(&[
             "--log",
             "warn",
@@ -1725,8 +1761,9 @@ fn site_section(out: &mut String, row: &SiteRow, args: &Args) {
     });
     let _ = writeln!(
         out,
-        "settings: {} probed kubelets (`nodekeeper sim`, at most {MAX_NODES_PER_SIM} per process, from {FLEET_BASE_IP}), controller defaults (--node-sync-period 10s, --node-lease-duration 40s, leader election on) with --eviction-mode none{}; budget: {budget}; the API server comes back {:?} after {} (real time) with {} kubelets down meanwhile; the API server's Nodes and Leases sampled every {SITE_SAMPLE_EVERY:?}\n",
+        "settings: {} probed kubelets (`nodekeeper sim`, at most {MAX_NODES_PER_SIM} per process, from {}), controller defaults (--node-sync-period 10s, --node-lease-duration 40s, leader election on) with --eviction-mode none{}; budget: {budget}; the API server comes back {:?} after {} (real time) with {} kubelets down meanwhile; the API server's Nodes and Leases sampled every {SITE_SAMPLE_EVERY:?}\n",
         row.nodes,
+        args.base_ip,
         match (args.site_qps, args.site_burst) {
             (None, None) => String::new(),
             (q, b) => format!(
@@ -2090,7 +2127,7 @@ fn report(
             out,
             "settings: {} simulated kubelets ({}..) push a Lease renewal and a status update every {interval}; controller --node-status-mode push, --node-lease-renew-interval {interval}, --kube-api-qps {} --kube-api-burst {}, leader election on (defaults); warm-up {} after every node is Ready=True on the API server, window {}\n",
             args.steady_nodes,
-            FLEET_BASE_IP,
+            args.base_ip,
             args.steady_qps,
             args.steady_burst,
             nodekeeper::duration::format(args.steady_warmup),
