@@ -45,12 +45,16 @@ pub struct RunConfig {
     pub simulate: Option<FleetConfig>,
     /// Where to mirror, if an API server is configured.
     pub mirror: Option<crate::mirror::MirrorConfig>,
+    /// How much history to keep (`--history-retention`, `--history-max-bytes`).
+    pub retention: crate::store::RetentionConfig,
     /// The open-file limit in force (raised to the hard limit).
     pub open_files: u64,
     /// How the API is served: its connection cap and timeouts.
     pub serve: crate::server::ServeConfig,
     /// The API's request budgets and body deadline.
     pub limits: ApiLimits,
+    /// `--transition-hook`, if given.
+    pub transition_hook: Option<crate::hook::transitions::TransitionHookConfig>,
 }
 
 /// The API's connection cap and request budgets, as sized by [`size_api`].
@@ -340,6 +344,14 @@ impl RunConfig {
                 "--insecure-listen: the API may be reachable from the network without TLS or authentication"
             );
         }
+        let retention = crate::store::RetentionConfig {
+            max_age: (!args.history_retention.is_zero()).then_some(args.history_retention),
+            max_bytes: match crate::quantity::parse_memory(&args.history_max_bytes) {
+                Ok(0) => None,
+                Ok(bytes) => Some(bytes),
+                Err(e) => return Err(flag("--history-max-bytes", e.to_string())),
+            },
+        };
         let mirror = mirror_config(args)?;
         if args.request_body_timeout.is_zero() {
             return Err(flag(
@@ -384,8 +396,29 @@ impl RunConfig {
                 "delete-pods deletes pods on an API server, and none is configured: give --kubeconfig or --master, or use taint (with an --eviction-hook) when running alone".into(),
             ));
         }
+        let transition_hook = match &args.transition_hook {
+            None => None,
+            Some(command) if command.trim().is_empty() => {
+                return Err(flag(
+                    "--transition-hook",
+                    "the command is empty; give a command, or leave the flag out".into(),
+                ))
+            }
+            Some(_) if args.transition_hook_timeout.is_zero() => {
+                return Err(flag(
+                    "--transition-hook-timeout",
+                    "must be more than 0, e.g. 30s".into(),
+                ))
+            }
+            Some(command) => Some(crate::hook::transitions::TransitionHookConfig {
+                command: command.clone(),
+                timeout: args.transition_hook_timeout,
+            }),
+        };
         Ok(RunConfig {
+            transition_hook,
             mirror,
+            retention,
             db: db.to_path_buf(),
             listen: args.listen,
             tls,
@@ -397,6 +430,7 @@ impl RunConfig {
             tokens,
             store: StoreOptions {
                 cache_capacity: args.cache_capacity,
+                checkpoint_interval: args.history_checkpoint_interval,
             },
             controller: ControllerConfig {
                 node_sync_period: args.node_sync_period,
@@ -449,26 +483,35 @@ fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, 
     ) else {
         return Ok(None);
     };
-    if args.node_lease_renew_interval.is_zero() {
+    if args.node_lease_duration < Duration::from_secs(1) {
+        return Err(flag("--node-lease-duration", "must be at least 1s".into()));
+    }
+    let renew = args
+        .node_lease_renew_interval
+        .unwrap_or(args.node_lease_duration / 3);
+    if renew.is_zero() || renew >= args.node_lease_duration {
         return Err(flag(
             "--node-lease-renew-interval",
-            "must be more than zero".into(),
+            format!(
+                "must be more than zero and shorter than --node-lease-duration ({}); a third of it is usual",
+                crate::duration::format(args.node_lease_duration)
+            ),
         ));
     }
-    if args.node_lease_duration < Duration::from_secs(1)
-        || args.node_lease_renew_interval >= args.node_lease_duration
-    {
+    if !args.mirror_leases && args.node_lease_renew_interval.is_some() {
         return Err(flag(
-            "--node-lease-duration",
-            "must be at least 1s and longer than --node-lease-renew-interval".into(),
+            "--node-lease-renew-interval",
+            "has no effect with --mirror-leases=false: give one or the other".into(),
         ));
     }
     let mut config = MirrorConfig::new(api_server);
-    config.qps = args.kube_api_qps;
-    config.burst = args.kube_api_burst;
+    config.budget = crate::mirror::BudgetFlags {
+        qps: args.kube_api_qps,
+        burst: args.kube_api_burst,
+    };
     config.request_timeout = args.kube_api_timeout;
     config.node_lease_duration = args.node_lease_duration;
-    config.node_lease_renew_interval = args.node_lease_renew_interval;
+    config.node_lease_renew_interval = args.mirror_leases.then_some(renew);
     config.eviction_hold = args.node_monitor_grace_period;
     if args.leader_elect {
         let mut leader = LeaderConfig::new(identity());
@@ -489,16 +532,15 @@ fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, 
 /// configured, as kube-controller-manager checks its flags.
 fn check_api_server_flags(args: &RunArgs) -> Result<(), RunError> {
     let flag = |flag, reason: String| RunError::Flag { flag, reason };
-    if !(args.kube_api_qps.is_finite() && args.kube_api_qps > 0.0) {
-        return Err(flag(
-            "--kube-api-qps",
-            format!(
-                "{} is not a rate: give requests per second, more than 0",
-                args.kube_api_qps
-            ),
-        ));
+    if let Some(qps) = args.kube_api_qps {
+        if !(qps.is_finite() && qps > 0.0) {
+            return Err(flag(
+                "--kube-api-qps",
+                format!("{qps} is not a rate: give requests per second, more than 0"),
+            ));
+        }
     }
-    if args.kube_api_burst == 0 {
+    if args.kube_api_burst == Some(0) {
         return Err(flag("--kube-api-burst", "must be at least 1".into()));
     }
     if args.kube_api_timeout.is_zero() {
@@ -656,6 +698,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         (Some(mirror_config), Some(client)) => {
             // Every change from here on queues its mirror work.
             store.enable_outbox();
+            metrics.mirror_configured.set(1);
             let identity = mirror_config
                 .leader
                 .as_ref()
@@ -676,6 +719,20 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         _ => None,
     };
     let follows_source = config.controller.cloud.is_some();
+    // Before the controller writes: a first hook starts at the store's newest event.
+    let transition_hook = match config.transition_hook.take() {
+        None => None,
+        Some(hook) => Some(
+            crate::hook::transitions::TransitionHook::start(
+                hook,
+                store.clone(),
+                view.subscribe(),
+                metrics.clone(),
+            )
+            .await
+            .map_err(ControllerError::from)?,
+        ),
+    };
     let mut controller = Controller::start(
         config.controller,
         store.clone(),
@@ -710,6 +767,18 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         ca_file: config.tls_cert_file.clone(),
     };
     discovery.write(&config.db).await?;
+    // systemd (Type=notify): ready once the controller has decided, the watchdog fed while it does.
+    let notifier = Arc::new(crate::notify::Notifier::from_env());
+    let notify_stop = CancellationToken::new();
+    let notifying = notifier.is_enabled().then(|| {
+        let view = view.clone();
+        tokio::spawn(crate::notify::keep_informed(
+            notifier.clone(),
+            health.clone(),
+            move || crate::notify::node_counts(&view),
+            notify_stop.clone(),
+        ))
+    });
     tracing::info!(
         url = %discovery.url,
         db = %config.db.display(),
@@ -740,6 +809,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     let controller_stop = CancellationToken::new();
     let mirror_stop = CancellationToken::new();
     let stamp_stop = CancellationToken::new();
+    let hook_stop = CancellationToken::new();
     let instance = controller.instance().to_string();
     let mut supervised = Supervised::default();
     supervised.spawn(
@@ -756,12 +826,26 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
                 .map_err(|e| e.to_string())
         }
     });
+    // Retention prunes in the background, in small batches, until the controller stops.
+    let retention_stop = CancellationToken::new();
+    supervised.spawn(Task::Retention, &health, {
+        let store = store.clone();
+        let retention = config.retention.clone();
+        let stop = retention_stop.clone();
+        async move {
+            crate::store::retention::run(store, retention, stop).await;
+            Ok::<(), String>(())
+        }
+    });
     if let Some((mirror, _)) = mirror {
         let stop = mirror_stop.clone();
         supervised.spawn(Task::Mirror, &health, async move {
             mirror.run(stop).await;
             Ok::<(), String>(())
         });
+    }
+    if let Some(hook) = transition_hook {
+        supervised.spawn(Task::TransitionHook, &health, hook.run(hook_stop.clone()));
     }
     supervised.spawn(Task::LivenessStamp, &health, {
         let stop = stamp_stop.clone();
@@ -780,6 +864,11 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         .ready
         .register("shutdown")
         .fail("the controller is shutting down");
+    notify_stop.cancel();
+    if let Some(notifying) = notifying {
+        let _ = notifying.await;
+    }
+    notifier.stopping();
     // The controller stops first (it records the stop), then the mirror
     // (it gives up a leader Lease it holds), the API last so the final state
     // stays readable until the store is closed.
@@ -815,7 +904,9 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     }
     for (task, stop) in [
         (Task::Controller, &controller_stop),
+        (Task::Retention, &retention_stop),
         (Task::Mirror, &mirror_stop),
+        (Task::TransitionHook, &hook_stop),
         (Task::Server, &server_shutdown),
         (Task::LivenessStamp, &stamp_stop),
     ] {
@@ -877,6 +968,8 @@ fn register_checks(
         let store = store.clone();
         let started = Micros::now();
         health.ready.register_computed("mirror", move || {
+            // A budget too small to keep the Ready nodes' Leases renewed.
+            mirror.readiness()?;
             let status = mirror.status(&store).map_err(|e| e.to_string())?;
             let since = status.last_success.unwrap_or(started);
             match status.last_error {
@@ -898,6 +991,8 @@ enum Task {
     Controller,
     Server,
     Mirror,
+    Retention,
+    TransitionHook,
     LivenessStamp,
 }
 
@@ -907,6 +1002,8 @@ impl Task {
             Task::Controller => "controller",
             Task::Server => "HTTP server",
             Task::Mirror => "mirror",
+            Task::Retention => "history retention",
+            Task::TransitionHook => "transition hook",
             Task::LivenessStamp => "liveness stamp",
         }
     }
@@ -917,6 +1014,8 @@ impl Task {
             Task::Controller => "controller",
             Task::Server => "server",
             Task::Mirror => "mirror",
+            Task::Retention => "retention",
+            Task::TransitionHook => "transition-hook",
             Task::LivenessStamp => "liveness-stamp",
         }
     }

@@ -40,6 +40,11 @@ pub struct Cli {
     #[arg(long, global = true, env = "NODEKEEPER_LOG", default_value = "info")]
     pub log: String,
 
+    /// How log lines look: `text` for people, `json` for log pipelines (one
+    /// object a line: time, level, target, message and the event's fields).
+    #[arg(long, global = true, env = "NODEKEEPER_LOG_FORMAT", value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    pub log_format: crate::logging::LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -99,6 +104,11 @@ pub enum Command {
     Taint(TaintArgs),
     /// Delete a node that no source lists (its history is kept).
     Delete { node: String },
+    /// Print a shell completion script: `source <(nodekeeper completions bash)`.
+    Completions {
+        #[arg(value_enum)]
+        shell: crate::commands::completions::Shell,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -330,6 +340,14 @@ pub struct RunArgs {
     /// A command run (with `sh -c`) for each evicted node, given the node's name and the reason as $1 and $2.
     #[arg(long, help_heading = "Eviction", value_hint = ValueHint::CommandString)]
     pub eviction_hook: Option<String>,
+    /// A command run (with `sh -c`) for every condition transition, once, in
+    /// order, resumed after a restart: node, condition, from, to, reason and
+    /// seq as $1…$6 and NODEKEEPER_* variables, the event as JSON on stdin.
+    #[arg(long, help_heading = "Hooks", value_hint = ValueHint::CommandString)]
+    pub transition_hook: Option<String>,
+    /// How long one --transition-hook run may take before its process group is killed.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, help_heading = "Hooks")]
+    pub transition_hook_timeout: Duration,
     /// Evictions per second in a healthy zone.
     #[arg(long, default_value_t = 0.1, help_heading = "Eviction")]
     pub node_eviction_rate: f64,
@@ -357,21 +375,30 @@ pub struct RunArgs {
     /// Run without an API server, even inside a pod.
     #[arg(long, conflicts_with_all = ["kubeconfig", "master"], help_heading = "Mirror to an API server")]
     pub standalone: bool,
-    /// Requests per second to the API server, sustained.
-    #[arg(long, default_value_t = 20.0, help_heading = "Mirror to an API server")]
-    pub kube_api_qps: f64,
-    /// Requests to the API server allowed in a burst.
-    #[arg(long, default_value_t = 30, help_heading = "Mirror to an API server")]
-    pub kube_api_burst: u32,
+    /// Requests per second to the API server, sustained [default: sized
+    /// from the Ready nodes' Lease renewals, 20 to 1000].
+    #[arg(long, value_name = "QPS", help_heading = "Mirror to an API server")]
+    pub kube_api_qps: Option<f64>,
+    /// Requests to the API server allowed in a burst [default: the larger
+    /// of 30 and the QPS].
+    #[arg(long, value_name = "N", help_heading = "Mirror to an API server")]
+    pub kube_api_burst: Option<u32>,
     /// Time one API server request may take (connect, send, answer).
     #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Mirror to an API server")]
     pub kube_api_timeout: Duration,
     /// `leaseDurationSeconds` of the node Leases written for Ready nodes.
     #[arg(long, default_value = "40s", value_parser = parse_duration, help_heading = "Mirror to an API server")]
     pub node_lease_duration: Duration,
-    /// How often a Ready node's Lease is renewed on the API server.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Mirror to an API server")]
-    pub node_lease_renew_interval: Duration,
+    /// How often a Ready node's Lease is renewed on the API server
+    /// [default: a third of --node-lease-duration].
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", help_heading = "Mirror to an API server")]
+    pub node_lease_renew_interval: Option<Duration>,
+    /// Renew the node Leases of Ready nodes on the API server. Keep it on
+    /// while anything in the cluster reads them (kube-controller-manager's
+    /// node lifecycle controller does); turn it off to save the requests
+    /// when nothing does.
+    #[arg(long, action = ArgAction::Set, default_value = "true", value_name = "BOOL", help_heading = "Mirror to an API server")]
+    pub mirror_leases: bool,
     /// Elect a leader through a Lease before writing to the API server, so
     /// two controllers for one site never write at once.
     #[arg(long, action = ArgAction::Set, default_value = "true", value_name = "BOOL", help_heading = "Mirror to an API server")]
@@ -403,6 +430,20 @@ pub struct RunArgs {
     /// sled cache size in bytes (RSS follows it).
     #[arg(long, default_value_t = crate::store::DEFAULT_CACHE_CAPACITY, help_heading = "Store")]
     pub cache_capacity: u64,
+    /// How long the history is kept (e.g. 90d, 720h). Older events are
+    /// pruned in the background; the registry as of the oldest kept event
+    /// stays as a checkpoint, so `at` stays exact. 0 keeps everything.
+    #[arg(long, default_value = "90d", value_parser = parse_duration)]
+    pub history_retention: Duration,
+    /// The most the history may take: its events with their indexes, and
+    /// its checkpoints (bytes, or a quantity such as 512Mi or 2Gi). The
+    /// oldest go first. 0 is no limit.
+    #[arg(long, default_value = "1Gi", value_name = "BYTES")]
+    pub history_max_bytes: String,
+    /// Events between checkpoints of the registry: `at` and watches replay
+    /// at most this many. Default: 5 per node, at least 10000.
+    #[arg(long, value_name = "EVENTS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub history_checkpoint_interval: Option<u64>,
 
     /// Start N simulated kubelets in this process and manage them (the demo).
     #[arg(long, value_name = "N", help_heading = "Demo")]

@@ -499,6 +499,19 @@ mod tests {
         path
     }
 
+    /// The error `run --config` gives for a file holding `text`.
+    fn config_error(dir: &Path, text: &str) -> String {
+        let path = write(dir, text);
+        parse_args(args(&[
+            "nodekeeper",
+            "run",
+            "--config",
+            path.to_str().unwrap(),
+        ]))
+        .unwrap_err()
+        .to_string()
+    }
+
     fn run_args_of(cli: &Cli) -> &crate::cli::RunArgs {
         match &cli.command {
             crate::cli::Command::Run(args) => args,
@@ -542,55 +555,23 @@ mod tests {
     #[test]
     fn unknown_keys_and_bad_values_name_their_line() {
         let dir = tempfile::tempdir().unwrap();
-        let path = write(dir.path(), "node-sync-period: 3s\n\nnode-sync-priod: 4s\n");
-        let err = parse_args(args(&[
-            "nodekeeper",
-            "run",
-            "--config",
-            path.to_str().unwrap(),
-        ]))
-        .unwrap_err()
-        .to_string();
+        let err = config_error(dir.path(), "node-sync-period: 3s\n\nnode-sync-priod: 4s\n");
         assert!(err.contains("nodekeeper.yaml:3"), "{err}");
         assert!(
             err.contains("node-sync-priod") && err.contains("did you mean \"node-sync-period\""),
             "{err}"
         );
 
-        let path = write(dir.path(), "listen: 127.0.0.1:1\nnodes:\n  a: b\n");
-        let err = parse_args(args(&[
-            "nodekeeper",
-            "run",
-            "--config",
-            path.to_str().unwrap(),
-        ]))
-        .unwrap_err()
-        .to_string();
+        let err = config_error(dir.path(), "listen: 127.0.0.1:1\nnodes:\n  a: b\n");
         assert!(err.contains(":2:") && err.contains("single value"), "{err}");
 
-        let path = write(dir.path(), "node-sync-period: 3s\nkubelet-port: lots\n");
-        let err = parse_args(args(&[
-            "nodekeeper",
-            "run",
-            "--config",
-            path.to_str().unwrap(),
-        ]))
-        .unwrap_err()
-        .to_string();
+        let err = config_error(dir.path(), "node-sync-period: 3s\nkubelet-port: lots\n");
         assert!(
             err.contains("nodekeeper.yaml:2") && err.contains("lots"),
             "{err}"
         );
 
-        let path = write(dir.path(), "- a\n- b\n");
-        let err = parse_args(args(&[
-            "nodekeeper",
-            "run",
-            "--config",
-            path.to_str().unwrap(),
-        ]))
-        .unwrap_err()
-        .to_string();
+        let err = config_error(dir.path(), "- a\n- b\n");
         assert!(err.contains("mapping"), "{err}");
     }
 

@@ -12,6 +12,11 @@ pub struct Replay {
 }
 
 impl Replay {
+    /// Starts from a registry already rebuilt (a checkpoint).
+    pub fn from_nodes(nodes: BTreeMap<String, Node>) -> Replay {
+        Replay { nodes }
+    }
+
     /// Applies one event. Events about unknown nodes (a lookup failure before
     /// registration, say) change nothing.
     pub fn apply(&mut self, event: &Event) {
@@ -76,6 +81,13 @@ impl Replay {
             | EventKind::EvictionStarted { .. }
             | EventKind::EvictionDone { .. } => {}
         }
+    }
+
+    /// Adds nodes as they were before the next event (a replay that
+    /// follows only some nodes looks them up as they come).
+    pub fn extend(&mut self, nodes: impl IntoIterator<Item = Node>) {
+        self.nodes
+            .extend(nodes.into_iter().map(|n| (n.name.clone(), n)));
     }
 
     pub fn nodes(&self) -> &BTreeMap<String, Node> {

@@ -13,6 +13,7 @@ use thiserror::Error;
 use crate::app::Discovery;
 use crate::model::{Event, Micros, Node};
 use crate::server::{HistoryParams, NodeEntry};
+use crate::store::RegistryAt;
 use crate::store::{HistoryQuery, Store, StoreError, StoreOptions, StoreStatus};
 
 /// What the CLI will read from a controller at most.
@@ -33,6 +34,8 @@ pub enum InspectError {
     NotFound(String),
     #[error("{0}")]
     Invalid(String),
+    #[error("{0}")]
+    Gone(String),
     /// A write refused for the node's state (a 409: a stale version, or a
     /// source that still lists the node).
     #[error("{0}")]
@@ -70,7 +73,18 @@ impl From<crate::server::node_writes::WriteError> for InspectError {
     }
 }
 
+/// What a GET found.
+enum Answer<T> {
+    Found(T),
+    NotFound(String),
+}
+
+/// Events read per page, locally or over HTTP.
+const PAGE: usize = 1000;
+
 /// A place to read the registry from.
+// One per command: the size of the local store's handle does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Source {
     Local(Store),
     Remote {
@@ -98,6 +112,7 @@ impl Source {
         if let Some(url) = server {
             return Source::remote(url, None, token);
         }
+        crate::store::compact::check_path(db).map_err(StoreError::from)?;
         if !db.exists() {
             return Err(InspectError::NoStore(db.display().to_string()));
         }
@@ -105,6 +120,7 @@ impl Source {
             db,
             &StoreOptions {
                 cache_capacity: 16 << 20,
+                ..StoreOptions::default()
             },
         ) {
             Ok(store) => Ok(Source::Local(store)),
@@ -187,6 +203,17 @@ impl Source {
         &self,
         path_and_query: &str,
     ) -> Result<Option<T>, InspectError> {
+        match self.get_answer(path_and_query).await? {
+            Answer::NotFound(_) => Ok(None),
+            Answer::Found(value) => Ok(Some(value)),
+        }
+    }
+
+    /// A GET whose 404 carries a message worth showing (an unknown node).
+    async fn get_answer<T: serde::de::DeserializeOwned>(
+        &self,
+        path_and_query: &str,
+    ) -> Result<Answer<T>, InspectError> {
         let Source::Remote {
             base,
             client,
@@ -213,31 +240,33 @@ impl Source {
             }
             body.extend_from_slice(&chunk);
         }
-        if status == reqwest::StatusCode::NOT_FOUND {
-            return Ok(None);
-        }
         if status == reqwest::StatusCode::UNAUTHORIZED {
             return Err(remote(
                 "401 Unauthorized: it runs with --token-file; give one of its tokens in NODEKEEPER_TOKEN (or --token)".into(),
             ));
         }
-        if !status.is_success() {
-            let message = serde_json::from_slice::<serde_json::Value>(&body)
+        let message = || {
+            serde_json::from_slice::<serde_json::Value>(&body)
                 .ok()
                 .and_then(|v| {
                     v.get("message")
                         .and_then(|m| m.as_str())
                         .map(str::to_string)
                 })
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(300).collect());
-            return Err(if status == reqwest::StatusCode::BAD_REQUEST {
-                InspectError::Invalid(message)
-            } else {
-                remote(format!("{status}: {message}"))
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(300).collect())
+        };
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(Answer::NotFound(message()));
+        }
+        if !status.is_success() {
+            return Err(match status {
+                reqwest::StatusCode::BAD_REQUEST => InspectError::Invalid(message()),
+                reqwest::StatusCode::GONE => InspectError::Gone(message()),
+                _ => remote(format!("{status}: {}", message())),
             });
         }
         serde_json::from_slice(&body)
-            .map(Some)
+            .map(Answer::Found)
             .map_err(|e| remote(format!("unreadable answer from {url}: {e}")))
     }
 
@@ -270,35 +299,98 @@ impl Source {
         })
     }
 
-    /// History matching `params`.
+    /// History matching `params`, all of it in memory: for answers known
+    /// to be small (one node's). [`Source::history_pages`] streams.
     pub async fn history(&self, params: &HistoryParams) -> Result<Vec<Event>, InspectError> {
+        let mut all = Vec::new();
+        self.history_pages(params, |page| {
+            all.extend(page);
+            Ok(())
+        })
+        .await?;
+        Ok(all)
+    }
+
+    /// History matching `params`, handed to `each` a page at a time, oldest
+    /// first: memory stays flat however much matches. A node or condition
+    /// type the store has never heard of is an error, not an empty answer.
+    pub async fn history_pages(
+        &self,
+        params: &HistoryParams,
+        mut each: impl FnMut(Vec<Event>) -> Result<(), InspectError>,
+    ) -> Result<(), InspectError> {
+        // Validate here too, so a typo is reported the same way either side.
+        let mut query: HistoryQuery = params
+            .to_query(Micros::now())
+            .map_err(InspectError::Invalid)?;
+        let limit = query.limit.unwrap_or(usize::MAX);
+        let mut served = 0usize;
         match self {
             Source::Local(store) => {
-                let query: HistoryQuery = params
-                    .to_query(Micros::now())
-                    .map_err(InspectError::Invalid)?;
-                Ok(store.history(&query)?)
-            }
-            Source::Remote { .. } => {
-                // Validate here too, so a typo is reported the same way either side.
-                params
-                    .to_query(Micros::now())
-                    .map_err(InspectError::Invalid)?;
-                let mut query = Vec::new();
-                for (key, value) in [
-                    ("node", params.node.clone()),
-                    ("since", params.since.clone()),
-                    ("until", params.until.clone()),
-                    ("condition", params.condition.clone()),
-                    ("after", params.after.map(|v| v.to_string())),
-                    ("limit", params.limit.map(|v| v.to_string())),
-                ] {
-                    if let Some(v) = value {
-                        query.push(format!("{key}={}", urlencode(&v)));
+                store.check_query(&query)?;
+                loop {
+                    let page = store.history_page(&query, (limit - served).min(PAGE))?;
+                    served += page.events.len();
+                    if !page.events.is_empty() {
+                        each(page.events)?;
+                    }
+                    match page.next_after {
+                        Some(after) if served < limit => query.after_seq = Some(after),
+                        _ => return Ok(()),
                     }
                 }
-                let path = format!("/v1/history?{}", query.join("&"));
-                Ok(self.get(&path).await?.unwrap_or_default())
+            }
+            Source::Remote { .. } => {
+                let mut after = params.after;
+                loop {
+                    let want = (limit - served).min(PAGE);
+                    let mut parts = Vec::new();
+                    for (key, value) in [
+                        ("node", params.node.clone()),
+                        ("since", params.since.clone()),
+                        ("until", params.until.clone()),
+                        ("condition", params.condition.clone()),
+                        ("after", after.map(|v| v.to_string())),
+                        ("limit", Some(want.to_string())),
+                    ] {
+                        if let Some(v) = value {
+                            parts.push(format!("{key}={}", urlencode(&v)));
+                        }
+                    }
+                    let path = format!("/v1/history?{}", parts.join("&"));
+                    let page: Vec<Event> = match self.get_answer(&path).await {
+                        Ok(Answer::Found(page)) => page,
+                        Ok(Answer::NotFound(message)) => return Err(InspectError::NotFound(message)),
+                        Err(InspectError::Gone(message)) if after.is_some() => {
+                            return Err(InspectError::Gone(format!(
+                                "{message}: the history was pruned while it was being read; run the command again"
+                            )))
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    let count = page.len();
+                    served += count;
+                    after = page.last().map(|e| e.seq).or(after);
+                    if count > 0 {
+                        each(page)?;
+                    }
+                    if count < want || served >= limit {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The registry as it was at `when`.
+    pub async fn registry_at(&self, when: Micros) -> Result<RegistryAt, InspectError> {
+        match self {
+            Source::Local(store) => Ok(store.registry_at_time(when)?),
+            Source::Remote { .. } => {
+                let path = format!("/v1/at?time={}&records=true", urlencode(&when.rfc3339()));
+                self.get(&path).await?.ok_or_else(|| {
+                    InspectError::NotFound("the controller does not serve /v1/at".into())
+                })
             }
         }
     }

@@ -6,6 +6,12 @@ use nodekeeper::cli::{Cli, Command, ConfigCommand};
 use nodekeeper::commands::{self, Failure};
 use nodekeeper::inspect::Source;
 
+/// mimalloc: a push fleet allocates and frees per request on every worker
+/// thread; glibc's malloc spent a quarter of the controller's CPU on it and
+/// let RSS creep (README, Scale benchmark).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     nodekeeper::process::mark_started();
     nodekeeper::install_crypto_provider();
@@ -27,14 +33,7 @@ fn main() {
         eprintln!("error: --log {:?}: {e}", cli.log);
         std::process::exit(2);
     });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        // A log on a full disk loses lines; reporting that with eprintln!
-        // would panic the task that logged.
-        .log_internal_errors(false)
-        .init();
+    nodekeeper::logging::init(filter, cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -76,16 +75,7 @@ async fn dispatch(cli: &Cli, settings: &[nodekeeper::config::Setting]) -> comman
         Command::History(args) => commands::history::history(&source()?, args).await,
         Command::At { time, output } => commands::at::at(&source()?, time, *output).await,
         Command::Mirror { command } => commands::mirror::mirror(&source()?, command).await,
-        Command::Db { command } => {
-            // Import makes the store it loads into.
-            let source = match command {
-                nodekeeper::cli::DbCommand::Import { .. } if cli.server.is_none() => Source::Local(
-                    nodekeeper::store::Store::open(&cli.db, &Default::default())?,
-                ),
-                _ => source()?,
-            };
-            commands::db::db(source, &cli.db, command).await
-        }
+        Command::Db { command } => commands::db::db(&cli.db, cli.server.as_deref(), command).await,
         Command::Sim(args) => commands::sim::sim(args, &cli.db).await,
         Command::Ui(args) => commands::ui::ui(args, &cli.db).await,
         Command::Version { output } => commands::version::version(*output),
@@ -98,5 +88,6 @@ async fn dispatch(cli: &Cli, settings: &[nodekeeper::config::Setting]) -> comman
         Command::Annotate(args) => commands::edit::label(&source()?, args, true).await,
         Command::Taint(args) => commands::edit::taint(&source()?, args).await,
         Command::Delete { node } => commands::edit::delete(&source()?, node).await,
+        Command::Completions { shell } => commands::completions::completions(*shell),
     }
 }

@@ -56,6 +56,29 @@ pub struct HeartbeatLabels {
     pub via: Via,
 }
 
+/// How a `--transition-hook` run ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum HookResult {
+    Succeeded,
+    /// A non-zero exit, or it could not start.
+    Failed,
+    /// Killed at `--transition-hook-timeout`.
+    TimedOut,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HookRunLabels {
+    pub result: HookResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ZoneLabels {
+    /// `topology.kubernetes.io/zone`; empty for nodes without one.
+    pub zone: String,
+    /// The nodes' Ready status.
+    pub status: Status,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QuantileLabels {
     pub quantile: String,
@@ -67,6 +90,17 @@ pub struct MirrorRequestLabels {
     /// The HTTP status, or `error` when no answer came.
     pub code: String,
 }
+
+/// The verbs the mirror's requests are counted by.
+pub const MIRROR_VERBS: [&str; 7] = [
+    "get",
+    "list",
+    "create",
+    "update",
+    "patch",
+    "patch_status",
+    "delete",
+];
 
 /// Every metric nodekeeper exports.
 pub struct Metrics {
@@ -97,12 +131,27 @@ pub struct Metrics {
     pub mirror_retries: Counter,
     pub mirror_lease_renewals: Counter,
     pub mirror_leader: Gauge,
+    pub mirror_configured: Gauge,
     pub last_sweep: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub last_monitor_pass: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub http_connections: Gauge,
     pub http_connections_evicted: Counter,
     pub http_inflight: Family<RequestKindLabels, Gauge>,
     pub http_rejected: Family<RejectedLabels, Counter>,
+    pub mirror_throttled: Counter,
+    pub mirror_nodes_missing_upstream: Gauge,
+    pub mirror_nodes_differ_upstream: Gauge,
+    pub mirror_budget_qps: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub mirror_lease_qps_needed: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub mirror_budget_sufficient: Gauge,
+    pub zone_nodes: Family<ZoneLabels, Gauge>,
+    /// The zones `zone_nodes` has series for, so a zone that empties is dropped.
+    zones: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    pub hook_runs: Family<HookRunLabels, Counter>,
+    pub hook_duration: Histogram,
+    pub hook_last_seq: Gauge,
+    pub hook_pending: Gauge,
+    pub hook_lag: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 /// Which budget an API request counts against.
@@ -331,6 +380,12 @@ impl Metrics {
             "1 while this controller holds the leader Lease and writes to the API server",
             mirror_leader.clone(),
         );
+        let mirror_configured = Gauge::default();
+        registry.register(
+            "mirror_configured",
+            "1 when this controller mirrors to an API server (--kubeconfig or --master), else 0",
+            mirror_configured.clone(),
+        );
         let last_sweep = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register(
             "last_sweep_timestamp_seconds",
@@ -367,13 +422,148 @@ impl Metrics {
             "API requests refused before being handled: budget full (429) or body too slow (408)",
             http_rejected.clone(),
         );
+        let mirror_throttled = Counter::default();
+        registry.register(
+            "mirror_throttled",
+            "API requests answered 429 Too Many Requests (API Priority and Fairness); each waits its Retry-After",
+            mirror_throttled.clone(),
+        );
+        let mirror_nodes_missing_upstream = Gauge::default();
+        registry.register(
+            "mirror_nodes_missing_upstream",
+            "Registry nodes the API server lacks, as last listed or watched",
+            mirror_nodes_missing_upstream.clone(),
+        );
+        let mirror_nodes_differ_upstream = Gauge::default();
+        registry.register(
+            "mirror_nodes_differ_upstream",
+            "Registry nodes whose Node on the API server differs from the registry, as last listed or watched",
+            mirror_nodes_differ_upstream.clone(),
+        );
+        let mirror_budget_qps = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "mirror_budget_qps",
+            "The mirror's request budget in requests per second (--kube-api-qps, or sized from the Ready nodes)",
+            mirror_budget_qps.clone(),
+        );
+        let mirror_lease_qps_needed = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "mirror_lease_qps_needed",
+            "Requests per second that renewing every Ready node's Lease needs",
+            mirror_lease_qps_needed.clone(),
+        );
+        let mirror_budget_sufficient = Gauge::default();
+        registry.register(
+            "mirror_budget_sufficient",
+            "1 when the request budget renews every Ready node's Lease in time with a fifth to spare, else 0",
+            mirror_budget_sufficient.clone(),
+        );
+        let zone_nodes = Family::<ZoneLabels, Gauge>::default();
+        registry.register(
+            "zone_nodes",
+            "Nodes by zone (topology.kubernetes.io/zone) and Ready status, as of the last monitor pass",
+            zone_nodes.clone(),
+        );
+        let hook_runs = Family::<HookRunLabels, Counter>::default();
+        registry.register(
+            "transition_hook_runs",
+            "Runs of --transition-hook, by how they ended",
+            hook_runs.clone(),
+        );
+        let hook_duration = Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 16),
+        );
+        registry.register(
+            "transition_hook_duration_seconds",
+            "Time one --transition-hook run took",
+            hook_duration.clone(),
+        );
+        let hook_last_seq = Gauge::default();
+        registry.register(
+            "transition_hook_last_seq",
+            "Seq of the last event --transition-hook is done with (kept in the store)",
+            hook_last_seq.clone(),
+        );
+        let hook_pending = Gauge::default();
+        registry.register(
+            "transition_hook_pending_events",
+            "Durable events --transition-hook has not looked at yet (transitions and others)",
+            hook_pending.clone(),
+        );
+        let hook_lag = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "transition_hook_lag_seconds",
+            "Age of the transition last handed to --transition-hook when it was handed over (0 while it has nothing to do)",
+            hook_lag.clone(),
+        );
+        // Counters and label values known up front are exported at 0 from
+        // the start: a rate() or an alert has a series before the first event.
+        for status in [Status::True, Status::False, Status::Unknown] {
+            let labels = ConditionLabels {
+                condition: crate::model::READY.into(),
+                status,
+            };
+            let _ = nodes.get_or_create(&labels);
+            let _ = transitions.get_or_create(&labels);
+        }
+        for result in [
+            ProbeResult::Healthy,
+            ProbeResult::Unhealthy,
+            ProbeResult::NoAnswer,
+        ] {
+            let _ = probes.get_or_create(&ProbeLabels { result });
+        }
+        for via in [Via::Status, Via::Lease] {
+            let _ = heartbeats.get_or_create(&HeartbeatLabels { via });
+        }
+        for quantile in ["0.5", "0.99", "1"] {
+            let _ = heartbeat_age.get_or_create(&QuantileLabels {
+                quantile: quantile.into(),
+            });
+        }
+        for kind in [RequestKind::Watch, RequestKind::Read, RequestKind::Mutating] {
+            let _ = http_inflight.get_or_create(&RequestKindLabels { kind: kind.clone() });
+            for reason in [RejectReason::TooManyRequests, RejectReason::BodyTimeout] {
+                let _ = http_rejected.get_or_create(&RejectedLabels {
+                    kind: kind.clone(),
+                    reason,
+                });
+            }
+        }
+        // The mirror's answered requests; other codes appear as they are met.
+        for verb in MIRROR_VERBS {
+            let _ = mirror_requests.get_or_create(&MirrorRequestLabels {
+                verb: verb.to_string(),
+                code: "2xx".into(),
+            });
+        }
+        for result in [
+            HookResult::Succeeded,
+            HookResult::Failed,
+            HookResult::TimedOut,
+        ] {
+            let _ = hook_runs.get_or_create(&HookRunLabels { result });
+        }
         Metrics {
+            zone_nodes,
+            zones: Default::default(),
+            hook_runs,
+            hook_duration,
+            hook_last_seq,
+            hook_pending,
+            hook_lag,
             last_sweep,
             last_monitor_pass,
             http_connections,
             http_connections_evicted,
             http_inflight,
             http_rejected,
+            mirror_throttled,
+            mirror_nodes_missing_upstream,
+            mirror_nodes_differ_upstream,
+            mirror_budget_qps,
+            mirror_lease_qps_needed,
+            mirror_budget_sufficient,
             mirror_backlog,
             mirror_oldest_age,
             mirror_requests,
@@ -381,6 +571,7 @@ impl Metrics {
             mirror_retries,
             mirror_lease_renewals,
             mirror_leader,
+            mirror_configured,
             source_sync_duration,
             source_failures,
             source_machines,
@@ -419,6 +610,44 @@ impl Metrics {
                     quantile: label.into(),
                 })
                 .set(value);
+        }
+    }
+
+    /// Sets the per-zone node counts from every node's zone and Ready status.
+    pub fn set_zone_counts<'a>(&self, nodes: impl Iterator<Item = (&'a str, ConditionStatus)>) {
+        let mut counts: std::collections::BTreeMap<&str, [i64; 3]> = Default::default();
+        for (zone, status) in nodes {
+            let at = match status {
+                ConditionStatus::True => 0,
+                ConditionStatus::False => 1,
+                ConditionStatus::Unknown => 2,
+            };
+            counts.entry(zone).or_default()[at] += 1;
+        }
+        let mut known = self.zones.lock().unwrap_or_else(|e| e.into_inner());
+        for gone in known.iter().filter(|z| !counts.contains_key(z.as_str())) {
+            for status in [Status::True, Status::False, Status::Unknown] {
+                self.zone_nodes.remove(&ZoneLabels {
+                    zone: gone.clone(),
+                    status,
+                });
+            }
+        }
+        known.clear();
+        for (zone, [ready, not_ready, unknown]) in counts {
+            for (status, n) in [
+                (Status::True, ready),
+                (Status::False, not_ready),
+                (Status::Unknown, unknown),
+            ] {
+                self.zone_nodes
+                    .get_or_create(&ZoneLabels {
+                        zone: zone.to_string(),
+                        status,
+                    })
+                    .set(n);
+            }
+            known.insert(zone.to_string());
         }
     }
 

@@ -134,6 +134,28 @@ impl Checks {
             .collect()
     }
 
+    /// The verdicts of the checks named in `names` only (those registered),
+    /// in registration order; the others are not judged, so a watcher of a
+    /// few checks never pays for the costly ones.
+    pub fn results_of(&self, names: &[&str]) -> Vec<CheckResult> {
+        let now = Instant::now();
+        let kinds: Vec<(String, KindRef)> = self
+            .checks
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(name, _)| names.contains(&name.as_str()))
+            .map(|(name, kind)| (name.clone(), KindRef::of(kind)))
+            .collect();
+        kinds
+            .into_iter()
+            .map(|(name, kind)| CheckResult {
+                name,
+                verdict: kind.verdict(now),
+            })
+            .collect()
+    }
+
     /// The names of the registered checks.
     pub fn names(&self) -> Vec<String> {
         self.checks
@@ -280,6 +302,14 @@ mod tests {
         checks.register_computed("a", || Err("now failing".into()));
         assert_eq!(checks.names(), ["a", "b"]);
         assert_eq!(verdicts(&checks)[0].1, Err("now failing".into()));
+        let only_b = checks.results_of(&["b", "missing"]);
+        assert_eq!(
+            only_b,
+            [CheckResult {
+                name: "b".into(),
+                verdict: Ok(())
+            }]
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -536,6 +536,11 @@ async fn http2_in_clear_with_prior_knowledge_and_over_tls_by_alpn() {
         &dir.path().join("db"),
         &push_mode_args(&one_node(dir.path()), &[]),
     );
+    // The API serves before the first registration is stored.
+    c.wait_for("/api/v1/nodes/edge-1", "edge-1 registered", |n| {
+        n["metadata"]["name"] == "edge-1"
+    })
+    .await;
     let tcp = TcpStream::connect(host_port(&c.url)).await.unwrap();
     let answers = h2_gets(
         tcp,

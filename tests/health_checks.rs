@@ -95,7 +95,7 @@ async fn readyz_names_what_keeps_the_controller_from_deciding() {
         text(&c, "/livez?verbose").await,
         (
             200,
-            "[+]ping ok\n[+]controller ok\n[+]server ok\n[+]liveness-stamp ok\nlivez check passed\n"
+            "[+]ping ok\n[+]controller ok\n[+]server ok\n[+]retention ok\n[+]liveness-stamp ok\nlivez check passed\n"
                 .into()
         )
     );

@@ -584,7 +584,14 @@ async fn with_tokens_a_node_may_update_only_itself() {
     assert_eq!(patch(Some("edge-1-secret"), "edge-1").await.0, 200);
     assert_eq!(patch(Some("op-secret"), "edge-2").await.0, 200);
     // Reads need a token too.
-    let (_, node) = c.get("/api/v1/nodes/edge-2").await;
+    let node: Value = client()
+        .get(format!("{}/api/v1/nodes/edge-2", c.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(node["reason"], "Unauthorized");
     let node: Value = client()
         .get(format!("{}/api/v1/nodes/edge-2", c.url))

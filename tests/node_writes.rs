@@ -84,34 +84,6 @@ impl Kubectl {
     }
 }
 
-/// A request with an optional bearer token: (status, JSON body).
-async fn request(
-    c: &Controller,
-    method: &str,
-    path: &str,
-    content_type: &str,
-    body: &str,
-    token: Option<&str>,
-) -> (u16, Value) {
-    let mut r = client()
-        .request(
-            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
-            format!("{}{path}", c.url),
-        )
-        .header("content-type", content_type)
-        .body(body.to_string());
-    if let Some(token) = token {
-        r = r.bearer_auth(token);
-    }
-    let response = r.send().await.unwrap();
-    let code = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (
-        code,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
 async fn history(c: &Controller, node: &str) -> Vec<Value> {
     let (_, h) = c.get(&format!("/v1/history?node={node}")).await;
     h.as_array().unwrap().clone()
@@ -314,7 +286,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
         .await;
     let after = c.get(&format!("/api/v1/nodes/{a}")).await.1["metadata"]["resourceVersion"].clone();
     assert_eq!(before, after, "refused writes wrote nothing");
-    let (code, s) = request(&c, "PATCH", &format!("/api/v1/nodes/{a}"), "application/merge-patch+json",
+    let (code, s) = send_as(&c, "PATCH", &format!("/api/v1/nodes/{a}"), "application/merge-patch+json",
         r#"{"metadata": {"labels": {"ok": "yes", "bad/key/x": "y"}}, "spec": {"taints": [{"key": "a", "effect": "Never"}]}}"#, None).await;
     assert_eq!((code, s["reason"].as_str()), (422, Some("Invalid")), "{s}");
     let fields: Vec<&str> = s["details"]["causes"]
@@ -422,7 +394,7 @@ async fn writes_follow_kube_apiserver_preconditions() {
     let mut stale = node.clone();
     stale["metadata"]["resourceVersion"] = json!("1");
     stale["spec"]["unschedulable"] = json!(true);
-    let (code, s) = request(
+    let (code, s) = send_as(
         &c,
         "PUT",
         &path,
@@ -432,7 +404,7 @@ async fn writes_follow_kube_apiserver_preconditions() {
     )
     .await;
     assert_eq!((code, s["reason"].as_str()), (409, Some("Conflict")), "{s}");
-    let (code, s) = request(
+    let (code, s) = send_as(
         &c,
         "PATCH",
         &path,
@@ -442,7 +414,7 @@ async fn writes_follow_kube_apiserver_preconditions() {
     )
     .await;
     assert_eq!((code, s["reason"].as_str()), (409, Some("Conflict")), "{s}");
-    let (code, s) = request(&c, "PATCH", &path, "application/json-patch+json",
+    let (code, s) = send_as(&c, "PATCH", &path, "application/json-patch+json",
         r#"[{"op": "test", "path": "/spec/unschedulable", "value": true}, {"op": "remove", "path": "/spec/unschedulable"}]"#, None).await;
     assert_eq!(code, 422, "a failed test operation: {s}");
     assert_eq!(
@@ -453,13 +425,13 @@ async fn writes_follow_kube_apiserver_preconditions() {
     // The current version: accepted, and the answer is the new node.
     let mut put = node.clone();
     put["spec"]["unschedulable"] = json!(true);
-    let (code, n) = request(&c, "PUT", &path, "application/json", &put.to_string(), None).await;
+    let (code, n) = send_as(&c, "PUT", &path, "application/json", &put.to_string(), None).await;
     assert_eq!(code, 200, "{n}");
     assert_eq!(n["spec"]["unschedulable"], true);
     assert_ne!(n["metadata"]["resourceVersion"], rv.as_str());
     // The same write again changes nothing and writes nothing.
     let again = n["metadata"]["resourceVersion"].clone();
-    let (code, n) = request(
+    let (code, n) = send_as(
         &c,
         "PATCH",
         &path,
@@ -472,7 +444,7 @@ async fn writes_follow_kube_apiserver_preconditions() {
     // A PUT claiming another Ready status is refused.
     let mut claim = n.clone();
     claim["status"]["conditions"][0]["status"] = json!("False");
-    let (code, s) = request(
+    let (code, s) = send_as(
         &c,
         "PUT",
         &path,
@@ -484,7 +456,7 @@ async fn writes_follow_kube_apiserver_preconditions() {
     assert_eq!(code, 422, "{s}");
     assert_eq!(s["details"]["causes"][0]["field"], "status.conditions");
     // Wrong formats and names.
-    let (code, s) = request(
+    let (code, s) = send_as(
         &c,
         "PATCH",
         &path,
@@ -500,7 +472,7 @@ async fn writes_follow_kube_apiserver_preconditions() {
     );
     let mut other = n.clone();
     other["metadata"]["name"] = json!("someone-else");
-    let (code, _) = request(
+    let (code, _) = send_as(
         &c,
         "PUT",
         &path,
@@ -510,7 +482,7 @@ async fn writes_follow_kube_apiserver_preconditions() {
     )
     .await;
     assert_eq!(code, 400);
-    let (code, s) = request(
+    let (code, s) = send_as(
         &c,
         "PATCH",
         "/api/v1/nodes/nope",
@@ -521,7 +493,7 @@ async fn writes_follow_kube_apiserver_preconditions() {
     .await;
     assert_eq!((code, s["reason"].as_str()), (404, Some("NotFound")), "{s}");
     // A delete whose preconditions do not hold.
-    let (code, s) = request(
+    let (code, s) = send_as(
         &c,
         "DELETE",
         &path,
@@ -564,10 +536,10 @@ async fn with_tokens_the_history_names_the_operator_and_nodes_may_not_cordon() {
     c.wait_ready(&a, "True").await;
     let cordon = r#"{"spec": {"unschedulable": true}}"#;
     let ct = "application/strategic-merge-patch+json";
-    let (code, _) = request(&c, "PATCH", &format!("/api/v1/nodes/{a}"), ct, cordon, None).await;
+    let (code, _) = send_as(&c, "PATCH", &format!("/api/v1/nodes/{a}"), ct, cordon, None).await;
     assert_eq!(code, 401);
     // A node's token may push its status, never cordon (even itself) or delete.
-    let (code, s) = request(
+    let (code, s) = send_as(
         &c,
         "PATCH",
         &format!("/api/v1/nodes/{a}"),
@@ -581,7 +553,7 @@ async fn with_tokens_the_history_names_the_operator_and_nodes_may_not_cordon() {
         (403, Some("Forbidden")),
         "{s}"
     );
-    let (code, _) = request(
+    let (code, _) = send_as(
         &c,
         "DELETE",
         &format!("/api/v1/nodes/{b}"),
@@ -591,7 +563,7 @@ async fn with_tokens_the_history_names_the_operator_and_nodes_may_not_cordon() {
     )
     .await;
     assert_eq!(code, 403);
-    let (code, s) = request(
+    let (code, s) = send_as(
         &c,
         "PATCH",
         &format!("/api/v1/nodes/{a}"),
@@ -601,7 +573,7 @@ async fn with_tokens_the_history_names_the_operator_and_nodes_may_not_cordon() {
     )
     .await;
     assert_eq!(code, 200, "{s}");
-    let (code, _) = request(
+    let (code, _) = send_as(
         &c,
         "PATCH",
         &format!("/api/v1/nodes/{b}"),
@@ -635,7 +607,7 @@ async fn a_node_no_source_lists_is_deleted_and_its_history_kept() {
     let c = Controller::start(&db, &push_mode_args(&nodes, &["--allow-node-registration"]));
     let register = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "visitor"},
         "status": {"addresses": [{"type": "InternalIP", "address": "127.83.4.2"}]}});
-    let (code, s) = request(
+    let (code, s) = send_as(
         &c,
         "POST",
         "/api/v1/nodes",
@@ -768,7 +740,7 @@ async fn a_cordoned_node_is_evicted_only_for_its_conditions() {
     let cordon =
         r#"{"spec": {"unschedulable": true}, "metadata": {"labels": {"maintenance": "true"}}}"#;
     for n in [&a, &b] {
-        let (code, s) = request(
+        let (code, s) = send_as(
             &c,
             "PATCH",
             &format!("/api/v1/nodes/{n}"),

@@ -110,15 +110,18 @@ async fn a_config_file_sets_run_flags_and_the_command_line_wins() {
             "127.0.0.1:0".into(),
         ],
     );
-    let list: serde_json::Value = client()
-        .get(format!("{}/api/v1/nodes", controller.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(list["items"].as_array().unwrap().len(), 2, "{list}");
+    // The API serves before the first registration is stored: wait for it.
+    controller
+        .wait_for(
+            "/api/v1/nodes",
+            "both nodes from the config's nodes file",
+            |list| {
+                list["items"]
+                    .as_array()
+                    .is_some_and(|items| items.len() == 2)
+            },
+        )
+        .await;
     drop(controller);
 
     let printed = cli_ok(

@@ -15,35 +15,8 @@ use common::*;
 use nodekeeper::sim::KubeletState;
 use serde_json::{json, Value};
 
-async fn send(
-    c: &Controller,
-    method: &str,
-    path: &str,
-    content_type: &str,
-    body: &str,
-    token: Option<&str>,
-) -> (u16, Value) {
-    let mut r = client()
-        .request(
-            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
-            format!("{}{path}", c.url),
-        )
-        .header("content-type", content_type)
-        .body(body.to_string());
-    if let Some(token) = token {
-        r = r.bearer_auth(token);
-    }
-    let response = r.send().await.unwrap();
-    let code = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (
-        code,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
 async fn patch_status(c: &Controller, node: &str, body: Value) -> (u16, Value) {
-    send(
+    send_as(
         c,
         "PATCH",
         &format!("/api/v1/nodes/{node}/status"),
@@ -147,7 +120,7 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
     // The same as a PUT of the whole status.
     let mut put = conditions((0..4000).map(|i| format!("Made{i}")));
     put["metadata"] = json!({"name": "edge-1"});
-    let (code, _) = send(
+    let (code, _) = send_as(
         &c,
         "PUT",
         "/api/v1/nodes/edge-1/status",
@@ -223,7 +196,7 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
 
     // Registration: labels as Kubernetes validates them.
     let register = json!({"metadata": {"name": "newcomer", "labels": {"ok": "x".repeat(64)}}});
-    let (code, s) = send(
+    let (code, s) = send_as(
         &c,
         "POST",
         "/api/v1/nodes",
@@ -261,7 +234,7 @@ async fn an_empty_patch_changes_nothing() {
         "application/strategic-merge-patch+json",
         "application/merge-patch+json",
     ] {
-        let (code, n) = send(
+        let (code, n) = send_as(
             &c,
             "PATCH",
             "/api/v1/nodes/edge-1/status",
@@ -320,7 +293,7 @@ async fn a_node_cannot_move_its_address_onto_another_kubelet() {
 
     // a's own token claims b's kubelet as a's address.
     let claim = json!({"status": {"addresses": [{"type": "InternalIP", "address": b_ip}]}});
-    let (code, n) = send(
+    let (code, n) = send_as(
         &c,
         "PATCH",
         &format!("/api/v1/nodes/{a}/status"),

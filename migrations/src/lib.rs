@@ -10,6 +10,7 @@
 mod v1_layout;
 pub mod v2_node_index;
 mod v3_leases;
+pub mod v4_history_index;
 
 use thiserror::Error;
 
@@ -27,13 +28,23 @@ pub mod trees {
     pub const META: &str = "meta";
     /// Node name → the node's Lease in `kube-node-lease` (schema 3).
     pub const LEASES: &str = "leases";
+    /// Effective time, seq (see [`crate::v4_history_index::time_key`]) →
+    /// nothing: the history by time (schema 4).
+    pub const EVENT_TIMES: &str = "event_times";
+    /// Condition type → nothing: every condition the history has seen change (schema 4).
+    pub const CONDITION_TYPES: &str = "condition_types";
+    /// Big-endian seq → a checkpoint's header: the registry as of that seq is
+    /// kept, complete, under the same seq in `checkpoint_nodes` (schema 4).
+    pub const CHECKPOINTS: &str = "checkpoints";
+    /// Big-endian seq, node name → the node as of that checkpoint (schema 4).
+    pub const CHECKPOINT_NODES: &str = "checkpoint_nodes";
 }
 
 /// The `meta` key holding the schema version.
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
 
 /// The schema this build writes.
-pub const CURRENT: u32 = 3;
+pub const CURRENT: u32 = 4;
 
 /// One schema step: what it does and how.
 struct Step {
@@ -57,6 +68,11 @@ const STEPS: &[Step] = &[
         version: 3,
         description: "keep node Leases (leases)",
         run: v3_leases::run,
+    },
+    Step {
+        version: 4,
+        description: v4_history_index::DESCRIPTION,
+        run: v4_history_index::run,
     },
 ];
 
@@ -164,7 +180,7 @@ mod tests {
             Report {
                 from: None,
                 to: CURRENT,
-                steps_run: vec![1, 2, 3]
+                steps_run: vec![1, 2, 3, 4]
             }
         );
         assert_eq!(schema_version(&db).unwrap(), Some(CURRENT));
@@ -180,6 +196,10 @@ mod tests {
             trees::OUTBOX,
             trees::META,
             trees::LEASES,
+            trees::EVENT_TIMES,
+            trees::CONDITION_TYPES,
+            trees::CHECKPOINTS,
+            trees::CHECKPOINT_NODES,
         ] {
             assert!(
                 names.iter().any(|n| n == tree),

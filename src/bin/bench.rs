@@ -4,6 +4,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod common;
+mod history;
 
 use std::fmt::Write as _;
 use std::fs;
@@ -87,6 +88,14 @@ struct Args {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    // `--history` is the history benchmark (src/bin/history/), with its own flags.
+    if std::env::args().nth(1).as_deref() == Some("--history") {
+        if let Err(e) = history::run(std::env::args().skip(1)).await {
+            eprintln!("nodekeeper-bench --history: error: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if let Err(e) = real_main().await {
         eprintln!("nodekeeper-bench: error: {e:#}");
         std::process::exit(1);

@@ -28,6 +28,25 @@
 //!    left in the outbox) are waited for 30 s, then measured around and
 //!    reported as an error.
 //!
+//! 3. **A site at scale** (`--phases site`): 10,000 simulated kubelets,
+//!    probed, in `nodekeeper sim` processes of at most 5,000, mirrored with
+//!    the default budget (sized from the Ready nodes) and Lease cadence
+//!    (a third of the 40 s duration). Measured: the time until every node is
+//!    upstream with its Lease; a steady window (requests per node per hour by
+//!    kind, and the oldest Lease age of the Ready nodes, sampled every
+//!    second from the API server's Leases); then the API server goes away
+//!    for `--outage` (10 minutes, in real time: nothing is compressed) while
+//!    `--outage-down` kubelets stop answering, and comes back `intact` or
+//!    `empty` (restored from an empty backup, resourceVersions starting
+//!    over). From its return: the time until every Ready node's Lease is
+//!    renewed, the time until every Node and its status (Ready condition and
+//!    managed taints, as the controller has them) is upstream, and the
+//!    oldest Lease age from the first round of renewals to the end of the
+//!    drain.
+//!
+//! The simulated kubelets listen from `--base-ip` (127.150.0.1) on: runs
+//! side by side each need a range of their own.
+//!
 //! Every drain and phase runs even if one before it failed; the tables show
 //! what completed, and the exit status is 1 if anything failed or was wrong.
 //!
@@ -80,8 +99,30 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(200);
 /// How often memory is sampled in the steady-state window.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
-/// The simulated fleet's first loopback address.
+/// The simulated fleet's first loopback address, unless --base-ip gives one.
 const FLEET_BASE_IP: Ipv4Addr = Ipv4Addr::new(127, 150, 0, 1);
+/// The site's simulated kubelets: one `nodekeeper sim` process per this many
+/// (about two open files per node; the hard limit is 20k)...
+const MAX_NODES_PER_SIM: usize = 5000;
+/// ...each from its own part of the range from --base-ip, this many addresses apart.
+const SIM_ADDRESS_STRIDE: u32 = 8192;
+const SIM_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest wait for every node of the site to be upstream with its Lease.
+const SITE_READY_TIMEOUT: Duration = Duration::from_secs(900);
+/// Longest wait, after the API server returns, for the site to be upstream again.
+const SITE_DRAIN_TIMEOUT: Duration = Duration::from_secs(900);
+/// Lease ages are watched this long after the drain ends.
+const AFTER_DRAIN: Duration = Duration::from_secs(30);
+/// How often the API server's Nodes and Leases are sampled in the site phase.
+const SITE_SAMPLE_EVERY: Duration = Duration::from_secs(1);
+/// Reading the controller's 10k-node list takes a while.
+const LIST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Taint keys the controller manages (the others are left alone upstream).
+const MANAGED_TAINTS: [&str; 3] = [
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.cloudprovider.kubernetes.io/shutdown",
+];
 /// Open files the bench process needs beyond one listener per simulated node
 /// (push connections, the fake's connections, the control endpoint, files).
 const SPARE_FILES: u64 = 1024;
@@ -134,9 +175,65 @@ struct Args {
     #[arg(long, default_value_t = 400)]
     steady_burst: u32,
 
+    /// Site: simulated kubelets, probed (in sim processes of at most 5,000).
+    #[arg(long, default_value_t = 10_000)]
+    site_nodes: usize,
+    /// Site: time between every node upstream and the steady window.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    site_warmup: Duration,
+    /// Site: the steady-state window.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    site_window: Duration,
+    /// Site: how long the API server is away.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    outage: Duration,
+    /// Site: kubelets that stop answering while the API server is away
+    /// (their conditions and taints change).
+    #[arg(long, default_value_t = 500)]
+    outage_down: usize,
+    /// Site: what the API server comes back with.
+    #[arg(long, value_enum, default_value = "intact")]
+    after_outage: AfterOutage,
+    /// Site: the controller's --kube-api-qps (default: not given, so the
+    /// budget is sized from the Ready nodes).
+    #[arg(long)]
+    site_qps: Option<f64>,
+    /// Site: the controller's --kube-api-burst (default: not given).
+    #[arg(long)]
+    site_burst: Option<u32>,
+
+    /// The simulated kubelets' first loopback address (in 127.0.0.0/8); the
+    /// site's sim processes start 8,192 addresses apart from it. Runs side
+    /// by side need addresses of their own.
+    #[arg(long, default_value_t = FLEET_BASE_IP)]
+    base_ip: Ipv4Addr,
+
     /// The nodekeeper binary (default: the one next to this executable).
     #[arg(long)]
     bin: Option<PathBuf>,
+}
+
+/// Refuses a fleet of `span` addresses from `base` that would leave
+/// 127.0.0.0/8: nothing the benchmark starts may listen outside loopback.
+fn check_fleet_addresses(base: Ipv4Addr, span: u64) -> Result<()> {
+    let last = u64::from(u32::from(base)) + span.saturating_sub(1);
+    let loopback = u64::from(u32::from(Ipv4Addr::new(127, 0, 0, 0)))
+        ..=u64::from(u32::from(Ipv4Addr::new(127, 255, 255, 254)));
+    if !loopback.contains(&u64::from(u32::from(base))) || !loopback.contains(&last) {
+        bail!(
+            "--base-ip {base}: the simulated kubelets need {span} addresses from it, all inside 127.0.0.0/8; pick one in 127/8 low enough, e.g. 127.150.0.1"
+        );
+    }
+    Ok(())
+}
+
+/// What the API server has when it returns after the outage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum AfterOutage {
+    /// Everything it had.
+    Intact,
+    /// Nothing: restored from an empty backup, resourceVersions starting over.
+    Empty,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -145,6 +242,8 @@ enum Phase {
     Drain,
     /// Steady-state API requests per node per hour.
     Steady,
+    /// A site at scale: steady state, an outage, and the drain after it.
+    Site,
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -159,6 +258,20 @@ async fn real_main() -> Result<()> {
     nodekeeper::install_crypto_provider();
     let args = Args::parse();
     let cases = drain_cases(&args)?;
+    if args.phases.contains(&Phase::Site) {
+        if args.site_nodes == 0 || args.site_nodes > 4 * MAX_NODES_PER_SIM {
+            bail!(
+                "--site-nodes must be between 1 and {}",
+                4 * MAX_NODES_PER_SIM
+            );
+        }
+        if args.outage_down > args.site_nodes {
+            bail!("--outage-down cannot be more than --site-nodes");
+        }
+        if args.site_window.is_zero() {
+            bail!("--site-window must be more than zero");
+        }
+    }
     if args.phases.contains(&Phase::Steady) {
         if args.steady_nodes == 0 {
             bail!("--steady-nodes must be more than zero");
@@ -169,6 +282,18 @@ async fn real_main() -> Result<()> {
         if !(args.steady_qps.is_finite() && args.steady_qps > 0.0) || args.steady_burst == 0 {
             bail!("--steady-qps and --steady-burst must be more than zero");
         }
+    }
+    if args.phases.contains(&Phase::Site) {
+        let parts = args.site_nodes.div_ceil(MAX_NODES_PER_SIM);
+        // The parts before the last take the remainder.
+        let last_part = args.site_nodes / parts;
+        check_fleet_addresses(
+            args.base_ip,
+            (parts - 1) as u64 * u64::from(SIM_ADDRESS_STRIDE) + last_part as u64,
+        )?;
+    }
+    if args.phases.contains(&Phase::Steady) {
+        check_fleet_addresses(args.base_ip, args.steady_nodes as u64)?;
     }
     let bin = match &args.bin {
         Some(bin) => bin.clone(),
@@ -252,10 +377,36 @@ async fn real_main() -> Result<()> {
             Err(e) => failures.push(e.context("the steady-state run failed")),
         }
     }
+    let mut site_row = None;
+    if !interrupted && args.phases.contains(&Phase::Site) {
+        eprintln!(
+            "== site: {} probed kubelets, an outage of {}",
+            args.site_nodes,
+            nodekeeper::duration::format(args.outage)
+        );
+        let outcome = tokio::select! {
+            outcome = site(&env) => outcome,
+            _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
+        };
+        match outcome {
+            Ok(row) => {
+                failures.extend(row.wrong.iter().map(|w| anyhow!("site: {w}")));
+                site_row = Some(row);
+            }
+            Err(e) => failures.push(e.context("the site run failed")),
+        }
+    }
     let errors: Vec<String> = failures.iter().map(|e| format!("{e:#}")).collect();
     print!(
         "{}",
-        report(&env, &cases, &drains, steady.as_ref(), &errors)
+        report(
+            &env,
+            &cases,
+            &drains,
+            steady.as_ref(),
+            site_row.as_ref(),
+            &errors
+        )
     );
     match errors.len() {
         0 => Ok(()),
@@ -738,7 +889,7 @@ async fn steady_state(env: &Env<'_>) -> Result<SteadyRow> {
     let fleet = Fleet::start(
         FleetConfig {
             nodes,
-            base_ip: FLEET_BASE_IP,
+            base_ip: args.base_ip,
             port: 0,
             ..FleetConfig::default()
         },
@@ -1007,6 +1158,726 @@ async fn laggards(
 }
 
 // ---------------------------------------------------------------------------
+// 3. A site at scale: steady state, an outage, the drain
+
+/// What the API server holds of the site, at one moment.
+struct Upstream {
+    /// Per node: Ready status and the managed taint keys, sorted.
+    nodes: BTreeMap<String, (Option<String>, Vec<String>)>,
+    /// Per node Lease: its renewTime.
+    renewed: BTreeMap<String, jiff::Timestamp>,
+    /// Per node: its creationTimestamp.
+    created: BTreeMap<String, jiff::Timestamp>,
+    at: jiff::Timestamp,
+}
+
+impl Upstream {
+    fn read(api: &FakeApiServer) -> Upstream {
+        let all = api.nodes();
+        let nodes = all
+            .iter()
+            .filter_map(|n| {
+                let name = n["metadata"]["name"].as_str()?.to_string();
+                Some((name, (ready_status(n), managed_taints(n))))
+            })
+            .collect();
+        let created = all
+            .iter()
+            .filter_map(|n| {
+                let name = n["metadata"]["name"].as_str()?.to_string();
+                let at = n["metadata"]["creationTimestamp"].as_str()?.parse().ok()?;
+                Some((name, at))
+            })
+            .collect();
+        let renewed = api
+            .leases()
+            .iter()
+            .filter(|l| l["metadata"]["namespace"] == "kube-node-lease")
+            .filter_map(|l| {
+                let name = l["metadata"]["name"].as_str()?.to_string();
+                let at = l["spec"]["renewTime"].as_str()?.parse().ok()?;
+                Some((name, at))
+            })
+            .collect();
+        Upstream {
+            nodes,
+            renewed,
+            created,
+            at: jiff::Timestamp::now(),
+        }
+    }
+
+    /// Ready nodes upstream (Ready=True there).
+    fn ready(&self) -> impl Iterator<Item = &String> {
+        self.nodes
+            .iter()
+            .filter(|(_, (ready, _))| ready.as_deref() == Some("True"))
+            .map(|(n, _)| n)
+    }
+
+    /// The age of a node's Lease, in seconds: since its renewTime, or since
+    /// the Node's creation if that is later (a Node created a moment ago has
+    /// had no time to renew). `None`: no Lease.
+    fn lease_age(&self, name: &str) -> Option<f64> {
+        let renewed = *self.renewed.get(name)?;
+        let from = match self.created.get(name) {
+            Some(created) if *created > renewed => *created,
+            _ => renewed,
+        };
+        Some(self.at.duration_since(from).as_secs_f64())
+    }
+
+    /// The age of each Ready node's Lease, in seconds (`None`: no Lease).
+    fn lease_ages(&self) -> Vec<Option<f64>> {
+        self.ready().map(|n| self.lease_age(n)).collect()
+    }
+
+    /// The oldest Lease age of the Ready nodes, and how many have none.
+    fn oldest_lease(&self) -> (f64, usize) {
+        let ages = self.lease_ages();
+        let missing = ages.iter().filter(|a| a.is_none()).count();
+        let oldest = ages.into_iter().flatten().fold(0.0, f64::max);
+        (oldest, missing)
+    }
+}
+
+/// The oldest Lease age of the nodes Ready in the registry (`truth`) whose
+/// Node is upstream and whose Lease was renewed since `since` (the API
+/// server's return: older ones lapsed during the outage, which `behind`
+/// counts until they are renewed).
+fn oldest_lease_of_ready(
+    truth: &BTreeMap<String, (Option<String>, Vec<String>)>,
+    up: &Upstream,
+    since: jiff::Timestamp,
+) -> f64 {
+    truth
+        .iter()
+        .filter(|(n, (ready, _))| ready.as_deref() == Some("True") && up.nodes.contains_key(*n))
+        .filter(|(n, _)| up.renewed.get(*n).is_some_and(|t| *t >= since))
+        .filter_map(|(n, _)| up.lease_age(n))
+        .fold(0.0, f64::max)
+}
+
+fn managed_taints(node: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = node["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["key"].as_str())
+        .filter(|k| MANAGED_TAINTS.contains(k))
+        .map(str::to_string)
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// The controller's nodes: Ready status and managed taints, by name.
+async fn controller_nodes(
+    client: &reqwest::Client,
+    url: &str,
+) -> Result<BTreeMap<String, (Option<String>, Vec<String>)>> {
+    let list: Value = client
+        .get(format!("{url}/api/v1/nodes"))
+        .timeout(LIST_TIMEOUT)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .with_context(|| format!("GET {url}/api/v1/nodes"))?
+        .json()
+        .await
+        .with_context(|| format!("GET {url}/api/v1/nodes: not a NodeList"))?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| {
+            let name = n["metadata"]["name"].as_str()?.to_string();
+            Some((name, (ready_status(n), managed_taints(n))))
+        })
+        .collect())
+}
+
+/// Nodes whose Node upstream differs from the controller's (missing, or
+/// another Ready status or managed taints), and Ready nodes not upstream
+/// with a Lease renewed since `since`.
+fn behind(
+    truth: &BTreeMap<String, (Option<String>, Vec<String>)>,
+    upstream: &Upstream,
+    since: jiff::Timestamp,
+) -> (usize, usize) {
+    let nodes = truth
+        .iter()
+        .filter(|(n, want)| upstream.nodes.get(*n) != Some(want))
+        .count();
+    let leases = truth
+        .iter()
+        .filter(|(_, (ready, _))| ready.as_deref() == Some("True"))
+        .filter(|(n, _)| {
+            !upstream.nodes.contains_key(*n) || upstream.renewed.get(*n).is_none_or(|t| *t < since)
+        })
+        .count();
+    (nodes, leases)
+}
+
+/// Everything measured at the site.
+struct SiteRow {
+    nodes: usize,
+    /// From the controller's start to every node upstream, Ready, with a Lease.
+    initial: Duration,
+    initial_requests: usize,
+    initial_mix: BTreeMap<String, usize>,
+    budget_after_start: Option<nodekeeper::mirror::BudgetStatus>,
+    window: Duration,
+    counts: BTreeMap<Kind, usize>,
+    steady_mix: BTreeMap<String, usize>,
+    /// The oldest Lease age of the Ready nodes over the window (each second's oldest).
+    steady_oldest: Vec<f64>,
+    steady_ctrl_cpu: f64,
+    steady_bench_cpu: f64,
+    steady_rss_kib: u64,
+    /// Nodes whose kubelets stopped answering during the outage.
+    down: usize,
+    /// The controller's nodes when the API server returned.
+    not_ready_at_return: usize,
+    backlog_at_return: usize,
+    /// From the API server's return to every Ready node's Lease renewed.
+    leases_renewed: Option<Duration>,
+    /// From its return to every Node and its status upstream.
+    nodes_upstream: Option<Duration>,
+    /// The oldest Lease age of the nodes Ready in the registry and upstream,
+    /// once renewed after the return, each second from the return to the
+    /// end of the drain (and AFTER_DRAIN beyond).
+    drain_oldest: Vec<f64>,
+    drain_requests: usize,
+    drain_mix: BTreeMap<String, usize>,
+    drain_throttled: usize,
+    drain_ctrl_cpu: f64,
+    drain_rss_peak_kib: u64,
+    mirror_end: Option<MirrorStatus>,
+    /// What went wrong, if anything.
+    wrong: Vec<String>,
+    stop: String,
+}
+
+async fn site(env: &Env<'_>) -> Result<SiteRow> {
+    let args = env.args;
+    let n = args.site_nodes;
+    let mut run = Run::new("site", n)?;
+    let (port, nodes_file, controls) = start_sims(&mut run, env.bin, env.args.base_ip, n).await?;
+    eprintln!("   {} sim process(es) up on port {port}", run.sims.len());
+    let api = FakeApiServer::start().await;
+    let mut flags = strings(&[
+        "--kubelet-port",
+        &port.to_string(),
+        "--master",
+        &api.url(),
+        "--eviction-mode",
+        "none",
+    ]);
+    if let Some(qps) = args.site_qps {
+        flags.extend(strings(&["--kube-api-qps", &qps.to_string()]));
+    }
+    if let Some(burst) = args.site_burst {
+        flags.extend(strings(&["--kube-api-burst", &burst.to_string()]));
+    }
+    let started = Instant::now();
+    run.spawn_controller(env.bin, &nodes_file, &flags)?;
+    let url = wait_for_discovery(&mut run).await?;
+    let pid = run.controller_pid()?;
+    eprintln!("   controller serving {url}; waiting for every node upstream with its Lease");
+
+    // 1. Every node upstream, Ready, with a Lease.
+    let deadline = Instant::now() + SITE_READY_TIMEOUT;
+    let mut reported = Instant::now();
+    loop {
+        run.check_alive()?;
+        let up = Upstream::read(&api);
+        let ready = up.ready().filter(|n| up.renewed.contains_key(*n)).count();
+        if ready == n {
+            break;
+        }
+        if Instant::now() > deadline {
+            let status = mirror_status(env.client, &url).await.ok();
+            bail!(
+                "only {ready} of {n} nodes Ready upstream with a Lease after {SITE_READY_TIMEOUT:?} ({}){}",
+                status.as_ref().map_or("no /v1/mirror".into(), describe_status),
+                run.controller_log_tail()
+            );
+        }
+        if reported.elapsed() >= Duration::from_secs(10) {
+            let status = mirror_status(env.client, &url).await.ok();
+            eprintln!(
+                "   {:.0}s: {ready} of {n} Ready upstream with a Lease ({} requests; {})",
+                started.elapsed().as_secs_f64(),
+                api.requests().len(),
+                status
+                    .as_ref()
+                    .map_or("no /v1/mirror".into(), describe_status)
+            );
+            reported = Instant::now();
+        }
+        tokio::time::sleep(SITE_SAMPLE_EVERY).await;
+    }
+    let initial = started.elapsed();
+    let initial_log = api.requests();
+    let initial_requests = initial_log.len();
+    let initial_mix = mix(&initial_log);
+    drop(initial_log);
+    let budget_after_start = mirror_status(env.client, &url).await?.budget;
+    eprintln!(
+        "   every node upstream after {:.1}s ({initial_requests} requests); warming up {}",
+        initial.as_secs_f64(),
+        nodekeeper::duration::format(args.site_warmup)
+    );
+    tokio::time::sleep(args.site_warmup).await;
+
+    // 2. The steady window.
+    run.check_alive()?;
+    api.clear_requests();
+    let cpu_start = cpu_ticks(pid)?;
+    let bench_cpu_start = cpu_ticks(std::process::id())?;
+    let window_start = Instant::now();
+    let window_end = window_start + args.site_window;
+    let mut steady_oldest = Vec::new();
+    let mut steady_rss_kib = 0;
+    eprintln!(
+        "   measuring {}",
+        nodekeeper::duration::format(args.site_window)
+    );
+    while Instant::now() < window_end {
+        run.check_alive()?;
+        steady_rss_kib = steady_rss_kib.max(memory_kib(pid)?.0);
+        steady_oldest.push(Upstream::read(&api).oldest_lease().0);
+        tokio::time::sleep_until(window_end.min(Instant::now() + SITE_SAMPLE_EVERY)).await;
+    }
+    let window = window_start.elapsed();
+    let steady_ctrl_cpu = (cpu_ticks(pid)? - cpu_start) as f64 / env.machine.ticks_per_second;
+    let steady_bench_cpu =
+        (cpu_ticks(std::process::id())? - bench_cpu_start) as f64 / env.machine.ticks_per_second;
+    let log = api.requests();
+    let mut counts: BTreeMap<Kind, usize> = Kind::ALL.iter().map(|k| (*k, 0)).collect();
+    for r in &log {
+        *counts.entry(Kind::of(r)).or_insert(0) += 1;
+    }
+    let steady_mix = mix(&log);
+    eprintln!(
+        "   steady: {} requests in {:.0}s, oldest Lease {:.1}s",
+        log.len(),
+        window.as_secs_f64(),
+        steady_oldest.iter().copied().fold(0.0, f64::max)
+    );
+
+    // 3. The outage: the API server away, some kubelets down meanwhile.
+    api.set_fault(Fault::Down);
+    tokio::time::timeout(FAULT_SETTLE_TIMEOUT, api.settled())
+        .await
+        .context("the fake API server did not go down")?;
+    let outage_start = Instant::now();
+    let step = (n / args.outage_down.max(1)).max(1);
+    let down: Vec<&(String, String)> = controls
+        .iter()
+        .step_by(step)
+        .take(args.outage_down)
+        .collect();
+    eprintln!(
+        "   the API server is down for {}; {} kubelets stop answering",
+        nodekeeper::duration::format(args.outage),
+        down.len()
+    );
+    for (name, control) in &down {
+        set_kubelet(env.client, control, name, "down").await?;
+    }
+    let outage_end = outage_start + args.outage;
+    while Instant::now() < outage_end {
+        run.check_alive()?;
+        tokio::time::sleep_until(outage_end.min(Instant::now() + Duration::from_secs(30))).await;
+        eprintln!(
+            "   outage: {:.0}s of {:.0}s",
+            outage_start.elapsed().as_secs_f64(),
+            args.outage.as_secs_f64()
+        );
+    }
+    let truth = controller_nodes(env.client, &url).await?;
+    let not_ready_at_return = truth
+        .values()
+        .filter(|(ready, _)| ready.as_deref() != Some("True"))
+        .count();
+    let backlog_at_return = mirror_status(env.client, &url).await?.backlog;
+
+    // 4. The return, and the drain.
+    api.clear_requests();
+    let drain_cpu_start = cpu_ticks(pid)?;
+    let mut drain_rss_peak_kib = memory_kib(pid)?.0;
+    let returned_at = jiff::Timestamp::now();
+    let returned = Instant::now();
+    match args.after_outage {
+        AfterOutage::Intact => {
+            api.set_fault(Fault::None);
+            tokio::time::timeout(FAULT_SETTLE_TIMEOUT, api.settled())
+                .await
+                .context("the fake API server did not come back up")?;
+        }
+        AfterOutage::Empty => {
+            tokio::time::timeout(FAULT_SETTLE_TIMEOUT, api.restart_empty())
+                .await
+                .context("the fake API server did not come back up")?;
+        }
+    }
+    eprintln!(
+        "   the API server is back ({:?}): {} of the controller's nodes not Ready, backlog {backlog_at_return}",
+        args.after_outage, not_ready_at_return
+    );
+    let mut leases_renewed = None;
+    let mut nodes_upstream = None;
+    let mut drain_oldest = Vec::new();
+    let mut wrong = Vec::new();
+    let deadline = returned + SITE_DRAIN_TIMEOUT;
+    let mut reported = Instant::now();
+    loop {
+        run.check_alive()?;
+        drain_rss_peak_kib = drain_rss_peak_kib.max(memory_kib(pid)?.0);
+        let up = Upstream::read(&api);
+        let (nodes_behind, leases_behind) = behind(&truth, &up, returned_at);
+        if leases_renewed.is_none() && leases_behind == 0 {
+            leases_renewed = Some(returned.elapsed());
+            eprintln!(
+                "   every Ready node's Lease renewed {:.1}s after the return",
+                returned.elapsed().as_secs_f64()
+            );
+        }
+        drain_oldest.push(oldest_lease_of_ready(&truth, &up, returned_at));
+        if nodes_upstream.is_none() && nodes_behind == 0 {
+            nodes_upstream = Some(returned.elapsed());
+            eprintln!(
+                "   every Node and its status upstream {:.1}s after the return",
+                returned.elapsed().as_secs_f64()
+            );
+        }
+        if let (Some(l), Some(d)) = (leases_renewed, nodes_upstream) {
+            if returned.elapsed() >= l.max(d) + AFTER_DRAIN {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            wrong.push(format!(
+                "{SITE_DRAIN_TIMEOUT:?} after the API server's return, {nodes_behind} Nodes differ from the controller's and {leases_behind} Ready nodes' Leases were not renewed"
+            ));
+            break;
+        }
+        if reported.elapsed() >= Duration::from_secs(5) {
+            eprintln!(
+                "   {:.0}s: {nodes_behind} Nodes and {leases_behind} Leases behind",
+                returned.elapsed().as_secs_f64()
+            );
+            reported = Instant::now();
+        }
+        tokio::time::sleep(SITE_SAMPLE_EVERY).await;
+    }
+    let drain_ctrl_cpu = (cpu_ticks(pid)? - drain_cpu_start) as f64 / env.machine.ticks_per_second;
+    let log = api.requests();
+    let mirror_end = mirror_status(env.client, &url).await.ok();
+    // The registry must not have moved while the drain was measured.
+    let truth_end = controller_nodes(env.client, &url).await?;
+    if truth_end != truth {
+        let moved = truth
+            .iter()
+            .filter(|(k, v)| truth_end.get(*k) != Some(v))
+            .count();
+        wrong.push(format!(
+            "{moved} of the controller's nodes changed during the drain; the times above compare with the registry as it was when the API server returned"
+        ));
+    }
+    let half = Duration::from_secs(20).as_secs_f64();
+    let steady_max = steady_oldest.iter().copied().fold(0.0, f64::max);
+    if steady_max >= half {
+        wrong.push(format!(
+            "a Lease {steady_max:.1}s old in the steady state (half the duration is {half:.0}s)"
+        ));
+    }
+    let drain_max = drain_oldest.iter().copied().fold(0.0, f64::max);
+    if drain_max >= 2.0 * half {
+        wrong.push(format!(
+            "a Ready node's Lease {drain_max:.1}s old during the drain: lapsed (the duration is 40s)"
+        ));
+    }
+    let stop = run.stop().await;
+    eprintln!("   {stop}");
+    Ok(SiteRow {
+        nodes: n,
+        initial,
+        initial_requests,
+        initial_mix,
+        budget_after_start,
+        window,
+        counts,
+        steady_mix,
+        steady_oldest,
+        steady_ctrl_cpu,
+        steady_bench_cpu,
+        steady_rss_kib,
+        down: down.len(),
+        not_ready_at_return,
+        backlog_at_return,
+        leases_renewed,
+        nodes_upstream,
+        drain_oldest,
+        drain_requests: log.len(),
+        drain_mix: mix(&log),
+        drain_throttled: log.iter().filter(|r| r.status == 429).count(),
+        drain_ctrl_cpu,
+        drain_rss_peak_kib,
+        mirror_end,
+        wrong,
+        stop,
+    })
+}
+
+/// Sets one simulated kubelet's state through its sim's control endpoint.
+async fn set_kubelet(
+    client: &reqwest::Client,
+    control: &str,
+    name: &str,
+    state: &str,
+) -> Result<()> {
+    client
+        .put(format!("{control}/nodes/{name}"))
+        .json(&serde_json::json!({ "state": state }))
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .with_context(|| format!("PUT {control}/nodes/{name}"))?;
+    Ok(())
+}
+
+/// Starts the site's `nodekeeper sim` processes (the first picks the port,
+/// the others take the same one on their own addresses), waits for their
+/// nodes files and merges them. Returns the port, the merged nodes file,
+/// and each node with its sim's control URL.
+async fn start_sims(
+    run: &mut Run,
+    bin: &Path,
+    base_ip: Ipv4Addr,
+    nodes: usize,
+) -> Result<(u16, PathBuf, Vec<(String, String)>)> {
+    let parts = nodes.div_ceil(MAX_NODES_PER_SIM);
+    let mut port = 0;
+    let mut entries = Vec::with_capacity(nodes);
+    let mut controls = Vec::with_capacity(nodes);
+    for index in 0..parts {
+        let count = nodes / parts + usize::from(index < nodes % parts);
+        let file = run.dir.join(format!("nodes-{index}.json"));
+        let base = Ipv4Addr::from(u32::from(base_ip) + index as u32 * SIM_ADDRESS_STRIDE);
+        let args = strings(&[
+            "--log",
+            "warn",
+            "sim",
+            "--nodes",
+            &count.to_string(),
+            "--base-ip",
+            &base.to_string(),
+            "--port",
+            &port.to_string(),
+            "--control",
+            "127.0.0.1:0",
+            "--prefix",
+            &format!("sim-p{index}-"),
+            "--write-nodes-file",
+            &file.to_string_lossy(),
+        ]);
+        run.sims
+            .push(Proc::spawn(&run.dir, &format!("sim-{index}"), bin, &args)?);
+        let sim = run.sims.last_mut().expect("just pushed");
+        let deadline = Instant::now() + SIM_START_TIMEOUT;
+        // The banner is printed once the nodes file is written:
+        // `... (port 40123); control http://127.0.0.1:40000; ...`.
+        let (sim_port, control) = loop {
+            sim.check_alive()?;
+            let banner = fs::read_to_string(&sim.stdout).unwrap_or_default();
+            let parsed = (|| {
+                let rest = &banner[banner.find("(port ")? + "(port ".len()..];
+                let port: u16 = rest[..rest.find(')')?].trim().parse().ok()?;
+                let rest = &rest[rest.find("control ")? + "control ".len()..];
+                Some((port, rest.split([';', ' ', '\n']).next()?.to_string()))
+            })();
+            if let Some(found) = parsed {
+                break found;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not start within {SIM_START_TIMEOUT:?}{}",
+                    sim.name,
+                    sim.log_tail(15)
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        };
+        if port != 0 && sim_port != port {
+            bail!("{} listens on port {sim_port}, not {port}", sim.name);
+        }
+        port = sim_port;
+        let bytes = fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+        let list: Vec<Value> = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not a JSON array of nodes", file.display()))?;
+        if list.len() != count {
+            bail!("{} wrote {} nodes, not {count}", sim.name, list.len());
+        }
+        for entry in &list {
+            if let Some(name) = entry["name"].as_str() {
+                controls.push((name.to_string(), control.clone()));
+            }
+        }
+        entries.extend(list);
+    }
+    let merged = run.dir.join("nodes.json");
+    fs::write(&merged, serde_json::to_vec(&entries)?)
+        .with_context(|| format!("cannot write {}", merged.display()))?;
+    Ok((port, merged, controls))
+}
+
+/// The p50, p99 and maximum of some samples.
+fn spread(samples: &[f64]) -> String {
+    if samples.is_empty() {
+        return "n/a".into();
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+    format!("{:.1} / {:.1} / {:.1}", at(0.5), at(0.99), at(1.0))
+}
+
+fn site_section(out: &mut String, row: &SiteRow, args: &Args) {
+    let budget = row.budget_after_start.as_ref().map_or("?".into(), |b| {
+        format!(
+            "{} req/s, burst {} ({}), Leases every {} for {} Ready nodes need {:.0} req/s",
+            b.qps,
+            b.burst,
+            if b.sized {
+                "sized from the Ready nodes"
+            } else {
+                "given"
+            },
+            b.lease_renew_interval_seconds
+                .map_or("-".into(), |s| format!("{s:.1}s")),
+            b.ready_nodes,
+            b.lease_qps
+        )
+    });
+    let _ = writeln!(
+        out,
+        "settings: {} probed kubelets (`nodekeeper sim`, at most {MAX_NODES_PER_SIM} per process, from {}), controller defaults (--node-sync-period 10s, --node-lease-duration 40s, leader election on) with --eviction-mode none{}; budget: {budget}; the API server comes back {:?} after {} (real time) with {} kubelets down meanwhile; the API server's Nodes and Leases sampled every {SITE_SAMPLE_EVERY:?}\n",
+        row.nodes,
+        args.base_ip,
+        match (args.site_qps, args.site_burst) {
+            (None, None) => String::new(),
+            (q, b) => format!(
+                ", --kube-api-qps {} --kube-api-burst {}",
+                q.map_or("-".into(), |q| q.to_string()),
+                b.map_or("-".into(), |b| b.to_string())
+            ),
+        },
+        args.after_outage,
+        nodekeeper::duration::format(args.outage),
+        row.down,
+    );
+    let _ = writeln!(
+        out,
+        "- start: every node upstream, Ready, with its Lease {:.1}s after the controller started ({} requests)",
+        row.initial.as_secs_f64(),
+        row.initial_requests
+    );
+    let _ = writeln!(
+        out,
+        "- requests by route: {}",
+        describe_mix(&row.initial_mix)
+    );
+    let secs = row.window.as_secs_f64();
+    let per_node_hour = |count: usize| count as f64 / row.nodes as f64 * 3600.0 / secs;
+    let _ = writeln!(out, "\n**Steady state** ({secs:.0}s window)\n");
+    table_header(
+        out,
+        &["request kind", "requests in window", "per node per hour"],
+    );
+    let mut total = 0;
+    for kind in Kind::ALL {
+        let count = row.counts.get(&kind).copied().unwrap_or(0);
+        total += count;
+        let _ = writeln!(
+            out,
+            "| {} | {count} | {:.1} |",
+            kind.label(),
+            per_node_hour(count)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "| **total** | {total} | {:.1} |\n",
+        per_node_hour(total)
+    );
+    let _ = writeln!(
+        out,
+        "- oldest Lease age of the Ready nodes, each second's oldest, p50 / p99 / max: {} s (half the duration: 20 s)",
+        spread(&row.steady_oldest)
+    );
+    let _ = writeln!(
+        out,
+        "- controller: {:.1}% of one core, RSS peak {:.0} MiB; this process (fake API server, sampling): {:.1}% of one core",
+        row.steady_ctrl_cpu / secs * 100.0,
+        row.steady_rss_kib as f64 / 1024.0,
+        row.steady_bench_cpu / secs * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "- requests by route: {}",
+        describe_mix(&row.steady_mix)
+    );
+    let _ = writeln!(out, "\n**The drain after the outage**\n");
+    let _ = writeln!(
+        out,
+        "- at the return: {} of the controller's nodes not Ready, backlog {} entries",
+        row.not_ready_at_return, row.backlog_at_return
+    );
+    let secs_or =
+        |d: Option<Duration>| d.map_or("never".into(), |d| format!("{:.1}s", d.as_secs_f64()));
+    let _ = writeln!(
+        out,
+        "- every Ready node upstream with its Lease renewed: {} after the return",
+        secs_or(row.leases_renewed)
+    );
+    let _ = writeln!(
+        out,
+        "- every Node and its status (Ready condition, managed taints) upstream: {} after the return",
+        secs_or(row.nodes_upstream)
+    );
+    let _ = writeln!(
+        out,
+        "- oldest Lease age during the drain, of the Ready nodes upstream once renewed after the return (age from the renewal, or the Node's creation if later), each second's oldest from the return to {}s after the drain, p50 / p99 / max: {} s",
+        AFTER_DRAIN.as_secs(),
+        spread(&row.drain_oldest)
+    );
+    let drain_secs = row
+        .leases_renewed
+        .max(row.nodes_upstream)
+        .map_or(0.0, |d| d.as_secs_f64() + AFTER_DRAIN.as_secs_f64());
+    let _ = writeln!(
+        out,
+        "- {} requests in the drain ({} answered 429); controller {:.2} CPU-s ({:.0}% of a core over {drain_secs:.0}s), RSS peak {:.0} MiB",
+        row.drain_requests,
+        row.drain_throttled,
+        row.drain_ctrl_cpu,
+        if drain_secs > 0.0 { row.drain_ctrl_cpu / drain_secs * 100.0 } else { 0.0 },
+        row.drain_rss_peak_kib as f64 / 1024.0
+    );
+    let _ = writeln!(out, "- requests by route: {}", describe_mix(&row.drain_mix));
+    if let Some(s) = &row.mirror_end {
+        let _ = writeln!(out, "- at the end: {}", describe_status(s));
+    }
+    for w in &row.wrong {
+        let _ = writeln!(out, "- **WRONG: {w}**");
+    }
+    let _ = writeln!(out, "- {}", row.stop);
+}
+
+// ---------------------------------------------------------------------------
 // The controller
 
 /// One phase's controller and scratch directory; dropping it kills the
@@ -1015,6 +1886,8 @@ async fn laggards(
 struct Run {
     dir: PathBuf,
     controller: Option<Proc>,
+    /// `nodekeeper sim` processes (the site phase).
+    sims: Vec<Proc>,
 }
 
 impl Run {
@@ -1028,6 +1901,7 @@ impl Run {
         Ok(Run {
             dir,
             controller: None,
+            sims: Vec::new(),
         })
     }
 
@@ -1060,6 +1934,9 @@ impl Run {
     }
 
     fn check_alive(&mut self) -> Result<()> {
+        for sim in &mut self.sims {
+            sim.check_alive()?;
+        }
         match &mut self.controller {
             Some(c) => c.check_alive(),
             None => Ok(()),
@@ -1092,6 +1969,9 @@ impl Drop for Run {
     fn drop(&mut self) {
         if let Some(c) = &mut self.controller {
             c.kill();
+        }
+        for sim in &mut self.sims {
+            sim.kill();
         }
         let _ = fs::remove_dir_all(&self.dir);
     }
@@ -1151,6 +2031,7 @@ fn report(
     cases: &[DrainCase],
     drains: &[DrainRow],
     steady: Option<&SteadyRow>,
+    site: Option<&SiteRow>,
     errors: &[String],
 ) -> String {
     let (args, machine) = (env.args, env.machine);
@@ -1249,7 +2130,7 @@ fn report(
             out,
             "settings: {} simulated kubelets ({}..) push a Lease renewal and a status update every {interval}; controller --node-status-mode push, --node-lease-renew-interval {interval}, --kube-api-qps {} --kube-api-burst {}, leader election on (defaults); warm-up {} after every node is Ready=True on the API server, window {}\n",
             args.steady_nodes,
-            FLEET_BASE_IP,
+            args.base_ip,
             args.steady_qps,
             args.steady_burst,
             nodekeeper::duration::format(args.steady_warmup),
@@ -1260,6 +2141,20 @@ fn report(
                 let _ = writeln!(out, "(did not complete)");
             }
             Some(row) => steady_section(&mut out, row, args.steady_interval),
+        }
+    }
+    if args.phases.contains(&Phase::Site) {
+        let _ = writeln!(
+            out,
+            "\n### 3. A site of {} nodes: steady state, a {} outage, the drain\n",
+            args.site_nodes,
+            nodekeeper::duration::format(args.outage)
+        );
+        match site {
+            None => {
+                let _ = writeln!(out, "(did not complete)");
+            }
+            Some(row) => site_section(&mut out, row, args),
         }
     }
     if !errors.is_empty() {

@@ -2,18 +2,32 @@
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::{Failure, Outcome};
 use crate::cli::DbCommand;
 use crate::inspect::Source;
-use crate::store::{Store, StoreOptions, StoreStatus};
+use crate::store::{compact, Store, StoreOptions, StoreStatus};
 
-pub async fn db(source: Source, db: &Path, command: &DbCommand) -> Outcome {
-    if let DbCommand::Status = command {
-        return Ok(status_text(&source.status().await?, source.is_remote()));
+/// Runs a `db` command on the store at `db` (or through `server`).
+pub async fn db(db: &Path, server: Option<&str>, command: &DbCommand) -> Outcome {
+    match command {
+        DbCommand::Status => {
+            let source = Source::open(db, server)?;
+            return Ok(status_text(&source.status().await?, source.is_remote()));
+        }
+        // Import makes the store it loads into; compact may have to finish
+        // an interrupted compaction before there is a store to open.
+        DbCommand::Import { input } if server.is_none() => {
+            return import(
+                &Store::open(db, &StoreOptions::default())?,
+                input.as_deref(),
+            )
+        }
+        DbCommand::Compact if server.is_none() => return compact(db),
+        _ => {}
     }
-    let store = match source {
+    let store = match Source::open(db, server)? {
         Source::Local(store) => store,
         Source::Remote { .. } => {
             return Err(Failure {
@@ -26,11 +40,10 @@ pub async fn db(source: Source, db: &Path, command: &DbCommand) -> Outcome {
         }
     };
     match command {
-        DbCommand::Status => unreachable!("handled above"),
         DbCommand::Verify => verify(&store),
         DbCommand::Export { output } => export(&store, output.as_deref()),
         DbCommand::Import { input } => import(&store, input.as_deref()),
-        DbCommand::Compact => compact(store, db),
+        DbCommand::Status | DbCommand::Compact => unreachable!("handled above"),
     }
 }
 
@@ -48,7 +61,63 @@ fn status_text(s: &StoreStatus, remote: bool) -> String {
     line("Outbox:", s.outbox.to_string());
     line("First event:", time(s.first_event));
     line("Last event:", time(s.last_event));
+    line(
+        "Horizon:",
+        match &s.horizon {
+            None => "none: the whole history is kept (nothing was pruned)".to_string(),
+            Some(h) => format!(
+                "seq {} at {}: the history before it was pruned; the registry as of it is kept ({} nodes)",
+                h.seq,
+                h.time.rfc3339_seconds(),
+                h.nodes
+            ),
+        },
+    );
+    line(
+        "Checkpoints:",
+        match s.checkpoints.last() {
+            None => "none yet".to_string(),
+            Some(newest) => format!(
+                "{}, newest at seq {} ({})",
+                s.checkpoints.len(),
+                newest.seq,
+                newest.time.rfc3339_seconds()
+            ),
+        },
+    );
+    line(
+        "Retention:",
+        match &s.retention {
+            Some(r) => format!(
+                "{} or {}, whichever is less (the history takes {} now)",
+                r.max_age_seconds
+                    .map_or("no age limit".to_string(), |secs| format!(
+                        "{} old",
+                        age(secs)
+                    )),
+                r.max_bytes.map_or("no size limit".to_string(), human_bytes),
+                human_bytes(r.history_bytes)
+            ),
+            None => "applied by a running controller (--history-retention, --history-max-bytes)"
+                .to_string(),
+        },
+    );
     line("Size on disk:", human_bytes(s.size_on_disk));
+    if !s.trees.is_empty() {
+        line(
+            "Size by tree:",
+            "(records, keys and values as stored)".to_string(),
+        );
+        for t in &s.trees {
+            out.push_str(&format!(
+                "  {:<18}{:>12}  {:>10}\n",
+                t.name,
+                t.records,
+                human_bytes(t.bytes)
+            ));
+        }
+    }
+    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16}{v}\n"));
     line(
         "Controller:",
         s.last_instance.clone().unwrap_or_else(|| "-".into()),
@@ -66,6 +135,15 @@ fn status_text(s: &StoreStatus, remote: bool) -> String {
         },
     );
     out
+}
+
+/// A retention as it is written on the command line (`90d`, `36h`, `90m`).
+fn age(secs: u64) -> String {
+    if secs > 0 && secs.is_multiple_of(86_400) {
+        format!("{}d", secs / 86_400)
+    } else {
+        crate::duration::format(std::time::Duration::from_secs(secs))
+    }
 }
 
 fn human_bytes(bytes: u64) -> String {
@@ -117,8 +195,8 @@ fn export(store: &Store, output: Option<&Path>) -> Outcome {
         }
     };
     eprintln!(
-        "exported {} nodes and {} events",
-        summary.nodes, summary.events
+        "exported {} nodes, {} events, {} leases, {} outbox entries and {} checkpoint nodes",
+        summary.nodes, summary.events, summary.leases, summary.outbox, summary.checkpoint_nodes
     );
     Ok(String::new())
 }
@@ -132,64 +210,38 @@ fn import(store: &Store, input: Option<&Path>) -> Outcome {
         Some(path) => {
             let file =
                 File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-            store.import(&mut BufReader::new(file))?
+            store.import(&mut BufReader::with_capacity(256 << 10, file))?
         }
     };
+    let c = &summary.counts;
     Ok(format!(
-        "imported {} nodes and {} events (last seq {})\n",
-        summary.nodes, summary.events, summary.last_seq
+        "imported {} nodes, {} events, {} leases and {} outbox entries (last seq {}{}; {} checkpoints)\n",
+        c.nodes,
+        c.events,
+        c.leases,
+        c.outbox,
+        summary.last_seq,
+        if summary.horizon > 0 {
+            format!(", history kept after seq {}", summary.horizon)
+        } else {
+            String::new()
+        },
+        summary.checkpoints
     ))
 }
 
-/// Export into a fresh store beside the old one, check it, then swap the
-/// directories. The old store is kept until the new one is in place.
-// The `db` commands work alone on a stopped store (sled blocks as much as
-// the file calls do); nothing else shares the runtime.
-#[allow(clippy::disallowed_methods)]
-fn compact(store: Store, db: &Path) -> Outcome {
-    let before = store.size_on_disk();
-    let fresh_path = sibling(db, "compacting");
-    let old_path = sibling(db, "before-compact");
-    for p in [&fresh_path, &old_path] {
-        if p.exists() {
-            return Err(format!(
-                "{} exists from an earlier compaction; look at it and remove it first",
-                p.display()
-            )
-            .into());
-        }
+fn compact(db: &Path) -> Outcome {
+    let report = compact::compact(db, &StoreOptions::default())?;
+    let mut text = String::new();
+    for note in &report.recovered {
+        text.push_str(&format!("{note}\n"));
     }
-    let mut exported = Vec::new();
-    let summary = store.export(&mut exported)?;
-    let fresh = Store::open(&fresh_path, &StoreOptions::default())?;
-    let imported = fresh.import(&mut exported.as_slice())?;
-    if (imported.nodes, imported.events) != (summary.nodes, summary.events) {
-        let _ = std::fs::remove_dir_all(&fresh_path);
-        return Err("the compacted copy does not match the store; nothing was changed".into());
-    }
-    let after = fresh.size_on_disk();
-    drop(fresh);
-    drop(store);
-    std::fs::rename(db, &old_path)?;
-    if let Err(e) = std::fs::rename(&fresh_path, db) {
-        std::fs::rename(&old_path, db)?;
-        return Err(format!(
-            "cannot move the compacted store into place ({e}); the original is unchanged"
-        )
-        .into());
-    }
-    std::fs::remove_dir_all(&old_path)?;
-    Ok(format!(
+    text.push_str(&format!(
         "compacted {} nodes and {} events: {} -> {}\n",
-        summary.nodes,
-        summary.events,
-        human_bytes(before),
-        human_bytes(after)
-    ))
-}
-
-fn sibling(db: &Path, suffix: &str) -> PathBuf {
-    let mut name = db.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{suffix}"));
-    db.with_file_name(name)
+        report.nodes,
+        report.events,
+        human_bytes(report.before),
+        human_bytes(report.after)
+    ));
+    Ok(text)
 }

@@ -1,8 +1,12 @@
-//! `nodekeeper history`: the events, filtered.
+//! `nodekeeper history`: the events, filtered, printed a page at a time as
+//! they are read, so memory stays flat however long the history is.
 
-use super::Outcome;
+use std::io::Write;
+
+use super::{Failure, Outcome};
 use crate::cli::{HistoryArgs, ListFormat};
-use crate::inspect::Source;
+use crate::inspect::{InspectError, Source};
+use crate::model::Event;
 use crate::server::HistoryParams;
 
 pub async fn history(source: &Source, args: &HistoryArgs) -> Outcome {
@@ -13,9 +17,184 @@ pub async fn history(source: &Source, args: &HistoryArgs) -> Outcome {
         condition: args.condition.clone(),
         ..HistoryParams::default()
     };
-    let events = source.history(&params).await?;
-    match args.output {
-        ListFormat::Table => Ok(crate::output::history_table(&events)),
-        ListFormat::Json => Ok(serde_json::to_string_pretty(&events)? + "\n"),
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut printer = Printer::new(args.output);
+    let result = source
+        .history_pages(&params, |page| {
+            printer.page(&page, &mut out).map_err(closed_or_failed)
+        })
+        .await;
+    let finished = result.and_then(|()| printer.finish(&mut out).map_err(closed_or_failed));
+    match finished {
+        Ok(()) => Ok(String::new()),
+        // The reader went away (`| head`): nothing more to say.
+        Err(InspectError::Invalid(reason)) if reason == CLOSED => Ok(String::new()),
+        Err(e) => {
+            // What was printed stays printed; end the line before the error.
+            let _ = out.flush();
+            Err(Failure::from(e))
+        }
+    }
+}
+
+const CLOSED: &str = "standard output closed";
+
+fn closed_or_failed(e: std::io::Error) -> InspectError {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        InspectError::Invalid(CLOSED.into())
+    } else {
+        InspectError::Invalid(format!("cannot write the history: {e}"))
+    }
+}
+
+/// Prints pages as a table whose columns only ever widen, or as one JSON array.
+struct Printer {
+    format: ListFormat,
+    widths: [usize; 4],
+    printed: usize,
+}
+
+/// As `nodekeeper nodes` (kubectl's printer): columns at least 6 wide, 3 apart.
+const MIN_WIDTH: usize = 6;
+const PADDING: usize = 3;
+const HEADER: [&str; 5] = ["SEQ", "TIME", "NODE", "KIND", "DETAIL"];
+
+impl Printer {
+    fn new(format: ListFormat) -> Printer {
+        Printer {
+            format,
+            widths: [MIN_WIDTH; 4],
+            printed: 0,
+        }
+    }
+
+    fn page(&mut self, events: &[Event], out: &mut impl Write) -> std::io::Result<()> {
+        match self.format {
+            ListFormat::Json => {
+                for e in events {
+                    out.write_all(if self.printed == 0 { b"[\n" } else { b",\n" })?;
+                    let text = serde_json::to_string_pretty(e).map_err(std::io::Error::other)?;
+                    for (i, line) in text.lines().enumerate() {
+                        if i > 0 {
+                            out.write_all(b"\n")?;
+                        }
+                        write!(out, "  {line}")?;
+                    }
+                    self.printed += 1;
+                }
+            }
+            ListFormat::Table => {
+                let rows: Vec<[String; 5]> = events
+                    .iter()
+                    .map(|e| {
+                        [
+                            e.seq.to_string(),
+                            e.time.rfc3339_seconds(),
+                            e.node.clone().unwrap_or_else(|| "-".to_string()),
+                            e.kind.name().to_string(),
+                            crate::output::event_detail(&e.kind),
+                        ]
+                    })
+                    .collect();
+                if self.printed == 0 {
+                    self.widen(HEADER.iter().copied());
+                }
+                for row in &rows {
+                    self.widen(row.iter().map(String::as_str));
+                }
+                if self.printed == 0 {
+                    self.row(HEADER.iter().copied(), out)?;
+                }
+                for row in &rows {
+                    self.row(row.iter().map(String::as_str), out)?;
+                }
+                self.printed += rows.len();
+            }
+        }
+        Ok(())
+    }
+
+    fn widen<'a>(&mut self, cells: impl Iterator<Item = &'a str>) {
+        for (width, cell) in self.widths.iter_mut().zip(cells) {
+            *width = (*width).max(cell.chars().count() + PADDING);
+        }
+    }
+
+    fn row<'a>(
+        &self,
+        cells: impl Iterator<Item = &'a str>,
+        out: &mut impl Write,
+    ) -> std::io::Result<()> {
+        for (i, cell) in cells.enumerate() {
+            out.write_all(cell.as_bytes())?;
+            if let Some(width) = self.widths.get(i) {
+                let pad = width.saturating_sub(cell.chars().count());
+                out.write_all(" ".repeat(pad).as_bytes())?;
+            }
+        }
+        out.write_all(b"\n")
+    }
+
+    fn finish(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        match (self.format, self.printed) {
+            (ListFormat::Json, 0) => out.write_all(b"[]\n")?,
+            (ListFormat::Json, _) => out.write_all(b"\n]\n")?,
+            (ListFormat::Table, 0) => out.write_all(b"No events found\n")?,
+            (ListFormat::Table, _) => {}
+        }
+        out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EventKind, Micros};
+
+    fn event(seq: u64, node: &str) -> Event {
+        Event {
+            seq,
+            time: Micros(1_764_500_000_000_000),
+            node: Some(node.into()),
+            kind: EventKind::Deleted {
+                reason: "gone".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn one_page_prints_as_the_table_printer_does() {
+        let events = [event(7, "n1"), event(12, "edge-long-name")];
+        let mut out = Vec::new();
+        let mut p = Printer::new(ListFormat::Table);
+        p.page(&events, &mut out).unwrap();
+        p.finish(&mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            crate::output::history_table(&events)
+        );
+    }
+
+    #[test]
+    fn later_pages_only_widen_columns_and_json_is_one_array() {
+        let mut out = Vec::new();
+        let mut p = Printer::new(ListFormat::Table);
+        p.page(&[event(1, "a")], &mut out).unwrap();
+        p.page(&[event(2, "a-much-longer-node")], &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(text.starts_with("SEQ"));
+
+        let mut out = Vec::new();
+        let mut p = Printer::new(ListFormat::Json);
+        p.page(&[event(1, "a")], &mut out).unwrap();
+        p.page(&[event(2, "b"), event(3, "c")], &mut out).unwrap();
+        p.finish(&mut out).unwrap();
+        let all: Vec<Event> = serde_json::from_slice(&out).unwrap();
+        assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+        let mut out = Vec::new();
+        Printer::new(ListFormat::Json).finish(&mut out).unwrap();
+        assert_eq!(out, b"[]\n");
     }
 }

@@ -1,6 +1,7 @@
 //! One file per subcommand; each returns what to print, so `main` stays thin.
 
 pub mod at;
+pub mod completions;
 pub mod db;
 pub mod describe;
 pub mod edit;

@@ -83,6 +83,7 @@ pub async fn ui(args: &UiArgs, db: &Path) -> Outcome {
     }
     let options = StoreOptions {
         cache_capacity: args.cache_capacity,
+        ..StoreOptions::default()
     };
     let store = match Store::open(db, &options) {
         Ok(store) => Arc::new(store),

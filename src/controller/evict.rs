@@ -2,7 +2,6 @@
 //! `EvictionStarted` event, and the `--eviction-hook` run with the node's
 //! name and reason (its result is `EvictionDone`).
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -11,9 +10,6 @@ use super::eviction::{wanted_taints, EvictionMode};
 use super::Controller;
 use crate::model::{EventKind, Micros};
 use crate::store::Batch;
-
-/// What the hook printed that is kept in history at most.
-const HOOK_OUTPUT: usize = 500;
 
 impl Controller {
     /// Runs every monitor period: taints follow Ready, due nodes are evicted
@@ -136,40 +132,16 @@ impl Controller {
 }
 
 /// Runs `sh -c HOOK` with the node name and reason as `$1` and `$2` (and in
-/// `NODEKEEPER_NODE` / `NODEKEEPER_REASON`), within `timeout`.
+/// `NODEKEEPER_NODE` / `NODEKEEPER_REASON`), within `timeout`; says how it went.
 async fn run_hook(hook: &str, node: &str, reason: &str, timeout: Duration) -> String {
-    let child = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("{hook} \"$@\""))
-        .arg("nodekeeper-eviction-hook")
-        .arg(node)
-        .arg(reason)
-        .env("NODEKEEPER_NODE", node)
-        .env("NODEKEEPER_REASON", reason)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn();
-    let child = match child {
-        Ok(child) => child,
-        Err(e) => return format!("hook could not start: {e}"),
+    let run = crate::hook::HookRun {
+        name: "nodekeeper-eviction-hook",
+        args: vec![node.to_string(), reason.to_string()],
+        env: vec![
+            ("NODEKEEPER_NODE", node.to_string()),
+            ("NODEKEEPER_REASON", reason.to_string()),
+        ],
+        stdin: None,
     };
-    match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Err(_) => format!("hook killed after {}", crate::duration::format(timeout)),
-        Ok(Err(e)) => format!("hook failed: {e}"),
-        Ok(Ok(out)) => {
-            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-            text.push_str(&String::from_utf8_lossy(&out.stderr));
-            let text: String = text.trim().chars().take(HOOK_OUTPUT).collect();
-            match out.status.code() {
-                Some(0) if text.is_empty() => "hook succeeded".into(),
-                Some(0) => format!("hook succeeded: {text}"),
-                code => format!(
-                    "hook exited with {}: {text}",
-                    code.map_or("a signal".into(), |c| c.to_string())
-                ),
-            }
-        }
-    }
+    crate::hook::run(hook, run, timeout).await.to_string()
 }

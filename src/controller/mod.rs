@@ -180,6 +180,8 @@ pub struct Controller {
     evictor: eviction::Evictor,
     /// Eviction hooks running.
     hooks: JoinSet<(String, String)>,
+    /// Failed probes, logged as they start and rate-limited per node.
+    probe_failures: crate::logging::probe_failures::ProbeFailures,
     /// Evictions whose hook a crash or stop interrupted, with their reason:
     /// resumed once the node's state is known again.
     interrupted: BTreeMap<String, String>,
@@ -310,6 +312,7 @@ impl Controller {
             rescues: JoinSet::new(),
             evictor: eviction::Evictor::default(),
             hooks: JoinSet::new(),
+            probe_failures: Default::default(),
             interrupted: BTreeMap::new(),
             source_status: SourceStatus::default(),
             static_list: static_sync::StaticList::new(nodes_file),
@@ -577,6 +580,10 @@ impl Controller {
         if let Some(monitor) = &self.passes.monitor {
             monitor.done();
         }
+        self.metrics.set_zone_counts(self.tracked.values().map(|t| {
+            let zone = t.node.labels.get(eviction::ZONE_LABEL);
+            (zone.map_or("", String::as_str), t.node.ready())
+        }));
         self.metrics
             .last_monitor_pass
             .set(crate::metrics::unix_seconds(Micros::now()));

@@ -19,8 +19,6 @@ impl Controller {
         let config = &self.config;
         let mut batch = Batch::new(wall);
         let mut rescue = Vec::new();
-        // Logged once stored: a refused decision is made (and logged) again.
-        let mut decided = Vec::new();
         for (name, t) in &self.tracked {
             let action = monitor(
                 config.status_mode,
@@ -38,7 +36,6 @@ impl Controller {
                     let mut node = t.node.clone();
                     let events = declare_unknown(&mut node, reason, &message, wall);
                     if !events.is_empty() {
-                        decided.push((name.clone(), reason, message));
                         batch.record(node, events);
                     }
                 }
@@ -76,13 +73,9 @@ impl Controller {
             });
         }
         if !batch.is_empty() {
-            match self.commit(batch).await {
-                Ok(_) => {
-                    for (node, reason, message) in decided {
-                        tracing::info!(%node, reason, "{message}");
-                    }
-                }
-                Err(e) => super::log_unstored("monitor results", &e),
+            // Each transition is logged where it becomes durable.
+            if let Err(e) = self.commit(batch).await {
+                super::log_unstored("monitor results", &e);
             }
             self.update_gauges();
         }
@@ -141,7 +134,6 @@ impl Controller {
                 if events.is_empty() {
                     return;
                 }
-                tracing::info!(node = %name, "{message}");
                 batch.record(node, events);
             }
         }

@@ -319,6 +319,36 @@ impl Controller {
         }
         let now = Instant::now();
         let wall = Micros::now();
+        if heartbeat_only(&tracked.node, &pushed, mode) {
+            // The common case, thousands a second: times only, folded in place.
+            for pc in &pushed.conditions {
+                if pc.kind == READY && mode == StatusMode::Probe {
+                    continue;
+                }
+                let beat = pc.last_heartbeat.unwrap_or(wall);
+                let c = tracked
+                    .node
+                    .condition_mut(&pc.kind)
+                    .expect("heartbeat_only found it");
+                if pc.kind == READY
+                    && (c.last_heartbeat != beat || c.reason == REASON_NEVER_UPDATED)
+                {
+                    tracked.health.heartbeat(now);
+                }
+                c.last_heartbeat = beat;
+            }
+            let node = tracked.node.clone();
+            count_status_heartbeat(&self.metrics);
+            self.beats_changed = true;
+            if !self.dirty_nodes.contains(name) {
+                self.dirty_nodes.insert(name.to_string());
+            }
+            if !ahead {
+                self.view.publish([node.clone()], &[]);
+            }
+            let _ = reply.send(Ok(node));
+            return;
+        }
         let mut node = tracked.node.clone();
         let mut events = Vec::new();
         for pc in pushed.conditions {
@@ -409,12 +439,7 @@ impl Controller {
         if let Some(capacity) = pushed.capacity {
             node.capacity = capacity;
         }
-        self.metrics
-            .heartbeats
-            .get_or_create(&crate::metrics::HeartbeatLabels {
-                via: crate::metrics::Via::Status,
-            })
-            .inc();
+        count_status_heartbeat(&self.metrics);
         if events.is_empty() && same_but_heartbeats(&tracked.node, &node) {
             tracked.node = node.clone();
             self.beats_changed = true;
@@ -425,18 +450,6 @@ impl Controller {
             }
             let _ = reply.send(Ok(node));
             return;
-        }
-        for e in &events {
-            if let EventKind::ConditionChanged {
-                condition,
-                from,
-                to,
-                reason,
-                ..
-            } = e
-            {
-                tracing::info!(node = %name, %condition, from = ?from, to = %to, reason, "pushed status changed");
-            }
         }
         // Shown here at once (the next push is compared with it), to readers
         // once durable; a refusal puts the durable state back.
@@ -610,6 +623,36 @@ impl Controller {
     }
 }
 
+fn count_status_heartbeat(metrics: &crate::metrics::Metrics) {
+    metrics
+        .heartbeats
+        .get_or_create(&crate::metrics::HeartbeatLabels {
+            via: crate::metrics::Via::Status,
+        })
+        .inc();
+}
+
+/// Whether folding `pushed` into `node` changes heartbeat times at most:
+/// every condition it reports is there with the same status, reason and
+/// message, and what else it reports is what the node has. Exactly the
+/// pushes after which [`same_but_heartbeats`] holds and no event is due.
+fn heartbeat_only(node: &Node, pushed: &PushedStatus, mode: StatusMode) -> bool {
+    pushed.conditions.iter().all(|pc| {
+        (pc.kind == READY && mode == StatusMode::Probe)
+            || node.condition(&pc.kind).is_some_and(|c| {
+                c.status == pc.status && c.reason == pc.reason && c.message == pc.message
+            })
+    }) && pushed
+        .addresses
+        .as_ref()
+        .is_none_or(|a| a.is_empty() || *a == node.addresses)
+        && pushed
+            .node_info
+            .as_ref()
+            .is_none_or(|i| *i == node.node_info)
+        && pushed.capacity.as_ref().is_none_or(|c| *c == node.capacity)
+}
+
 /// Whether two records of a node differ in heartbeat times at most.
 fn same_but_heartbeats(a: &Node, b: &Node) -> bool {
     // Every field, so a new one is not forgotten here.
@@ -725,6 +768,63 @@ mod tests {
         d.conditions.push(never_probed(now));
         assert!(!same_but_heartbeats(&a, &d));
     }
+
+    #[test]
+    fn a_heartbeat_only_push_changes_times_and_nothing_else() {
+        let now = Micros(1_000_000);
+        let mut node = super::super::register::new_node(
+            &crate::source::static_list::static_spec(
+                "edge-1".into(),
+                None,
+                Default::default(),
+                Default::default(),
+            ),
+            now,
+        );
+        node.conditions = vec![never_probed(now)];
+        node.conditions[0].status = ConditionStatus::True;
+        node.conditions[0].reason = "KubeletReady".into();
+        node.conditions[0].message = String::new();
+        let ready = |status, reason: &str| PushedCondition {
+            kind: READY.into(),
+            status,
+            last_heartbeat: Some(Micros(2_000_000)),
+            reason: reason.into(),
+            message: String::new(),
+        };
+        let push = |conditions| PushedStatus {
+            conditions,
+            ..PushedStatus::default()
+        };
+        let push_mode = StatusMode::Push;
+        let beat = push(vec![ready(ConditionStatus::True, "KubeletReady")]);
+        assert!(heartbeat_only(&node, &beat, push_mode));
+        let with_info = PushedStatus {
+            node_info: Some(node.node_info.clone()),
+            addresses: Some(node.addresses.clone()),
+            capacity: Some(node.capacity),
+            ..beat.clone()
+        };
+        assert!(heartbeat_only(&node, &with_info, push_mode));
+        // A transition, a new reason, a new condition or new node info is a change.
+        let down = push(vec![ready(ConditionStatus::False, "KubeletReady")]);
+        assert!(!heartbeat_only(&node, &down, push_mode));
+        let reason = push(vec![ready(ConditionStatus::True, "Other")]);
+        assert!(!heartbeat_only(&node, &reason, push_mode));
+        let mut pressure = ready(ConditionStatus::False, "KubeletHasSufficientMemory");
+        pressure.kind = "MemoryPressure".into();
+        assert!(!heartbeat_only(&node, &push(vec![pressure]), push_mode));
+        let mut info = node.node_info.clone();
+        info.kubelet_version = "v1.33.0".into();
+        let new_info = PushedStatus {
+            node_info: Some(info),
+            ..beat.clone()
+        };
+        assert!(!heartbeat_only(&node, &new_info, push_mode));
+        // In probe mode the kubelet's Ready is not folded in at all.
+        assert!(heartbeat_only(&node, &down, StatusMode::Probe));
+    }
+
     use crate::model::AddressKind;
 
     fn ip(address: &str) -> Address {

@@ -81,8 +81,6 @@ impl Controller {
             probed: answers.len(),
             ..SweepReport::default()
         };
-        // Logged once stored: a refused decision is made (and logged) again.
-        let mut decided = Vec::new();
         for answer in &answers {
             let result = match answer.outcome {
                 ProbeOutcome::Healthy => ProbeResult::Healthy,
@@ -106,6 +104,28 @@ impl Controller {
                 // It started pushing while the sweep was out; its heartbeats decide.
                 continue;
             }
+            // Failures are logged as they start, long before the grace
+            // period ends; transitions are logged where they become durable.
+            let address = tracked.target.as_ref().map(|t| t.addr);
+            match &answer.outcome {
+                ProbeOutcome::Healthy => {
+                    self.probe_failures
+                        .answered(&answer.name, address, answer.at);
+                }
+                ProbeOutcome::Unhealthy { status, excerpt } => {
+                    let reason = format!("/healthz returned {status}: {excerpt}");
+                    self.probe_failures
+                        .failed(&answer.name, address, &reason, answer.at);
+                }
+                ProbeOutcome::NoAnswer { error } => {
+                    self.probe_failures.failed(
+                        &answer.name,
+                        address,
+                        &error.to_string(),
+                        answer.at,
+                    );
+                }
+            }
             let current = tracked.node.ready();
             let Some(verdict) = after_probe(
                 current,
@@ -118,10 +138,11 @@ impl Controller {
                 continue;
             };
             let mut node = tracked.node.clone();
-            decided.push((node.name.clone(), current, verdict.clone()));
             let event = apply(&mut node, READY, verdict, now, tracked.health.last_answer);
             batch.record(node, [event]);
         }
+        self.probe_failures
+            .retain(|name| self.tracked.contains_key(name));
         // A refused commit leaves the decisions to the next sweep; the rest
         // of what a sweep tells (answer times, metrics) holds either way.
         let stored = if batch.is_empty() {
@@ -131,11 +152,6 @@ impl Controller {
                 .await
                 .map(|written| report.transitions = written.nodes.len())
         };
-        if stored.is_ok() {
-            for (node, from, verdict) in decided {
-                tracing::info!(%node, %from, to = %verdict.status, reason = verdict.reason, "{}", verdict.message);
-            }
-        }
         self.view
             .beat(answers.iter().filter_map(|a| match a.outcome {
                 ProbeOutcome::NoAnswer { .. } => None,

@@ -477,6 +477,7 @@ impl Writer {
                     .publish_leases(p.leases.iter().cloned(), &p.deleted_leases);
             }
             for event in &p.written.events {
+                crate::logging::transition(event.seq, event.node.as_deref(), &event.kind);
                 if let EventKind::ConditionChanged { condition, to, .. } = &event.kind {
                     let labels = crate::metrics::ConditionLabels {
                         condition: condition.clone(),

@@ -5,8 +5,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ::kube::client::{ClientBuilder, DynBody};
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use ::kube::{Client, Config};
+use tower::{Layer, Service};
 
 /// Where the API server is, as the flags said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,9 +56,11 @@ impl ApiServer {
         }
     }
 
-    /// Builds the client. Every request has `timeout` to connect, send and
+    /// Builds the clients. Every request has `timeout` to connect, send and
     /// answer; retries are the mirror's (within its budget), not the client's.
-    pub async fn client(&self, timeout: Duration) -> Result<(Client, String), ClientError> {
+    /// The watch has its own client, whose answers may take as long as a
+    /// watch lasts.
+    pub async fn connect(&self, timeout: Duration) -> Result<Connection, ClientError> {
         let mut config = match self {
             ApiServer::Kubeconfig { path, master } => {
                 let kubeconfig = Kubeconfig::read_from(path).map_err(|e| ClientError {
@@ -87,12 +91,112 @@ impl ApiServer {
         config.reset_reader_on_write = true;
         config.default_retry = false;
         let url = config.cluster_url.to_string();
-        let client = Client::try_from(config).map_err(|e| ClientError {
-            what: format!("cannot set up a client for {url}"),
-            reason: e.to_string(),
-        })?;
-        Ok((client, url))
+        let mut watching = config.clone();
+        watching.read_timeout = Some(WATCH_READ_TIMEOUT);
+        let build = |config: Config| {
+            ClientBuilder::try_from(config)
+                .map(|b| b.with_layer(&RetryAfterLayer).build())
+                .map_err(|e| ClientError {
+                    what: format!("cannot set up a client for {url}"),
+                    reason: e.to_string(),
+                })
+        };
+        Ok(Connection {
+            client: build(config)?,
+            watch_client: build(watching)?,
+            url: url.clone(),
+        })
     }
+}
+
+/// How long a watch may go without a byte: longer than the watch itself
+/// asks the API server to last, which ends it cleanly.
+pub const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(330);
+
+/// The clients the mirror talks to the API server through.
+#[derive(Clone)]
+pub struct Connection {
+    /// Requests: every one with the request timeout.
+    pub client: Client,
+    /// The watch of the API server's nodes.
+    pub watch_client: Client,
+    /// The API server's address, as the configuration resolved it.
+    pub url: String,
+}
+
+/// Makes a `429 Too Many Requests` carry its `Retry-After` where kube's error
+/// keeps it: API Priority and Fairness answers 429 with a plain-text body
+/// and the wait in a header, which kube would drop; this turns the answer
+/// into a `Status` whose `details.retryAfterSeconds` is that wait.
+#[derive(Clone, Copy)]
+struct RetryAfterLayer;
+
+impl<S> Layer<S> for RetryAfterLayer {
+    type Service = RetryAfterService<S>;
+
+    fn layer(&self, inner: S) -> RetryAfterService<S> {
+        RetryAfterService(inner)
+    }
+}
+
+#[derive(Clone)]
+struct RetryAfterService<S>(S);
+
+type KubeResponse = http::Response<Box<DynBody>>;
+
+impl<S, Req> Service<Req> for RetryAfterService<S>
+where
+    S: Service<Req, Response = KubeResponse>,
+    S::Future: Send + 'static,
+{
+    type Response = KubeResponse;
+    type Error = S::Error;
+    type Future = futures_util::future::MapOk<S::Future, fn(KubeResponse) -> KubeResponse>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        use futures_util::TryFutureExt;
+        self.0
+            .call(request)
+            .map_ok(retry_after_as_status as fn(KubeResponse) -> KubeResponse)
+    }
+}
+
+/// A 429 with a `Retry-After` header becomes a `Status` naming the wait.
+fn retry_after_as_status(response: KubeResponse) -> KubeResponse {
+    if response.status() != http::StatusCode::TOO_MANY_REQUESTS {
+        return response;
+    }
+    let Some(seconds) = response
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u32>().ok())
+    else {
+        return response;
+    };
+    let status = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Too many requests, please try again later.",
+        "reason": "TooManyRequests",
+        "details": {"retryAfterSeconds": seconds},
+        "code": 429,
+    });
+    let (parts, _) = response.into_parts();
+    let body = http_body_util::BodyExt::map_err(
+        http_body_util::Full::new(bytes::Bytes::from(status.to_string())),
+        |never: std::convert::Infallible| -> tower::BoxError { match never {} },
+    );
+    http::Response::from_parts(parts, Box::new(body) as Box<DynBody>)
 }
 
 /// The API server cannot be reached as configured.
@@ -151,13 +255,13 @@ mod tests {
         crate::install_crypto_provider();
         let t = Duration::from_secs(1);
         let err = ApiServer::Master("not a url".into())
-            .client(t)
+            .connect(t)
             .await
             .err()
             .expect("refused");
         assert!(err.to_string().contains("is not a URL"), "{err}");
         let err = ApiServer::Master("localhost:6443".into())
-            .client(t)
+            .connect(t)
             .await
             .err()
             .expect("refused");
@@ -168,7 +272,7 @@ mod tests {
             path: path.clone(),
             master: None,
         }
-        .client(t)
+        .connect(t)
         .await
         .err()
         .expect("refused");
@@ -178,7 +282,7 @@ mod tests {
         );
         std::fs::write(&path, "apiVersion: v1\nkind: Config\nclusters: []\n").unwrap();
         let err = ApiServer::Kubeconfig { path, master: None }
-            .client(t)
+            .connect(t)
             .await
             .err()
             .expect("refused");
@@ -198,13 +302,13 @@ mod tests {
              contexts: [{name: site, context: {cluster: site, user: admin}}]\n",
         )
         .unwrap();
-        let (_, url) = ApiServer::Kubeconfig {
+        let connection = ApiServer::Kubeconfig {
             path: path.clone(),
             master: Some("http://127.0.0.1:7000".into()),
         }
-        .client(Duration::from_secs(1))
+        .connect(Duration::from_secs(1))
         .await
         .unwrap();
-        assert_eq!(url, "http://127.0.0.1:7000/");
+        assert_eq!(connection.url, "http://127.0.0.1:7000/");
     }
 }

@@ -6,12 +6,16 @@
 //! of new entries by following the durable event log, and on start reads the
 //! whole outbox back. Each entry is coalesced per node: the mirror sends the
 //! node as it is *now*, and removes the entry only if nothing newer was
-//! queued meanwhile. Work for one node runs in order, one piece at a time;
-//! failures are retried with exponential backoff and jitter; every request,
-//! whoever makes it, first takes a token from one [`Budget`]
-//! (`--kube-api-qps`, `--kube-api-burst`), so a backlog drains at the
-//! budget's pace. Lease renewals for Ready nodes go first: they are what
-//! tells the API server's side that the nodes are alive.
+//! queued meanwhile. It also watches the API server's Nodes (`watch.rs`), so
+//! a Node deleted or changed there, or an API server that comes back with
+//! less, is repaired within seconds.
+//!
+//! Every request, whoever makes it, first takes a token from one [`Budget`]
+//! at the priority of its work (`queue.rs`): Lease renewals of Ready nodes,
+//! then condition and taint changes, then creations and the backlog, then
+//! lists. Without `--kube-api-qps` the budget is sized from the number of
+//! Ready nodes (`capacity.rs`); either way the mirror says when the budget
+//! cannot keep every Lease renewed in time.
 //!
 //! Pod deletions are re-checked right before they happen: a node Ready
 //! again, or whose not-Ready spell is not the one that was judged, keeps its
@@ -20,74 +24,64 @@
 //! period to see the nodes again.
 
 pub mod budget;
+pub mod capacity;
 pub mod client;
+mod jobs;
 pub mod leader;
 mod queue;
 pub mod sync;
+mod upstream;
+mod watch;
 
-use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ::kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use ::kube::Client;
-use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use serde::Serialize;
-use serde_json::Value;
-use tokio::task::{Id, JoinSet};
+use tokio::sync::mpsc;
+use tokio::task::{Id, JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use queue::Queue;
+use jobs::Ctx;
+use queue::{Job, Queue};
+use watch::Report;
 
 use crate::controller::view::View;
 use crate::controller::ControllerHandle;
-use crate::metrics::{Metrics, MirrorRequestLabels};
-use crate::model::{ConditionStatus, EventKind, Micros, READY};
+use crate::metrics::Metrics;
+use crate::model::{ConditionStatus, Micros};
 use crate::store::{OutboxKey, Store};
-pub use budget::{Backoff, Budget};
-pub use client::{ApiServer, ClientError};
+pub use budget::{Backoff, Budget, Priority};
+pub use capacity::{BudgetFlags, Plan};
+pub use client::{ApiServer, ClientError, Connection};
+pub use jobs::NODE_LEASE_NAMESPACE;
 pub use leader::LeaderConfig;
 
-/// Where node Leases live, as kubelets write them.
-pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// The field manager nodekeeper's writes are recorded under.
 pub const FIELD_MANAGER: &str = "nodekeeper";
-/// Pods are listed this many at a time.
-const PAGE: u32 = 500;
-/// A resourceVersion conflict is re-read and retried this often before the
-/// entry goes back to the queue with backoff.
-const CONFLICT_RETRIES: usize = 5;
-/// How often the API server's nodes are listed and compared with the
-/// registry, besides on leadership and after an outage: repairs whatever
-/// someone else changed there.
-const RESYNC_PERIOD: Duration = Duration::from_secs(30 * 60);
-/// Failures are logged one by one at debug level, and summed up at warning
-/// level at most this often: an outage with 10k nodes must not flood the log.
-const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(10);
 /// A Lease renewal due while its node has other work in flight waits this long.
 pub(crate) const BUSY_RETRY: Duration = Duration::from_millis(100);
 /// History events read per step when following the log.
 pub(crate) const FOLLOW_BATCH: usize = 4096;
+/// Reports from the watcher waiting for the loop, at most.
+const REPORTS: usize = 1024;
 
 /// How the mirror behaves.
 #[derive(Debug, Clone)]
 pub struct MirrorConfig {
     pub api_server: ApiServer,
-    pub qps: f64,
-    pub burst: u32,
+    /// `--kube-api-qps` and `--kube-api-burst`; what is not given is sized
+    /// from the number of Ready nodes.
+    pub budget: BudgetFlags,
     /// Connect, send and answer, per request.
     pub request_timeout: Duration,
-    /// Requests in flight at once (the budget still bounds the rate).
-    pub workers: usize,
     /// `leaseDurationSeconds` of node Leases.
     pub node_lease_duration: Duration,
-    /// How often a Ready node's Lease is renewed.
-    pub node_lease_renew_interval: Duration,
+    /// How often a Ready node's Lease is renewed; `None` when node Leases
+    /// are not mirrored (`--mirror-leases=false`).
+    pub node_lease_renew_interval: Option<Duration>,
     pub backoff: Backoff,
     /// No pod is deleted before this long after the controller started: the
     /// controller must first see the nodes again.
@@ -97,14 +91,13 @@ pub struct MirrorConfig {
 
 impl MirrorConfig {
     pub fn new(api_server: ApiServer) -> MirrorConfig {
+        let duration = Duration::from_secs(40);
         MirrorConfig {
             api_server,
-            qps: 20.0,
-            burst: 30,
+            budget: BudgetFlags::default(),
             request_timeout: Duration::from_secs(10),
-            workers: 8,
-            node_lease_duration: Duration::from_secs(40),
-            node_lease_renew_interval: Duration::from_secs(10),
+            node_lease_duration: duration,
+            node_lease_renew_interval: Some(duration / 3),
             backoff: Backoff::default(),
             eviction_hold: Duration::from_secs(40),
             leader: None,
@@ -120,7 +113,22 @@ pub struct MirrorState {
     requests: AtomicU64,
     retries: AtomicU64,
     lease_renewals: AtomicU64,
-    last: Mutex<(Option<ErrorNote>, Option<Micros>)>,
+    throttled: AtomicU64,
+    missing_upstream: AtomicUsize,
+    differ_upstream: AtomicUsize,
+    watching: AtomicBool,
+    notes: Mutex<Notes>,
+}
+
+/// The parts of [`MirrorState`] that are more than a number.
+#[derive(Default)]
+struct Notes {
+    last_error: Option<ErrorNote>,
+    last_success: Option<Micros>,
+    last_list: Option<Micros>,
+    /// The last 429: when, and its Retry-After.
+    last_throttle: Option<(Micros, Duration)>,
+    plan: Option<Plan>,
 }
 
 /// The last failure, for `mirror status`.
@@ -151,6 +159,17 @@ pub struct MirrorStatus {
     pub retries: u64,
     #[serde(rename = "leaseRenewals")]
     pub lease_renewals: u64,
+    /// Requests the API server answered 429 (throttling, not errors).
+    #[serde(default)]
+    pub throttled: u64,
+    #[serde(default, rename = "lastThrottled")]
+    pub last_throttled: Option<Throttle>,
+    /// What the mirror last saw of the API server's nodes.
+    #[serde(default)]
+    pub upstream: Option<UpstreamStatus>,
+    /// The request budget and whether it covers the Leases.
+    #[serde(default)]
+    pub budget: Option<BudgetStatus>,
     /// The oldest entries (at most 20).
     pub entries: Vec<EntryStatus>,
 }
@@ -163,6 +182,69 @@ pub struct EntryStatus {
     pub enqueued: Micros,
 }
 
+/// The last 429 from the API server.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Throttle {
+    pub time: Micros,
+    #[serde(rename = "retryAfterSeconds")]
+    pub retry_after_seconds: f64,
+}
+
+/// Registry nodes the API server lacks, or has otherwise, as last seen.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct UpstreamStatus {
+    /// Registry nodes missing upstream.
+    pub missing: usize,
+    /// Registry nodes upstream that differ from the registry.
+    pub differ: usize,
+    /// Whether the watch of the API server's nodes is open.
+    pub watching: bool,
+    /// When its nodes were last listed in full.
+    #[serde(rename = "lastList")]
+    pub last_list: Option<Micros>,
+}
+
+/// The request budget, and what the Leases need of it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct BudgetStatus {
+    pub qps: f64,
+    pub burst: u32,
+    /// Sized from the node count (no `--kube-api-qps`).
+    pub sized: bool,
+    /// Whether node Leases are mirrored.
+    pub leases: bool,
+    #[serde(rename = "leaseRenewIntervalSeconds")]
+    pub lease_renew_interval_seconds: Option<f64>,
+    #[serde(rename = "readyNodes")]
+    pub ready_nodes: usize,
+    /// Requests per second the Lease renewals need.
+    #[serde(rename = "leaseQps")]
+    pub lease_qps: f64,
+    /// The rate that leaves a fifth of the budget to other work.
+    #[serde(rename = "requiredQps")]
+    pub required_qps: f64,
+    pub enough: bool,
+    /// What is wrong and what to do, when not enough.
+    pub shortfall: Option<String>,
+}
+
+impl From<&Plan> for BudgetStatus {
+    fn from(p: &Plan) -> Self {
+        BudgetStatus {
+            qps: p.qps,
+            burst: p.burst,
+            sized: p.sized,
+            leases: p.renew_interval.is_some(),
+            lease_renew_interval_seconds: p.renew_interval.map(|d| d.as_secs_f64()),
+            ready_nodes: p.ready,
+            lease_qps: p.lease_qps,
+            required_qps: p.required_qps,
+            enough: p.enough(),
+            shortfall: p.shortfall(),
+        }
+    }
+}
+
 impl MirrorState {
     pub fn new(server: String, identity: String) -> MirrorState {
         MirrorState {
@@ -172,20 +254,42 @@ impl MirrorState {
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             lease_renewals: AtomicU64::new(0),
-            last: Mutex::new((None, None)),
+            throttled: AtomicU64::new(0),
+            missing_upstream: AtomicUsize::new(0),
+            differ_upstream: AtomicUsize::new(0),
+            watching: AtomicBool::new(false),
+            notes: Mutex::new(Notes::default()),
         }
+    }
+
+    fn notes(&self) -> std::sync::MutexGuard<'_, Notes> {
+        self.notes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn is_leader(&self) -> bool {
         self.leader.load(Ordering::Relaxed)
     }
 
+    /// The mirror's readiness: an error saying why when the request budget
+    /// cannot keep every Ready node's Lease renewed in time.
+    pub fn readiness(&self) -> Result<(), String> {
+        match self.notes().plan.as_ref().and_then(Plan::shortfall) {
+            None => Ok(()),
+            Some(why) => Err(format!("mirror: {why}")),
+        }
+    }
+
+    /// The budget's plan last checked, if any.
+    pub fn plan(&self) -> Option<Plan> {
+        self.notes().plan.clone()
+    }
+
     fn note(&self, result: Result<(), &str>) {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut notes = self.notes();
         match result {
-            Ok(()) => last.1 = Some(Micros::now()),
+            Ok(()) => notes.last_success = Some(Micros::now()),
             Err(message) => {
-                last.0 = Some(ErrorNote {
+                notes.last_error = Some(ErrorNote {
                     time: Micros::now(),
                     message: message.to_string(),
                 })
@@ -193,19 +297,53 @@ impl MirrorState {
         }
     }
 
+    fn note_throttled(&self, wait: Duration) {
+        self.throttled.fetch_add(1, Ordering::Relaxed);
+        self.notes().last_throttle = Some((Micros::now(), wait));
+    }
+
+    fn note_listed(&self) {
+        self.notes().last_list = Some(Micros::now());
+    }
+
+    fn set_watching(&self, watching: bool) {
+        self.watching.store(watching, Ordering::Relaxed);
+    }
+
+    fn set_drift(&self, missing: usize, differ: usize) {
+        self.missing_upstream.store(missing, Ordering::Relaxed);
+        self.differ_upstream.store(differ, Ordering::Relaxed);
+    }
+
+    fn set_plan(&self, plan: Plan) {
+        self.notes().plan = Some(plan);
+    }
+
     /// The status, with the backlog read from the store.
     pub fn status(&self, store: &Store) -> Result<MirrorStatus, crate::store::StoreError> {
         let mut status = status_from_store(store)?;
-        let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let notes = self.notes();
         status.running = true;
         status.server = Some(self.server.clone());
         status.identity = Some(self.identity.clone());
         status.leader = self.is_leader();
-        status.last_error = last.0.or(status.last_error);
-        status.last_success = last.1;
+        status.last_error = notes.last_error.clone().or(status.last_error);
+        status.last_success = notes.last_success;
         status.requests = self.requests.load(Ordering::Relaxed);
         status.retries = self.retries.load(Ordering::Relaxed);
         status.lease_renewals = self.lease_renewals.load(Ordering::Relaxed);
+        status.throttled = self.throttled.load(Ordering::Relaxed);
+        status.last_throttled = notes.last_throttle.map(|(time, wait)| Throttle {
+            time,
+            retry_after_seconds: wait.as_secs_f64(),
+        });
+        status.upstream = Some(UpstreamStatus {
+            missing: self.missing_upstream.load(Ordering::Relaxed),
+            differ: self.differ_upstream.load(Ordering::Relaxed),
+            watching: self.watching.load(Ordering::Relaxed),
+            last_list: notes.last_list,
+        });
+        status.budget = notes.plan.as_ref().map(BudgetStatus::from);
         Ok(status)
     }
 }
@@ -239,6 +377,10 @@ pub fn status_from_store(store: &Store) -> Result<MirrorStatus, crate::store::St
         requests: 0,
         retries: 0,
         lease_renewals: 0,
+        throttled: 0,
+        last_throttled: None,
+        upstream: None,
+        budget: None,
         entries,
     })
 }
@@ -251,6 +393,8 @@ pub struct ApiError {
     /// The HTTP status, when the API server answered.
     pub code: Option<u16>,
     pub message: String,
+    /// How long the API server asked us to wait (a 429's Retry-After).
+    pub retry_after: Option<Duration>,
 }
 
 impl ApiError {
@@ -271,6 +415,12 @@ impl From<::kube::Error> for ApiError {
             ::kube::Error::Api(status) => ApiError {
                 code: Some(status.code),
                 message: format!("{} ({})", status.message, status.code),
+                retry_after: status
+                    .details
+                    .as_ref()
+                    .map(|d| d.retry_after_seconds)
+                    .filter(|s| *s > 0)
+                    .map(|s| Duration::from_secs(u64::from(s))),
             },
             other => {
                 // kube's transport errors say "client error (Connect)"; the
@@ -289,485 +439,11 @@ impl From<::kube::Error> for ApiError {
                 ApiError {
                     code: None,
                     message,
+                    retry_after: None,
                 }
             }
         }
     }
-}
-
-/// What the tasks share.
-struct Ctx {
-    client: Client,
-    budget: Budget,
-    store: Arc<Store>,
-    view: Arc<View>,
-    controller: ControllerHandle,
-    metrics: Arc<Metrics>,
-    state: Arc<MirrorState>,
-    config: MirrorConfig,
-    /// resourceVersions of the node Leases last written.
-    lease_versions: Mutex<HashMap<String, String>>,
-    /// The API server's Nodes as last seen (listed or written), as JSON
-    /// text; `null` for a node the last list did not have.
-    upstream: Mutex<HashMap<String, Box<[u8]>>>,
-}
-
-impl Ctx {
-    /// One API request: a token from the budget, a timeout, metrics.
-    async fn call<T>(
-        &self,
-        verb: &'static str,
-        request: impl Future<Output = Result<T, ::kube::Error>>,
-    ) -> Result<T, ApiError> {
-        self.budget.acquire().await;
-        let started = Instant::now();
-        let result = match tokio::time::timeout(self.config.request_timeout, request).await {
-            Ok(r) => r.map_err(ApiError::from),
-            Err(_) => Err(ApiError {
-                code: None,
-                message: format!(
-                    "no answer within {}",
-                    crate::duration::format(self.config.request_timeout)
-                ),
-            }),
-        };
-        self.metrics
-            .mirror_request_duration
-            .observe(started.elapsed().as_secs_f64());
-        let code = match &result {
-            Ok(_) => "2xx".to_string(),
-            Err(ApiError { code: Some(c), .. }) => c.to_string(),
-            Err(_) => "error".to_string(),
-        };
-        self.metrics
-            .mirror_requests
-            .get_or_create(&MirrorRequestLabels {
-                verb: verb.to_string(),
-                code,
-            })
-            .inc();
-        self.state.requests.fetch_add(1, Ordering::Relaxed);
-        result
-    }
-
-    fn nodes(&self) -> Api<KubeNode> {
-        Api::all(self.client.clone())
-    }
-
-    /// The API server's copy of a node as last seen, if known.
-    fn cached(&self, name: &str) -> Option<Value> {
-        let cache = self.upstream.lock().unwrap_or_else(|p| p.into_inner());
-        // Written by `remember` from a Value: it reads back.
-        serde_json::from_slice(cache.get(name)?).ok()
-    }
-
-    /// Remembers the API server's copy (without what nodekeeper never reads).
-    fn remember(&self, name: &str, node: Option<Value>) {
-        let mut cache = self.upstream.lock().unwrap_or_else(|p| p.into_inner());
-        match node {
-            Some(mut node) => {
-                if let Some(object) = node.as_object_mut() {
-                    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-                        meta.remove("managedFields");
-                    }
-                    if let Some(status) = object.get_mut("status").and_then(Value::as_object_mut) {
-                        status.remove("images");
-                    }
-                }
-                // Kept as JSON text: a fraction of a Value's memory, and
-                // read back only when the node changes.
-                let text = serde_json::to_vec(&node).expect("a Value serializes");
-                cache.insert(name.to_string(), text.into_boxed_slice());
-            }
-            None => {
-                cache.remove(name);
-            }
-        }
-    }
-
-    /// Brings the API server's Node to the registry's record (or deletes it).
-    /// Works from the copy last seen, so a status change costs one request;
-    /// a stale copy shows up as a 409 (or 404) and is read again.
-    async fn sync_node(&self, name: &str) -> Result<(), ApiError> {
-        let nodes = self.nodes();
-        let Some((record, _)) = self.view.get(name) else {
-            return self.delete_node(name).await;
-        };
-        let desired =
-            serde_json::to_value(crate::kube::node(&record, None)).expect("k8s types serialize");
-        let params = PatchParams::apply(FIELD_MANAGER);
-        let to_value = |n: &KubeNode| serde_json::to_value(n).expect("k8s types serialize");
-        // `Null` in the cache: the last list did not have the node.
-        let mut seen = self.cached(name);
-        let mut current = None;
-        for _ in 0..CONFLICT_RETRIES {
-            let found = match seen.take() {
-                Some(Value::Null) => None,
-                Some(node) => Some(node),
-                None => self
-                    .call("get", nodes.get_opt(name))
-                    .await?
-                    .map(|n| to_value(&n)),
-            };
-            let node = match found {
-                Some(node) => node,
-                None => {
-                    {
-                        let create: KubeNode = serde_json::from_value(sync::for_create(&desired))
-                            .expect("a node built from a node");
-                        match self
-                            .call("create", nodes.create(&PostParams::default(), &create))
-                            .await
-                        {
-                            Ok(node) => to_value(&node),
-                            // Created meanwhile: adopted on the next round.
-                            Err(e) if e.is(409) => continue,
-                            Err(e) => return Err(e),
-                        }
-                    }
-                }
-            };
-            let Some(patch) = sync::spec_patch(&node, &desired) else {
-                current = Some(node);
-                break;
-            };
-            match self
-                .call("patch", nodes.patch(name, &params, &Patch::Merge(&patch)))
-                .await
-            {
-                Ok(node) => {
-                    current = Some(to_value(&node));
-                    break;
-                }
-                // Someone else wrote the node, or it is gone: read it again.
-                Err(e) if e.is(409) || e.is(404) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        let Some(mut current) = current else {
-            self.remember(name, None);
-            return Err(ApiError {
-                code: Some(409),
-                message: format!(
-                    "node {name} kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"
-                ),
-            });
-        };
-        let patches = [
-            sync::status_patch(&current, &desired).map(Patch::Strategic),
-            sync::addresses_patch(&current, &desired).map(Patch::Merge),
-        ];
-        for patch in patches.into_iter().flatten() {
-            match self
-                .call("patch_status", nodes.patch_status(name, &params, &patch))
-                .await
-            {
-                Ok(node) => current = to_value(&node),
-                Err(e) => {
-                    // Whatever the copy was, it is not to be trusted now.
-                    self.remember(name, None);
-                    return Err(e);
-                }
-            }
-        }
-        self.remember(name, Some(current));
-        Ok(())
-    }
-
-    async fn delete_node(&self, name: &str) -> Result<(), ApiError> {
-        fn gone<T>(r: Result<T, ApiError>) -> Result<(), ApiError> {
-            match r {
-                Ok(_) => Ok(()),
-                Err(e) if e.is(404) => Ok(()),
-                Err(e) => Err(e),
-            }
-        }
-        gone(
-            self.call(
-                "delete",
-                self.nodes().delete(name, &DeleteParams::default()),
-            )
-            .await,
-        )?;
-        let leases: Api<KubeLease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
-        gone(
-            self.call("delete", leases.delete(name, &DeleteParams::default()))
-                .await,
-        )?;
-        self.lease_versions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name);
-        self.remember(name, None);
-        Ok(())
-    }
-
-    /// Renews a Ready node's Lease: one PUT when its resourceVersion is
-    /// known, a read (and a create if needed) when not.
-    async fn renew_lease(&self, name: &str) -> Result<(), ApiError> {
-        let api: Api<KubeLease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
-        let known = self
-            .lease_versions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .cloned();
-        let lease = |rv: Option<String>| KubeLease {
-            metadata: ObjectMeta {
-                name: Some(name.to_string()),
-                namespace: Some(NODE_LEASE_NAMESPACE.to_string()),
-                resource_version: rv,
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some(name.to_string()),
-                lease_duration_seconds: Some(self.config.node_lease_duration.as_secs() as i32),
-                renew_time: Some(MicroTime(Micros::now().timestamp())),
-                ..LeaseSpec::default()
-            }),
-        };
-        let pp = PostParams::default();
-        let written = match known {
-            Some(rv) => match self
-                .call("update", api.replace(name, &pp, &lease(Some(rv))))
-                .await
-            {
-                Ok(l) => Some(l),
-                Err(e) if e.is(409) || e.is(404) => None,
-                Err(e) => return Err(e),
-            },
-            None => None,
-        };
-        let written = match written {
-            Some(l) => l,
-            None => match self.call("get", api.get_opt(name)).await? {
-                Some(existing) => {
-                    self.call(
-                        "update",
-                        api.replace(name, &pp, &lease(existing.metadata.resource_version)),
-                    )
-                    .await?
-                }
-                None => self.call("create", api.create(&pp, &lease(None))).await?,
-            },
-        };
-        if let Some(rv) = written.metadata.resource_version {
-            self.lease_versions
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(name.to_string(), rv);
-        }
-        self.state.lease_renewals.fetch_add(1, Ordering::Relaxed);
-        self.metrics.mirror_lease_renewals.inc();
-        Ok(())
-    }
-
-    /// Deletes the pods of an evicted (or deleted) node, after re-checking
-    /// that the decision still holds.
-    async fn evict_pods(&self, name: &str) -> Result<Evicted, ApiError> {
-        let key = OutboxKey::EvictPods(name.to_string());
-        let Some(entry) = self.store.outbox_entry(&key).map_err(store_error)? else {
-            return Ok(Evicted::Nothing);
-        };
-        // The newest decision counts (a coalesced entry keeps the oldest
-        // queueing time): when was the event this entry stands for?
-        let decided = self
-            .store
-            .event(entry.seq)
-            .map_err(store_error)?
-            .map_or(entry.enqueued, |e| e.time);
-        if let Some(reason) = self.still_due(name, decided) {
-            return Ok(Evicted::Dropped(reason));
-        }
-        // A node gone from the registry has no kubelet to confirm a graceful
-        // deletion: its pods are removed at once, as the pod GC does for
-        // orphans. Otherwise pods get their grace period, and pods already
-        // terminating are left to it.
-        let gone = self.view.get(name).is_none();
-        let delete = if gone {
-            DeleteParams::default().grace_period(0)
-        } else {
-            DeleteParams::default()
-        };
-        if let Some(why) = self.site_down() {
-            return Ok(Evicted::Held(why));
-        }
-        let pods: Api<Pod> = Api::all(self.client.clone());
-        let mut params = ListParams::default()
-            .fields(&format!("spec.nodeName={name}"))
-            .limit(PAGE);
-        let (mut deleted, mut kept) = (0usize, 0usize);
-        // Bounded: one page per PAGE pods; a node holds at most a few hundred.
-        for _ in 0..1000 {
-            let page = self.call("list", pods.list(&params)).await?;
-            for pod in &page.items {
-                if keeps_its_pod(pod) {
-                    kept += 1;
-                    continue;
-                }
-                if pod.metadata.deletion_timestamp.is_some() && !gone {
-                    continue;
-                }
-                let (Some(ns), Some(pod_name)) = (
-                    pod.metadata.namespace.as_deref(),
-                    pod.metadata.name.as_deref(),
-                ) else {
-                    continue;
-                };
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-                match self.call("delete", api.delete(pod_name, &delete)).await {
-                    Ok(_) => deleted += 1,
-                    Err(e) if e.is(404) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
-        Ok(Evicted::Done { deleted, kept })
-    }
-
-    /// Why a queued pod deletion must not happen any more, if so.
-    fn still_due(&self, name: &str, decided: Micros) -> Option<String> {
-        let (node, _) = self.view.get(name)?; // Deleted for good: its pods go.
-        let ready = node.condition(READY);
-        match ready.map(|c| c.status) {
-            Some(ConditionStatus::True) => Some("not carried out: the node is Ready again".into()),
-            _ if ready.is_some_and(|c| c.last_transition > decided) => Some(
-                "not carried out: the node recovered since the decision; a new one will be made"
-                    .into(),
-            ),
-            _ => None,
-        }
-    }
-
-    /// Set while no node of the site is Ready: a partition or the
-    /// controller's own network, not the nodes.
-    fn site_down(&self) -> Option<String> {
-        let nodes = self.view.list();
-        let ready = nodes
-            .iter()
-            .filter(|(n, _)| n.ready() == ConditionStatus::True)
-            .count();
-        (nodes.len() > 1 && ready == 0).then(|| {
-            format!(
-                "held: none of the site's {} nodes is Ready, which looks like a partition",
-                nodes.len()
-            )
-        })
-    }
-
-    /// The nodes whose API server copy differs from the registry (or is
-    /// missing), and nodes nodekeeper created that the registry no longer has.
-    async fn reconcile(&self) -> Result<Vec<OutboxKey>, ApiError> {
-        let nodes = self.nodes();
-        let mut stale = Vec::new();
-        // Compared page by page: a 10k-node site is never held in memory whole.
-        let mut listed: HashSet<String> = HashSet::new();
-        let mut params = ListParams::default().limit(PAGE);
-        for _ in 0..100_000 {
-            let page = self.call("list", nodes.list(&params)).await?;
-            for node in page.items {
-                let Some(name) = node.metadata.name.clone() else {
-                    continue;
-                };
-                let current = serde_json::to_value(&node).expect("k8s types serialize");
-                let differs = match self.view.get(&name) {
-                    Some((ours, _)) => {
-                        let desired = serde_json::to_value(crate::kube::node(&ours, None))
-                            .expect("k8s types serialize");
-                        sync::spec_patch(&current, &desired).is_some()
-                            || sync::status_patch(&current, &desired).is_some()
-                            || sync::addresses_patch(&current, &desired).is_some()
-                    }
-                    // Created by nodekeeper, gone from the registry: deleted.
-                    None => !current["metadata"]["annotations"][crate::kube::SOURCE_ANNOTATION]
-                        .is_null(),
-                };
-                if differs {
-                    stale.push(OutboxKey::Node(name.clone()));
-                }
-                self.remember(&name, Some(current));
-                listed.insert(name);
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
-        for (node, _) in self.view.list() {
-            if listed.contains(&node.name) {
-                continue;
-            }
-            // Known absent (unless a sync created it since the list):
-            // created without asking first.
-            self.upstream
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(node.name.clone())
-                .or_insert_with(|| b"null".to_vec().into_boxed_slice());
-            stale.push(OutboxKey::Node(node.name));
-        }
-        Ok(stale)
-    }
-}
-
-/// Pods a node's eviction leaves alone, as the upstream controller does:
-/// DaemonSet pods (they would come straight back) and static pods' mirrors.
-fn keeps_its_pod(pod: &Pod) -> bool {
-    let daemon = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet");
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
-    daemon || mirror
-}
-
-fn store_error(e: crate::store::StoreError) -> ApiError {
-    ApiError {
-        code: None,
-        message: e.to_string(),
-    }
-}
-
-/// What a pod eviction came to.
-enum Evicted {
-    Done {
-        deleted: usize,
-        kept: usize,
-    },
-    /// The decision no longer holds; recorded and forgotten.
-    Dropped(String),
-    /// Not now: retried later.
-    Held(String),
-    /// The entry was already gone.
-    Nothing,
-}
-
-/// A piece of work in flight.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Job {
-    Outbox(OutboxKey),
-    Lease(String),
-    Reconcile,
-}
-
-/// What finished work asks of the loop.
-enum Outcome {
-    Done,
-    /// Done, and these outbox entries were queued.
-    Queued(Vec<OutboxKey>),
-    /// Try again after this long (and count it as a retry if it failed;
-    /// `true` when the API server did not answer or answered 5xx).
-    Again(Duration, Option<String>, bool),
 }
 
 /// The mirror, ready to run.
@@ -776,36 +452,38 @@ pub struct Mirror {
 }
 
 impl Mirror {
-    /// Builds the client; fails with a clear message when the API server's
+    /// Builds the clients; fails with a clear message when the API server's
     /// configuration is unusable (not when it is unreachable: that is an
     /// outage, and the outbox waits it out). Called before the store is
     /// opened, so a bad kubeconfig leaves nothing behind.
-    pub async fn connect(config: &MirrorConfig) -> Result<(Client, String), ClientError> {
-        config.api_server.client(config.request_timeout).await
+    pub async fn connect(config: &MirrorConfig) -> Result<Connection, ClientError> {
+        config.api_server.connect(config.request_timeout).await
     }
 
-    /// The mirror over a client from [`Mirror::connect`].
+    /// The mirror over a connection from [`Mirror::connect`].
     pub fn new(
         config: MirrorConfig,
-        (client, url): (Client, String),
+        connection: Connection,
         store: Arc<Store>,
         view: Arc<View>,
         controller: ControllerHandle,
         metrics: Arc<Metrics>,
         identity: String,
     ) -> (Mirror, Arc<MirrorState>) {
-        let state = Arc::new(MirrorState::new(url, identity));
+        let state = Arc::new(MirrorState::new(connection.url, identity));
+        let plan = Plan::new(0, config.node_lease_renew_interval, config.budget);
         let ctx = Ctx {
-            client,
-            budget: Budget::new(config.qps, config.burst),
+            client: connection.client,
+            watch_client: connection.watch_client,
+            budget: Budget::new(plan.qps, plan.burst),
             store,
             view,
             controller,
             metrics,
             state: state.clone(),
             config,
-            lease_versions: Mutex::new(HashMap::new()),
-            upstream: Mutex::new(HashMap::new()),
+            leases: Mutex::new(HashMap::new()),
+            upstream: Mutex::new(upstream::Upstream::default()),
         };
         (Mirror { ctx: Arc::new(ctx) }, state)
     }
@@ -827,50 +505,54 @@ impl Mirror {
         // Held here, so the channel stays open while no elector runs.
         let _leading_tx = leading_tx;
         let mut elector_running = true;
-        let mut queue = Queue::default();
+        let mut queue = Queue::new(
+            started,
+            ctx.config.node_lease_renew_interval,
+            ctx.config.backoff,
+        );
         let mut follow = ctx.view.subscribe();
         let mut seen = ctx.store.durable_seq();
         match ctx.store.outbox() {
             Ok(entries) => {
+                // Waiting since before this start: the backlog.
                 for (key, _) in entries {
-                    queue.add(key);
+                    queue.add(key, Priority::Backlog);
                 }
             }
             Err(e) => tracing::error!("the outbox could not be read: {e}"),
         }
-        let mut tasks: JoinSet<(Job, Outcome)> = JoinSet::new();
+        let ready_now = ctx
+            .view
+            .list()
+            .iter()
+            .filter(|(n, _)| n.ready() == ConditionStatus::True)
+            .count();
+        let mut workers = check_budget(&ctx, ready_now, None);
+        let (reports_tx, mut reports) = mpsc::channel(REPORTS);
+        let mut watcher: Option<(JoinHandle<()>, CancellationToken)> = None;
+        let mut tasks: JoinSet<Outcome> = JoinSet::new();
         let mut running: HashMap<Id, Job> = HashMap::new();
-        let mut attempts: HashMap<Job, u32> = HashMap::new();
         let mut is_leader = false;
-        // Set while requests fail for want of an API server (no answer, 5xx):
-        // the first success after it retries everything waiting, at once
-        // (the budget still paces it), instead of each at its own backoff.
-        let mut outage = false;
-        let mut unlogged = 0u64;
-        let mut last_logged: Option<Instant> = None;
         let hold_until = started + ctx.config.eviction_hold;
         loop {
             let now = Instant::now();
             ctx.metrics.mirror_backlog.set(queue.outbox_len() as i64);
             if is_leader {
-                while tasks.len() < ctx.config.workers.max(1) {
-                    let Some(job) = queue.next(now, &ctx.view, hold_until) else {
-                        break;
-                    };
+                let missing = |name: &str| ctx.upstream().is_missing(name);
+                while let Some((job, priority)) =
+                    queue.next(now, hold_until, tasks.len(), workers, &missing)
+                {
                     let task = {
                         let ctx = ctx.clone();
                         let job = job.clone();
-                        tasks.spawn(async move {
-                            let outcome = work(&ctx, &job).await;
-                            (job, outcome)
-                        })
+                        tasks.spawn(async move { jobs::work(&ctx, &job, priority).await })
                     };
                     running.insert(task.id(), job);
                 }
             }
             // At capacity, the next completion wakes the loop; a timer
             // already due would only spin it.
-            let wake = if is_leader && tasks.len() < ctx.config.workers.max(1) {
+            let wake = if is_leader && tasks.len() < workers {
                 queue.next_due()
             } else {
                 None
@@ -883,7 +565,7 @@ impl Mirror {
                         elector_running = false;
                         if is_leader {
                             tracing::error!("leader election ended; writes to the API server stop");
-                            tasks.abort_all();
+                            stop_leading(&ctx, &mut tasks, &mut watcher, &mut queue);
                         }
                         is_leader = false;
                         ctx.state.leader.store(false, Ordering::Relaxed);
@@ -894,10 +576,17 @@ impl Mirror {
                     if now_leading && !is_leader {
                         tracing::info!("leading: writing to the API server");
                         queue.lead(Instant::now(), &ctx.view);
-                        warn_if_leases_exceed_the_budget(&ctx.config, &ctx.view);
+                        workers = check_budget(&ctx, queue.ready_count(), None);
+                        let stop = shutdown.child_token();
+                        let handle = tokio::spawn(watch::watch_nodes(ctx.clone(), reports_tx.clone(), stop.clone()));
+                        watcher = Some((handle, stop));
                     } else if !now_leading && is_leader {
-                        tracing::warn!("no longer leading: writes to the API server stop");
-                        tasks.abort_all();
+                        if shutdown.is_cancelled() {
+                            tracing::info!("stopping: leadership given up");
+                        } else {
+                            tracing::warn!("no longer leading: writes to the API server stop");
+                        }
+                        stop_leading(&ctx, &mut tasks, &mut watcher, &mut queue);
                     }
                     is_leader = now_leading;
                     ctx.state.leader.store(is_leader, Ordering::Relaxed);
@@ -905,62 +594,37 @@ impl Mirror {
                 }
                 Ok(()) = follow.changed() => {
                     let durable = *follow.borrow_and_update();
-                    seen = queue.follow(&ctx.store, seen, durable, Instant::now());
+                    let before = ctx.state.plan();
+                    let (now_seen, ready_changed) = queue.follow(&ctx.store, &ctx.view, seen, durable, Instant::now());
+                    seen = now_seen;
+                    if ready_changed {
+                        workers = check_budget(&ctx, queue.ready_count(), before.as_ref());
+                    }
+                }
+                Some(report) = reports.recv() => {
+                    on_report(&ctx, &mut queue, report, Instant::now());
                 }
                 Some(done) = tasks.join_next_with_id() => {
                     let now = Instant::now();
                     match done {
-                        Ok((id, (job, outcome))) => {
-                            running.remove(&id);
-                            queue.finished(&job);
-                            match outcome {
-                                Outcome::Done => {
-                                    attempts.remove(&job);
-                                    queue.after_success(&job, now, ctx.config.node_lease_renew_interval);
-                                    if std::mem::take(&mut outage) {
-                                        tracing::info!(backlog = queue.outbox_len(), "the API server answers again; draining the backlog");
-                                        queue.renew_all_now(now, &ctx.view);
-                                        queue.retry_all_now();
-                                        // It may have come back with less than it had.
-                                        queue.reconcile_due = Some(now);
-                                        attempts.clear();
-                                    }
-                                }
-                                Outcome::Queued(keys) => {
-                                    attempts.remove(&job);
-                                    for key in keys {
-                                        queue.add(key);
-                                    }
-                                    queue.reconcile_due.get_or_insert(now + RESYNC_PERIOD);
-                                }
-                                Outcome::Again(delay, failure, unreachable) => {
-                                    outage |= unreachable;
-                                    let n = attempts.entry(job.clone()).or_insert(0);
-                                    let delay = match &failure {
-                                        Some(message) => {
-                                            *n += 1;
-                                            ctx.state.retries.fetch_add(1, Ordering::Relaxed);
-                                            ctx.metrics.mirror_retries.inc();
-                                            tracing::debug!(?job, attempt = *n, "{message}");
-                                            unlogged += 1;
-                                            if last_logged.is_none_or(|t| now - t >= FAILURE_LOG_PERIOD) {
-                                                tracing::warn!(failures = unlogged, backlog = queue.outbox_len(), "API server requests failing (retried with backoff); last: {message}");
-                                                unlogged = 0;
-                                                last_logged = Some(now);
-                                            }
-                                            ctx.config.backoff.delay(*n - 1)
-                                        }
-                                        None => delay,
-                                    };
-                                    queue.retry(job, now + delay);
-                                }
+                        Ok((id, outcome)) => {
+                            let Some(job) = running.remove(&id) else { continue };
+                            if matches!(outcome, queue::Outcome::Failed { .. }) {
+                                ctx.state.retries.fetch_add(1, Ordering::Relaxed);
+                                ctx.metrics.mirror_retries.inc();
+                            }
+                            let finished = queue.finished(job, outcome, now);
+                            if let Some(warning) = finished.warn {
+                                tracing::warn!("{warning}");
+                            }
+                            if finished.recovered {
+                                tracing::info!(backlog = queue.outbox_len(), "the API server answers again; draining the backlog");
                             }
                         }
                         Err(e) => {
                             // Aborted (leadership lost) or panicked: the work is still queued.
                             if let Some(job) = running.remove(&e.id()) {
-                                queue.finished(&job);
-                                queue.retry(job, now);
+                                queue.aborted(job, now);
                             }
                         }
                     }
@@ -969,19 +633,16 @@ impl Mirror {
             }
         }
         tasks.shutdown().await;
+        if let Some((handle, stop)) = watcher.take() {
+            stop.cancel();
+            let _ = handle.await;
+        }
         if let Some(elector) = elector {
             let _ = elector.await;
         }
         ctx.state.leader.store(false, Ordering::Relaxed);
         ctx.metrics.mirror_leader.set(0);
-        if let Some(note) = ctx
-            .state
-            .last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .0
-            .clone()
-        {
+        if let Some(note) = ctx.state.notes().last_error.clone() {
             let _ = ctx.store.meta_put(
                 META_LAST_ERROR,
                 &serde_json::to_vec(&note).expect("a note serializes"),
@@ -991,24 +652,124 @@ impl Mirror {
     }
 }
 
-/// Lease renewals alone can ask for more than the budget allows: say so,
-/// with what to change.
-fn warn_if_leases_exceed_the_budget(config: &MirrorConfig, view: &View) {
-    let ready = view
-        .list()
-        .iter()
-        .filter(|(n, _)| n.ready() == ConditionStatus::True)
-        .count();
-    let needed = ready as f64 / config.node_lease_renew_interval.as_secs_f64();
-    if needed > config.qps * 0.8 {
-        tracing::warn!(
-            ready,
-            needed_qps = needed,
-            qps = config.qps,
-            "renewing every Ready node's Lease every {} needs more than 80% of --kube-api-qps; Leases will be late and may expire upstream. Raise --kube-api-qps or --node-lease-renew-interval",
-            crate::duration::format(config.node_lease_renew_interval)
-        );
+/// What the finished work's task gives back.
+type Outcome = queue::Outcome;
+
+/// Leadership ends: work in flight and the watch stop.
+fn stop_leading(
+    ctx: &Ctx,
+    tasks: &mut JoinSet<Outcome>,
+    watcher: &mut Option<(JoinHandle<()>, CancellationToken)>,
+    queue: &mut Queue,
+) {
+    tasks.abort_all();
+    if let Some((handle, stop)) = watcher.take() {
+        stop.cancel();
+        handle.abort();
     }
+    ctx.state.set_watching(false);
+    ctx.upstream().incomplete();
+    queue.lost_lead();
+}
+
+/// What the watcher saw, into the schedule (and the durable outbox).
+fn on_report(ctx: &Ctx, queue: &mut Queue, report: Report, now: Instant) {
+    let stale = match report {
+        Report::Failed {
+            message,
+            unreachable,
+        } => {
+            if unreachable {
+                queue.unreachable();
+            }
+            ctx.state.note(Err(&message));
+            tracing::debug!("{message}");
+            return;
+        }
+        Report::Listed(stale) => {
+            ctx.state.note(Ok(()));
+            if queue.answered(now) {
+                tracing::info!(
+                    backlog = queue.outbox_len(),
+                    "the API server answers again; draining the backlog"
+                );
+            }
+            if !stale.is_empty() {
+                let missing = stale.iter().filter(|(_, m)| *m).count();
+                tracing::info!(
+                    missing,
+                    differ = stale.len() - missing,
+                    "nodes missing or different on the API server; queued"
+                );
+            }
+            stale
+        }
+        Report::Changed(name, missing) => {
+            tracing::debug!(node = %name, missing, "node changed on the API server; queued");
+            vec![(name, missing)]
+        }
+    };
+    let keys: Vec<OutboxKey> = stale
+        .iter()
+        .map(|(name, _)| OutboxKey::Node(name.clone()))
+        .collect();
+    if let Err(e) = ctx.store.enqueue(&keys, Micros::now()) {
+        tracing::error!("could not queue the nodes that differ on the API server: {e}");
+    }
+    for (name, missing) in stale {
+        queue.upstream_changed(&name, missing);
+    }
+}
+
+/// Checks the budget against the Leases of `ready` nodes; sizes it when no
+/// `--kube-api-qps` was given; says so when it is short, and when that
+/// changes. Returns how many requests may be in flight.
+fn check_budget(ctx: &Ctx, ready: usize, before: Option<&Plan>) -> usize {
+    let plan = Plan::new(
+        ready,
+        ctx.config.node_lease_renew_interval,
+        ctx.config.budget,
+    );
+    if plan.sized && Some((plan.qps, plan.burst)) != before.map(|p| (p.qps, p.burst)) {
+        ctx.budget.set_rate(plan.qps, plan.burst);
+        // Said when it starts and when it moves by a quarter, not at every node.
+        let moved = before.is_none_or(|b| (plan.qps - b.qps).abs() >= b.qps / 4.0);
+        if moved {
+            tracing::info!(
+                ready,
+                qps = plan.qps,
+                burst = plan.burst,
+                "request budget sized from the Ready nodes' Leases"
+            );
+        }
+    }
+    let was_enough = before.is_none_or(Plan::enough);
+    match plan.shortfall() {
+        Some(why) if was_enough => {
+            tracing::warn!(
+                ready,
+                needed_qps = plan.required_qps.ceil(),
+                qps = plan.qps,
+                "{why}"
+            );
+        }
+        None if !was_enough => {
+            tracing::info!(
+                ready,
+                qps = plan.qps,
+                "the request budget covers every Ready node's Lease again"
+            );
+        }
+        _ => {}
+    }
+    ctx.metrics.mirror_budget_qps.set(plan.qps);
+    ctx.metrics.mirror_lease_qps_needed.set(plan.lease_qps);
+    ctx.metrics
+        .mirror_budget_sufficient
+        .set(i64::from(plan.enough()));
+    let workers = plan.workers();
+    ctx.state.set_plan(plan);
+    workers
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -1018,97 +779,39 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Does one piece of work and says what comes next.
-async fn work(ctx: &Ctx, job: &Job) -> Outcome {
-    let failed = |what: String, e: ApiError| {
-        let message = format!("{what}: {e}");
-        ctx.state.note(Err(&message));
-        let unreachable = e.code.is_none_or(|c| c >= 500);
-        Outcome::Again(Duration::ZERO, Some(message), unreachable)
-    };
-    match job {
-        Job::Lease(name) => match ctx.renew_lease(name).await {
-            Ok(()) => {
-                ctx.state.note(Ok(()));
-                Outcome::Done
-            }
-            Err(e) => failed(format!("renewing the Lease of {name}"), e),
-        },
-        Job::Reconcile => match ctx.reconcile().await {
-            Ok(stale) => {
-                if !stale.is_empty() {
-                    tracing::info!(
-                        nodes = stale.len(),
-                        "nodes differ on the API server; queued"
-                    );
-                }
-                if let Err(e) = ctx.store.enqueue(&stale, Micros::now()) {
-                    return failed("queueing the nodes that differ".into(), store_error(e));
-                }
-                ctx.state.note(Ok(()));
-                Outcome::Queued(stale)
-            }
-            Err(e) => failed("listing the API server's nodes".into(), e),
-        },
-        Job::Outbox(key) => {
-            // What the view shows includes every change up to `published`;
-            // read before the entry, so an entry at or below it is shown.
-            let published = ctx.view.published();
-            let seq = match ctx.store.outbox_entry(key) {
-                Ok(Some(entry)) => entry.seq,
-                Ok(None) => return Outcome::Done,
-                Err(e) => return failed(format!("reading the outbox for {key:?}"), store_error(e)),
-            };
-            if seq > published {
-                // Written but not yet durable and shown: sending the view now
-                // would send the state before it, and clear the entry.
-                return Outcome::Again(BUSY_RETRY, None, false);
-            }
-            match key {
-                OutboxKey::Node(name) => {
-                    if let Err(e) = ctx.sync_node(name).await {
-                        return failed(format!("mirroring node {name}"), e);
-                    }
-                }
-                OutboxKey::EvictPods(name) => {
-                    let result = match ctx.evict_pods(name).await {
-                        Err(e) => return failed(format!("deleting the pods of {name}"), e),
-                        Ok(Evicted::Nothing) => return Outcome::Done,
-                        Ok(Evicted::Held(why)) => {
-                            tracing::warn!(node = %name, "pod eviction {why}");
-                            return Outcome::Again(
-                                ctx.config.node_lease_renew_interval,
-                                None,
-                                false,
-                            );
-                        }
-                        Ok(Evicted::Dropped(why)) => why,
-                        Ok(Evicted::Done { deleted, kept }) => {
-                            tracing::warn!(node = %name, deleted, kept, "pods deleted");
-                            format!("deleted {deleted} pods ({kept} DaemonSet or static pods kept)")
-                        }
-                    };
-                    let kind = EventKind::EvictionDone { result };
-                    if let Err(e) = ctx.controller.record(name.clone(), kind).await {
-                        return failed(
-                            format!("recording the eviction of {name}"),
-                            ApiError {
-                                code: None,
-                                message: e.to_string(),
-                            },
-                        );
-                    }
-                }
-            }
-            match ctx.store.outbox_done(key, seq) {
-                Ok(true) => {
-                    ctx.state.note(Ok(()));
-                    Outcome::Done
-                }
-                // Something newer was queued while we worked: again, now.
-                Ok(false) => Outcome::Again(Duration::ZERO, None, false),
-                Err(e) => failed("clearing the outbox".into(), store_error(e)),
-            }
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_says_why_the_budget_is_short() {
+        let state = MirrorState::new("http://127.0.0.1:1".into(), "me".into());
+        assert_eq!(state.readiness(), Ok(()), "nothing checked yet");
+        let given = BudgetFlags {
+            qps: Some(20.0),
+            burst: Some(30),
+        };
+        let interval = Some(Duration::from_secs(40) / 3);
+        state.set_plan(Plan::new(100, interval, given));
+        assert_eq!(state.readiness(), Ok(()));
+        state.set_plan(Plan::new(600, interval, given));
+        let why = state.readiness().unwrap_err();
+        assert!(
+            why.starts_with("mirror: renewing the Leases of 600 Ready nodes"),
+            "{why}"
+        );
+        assert!(why.contains("--kube-api-qps must be at least 57"), "{why}");
+    }
+
+    #[test]
+    fn a_429_keeps_its_retry_after() {
+        let status: ::kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "message": "Too many requests", "reason": "TooManyRequests",
+            "code": 429, "details": {"retryAfterSeconds": 3}
+        }))
+        .unwrap();
+        let e = ApiError::from(::kube::Error::Api(Box::new(status)));
+        assert!(e.is(429));
+        assert_eq!(e.retry_after, Some(Duration::from_secs(3)));
     }
 }

@@ -1,47 +1,200 @@
-//! The mirror's schedule: which piece of work starts next. Pure state, no
-//! I/O, so its rules are tested directly.
+//! The mirror's schedule: which piece of work starts next, and what a
+//! finished one means for the rest. Pure state with one method per event
+//! (leadership gained, events followed, the API server's nodes seen, work
+//! finished), no I/O, so its rules are tested on paused time.
+//!
+//! Inside the budget, work goes by [`Priority`]: Lease renewals of Ready
+//! nodes first, then condition and taint changes, then creations and the
+//! backlog after an outage or a restart (lists are the watcher's, last).
+//! A quarter of the workers are kept for Lease renewals.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Job, BUSY_RETRY, FOLLOW_BATCH};
+use super::budget::{Backoff, Priority};
+use super::{BUSY_RETRY, FOLLOW_BATCH};
 use crate::controller::view::View;
-use crate::model::{ConditionStatus, EventKind, READY};
+use crate::model::{ConditionStatus, EventKind};
 use crate::store::{HistoryQuery, OutboxKey, Store};
 
-/// The mirror's schedule: outbox work ready or waiting out a backoff, one
-/// piece per node at a time; Lease renewals by due time; the reconcile.
-#[derive(Default)]
-pub(super) struct Queue {
-    /// Every outbox key known to be queued, whatever its state.
-    queued: HashSet<OutboxKey>,
-    ready: VecDeque<OutboxKey>,
+/// Failures are logged one by one at debug level, and summed up at warning
+/// level at most this often: an outage with 10k nodes must not flood the log.
+const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(10);
+
+/// A piece of work.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Job {
+    Outbox(OutboxKey),
+    Lease(String),
+}
+
+impl Job {
+    fn node(&self) -> &str {
+        match self {
+            Job::Outbox(key) => key.node(),
+            Job::Lease(name) => name,
+        }
+    }
+}
+
+/// How a piece of work ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Outcome {
+    /// Done; `created` when the Node was created upstream (its Lease is
+    /// due); `again` when a newer change was queued meanwhile (the same
+    /// work again, now).
+    Done { created: bool, again: bool },
+    /// Not now (the node busy, a newer change queued, an eviction held):
+    /// again after this long, no failure.
+    Later(Duration),
+    /// Failed; retried with backoff. `unreachable` when the API server did
+    /// not answer or answered 5xx.
+    Failed { message: String, unreachable: bool },
+    /// The API server throttled it (429): again after its Retry-After.
+    Throttled(Duration),
+}
+
+/// What the loop should say about a finished piece of work.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Finished {
+    /// A summary of failures to log as a warning.
+    pub warn: Option<String>,
+    /// The API server answers again after failing: the backlog drains now.
+    pub recovered: bool,
+}
+
+/// The mirror's schedule.
+pub(crate) struct Queue {
+    /// Lease phases count from here.
+    epoch: Instant,
+    /// How often a Ready node's Lease is renewed; `None`: Leases are not mirrored.
+    renew: Option<Duration>,
+    backoff: Backoff,
+    /// Every outbox key known to be queued, with its priority.
+    queued: HashMap<OutboxKey, Priority>,
+    /// Keys ready to start, by priority then arrival.
+    ready: BTreeSet<(Priority, u64, OutboxKey)>,
+    ready_index: HashMap<OutboxKey, (Priority, u64)>,
+    arrivals: u64,
+    /// Keys waiting out a backoff or a hold.
     delayed: BTreeSet<(Instant, OutboxKey)>,
     /// Keys whose node has work in flight, resumed when it finishes.
     parked: HashMap<String, Vec<OutboxKey>>,
     busy: HashSet<String>,
+    /// Nodes that changed upstream while busy: looked at again when done.
+    dirty: HashMap<String, Priority>,
     leases_due: BTreeSet<(Instant, String)>,
     lease_at: HashMap<String, Instant>,
-    pub(super) reconcile_due: Option<Instant>,
-    /// Whose turn it is when both a Lease and outbox work are due.
-    outbox_turn: bool,
+    /// Ready nodes of the registry: whose Leases are renewed.
+    ready_nodes: HashSet<String>,
+    attempts: HashMap<Job, u32>,
+    /// Set while requests fail for want of an API server (no answer, 5xx):
+    /// the first success after it retries everything waiting, at once (the
+    /// budget still paces it), instead of each at its own backoff.
+    outage: bool,
+    unlogged: u64,
+    last_logged: Option<Instant>,
 }
 
 impl Queue {
-    pub(super) fn outbox_len(&self) -> usize {
-        self.queued.len()
-    }
-
-    /// A key now in the outbox (again): queued unless it already is.
-    pub(super) fn add(&mut self, key: OutboxKey) {
-        if self.queued.insert(key.clone()) {
-            self.ready.push_back(key);
+    pub(crate) fn new(now: Instant, renew: Option<Duration>, backoff: Backoff) -> Queue {
+        Queue {
+            epoch: now,
+            renew,
+            backoff,
+            queued: HashMap::new(),
+            ready: BTreeSet::new(),
+            ready_index: HashMap::new(),
+            arrivals: 0,
+            delayed: BTreeSet::new(),
+            parked: HashMap::new(),
+            busy: HashSet::new(),
+            dirty: HashMap::new(),
+            leases_due: BTreeSet::new(),
+            lease_at: HashMap::new(),
+            ready_nodes: HashSet::new(),
+            attempts: HashMap::new(),
+            outage: false,
+            unlogged: 0,
+            last_logged: None,
         }
     }
 
-    pub(super) fn schedule_lease(&mut self, name: &str, at: Instant) {
+    pub(crate) fn outbox_len(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// Ready nodes of the registry.
+    pub(crate) fn ready_count(&self) -> usize {
+        self.ready_nodes.len()
+    }
+
+    #[cfg(test)]
+    fn in_outage(&self) -> bool {
+        self.outage
+    }
+
+    /// A key now in the outbox (again): queued unless it already is; a
+    /// queued key moves up when asked for at a higher priority.
+    pub(crate) fn add(&mut self, key: OutboxKey, priority: Priority) {
+        match self.queued.get(&key).copied() {
+            None => {
+                self.queued.insert(key.clone(), priority);
+                self.make_ready(key);
+            }
+            Some(was) if priority < was => {
+                self.queued.insert(key.clone(), priority);
+                if let Some((p, n)) = self.ready_index.remove(&key) {
+                    self.ready.remove(&(p, n, key.clone()));
+                    self.make_ready(key);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn make_ready(&mut self, key: OutboxKey) {
+        let priority = self.queued.get(&key).copied().unwrap_or(Priority::Change);
+        self.arrivals += 1;
+        self.ready_index
+            .insert(key.clone(), (priority, self.arrivals));
+        self.ready.insert((priority, self.arrivals, key));
+    }
+
+    /// Leadership gained: every Ready node's Lease is due now, and
+    /// everything waiting is tried now.
+    pub(crate) fn lead(&mut self, now: Instant, view: &View) {
+        self.ready_nodes = view
+            .list()
+            .into_iter()
+            .filter(|(n, _)| n.ready() == ConditionStatus::True)
+            .map(|(n, _)| n.name)
+            .collect();
+        self.renew_all_now(now);
+        self.retry_all_now(None);
+    }
+
+    /// Leadership lost: work in flight was aborted (each reported through
+    /// [`Queue::aborted`]); what the API server showed is forgotten.
+    pub(crate) fn lost_lead(&mut self) {
+        self.dirty.clear();
+        self.outage = false;
+    }
+
+    /// Every Ready node's Lease is due now.
+    pub(crate) fn renew_all_now(&mut self, now: Instant) {
+        let names: Vec<String> = self.ready_nodes.iter().cloned().collect();
+        for name in names {
+            self.schedule_lease(&name, now);
+        }
+    }
+
+    fn schedule_lease(&mut self, name: &str, at: Instant) {
+        if self.renew.is_none() {
+            return;
+        }
         if let Some(old) = self.lease_at.get(name) {
             if *old <= at {
                 return;
@@ -52,31 +205,31 @@ impl Queue {
         self.leases_due.insert((at, name.to_string()));
     }
 
-    /// Leadership gained: reconcile with the API server, renew every Ready
-    /// node's Lease, and try everything waiting now.
-    pub(super) fn lead(&mut self, now: Instant, view: &View) {
-        self.reconcile_due = Some(now);
-        self.renew_all_now(now, view);
-        self.retry_all_now();
+    /// When a Lease renewed at `now` is due again: at its node's own phase
+    /// of the interval (a hash of its name), so renewals spread evenly over
+    /// the interval instead of bunching; at least a quarter interval on, so
+    /// a late renewal is not followed at once by another.
+    pub(crate) fn next_renewal(&self, name: &str, now: Instant) -> Option<Instant> {
+        let renew = self.renew?.as_nanos().max(1);
+        let phase = (phase_of(name) * renew as f64) as u128;
+        // The first slot (epoch + phase + k·renew) a quarter interval away.
+        let target = (now.saturating_duration_since(self.epoch)).as_nanos() + renew / 4;
+        let k = target.saturating_sub(phase).div_ceil(renew);
+        let offset = u64::try_from(phase + k * renew).unwrap_or(u64::MAX);
+        Some(self.epoch + Duration::from_nanos(offset))
     }
 
-    /// Every Ready node's Lease is due now.
-    pub(super) fn renew_all_now(&mut self, now: Instant, view: &View) {
-        for (node, _) in view.list() {
-            if node.ready() == ConditionStatus::True {
-                self.schedule_lease(&node.name, now);
-            }
-        }
-    }
-
-    /// Queues the work of the events durable since `seen`; returns the new `seen`.
-    pub(super) fn follow(
+    /// Queues the work of the events durable since `seen`; returns the new
+    /// `seen`, and whether the number of Ready nodes changed.
+    pub(crate) fn follow(
         &mut self,
         store: &Store,
+        view: &View,
         mut seen: u64,
         durable: u64,
         now: Instant,
-    ) -> u64 {
+    ) -> (u64, bool) {
+        let before = self.ready_nodes.len();
         // Bounded: each round reads up to FOLLOW_BATCH events and advances.
         while seen < durable {
             let query = HistoryQuery {
@@ -88,74 +241,116 @@ impl Queue {
                 Ok(events) => events,
                 Err(e) => {
                     tracing::error!("the mirror could not read the event log: {e}");
-                    return seen;
+                    break;
                 }
             };
             let Some(last) = events.last().map(|e| e.seq) else {
-                return durable;
+                seen = durable;
+                break;
             };
+            let mut touched = HashSet::new();
             for e in &events {
                 let Some(node) = &e.node else { continue };
+                // A new node is a creation; anything else a change.
+                let priority = match e.kind {
+                    EventKind::Registered { .. } => Priority::Backlog,
+                    _ => Priority::Change,
+                };
                 for (key, _) in OutboxKey::for_event(node, &e.kind) {
-                    self.add(key);
+                    self.add(key, priority);
                 }
-                if let EventKind::ConditionChanged {
-                    condition,
-                    to: ConditionStatus::True,
-                    ..
-                } = &e.kind
-                {
-                    if condition == READY {
-                        self.schedule_lease(node, now);
+                if e.kind.changes_node() {
+                    touched.insert(node.clone());
+                }
+            }
+            for name in touched {
+                let ready = view
+                    .get(&name)
+                    .is_some_and(|(n, _)| n.ready() == ConditionStatus::True);
+                if ready {
+                    if self.ready_nodes.insert(name.clone()) {
+                        self.schedule_lease(&name, now);
                     }
+                } else {
+                    self.ready_nodes.remove(&name);
                 }
             }
             seen = last;
         }
-        seen
+        (seen, self.ready_nodes.len() != before)
     }
 
-    /// The next job to start, if any is due: the reconcile first, then Lease
-    /// renewals and outbox work taking turns, so neither starves the other
-    /// when the budget cannot cover both.
-    pub(super) fn next(&mut self, now: Instant, view: &View, hold_until: Instant) -> Option<Job> {
-        if self.reconcile_due.is_some_and(|t| t <= now) {
-            self.reconcile_due = None;
-            return Some(Job::Reconcile);
+    /// The API server's copy of a node was seen missing (`missing`) or
+    /// differing from the registry: its Node is queued, unless work for it
+    /// is in flight, which then looks again when it ends.
+    pub(crate) fn upstream_changed(&mut self, name: &str, missing: bool) {
+        // Recreating a node is a creation; repairing one a change.
+        let priority = if missing {
+            Priority::Backlog
+        } else {
+            Priority::Change
+        };
+        if self.busy.contains(name) {
+            let p = self.dirty.entry(name.to_string()).or_insert(priority);
+            *p = (*p).min(priority);
+        } else {
+            self.add(OutboxKey::Node(name.to_string()), priority);
+        }
+    }
+
+    /// The next job to start, with the priority its requests take, if one is
+    /// due and a worker is free. `in_flight` jobs run of at most `workers`.
+    /// `missing` says which nodes are known missing upstream: their Leases
+    /// wait until the Node is created.
+    pub(crate) fn next(
+        &mut self,
+        now: Instant,
+        hold_until: Instant,
+        in_flight: usize,
+        workers: usize,
+        missing: &dyn Fn(&str) -> bool,
+    ) -> Option<(Job, Priority)> {
+        if in_flight >= workers {
+            return None;
         }
         while let Some((at, _)) = self.delayed.first() {
             if *at > now {
                 break;
             }
             let (_, key) = self.delayed.pop_first().expect("just seen");
-            self.ready.push_back(key);
+            if self.queued.contains_key(&key) {
+                self.make_ready(key);
+            }
         }
-        let job = if self.outbox_turn {
-            self.next_outbox(now, hold_until)
-                .or_else(|| self.next_lease(now, view))
-        } else {
-            self.next_lease(now, view)
-                .or_else(|| self.next_outbox(now, hold_until))
-        };
-        if let Some(job) = &job {
-            self.outbox_turn = matches!(job, Job::Lease(_));
+        if let Some(job) = self.next_lease(now, missing) {
+            return Some((job, Priority::Lease));
         }
-        job
+        // The last quarter of the workers is kept for Lease renewals.
+        if in_flight >= workers - workers / 4 {
+            return None;
+        }
+        self.next_outbox(now, hold_until)
     }
 
-    /// The next due Lease renewal of a Ready node.
-    pub(super) fn next_lease(&mut self, now: Instant, view: &View) -> Option<Job> {
+    /// The next due Lease renewal of a Ready node that exists upstream.
+    fn next_lease(&mut self, now: Instant, missing: &dyn Fn(&str) -> bool) -> Option<Job> {
         while let Some((at, name)) = self.leases_due.first().cloned() {
             if at > now {
                 break;
             }
             self.leases_due.pop_first();
             self.lease_at.remove(&name);
-            let ready = view
-                .get(&name)
-                .is_some_and(|(n, _)| n.ready() == ConditionStatus::True);
-            // A node not Ready lets its Lease expire; its next Ready schedules it again.
-            if !ready {
+            // A node not Ready lets its Lease expire; its next Ready
+            // schedules it again.
+            if !self.ready_nodes.contains(&name) {
+                continue;
+            }
+            // A node missing upstream gets its Lease once it is created (then
+            // at once); until then it is looked at again an interval on.
+            if missing(&name) {
+                if let Some(renew) = self.renew {
+                    self.schedule_lease(&name, now + renew);
+                }
                 continue;
             }
             // One piece of work per node at a time: a renewal never races the
@@ -170,10 +365,11 @@ impl Queue {
         None
     }
 
-    /// The next outbox key whose node is not busy.
-    pub(super) fn next_outbox(&mut self, now: Instant, hold_until: Instant) -> Option<Job> {
-        // Bounded by the ready queue's length: each key is started, parked or held.
-        while let Some(key) = self.ready.pop_front() {
+    /// The next outbox key whose node is not busy, highest priority first.
+    fn next_outbox(&mut self, now: Instant, hold_until: Instant) -> Option<(Job, Priority)> {
+        // Bounded by the ready set's size: each key is started, parked or held.
+        while let Some((priority, _, key)) = self.ready.pop_first() {
+            self.ready_index.remove(&key);
             let node = key.node().to_string();
             if self.busy.contains(&node) {
                 self.parked.entry(node).or_default().push(key);
@@ -184,22 +380,29 @@ impl Queue {
                 continue;
             }
             self.busy.insert(node);
-            return Some(Job::Outbox(key));
+            return Some((Job::Outbox(key), priority));
         }
         None
     }
 
-    /// Everything waiting out a backoff becomes due now.
-    pub(super) fn retry_all_now(&mut self) {
+    /// Everything waiting out a backoff becomes due now, at `priority` when
+    /// given (the backlog after an outage).
+    fn retry_all_now(&mut self, priority: Option<Priority>) {
         for (_, key) in std::mem::take(&mut self.delayed) {
-            self.ready.push_back(key);
+            if let Some(p) = priority {
+                if let Some(q) = self.queued.get_mut(&key) {
+                    *q = p.max(*q);
+                }
+            }
+            if self.queued.contains_key(&key) {
+                self.make_ready(key);
+            }
         }
     }
 
     /// When the next timer is due.
-    pub(super) fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         [
-            self.reconcile_due,
             self.leases_due.first().map(|(t, _)| *t),
             self.delayed.first().map(|(t, _)| *t),
         ]
@@ -208,40 +411,146 @@ impl Queue {
         .min()
     }
 
-    /// A job ended (however): its node may take its next piece of work.
-    pub(super) fn finished(&mut self, job: &Job) {
-        let node = match job {
-            Job::Outbox(key) => key.node(),
-            Job::Lease(name) => name.as_str(),
-            Job::Reconcile => return,
-        };
-        self.busy.remove(node);
-        if let Some(parked) = self.parked.remove(node) {
-            for key in parked.into_iter().rev() {
-                self.ready.push_front(key);
+    /// A job that was started ended, however: its node may take its next
+    /// piece of work, and the outcome decides what comes next.
+    pub(crate) fn finished(&mut self, job: Job, outcome: Outcome, now: Instant) -> Finished {
+        self.release(&job);
+        let node = job.node().to_string();
+        let mut result = Finished::default();
+        match outcome {
+            Outcome::Done { created, again } => {
+                self.attempts.remove(&job);
+                match &job {
+                    Job::Outbox(key) => {
+                        // A node just created gets its Lease at once.
+                        let name = key.node().to_string();
+                        if created && self.ready_nodes.contains(&name) {
+                            self.schedule_lease(&name, now);
+                        }
+                        if again {
+                            self.retry(job.clone(), now);
+                        } else {
+                            self.queued.remove(key);
+                        }
+                    }
+                    Job::Lease(name) => {
+                        if let Some(at) = self.next_renewal(name, now) {
+                            self.schedule_lease(name, at);
+                        }
+                    }
+                }
+                result.recovered = self.recovered(now);
+            }
+            Outcome::Later(after) => {
+                self.attempts.remove(&job);
+                self.retry(job, now + after);
+            }
+            Outcome::Throttled(after) => {
+                // Not a failure: the budget already waits the Retry-After out.
+                self.retry(job, now + after);
+            }
+            Outcome::Failed {
+                message,
+                unreachable,
+            } => {
+                self.outage |= unreachable;
+                let n = self.attempts.entry(job.clone()).or_insert(0);
+                *n += 1;
+                let delay = self.backoff.delay(*n - 1);
+                tracing::debug!(?job, attempt = *n, "{message}");
+                self.unlogged += 1;
+                if self
+                    .last_logged
+                    .is_none_or(|t| now - t >= FAILURE_LOG_PERIOD)
+                {
+                    result.warn = Some(format!(
+                        "API server requests failing (retried with backoff); {} failures, backlog {}; last: {message}",
+                        self.unlogged,
+                        self.outbox_len()
+                    ));
+                    self.unlogged = 0;
+                    self.last_logged = Some(now);
+                }
+                self.retry(job, now + delay);
+            }
+        }
+        self.requeue_dirty(&node);
+        result
+    }
+
+    /// A job aborted (leadership lost) or panicked: its work stays queued.
+    pub(crate) fn aborted(&mut self, job: Job, now: Instant) {
+        self.release(&job);
+        let node = job.node().to_string();
+        self.retry(job, now);
+        self.requeue_dirty(&node);
+    }
+
+    /// The API server answered (the watcher's list) after failing.
+    pub(crate) fn answered(&mut self, now: Instant) -> bool {
+        self.recovered(now)
+    }
+
+    /// Requests fail for want of an API server (the watcher's list).
+    pub(crate) fn unreachable(&mut self) {
+        self.outage = true;
+    }
+
+    fn recovered(&mut self, now: Instant) -> bool {
+        if !std::mem::take(&mut self.outage) {
+            return false;
+        }
+        self.renew_all_now(now);
+        self.retry_all_now(Some(Priority::Backlog));
+        self.attempts.clear();
+        true
+    }
+
+    fn release(&mut self, job: &Job) {
+        let node = job.node().to_string();
+        self.busy.remove(&node);
+        if let Some(parked) = self.parked.remove(&node) {
+            for key in parked {
+                if self.queued.contains_key(&key) {
+                    self.make_ready(key);
+                }
             }
         }
     }
 
-    pub(super) fn after_success(&mut self, job: &Job, now: Instant, renew: Duration) {
-        match job {
-            Job::Outbox(key) => {
-                self.queued.remove(key);
-            }
-            Job::Lease(name) => self.schedule_lease(name, now + renew),
-            Job::Reconcile => {}
+    /// A node seen changed upstream while its work ran is queued again.
+    fn requeue_dirty(&mut self, node: &str) {
+        if let Some(priority) = self.dirty.remove(node) {
+            self.add(OutboxKey::Node(node.to_string()), priority);
         }
     }
 
-    pub(super) fn retry(&mut self, job: Job, at: Instant) {
+    fn retry(&mut self, job: Job, at: Instant) {
         match job {
             Job::Outbox(key) => {
                 self.delayed.insert((at, key));
             }
             Job::Lease(name) => self.schedule_lease(&name, at),
-            Job::Reconcile => self.reconcile_due = Some(at),
         }
     }
+}
+
+/// Where in the renewal interval a node's Lease falls, in [0, 1): a hash of
+/// its name (FNV-1a, mixed), stable across restarts.
+fn phase_of(name: &str) -> f64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in name.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    // FNV's high bits barely move with the last characters (edge-00001,
+    // edge-00002, ...): mixed as MurmurHash3 finishes.
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    hash ^= hash >> 33;
+    (hash >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]
@@ -249,6 +558,8 @@ mod tests {
     use super::*;
     use crate::model::Micros;
     use crate::store::records::tests::sample_node;
+
+    const RENEW: Duration = Duration::from_secs(10);
 
     fn view(ready: &[&str], down: &[&str]) -> View {
         let view = View::default();
@@ -268,6 +579,10 @@ mod tests {
         view
     }
 
+    fn queue(now: Instant) -> Queue {
+        Queue::new(now, Some(RENEW), Backoff::default())
+    }
+
     fn node(n: &str) -> OutboxKey {
         OutboxKey::Node(n.into())
     }
@@ -276,93 +591,256 @@ mod tests {
         OutboxKey::EvictPods(n.into())
     }
 
+    fn done() -> Outcome {
+        Outcome::Done {
+            created: false,
+            again: false,
+        }
+    }
+
+    fn failed(unreachable: bool) -> Outcome {
+        Outcome::Failed {
+            message: "connection refused".into(),
+            unreachable,
+        }
+    }
+
+    /// The next job, any worker free.
+    fn next(q: &mut Queue, now: Instant) -> Option<Job> {
+        q.next(now, now, 0, 8, &|_| false).map(|(job, _)| job)
+    }
+
     #[test]
     fn one_piece_of_work_per_node_at_a_time_in_order() {
-        let view = view(&[], &["a", "b"]);
         let now = Instant::now();
-        let mut q = Queue::default();
-        q.add(node("a"));
-        q.add(pods("a"));
-        q.add(node("b"));
-        q.add(node("a")); // already queued: coalesced
+        let mut q = queue(now);
+        q.add(node("a"), Priority::Change);
+        q.add(pods("a"), Priority::Change);
+        q.add(node("b"), Priority::Change);
+        q.add(node("a"), Priority::Change); // already queued: coalesced
         assert_eq!(q.outbox_len(), 3);
-        assert_eq!(q.next(now, &view, now), Some(Job::Outbox(node("a"))));
+        assert_eq!(next(&mut q, now), Some(Job::Outbox(node("a"))));
         // a is busy: its pod eviction waits, b goes ahead.
-        assert_eq!(q.next(now, &view, now), Some(Job::Outbox(node("b"))));
-        assert_eq!(q.next(now, &view, now), None);
-        q.finished(&Job::Outbox(node("a")));
-        q.after_success(&Job::Outbox(node("a")), now, Duration::from_secs(10));
-        assert_eq!(q.next(now, &view, now), Some(Job::Outbox(pods("a"))));
+        assert_eq!(next(&mut q, now), Some(Job::Outbox(node("b"))));
+        assert_eq!(next(&mut q, now), None);
+        q.finished(Job::Outbox(node("a")), done(), now);
+        assert_eq!(next(&mut q, now), Some(Job::Outbox(pods("a"))));
         assert_eq!(q.outbox_len(), 2);
     }
 
     #[test]
     fn pod_deletions_wait_for_the_hold_after_a_start() {
-        let view = view(&[], &["a"]);
         let now = Instant::now();
         let hold = now + Duration::from_secs(40);
-        let mut q = Queue::default();
-        q.add(pods("a"));
-        assert_eq!(q.next(now, &view, hold), None);
+        let mut q = queue(now);
+        q.add(pods("a"), Priority::Change);
+        assert_eq!(q.next(now, hold, 0, 8, &|_| false), None);
         assert_eq!(q.next_due(), Some(hold));
-        assert_eq!(q.next(hold, &view, hold), Some(Job::Outbox(pods("a"))));
-    }
-
-    #[test]
-    fn leases_and_outbox_work_take_turns() {
-        let view = view(&["a", "b", "c"], &[]);
-        let now = Instant::now();
-        let mut q = Queue::default();
-        q.renew_all_now(now, &view);
-        for n in ["d", "e", "f"] {
-            q.add(node(n));
-        }
-        let kinds: Vec<&str> = (0..6)
-            .map(|_| match q.next(now, &view, now) {
-                Some(Job::Lease(_)) => "lease",
-                Some(Job::Outbox(_)) => "outbox",
-                other => panic!("{other:?}"),
-            })
-            .collect();
         assert_eq!(
-            kinds,
-            ["lease", "outbox", "lease", "outbox", "lease", "outbox"]
+            q.next(hold, hold, 0, 8, &|_| false),
+            Some((Job::Outbox(pods("a")), Priority::Change))
         );
     }
 
     #[test]
-    fn leases_of_nodes_not_ready_lapse_and_busy_nodes_wait() {
-        let view = view(&["up"], &["down"]);
+    fn leases_go_first_then_changes_then_creations_and_the_backlog() {
         let now = Instant::now();
-        let mut q = Queue::default();
+        let mut q = queue(now);
+        q.add(node("new"), Priority::Backlog);
+        q.add(node("old"), Priority::Backlog);
+        q.add(node("tainted"), Priority::Change);
+        q.lead(now, &view(&["up-1", "up-2"], &["new", "old", "tainted"]));
+        let order: Vec<(Job, Priority)> = (0..5)
+            .map_while(|_| q.next(now, now, 0, 8, &|_| false))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                (Job::Lease("up-1".into()), Priority::Lease),
+                (Job::Lease("up-2".into()), Priority::Lease),
+                (Job::Outbox(node("tainted")), Priority::Change),
+                (Job::Outbox(node("new")), Priority::Backlog),
+                (Job::Outbox(node("old")), Priority::Backlog),
+            ]
+        );
+        // A fresh change to a node waiting in the backlog moves it up.
+        let mut q = queue(now);
+        q.add(node("a"), Priority::Backlog);
+        q.add(node("b"), Priority::Backlog);
+        q.add(node("b"), Priority::Change);
+        assert_eq!(next(&mut q, now), Some(Job::Outbox(node("b"))));
+    }
+
+    #[test]
+    fn a_quarter_of_the_workers_is_kept_for_leases() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        for i in 0..10 {
+            q.add(node(&format!("n{i}")), Priority::Backlog);
+        }
+        q.lead(now, &view(&["up"], &[]));
+        // Six of eight workers busy: outbox work waits, a Lease still starts.
+        assert_eq!(
+            q.next(now, now, 6, 8, &|_| false),
+            Some((Job::Lease("up".into()), Priority::Lease))
+        );
+        assert_eq!(q.next(now, now, 6, 8, &|_| false), None);
+        assert!(q.next(now, now, 5, 8, &|_| false).is_some());
+        assert_eq!(q.next(now, now, 8, 8, &|_| false), None);
+    }
+
+    #[test]
+    fn leases_of_nodes_not_ready_lapse_and_busy_nodes_wait() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.lead(now, &view(&["up"], &["down"]));
         q.schedule_lease("down", now);
-        q.add(node("up"));
-        assert_eq!(q.next(now, &view, now), Some(Job::Outbox(node("up"))));
-        q.schedule_lease("up", now);
-        // "down" lapses; "up" is busy with its node, so its renewal waits.
-        assert_eq!(q.next(now, &view, now), None);
-        assert_eq!(q.next_due(), Some(now + BUSY_RETRY));
-        q.finished(&Job::Outbox(node("up")));
-        let later = now + BUSY_RETRY;
-        assert_eq!(q.next(later, &view, later), Some(Job::Lease("up".into())));
-        q.finished(&Job::Lease("up".into()));
-        q.after_success(&Job::Lease("up".into()), later, Duration::from_secs(10));
-        assert_eq!(q.next_due(), Some(later + Duration::from_secs(10)));
+        q.add(node("up"), Priority::Change);
+        // The Lease goes first; then the node's change waits for it.
+        assert_eq!(next(&mut q, now), Some(Job::Lease("up".into())));
+        assert_eq!(next(&mut q, now), None);
+        q.finished(Job::Lease("up".into()), done(), now);
+        assert_eq!(next(&mut q, now), Some(Job::Outbox(node("up"))));
+        // The next renewal falls due while the node is busy: it waits.
+        let due = q.next_due().unwrap();
+        assert!(
+            due >= now + RENEW / 4 && due <= now + RENEW + RENEW / 4,
+            "{:?}",
+            due - now
+        );
+        assert_eq!(next(&mut q, due), None);
+        assert_eq!(q.next_due(), Some(due + BUSY_RETRY));
+        q.finished(Job::Outbox(node("up")), done(), due);
+        let later = due + BUSY_RETRY;
+        assert_eq!(next(&mut q, later), Some(Job::Lease("up".into())));
+    }
+
+    #[test]
+    fn renewals_spread_over_the_interval_each_at_its_own_phase() {
+        let now = Instant::now();
+        let q = queue(now);
+        let names: Vec<String> = (0..1000).map(|i| format!("edge-{i:05}")).collect();
+        let mut slots = [0usize; 10];
+        for name in &names {
+            let at = q.next_renewal(name, now).unwrap();
+            let offset = (at - now).as_secs_f64();
+            assert!((2.5..12.5).contains(&offset), "{offset}");
+            // The phase stays: renewed on time, the next one is one interval on.
+            assert_eq!(q.next_renewal(name, at).unwrap() - at, RENEW);
+            // Renewed late, the next one keeps the phase, not the lateness.
+            let late = at + Duration::from_secs(3);
+            assert_eq!(q.next_renewal(name, late).unwrap(), at + RENEW);
+            slots[((at - now).as_secs_f64() % 10.0) as usize] += 1;
+        }
+        // Evenly: each second of the interval holds about a tenth.
+        for (second, n) in slots.iter().enumerate() {
+            assert!((60..=140).contains(n), "second {second}: {n} of 1000");
+        }
+        let q = Queue::new(now, None, Backoff::default());
+        assert_eq!(q.next_renewal("a", now), None);
+    }
+
+    #[test]
+    fn without_lease_mirroring_no_lease_is_scheduled() {
+        let now = Instant::now();
+        let mut q = Queue::new(now, None, Backoff::default());
+        q.lead(now, &view(&["up"], &[]));
+        assert_eq!(q.next_due(), None);
+        assert_eq!(next(&mut q, now), None);
+        assert_eq!(q.ready_count(), 1);
+    }
+
+    #[test]
+    fn a_node_missing_upstream_is_created_before_its_lease_is_renewed() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.lead(now, &view(&["a", "b"], &[]));
+        // The API server came back empty: both nodes are missing.
+        q.upstream_changed("a", true);
+        q.upstream_changed("b", true);
+        let missing = std::cell::RefCell::new(HashSet::from(["a", "b"]));
+        let is_missing = |n: &str| missing.borrow().contains(n);
+        assert_eq!(
+            q.next(now, now, 0, 8, &is_missing),
+            Some((Job::Outbox(node("a")), Priority::Backlog))
+        );
+        let created = Outcome::Done {
+            created: true,
+            again: false,
+        };
+        missing.borrow_mut().remove("a");
+        q.finished(Job::Outbox(node("a")), created, now);
+        // a exists now: its Lease is due at once; b's waits for its creation.
+        assert_eq!(
+            q.next(now, now, 0, 8, &is_missing),
+            Some((Job::Lease("a".into()), Priority::Lease))
+        );
+        assert_eq!(
+            q.next(now, now, 0, 8, &is_missing),
+            Some((Job::Outbox(node("b")), Priority::Backlog))
+        );
+        assert_eq!(q.next(now, now, 0, 8, &is_missing), None);
+        // b's Lease is looked at again an interval on.
+        assert_eq!(q.next_due(), Some(now + RENEW));
+    }
+
+    #[test]
+    fn a_change_seen_upstream_while_the_node_is_busy_is_looked_at_when_done() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.add(node("a"), Priority::Change);
+        assert_eq!(next(&mut q, now), Some(Job::Outbox(node("a"))));
+        q.upstream_changed("a", false);
+        assert_eq!(next(&mut q, now), None);
+        q.finished(Job::Outbox(node("a")), done(), now);
+        // Done, but someone changed it meanwhile: once more.
+        assert_eq!(next(&mut q, now), Some(Job::Outbox(node("a"))));
+        assert_eq!(q.outbox_len(), 1);
     }
 
     #[test]
     fn a_failure_waits_its_backoff_unless_the_outage_ends() {
-        let view = view(&[], &["a"]);
         let now = Instant::now();
-        let mut q = Queue::default();
-        q.add(node("a"));
-        let job = q.next(now, &view, now).unwrap();
-        q.finished(&job);
-        q.retry(job.clone(), now + Duration::from_secs(30));
-        assert_eq!(q.next(now, &view, now), None);
-        assert_eq!(q.next_due(), Some(now + Duration::from_secs(30)));
-        q.retry_all_now();
-        assert_eq!(q.next(now, &view, now), Some(job));
+        let mut q = queue(now);
+        q.lead(now, &view(&["up"], &["a"]));
+        q.add(node("a"), Priority::Change);
+        assert_eq!(next(&mut q, now), Some(Job::Lease("up".into())));
+        assert_eq!(next(&mut q, now), Some(Job::Outbox(node("a"))));
+        let first = q.finished(Job::Lease("up".into()), failed(true), now);
+        assert!(first.warn.is_some(), "the first failure is logged");
+        let second = q.finished(Job::Outbox(node("a")), failed(true), now);
+        assert_eq!(second.warn, None, "later ones are summed up");
+        assert!(q.in_outage());
+        assert_eq!(next(&mut q, now), None);
+        let due = q.next_due().unwrap();
+        assert!(due > now && due <= now + Duration::from_millis(500));
+        // The watcher's list succeeds: everything is due at once, the
+        // backlog behind the Leases.
+        assert!(q.answered(now));
+        assert!(!q.in_outage());
+        assert_eq!(
+            q.next(now, now, 0, 8, &|_| false),
+            Some((Job::Lease("up".into()), Priority::Lease))
+        );
+        assert_eq!(
+            q.next(now, now, 0, 8, &|_| false),
+            Some((Job::Outbox(node("a")), Priority::Backlog))
+        );
+        assert!(!q.answered(now), "only once");
+    }
+
+    #[test]
+    fn throttling_and_holds_are_not_failures() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.add(node("a"), Priority::Change);
+        let job = next(&mut q, now).unwrap();
+        let wait = Duration::from_secs(3);
+        let f = q.finished(job.clone(), Outcome::Throttled(wait), now);
+        assert_eq!(f, Finished::default());
+        assert!(!q.in_outage());
+        assert_eq!(q.next_due(), Some(now + wait));
+        assert_eq!(next(&mut q, now + wait), Some(job));
     }
 
     #[test]
@@ -371,11 +849,12 @@ mod tests {
         let store = Store::open(&dir.path().join("db"), &Default::default()).unwrap();
         store.enable_outbox();
         let mut batch = crate::store::Batch::new(Micros(1));
-        let n = sample_node();
+        let mut n = sample_node();
+        n.conditions[0].status = ConditionStatus::True;
         batch.record(
             n.clone(),
             [EventKind::ConditionChanged {
-                condition: READY.into(),
+                condition: crate::model::READY.into(),
                 from: Some(ConditionStatus::Unknown),
                 to: ConditionStatus::True,
                 reason: "KubeletReady".into(),
@@ -384,11 +863,15 @@ mod tests {
         );
         store.write(batch).unwrap();
         store.flush_blocking().unwrap();
+        let view = View::default();
+        view.publish([n], &[]);
         let now = Instant::now();
-        let mut q = Queue::default();
-        let seen = q.follow(&store, 0, store.durable_seq(), now);
+        let mut q = queue(now);
+        let (seen, changed) = q.follow(&store, &view, 0, store.durable_seq(), now);
         assert_eq!(seen, store.durable_seq());
+        assert!(changed, "one Ready node more");
         assert_eq!(q.outbox_len(), 1);
         assert_eq!(q.lease_at.get("edge-1"), Some(&now));
+        assert_eq!(q.ready_count(), 1);
     }
 }

@@ -243,6 +243,13 @@ pub fn addresses_patch(current: &Value, desired: &Value) -> Option<Value> {
     (!cur.is_empty() && cur != want).then(|| json!({ "status": { "addresses": want } }))
 }
 
+/// Whether the API server's Node needs any write to match the registry.
+pub fn differs(current: &Value, desired: &Value) -> bool {
+    spec_patch(current, desired).is_some()
+        || status_patch(current, desired).is_some()
+        || addresses_patch(current, desired).is_some()
+}
+
 /// The taints the node should carry: everyone else's, with the operators'
 /// taints set through nodekeeper added (and those removed here since
 /// `applied`, removed), then nodekeeper's managed ones.
@@ -356,6 +363,9 @@ mod tests {
         assert_eq!(spec_patch(&current, &desired()), None);
         assert_eq!(status_patch(&current, &desired()), None);
         assert_eq!(addresses_patch(&current, &desired()), None);
+        assert!(!differs(&current, &desired()));
+        current["spec"]["taints"] = json!([]);
+        assert!(differs(&current, &desired()));
     }
 
     #[test]

@@ -4,15 +4,15 @@ use std::collections::BTreeMap;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
-use k8s_openapi::List;
 
 use super::params::{wants_table, ListParams, ListQuery};
-use super::{bad_request, internal, paging, table, AppState};
+use super::v1::stream_history;
+use super::{bad_request, internal, paging, status_error, table, AppState};
 use crate::kube::EVENT_NAMESPACE;
 use crate::model::Micros;
 use crate::store::HistoryQuery;
@@ -127,43 +127,93 @@ async fn list(
         Ok(q) => q,
         Err(e) => return bad_request(e),
     };
-    let rv = s.store.durable_seq();
+    // Pages continue after the seq of the last event served.
+    let (rv, after) = match &query.continue_from {
+        Some(token) => match token.start.trim_end_matches('\u{0}').parse::<u64>() {
+            Ok(seq) => (token.rv, Some(seq)),
+            Err(_) => {
+                return bad_request("invalid continue token: continue key is not valid".into())
+            }
+        },
+        None => (s.store.durable_seq(), None),
+    };
+    let horizon = s.store.horizon();
+    if after.is_some_and(|a| a < horizon) {
+        return status_error(
+            StatusCode::GONE,
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
+        );
+    }
+    let from = after.unwrap_or(0).max(horizon);
+    let pin = match s.store.pin_history(from) {
+        Ok(pin) => pin,
+        Err(e) => return super::v1::store_error(e),
+    };
     // One node's history is read through the store's per-node index.
     let history_query = HistoryQuery {
         node: query
             .fields
             .required("involvedObject.name")
             .map(str::to_string),
+        after_seq: Some(from),
         ..HistoryQuery::default()
     };
-    let history = match history(&s, history_query).await {
-        Ok(events) => events,
-        Err(response) => return response,
+    let limit = params.limit.filter(|&l| l > 0).map(|l| l as usize);
+    let include = query.include;
+    let now = Micros::now();
+    let keep = move |e: &crate::model::Event| {
+        crate::kube::node_event(e)
+            .filter(|e| namespace.is_none() || e.metadata.namespace == namespace)
+            .filter(|e| selected(&query, e))
     };
-    let items = history
-        .iter()
-        .filter_map(|e| Some((e.seq, crate::kube::node_event(e)?)))
-        .filter(|(_, e)| namespace.is_none() || e.metadata.namespace == namespace)
-        .filter(|(_, e)| selected(&query, e))
-        // Keys sort as the sequence numbers do.
-        .map(|(seq, e)| (format!("{seq:020}"), e))
-        .collect();
-    let page = paging::page(
-        items,
-        params.limit,
-        query.continue_from.as_ref(),
-        rv,
-        query.unfiltered(),
-    );
-    if wants_table(headers) {
-        let table = table::event_table(&page.items, page.metadata, query.include, Micros::now());
-        return Json(table).into_response();
-    }
-    Json(List::<Event> {
-        items: page.items,
-        metadata: page.metadata,
-    })
-    .into_response()
+    let tail = move |cut: Option<u64>| {
+        let metadata = ListMeta {
+            resource_version: Some(rv.to_string()),
+            continue_: cut
+                .map(|seq| paging::ContinueToken::after(rv, &format!("{seq:020}")).encode()),
+            ..ListMeta::default()
+        };
+        let mut tail = b"],\"metadata\":".to_vec();
+        tail.extend(serde_json::to_vec(&metadata).unwrap_or_else(|_| b"{}".to_vec()));
+        tail.push(b'}');
+        tail
+    };
+    let body = if wants_table(headers) {
+        let empty = table::event_table(&[], ListMeta::default(), include, now);
+        let columns = serde_json::to_value(&empty)
+            .ok()
+            .map(|v| v["columnDefinitions"].clone())
+            .unwrap_or_default();
+        let head = format!(
+            r#"{{"kind":"Table","apiVersion":"meta.k8s.io/v1","columnDefinitions":{columns},"rows":["#
+        );
+        stream_history(
+            s.store.clone(),
+            history_query,
+            limit,
+            pin,
+            head.into_bytes(),
+            move |e| {
+                let event = keep(e)?;
+                let table = table::event_table(&[event], ListMeta::default(), include, now);
+                let row = serde_json::to_value(&table).ok()?["rows"][0].take();
+                serde_json::to_vec(&row).ok()
+            },
+            tail,
+        )
+    } else {
+        stream_history(
+            s.store.clone(),
+            history_query,
+            limit,
+            pin,
+            br#"{"kind":"EventList","apiVersion":"v1","items":["#.to_vec(),
+            move |e| serde_json::to_vec(&keep(e)?).ok(),
+            tail,
+        )
+    };
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 fn selected(query: &ListQuery, e: &Event) -> bool {

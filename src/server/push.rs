@@ -157,7 +157,16 @@ fn invalid_fields(
 /// The current node as a status patch applies to it: as the API shows it,
 /// but with `nodeInfo` as stored (not the display defaults), so a patch
 /// that does not set a field does not store what was only shown.
-fn current_node(s: &AppState, name: &str) -> Result<serde_json::Value, Response> {
+///
+/// Only what `patch` names is rendered (the top-level parts it names, and
+/// within `status` the fields it names, or all of them for a directive):
+/// the merge leaves the rest as it was, and only the status fields the
+/// patch names are pushed, so rendering them for every heartbeat was waste.
+fn current_node(
+    s: &AppState,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<serde_json::Value, Response> {
     let Some((node, beat)) = s.view.get(name) else {
         return Err((
             StatusCode::NOT_FOUND,
@@ -165,10 +174,59 @@ fn current_node(s: &AppState, name: &str) -> Result<serde_json::Value, Response>
         )
             .into_response());
     };
-    let mut current =
-        serde_json::to_value(crate::kube::node(&node, beat)).map_err(super::internal)?;
-    current["status"]["nodeInfo"] =
-        serde_json::to_value(&node.node_info).map_err(super::internal)?;
+    let mut kube = crate::kube::node(&node, beat);
+    // A patch that is not an object, or has a directive at the top, gets it all.
+    let whole = patch
+        .as_object()
+        .is_none_or(|p| p.keys().any(|k| k.starts_with('$')));
+    let names = |key: &str| whole || patch.get(key).is_some();
+    if !names("metadata") {
+        // The name stays: the push checks it against the URL's.
+        kube.metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: kube.metadata.name.take(),
+            ..Default::default()
+        };
+    }
+    if !names("spec") {
+        kube.spec = None;
+    }
+    let status_named = |key: &str| match patch.get("status") {
+        _ if whole => true,
+        Some(serde_json::Value::Object(status)) => {
+            status.contains_key(key) || status.keys().any(|k| k.starts_with('$'))
+        }
+        // Not an object: the merge decides what that means; render it all.
+        Some(_) => true,
+        None => false,
+    };
+    if let Some(status) = &mut kube.status {
+        if !status_named("addresses") {
+            status.addresses = None;
+        }
+        if !status_named("capacity") {
+            status.capacity = None;
+        }
+        if !status_named("allocatable") {
+            status.allocatable = None;
+        }
+        if !status_named("conditions") {
+            status.conditions = None;
+        }
+        if !status_named("daemonEndpoints") {
+            status.daemon_endpoints = None;
+        }
+        if !status_named("nodeInfo") {
+            status.node_info = None;
+        }
+    }
+    if !names("status") {
+        kube.status = None;
+    }
+    let mut current = serde_json::to_value(kube).map_err(super::internal)?;
+    if status_named("nodeInfo") {
+        current["status"]["nodeInfo"] =
+            serde_json::to_value(&node.node_info).map_err(super::internal)?;
+    }
     Ok(current)
 }
 
@@ -285,12 +343,12 @@ pub(crate) async fn patch_status(
     if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
-    let current = match current_node(&s, &name) {
+    // Bounded before merging: a merge by type costs the product of the two lists.
+    let patch: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let current = match current_node(&s, &name, &patch) {
         Ok(c) => c,
         Err(r) => return r,
     };
-    // Bounded before merging: a merge by type costs the product of the two lists.
-    let patch: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let only = PatchedFields::of(&patch);
     if let Err(e) =
         crate::validation::extra_conditions([], only.conditions.iter().map(String::as_str))

@@ -1,6 +1,9 @@
 //! nodekeeper's own endpoints: registry records, history, the registry at a
 //! past time, store status and metrics.
 
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -8,8 +11,10 @@ use axum::Json;
 use serde::Deserialize;
 
 use super::{bad_request, internal, AppState};
-use crate::model::Micros;
-use crate::store::HistoryQuery;
+use tokio::sync::mpsc;
+
+use crate::model::{Event, Micros};
+use crate::store::{HistoryQuery, ReadPin, Store, StoreError};
 
 /// A node as `/v1/nodes` serves it: the registry record and the newest heartbeat.
 #[derive(Debug, Clone, serde::Serialize, Deserialize)]
@@ -85,42 +90,174 @@ pub(crate) async fn history(
         Err(e) => return bad_request(e),
     };
     let store = s.store.clone();
-    match tokio::task::spawn_blocking(move || store.history(&query)).await {
-        Ok(Ok(events)) => Json(events).into_response(),
-        Ok(Err(e)) => internal(e),
-        Err(e) => internal(e),
+    let checked = query.clone();
+    match tokio::task::spawn_blocking(move || store.check_query(&checked)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return store_error(e),
+        Err(e) => return internal(e),
+    }
+    // A cursor (`after`) behind the horizon lost events to pruning: say so.
+    let horizon = s.store.horizon();
+    let from = match query.after_seq {
+        Some(after) if after > 0 && after < horizon => {
+            return store_error(StoreError::Expired {
+                requested: after,
+                horizon,
+            })
+        }
+        Some(after) => after.max(horizon),
+        None => horizon,
+    };
+    let mut query = query;
+    query.after_seq = Some(from);
+    let pin = match s.store.pin_history(from) {
+        Ok(pin) => pin,
+        Err(e) => return store_error(e),
+    };
+    let limit = query.limit;
+    let body = stream_history(
+        s.store.clone(),
+        query,
+        limit,
+        pin,
+        b"[".to_vec(),
+        |e| serde_json::to_vec(e).ok(),
+        |_| b"]".to_vec(),
+    );
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Events read from the store per page while streaming an answer.
+const PAGE: usize = 500;
+
+/// Streams history matching `query` into a response body: `head`, the JSON
+/// of each event `item` keeps (comma-separated), then `tail`, which learns
+/// the seq of the last item served when `limit` cut the answer short (there
+/// is more after it). The store is read a page at a time on the blocking
+/// pool, and at most a few pages are in memory, whatever the answer's size.
+/// A failure half-way aborts the body, so the client sees an error rather
+/// than a short answer.
+pub(crate) fn stream_history(
+    store: Arc<Store>,
+    mut query: HistoryQuery,
+    limit: Option<usize>,
+    pin: ReadPin,
+    head: Vec<u8>,
+    item: impl Fn(&Event) -> Option<Vec<u8>> + Send + 'static,
+    tail: impl FnOnce(Option<u64>) -> Vec<u8> + Send + 'static,
+) -> Body {
+    let (sender, receiver) = mpsc::channel::<std::io::Result<Bytes>>(4);
+    tokio::spawn(async move {
+        if sender.send(Ok(Bytes::from(head))).await.is_err() {
+            return;
+        }
+        query.limit = None;
+        let mut served = 0usize;
+        let mut last_served = None;
+        let mut cut = false;
+        loop {
+            let after = query.after_seq.unwrap_or(0);
+            // One more than the limit: to know whether there is more.
+            let want = limit.map_or(PAGE, |l| (l + 1).saturating_sub(served).clamp(1, PAGE));
+            let (page_store, page_query) = (store.clone(), query.clone());
+            let floor = pin.floor();
+            let page = tokio::task::spawn_blocking(move || {
+                let page = page_store.history_page_pinned(&page_query, want, floor)?;
+                // A reader whose pin expired may have read holes: fail instead.
+                page_store.check_kept(after)?;
+                Ok::<_, StoreError>(page)
+            })
+            .await;
+            let page = match page {
+                Ok(Ok(page)) => page,
+                Ok(Err(e)) => {
+                    let _ = sender.send(Err(std::io::Error::other(e.to_string()))).await;
+                    return;
+                }
+                Err(e) => {
+                    let _ = sender.send(Err(std::io::Error::other(e.to_string()))).await;
+                    return;
+                }
+            };
+            let mut chunk = Vec::new();
+            for e in &page.events {
+                let Some(json) = item(e) else { continue };
+                if limit.is_some_and(|l| served >= l) {
+                    cut = true;
+                    break;
+                }
+                if served > 0 {
+                    chunk.push(b',');
+                }
+                chunk.extend_from_slice(&json);
+                served += 1;
+                last_served = Some(e.seq);
+            }
+            if !chunk.is_empty() && sender.send(Ok(Bytes::from(chunk))).await.is_err() {
+                return;
+            }
+            match page.next_after {
+                Some(next) if !cut => {
+                    query.after_seq = Some(next);
+                    pin.advance(next);
+                }
+                _ => break,
+            }
+        }
+        drop(pin);
+        let _ = sender
+            .send(Ok(Bytes::from(tail(if cut { last_served } else { None }))))
+            .await;
+    });
+    Body::from_stream(futures_util::stream::unfold(
+        receiver,
+        |mut rx| async move { rx.recv().await.map(|chunk| (chunk, rx)) },
+    ))
+}
+
+/// A store failure as the API server would answer it.
+pub(crate) fn store_error(e: StoreError) -> Response {
+    match e {
+        StoreError::UnknownNode(_) | StoreError::UnknownCondition { .. } => {
+            super::status_error(StatusCode::NOT_FOUND, "NotFound", e.to_string())
+        }
+        StoreError::Expired { .. } | StoreError::BeforeHorizon(..) => {
+            super::status_error(StatusCode::GONE, "Expired", e.to_string())
+        }
+        e => internal(e),
     }
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct AtParams {
     time: Option<String>,
+    /// `true`: the registry records (as `/v1/nodes`) with the seq, for the CLI.
+    records: Option<bool>,
 }
 
 pub(crate) async fn at(State(s): State<AppState>, Query(params): Query<AtParams>) -> Response {
     let Some(time) = params.time else {
         return bad_request("give ?time= as RFC 3339 or an age such as 10m".into());
     };
-    let until = match Micros::parse_instant(&time, Micros::now()) {
+    let when = match Micros::parse_instant(&time, Micros::now()) {
         Ok(t) => t,
         Err(e) => return bad_request(e),
     };
     let store = s.store.clone();
-    let query = HistoryQuery {
-        until: Some(until),
-        ..HistoryQuery::default()
-    };
-    match tokio::task::spawn_blocking(move || store.history(&query)).await {
-        Ok(Ok(events)) => {
-            let version = events.last().map_or(0, |e| e.seq);
-            let nodes = crate::history::replay(&events);
-            Json(crate::kube::node_list(
-                nodes.values().map(|n| crate::kube::node(n, None)),
-                version,
-            ))
-            .into_response()
-        }
-        Ok(Err(e)) => internal(e),
+    let read = tokio::task::spawn_blocking(move || {
+        // Nothing it reads goes while it reads.
+        let _pin = store.pin_history(store.horizon())?;
+        store.registry_at_time(when)
+    })
+    .await;
+    match read {
+        Ok(Ok(at)) if params.records == Some(true) => Json(at).into_response(),
+        Ok(Ok(at)) => Json(crate::kube::node_list(
+            at.nodes.values().map(|n| crate::kube::node(n, None)),
+            at.seq,
+        ))
+        .into_response(),
+        Ok(Err(e)) => store_error(e),
         Err(e) => internal(e),
     }
 }

@@ -2,19 +2,22 @@
 //! `DELETED` events built from the durable event log, so a watch resumes from
 //! any resourceVersion still in the log — across controller restarts too.
 
+use std::collections::HashSet;
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Json;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusCause, StatusDetails};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::{status_error, AppState};
 use crate::history::Replay;
 use crate::model::{Event, EventKind, Node};
-use crate::store::HistoryQuery;
+use crate::store::{HistoryQuery, ReadPin, StoreError};
 
 /// How long a watch runs unless the client asks for less (the API server's
 /// default minimum request timeout).
@@ -23,6 +26,11 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 /// Events read from the log per round, so one slow reader cannot hold much.
 const PAGE: usize = 1000;
+/// How long a watch from a version not yet durable waits for it, as
+/// kube-apiserver waits for its cache (`blockTimeout`).
+const TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
+/// kube-apiserver's `resourceVersionTooHighRetrySeconds`.
+const TOO_LARGE_RETRY_SECONDS: i32 = 1;
 
 /// Keeps only some nodes (label and field selectors).
 pub(crate) type NodeFilter = std::sync::Arc<dyn Fn(&Node) -> bool + Send + Sync>;
@@ -41,6 +49,13 @@ pub(crate) struct WatchParams {
 
 /// Starts a watch; the response streams until the timeout, the client
 /// leaves, or the server stops.
+///
+/// A version before the horizon is `410 Expired`, as kube-apiserver answers
+/// one older than its cache. One after the newest durable event is waited
+/// for up to [`TOO_LARGE_WAIT`] (a flush in progress); then the answer is
+/// kube-apiserver's `504 Timeout` "Too large resource version" with
+/// `retryAfterSeconds`, which makes client-go relist: nodekeeper's versions
+/// are its store's seqs, so one ahead of the log comes from another store.
 pub(crate) async fn watch_nodes(s: AppState, params: WatchParams) -> Response {
     let from = match params.resource_version.as_deref() {
         None | Some("") | Some("0") => None,
@@ -55,26 +70,32 @@ pub(crate) async fn watch_nodes(s: AppState, params: WatchParams) -> Response {
             }
         },
     };
-    let durable = s.store.durable_seq();
-    let oldest = match first_seq(&s).await {
-        Ok(seq) => seq,
-        Err(r) => return r,
-    };
     if let Some(v) = from {
-        // Versions before the oldest kept event cannot be replayed.
-        if oldest.is_some_and(|first| v.saturating_add(1) < first) {
-            return status_error(
-                StatusCode::GONE,
-                "Expired",
-                format!(
-                    "too old resource version: {v} ({})",
-                    oldest.unwrap_or(0) - 1
-                ),
-            );
+        let mut durable_rx = s.view.subscribe();
+        let reached = tokio::time::timeout(TOO_LARGE_WAIT, async {
+            while s.store.durable_seq() < v {
+                if durable_rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+        if reached != Ok(true) {
+            return too_large(v, s.store.durable_seq());
         }
     }
+    let durable = s.store.durable_seq();
+    let start = from.unwrap_or(durable);
+    // Versions before the horizon cannot be replayed; from it on they can,
+    // and what they need is pinned until the watch has moved past it.
+    let pin = match s.store.pin_history(start) {
+        Ok(pin) => pin,
+        Err(StoreError::Expired { requested, horizon }) => return too_old(requested, horizon),
+        Err(e) => return super::internal(e),
+    };
     let (sender, receiver) = mpsc::channel::<Bytes>(64);
-    tokio::spawn(stream_events(s, params, from, durable, sender));
+    tokio::spawn(stream_events(s, params, from, start, pin, sender));
     let body = Body::from_stream(futures_util::stream::unfold(
         receiver,
         |mut rx| async move {
@@ -86,31 +107,84 @@ pub(crate) async fn watch_nodes(s: AppState, params: WatchParams) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn first_seq(s: &AppState) -> Result<Option<u64>, Response> {
-    let store = s.store.clone();
-    let query = HistoryQuery {
-        limit: Some(1),
-        ..HistoryQuery::default()
-    };
-    match tokio::task::spawn_blocking(move || store.history(&query)).await {
-        Ok(Ok(events)) => Ok(events.first().map(|e| e.seq)),
-        Ok(Err(e)) => Err(super::internal(e)),
-        Err(e) => Err(super::internal(e)),
-    }
+/// kube-apiserver's answer to a version it no longer has.
+fn too_old_status(requested: u64, horizon: u64) -> Status {
+    crate::kube::status_error(
+        410,
+        "Expired",
+        &format!("too old resource version: {requested} ({horizon})"),
+        None,
+        None,
+    )
 }
 
-/// Reads durable events after `after`, in pages.
-async fn read_after(s: &AppState, after: u64) -> Option<Vec<Event>> {
+fn too_old(requested: u64, horizon: u64) -> Response {
+    (StatusCode::GONE, Json(too_old_status(requested, horizon))).into_response()
+}
+
+/// kube-apiserver's answer to a version it does not have yet
+/// (`storage.NewTooLargeResourceVersionError`).
+fn too_large(requested: u64, current: u64) -> Response {
+    let mut status = crate::kube::status_error(
+        504,
+        "Timeout",
+        &format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        None,
+        None,
+    );
+    status.details = Some(StatusDetails {
+        causes: Some(vec![StatusCause {
+            reason: Some("ResourceVersionTooLarge".into()),
+            message: Some("Too large resource version".into()),
+            field: None,
+        }]),
+        retry_after_seconds: Some(TOO_LARGE_RETRY_SECONDS),
+        ..StatusDetails::default()
+    });
+    (
+        StatusCode::GATEWAY_TIMEOUT,
+        [(header::RETRY_AFTER, TOO_LARGE_RETRY_SECONDS.to_string())],
+        Json(status),
+    )
+        .into_response()
+}
+
+/// Reads up to a page of durable events after `after`, down to the pin's
+/// `floor`; fails when pruning took history the watch had not read yet.
+async fn read_after(s: &AppState, after: u64, floor: u64) -> Result<Vec<Event>, StoreError> {
     let store = s.store.clone();
-    let query = HistoryQuery {
-        after_seq: Some(after),
-        limit: Some(PAGE),
-        ..HistoryQuery::default()
-    };
-    tokio::task::spawn_blocking(move || store.history(&query))
-        .await
-        .ok()?
-        .ok()
+    tokio::task::spawn_blocking(move || {
+        let query = HistoryQuery {
+            after_seq: Some(after),
+            ..HistoryQuery::default()
+        };
+        let page = store.history_page_pinned(&query, PAGE, floor)?;
+        store.check_kept(after)?;
+        Ok(page.events)
+    })
+    .await
+    .unwrap_or_else(|e| Err(StoreError::Io(sled::Error::ReportableBug(e.to_string()))))
+}
+
+/// The nodes an event page touches that the watch has not followed yet, as
+/// each was just before the page's first event about it.
+async fn resolve(
+    s: &AppState,
+    wanted: Vec<(String, u64)>,
+    floor: u64,
+) -> Result<Vec<(String, Option<Node>)>, StoreError> {
+    let store = s.store.clone();
+    tokio::task::spawn_blocking(move || {
+        wanted
+            .into_iter()
+            .map(|(name, seq)| {
+                let node = store.node_at_pinned(&name, seq, floor)?;
+                Ok((name, node))
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_else(|e| Err(StoreError::Io(sled::Error::ReportableBug(e.to_string()))))
 }
 
 fn line(kind: &str, object: Value) -> Bytes {
@@ -123,7 +197,8 @@ async fn stream_events(
     s: AppState,
     params: WatchParams,
     from: Option<u64>,
-    durable: u64,
+    start: u64,
+    pin: ReadPin,
     out: mpsc::Sender<Bytes>,
 ) {
     let render = |node: &Node| match &params.render {
@@ -131,43 +206,81 @@ async fn stream_events(
         None => serde_json::to_value(crate::kube::node(node, None)).unwrap_or(Value::Null),
     };
     let keep = |node: &Node| params.filter.as_ref().is_none_or(|f| f(node));
-    // The registry as of the starting version, rebuilt from the log.
-    let start = from.unwrap_or(durable);
-    let mut replay = Replay::default();
-    let mut last = 0;
-    while last < start {
-        let Some(events) = read_after(&s, last).await else {
-            return;
+    let gone = |e: StoreError| match e {
+        StoreError::Expired { requested, horizon } => {
+            line("ERROR", json!(too_old_status(requested, horizon)))
+        }
+        other => line(
+            "ERROR",
+            json!(crate::kube::status_error(
+                500,
+                "InternalError",
+                &other.to_string(),
+                None,
+                None
+            )),
+        ),
+    };
+    // The nodes as of the last event streamed. Without a version the watch
+    // starts with the whole registry; from a version, only the nodes later
+    // events touch are looked up (from the nearest checkpoint), so a watch
+    // from a recent version starts at once.
+    let mut replay;
+    let mut followed: HashSet<String> = HashSet::new();
+    let everything = from.is_none();
+    if everything {
+        let store = s.store.clone();
+        let registry = tokio::task::spawn_blocking(move || store.registry_at(start)).await;
+        let nodes = match registry {
+            Ok(Ok(at)) => at.nodes,
+            Ok(Err(e)) => {
+                let _ = out.send(gone(e)).await;
+                return;
+            }
+            Err(_) => return,
         };
-        if events.is_empty() {
-            break;
-        }
-        for e in events.iter().take_while(|e| e.seq <= start) {
-            replay.apply(e);
-            last = e.seq;
-        }
-        if events.last().is_some_and(|e| e.seq > start) {
-            break;
-        }
-    }
-    last = start;
-    if from.is_none() {
-        // Without a version the watch starts with the whole current list.
-        for node in replay.nodes().values().filter(|n| keep(n)) {
+        for node in nodes.values().filter(|n| keep(n)) {
             if out.send(line("ADDED", render(node))).await.is_err() {
                 return;
             }
         }
+        replay = Replay::from_nodes(nodes);
+    } else {
+        replay = Replay::default();
     }
+    let mut last = start;
     let mut durable_rx = s.view.subscribe();
     let deadline = tokio::time::sleep(params.timeout.unwrap_or(DEFAULT_TIMEOUT));
     tokio::pin!(deadline);
     let mut bookmarks = tokio::time::interval(BOOKMARK_EVERY);
     bookmarks.reset();
     loop {
-        let Some(events) = read_after(&s, last).await else {
-            return;
+        let events = match read_after(&s, last, pin.floor()).await {
+            Ok(events) => events,
+            Err(e) => {
+                let _ = out.send(gone(e)).await;
+                return;
+            }
         };
+        if !everything {
+            let mut wanted: Vec<(String, u64)> = Vec::new();
+            for e in &events {
+                if let Some(name) = &e.node {
+                    if followed.insert(name.clone()) {
+                        wanted.push((name.clone(), e.seq - 1));
+                    }
+                }
+            }
+            if !wanted.is_empty() {
+                match resolve(&s, wanted, pin.floor()).await {
+                    Ok(nodes) => replay.extend(nodes.into_iter().filter_map(|(_, n)| n)),
+                    Err(e) => {
+                        let _ = out.send(gone(e)).await;
+                        return;
+                    }
+                }
+            }
+        }
         for event in &events {
             let name = event.node.clone().unwrap_or_default();
             let before = replay.nodes().get(&name).cloned();
@@ -194,6 +307,7 @@ async fn stream_events(
                 return;
             }
         }
+        pin.advance(last);
         if events.len() >= PAGE {
             continue;
         }

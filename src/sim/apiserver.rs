@@ -50,10 +50,20 @@
 //!   Objects with finalizers stay until an update empties them. Delete
 //!   preconditions (`uid`, `resourceVersion`) are checked.
 //! - `dryRun=All` answers as a write would but stores nothing.
+//! - Watch of nodes (`GET /api/v1/nodes?watch=true`): `ADDED`, `MODIFIED`
+//!   and `DELETED` events after the given `resourceVersion`, from a bounded
+//!   history ([`FakeApiServer::set_watch_history`]); a version older than
+//!   the history is answered with an `ERROR` event 410 `Expired` ("too old
+//!   resource version"), one newer than the server's with 504 "Too large
+//!   resource version", both as the API server does. No version (or `0`)
+//!   starts with an `ADDED` event per node. `BOOKMARK` events with
+//!   `allowWatchBookmarks=true`, every [`FakeApiServer::set_bookmark_interval`];
+//!   `timeoutSeconds` ends the watch cleanly; selectors filter the events.
+//!   A watcher that falls too far behind is ended with a 410 `ERROR` event.
 //!
 //! # What it does not keep
 //!
-//! No watch, protobuf, server-side apply, authentication or authorization
+//! No watch of leases and pods, protobuf, server-side apply, authentication or authorization
 //! (any credentials are accepted), admission, defaulting (beyond a created
 //! pod's status starting `Pending`), validation of the objects' contents,
 //! `managedFields`, `generation`, namespaces as objects (any namespace
@@ -67,12 +77,19 @@
 //! answer late, or be refused at the TCP level ([`Fault::Down`] closes the
 //! listener and every open connection, then listens again on the same port
 //! when the fault changes); [`FakeApiServer::set_fault_for`] limits a fault
-//! to one resource. [`FakeApiServer::conflict_next`] makes the next writes to
-//! one object fail with 409 Conflict. Objects are read and seeded directly
+//! to one resource; [`Fault::Throttled`] answers 429 as API Priority and
+//! Fairness does (plain text and a `Retry-After` header).
+//! [`FakeApiServer::conflict_next`] makes the next writes to one object fail
+//! with 409 Conflict. [`FakeApiServer::restart_empty`] restarts the server on
+//! the same port with nothing stored and resourceVersions starting over (a
+//! restore from an empty backup); [`FakeApiServer::wipe`] deletes every
+//! object in place; [`FakeApiServer::compact`] forgets the watch history and
+//! ends every watch with 410 Gone; [`FakeApiServer::stall_watches`] holds
+//! watch events back, as a half-open connection would. Objects are read and seeded directly
 //! ([`FakeApiServer::node`], [`FakeApiServer::put_pod`], ...), and every
 //! answered request is logged ([`FakeApiServer::requests`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::ops::Bound;
@@ -80,7 +97,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited, StreamBody};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::server::conn::http1;
@@ -89,7 +107,7 @@ use hyper::{Method, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Map, Value};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -106,6 +124,12 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 const REBIND_BACKOFF: Duration = Duration::from_millis(100);
 /// A pod's grace period when neither the delete nor the pod names one.
 const DEFAULT_POD_GRACE_SECONDS: i64 = 30;
+/// Node events kept for watches to start from, unless set otherwise.
+const DEFAULT_WATCH_HISTORY: usize = 10_000;
+/// Events a watcher may fall behind by before it is ended with 410 Gone.
+const WATCH_BUFFER: usize = 16_384;
+/// Bookmarks are sent this often unless set otherwise.
+const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(10);
 
 /// How the server answers, set with [`FakeApiServer::set_fault`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -121,6 +145,10 @@ pub enum Fault {
     /// Requests are served after this delay (a `tokio::time::sleep`, so
     /// paused-time tests advance through it).
     Slow(Duration),
+    /// Every request is answered `429 Too Many Requests` the way API
+    /// Priority and Fairness answers it: a plain-text body and a
+    /// `Retry-After` header of this many seconds.
+    Throttled(u32),
     /// Connections are refused: the listener and every open connection are
     /// closed, and requests in flight are dropped unanswered. Setting another
     /// fault listens again on the same port. Limited to a resource with
@@ -305,6 +333,10 @@ struct Shared {
     /// Connections being served right now.
     connections: watch::Sender<usize>,
     state: Mutex<State>,
+    /// While true, open watches hold their events back.
+    watch_stall: watch::Sender<bool>,
+    /// Bumped by a compaction: every open watch ends with 410 at once.
+    watch_expiry: watch::Sender<u64>,
     stop: CancellationToken,
 }
 
@@ -328,7 +360,6 @@ impl Shared {
 }
 
 /// The objects and everything else requests and the handle change.
-#[derive(Default)]
 struct State {
     /// The last resourceVersion given out.
     resource_version: u64,
@@ -338,6 +369,81 @@ struct State {
     /// Faults limited to one resource.
     faults: HashMap<Resource, Fault>,
     log: Vec<Request>,
+    /// Node events, oldest first, for watches to start from.
+    history: VecDeque<Arc<WatchItem>>,
+    history_limit: usize,
+    /// A watch from a version below this is answered 410 Gone.
+    oldest_watchable: u64,
+    /// Node events for the open watches.
+    events: broadcast::Sender<Arc<WatchItem>>,
+    bookmark_interval: Duration,
+}
+
+impl State {
+    fn new() -> State {
+        State {
+            resource_version: 0,
+            objects: BTreeMap::new(),
+            conflicts: HashMap::new(),
+            faults: HashMap::new(),
+            log: Vec::new(),
+            history: VecDeque::new(),
+            history_limit: DEFAULT_WATCH_HISTORY,
+            oldest_watchable: 0,
+            events: broadcast::channel(WATCH_BUFFER).0,
+            bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
+        }
+    }
+
+    /// A node changed (`ADDED`, `MODIFIED`, `DELETED`) at its resourceVersion:
+    /// kept for watches to start from, and sent to the open ones.
+    fn node_changed(&mut self, key: &ObjectKey, kind: &'static str, object: &Value) {
+        if key.resource != Resource::Nodes {
+            return;
+        }
+        let rv = meta_str(object, "resourceVersion")
+            .and_then(|rv| rv.parse().ok())
+            .unwrap_or(self.resource_version);
+        let item = Arc::new(WatchItem::Event {
+            rv,
+            kind,
+            object: object.clone(),
+        });
+        self.history.push_back(item.clone());
+        while self.history.len() > self.history_limit {
+            if let Some(old) = self.history.pop_front() {
+                if let WatchItem::Event { rv, .. } = *old {
+                    self.oldest_watchable = rv;
+                }
+            }
+        }
+        // No watcher: nobody to tell.
+        let _ = self.events.send(item);
+    }
+
+    /// Removes an object at once; a node's deletion is an event at a new
+    /// resourceVersion.
+    fn remove(&mut self, key: &ObjectKey) -> Option<Value> {
+        let mut object = self.objects.remove(key)?;
+        if key.resource == Resource::Nodes {
+            object["metadata"]["resourceVersion"] = self.next_resource_version().into();
+            self.node_changed(key, "DELETED", &object);
+        }
+        Some(object)
+    }
+}
+
+/// What the open watches are sent.
+#[derive(Debug)]
+enum WatchItem {
+    Event {
+        rv: u64,
+        kind: &'static str,
+        object: Value,
+    },
+    /// Too old to watch from (compacted, or the watcher fell behind): the
+    /// watch ends with 410 Gone.
+    Expire,
 }
 
 impl fmt::Debug for FakeApiServer {
@@ -373,7 +479,9 @@ impl FakeApiServer {
             fault: watch::Sender::new(Fault::None),
             listening: watch::Sender::new(true),
             connections: watch::Sender::new(0),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State::new()),
+            watch_stall: watch::Sender::new(false),
+            watch_expiry: watch::Sender::new(0),
             stop: stop.clone(),
         });
         tokio::spawn(run(shared.clone(), listener));
@@ -584,14 +692,95 @@ impl FakeApiServer {
             name,
         };
         let object = Value::Object(object);
+        let kind = if state.objects.contains_key(&key) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        state.node_changed(&key, kind, &object);
         state.objects.insert(key, object.clone());
         object
     }
 
     /// Removes an object at once, as a finished kubelet or a garbage
-    /// collector would; returns it if it existed. Takes no resourceVersion.
+    /// collector would (no preconditions); returns it if it existed.
     pub fn remove(&self, key: &ObjectKey) -> Option<Value> {
-        self.shared().lock().objects.remove(key)
+        self.shared().lock().remove(key)
+    }
+
+    /// Deletes every object in place, as `kubectl delete --all` of every
+    /// resource would: watches see each node deleted, resourceVersions go on.
+    pub fn wipe(&self) {
+        let mut state = self.shared().lock();
+        let keys: Vec<ObjectKey> = state.objects.keys().cloned().collect();
+        for key in keys {
+            state.remove(&key);
+        }
+    }
+
+    /// Restarts on the same port with nothing stored and resourceVersions
+    /// starting over, as an API server restored from an empty backup (or a
+    /// new cluster at the same address): every connection and watch is
+    /// closed, the listener is closed and opened again. Faults, conflicts
+    /// and the request log are kept.
+    pub async fn restart_empty(&self) {
+        let fault = self.fault();
+        self.set_fault(Fault::Down);
+        self.settled().await;
+        {
+            let mut state = self.shared().lock();
+            state.objects.clear();
+            state.resource_version = 0;
+            state.history.clear();
+            state.oldest_watchable = 0;
+        }
+        self.set_fault(if fault == Fault::Down {
+            Fault::None
+        } else {
+            fault
+        });
+        self.settled().await;
+    }
+
+    /// Forgets the watch history, as etcd compaction does: a watch from any
+    /// version until now is answered 410 Gone, and every open watch ends at
+    /// once with a 410 `ERROR` event, dropping what it had not sent yet
+    /// (even while stalled).
+    pub fn compact(&self) {
+        let mut state = self.shared().lock();
+        state.history.clear();
+        state.oldest_watchable = state.resource_version;
+        drop(state);
+        self.shared().watch_expiry.send_modify(|n| *n += 1);
+    }
+
+    /// While `true`, open watches send nothing (events, bookmarks), as over
+    /// a half-open connection; new watches start but stay silent too.
+    pub fn stall_watches(&self, stalled: bool) {
+        self.shared().watch_stall.send_replace(stalled);
+    }
+
+    /// How many node events are kept for watches to start from.
+    pub fn set_watch_history(&self, events: usize) {
+        let mut state = self.shared().lock();
+        state.history_limit = events;
+        while state.history.len() > events {
+            if let Some(old) = state.history.pop_front() {
+                if let WatchItem::Event { rv, .. } = *old {
+                    state.oldest_watchable = rv;
+                }
+            }
+        }
+    }
+
+    /// How often watches that asked for them get a `BOOKMARK` event.
+    pub fn set_bookmark_interval(&self, every: Duration) {
+        self.shared().lock().bookmark_interval = every;
+    }
+
+    /// Watches open now.
+    pub fn watches(&self) -> usize {
+        self.shared().lock().events.receiver_count()
     }
 
     /// Every answered request since the start or the last
@@ -744,7 +933,7 @@ async fn serve_connection(shared: Arc<Shared>, stream: TcpStream) {
 #[error("fake API server closed the connection")]
 struct Closed;
 
-type Body = Full<Bytes>;
+type Body = UnsyncBoxBody<Bytes, std::convert::Infallible>;
 
 /// Answers one request: body, fault, then the API call; logs what it answered.
 async fn respond(
@@ -775,6 +964,10 @@ async fn respond(
             let answer = fault_answer(code);
             return Ok(shared.log_and_answer(&parts.method, path, query, at, answer));
         }
+        Fault::Throttled(seconds) => {
+            let answer = Answer::throttled(seconds);
+            return Ok(shared.log_and_answer(&parts.method, path, query, at, answer));
+        }
         Fault::Slow(delay) => {
             let mut fault = shared.fault.subscribe();
             tokio::select! {
@@ -785,6 +978,22 @@ async fn respond(
         }
     }
 
+    let watching = route
+        .as_ref()
+        .is_some_and(|r| r.resource == Resource::Nodes && r.target == Target::Collection)
+        && parts.method == Method::GET
+        && Query::parse(&query).watch();
+    if watching && answer.is_ok() {
+        let (code, response) = match shared.watch_nodes(&Query::parse(&query)) {
+            Ok(response) => (StatusCode::OK, response),
+            Err(e) => {
+                let answer = e.into_answer();
+                (answer.code, answer.into_response())
+            }
+        };
+        shared.log(&parts.method, path, query, at, code);
+        return Ok(response);
+    }
     let answer = match (answer, route) {
         (Err(e), _) => e.into_answer(),
         (Ok(_), None) => ApiError::new(
@@ -821,14 +1030,226 @@ impl Shared {
         at: Instant,
         answer: Answer,
     ) -> Response<Body> {
+        self.log(method, path, query, at, answer.code);
+        answer.into_response()
+    }
+
+    fn log(&self, method: &Method, path: String, query: String, at: Instant, code: StatusCode) {
         self.lock().log.push(Request {
             method: method.as_str().to_owned(),
             path,
             query,
-            status: answer.code.as_u16(),
+            status: code.as_u16(),
             at,
         });
-        answer.into_response()
+    }
+
+    /// `GET /api/v1/nodes?watch=true`: the events after the given version,
+    /// then the new ones as they happen, as newline-separated JSON.
+    fn watch_nodes(self: &Arc<Self>, query: &Query) -> Result<Response<Body>, ApiError> {
+        let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
+            .map_err(ApiError::bad_request)?;
+        let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))
+            .map_err(ApiError::bad_request)?;
+        fields
+            .check_fields(Resource::Nodes.field_labels())
+            .map_err(ApiError::bad_request)?;
+        let timeout = match query.get("timeoutSeconds") {
+            None => Duration::from_secs(1800),
+            Some(t) => Duration::from_secs(
+                t.parse()
+                    .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+            ),
+        };
+        let bookmarks = query.get("allowWatchBookmarks") == Some("true");
+        let mut pending = VecDeque::new();
+        let mut done = false;
+        let state = self.lock();
+        let from = match query.get("resourceVersion") {
+            None | Some("0") => {
+                // No version: every node as it is, then the changes.
+                for (key, node) in state.objects.range(ObjectKey::node("")..) {
+                    if key.resource != Resource::Nodes {
+                        break;
+                    }
+                    pending.push_back(Arc::new(WatchItem::Event {
+                        rv: state.resource_version,
+                        kind: "ADDED",
+                        object: node.clone(),
+                    }));
+                }
+                state.resource_version
+            }
+            Some(v) => {
+                let from: u64 = v
+                    .parse()
+                    .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {v:?}")))?;
+                if from > state.resource_version {
+                    return Err(ApiError::too_large(from, state.resource_version));
+                }
+                if from < state.oldest_watchable {
+                    pending.push_back(Arc::new(WatchItem::Expire));
+                    done = true;
+                } else {
+                    pending.extend(
+                        state
+                            .history
+                            .iter()
+                            .filter(|e| matches!(***e, WatchItem::Event { rv, .. } if rv > from))
+                            .cloned(),
+                    );
+                }
+                from
+            }
+        };
+        // Subscribed under the lock the history was read under: no gap, no repeat.
+        let events = state.events.subscribe();
+        let every = state.bookmark_interval;
+        drop(state);
+        let watch = Watch {
+            shared: self.clone(),
+            pending,
+            events,
+            labels,
+            fields,
+            bookmarks,
+            every,
+            next_bookmark: Instant::now() + every,
+            deadline: Instant::now() + timeout,
+            last_rv: from,
+            stall: self.watch_stall.subscribe(),
+            expiry: self.watch_expiry.subscribe(),
+            expiry_seen: *self.watch_expiry.borrow(),
+            done,
+        };
+        let frames = futures_util::stream::unfold(watch, |mut watch| async move {
+            let line = watch.next_line().await?;
+            Some((Ok(hyper::body::Frame::data(line)), watch))
+        });
+        let mut response = Response::new(StreamBody::new(frames).boxed_unsync());
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        Ok(response)
+    }
+}
+
+/// One open watch: what it still has to send, and where it is.
+struct Watch {
+    shared: Arc<Shared>,
+    pending: VecDeque<Arc<WatchItem>>,
+    events: broadcast::Receiver<Arc<WatchItem>>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+    bookmarks: bool,
+    every: Duration,
+    next_bookmark: Instant,
+    deadline: Instant,
+    /// The newest version sent (or filtered out).
+    last_rv: u64,
+    stall: watch::Receiver<bool>,
+    expiry: watch::Receiver<u64>,
+    /// The compactions counted when the watch started.
+    expiry_seen: u64,
+    /// After an error event, nothing more.
+    done: bool,
+}
+
+impl Watch {
+    /// The next line to send; `None` ends the watch.
+    async fn next_line(&mut self) -> Option<Bytes> {
+        // Each round sends a line, ends, or waits for something to change.
+        loop {
+            if *self.expiry.borrow() != self.expiry_seen && !self.done {
+                self.pending.clear();
+                return self.line(&WatchItem::Expire);
+            }
+            if *self.stall.borrow_and_update() {
+                tokio::select! {
+                    _ = self.shared.stop.cancelled() => return None,
+                    _ = tokio::time::sleep_until(self.deadline) => return None,
+                    _ = self.stall.changed() => continue,
+                    _ = self.expiry.changed() => continue,
+                }
+            }
+            if let Some(item) = self.pending.pop_front() {
+                if let Some(line) = self.line(&item) {
+                    return Some(line);
+                }
+                continue;
+            }
+            if self.done {
+                return None;
+            }
+            tokio::select! {
+                _ = self.shared.stop.cancelled() => return None,
+                _ = tokio::time::sleep_until(self.deadline) => return None,
+                _ = self.stall.changed() => {}
+                _ = self.expiry.changed() => {}
+                _ = tokio::time::sleep_until(self.next_bookmark), if self.bookmarks => {
+                    self.next_bookmark += self.every;
+                    if let Some(line) = self.bookmark() {
+                        return Some(line);
+                    }
+                }
+                item = self.events.recv() => match item {
+                    Ok(item) => self.pending.push_back(item),
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        // Too far behind: ended, as the API server ends a slow watcher.
+                        self.pending.push_back(Arc::new(WatchItem::Expire));
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+            }
+        }
+    }
+
+    /// An item as a line, or `None` when it is filtered out or already sent.
+    fn line(&mut self, item: &WatchItem) -> Option<Bytes> {
+        let event = match item {
+            WatchItem::Event { rv, kind, object } => {
+                if *rv <= self.last_rv && *kind != "ADDED" {
+                    return None;
+                }
+                self.last_rv = self.last_rv.max(*rv);
+                if !self.labels.matches(&labels_of(object))
+                    || !self.fields.matches(|f| field_of(object, f))
+                {
+                    return None;
+                }
+                json!({"type": kind, "object": object})
+            }
+            WatchItem::Expire => {
+                self.done = true;
+                json!({"type": "ERROR", "object": {
+                    "kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": "Failure",
+                    "message": format!("too old resource version: {}", self.last_rv),
+                    "reason": "Expired", "code": 410,
+                }})
+            }
+        };
+        let mut line = serde_json::to_vec(&event).unwrap_or_default();
+        line.push(b'\n');
+        Some(Bytes::from(line))
+    }
+
+    /// A bookmark at the server's version, once every event up to it was
+    /// taken from the channel (else it would claim events still to come).
+    fn bookmark(&mut self) -> Option<Bytes> {
+        let state = self.shared.lock();
+        if !self.events.is_empty() || !self.pending.is_empty() {
+            return None;
+        }
+        self.last_rv = self.last_rv.max(state.resource_version);
+        drop(state);
+        let event = json!({"type": "BOOKMARK", "object": {
+            "kind": "Node", "apiVersion": "v1",
+            "metadata": {"resourceVersion": self.last_rv.to_string()},
+        }});
+        let mut line = serde_json::to_vec(&event).unwrap_or_default();
+        line.push(b'\n');
+        Some(Bytes::from(line))
     }
 }
 
@@ -925,6 +1346,10 @@ impl Query {
     fn dry_run(&self) -> bool {
         self.get("dryRun") == Some("All")
     }
+
+    fn watch(&self) -> bool {
+        matches!(self.get("watch"), Some("true" | "1"))
+    }
 }
 
 /// One API request, after routing.
@@ -939,11 +1364,13 @@ struct Call<'a> {
 // ---------------------------------------------------------------------------
 // Answers and errors
 
-/// A status code and a JSON body.
+/// A status code and a JSON body (or a plain-text one).
 #[derive(Debug)]
 struct Answer {
     code: StatusCode,
     body: Value,
+    /// Sent instead of `body`, as `text/plain`.
+    text: Option<&'static str>,
     retry_after: Option<u32>,
 }
 
@@ -952,17 +1379,35 @@ impl Answer {
         Answer {
             code,
             body,
+            text: None,
             retry_after: None,
         }
     }
 
+    /// 429 as API Priority and Fairness sends it: plain text, and the wait
+    /// in a header only.
+    fn throttled(seconds: u32) -> Answer {
+        Answer {
+            code: StatusCode::TOO_MANY_REQUESTS,
+            body: Value::Null,
+            text: Some("Too many requests, please try again later.\n"),
+            retry_after: Some(seconds),
+        }
+    }
+
     fn into_response(self) -> Response<Body> {
-        // Serialising a Value cannot fail.
-        let bytes = serde_json::to_vec(&self.body).unwrap_or_default();
-        let mut resp = Response::new(Full::new(Bytes::from(bytes)));
+        let (bytes, content_type) = match self.text {
+            Some(text) => (text.as_bytes().to_vec(), "text/plain; charset=utf-8"),
+            // Serialising a Value cannot fail.
+            None => (
+                serde_json::to_vec(&self.body).unwrap_or_default(),
+                "application/json",
+            ),
+        };
+        let mut resp = Response::new(Full::new(Bytes::from(bytes)).boxed_unsync());
         *resp.status_mut() = self.code;
         resp.headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
         if let Some(seconds) = self.retry_after {
             resp.headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from(seconds));
@@ -1045,6 +1490,21 @@ impl ApiError {
 
     fn invalid(key: &ObjectKey, message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message.into()).about(key)
+    }
+
+    /// A watch from a version the server has not reached, worded and
+    /// coded as the API server's.
+    fn too_large(asked: u64, current: u64) -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "Timeout",
+            format!("Too large resource version: {asked}, current: {current}"),
+        );
+        e.details = Some(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        }));
+        e
     }
 
     fn method_not_allowed() -> ApiError {
@@ -1203,10 +1663,11 @@ impl State {
         namespace: Option<&str>,
         query: &Query,
     ) -> Result<Answer, ApiError> {
-        if matches!(query.get("watch"), Some("true" | "1")) {
-            return Err(ApiError::bad_request(
-                "watch is not supported by the fake API server",
-            ));
+        if query.watch() {
+            return Err(ApiError::bad_request(format!(
+                "the fake API server watches nodes only, not {}",
+                resource.plural()
+            )));
         }
         let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
             .map_err(ApiError::bad_request)?;
@@ -1351,6 +1812,7 @@ impl State {
         if !dry_run {
             let rv = self.next_resource_version();
             object["metadata"]["resourceVersion"] = rv.into();
+            self.node_changed(&key, "ADDED", &object);
             self.objects.insert(key, object.clone());
         }
         Ok(Answer::new(StatusCode::CREATED, object))
@@ -1458,8 +1920,10 @@ impl State {
         new["metadata"]["resourceVersion"] = self.next_resource_version().into();
         if deletable(key.resource, &new) {
             self.objects.remove(key);
+            self.node_changed(key, "DELETED", &new);
         } else {
             self.objects.insert(key.clone(), new.clone());
+            self.node_changed(key, "MODIFIED", &new);
         }
         new
     }
@@ -1495,7 +1959,7 @@ impl State {
         };
         if grace == 0 && !has_finalizers(&current) {
             if !dry_run {
-                self.objects.remove(key);
+                self.remove(key);
             }
             let body = if key.resource.returns_deleted_object() {
                 current
@@ -2717,5 +3181,279 @@ mod tests {
         for bad in ["zz", "abc", "é1", "6162"] {
             assert!(decode_continue(Resource::Pods, bad).is_err(), "{bad}");
         }
+    }
+
+    /// The events of a watch of nodes, collected until it ends or `n` came.
+    async fn watch_events(
+        nodes: &Api<Node>,
+        params: &::kube::api::WatchParams,
+        from: &str,
+        n: usize,
+    ) -> Vec<(String, String, u16)> {
+        use ::kube::api::WatchEvent;
+        use futures_util::StreamExt;
+        let stream = nodes.watch(params, from).await.expect("the watch starts");
+        let mut stream = std::pin::pin!(stream);
+        let mut seen = Vec::new();
+        while seen.len() < n {
+            let Some(event) = timeout(LIMIT, stream.next())
+                .await
+                .expect("an event in time")
+            else {
+                break;
+            };
+            seen.push(match event.expect("an event") {
+                WatchEvent::Added(n) => ("ADDED".into(), n.name_any(), 0),
+                WatchEvent::Modified(n) => ("MODIFIED".into(), n.name_any(), 0),
+                WatchEvent::Deleted(n) => ("DELETED".into(), n.name_any(), 0),
+                WatchEvent::Bookmark(b) => ("BOOKMARK".into(), b.metadata.resource_version, 0),
+                WatchEvent::Error(e) => ("ERROR".into(), e.reason.clone(), e.code),
+            });
+        }
+        seen
+    }
+
+    fn ev(kind: &str, name: &str) -> (String, String, u16) {
+        (kind.into(), name.into(), 0)
+    }
+
+    #[tokio::test]
+    async fn watches_replay_from_a_version_then_follow() {
+        let server = FakeApiServer::start().await;
+        let nodes: Api<Node> = Api::all(client(&server));
+        server.put_node(node_json("n1"));
+        let from = server.resource_version().to_string();
+        server.put_node(node_json("n2"));
+        let pp = PatchParams::default();
+        let label = Patch::Merge(json!({"metadata": {"labels": {"b": "c"}}}));
+        nodes.patch("n1", &pp, &label).await.expect("patch");
+        let params = ::kube::api::WatchParams::default().timeout(5);
+        let watch = {
+            let nodes = nodes.clone();
+            let params = params.clone();
+            tokio::spawn(async move { watch_events(&nodes, &params, &from, 5).await })
+        };
+        // Live: a deletion through the API and one by the handle.
+        timeout(LIMIT, async {
+            while server.watches() == 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the watch is open");
+        nodes
+            .delete("n2", &DeleteParams::default())
+            .await
+            .expect("delete");
+        server.remove(&ObjectKey::node("n1"));
+        let seen = watch.await.unwrap();
+        assert_eq!(
+            seen,
+            [
+                ev("ADDED", "n2"),
+                ev("MODIFIED", "n1"),
+                ev("DELETED", "n2"),
+                ev("DELETED", "n1"),
+            ]
+        );
+        // Without a version: the nodes there are, as ADDED.
+        server.put_node(node_json("n3"));
+        let first = watch_events(&nodes, &params.clone().timeout(1), "0", 1).await;
+        assert_eq!(first, [ev("ADDED", "n3")]);
+        // Selectors filter; the watch ends cleanly at its timeout.
+        let only_n3 = params.clone().fields("metadata.name=n3").timeout(1);
+        let from = server.resource_version().to_string();
+        server.put_node(node_json("n4"));
+        assert!(watch_events(&nodes, &only_n3, &from, 1).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn bookmarks_carry_the_version_a_watch_may_resume_from() {
+        let server = FakeApiServer::start().await;
+        server.set_bookmark_interval(Duration::from_millis(50));
+        let nodes: Api<Node> = Api::all(client(&server));
+        server.put_node(node_json("n1"));
+        server.put_node(node_json("n2"));
+        let params = ::kube::api::WatchParams::default().timeout(5);
+        let seen = watch_events(&nodes, &params, "1", 2).await;
+        assert_eq!(seen[0], ev("ADDED", "n2"));
+        assert_eq!(seen[1], ("BOOKMARK".into(), "2".into(), 0));
+    }
+
+    #[tokio::test]
+    async fn old_versions_are_gone_and_future_ones_too_large() {
+        let server = FakeApiServer::start().await;
+        let nodes: Api<Node> = Api::all(client(&server));
+        server.set_watch_history(2);
+        for i in 0..4 {
+            server.put_node(node_json(&format!("n{i}")));
+        }
+        let params = ::kube::api::WatchParams::default().timeout(5);
+        // Events 3 and 4 are kept: from 2 works, from 1 is too old.
+        assert_eq!(
+            watch_events(&nodes, &params, "2", 2).await,
+            [ev("ADDED", "n2"), ev("ADDED", "n3")]
+        );
+        assert_eq!(
+            watch_events(&nodes, &params, "1", 2).await,
+            [("ERROR".into(), "Expired".into(), 410)]
+        );
+        let err = nodes.watch(&params, "99").await.err().expect("refused");
+        let ::kube::Error::Api(status) = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(status.code, 504);
+        assert!(status
+            .message
+            .contains("Too large resource version: 99, current: 4"));
+        // Compaction ends an open watch with 410 and forgets everything.
+        let open = {
+            let nodes = nodes.clone();
+            let params = params.clone();
+            tokio::spawn(async move { watch_events(&nodes, &params, "4", 3).await })
+        };
+        timeout(LIMIT, async {
+            while server.watches() == 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the watch is open");
+        server.compact();
+        assert_eq!(
+            open.await.unwrap(),
+            [("ERROR".into(), "Expired".into(), 410)]
+        );
+        assert_eq!(
+            watch_events(&nodes, &params, "3", 1).await,
+            [("ERROR".into(), "Expired".into(), 410)]
+        );
+        // Watches of other resources are refused.
+        let pods: Api<Pod> = Api::all(client(&server));
+        let err = pods.watch(&params, "0").await.err().expect("refused");
+        assert!(err.to_string().contains("watches nodes only"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_stalled_watch_sends_nothing_until_it_is_released() {
+        let server = FakeApiServer::start().await;
+        let nodes: Api<Node> = Api::all(client(&server));
+        server.stall_watches(true);
+        let params = ::kube::api::WatchParams::default().timeout(5);
+        let open = {
+            let nodes = nodes.clone();
+            let params = params.clone();
+            tokio::spawn(async move { watch_events(&nodes, &params, "0", 1).await })
+        };
+        timeout(LIMIT, async {
+            while server.watches() == 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the watch is open");
+        server.put_node(node_json("n1"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!open.is_finished(), "held back");
+        server.stall_watches(false);
+        assert_eq!(open.await.unwrap(), [ev("ADDED", "n1")]);
+    }
+
+    #[tokio::test]
+    async fn a_restart_empty_forgets_everything_and_versions_start_over() {
+        let server = FakeApiServer::start().await;
+        let nodes: Api<Node> = Api::all(client(&server));
+        for i in 0..3 {
+            server.put_node(node_json(&format!("n{i}")));
+        }
+        server.put_lease(json!({"metadata": {"name": "n0", "namespace": "kube-node-lease"}}));
+        let addr = server.addr();
+        let params = ::kube::api::WatchParams::default().timeout(30);
+        let open = {
+            let nodes = nodes.clone();
+            tokio::spawn(async move {
+                use futures_util::StreamExt;
+                let stream = nodes.watch(&params, "4").await.expect("the watch starts");
+                let mut stream = std::pin::pin!(stream);
+                // The restart breaks the watch: it ends without an event.
+                while let Some(e) = stream.next().await {
+                    if e.is_err() {
+                        break;
+                    }
+                }
+            })
+        };
+        timeout(LIMIT, async {
+            while server.watches() == 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the watch is open");
+        server.restart_empty().await;
+        timeout(LIMIT, open)
+            .await
+            .expect("the watch broke")
+            .unwrap();
+        assert_eq!(server.addr(), addr);
+        assert!(server.nodes().is_empty() && server.leases().is_empty());
+        assert_eq!(server.resource_version(), 0);
+        let created = nodes
+            .create(&PostParams::default(), &node("n9"))
+            .await
+            .expect("serving again");
+        assert_eq!(rv(&created.metadata), 1);
+    }
+
+    #[tokio::test]
+    async fn a_wipe_deletes_everything_in_place_and_watches_see_it() {
+        let server = FakeApiServer::start().await;
+        let nodes: Api<Node> = Api::all(client(&server));
+        server.put_node(node_json("n1"));
+        server.put_node(node_json("n2"));
+        server.put_pod(pod_json("default", "p", Some("n1"), "web"));
+        let from = server.resource_version().to_string();
+        server.wipe();
+        assert!(server.nodes().is_empty() && server.pods().is_empty());
+        let params = ::kube::api::WatchParams::default().timeout(5);
+        assert_eq!(
+            watch_events(&nodes, &params, &from, 2).await,
+            [ev("DELETED", "n1"), ev("DELETED", "n2")]
+        );
+        assert_eq!(server.resource_version(), 5, "versions go on");
+    }
+
+    #[tokio::test]
+    async fn throttling_answers_as_priority_and_fairness_does() {
+        let server = FakeApiServer::start().await;
+        server.set_fault(Fault::Throttled(7));
+        let response = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .get(format!("{}/api/v1/nodes", server.url()))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), 429);
+        assert_eq!(response.headers()["retry-after"], "7");
+        assert!(response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain"));
+        assert_eq!(
+            response.text().await.unwrap(),
+            "Too many requests, please try again later.\n"
+        );
+        // Through the mirror's client, the wait is kept in the Status.
+        let connection = crate::mirror::ApiServer::Master(server.url())
+            .connect(LIMIT)
+            .await
+            .expect("a client");
+        let nodes: Api<Node> = Api::all(connection.client);
+        let status = api_error(nodes.list(&ListParams::default()).await);
+        assert_eq!(status.code, 429);
+        assert_eq!(status.details.expect("details").retry_after_seconds, 7);
+        assert_eq!(server.requests().len(), 2);
     }
 }

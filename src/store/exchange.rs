@@ -1,15 +1,44 @@
-//! Export and import as JSON lines, independent of sled and of the schema:
-//! a header line, then every node record, then every event in seq order.
+//! Export and import as JSON lines, independent of sled and of the schema.
+//! Both stream: memory stays flat whatever the history's length.
+//!
+//! Format 2, one JSON object per line, each line one record kind:
+//!
+//! | line | what |
+//! |---|---|
+//! | `{"format":"nodekeeper-export","version":2,"exportedAt":T,"lastSeq":N,"horizon":{"seq":H,"time":T}}` | the header; `horizon` only when the history was pruned |
+//! | `{"meta":{"created":T,"instance":ID,"lastCleanStop":T,"other":{KEY:VALUE}}}` | the store's identity: when it was made, the last controller, its clean stop; and every other value it keeps (the mirror's last error) |
+//! | `{"node":NODE}` | a registry record (the domain's node, as `/v1/nodes` shows it) |
+//! | `{"lease":LEASE}` | a node Lease (`kube-node-lease`) |
+//! | `{"outbox":{"kind":"Node"\|"EvictPods","node":NAME,"seq":N,"enqueued":T,"reason":R}}` | mirror work not yet done |
+//! | `{"checkpointNode":NODE}` | the registry as of the horizon, one node a line |
+//! | `{"event":EVENT}` | one event of the kept history, oldest first (as `history -o json`) |
+//! | `{"end":{"nodes":N,"leases":N,"outbox":N,"checkpointNodes":N,"events":N}}` | the counts: an export without it is incomplete and is refused |
+//!
+//! Format 1 (a header with `nodes` and `events` counts, then `node` and
+//! `event` lines) is still read; its history is taken to start from an empty
+//! registry before its first event.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 
+use migrations::v2_node_index::index_key;
+use migrations::v4_history_index::{checkpoint_node_key, time_key};
 use serde::{Deserialize, Serialize};
 
-use super::{records, seq_from_key, Store, StoreError};
-use crate::model::{Event, Micros, Node};
+use super::checkpoint::{stored_event_bytes, Checkpoint, Follower};
+use super::{
+    records, seq_from_key, OutboxEntry, OutboxKey, Store, StoreError, WriterState, META_CLEAN_STOP,
+    META_CREATED, META_HORIZON, META_IMPORT_INCOMPLETE, META_INSTANCE,
+};
+use crate::model::{Event, EventKind, Lease, Micros, Node};
 
 const FORMAT: &str = "nodekeeper-export";
-const FORMAT_VERSION: u32 = 1;
+/// The export format this build writes (and the newest it reads).
+pub const EXPORT_FORMAT_VERSION: u32 = 2;
+/// Records loaded per sled batch, and between flushes: sled keeps unflushed
+/// writes in memory, so an import flushes as it goes.
+const BATCH_LINES: usize = 5_000;
+const FLUSH_LINES: usize = 100_000;
 
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -18,175 +47,575 @@ struct Header {
     version: u32,
     exported_at: Micros,
     last_seq: u64,
-    nodes: usize,
-    events: usize,
+    /// Format 1: the counts, up front.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nodes: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    events: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    horizon: Option<HorizonLine>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct HorizonLine {
+    seq: u64,
+    time: Micros,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct MetaLine {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    created: Option<Micros>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    instance: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last_clean_stop: Option<Micros>,
+    /// Every other value kept in the meta tree (the mirror's last error...),
+    /// by key: its text, or `hex:` and its bytes when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    other: BTreeMap<String, String>,
+}
+
+/// Meta keys an export does not carry as such: the schema is the importing
+/// store's, the horizon is in the header, the rest is transient.
+const META_NOT_EXPORTED: &[&[u8]] = &[
+    migrations::SCHEMA_VERSION_KEY,
+    META_HORIZON,
+    META_IMPORT_INCOMPLETE,
+    b"checkpoint_in_progress",
+    META_CREATED,
+    META_INSTANCE,
+    META_CLEAN_STOP,
+];
+
+#[derive(Serialize, Deserialize)]
+struct OutboxLine {
+    kind: String,
+    node: String,
+    seq: u64,
+    enqueued: Micros,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+}
+
+/// What an export holds, counted by record kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counts {
+    pub nodes: usize,
+    pub leases: usize,
+    pub outbox: usize,
+    pub checkpoint_nodes: usize,
+    pub events: usize,
 }
 
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 enum Line {
+    Meta(MetaLine),
     Node(Box<Node>),
+    Lease(Box<Lease>),
+    Outbox(OutboxLine),
+    CheckpointNode(Box<Node>),
     Event(Box<Event>),
+    End(Counts),
 }
 
 /// What an export wrote.
-#[derive(Debug, Clone, Serialize)]
-pub struct ExportSummary {
-    pub nodes: usize,
-    pub events: usize,
-}
+pub type ExportSummary = Counts;
 
 /// What an import loaded.
 #[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ImportSummary {
-    pub nodes: usize,
-    pub events: usize,
-    #[serde(rename = "lastSeq")]
+    #[serde(flatten)]
+    pub counts: Counts,
     pub last_seq: u64,
+    /// Where its kept history starts (0: from the first event).
+    pub horizon: u64,
+    /// Checkpoints written along the way (the horizon's included).
+    pub checkpoints: usize,
+}
+
+fn write_line(out: &mut dyn Write, value: &impl Serialize) -> Result<(), StoreError> {
+    serde_json::to_writer(&mut *out, value)
+        .map_err(|e| StoreError::Export(std::io::Error::other(e)))?;
+    out.write_all(b"\n").map_err(StoreError::Export)
 }
 
 pub(super) fn export(store: &Store, out: &mut dyn Write) -> Result<ExportSummary, StoreError> {
-    let header = Header {
-        format: FORMAT.into(),
-        version: FORMAT_VERSION,
-        exported_at: Micros::now(),
-        last_seq: store.last_seq(),
-        nodes: store.nodes.len(),
-        events: store.events.len(),
+    let horizon = store.horizon();
+    let base = if horizon > 0 {
+        store.checkpoint(horizon)?
+    } else {
+        None
     };
-    let write_line = |out: &mut dyn Write, value: &dyn erased::Json| -> Result<(), StoreError> {
-        value.write(out).map_err(StoreError::Export)?;
-        out.write_all(b"\n").map_err(StoreError::Export)
+    write_line(
+        out,
+        &Header {
+            format: FORMAT.into(),
+            version: EXPORT_FORMAT_VERSION,
+            exported_at: Micros::now(),
+            last_seq: store.last_seq(),
+            nodes: None,
+            events: None,
+            horizon: (horizon > 0).then(|| HorizonLine {
+                seq: horizon,
+                time: base.as_ref().map_or(Micros(i64::MIN), |c| c.time),
+            }),
+        },
+    )?;
+    let micros = |key: &[u8]| -> Result<Option<Micros>, StoreError> {
+        Ok(store
+            .meta
+            .get(key)?
+            .and_then(|v| Some(Micros(i64::from_be_bytes(v.as_ref().try_into().ok()?)))))
     };
-    write_line(out, &header)?;
-    let mut summary = ExportSummary {
-        nodes: 0,
-        events: 0,
-    };
+    let mut other = BTreeMap::new();
+    for entry in store.meta.iter() {
+        let (key, value) = entry?;
+        if META_NOT_EXPORTED.contains(&key.as_ref()) {
+            continue;
+        }
+        let value = match std::str::from_utf8(&value) {
+            Ok(text) if !text.starts_with("hex:") => text.to_string(),
+            _ => format!(
+                "hex:{}",
+                value.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            ),
+        };
+        other.insert(String::from_utf8_lossy(&key).into_owned(), value);
+    }
+    write_line(
+        out,
+        &Line::Meta(MetaLine {
+            created: micros(META_CREATED)?,
+            instance: store.last_instance()?,
+            last_clean_stop: micros(META_CLEAN_STOP)?,
+            other,
+        }),
+    )?;
+    let mut counts = Counts::default();
     for value in store.nodes.iter().values() {
         let node = records::decode_node(&value?)?;
         write_line(out, &Line::Node(Box::new(node)))?;
-        summary.nodes += 1;
+        counts.nodes += 1;
     }
-    for entry in store.events.iter() {
+    for value in store.leases.iter().values() {
+        let lease = records::decode_lease(&value?)?;
+        write_line(out, &Line::Lease(Box::new(lease)))?;
+        counts.leases += 1;
+    }
+    for entry in store.outbox.iter() {
+        let (key, value) = entry?;
+        let (key, entry) = super::decode_outbox(&key, &value)?;
+        write_line(
+            out,
+            &Line::Outbox(OutboxLine {
+                kind: key.kind().to_string(),
+                node: key.node().to_string(),
+                seq: entry.seq,
+                enqueued: entry.enqueued,
+                reason: entry.reason,
+            }),
+        )?;
+        counts.outbox += 1;
+    }
+    if base.is_some() {
+        for value in store
+            .checkpoint_nodes
+            .scan_prefix(horizon.to_be_bytes())
+            .values()
+        {
+            let node = records::decode_node(&value?)?;
+            write_line(out, &Line::CheckpointNode(Box::new(node)))?;
+            counts.checkpoint_nodes += 1;
+        }
+    }
+    for entry in store.events.range((horizon + 1).to_be_bytes()..) {
         let (key, value) = entry?;
         let event = records::decode_event(seq_from_key(&key)?, &value)?;
         write_line(out, &Line::Event(Box::new(event)))?;
-        summary.events += 1;
+        counts.events += 1;
     }
+    write_line(out, &Line::End(counts.clone()))?;
     out.flush().map_err(StoreError::Export)?;
-    Ok(summary)
+    Ok(counts)
 }
 
 pub(super) fn import(store: &Store, input: &mut dyn BufRead) -> Result<ImportSummary, StoreError> {
     if !store.is_empty() {
         return Err(StoreError::NotEmpty(store.path.clone()));
     }
-    match load(store, input) {
+    // Until the marker goes, every command refuses this store as incomplete.
+    store.meta.insert(
+        META_IMPORT_INCOMPLETE,
+        format!("an import started at {}", Micros::now().rfc3339_seconds()).as_bytes(),
+    )?;
+    store.db.flush()?;
+    match Loader::new(store).load(input) {
         Ok(summary) => {
+            store.meta.remove(META_IMPORT_INCOMPLETE)?;
             store.flush_blocking()?;
             Ok(summary)
         }
         Err(e) => {
             // The store was empty before; leave it so rather than half-loaded.
             store.clear()?;
+            store.meta.remove(META_IMPORT_INCOMPLETE)?;
+            store.db.flush()?;
             Err(e)
         }
     }
 }
 
-fn load(store: &Store, input: &mut dyn BufRead) -> Result<ImportSummary, StoreError> {
-    let mut summary = ImportSummary {
-        nodes: 0,
-        events: 0,
-        last_seq: 0,
-    };
-    let mut nodes = sled::Batch::default();
-    let mut events = sled::Batch::default();
-    let mut index = sled::Batch::default();
-    let mut pending = 0usize;
-    let mut line = String::new();
-    let mut number = 0usize;
-    loop {
-        line.clear();
-        let read = input.read_line(&mut line).map_err(|e| StoreError::Import {
-            line: number + 1,
-            reason: e.to_string(),
-        })?;
-        if read == 0 {
-            break;
-        }
-        number += 1;
-        let bad = |reason: String| StoreError::Import {
-            line: number,
-            reason,
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
-        if number == 1 {
-            let header: Header = serde_json::from_str(&line)
-                .map_err(|e| bad(format!("not a nodekeeper export header ({e}); was this made by `nodekeeper db export`?")))?;
-            if header.format != FORMAT || header.version > FORMAT_VERSION {
-                return Err(bad(format!(
-                    "format {:?} version {} is not one this build reads ({FORMAT} up to {FORMAT_VERSION})",
-                    header.format, header.version
-                )));
-            }
-            continue;
-        }
-        match serde_json::from_str::<Line>(&line).map_err(|e| bad(e.to_string()))? {
-            Line::Node(node) => {
-                nodes.insert(node.name.as_bytes(), records::encode_node(&node));
-                summary.nodes += 1;
-            }
-            Line::Event(event) => {
-                if event.seq <= summary.last_seq {
-                    return Err(bad(format!(
-                        "event seq {} does not follow {}",
-                        event.seq, summary.last_seq
-                    )));
-                }
-                summary.last_seq = event.seq;
-                if let Some(node) = &event.node {
-                    index.insert(
-                        migrations::v2_node_index::index_key(node, event.seq),
-                        &[] as &[u8],
-                    );
-                }
-                events.insert(&event.seq.to_be_bytes(), records::encode_event(&event));
-                summary.events += 1;
-            }
-        }
-        pending += 1;
-        if pending >= 10_000 {
-            store.nodes.apply_batch(std::mem::take(&mut nodes))?;
-            store.events.apply_batch(std::mem::take(&mut events))?;
-            store.node_events.apply_batch(std::mem::take(&mut index))?;
-            pending = 0;
-        }
-    }
-    if number == 0 {
-        return Err(StoreError::Import {
-            line: 0,
-            reason: "the input is empty".into(),
-        });
-    }
-    store.nodes.apply_batch(nodes)?;
-    store.events.apply_batch(events)?;
-    store.node_events.apply_batch(index)?;
-    *store.lock_writer() = summary.last_seq;
-    Ok(summary)
+/// An import under way: the batches not yet applied, and the registry
+/// followed from the horizon so periodic checkpoints are written as the
+/// events go by.
+struct Loader<'a> {
+    store: &'a Store,
+    nodes: sled::Batch,
+    leases: sled::Batch,
+    outbox: sled::Batch,
+    checkpoint_nodes: sled::Batch,
+    events: sled::Batch,
+    node_index: sled::Batch,
+    times: sled::Batch,
+    pending: usize,
+    since_flush: usize,
+    counts: Counts,
+    last_seq: u64,
+    effective: i64,
+    conditions: std::collections::BTreeSet<String>,
+    horizon: Option<(u64, Micros)>,
+    base: BTreeMap<String, Node>,
+    follower: Option<Follower>,
+    checkpoints: usize,
 }
 
-/// Serializing through `&dyn` without boxing every line.
-mod erased {
-    pub trait Json {
-        fn write(&self, out: &mut dyn std::io::Write) -> std::io::Result<()>;
-    }
-    impl<T: serde::Serialize> Json for T {
-        fn write(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-            serde_json::to_writer(out, self).map_err(std::io::Error::other)
+impl<'a> Loader<'a> {
+    fn new(store: &'a Store) -> Loader<'a> {
+        Loader {
+            store,
+            nodes: Default::default(),
+            leases: Default::default(),
+            outbox: Default::default(),
+            checkpoint_nodes: Default::default(),
+            events: Default::default(),
+            node_index: Default::default(),
+            times: Default::default(),
+            pending: 0,
+            since_flush: 0,
+            counts: Counts::default(),
+            last_seq: 0,
+            effective: i64::MIN,
+            conditions: Default::default(),
+            horizon: None,
+            base: BTreeMap::new(),
+            follower: None,
+            checkpoints: 0,
         }
+    }
+
+    fn load(mut self, input: &mut dyn BufRead) -> Result<ImportSummary, StoreError> {
+        let mut line = String::new();
+        let mut number = 0usize;
+        let mut header: Option<Header> = None;
+        let mut end: Option<(usize, Counts)> = None;
+        loop {
+            line.clear();
+            let read = input.read_line(&mut line).map_err(|e| StoreError::Import {
+                line: number + 1,
+                reason: e.to_string(),
+            })?;
+            if read == 0 {
+                break;
+            }
+            number += 1;
+            let bad = |reason: String| StoreError::Import {
+                line: number,
+                reason,
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            let Some(h) = &header else {
+                let h: Header = serde_json::from_str(&line).map_err(|e| {
+                    bad(format!(
+                        "not a nodekeeper export header ({e}); was this made by `nodekeeper db export`?"
+                    ))
+                })?;
+                if h.format != FORMAT || h.version == 0 || h.version > EXPORT_FORMAT_VERSION {
+                    return Err(bad(format!(
+                        "format {:?} version {} is not one this build reads ({FORMAT} 1 to {EXPORT_FORMAT_VERSION}); export with a build that matches, or upgrade this one",
+                        h.format, h.version
+                    )));
+                }
+                if let Some(horizon) = &h.horizon {
+                    self.horizon = Some((horizon.seq, horizon.time));
+                    self.last_seq = horizon.seq;
+                    self.effective = horizon.time.0;
+                }
+                header = Some(h);
+                continue;
+            };
+            if let Some((at, _)) = end {
+                return Err(bad(format!("a record after the end line (line {at})")));
+            }
+            let record: Line = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
+            let v1 = h.version == 1;
+            match record {
+                Line::Node(node) => {
+                    self.nodes
+                        .insert(node.name.as_bytes(), records::encode_node(&node));
+                    self.counts.nodes += 1;
+                }
+                Line::Event(event) => self.event(*event).map_err(|e| match e {
+                    StoreError::Import { reason, .. } => bad(reason),
+                    other => other,
+                })?,
+                _ if v1 => return Err(bad("format 1 has only node and event lines".into())),
+                Line::Meta(meta) => self.meta(meta).map_err(|e| match e {
+                    StoreError::Import { reason, .. } => bad(reason),
+                    other => other,
+                })?,
+                Line::Lease(lease) => {
+                    self.leases
+                        .insert(lease.name.as_bytes(), records::encode_lease(&lease));
+                    self.counts.leases += 1;
+                }
+                Line::Outbox(o) => {
+                    let key = match o.kind.as_str() {
+                        "Node" => OutboxKey::Node(o.node),
+                        "EvictPods" => OutboxKey::EvictPods(o.node),
+                        other => {
+                            return Err(bad(format!(
+                                "outbox work of kind {other:?} is not one this build knows (Node, EvictPods)"
+                            )))
+                        }
+                    };
+                    let entry = OutboxEntry {
+                        seq: o.seq,
+                        enqueued: o.enqueued,
+                        reason: o.reason,
+                    };
+                    self.outbox
+                        .insert(key.encode(), records::encode_outbox_entry(&entry));
+                    self.counts.outbox += 1;
+                }
+                Line::CheckpointNode(node) => {
+                    let Some((seq, _)) = self.horizon else {
+                        return Err(bad(
+                            "a checkpointNode line in an export without a horizon".into()
+                        ));
+                    };
+                    if self.follower.is_some() {
+                        return Err(bad("a checkpointNode line after the first event".into()));
+                    }
+                    self.checkpoint_nodes.insert(
+                        checkpoint_node_key(seq, &node.name),
+                        records::encode_node(&node),
+                    );
+                    self.base.insert(node.name.clone(), *node);
+                    self.counts.checkpoint_nodes += 1;
+                }
+                Line::End(counts) => {
+                    end = Some((number, counts));
+                    continue;
+                }
+            }
+            self.pending += 1;
+            if self.pending >= BATCH_LINES {
+                self.apply()?;
+            }
+        }
+        let Some(header) = header else {
+            return Err(StoreError::Import {
+                line: 0,
+                reason: "the input is empty".into(),
+            });
+        };
+        let incomplete = |reason: String| StoreError::Import {
+            line: number,
+            reason: format!("{reason}: the export is incomplete (cut short?); export again"),
+        };
+        match (header.version, end) {
+            (1, _) => {
+                let want = (header.nodes.unwrap_or(0), header.events.unwrap_or(0));
+                if (self.counts.nodes, self.counts.events) != want {
+                    return Err(incomplete(format!(
+                        "the header announces {} nodes and {} events, the file has {} and {}",
+                        want.0, want.1, self.counts.nodes, self.counts.events
+                    )));
+                }
+            }
+            (_, None) => return Err(incomplete("no end line".into())),
+            (_, Some((_, counts))) if counts != self.counts => {
+                return Err(incomplete(format!(
+                    "the end line counts {counts:?}, the file has {:?}",
+                    self.counts
+                )))
+            }
+            _ => {}
+        }
+        self.apply()?;
+        self.finish(header.last_seq)
+    }
+
+    fn meta(&mut self, meta: MetaLine) -> Result<(), StoreError> {
+        let meta_tree = &self.store.meta;
+        if let Some(t) = meta.created {
+            meta_tree.insert(META_CREATED, &t.0.to_be_bytes())?;
+        }
+        if let Some(instance) = meta.instance {
+            meta_tree.insert(META_INSTANCE, instance.as_bytes())?;
+        }
+        if let Some(t) = meta.last_clean_stop {
+            meta_tree.insert(META_CLEAN_STOP, &t.0.to_be_bytes())?;
+        }
+        for (key, value) in meta.other {
+            if META_NOT_EXPORTED.contains(&key.as_bytes()) {
+                continue;
+            }
+            let bytes = match value.strip_prefix("hex:") {
+                Some(hex) => (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("zz"), 16))
+                    .collect::<Result<Vec<u8>, _>>()
+                    .map_err(|_| StoreError::Import {
+                        line: 0,
+                        reason: format!("meta value {key:?} is not hex after `hex:`"),
+                    })?,
+                None => value.into_bytes(),
+            };
+            meta_tree.insert(key.as_bytes(), bytes)?;
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, event: Event) -> Result<(), StoreError> {
+        if event.seq <= self.last_seq {
+            return Err(StoreError::Import {
+                line: 0,
+                reason: format!("event seq {} does not follow {}", event.seq, self.last_seq),
+            });
+        }
+        if self.follower.is_none() {
+            // The first event: the registry before it is the horizon's
+            // checkpoint, or (a log starting late, format 1) an empty one.
+            let (seq, time) = match self.horizon {
+                Some(h) => h,
+                None if event.seq > 1 => {
+                    let h = (event.seq - 1, event.time);
+                    self.horizon = Some(h);
+                    h
+                }
+                None => (0, Micros(i64::MIN)),
+            };
+            self.follower = Some(Follower::at(
+                self.store,
+                seq,
+                time,
+                std::mem::take(&mut self.base),
+            ));
+        }
+        self.last_seq = event.seq;
+        self.effective = self.effective.max(event.time.0);
+        let record = records::encode_event(&event);
+        if let Some(node) = &event.node {
+            self.node_index
+                .insert(index_key(node, event.seq), &[] as &[u8]);
+        }
+        if let EventKind::ConditionChanged { condition, .. } = &event.kind {
+            self.conditions.insert(condition.clone());
+        }
+        self.times
+            .insert(&time_key(self.effective, event.seq)[..], &[] as &[u8]);
+        let bytes = stored_event_bytes(record.len(), event.node.as_deref());
+        self.events.insert(&event.seq.to_be_bytes(), record);
+        self.counts.events += 1;
+        let due = {
+            let follower = self.follower.as_mut().expect("set above");
+            follower.apply(&event, bytes);
+            follower.due()
+        };
+        if due {
+            // The events first: a checkpoint never describes events not yet in.
+            self.apply()?;
+            self.follower
+                .as_mut()
+                .expect("set above")
+                .write(self.store)?;
+            self.checkpoints += 1;
+        }
+        Ok(())
+    }
+
+    /// Applies the batches; flushes now and then so sled's memory stays flat.
+    fn apply(&mut self) -> Result<(), StoreError> {
+        let s = self.store;
+        s.nodes.apply_batch(std::mem::take(&mut self.nodes))?;
+        s.leases.apply_batch(std::mem::take(&mut self.leases))?;
+        s.outbox.apply_batch(std::mem::take(&mut self.outbox))?;
+        s.checkpoint_nodes
+            .apply_batch(std::mem::take(&mut self.checkpoint_nodes))?;
+        s.events.apply_batch(std::mem::take(&mut self.events))?;
+        s.node_events
+            .apply_batch(std::mem::take(&mut self.node_index))?;
+        s.event_times.apply_batch(std::mem::take(&mut self.times))?;
+        self.since_flush += self.pending;
+        self.pending = 0;
+        if self.since_flush >= FLUSH_LINES {
+            s.db.flush()?;
+            self.since_flush = 0;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self, header_last_seq: u64) -> Result<ImportSummary, StoreError> {
+        let s = self.store;
+        let horizon = self.horizon.map_or(0, |(seq, _)| seq);
+        if let Some((seq, time)) = self.horizon {
+            // The horizon's checkpoint: its nodes are in; the header makes it whole.
+            let nodes = s.checkpoint_registry(seq)?;
+            let node_bytes = nodes
+                .values()
+                .map(|n| (8 + n.name.len() + records::encode_node(n).len()) as u64)
+                .sum();
+            s.checkpoints.insert(
+                seq.to_be_bytes(),
+                super::checkpoint::encode_checkpoint(&Checkpoint {
+                    seq,
+                    time,
+                    nodes: nodes.len() as u64,
+                    node_bytes,
+                    events: 0,
+                    event_bytes: 0,
+                }),
+            )?;
+            s.meta.insert(META_HORIZON, &seq.to_be_bytes())?;
+            self.checkpoints += 1;
+        }
+        for condition in &self.conditions {
+            s.condition_types
+                .insert(condition.as_bytes(), &[] as &[u8])?;
+        }
+        let last_seq = self.last_seq.max(header_last_seq).max(horizon);
+        *s.lock_writer() = WriterState {
+            last_seq,
+            last_time: self.effective,
+        };
+        s.guard.set_horizon(horizon);
+        s.conditions_seen
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(self.conditions.iter().cloned());
+        Ok(ImportSummary {
+            counts: self.counts,
+            last_seq,
+            horizon,
+            checkpoints: self.checkpoints,
+        })
     }
 }

@@ -1,27 +1,38 @@
 //! The durable registry and history, in sled: one tree per entity, records in
 //! a versioned envelope, every change an event written in the same
-//! transaction as the node it changes.
+//! transaction as the node it changes and the indexes that find it.
 //!
 //! Writes become *durable* only at [`Store::flush`]; readers that must not
 //! show what a crash could lose ask for history up to [`Store::durable_seq`].
+//! The history is kept from a *horizon* on (see [`retention`]): the registry
+//! as of the horizon is a checkpoint, and everything after it is exact.
 
+pub mod checkpoint;
+pub mod compact;
 mod exchange;
 pub mod heartbeats;
 pub mod outbox;
+mod query;
 pub mod records;
+pub mod retention;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 
+use migrations::v4_history_index::time_key;
 use migrations::{trees, v2_node_index::index_key};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use thiserror::Error;
 
 use crate::model::{Event, EventKind, Lease, Micros, Node};
-pub use exchange::{ExportSummary, ImportSummary};
+pub use checkpoint::{Checkpoint, RegistryAt};
+pub use exchange::{ExportSummary, ImportSummary, EXPORT_FORMAT_VERSION};
 pub use outbox::{OutboxEntry, OutboxKey};
+pub use query::{HistoryPage, HistoryQuery};
 use records::DecodeError;
+pub use retention::{ReadPin, RetentionConfig};
 
 /// sled's default cache is 1 GiB and RSS follows it; a registry needs far less.
 pub const DEFAULT_CACHE_CAPACITY: u64 = 64 << 20;
@@ -29,6 +40,11 @@ pub const DEFAULT_CACHE_CAPACITY: u64 = 64 << 20;
 const META_INSTANCE: &[u8] = b"instance";
 const META_CLEAN_STOP: &[u8] = b"last_clean_stop";
 const META_CREATED: &[u8] = b"created";
+/// Big-endian seq: the history before it (and it) is pruned; the registry as
+/// of it is the checkpoint at that seq.
+const META_HORIZON: &[u8] = b"history_horizon";
+/// Present while an import loads the store: what it was loading, since when.
+const META_IMPORT_INCOMPLETE: &[u8] = b"import_incomplete";
 
 /// Failures of the store, each saying what the user can do.
 #[derive(Debug, Error)]
@@ -49,6 +65,24 @@ pub enum StoreError {
     Import { line: usize, reason: String },
     #[error("export failed: {0}")]
     Export(std::io::Error),
+    #[error(
+        "the store at {path} holds an import that did not finish ({detail}): its contents are incomplete \
+         and nothing uses it. Remove it (`rm -r {path}`) and run `nodekeeper db import` again"
+    )]
+    ImportIncomplete { path: PathBuf, detail: String },
+    #[error(transparent)]
+    Compaction(#[from] compact::CompactError),
+    #[error(
+        "the history before seq {requested} is no longer kept: it was pruned up to seq {horizon} (retention); \
+         read from seq {horizon} on"
+    )]
+    Expired { requested: u64, horizon: u64 },
+    #[error("{0} is before the kept history: the oldest state kept is the checkpoint at {1} (seq {2}); ask for a time from then on")]
+    BeforeHorizon(Micros, Micros, u64),
+    #[error("node {0:?} is unknown: it is not in the registry and the kept history has no event about it (`nodekeeper nodes` lists the registry)")]
+    UnknownNode(String),
+    #[error("condition type {condition:?} is unknown: no node has it and the kept history has no change of it; known types: {known}")]
+    UnknownCondition { condition: String, known: String },
 }
 
 impl From<TransactionError<StoreError>> for StoreError {
@@ -64,12 +98,15 @@ impl From<TransactionError<StoreError>> for StoreError {
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
     pub cache_capacity: u64,
+    /// Events between checkpoints; `None`: [`checkpoint::interval_for`] the registry's size.
+    pub checkpoint_interval: Option<u64>,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             cache_capacity: DEFAULT_CACHE_CAPACITY,
+            checkpoint_interval: None,
         }
     }
 }
@@ -136,39 +173,6 @@ pub struct Written {
     pub deleted: Vec<String>,
 }
 
-/// What history to read.
-#[derive(Debug, Clone, Default)]
-pub struct HistoryQuery {
-    pub node: Option<String>,
-    pub since: Option<Micros>,
-    pub until: Option<Micros>,
-    pub condition: Option<String>,
-    /// Events after this seq only (for watches and paging).
-    pub after_seq: Option<u64>,
-    /// At most this many events (the oldest first).
-    pub limit: Option<usize>,
-}
-
-impl HistoryQuery {
-    fn matches(&self, e: &Event) -> bool {
-        if self.since.is_some_and(|t| e.time < t) || self.until.is_some_and(|t| e.time > t) {
-            return false;
-        }
-        if let Some(node) = &self.node {
-            if e.node.as_deref() != Some(node.as_str()) {
-                return false;
-            }
-        }
-        match (&self.condition, &e.kind) {
-            (None, _) => true,
-            (Some(want), EventKind::ConditionChanged { condition, .. }) => {
-                want.eq_ignore_ascii_case(condition)
-            }
-            (Some(_), _) => false,
-        }
-    }
-}
-
 /// Facts about a store, for `db status`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct StoreStatus {
@@ -191,6 +195,27 @@ pub struct StoreStatus {
     pub last_instance: Option<String>,
     #[serde(rename = "lastCleanStop")]
     pub last_clean_stop: Option<Micros>,
+    /// Where the kept history starts; `None` while nothing was ever pruned.
+    #[serde(default)]
+    pub horizon: Option<Checkpoint>,
+    /// The checkpoints kept, oldest first (the horizon's among them).
+    #[serde(default)]
+    pub checkpoints: Vec<Checkpoint>,
+    /// What each tree holds.
+    #[serde(default)]
+    pub trees: Vec<TreeSize>,
+    /// The retention a running controller applies (`None` on a stopped store).
+    #[serde(default)]
+    pub retention: Option<retention::RetentionStatus>,
+}
+
+/// The records of one sled tree and their size (keys and values, as stored
+/// before sled's own overhead).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct TreeSize {
+    pub name: String,
+    pub records: u64,
+    pub bytes: u64,
 }
 
 /// What `db verify` found.
@@ -201,6 +226,16 @@ pub struct VerifyReport {
     pub problems: Vec<String>,
 }
 
+/// The newest seq and effective time written: the writer's lock serialises
+/// writers so seq order is commit order.
+#[derive(Debug, Default, Clone, Copy)]
+struct WriterState {
+    last_seq: u64,
+    /// The newest event time written so far: an event's time in the time
+    /// index is never older than this, so the index is in seq order.
+    last_time: i64,
+}
+
 /// The store. One per process; sled holds a file lock on the directory.
 pub struct Store {
     path: PathBuf,
@@ -208,19 +243,45 @@ pub struct Store {
     nodes: sled::Tree,
     events: sled::Tree,
     node_events: sled::Tree,
+    event_times: sled::Tree,
+    condition_types: sled::Tree,
+    checkpoints: sled::Tree,
+    checkpoint_nodes: sled::Tree,
     outbox: sled::Tree,
     meta: sled::Tree,
     leases: sled::Tree,
-    /// The last seq handed out; the lock also serialises writers so seq order is commit order.
-    last_seq: Mutex<u64>,
+    writer: Mutex<WriterState>,
     durable_seq: AtomicU64,
     /// Whether changes queue mirror work (an API server is configured).
     mirroring: AtomicBool,
+    /// The condition types in `condition_types`, so a write adds only new ones.
+    conditions_seen: RwLock<BTreeSet<String>>,
+    /// The horizon and the readers that hold history back from pruning.
+    guard: Arc<retention::HistoryGuard>,
+    /// What the retention task last reported.
+    retention: Mutex<Option<retention::RetentionStatus>>,
+    /// Events between checkpoints, when not the default.
+    checkpoint_interval: Option<u64>,
 }
 
 impl Store {
-    /// Opens (or creates) the store at `path` and brings it to the current schema.
+    /// Opens (or creates) the store at `path` and brings it to the current
+    /// schema. A store an interrupted compaction or import left is refused.
     pub fn open(path: &Path, options: &StoreOptions) -> Result<Store, StoreError> {
+        compact::check_path(path)?;
+        let store = Store::open_unchecked(path, options)?;
+        if let Some(detail) = store.meta.get(META_IMPORT_INCOMPLETE)? {
+            return Err(StoreError::ImportIncomplete {
+                path: path.to_path_buf(),
+                detail: String::from_utf8_lossy(&detail).into_owned(),
+            });
+        }
+        Ok(store)
+    }
+
+    /// Opens sled, migrates, and reads the store's state back (seqs,
+    /// horizon, condition types); [`Store::open`] then refuses what is unusable.
+    fn open_unchecked(path: &Path, options: &StoreOptions) -> Result<Store, StoreError> {
         let db = sled::Config::new()
             .path(path)
             .cache_capacity(options.cache_capacity)
@@ -235,13 +296,21 @@ impl Store {
             nodes: db.open_tree(trees::NODES)?,
             events: db.open_tree(trees::EVENTS)?,
             node_events: db.open_tree(trees::NODE_EVENTS)?,
+            event_times: db.open_tree(trees::EVENT_TIMES)?,
+            condition_types: db.open_tree(trees::CONDITION_TYPES)?,
+            checkpoints: db.open_tree(trees::CHECKPOINTS)?,
+            checkpoint_nodes: db.open_tree(trees::CHECKPOINT_NODES)?,
             outbox: db.open_tree(trees::OUTBOX)?,
             meta: db.open_tree(trees::META)?,
             leases: db.open_tree(trees::LEASES)?,
             db,
-            last_seq: Mutex::new(0),
+            writer: Mutex::new(WriterState::default()),
             durable_seq: AtomicU64::new(0),
             mirroring: AtomicBool::new(false),
+            conditions_seen: RwLock::new(BTreeSet::new()),
+            guard: Arc::new(retention::HistoryGuard::new(0)),
+            retention: Mutex::new(None),
+            checkpoint_interval: options.checkpoint_interval.filter(|&n| n > 0),
         };
         if store.meta.get(META_CREATED)?.is_none() {
             store
@@ -249,15 +318,38 @@ impl Store {
                 .insert(META_CREATED, &Micros::now().0.to_be_bytes())?;
             store.db.flush()?;
         }
-        let last = store
+        let horizon = store.read_horizon()?;
+        let last_event = store
             .events
             .last()?
             .map(|(k, _)| seq_from_key(&k))
             .transpose()?
             .unwrap_or(0);
-        *store.lock_writer() = last;
+        let last_time = match store.event_times.last()? {
+            Some((k, _)) => {
+                migrations::v4_history_index::parse_time_key(&k).map_or(i64::MIN, |(t, _)| t)
+            }
+            None => i64::MIN,
+        };
+        // Pruning never goes past the newest checkpoint, so the horizon is a
+        // seq that was handed out even when every event up to it is gone.
+        let last = last_event.max(horizon);
+        *store.lock_writer() = WriterState {
+            last_seq: last,
+            last_time,
+        };
         // What was recovered from disk is by definition durable.
         store.durable_seq.store(last, Ordering::Release);
+        store.guard.set_horizon(horizon);
+        let mut seen = BTreeSet::new();
+        for key in store.condition_types.iter().keys() {
+            seen.insert(String::from_utf8_lossy(&key?).into_owned());
+        }
+        *store
+            .conditions_seen
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = seen;
+        checkpoint::discard_partial(&store)?;
         Ok(store)
     }
 
@@ -265,9 +357,9 @@ impl Store {
         &self.path
     }
 
-    fn lock_writer(&self) -> std::sync::MutexGuard<'_, u64> {
-        // A panic while holding the lock leaves the counter valid; keep going.
-        self.last_seq.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock_writer(&self) -> std::sync::MutexGuard<'_, WriterState> {
+        // A panic while holding the lock leaves the counters valid; keep going.
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every node in the registry, by name.
@@ -289,7 +381,7 @@ impl Store {
 
     /// The newest seq written (durable or not).
     pub fn last_seq(&self) -> u64 {
-        *self.lock_writer()
+        self.lock_writer().last_seq
     }
 
     /// The newest seq known to be on disk.
@@ -304,7 +396,7 @@ impl Store {
         if batch.is_empty() {
             return Ok(Written::default());
         }
-        let mut last_seq = self.lock_writer();
+        let mut writer = self.lock_writer();
         let Batch {
             time,
             mut puts,
@@ -315,7 +407,7 @@ impl Store {
             .into_iter()
             .enumerate()
             .map(|(i, (node, kind))| Event {
-                seq: *last_seq + 1 + i as u64,
+                seq: writer.last_seq + 1 + i as u64,
                 time,
                 node,
                 kind,
@@ -330,6 +422,7 @@ impl Store {
                 node.resource_version = e.seq;
             }
         }
+        let effective_time = writer.last_time.max(time.0);
         let encoded_nodes: Vec<(String, Vec<u8>)> = puts
             .iter()
             .map(|n| (n.name.clone(), records::encode_node(n)))
@@ -338,6 +431,23 @@ impl Store {
             .iter()
             .map(|e| (e.seq, e.node.as_deref(), records::encode_event(e)))
             .collect();
+        let new_conditions: BTreeSet<&str> = {
+            let seen = self
+                .conditions_seen
+                .read()
+                .unwrap_or_else(|p| p.into_inner());
+            events
+                .iter()
+                .filter_map(|e| match &e.kind {
+                    EventKind::ConditionChanged { condition, .. }
+                        if !seen.contains(condition.as_str()) =>
+                    {
+                        Some(condition.as_str())
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
         // The mirror's work for these changes, coalesced per node: the newest seq wins.
         let mut work: std::collections::BTreeMap<Vec<u8>, (u64, Option<String>)> =
             std::collections::BTreeMap::new();
@@ -350,8 +460,15 @@ impl Store {
             }
         }
         let queued_at = time;
-        (&self.nodes, &self.events, &self.node_events, &self.outbox).transaction(
-            |(nodes, log, index, outbox)| {
+        (
+            &self.nodes,
+            &self.events,
+            &self.node_events,
+            &self.event_times,
+            &self.condition_types,
+            &self.outbox,
+        )
+            .transaction(|(nodes, log, index, times, conditions, outbox)| {
                 for (key, (seq, reason)) in &work {
                     // Keep when the oldest change still waiting was queued.
                     let enqueued = outbox
@@ -373,14 +490,24 @@ impl Store {
                 }
                 for (seq, node, bytes) in &encoded_events {
                     log.insert(&seq.to_be_bytes(), bytes.as_slice())?;
+                    times.insert(&time_key(effective_time, *seq), &[] as &[u8])?;
                     if let Some(node) = node {
                         index.insert(index_key(node, *seq), &[] as &[u8])?;
                     }
                 }
+                for condition in &new_conditions {
+                    conditions.insert(condition.as_bytes(), &[] as &[u8])?;
+                }
                 Ok::<_, ConflictableTransactionError<StoreError>>(())
-            },
-        )?;
-        *last_seq += events.len() as u64;
+            })?;
+        writer.last_seq += events.len() as u64;
+        writer.last_time = effective_time;
+        if !new_conditions.is_empty() {
+            self.conditions_seen
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(new_conditions.iter().map(|c| c.to_string()));
+        }
         Ok(Written {
             events,
             nodes: puts,
@@ -453,16 +580,10 @@ impl Store {
 
     /// Every queued piece of mirror work, by kind and node.
     pub fn outbox(&self) -> Result<Vec<(OutboxKey, OutboxEntry)>, StoreError> {
-        let mut out = Vec::with_capacity(self.outbox.len());
+        let mut out = Vec::new();
         for entry in self.outbox.iter() {
             let (key, bytes) = entry?;
-            let Some(key) = OutboxKey::decode(&key) else {
-                return Err(StoreError::Decode(DecodeError {
-                    what: "an outbox key".into(),
-                    reason: format!("{:?} is not a kind and a node name", key.as_ref()),
-                }));
-            };
-            out.push((key, records::decode_outbox_entry(&bytes)?));
+            out.push(decode_outbox(&key, &bytes)?);
         }
         Ok(out)
     }
@@ -521,53 +642,11 @@ impl Store {
         Ok(upto)
     }
 
-    /// Durable events matching the query, oldest first.
-    pub fn history(&self, query: &HistoryQuery) -> Result<Vec<Event>, StoreError> {
-        let durable = self.durable_seq();
-        let start = query.after_seq.map_or(1, |s| s.saturating_add(1));
-        let limit = query.limit.unwrap_or(usize::MAX);
-        let mut out = Vec::new();
-        if let Some(node) = &query.node {
-            let from = index_key(node, start);
-            let to = index_key(node, durable);
-            if start > durable {
-                return Ok(out);
-            }
-            for key in self.node_events.range(from..=to).keys() {
-                let key = key?;
-                let seq = seq_from_key(&key[key.len() - 8..])?;
-                let Some(bytes) = self.events.get(seq.to_be_bytes())? else {
-                    continue;
-                };
-                let event = records::decode_event(seq, &bytes)?;
-                if query.matches(&event) {
-                    out.push(event);
-                    if out.len() >= limit {
-                        break;
-                    }
-                }
-            }
-            return Ok(out);
-        }
-        for entry in self.events.range(start.to_be_bytes()..) {
-            let (key, bytes) = entry?;
-            let seq = seq_from_key(&key)?;
-            if seq > durable {
-                break;
-            }
-            let event = records::decode_event(seq, &bytes)?;
-            if query.matches(&event) {
-                out.push(event);
-                if out.len() >= limit {
-                    break;
-                }
-            }
-        }
-        Ok(out)
-    }
-
     /// One event, by seq.
     pub fn event(&self, seq: u64) -> Result<Option<Event>, StoreError> {
+        if seq <= self.horizon() {
+            return Ok(None);
+        }
         self.events
             .get(seq.to_be_bytes())?
             .map(|bytes| Ok(records::decode_event(seq, &bytes)?))
@@ -626,32 +705,121 @@ impl Store {
         Ok(())
     }
 
-    /// Facts for `db status`.
+    /// The seq the kept history starts after (0 while nothing was pruned).
+    pub fn horizon(&self) -> u64 {
+        self.guard.horizon()
+    }
+
+    fn read_horizon(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .meta
+            .get(META_HORIZON)?
+            .and_then(|v| Some(u64::from_be_bytes(v.as_ref().try_into().ok()?)))
+            .unwrap_or(0))
+    }
+
+    /// Facts for `db status`: counts and sizes come from one pass over each tree.
     pub fn status(&self) -> Result<StoreStatus, StoreError> {
-        let first_event = match self.events.first()? {
-            Some((k, v)) => Some(records::decode_event(seq_from_key(&k)?, &v)?.time),
+        let horizon = self.horizon();
+        let first_event = match self.events.range((horizon + 1).to_be_bytes()..).next() {
+            Some(entry) => {
+                let (k, v) = entry?;
+                Some(records::decode_event(seq_from_key(&k)?, &v)?.time)
+            }
             None => None,
         };
+        let mut trees = Vec::new();
+        let mut kept_events = 0usize;
+        for (name, tree) in self.named_trees() {
+            let (mut records, mut bytes) = (0u64, 0u64);
+            for entry in tree.iter() {
+                let (k, v) = entry?;
+                records += 1;
+                bytes += (k.len() + v.len()) as u64;
+                // Events at or before the horizon that are still being deleted do not count.
+                if name == trees::EVENTS && seq_from_key(&k)? > horizon {
+                    kept_events += 1;
+                }
+            }
+            trees.push(TreeSize {
+                name: name.to_string(),
+                records,
+                bytes,
+            });
+        }
+        let count = |name: &str| {
+            trees
+                .iter()
+                .find(|t| t.name == name)
+                .map_or(0, |t| t.records as usize)
+        };
+        let checkpoints = self.checkpoints_kept()?;
         Ok(StoreStatus {
             path: self.path.clone(),
             schema_version: migrations::schema_version(&self.db)?.unwrap_or(0),
-            nodes: self.nodes.len(),
-            events: self.events.len(),
-            outbox: self.outbox.len(),
+            nodes: count(trees::NODES),
+            events: kept_events,
+            outbox: count(trees::OUTBOX),
             last_seq: self.last_seq(),
             first_event,
             last_event: self.last_event()?.map(|e| e.time),
             size_on_disk: self.db.size_on_disk()?,
             last_instance: self.last_instance()?,
             last_clean_stop: self.last_clean_stop()?,
+            horizon: checkpoints.iter().find(|c| c.seq == horizon).cloned(),
+            checkpoints,
+            trees,
+            retention: self.retention_status(),
         })
     }
 
-    /// Reads every record and checks that the registry agrees with its history.
+    /// Every tree with its name, for status and maintenance.
+    fn named_trees(&self) -> [(&'static str, &sled::Tree); 10] {
+        [
+            (trees::NODES, &self.nodes),
+            (trees::EVENTS, &self.events),
+            (trees::NODE_EVENTS, &self.node_events),
+            (trees::EVENT_TIMES, &self.event_times),
+            (trees::CONDITION_TYPES, &self.condition_types),
+            (trees::CHECKPOINTS, &self.checkpoints),
+            (trees::CHECKPOINT_NODES, &self.checkpoint_nodes),
+            (trees::OUTBOX, &self.outbox),
+            (trees::LEASES, &self.leases),
+            (trees::META, &self.meta),
+        ]
+    }
+
+    /// Reads every record and checks that the registry agrees with its
+    /// history (replayed from the horizon's checkpoint) and that every index
+    /// agrees with the log.
     pub fn verify(&self) -> Result<VerifyReport, StoreError> {
         let mut report = VerifyReport::default();
-        let mut replayed = crate::history::Replay::default();
-        for entry in self.events.iter() {
+        let horizon = self.horizon();
+        let mut replayed = crate::history::Replay::from_nodes(if horizon == 0 {
+            Default::default()
+        } else {
+            match self.checkpoint(horizon)? {
+                Some(_) => self.checkpoint_registry(horizon)?,
+                None => {
+                    report.problems.push(format!(
+                        "the history is pruned up to seq {horizon} but there is no checkpoint at it"
+                    ));
+                    Default::default()
+                }
+            }
+        });
+        let mut effective = i64::MIN;
+        let mut due: std::collections::VecDeque<Checkpoint> = self
+            .checkpoints_kept()?
+            .into_iter()
+            .filter(|c| c.seq > horizon)
+            .collect();
+        let mut times = self
+            .event_times
+            .range(time_key(i64::MIN, horizon + 1)..)
+            .keys()
+            .peekable();
+        for entry in self.events.range((horizon + 1).to_be_bytes()..) {
             let (key, bytes) = entry?;
             report.events += 1;
             let seq = match seq_from_key(&key) {
@@ -670,7 +838,43 @@ impl Store {
                             ));
                         }
                     }
+                    // Time keys of pruned events may linger until deleted; skip them.
+                    while let Some(Ok(k)) = times.peek() {
+                        match migrations::v4_history_index::parse_time_key(k) {
+                            Some((_, s)) if s < seq => {
+                                times.next();
+                            }
+                            _ => break,
+                        }
+                    }
+                    match times.next().transpose()? {
+                        Some(k) => match migrations::v4_history_index::parse_time_key(&k) {
+                            Some((t, s)) if s == seq => {
+                                if t < effective {
+                                    report.problems.push(format!(
+                                        "the time index puts event {seq} before the one it follows"
+                                    ));
+                                }
+                                effective = t;
+                            }
+                            _ => report
+                                .problems
+                                .push(format!("event {seq} is missing from the time index")),
+                        },
+                        None => report
+                            .problems
+                            .push(format!("event {seq} is missing from the time index")),
+                    }
                     replayed.apply(&event);
+                    while due.front().is_some_and(|c| c.seq <= seq) {
+                        let c = due.pop_front().expect("checked above");
+                        if self.checkpoint_registry(c.seq)? != *replayed.nodes() {
+                            report.problems.push(format!(
+                                "the checkpoint at seq {} disagrees with the history replayed up to it",
+                                c.seq
+                            ));
+                        }
+                    }
                 }
                 Err(e) => report.problems.push(e.to_string()),
             }
@@ -678,7 +882,7 @@ impl Store {
         for key in self.node_events.iter().keys() {
             let key = key?;
             let seq = seq_from_key(&key[key.len().saturating_sub(8)..])?;
-            if !self.events.contains_key(seq.to_be_bytes())? {
+            if seq > horizon && !self.events.contains_key(seq.to_be_bytes())? {
                 report.problems.push(format!(
                     "the node index points at event {seq}, which does not exist"
                 ));
@@ -702,22 +906,24 @@ impl Store {
         }
         for entry in self.outbox.iter() {
             let (key, bytes) = entry?;
-            if OutboxKey::decode(&key).is_none() {
-                report.problems.push(format!(
-                    "outbox key {:?} is not a kind and a node name",
-                    key.as_ref()
-                ));
-            } else if let Err(e) = records::decode_outbox_entry(&bytes) {
+            if let Err(e) = decode_outbox(&key, &bytes) {
                 report.problems.push(e.to_string());
             }
         }
+        for entry in self.leases.iter() {
+            let (_, bytes) = entry?;
+            if let Err(e) = records::decode_lease(&bytes) {
+                report.problems.push(e.to_string());
+            }
+        }
+        report.problems.extend(checkpoint::verify_counts(self)?);
         report
             .problems
             .extend(crate::history::compare(&stored, replayed.nodes()));
         Ok(report)
     }
 
-    /// Writes the registry and history as JSON lines (see [`exchange`]).
+    /// Writes every record as JSON lines (see [`exchange`]).
     pub fn export(&self, out: &mut dyn std::io::Write) -> Result<ExportSummary, StoreError> {
         exchange::export(self, out)
     }
@@ -733,18 +939,46 @@ impl Store {
     }
 
     fn is_empty(&self) -> bool {
-        self.nodes.is_empty() && self.events.is_empty()
+        self.nodes.is_empty()
+            && self.events.is_empty()
+            && self.outbox.is_empty()
+            && self.leases.is_empty()
+            && self.checkpoints.is_empty()
     }
 
+    /// Empties every tree but the schema version and creation time (a failed import).
     fn clear(&self) -> Result<(), StoreError> {
-        self.nodes.clear()?;
-        self.events.clear()?;
-        self.node_events.clear()?;
-        *self.lock_writer() = 0;
+        for (name, tree) in self.named_trees() {
+            if name != trees::META {
+                tree.clear()?;
+            }
+        }
+        for key in [META_HORIZON, META_INSTANCE, META_CLEAN_STOP] {
+            self.meta.remove(key)?;
+        }
+        *self.lock_writer() = WriterState {
+            last_seq: 0,
+            last_time: i64::MIN,
+        };
+        self.conditions_seen
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.guard.set_horizon(0);
         self.durable_seq.store(0, Ordering::Release);
         self.db.flush()?;
         Ok(())
     }
+}
+
+fn decode_outbox(key: &[u8], bytes: &[u8]) -> Result<(OutboxKey, OutboxEntry), StoreError> {
+    let Some(key) = OutboxKey::decode(key) else {
+        return Err(StoreError::Decode(DecodeError {
+            what: "an outbox key".into(),
+            reason: format!("{key:?} is not a kind and a node name"),
+        }));
+    };
+    Ok((key, records::decode_outbox_entry(bytes)?))
 }
 
 fn seq_from_key(key: &[u8]) -> Result<u64, StoreError> {
@@ -774,3 +1008,5 @@ fn classify_open_error(path: &Path, source: sled::Error) -> StoreError {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_history;

@@ -271,7 +271,7 @@ pub struct DecodeError {
     pub reason: String,
 }
 
-fn decode<'a, T: Deserialize<'a>>(
+pub(super) fn decode<'a, T: Deserialize<'a>>(
     bytes: &'a [u8],
     what: impl Fn() -> String,
 ) -> Result<T, DecodeError> {
@@ -289,7 +289,7 @@ fn decode<'a, T: Deserialize<'a>>(
     Ok(value)
 }
 
-fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+pub(super) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     // Encoding owned, well-formed values into a Vec cannot fail.
     postcard::to_allocvec(value).expect("postcard encodes record types into a Vec")
 }

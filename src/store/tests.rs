@@ -271,11 +271,14 @@ fn a_broken_import_names_the_line_and_leaves_the_store_empty() {
     store.flush_blocking().unwrap();
     let mut exported = Vec::new();
     store.export(&mut exported).unwrap();
-    let mut text = String::from_utf8(exported).unwrap();
-    text.push_str("{\"event\": 42}\n");
+    // Header, meta, the node, its event: a bad record before the end line.
+    let text = String::from_utf8(exported).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.insert(4, "{\"event\": 42}");
+    let text = lines.join("\n") + "\n";
     let (_d2, copy) = open();
     let err = copy.import(&mut text.as_bytes()).unwrap_err();
-    assert!(matches!(err, StoreError::Import { line: 4, .. }), "{err}");
+    assert!(matches!(err, StoreError::Import { line: 5, .. }), "{err}");
     assert!(copy.nodes().unwrap().is_empty());
     assert_eq!(copy.last_seq(), 0);
     let err = copy.import(&mut "hello\n".as_bytes()).unwrap_err();

@@ -99,6 +99,29 @@ pub struct Controller {
     pub db: PathBuf,
     pub url: String,
     pub log: PathBuf,
+    /// With `--token-file`, the first operator's token in it: the helpers'
+    /// reads present it, since every request but health checks needs one.
+    pub token: Option<String>,
+}
+
+/// The first token of a `--token-file` among `args` that is not bound to a
+/// node (`TOKEN`, or `token,user,uid` with a user other than system:node:…).
+fn operator_token(args: &[String]) -> Option<String> {
+    let at = args.iter().position(|a| a == "--token-file")?;
+    let text = std::fs::read_to_string(&args[at + 1]).ok()?;
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            match fields.as_slice() {
+                [token] => Some(token.to_string()),
+                [token, user, _, ..] if !user.starts_with("system:node:") => {
+                    Some(token.to_string())
+                }
+                _ => None,
+            }
+        })
 }
 
 /// Fast periods so tests take seconds.
@@ -330,6 +353,7 @@ impl Controller {
             db: db.to_path_buf(),
             url: String::new(),
             log,
+            token: operator_token(args),
         };
         let started = Instant::now();
         loop {
@@ -361,12 +385,17 @@ impl Controller {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// A GET to the controller, with its reader token if it has one.
+    pub fn request(&self, path: &str) -> reqwest::RequestBuilder {
+        let request = client().get(format!("{}{path}", self.url));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let response = client()
-            .get(format!("{}{path}", self.url))
-            .send()
-            .await
-            .expect("controller answers");
+        let response = self.request(path).send().await.expect("controller answers");
         let status = response.status().as_u16();
         let text = response.text().await.unwrap();
         (
@@ -376,8 +405,7 @@ impl Controller {
     }
 
     pub async fn text(&self, path: &str) -> String {
-        client()
-            .get(format!("{}{path}", self.url))
+        self.request(path)
             .send()
             .await
             .unwrap()
@@ -581,5 +609,33 @@ pub fn self_signed_cert(dir: &Path, names: &[&str]) -> (String, String, String) 
         cert_path.to_string_lossy().into_owned(),
         key_path.to_string_lossy().into_owned(),
         cert.pem(),
+    )
+}
+
+/// A request to `c` as the holder of `token` (none: anonymous): (status, JSON body).
+pub async fn send_as(
+    c: &Controller,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (u16, Value) {
+    let mut r = client()
+        .request(
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            format!("{}{path}", c.url),
+        )
+        .header("content-type", content_type)
+        .body(body.to_string());
+    if let Some(token) = token {
+        r = r.bearer_auth(token);
+    }
+    let response = r.send().await.unwrap();
+    let code = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
     )
 }

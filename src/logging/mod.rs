@@ -1,0 +1,312 @@
+//! Where logs go and how they look: human text, or JSON lines with stable
+//! field names for log pipelines; and the one log line every condition
+//! transition gets.
+
+pub mod probe_failures;
+
+use std::fmt;
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::model::{ConditionStatus, EventKind};
+
+/// The target of the transition lines, so a filter can keep just them
+/// (`--log warn,nodekeeper::transitions=info`).
+pub const TRANSITIONS: &str = "nodekeeper::transitions";
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// For people: time, level, target, message, then `field=value` pairs.
+    #[default]
+    Text,
+    /// One JSON object a line: `time`, `level`, `target`, `message` and the
+    /// event's own fields, flat.
+    Json,
+}
+
+/// Installs the process's logger: `filter` decides what is written, to
+/// stderr, in `format`.
+pub fn init(filter: tracing_subscriber::EnvFilter, format: LogFormat) {
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // A log on a full disk loses lines; reporting that with eprintln!
+        // would panic the task that logged.
+        .log_internal_errors(false);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder.with_ansi(false).event_format(JsonLines).init(),
+    }
+}
+
+/// Logs a durable condition transition, once: called where the event is
+/// made durable, whichever way (probe, push, silence) it was decided.
+pub fn transition(seq: u64, node: Option<&str>, kind: &EventKind) {
+    if let EventKind::ConditionChanged {
+        condition,
+        from,
+        to,
+        reason,
+        message,
+    } = kind
+    {
+        tracing::info!(
+            target: TRANSITIONS,
+            node = node.unwrap_or(""),
+            condition = condition.as_str(),
+            from = status_name(*from),
+            to = status_name(Some(*to)),
+            reason = reason.as_str(),
+            seq,
+            "{message}"
+        );
+    }
+}
+
+/// A status as logs and hooks show it; empty for a condition seen the first time.
+pub fn status_name(status: Option<ConditionStatus>) -> &'static str {
+    match status {
+        None => "",
+        Some(ConditionStatus::True) => "True",
+        Some(ConditionStatus::False) => "False",
+        Some(ConditionStatus::Unknown) => "Unknown",
+    }
+}
+
+/// The JSON lines format. Field names are a contract: `time` (RFC 3339,
+/// UTC), `level` (lower case), `target`, `message`, then the event's fields
+/// as they were given (numbers and booleans stay JSON numbers and booleans).
+/// A field named like one of the four is written as `field.NAME`.
+pub struct JsonLines;
+
+impl<S, N> FormatEvent<S, N> for JsonLines
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        // A log line's own time stamp, a record at the clock's full precision
+        // (nanoseconds, as before); Micros::now would cut it to microseconds.
+        #[allow(clippy::disallowed_methods)]
+        let now = jiff::Timestamp::now();
+        let line = json_line(
+            now,
+            event.metadata().level(),
+            event.metadata().target(),
+            |visitor| event.record(visitor),
+        );
+        writeln!(writer, "{line}")
+    }
+}
+
+/// Builds one JSON line; `record` feeds the event's fields to the visitor.
+/// The four fixed fields come first, then the event's in the order given.
+fn json_line(
+    time: jiff::Timestamp,
+    level: &tracing::Level,
+    target: &str,
+    record: impl FnOnce(&mut FieldsVisitor),
+) -> String {
+    let mut visitor = FieldsVisitor::default();
+    record(&mut visitor);
+    let message = visitor.message.take().unwrap_or_default();
+    let mut line = String::with_capacity(256);
+    let mut put = |name: &str, value: &serde_json::Value| {
+        line.push(if line.is_empty() { '{' } else { ',' });
+        line.push_str(&serde_json::Value::from(name).to_string());
+        line.push(':');
+        line.push_str(&value.to_string());
+    };
+    put("time", &time.to_string().into());
+    put("level", &level.as_str().to_ascii_lowercase().into());
+    put("target", &target.into());
+    put("message", &message.into());
+    for (name, value) in &visitor.fields {
+        if FIXED.contains(&name.as_str()) {
+            put(&format!("field.{name}"), value);
+        } else {
+            put(name, value);
+        }
+    }
+    line.push('}');
+    line
+}
+
+/// The fields every JSON line starts with.
+const FIXED: [&str; 4] = ["time", "level", "target", "message"];
+
+/// Collects an event's fields as JSON values.
+#[derive(Default)]
+struct FieldsVisitor {
+    message: Option<String>,
+    fields: Vec<(String, serde_json::Value)>,
+}
+
+impl FieldsVisitor {
+    fn put(&mut self, field: &Field, value: serde_json::Value) {
+        if field.name() == "message" {
+            self.message = Some(match value {
+                serde_json::Value::String(s) => s,
+                other => other.to_string(),
+            });
+        } else {
+            self.fields.push((field.name().to_string(), value));
+        }
+    }
+}
+
+impl Visit for FieldsVisitor {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.put(field, format!("{value:?}").into());
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.put(field, value.into());
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.put(field, value.into());
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.put(field, value.into());
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.put(field, value.into());
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.put(field, value.into());
+    }
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.put(field, value.to_string().into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Captures what the JSON format writes, for one closure's events.
+    fn capture(log: impl FnOnce()) -> Vec<serde_json::Value> {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(tracing::Level::DEBUG)
+            .event_format(JsonLines)
+            .finish();
+        tracing::subscriber::with_default(subscriber, log);
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+
+    #[test]
+    fn a_transition_is_one_json_line_with_the_documented_fields() {
+        let lines = capture(|| {
+            transition(
+                42,
+                Some("n1"),
+                &EventKind::ConditionChanged {
+                    condition: "Ready".into(),
+                    from: Some(ConditionStatus::True),
+                    to: ConditionStatus::Unknown,
+                    reason: "NodeStatusUnknown".into(),
+                    message: "Kubelet stopped posting node status.".into(),
+                },
+            );
+            // Not a transition: nothing.
+            transition(43, Some("n1"), &EventKind::Deleted { reason: "r".into() });
+        });
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let line = lines[0].as_object().unwrap();
+        let mut keys: Vec<&str> = line.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "condition",
+                "from",
+                "level",
+                "message",
+                "node",
+                "reason",
+                "seq",
+                "target",
+                "time",
+                "to"
+            ]
+        );
+        assert_eq!(line["level"], "info");
+        assert_eq!(line["target"], TRANSITIONS);
+        assert_eq!(line["node"], "n1");
+        assert_eq!(line["condition"], "Ready");
+        assert_eq!(line["from"], "True");
+        assert_eq!(line["to"], "Unknown");
+        assert_eq!(line["reason"], "NodeStatusUnknown");
+        assert_eq!(line["seq"], 42);
+        assert_eq!(line["message"], "Kubelet stopped posting node status.");
+        let time = line["time"].as_str().unwrap();
+        time.parse::<jiff::Timestamp>()
+            .unwrap_or_else(|e| panic!("{time}: {e}"));
+    }
+
+    #[test]
+    fn fields_keep_their_json_types_and_cannot_shadow_the_fixed_ones() {
+        let lines = capture(|| {
+            tracing::warn!(
+                count = 3u64,
+                ok = true,
+                ratio = 0.5,
+                time = "x",
+                "hello {}",
+                1
+            );
+        });
+        let line = &lines[0];
+        assert_eq!(line["message"], "hello 1");
+        assert_eq!(line["level"], "warn");
+        assert_eq!(line["count"], 3);
+        assert_eq!(line["ok"], true);
+        assert_eq!(line["ratio"], 0.5);
+        assert_eq!(line["field.time"], "x");
+        assert!(line["time"].as_str().unwrap().ends_with('Z'), "{line}");
+    }
+
+    #[test]
+    fn the_fixed_fields_lead_in_their_order() {
+        let time: jiff::Timestamp = "2026-12-01T15:04:05.5Z".parse().unwrap();
+        let line = json_line(time, &tracing::Level::ERROR, "nodekeeper::x", |v| {
+            v.fields.push(("zone".into(), "a".into()));
+            v.fields.push(("count".into(), 2.into()));
+            v.fields.push(("level".into(), "shadow".into()));
+            v.message = Some("say \"hi\"".into());
+        });
+        assert_eq!(
+            line,
+            r#"{"time":"2026-12-01T15:04:05.5Z","level":"error","target":"nodekeeper::x","message":"say \"hi\"","zone":"a","count":2,"field.level":"shadow"}"#
+        );
+    }
+}

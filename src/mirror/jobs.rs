@@ -1,0 +1,632 @@
+//! What each piece of the mirror's work does against the API server: bring
+//! a Node to the registry's record (or delete it), renew a Lease, delete an
+//! evicted node's pods. Every request goes through [`Ctx::call`]: a token
+//! from the budget at the work's priority, the request timeout, metrics, and
+//! the API server's `429 Retry-After` honoured.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ::kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use ::kube::Client;
+use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::budget::{Budget, Priority};
+use super::queue::{Job, Outcome};
+use super::upstream::{Known, Upstream};
+use super::{sync, ApiError, MirrorConfig, MirrorState, BUSY_RETRY, FIELD_MANAGER};
+use crate::controller::view::View;
+use crate::controller::ControllerHandle;
+use crate::metrics::{Metrics, MirrorRequestLabels};
+use crate::model::{ConditionStatus, EventKind, Micros, READY};
+use crate::store::{OutboxKey, Store};
+
+/// Where node Leases live, as kubelets write them.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+/// Pods are listed this many at a time.
+pub(crate) const PAGE: u32 = 500;
+/// A resourceVersion conflict is re-read and retried this often before the
+/// entry goes back to the queue with backoff.
+const CONFLICT_RETRIES: usize = 5;
+/// A request answered 429 is sent again after the Retry-After this often
+/// before its work goes back to the queue.
+const THROTTLE_RETRIES: usize = 3;
+/// A 429 without a Retry-After waits this long...
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// ...and none waits longer than this.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// A pod eviction held (the whole site looks down) is looked at again after this.
+const EVICTION_HELD_RETRY: Duration = Duration::from_secs(10);
+
+/// What the mirror knows of a node's Lease upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LeaseKnown {
+    /// Last written at this resourceVersion.
+    At(String),
+    /// Not there (its node was just created): create it.
+    Absent,
+}
+
+/// What the tasks share.
+pub(crate) struct Ctx {
+    pub(crate) client: Client,
+    pub(crate) watch_client: Client,
+    pub(crate) budget: Budget,
+    pub(crate) store: Arc<Store>,
+    pub(crate) view: Arc<View>,
+    pub(crate) controller: ControllerHandle,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) state: Arc<MirrorState>,
+    pub(crate) config: MirrorConfig,
+    /// What is known of the node Leases upstream.
+    pub(crate) leases: Mutex<HashMap<String, LeaseKnown>>,
+    /// The API server's Nodes, as last listed, watched or written.
+    pub(crate) upstream: Mutex<Upstream>,
+}
+
+impl Ctx {
+    pub(crate) fn upstream(&self) -> MutexGuard<'_, Upstream> {
+        self.upstream.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn leases(&self) -> MutexGuard<'_, HashMap<String, LeaseKnown>> {
+        self.leases.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Publishes how many registry nodes are missing or differ upstream.
+    pub(crate) fn publish_drift(&self) {
+        let (missing, differ) = self.upstream().drift();
+        self.state.set_drift(missing, differ);
+        self.metrics
+            .mirror_nodes_missing_upstream
+            .set(missing as i64);
+        self.metrics.mirror_nodes_differ_upstream.set(differ as i64);
+    }
+
+    /// One API request: a token from the budget at `priority`, a timeout,
+    /// metrics. A 429 pauses the whole budget for its Retry-After and sends
+    /// the request again (a few times) rather than failing it.
+    pub(crate) async fn call<T, F, Fut>(
+        &self,
+        priority: Priority,
+        verb: &'static str,
+        request: F,
+    ) -> Result<T, ApiError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, ::kube::Error>>,
+    {
+        let mut attempt = 0;
+        // Bounded: THROTTLE_RETRIES sends again at most.
+        loop {
+            self.budget.acquire(priority).await;
+            let started = Instant::now();
+            let result = match tokio::time::timeout(self.config.request_timeout, request()).await {
+                Ok(r) => r.map_err(ApiError::from),
+                Err(_) => Err(ApiError {
+                    code: None,
+                    message: format!(
+                        "no answer within {}",
+                        crate::duration::format(self.config.request_timeout)
+                    ),
+                    retry_after: None,
+                }),
+            };
+            self.metrics
+                .mirror_request_duration
+                .observe(started.elapsed().as_secs_f64());
+            let code = match &result {
+                Ok(_) => "2xx".to_string(),
+                Err(ApiError { code: Some(c), .. }) => c.to_string(),
+                Err(_) => "error".to_string(),
+            };
+            self.metrics
+                .mirror_requests
+                .get_or_create(&MirrorRequestLabels {
+                    verb: verb.to_string(),
+                    code,
+                })
+                .inc();
+            self.state.requests.fetch_add(1, Ordering::Relaxed);
+            match result {
+                Err(e) if e.is(429) => {
+                    let wait = self.throttled(&e);
+                    if attempt == THROTTLE_RETRIES {
+                        return Err(ApiError {
+                            retry_after: Some(wait),
+                            ..e
+                        });
+                    }
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The API server throttled us: the budget waits its Retry-After out.
+    fn throttled(&self, e: &ApiError) -> Duration {
+        let wait = e
+            .retry_after
+            .unwrap_or(DEFAULT_RETRY_AFTER)
+            .min(MAX_RETRY_AFTER);
+        self.budget.pause_for(wait);
+        self.state.note_throttled(wait);
+        self.metrics.mirror_throttled.inc();
+        wait
+    }
+
+    fn nodes(&self) -> Api<KubeNode> {
+        Api::all(self.client.clone())
+    }
+
+    /// The registry's node as the API server should have it.
+    pub(crate) fn desired(&self, name: &str) -> Option<Value> {
+        let (record, _) = self.view.get(name)?;
+        Some(serde_json::to_value(crate::kube::node(&record, None)).expect("k8s types serialize"))
+    }
+
+    /// Brings the API server's Node to the registry's record (or deletes it).
+    /// Works from the copy last seen, so a status change costs one request;
+    /// a stale copy shows up as a 409 (or 404) and is read again. Returns
+    /// whether the Node was created.
+    async fn sync_node(&self, name: &str, priority: Priority) -> Result<bool, ApiError> {
+        let nodes = self.nodes();
+        let Some(desired) = self.desired(name) else {
+            self.delete_node(name, priority).await?;
+            return Ok(false);
+        };
+        let params = PatchParams::apply(FIELD_MANAGER);
+        let to_value = |n: &KubeNode| serde_json::to_value(n).expect("k8s types serialize");
+        let mut known = self.upstream().get(name);
+        let mut created = false;
+        let mut current = None;
+        for _ in 0..CONFLICT_RETRIES {
+            let found = match std::mem::replace(&mut known, Known::Unknown) {
+                Known::Present(node) => Some(node),
+                Known::Missing => None,
+                Known::Unknown => self
+                    .call(priority, "get", || nodes.get_opt(name))
+                    .await?
+                    .map(|n| to_value(&n)),
+            };
+            let node = match found {
+                Some(node) => node,
+                None => {
+                    let create: KubeNode = serde_json::from_value(sync::for_create(&desired))
+                        .expect("a node built from a node");
+                    let pp = PostParams::default();
+                    match self
+                        .call(priority, "create", || nodes.create(&pp, &create))
+                        .await
+                    {
+                        Ok(node) => {
+                            let node = to_value(&node);
+                            self.upstream().wrote(name, node.clone());
+                            // A new Node has no Lease yet.
+                            self.leases().insert(name.to_string(), LeaseKnown::Absent);
+                            created = true;
+                            node
+                        }
+                        // Created meanwhile: adopted on the next round.
+                        Err(e) if e.is(409) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            let Some(patch) = sync::spec_patch(&node, &desired) else {
+                current = Some(node);
+                break;
+            };
+            let patch = Patch::Merge(&patch);
+            match self
+                .call(priority, "patch", || nodes.patch(name, &params, &patch))
+                .await
+            {
+                Ok(node) => {
+                    let node = to_value(&node);
+                    self.upstream().wrote(name, node.clone());
+                    current = Some(node);
+                    break;
+                }
+                // Someone else wrote the node: read it again.
+                Err(e) if e.is(409) => continue,
+                // It is gone: create it.
+                Err(e) if e.is(404) => known = Known::Missing,
+                Err(e) => {
+                    self.upstream().distrust(name);
+                    return Err(e);
+                }
+            }
+        }
+        let Some(mut current) = current else {
+            self.upstream().distrust(name);
+            return Err(ApiError {
+                code: Some(409),
+                message: format!(
+                    "node {name} kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"
+                ),
+                retry_after: None,
+            });
+        };
+        let patches = [
+            sync::status_patch(&current, &desired).map(Patch::Strategic),
+            sync::addresses_patch(&current, &desired).map(Patch::Merge),
+        ];
+        for patch in patches.into_iter().flatten() {
+            match self
+                .call(priority, "patch_status", || {
+                    nodes.patch_status(name, &params, &patch)
+                })
+                .await
+            {
+                Ok(node) => {
+                    current = to_value(&node);
+                    self.upstream().wrote(name, current.clone());
+                }
+                Err(e) => {
+                    // Gone (created again next time), or not to be trusted.
+                    if e.is(404) {
+                        self.upstream().missing(name);
+                    } else {
+                        self.upstream().distrust(name);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(created)
+    }
+
+    async fn delete_node(&self, name: &str, priority: Priority) -> Result<(), ApiError> {
+        fn gone<T>(r: Result<T, ApiError>) -> Result<(), ApiError> {
+            match r {
+                Ok(_) => Ok(()),
+                Err(e) if e.is(404) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        let dp = DeleteParams::default();
+        let nodes = self.nodes();
+        gone(
+            self.call(priority, "delete", || nodes.delete(name, &dp))
+                .await,
+        )?;
+        let leases: Api<KubeLease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
+        gone(
+            self.call(priority, "delete", || leases.delete(name, &dp))
+                .await,
+        )?;
+        self.leases().remove(name);
+        self.upstream().forget(name);
+        Ok(())
+    }
+
+    /// Renews a Ready node's Lease: one PUT when its resourceVersion is
+    /// known, one POST when it is known absent, a read first otherwise.
+    async fn renew_lease(&self, name: &str) -> Result<(), ApiError> {
+        let api: Api<KubeLease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
+        let lease = |rv: Option<String>| KubeLease {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(NODE_LEASE_NAMESPACE.to_string()),
+                resource_version: rv,
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(name.to_string()),
+                lease_duration_seconds: Some(self.config.node_lease_duration.as_secs() as i32),
+                renew_time: Some(MicroTime(Micros::now().timestamp())),
+                ..LeaseSpec::default()
+            }),
+        };
+        enum Step {
+            Update(String),
+            Create,
+            Read,
+        }
+        let mut step = match self.leases().get(name).cloned() {
+            Some(LeaseKnown::At(rv)) => Step::Update(rv),
+            Some(LeaseKnown::Absent) => Step::Create,
+            None => Step::Read,
+        };
+        let pp = PostParams::default();
+        let mut written = None;
+        // Bounded: read, then update or create, then once more on a race.
+        for _ in 0..4 {
+            step = match step {
+                Step::Update(rv) => {
+                    let body = lease(Some(rv));
+                    match self
+                        .call(Priority::Lease, "update", || api.replace(name, &pp, &body))
+                        .await
+                    {
+                        Ok(l) => {
+                            written = Some(l);
+                            break;
+                        }
+                        Err(e) if e.is(404) => Step::Create,
+                        Err(e) if e.is(409) => Step::Read,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Step::Create => {
+                    let body = lease(None);
+                    match self
+                        .call(Priority::Lease, "create", || api.create(&pp, &body))
+                        .await
+                    {
+                        Ok(l) => {
+                            written = Some(l);
+                            break;
+                        }
+                        Err(e) if e.is(409) => Step::Read,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Step::Read => match self
+                    .call(Priority::Lease, "get", || api.get_opt(name))
+                    .await?
+                {
+                    Some(existing) => {
+                        Step::Update(existing.metadata.resource_version.unwrap_or_default())
+                    }
+                    None => Step::Create,
+                },
+            };
+        }
+        let Some(written) = written else {
+            self.leases().remove(name);
+            return Err(ApiError {
+                code: Some(409),
+                message: format!("the Lease of {name} kept changing under us"),
+                retry_after: None,
+            });
+        };
+        match written.metadata.resource_version {
+            Some(rv) => self.leases().insert(name.to_string(), LeaseKnown::At(rv)),
+            None => self.leases().remove(name),
+        };
+        self.state.lease_renewals.fetch_add(1, Ordering::Relaxed);
+        self.metrics.mirror_lease_renewals.inc();
+        Ok(())
+    }
+
+    /// The node is missing upstream: so is its Lease, most likely (an API
+    /// server that lost one lost both); it is read before it is written.
+    pub(crate) fn lease_unknown(&self, name: &str) {
+        self.leases().remove(name);
+    }
+
+    /// Deletes the pods of an evicted (or deleted) node, after re-checking
+    /// that the decision still holds.
+    async fn evict_pods(&self, name: &str, priority: Priority) -> Result<Evicted, ApiError> {
+        let key = OutboxKey::EvictPods(name.to_string());
+        let Some(entry) = self.store.outbox_entry(&key).map_err(store_error)? else {
+            return Ok(Evicted::Nothing);
+        };
+        // The newest decision counts (a coalesced entry keeps the oldest
+        // queueing time): when was the event this entry stands for?
+        let decided = self
+            .store
+            .event(entry.seq)
+            .map_err(store_error)?
+            .map_or(entry.enqueued, |e| e.time);
+        if let Some(reason) = self.still_due(name, decided) {
+            return Ok(Evicted::Dropped(reason));
+        }
+        // A node gone from the registry has no kubelet to confirm a graceful
+        // deletion: its pods are removed at once, as the pod GC does for
+        // orphans. Otherwise pods get their grace period, and pods already
+        // terminating are left to it.
+        let gone = self.view.get(name).is_none();
+        let delete = if gone {
+            DeleteParams::default().grace_period(0)
+        } else {
+            DeleteParams::default()
+        };
+        if let Some(why) = self.site_down() {
+            return Ok(Evicted::Held(why));
+        }
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let mut params = ListParams::default()
+            .fields(&format!("spec.nodeName={name}"))
+            .limit(PAGE);
+        let (mut deleted, mut kept) = (0usize, 0usize);
+        // Bounded: one page per PAGE pods; a node holds at most a few hundred.
+        for _ in 0..1000 {
+            let page = self.call(priority, "list", || pods.list(&params)).await?;
+            for pod in &page.items {
+                if keeps_its_pod(pod) {
+                    kept += 1;
+                    continue;
+                }
+                if pod.metadata.deletion_timestamp.is_some() && !gone {
+                    continue;
+                }
+                let (Some(ns), Some(pod_name)) = (
+                    pod.metadata.namespace.as_deref(),
+                    pod.metadata.name.as_deref(),
+                ) else {
+                    continue;
+                };
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+                match self
+                    .call(priority, "delete", || api.delete(pod_name, &delete))
+                    .await
+                {
+                    Ok(_) => deleted += 1,
+                    Err(e) if e.is(404) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        Ok(Evicted::Done { deleted, kept })
+    }
+
+    /// Why a queued pod deletion must not happen any more, if so.
+    fn still_due(&self, name: &str, decided: Micros) -> Option<String> {
+        let (node, _) = self.view.get(name)?; // Deleted for good: its pods go.
+        let ready = node.condition(READY);
+        match ready.map(|c| c.status) {
+            Some(ConditionStatus::True) => Some("not carried out: the node is Ready again".into()),
+            _ if ready.is_some_and(|c| c.last_transition > decided) => Some(
+                "not carried out: the node recovered since the decision; a new one will be made"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Set while no node of the site is Ready: a partition or the
+    /// controller's own network, not the nodes.
+    fn site_down(&self) -> Option<String> {
+        let nodes = self.view.list();
+        let ready = nodes
+            .iter()
+            .filter(|(n, _)| n.ready() == ConditionStatus::True)
+            .count();
+        (nodes.len() > 1 && ready == 0).then(|| {
+            format!(
+                "held: none of the site's {} nodes is Ready, which looks like a partition",
+                nodes.len()
+            )
+        })
+    }
+}
+
+/// Does one piece of work and says how it went.
+pub(crate) async fn work(ctx: &Ctx, job: &Job, priority: Priority) -> Outcome {
+    let failed = |what: String, e: ApiError| {
+        if e.is(429) {
+            // Throttled, not failed: shown as such, and tried again after
+            // the Retry-After.
+            return Outcome::Throttled(e.retry_after.unwrap_or(DEFAULT_RETRY_AFTER));
+        }
+        let message = format!("{what}: {e}");
+        ctx.state.note(Err(&message));
+        let unreachable = e.code.is_none_or(|c| c >= 500);
+        Outcome::Failed {
+            message,
+            unreachable,
+        }
+    };
+    let done = |created, again| {
+        ctx.state.note(Ok(()));
+        Outcome::Done { created, again }
+    };
+    match job {
+        Job::Lease(name) => match ctx.renew_lease(name).await {
+            Ok(()) => done(false, false),
+            Err(e) => failed(format!("renewing the Lease of {name}"), e),
+        },
+        Job::Outbox(key) => {
+            // What the view shows includes every change up to `published`;
+            // read before the entry, so an entry at or below it is shown.
+            let published = ctx.view.published();
+            let seq = match ctx.store.outbox_entry(key) {
+                Ok(Some(entry)) => entry.seq,
+                Ok(None) => return done(false, false),
+                Err(e) => return failed(format!("reading the outbox for {key:?}"), store_error(e)),
+            };
+            if seq > published {
+                // Written but not yet durable and shown: sending the view now
+                // would send the state before it, and clear the entry.
+                return Outcome::Later(BUSY_RETRY);
+            }
+            let mut created = false;
+            match key {
+                OutboxKey::Node(name) => match ctx.sync_node(name, priority).await {
+                    Ok(c) => {
+                        created = c;
+                        ctx.publish_drift();
+                    }
+                    Err(e) => {
+                        ctx.publish_drift();
+                        return failed(format!("mirroring node {name}"), e);
+                    }
+                },
+                OutboxKey::EvictPods(name) => {
+                    let result = match ctx.evict_pods(name, priority).await {
+                        Err(e) => return failed(format!("deleting the pods of {name}"), e),
+                        Ok(Evicted::Nothing) => return done(false, false),
+                        Ok(Evicted::Held(why)) => {
+                            tracing::warn!(node = %name, "pod eviction {why}");
+                            return Outcome::Later(EVICTION_HELD_RETRY);
+                        }
+                        Ok(Evicted::Dropped(why)) => why,
+                        Ok(Evicted::Done { deleted, kept }) => {
+                            tracing::warn!(node = %name, deleted, kept, "pods deleted");
+                            format!("deleted {deleted} pods ({kept} DaemonSet or static pods kept)")
+                        }
+                    };
+                    let kind = EventKind::EvictionDone { result };
+                    if let Err(e) = ctx.controller.record(name.clone(), kind).await {
+                        return failed(
+                            format!("recording the eviction of {name}"),
+                            ApiError {
+                                code: None,
+                                message: e.to_string(),
+                                retry_after: None,
+                            },
+                        );
+                    }
+                }
+            }
+            match ctx.store.outbox_done(key, seq) {
+                Ok(removed) => done(created, !removed),
+                Err(e) => failed("clearing the outbox".into(), store_error(e)),
+            }
+        }
+    }
+}
+
+/// Pods a node's eviction leaves alone, as the upstream controller does:
+/// DaemonSet pods (they would come straight back) and static pods' mirrors.
+fn keeps_its_pod(pod: &Pod) -> bool {
+    let daemon = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet");
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    daemon || mirror
+}
+
+pub(crate) fn store_error(e: crate::store::StoreError) -> ApiError {
+    ApiError {
+        code: None,
+        message: e.to_string(),
+        retry_after: None,
+    }
+}
+
+/// What a pod eviction came to.
+enum Evicted {
+    Done {
+        deleted: usize,
+        kept: usize,
+    },
+    /// The decision no longer holds; recorded and forgotten.
+    Dropped(String),
+    /// Not now: retried later.
+    Held(String),
+    /// The entry was already gone.
+    Nothing,
+}

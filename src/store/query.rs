@@ -1,0 +1,273 @@
+//! Reading the history a page at a time, each page costing what it returns:
+//! a node's events through the per-node index, a time range through the
+//! time index, the rest as a range of seqs. Nothing reads the whole log to
+//! answer a question about part of it.
+
+use migrations::v2_node_index::index_key;
+use migrations::v4_history_index::{parse_time_key, time_key};
+
+use super::{records, seq_from_key, Store, StoreError};
+use crate::model::{Event, EventKind, Micros};
+
+/// The condition types Kubernetes defines for nodes: always known, even
+/// before the history has seen one change.
+pub const STANDARD_CONDITIONS: &[&str] = &[
+    "Ready",
+    "MemoryPressure",
+    "DiskPressure",
+    "PIDPressure",
+    "NetworkUnavailable",
+];
+
+/// At most this many records are looked at for one page, so a page costs a
+/// bounded amount even when a filter keeps few of them.
+const SCAN_BUDGET: usize = 10_000;
+
+/// What history to read.
+#[derive(Debug, Clone, Default)]
+pub struct HistoryQuery {
+    pub node: Option<String>,
+    /// Events at or after this time. Times are *effective* times: an event
+    /// written after the wall clock stepped back counts as happening at the
+    /// newest time written before it, so a time range is a range of seqs.
+    pub since: Option<Micros>,
+    /// Events at or before this time (effective, as for `since`).
+    pub until: Option<Micros>,
+    /// Changes of this condition type only (case-insensitive).
+    pub condition: Option<String>,
+    /// Events after this seq only (for watches and paging).
+    pub after_seq: Option<u64>,
+    /// At most this many events (the oldest first).
+    pub limit: Option<usize>,
+}
+
+impl HistoryQuery {
+    fn matches(&self, e: &Event) -> bool {
+        match (&self.condition, &e.kind) {
+            (None, _) => true,
+            (Some(want), EventKind::ConditionChanged { condition, .. }) => {
+                want.eq_ignore_ascii_case(condition)
+            }
+            (Some(_), _) => false,
+        }
+    }
+}
+
+/// One page of history, oldest first.
+#[derive(Debug, Default)]
+pub struct HistoryPage {
+    pub events: Vec<Event>,
+    /// The `after_seq` of the next page; `None` when nothing is left.
+    pub next_after: Option<u64>,
+}
+
+impl Store {
+    /// Up to `max` durable events matching the query, from its `after_seq`
+    /// on. Looks at no more than a bounded number of records: a page may be
+    /// short (even empty) with a `next_after` to continue from.
+    pub fn history_page(
+        &self,
+        query: &HistoryQuery,
+        max: usize,
+    ) -> Result<HistoryPage, StoreError> {
+        self.history_page_pinned(query, max, self.horizon())
+    }
+
+    /// [`Store::history_page`] for a reader holding a pin: it reads on from
+    /// its cursor down to the pin's `floor` (see
+    /// [`super::ReadPin::floor`]), even when the horizon has moved past it
+    /// since. Check [`Store::check_kept`] after each page.
+    pub fn history_page_pinned(
+        &self,
+        query: &HistoryQuery,
+        max: usize,
+        floor: u64,
+    ) -> Result<HistoryPage, StoreError> {
+        let max = max.clamp(1, query.limit.unwrap_or(usize::MAX).max(1));
+        let Some((lo, hi)) = self.seq_bounds(query, floor)? else {
+            return Ok(HistoryPage::default());
+        };
+        let mut page = HistoryPage::default();
+        let mut scanned = 0usize;
+        let mut last = lo - 1;
+        if let Some(node) = &query.node {
+            for key in self
+                .node_events
+                .range(index_key(node, lo)..=index_key(node, hi))
+                .keys()
+            {
+                let key = key?;
+                let seq = seq_from_key(&key[key.len().saturating_sub(8)..])?;
+                scanned += 1;
+                last = seq;
+                // An index entry whose event a concurrent prune just removed is skipped.
+                if let Some(bytes) = self.events.get(seq.to_be_bytes())? {
+                    let event = records::decode_event(seq, &bytes)?;
+                    if query.matches(&event) {
+                        page.events.push(event);
+                    }
+                }
+                if page.events.len() >= max || scanned >= SCAN_BUDGET {
+                    break;
+                }
+            }
+        } else {
+            for entry in self.events.range(lo.to_be_bytes()..=hi.to_be_bytes()) {
+                let (key, bytes) = entry?;
+                let seq = seq_from_key(&key)?;
+                scanned += 1;
+                last = seq;
+                let event = records::decode_event(seq, &bytes)?;
+                if query.matches(&event) {
+                    page.events.push(event);
+                }
+                if page.events.len() >= max || scanned >= SCAN_BUDGET {
+                    break;
+                }
+            }
+        }
+        let stopped_early = page.events.len() >= max || scanned >= SCAN_BUDGET;
+        if stopped_early && last < hi {
+            page.next_after = Some(last);
+        }
+        Ok(page)
+    }
+
+    /// Durable events matching the query, oldest first, up to its `limit`.
+    /// Holds the whole answer: for bounded questions (a limit, one node);
+    /// everything else reads [`Store::history_page`] by page.
+    pub fn history(&self, query: &HistoryQuery) -> Result<Vec<Event>, StoreError> {
+        let limit = query.limit.unwrap_or(usize::MAX);
+        let mut query = query.clone();
+        let mut out = Vec::new();
+        loop {
+            let page = self.history_page(&query, (limit - out.len()).min(SCAN_BUDGET))?;
+            out.extend(page.events);
+            match page.next_after {
+                Some(after) if out.len() < limit => query.after_seq = Some(after),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// The seqs a query can match, first and last, within what is kept and
+    /// durable; `None` when none can.
+    fn seq_bounds(
+        &self,
+        query: &HistoryQuery,
+        floor: u64,
+    ) -> Result<Option<(u64, u64)>, StoreError> {
+        let mut lo = query.after_seq.unwrap_or(0).max(floor).saturating_add(1);
+        let mut hi = self.durable_seq();
+        if let Some(since) = query.since {
+            match self.first_seq_at_or_after(since)? {
+                Some(seq) => lo = lo.max(seq),
+                None => return Ok(None),
+            }
+        }
+        if let Some(until) = query.until {
+            match self.last_seq_at_or_before(until)? {
+                Some(seq) => hi = hi.min(seq),
+                None => return Ok(None),
+            }
+        }
+        Ok((lo <= hi).then_some((lo, hi)))
+    }
+
+    /// The first kept seq whose effective time is at or after `time`.
+    pub fn first_seq_at_or_after(&self, time: Micros) -> Result<Option<u64>, StoreError> {
+        let horizon = self.horizon();
+        for key in self.event_times.range(time_key(time.0, 0)..).keys() {
+            let key = key?;
+            match parse_time_key(&key) {
+                // Index entries of pruned events may linger a moment.
+                Some((_, seq)) if seq <= horizon => continue,
+                Some((_, seq)) => return Ok(Some(seq)),
+                None => return Err(bad_time_key(&key)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The last seq whose effective time is at or before `time`, if any is
+    /// kept (pruned ones included: the answer may be at or below the horizon).
+    pub fn last_seq_at_or_before(&self, time: Micros) -> Result<Option<u64>, StoreError> {
+        match self
+            .event_times
+            .range(..=time_key(time.0, u64::MAX))
+            .keys()
+            .next_back()
+        {
+            Some(key) => {
+                let key = key?;
+                parse_time_key(&key)
+                    .map(|(_, seq)| Some(seq))
+                    .ok_or_else(|| bad_time_key(&key))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Refuses a query about a node or condition type the store has never
+    /// heard of, instead of answering "no events".
+    pub fn check_query(&self, query: &HistoryQuery) -> Result<(), StoreError> {
+        if let Some(node) = &query.node {
+            if !self.node_is_known(node)? {
+                return Err(StoreError::UnknownNode(node.clone()));
+            }
+        }
+        if let Some(condition) = &query.condition {
+            let known = self.condition_types()?;
+            if !known.iter().any(|k| k.eq_ignore_ascii_case(condition)) {
+                return Err(StoreError::UnknownCondition {
+                    condition: condition.clone(),
+                    known: known.join(", "),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the node is registered, or the kept history has an event about it.
+    pub fn node_is_known(&self, name: &str) -> Result<bool, StoreError> {
+        if self.nodes.contains_key(name.as_bytes())? {
+            return Ok(true);
+        }
+        let mut prefix = name.as_bytes().to_vec();
+        prefix.push(0);
+        let horizon = self.horizon();
+        for key in self.node_events.scan_prefix(&prefix).keys() {
+            let key = key?;
+            if seq_from_key(&key[key.len().saturating_sub(8)..])? > horizon {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Every condition type known: Kubernetes' own, those the history has
+    /// seen change, and those a registered node has. Sorted.
+    pub fn condition_types(&self) -> Result<Vec<String>, StoreError> {
+        let mut known: std::collections::BTreeSet<String> =
+            STANDARD_CONDITIONS.iter().map(|c| c.to_string()).collect();
+        known.extend(
+            self.conditions_seen
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        for value in self.nodes.iter().values() {
+            let node = records::decode_node(&value?)?;
+            known.extend(node.conditions.into_iter().map(|c| c.kind));
+        }
+        Ok(known.into_iter().collect())
+    }
+}
+
+fn bad_time_key(key: &[u8]) -> StoreError {
+    StoreError::Decode(records::DecodeError {
+        what: "a time index key".into(),
+        reason: format!("{} bytes, not 16", key.len()),
+    })
+}
