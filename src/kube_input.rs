@@ -196,7 +196,7 @@ pub fn check_condition_types(node: &KubeNode) -> Result<(), FieldError> {
 /// A node a kubelet registers (`POST /api/v1/nodes`): its spec and status.
 pub fn node_registration(node: &KubeNode) -> Result<(NodeSpec, PushedStatus), Vec<FieldError>> {
     let raw = node.metadata.name.as_deref().unwrap_or_default();
-    let name = crate::source::static_list::normalize_name(raw)
+    let name = crate::model::normalize_name(raw)
         .map_err(|e| vec![FieldError::invalid("metadata.name", raw, &e)])?;
     let labels: BTreeMap<String, String> = node.metadata.labels.clone().unwrap_or_default();
     let mut errors = validation::labels(&labels);

@@ -8,6 +8,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+mod name;
+
+pub use name::{normalize_name, not_quite_ipv4};
+
 /// Wall-clock time in microseconds since the Unix epoch. For records only:
 /// timers use `tokio::time::Instant`.
 /// Serialized as RFC 3339, as Kubernetes and operators read times.

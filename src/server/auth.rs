@@ -11,7 +11,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::status_error;
-use crate::source::static_list::normalize_name;
+use crate::model::normalize_name;
 
 /// Who made a request, as the auth layer found it (a request extension).
 #[derive(Debug, Clone, PartialEq, Eq)]

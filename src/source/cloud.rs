@@ -13,9 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use regex::Regex;
 
-use super::static_list::normalize_name;
 use super::SourceError;
-use crate::model::{Address, NodeSpec, Resources};
+use crate::model::{normalize_name, Address, NodeSpec, Resources};
 
 /// A boxed future, so providers can be used as trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

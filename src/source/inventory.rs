@@ -374,10 +374,10 @@ pub(crate) fn check_host_address(address: &str) -> Result<(), String> {
     if address.parse::<IpAddr>().is_ok() {
         return Ok(());
     }
-    if let Some(reason) = super::static_list::not_quite_ipv4(address) {
+    if let Some(reason) = crate::model::not_quite_ipv4(address) {
         return Err(format!("address {reason}"));
     }
-    if super::static_list::normalize_name(address).is_ok() {
+    if crate::model::normalize_name(address).is_ok() {
         Ok(())
     } else {
         Err(format!(
@@ -398,7 +398,7 @@ pub(crate) fn check_address(a: &Address) -> Result<(), String> {
                 )
             })
         }
-        _ => super::static_list::normalize_name(&a.address)
+        _ => crate::model::normalize_name(&a.address)
             .map(|_| ())
             .map_err(|_| {
                 format!(
@@ -703,7 +703,7 @@ machines:
                         for m in found {
                             for a in &m.addresses {
                                 prop_assert!(
-                                    a.address.parse::<IpAddr>().is_ok() || crate::source::static_list::normalize_name(&a.address).is_ok(),
+                                    a.address.parse::<IpAddr>().is_ok() || crate::model::normalize_name(&a.address).is_ok(),
                                     "{a:?}"
                                 );
                             }
