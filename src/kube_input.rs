@@ -10,10 +10,9 @@ use k8s_openapi::api::core::v1::{Node as KubeNode, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 
 use crate::controller::operator::{is_managed_taint, OperatorFields, MANAGED_TAINTS};
-use crate::controller::push::{PushedCondition, PushedStatus};
 use crate::model::{
-    Address, AddressKind, Lease, Micros, Node, NodeInfo, NodeSpec, Resources, Taint,
-    NODE_LEASE_NAMESPACE,
+    Address, AddressKind, Lease, Micros, Node, NodeInfo, NodeSpec, PushedCondition, PushedStatus,
+    Resources, Taint, NODE_LEASE_NAMESPACE,
 };
 use crate::validation::{self, FieldError, Invalid};
 

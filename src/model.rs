@@ -9,8 +9,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 mod name;
+mod pushed;
 
 pub use name::{normalize_name, not_quite_ipv4};
+pub use pushed::{PushedCondition, PushedStatus};
 
 /// Wall-clock time in microseconds since the Unix epoch. For records only:
 /// timers use `tokio::time::Instant`.

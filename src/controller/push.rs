@@ -12,34 +12,13 @@ use super::conditions::{never_probed, REASON_NEVER_UPDATED};
 use super::operator::{OperatorFields, Preconditions};
 use super::writer::{Change, Done};
 use super::{Controller, StatusMode, Tracked};
-use crate::model::{
-    Address, Condition, ConditionStatus, EventKind, Lease, Micros, Node, NodeInfo, NodeSpec,
-    Resources, READY,
-};
+use crate::model::{Address, Condition, EventKind, Lease, Micros, Node, NodeSpec, READY};
 use crate::store::{Batch, StoreError};
 
 /// Pushes waiting for the controller at most; senders wait beyond that.
 pub const QUEUE: usize = 4096;
 
-/// One pushed condition, as the kubelet wrote it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PushedCondition {
-    pub kind: String,
-    pub status: ConditionStatus,
-    /// The kubelet's own clock: shown, compared only with its previous value.
-    pub last_heartbeat: Option<Micros>,
-    pub reason: String,
-    pub message: String,
-}
-
-/// The part of a node's status a kubelet reports.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PushedStatus {
-    pub conditions: Vec<PushedCondition>,
-    pub addresses: Option<Vec<Address>>,
-    pub node_info: Option<NodeInfo>,
-    pub capacity: Option<Resources>,
-}
+pub use crate::model::{PushedCondition, PushedStatus};
 
 /// What the server asks of the controller.
 pub enum Push {
@@ -742,6 +721,7 @@ pub(super) fn addresses_to_take(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ConditionStatus;
 
     #[test]
     fn only_heartbeat_times_make_a_heartbeat() {
