@@ -1,4 +1,5 @@
-//! Durations as Kubernetes flags spell them: `500ms`, `10s`, `5m`, `1h30m`.
+//! Durations as Kubernetes spells them: flags (`500ms`, `10s`, `5m`, `1h30m`)
+//! and kubectl's ages, which are shown, never parsed (`2m5s`, `3d`).
 
 use std::time::Duration;
 
@@ -131,9 +132,94 @@ pub fn format(d: Duration) -> String {
     out
 }
 
+/// A duration the way kubectl shows ages (`duration.HumanDuration` from
+/// k8s.io/apimachinery): precise when young, coarser as it grows.
+pub fn age(d: Duration) -> String {
+    let seconds = d.as_secs();
+    if seconds < 2 * 60 {
+        return format!("{seconds}s");
+    }
+    let minutes = seconds / 60;
+    if minutes < 10 {
+        return match seconds % 60 {
+            0 => format!("{minutes}m"),
+            s => format!("{minutes}m{s}s"),
+        };
+    }
+    if minutes < 3 * 60 {
+        return format!("{minutes}m");
+    }
+    let hours = minutes / 60;
+    if hours < 8 {
+        return match minutes % 60 {
+            0 => format!("{hours}h"),
+            m => format!("{hours}h{m}m"),
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    let days = hours / 24;
+    if hours < 24 * 8 {
+        return match hours % 24 {
+            0 => format!("{days}d"),
+            h => format!("{days}d{h}h"),
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{days}d");
+    }
+    let years = days / 365;
+    if hours < 24 * 365 * 8 {
+        return match days % 365 {
+            0 => format!("{years}y"),
+            dy => format!("{years}y{dy}d"),
+        };
+    }
+    format!("{years}y")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn age_follows_kubectl_human_duration() {
+        let s = Duration::from_secs;
+        let cases = [
+            (0, "0s"),
+            (59, "59s"),
+            (90, "90s"),
+            (119, "119s"),
+            (120, "2m"),
+            (125, "2m5s"),
+            (599, "9m59s"),
+            (600, "10m"),
+            (601, "10m"),
+            (3 * 3600 - 1, "179m"),
+            (3 * 3600, "3h"),
+            (3 * 3600 + 60, "3h1m"),
+            (8 * 3600 - 1, "7h59m"),
+            (8 * 3600, "8h"),
+            (48 * 3600 - 1, "47h"),
+            (48 * 3600, "2d"),
+            (49 * 3600, "2d1h"),
+            (8 * 86400 - 1, "7d23h"),
+            (8 * 86400, "8d"),
+            (2 * 365 * 86400 - 1, "729d"),
+            (2 * 365 * 86400, "2y"),
+            (2 * 365 * 86400 + 86400, "2y1d"),
+            (8 * 365 * 86400 - 1, "7y364d"),
+            (8 * 365 * 86400, "8y"),
+            (100 * 365 * 86400, "100y"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(age(s(secs)), want, "{secs}s");
+        }
+        // Fractions are dropped, not rounded.
+        assert_eq!(age(Duration::from_millis(1999)), "1s");
+    }
+
     use proptest::prelude::*;
 
     #[test]

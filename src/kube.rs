@@ -183,7 +183,7 @@ pub fn node_event(e: &model::Event) -> Option<Event> {
             ..ObjectReference::default()
         },
         reason: Some(event_reason(&e.kind)),
-        message: Some(crate::output::event_detail(&e.kind)),
+        message: Some(e.kind.detail()),
         type_: Some(event_type(&e.kind).to_string()),
         count: Some(1),
         first_timestamp: Some(at.clone()),

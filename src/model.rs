@@ -8,9 +8,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+mod detail;
 mod name;
 mod pushed;
 
+pub use detail::describe_changes;
 pub use name::{normalize_name, not_quite_ipv4};
 pub use pushed::{PushedCondition, PushedStatus};
 

@@ -6,12 +6,11 @@
 //! like `kubectl get` and `kubectl describe`.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::kube;
-use crate::model::{self, Address, ConditionStatus, Event, EventKind, Micros};
+use crate::model::{self, ConditionStatus, Event, Micros};
 
 /// kubectl's `get` tab writer: minimum cell width 6, 3 spaces of padding.
 const GET_MIN_WIDTH: usize = 6;
@@ -23,52 +22,7 @@ const NONE: &str = "<none>";
 const ROLE_LABEL_PREFIX: &str = "node-role.kubernetes.io/";
 const LEGACY_ROLE_LABEL: &str = "kubernetes.io/role";
 
-/// A duration the way kubectl shows ages (`duration.HumanDuration` from
-/// k8s.io/apimachinery): precise when young, coarser as it grows.
-pub fn age(d: Duration) -> String {
-    let seconds = d.as_secs();
-    if seconds < 2 * 60 {
-        return format!("{seconds}s");
-    }
-    let minutes = seconds / 60;
-    if minutes < 10 {
-        return match seconds % 60 {
-            0 => format!("{minutes}m"),
-            s => format!("{minutes}m{s}s"),
-        };
-    }
-    if minutes < 3 * 60 {
-        return format!("{minutes}m");
-    }
-    let hours = minutes / 60;
-    if hours < 8 {
-        return match minutes % 60 {
-            0 => format!("{hours}h"),
-            m => format!("{hours}h{m}m"),
-        };
-    }
-    if hours < 48 {
-        return format!("{hours}h");
-    }
-    let days = hours / 24;
-    if hours < 24 * 8 {
-        return match hours % 24 {
-            0 => format!("{days}d"),
-            h => format!("{days}d{h}h"),
-        };
-    }
-    if hours < 24 * 365 * 2 {
-        return format!("{days}d");
-    }
-    let years = days / 365;
-    if hours < 24 * 365 * 8 {
-        return match days % 365 {
-            0 => format!("{years}y"),
-            dy => format!("{years}y{dy}d"),
-        };
-    }
-    format!("{years}y")
-}
+pub use crate::duration::age;
 
 /// `kubectl get nodes` (and `-o wide`, whose last columns are ours:
 /// INTERNAL-IP, EXTERNAL-IP, SOURCE). Rows keep the order given.
@@ -251,131 +205,12 @@ pub fn describe(
                     &format!("  {}", e.seq),
                     &age(now.since(e.time)),
                     e.kind.name(),
-                    &event_detail(&e.kind),
+                    &e.kind.detail(),
                 ],
             );
         }
     }
     tabwrite(&w, 0, DESCRIBE_PADDING)
-}
-
-/// One line describing what an event changed, for `describe` and `history`.
-pub fn event_detail(kind: &EventKind) -> String {
-    match kind {
-        EventKind::Registered { node } => {
-            format!(
-                "from {}, addresses {}",
-                node.source,
-                addresses(&node.addresses)
-            )
-        }
-        EventKind::Deleted { reason } => reason.clone(),
-        EventKind::ConditionChanged {
-            condition,
-            from,
-            to,
-            reason,
-            message,
-        } => {
-            let from = from.map_or(NONE, ConditionStatus::as_str);
-            let why = match (reason.is_empty(), message.is_empty()) {
-                (true, true) => String::new(),
-                (false, true) => format!(" ({reason})"),
-                (true, false) => format!(" ({message})"),
-                (false, false) => format!(" ({reason}: {message})"),
-            };
-            format!("{condition}: {from} -> {to}{why}")
-        }
-        EventKind::AddressesChanged { from, to } => {
-            format!("{} -> {}", addresses(from), addresses(to))
-        }
-        EventKind::AddressLookupFailed { message } => message.clone(),
-        EventKind::RegistrationFailed { message } => message.clone(),
-        EventKind::ControllerStarted {
-            instance,
-            downtime_seconds,
-            previous_stop_clean,
-        } => match downtime_seconds {
-            None => format!("instance {instance}, new store"),
-            Some(secs) => {
-                // Stored data: a negative or non-finite value must not panic.
-                let down = Duration::try_from_secs_f64(*secs).map_or_else(|_| "?".to_string(), age);
-                let stop = if *previous_stop_clean {
-                    "clean"
-                } else {
-                    "unclean"
-                };
-                format!("instance {instance}, down {down}, previous stop {stop}")
-            }
-        },
-        EventKind::ControllerStopped { instance } => format!("instance {instance}"),
-        EventKind::ProbeKeptReady { message } => message.clone(),
-        EventKind::TaintsChanged { from, to } => {
-            let show = |t: &[model::Taint]| {
-                if t.is_empty() {
-                    "<none>".to_string()
-                } else {
-                    t.iter()
-                        .map(|t| format!("{}:{}", t.key, t.effect))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                }
-            };
-            format!("{} -> {}", show(from), show(to))
-        }
-        EventKind::EvictionStarted { reason, mode } => format!("{mode}: {reason}"),
-        EventKind::EvictionDone { result } => result.clone(),
-        EventKind::OperatorChanged { by, changes } => {
-            format!("by {by}: {}", describe_changes(changes))
-        }
-    }
-}
-
-/// What an operator changed, in kubectl's words: `cordoned; label
-/// maintenance=true added; taint dedicated=gpu:NoSchedule added`.
-pub fn describe_changes(changes: &[model::NodeChange]) -> String {
-    use model::NodeChange as C;
-    let kv = |k: &str, v: &str| {
-        if v.is_empty() {
-            k.to_string()
-        } else {
-            format!("{k}={v}")
-        }
-    };
-    let keyed = |what: &str, key: &str, from: &Option<String>, to: &Option<String>| match (from, to)
-    {
-        (None, Some(v)) => format!("{what} {} added", kv(key, v)),
-        (Some(_), None) => format!("{what} {key} removed"),
-        (Some(a), Some(b)) => format!("{what} {key}: {a} -> {b}"),
-        (None, None) => format!("{what} {key} unchanged"),
-    };
-    let taint = |t: &model::Taint| format!("{}:{}", kv(&t.key, &t.value), t.effect);
-    let mut parts = Vec::new();
-    for c in changes {
-        match c {
-            C::Unschedulable { to: true, .. } => parts.push("cordoned".to_string()),
-            C::Unschedulable { to: false, .. } => parts.push("uncordoned".to_string()),
-            C::Label { key, from, to } => parts.push(keyed("label", key, from, to)),
-            C::Annotation { key, from, to } => parts.push(keyed("annotation", key, from, to)),
-            C::Taints { from, to } => {
-                let shown = |list: &[model::Taint]| list.iter().map(taint).collect::<Vec<_>>();
-                let (before, after) = (shown(from), shown(to));
-                for t in after.iter().filter(|t| !before.contains(t)) {
-                    parts.push(format!("taint {t} added"));
-                }
-                for t in before.iter().filter(|t| !after.contains(t)) {
-                    parts.push(format!("taint {t} removed"));
-                }
-                if before != after
-                    && after.iter().all(|t| before.contains(t))
-                    && before.len() == after.len()
-                {
-                    parts.push("taints reordered".to_string());
-                }
-            }
-        }
-    }
-    parts.join("; ")
 }
 
 /// The history as a table (`SEQ TIME NODE KIND DETAIL`), rows in the order given.
@@ -392,7 +227,7 @@ pub fn history_table(events: &[Event]) -> String {
             e.time.rfc3339_seconds(),
             e.node.clone().unwrap_or_else(|| "-".to_string()),
             e.kind.name().to_string(),
-            event_detail(&e.kind),
+            e.kind.detail(),
         ]);
     }
     table(&rows)
@@ -429,16 +264,6 @@ pub(crate) fn roles(node: &model::Node) -> Option<String> {
         }
     }
     (!roles.is_empty()).then(|| roles.into_iter().collect::<Vec<_>>().join(","))
-}
-
-fn addresses(list: &[Address]) -> String {
-    if list.is_empty() {
-        return NONE.to_string();
-    }
-    list.iter()
-        .map(|a| format!("{}={}", a.kind.as_str(), a.address))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// Go's `time.RFC1123Z` in UTC (`Mon, 30 Nov 2026 09:23:09 +0000`), as kubectl describe shows times.
@@ -567,7 +392,7 @@ impl Layout<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{AddressKind, Condition, Resources, Taint};
+    use crate::model::{Address, AddressKind, Condition, EventKind, Resources, Taint};
     use std::collections::BTreeMap;
 
     fn at(s: &str) -> Micros {
@@ -628,43 +453,6 @@ mod tests {
             reason: reason.into(),
             message: message.into(),
         }
-    }
-
-    #[test]
-    fn age_follows_kubectl_human_duration() {
-        let s = Duration::from_secs;
-        let cases = [
-            (0, "0s"),
-            (59, "59s"),
-            (90, "90s"),
-            (119, "119s"),
-            (120, "2m"),
-            (125, "2m5s"),
-            (599, "9m59s"),
-            (600, "10m"),
-            (601, "10m"),
-            (3 * 3600 - 1, "179m"),
-            (3 * 3600, "3h"),
-            (3 * 3600 + 60, "3h1m"),
-            (8 * 3600 - 1, "7h59m"),
-            (8 * 3600, "8h"),
-            (48 * 3600 - 1, "47h"),
-            (48 * 3600, "2d"),
-            (49 * 3600, "2d1h"),
-            (8 * 86400 - 1, "7d23h"),
-            (8 * 86400, "8d"),
-            (2 * 365 * 86400 - 1, "729d"),
-            (2 * 365 * 86400, "2y"),
-            (2 * 365 * 86400 + 86400, "2y1d"),
-            (8 * 365 * 86400 - 1, "7y364d"),
-            (8 * 365 * 86400, "8y"),
-            (100 * 365 * 86400, "100y"),
-        ];
-        for (secs, want) in cases {
-            assert_eq!(age(s(secs)), want, "{secs}s");
-        }
-        // Fractions are dropped, not rounded.
-        assert_eq!(age(Duration::from_millis(1999)), "1s");
     }
 
     #[test]
@@ -793,142 +581,6 @@ d                  Unknown                       <none>               0s     <no
             },
         ];
         EventKind::Registered { node: Box::new(n) }
-    }
-
-    #[test]
-    fn event_details() {
-        let detail = event_detail;
-        assert_eq!(
-            detail(&registered()),
-            "from static, addresses InternalIP=10.0.0.5,Hostname=n1"
-        );
-        assert_eq!(
-            detail(&changed(
-                Some(ConditionStatus::True),
-                ConditionStatus::Unknown,
-                "NodeStatusUnknown",
-                "Kubelet stopped posting node status."
-            )),
-            "Ready: True -> Unknown (NodeStatusUnknown: Kubelet stopped posting node status.)"
-        );
-        assert_eq!(
-            detail(&changed(None, ConditionStatus::True, "KubeletReady", "")),
-            "Ready: <none> -> True (KubeletReady)"
-        );
-        assert_eq!(
-            detail(&changed(None, ConditionStatus::False, "", "probe failed")),
-            "Ready: <none> -> False (probe failed)"
-        );
-        assert_eq!(
-            detail(&changed(None, ConditionStatus::False, "", "")),
-            "Ready: <none> -> False"
-        );
-        assert_eq!(
-            detail(&EventKind::AddressesChanged {
-                from: vec![],
-                to: vec![Address {
-                    kind: AddressKind::ExternalIP,
-                    address: "1.2.3.4".into()
-                }],
-            }),
-            "<none> -> ExternalIP=1.2.3.4"
-        );
-        assert_eq!(
-            detail(&EventKind::Deleted {
-                reason: "no longer listed by source".into()
-            }),
-            "no longer listed by source"
-        );
-        assert_eq!(
-            detail(&EventKind::AddressLookupFailed {
-                message: "lookup n9: no such host".into()
-            }),
-            "lookup n9: no such host"
-        );
-        assert_eq!(
-            detail(&EventKind::RegistrationFailed {
-                message: "gave up after 10 tries".into()
-            }),
-            "gave up after 10 tries"
-        );
-        let started = |downtime_seconds, previous_stop_clean| EventKind::ControllerStarted {
-            instance: "a1b2".into(),
-            downtime_seconds,
-            previous_stop_clean,
-        };
-        assert_eq!(detail(&started(None, false)), "instance a1b2, new store");
-        assert_eq!(
-            detail(&started(Some(125.7), true)),
-            "instance a1b2, down 2m5s, previous stop clean"
-        );
-        assert_eq!(
-            detail(&started(Some(7200.0), false)),
-            "instance a1b2, down 120m, previous stop unclean"
-        );
-        assert_eq!(
-            detail(&started(Some(-1.0), false)),
-            "instance a1b2, down ?, previous stop unclean"
-        );
-        assert_eq!(
-            detail(&started(Some(f64::NAN), true)),
-            "instance a1b2, down ?, previous stop clean"
-        );
-        assert_eq!(
-            detail(&EventKind::ControllerStopped {
-                instance: "a1b2".into()
-            }),
-            "instance a1b2"
-        );
-    }
-
-    #[test]
-    fn operator_changes_read_like_kubectl() {
-        use model::NodeChange as C;
-        let t = |key: &str, value: &str, effect: &str| model::Taint {
-            key: key.into(),
-            value: value.into(),
-            effect: effect.into(),
-            added: None,
-        };
-        let kind = EventKind::OperatorChanged {
-            by: "alice".into(),
-            changes: vec![
-                C::Unschedulable {
-                    from: false,
-                    to: true,
-                },
-                C::Label {
-                    key: "maintenance".into(),
-                    from: None,
-                    to: Some("true".into()),
-                },
-                C::Label {
-                    key: "zone".into(),
-                    from: Some("a".into()),
-                    to: Some("b".into()),
-                },
-                C::Annotation {
-                    key: "ticket".into(),
-                    from: Some("OPS-1".into()),
-                    to: None,
-                },
-                C::Taints {
-                    from: vec![
-                        t("old", "", "NoSchedule"),
-                        t("node.kubernetes.io/unreachable", "", "NoSchedule"),
-                    ],
-                    to: vec![
-                        t("dedicated", "gpu", "NoExecute"),
-                        t("node.kubernetes.io/unreachable", "", "NoSchedule"),
-                    ],
-                },
-            ],
-        };
-        assert_eq!(
-            event_detail(&kind),
-            "by alice: cordoned; label maintenance=true added; label zone: a -> b; \
-             annotation ticket removed; taint dedicated=gpu:NoExecute added; taint old:NoSchedule removed"
-        );
     }
 
     #[test]

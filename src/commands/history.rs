@@ -93,7 +93,7 @@ impl Printer {
                             e.time.rfc3339_seconds(),
                             e.node.clone().unwrap_or_else(|| "-".to_string()),
                             e.kind.name().to_string(),
-                            crate::output::event_detail(&e.kind),
+                            e.kind.detail(),
                         ]
                     })
                     .collect();

@@ -304,7 +304,7 @@ impl Controller {
         let written = self.commit(batch).await?;
         for e in &written.events {
             if let EventKind::OperatorChanged { changes, .. } = &e.kind {
-                tracing::info!(node = %name, by, "{}", crate::output::describe_changes(changes));
+                tracing::info!(node = %name, by, "{}", crate::model::describe_changes(changes));
             }
         }
         Ok(written.nodes.into_iter().next().unwrap_or(current))
