@@ -388,9 +388,7 @@ impl RunConfig {
                 known_nodes + READER_CONNECTIONS
             );
         }
-        if mirror.is_none()
-            && args.eviction_mode == crate::controller::eviction::EvictionMode::DeletePods
-        {
+        if mirror.is_none() && args.eviction_mode == crate::model::EvictionMode::DeletePods {
             return Err(flag(
                 "--eviction-mode",
                 "delete-pods deletes pods on an API server, and none is configured: give --kubeconfig or --master, or use taint (with an --eviction-hook) when running alone".into(),

@@ -335,8 +335,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "5m", value_parser = parse_duration, help_heading = "Eviction")]
     pub pod_eviction_timeout: Duration,
     /// What eviction does: NoExecute taints, pod deletion (with a mirror), or nothing.
-    #[arg(long, value_enum, default_value_t = crate::controller::eviction::EvictionMode::Taint, help_heading = "Eviction")]
-    pub eviction_mode: crate::controller::eviction::EvictionMode,
+    #[arg(long, value_enum, default_value_t = crate::model::EvictionMode::Taint, help_heading = "Eviction")]
+    pub eviction_mode: crate::model::EvictionMode,
     /// A command run (with `sh -c`) for each evicted node, given the node's name and the reason as $1 and $2.
     #[arg(long, help_heading = "Eviction", value_hint = ValueHint::CommandString)]
     pub eviction_hook: Option<String>,

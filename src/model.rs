@@ -9,10 +9,12 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 mod detail;
+mod eviction;
 mod name;
 mod pushed;
 
 pub use detail::describe_changes;
+pub use eviction::{EvictionMode, UnknownEvictionMode};
 pub use name::{normalize_name, not_quite_ipv4};
 pub use pushed::{PushedCondition, PushedStatus};
 
@@ -380,7 +382,7 @@ pub enum EventKind {
     TaintsChanged { from: Vec<Taint>, to: Vec<Taint> },
     /// The node stayed not Ready past `--pod-eviction-timeout` and its pods
     /// are being evicted.
-    EvictionStarted { reason: String, mode: String },
+    EvictionStarted { reason: String, mode: EvictionMode },
     /// An eviction finished (the hook's result, or what the mirror did).
     EvictionDone { result: String },
     /// An operator changed the fields operators own (cordon, labels,

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::eviction::{wanted_taints, EvictionMode};
+use super::eviction::wanted_taints;
 use super::Controller;
+use crate::model::EvictionMode;
 use crate::model::{EventKind, Micros};
 use crate::store::Batch;
 
@@ -44,7 +45,7 @@ impl Controller {
                 tracing::warn!(node = %name, reason, mode = config.mode.as_str(), "evicting");
                 events.push(EventKind::EvictionStarted {
                     reason: reason.clone(),
-                    mode: config.mode.as_str().into(),
+                    mode: config.mode,
                 });
                 self.metrics.evictions.inc();
                 if let Some(hook) = &config.hook {

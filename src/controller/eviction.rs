@@ -10,32 +10,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::model::{ConditionStatus, Micros, Node, Taint};
+use crate::model::{ConditionStatus, EvictionMode, Micros, Node, Taint};
 
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
 pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-
-/// What eviction does (`--eviction-mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum EvictionMode {
-    /// NoExecute taints (`not-ready` / `unreachable`), NoSchedule at once.
-    Taint,
-    /// Delete the node's pods (the ancestor's behaviour; needs a mirror).
-    DeletePods,
-    /// Record nothing, do nothing.
-    None,
-}
-
-impl EvictionMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EvictionMode::Taint => "taint",
-            EvictionMode::DeletePods => "delete-pods",
-            EvictionMode::None => "none",
-        }
-    }
-}
 
 /// Eviction settings, named as kube-controller-manager names them.
 #[derive(Debug, Clone)]

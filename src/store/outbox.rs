@@ -8,7 +8,7 @@
 //! across coalescing, so the backlog's age is honest). The mirror removes an
 //! entry only if no newer change arrived while it was working on it.
 
-use crate::model::{EventKind, Micros};
+use crate::model::{EventKind, EvictionMode, Micros};
 
 /// What the mirror has to do for a node.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -69,7 +69,10 @@ impl OutboxKey {
             work.push((OutboxKey::Node(node.to_string()), None));
         }
         match kind {
-            EventKind::EvictionStarted { reason, mode } if mode == "delete-pods" => {
+            EventKind::EvictionStarted {
+                reason,
+                mode: EvictionMode::DeletePods,
+            } => {
                 work.push((OutboxKey::EvictPods(node.to_string()), Some(reason.clone())));
             }
             EventKind::Deleted { reason } => work.push((
@@ -120,15 +123,18 @@ mod tests {
             OutboxKey::for_event("a", &taints),
             vec![(OutboxKey::Node("a".into()), None)]
         );
-        let evict = |mode: &str| EventKind::EvictionStarted {
+        let evict = |mode: EvictionMode| EventKind::EvictionStarted {
             reason: "r".into(),
-            mode: mode.into(),
+            mode,
         };
         assert_eq!(
-            OutboxKey::for_event("a", &evict("delete-pods")),
+            OutboxKey::for_event("a", &evict(EvictionMode::DeletePods)),
             vec![(OutboxKey::EvictPods("a".into()), Some("r".into()))]
         );
-        assert_eq!(OutboxKey::for_event("a", &evict("taint")), vec![]);
+        assert_eq!(
+            OutboxKey::for_event("a", &evict(EvictionMode::Taint)),
+            vec![]
+        );
         let deleted = EventKind::Deleted {
             reason: "gone from the inventory".into(),
         };

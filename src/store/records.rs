@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::outbox::OutboxEntry;
 use crate::model::{
     Address, AddressKind, Condition, ConditionStatus, Event, EventKind, Lease, Micros, Node,
-    NodeChange, Resources, Taint,
+    NodeChange, Resources, Taint, UnknownEvictionMode,
 };
 
 /// Envelope for node records.
@@ -645,7 +645,7 @@ impl From<&EventKind> for EventKindV1 {
             },
             EventKind::EvictionStarted { reason, mode } => EventKindV1::EvictionStarted {
                 reason: reason.clone(),
-                mode: mode.clone(),
+                mode: mode.as_str().to_string(),
             },
             EventKind::EvictionDone { result } => EventKindV1::EvictionDone {
                 result: result.clone(),
@@ -706,9 +706,12 @@ impl TryFrom<EventKindV1> for EventKind {
                 from: taints_from(from),
                 to: taints_from(to),
             },
-            EventKindV1::EvictionStarted { reason, mode } => {
-                EventKind::EvictionStarted { reason, mode }
-            }
+            EventKindV1::EvictionStarted { reason, mode } => EventKind::EvictionStarted {
+                reason,
+                mode: mode
+                    .parse()
+                    .map_err(|e: UnknownEvictionMode| e.to_string())?,
+            },
             EventKindV1::EvictionDone { result } => EventKind::EvictionDone { result },
             EventKindV1::RegisteredV2(node) => EventKind::Registered {
                 node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),

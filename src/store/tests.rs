@@ -298,7 +298,7 @@ fn changes_queue_mirror_work_only_when_mirroring() {
         "a",
         EventKind::EvictionStarted {
             reason: "gone".into(),
-            mode: "delete-pods".into(),
+            mode: crate::model::EvictionMode::DeletePods,
         },
     );
     b.node_event(
