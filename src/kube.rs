@@ -2,7 +2,14 @@
 //!
 //! Everything a user sees as Kubernetes JSON (the HTTP API, `-o json|yaml`,
 //! the mirror) goes through here, so `kubectl` and client libraries read it
-//! unchanged.
+//! unchanged. Its submodules hold Kubernetes' other wire rules (patches,
+//! selectors, list pages), which the API, the mirror and the simulated API
+//! server share; none of them depends on more than the domain.
+
+pub(crate) mod json_patch;
+pub(crate) mod paging;
+pub(crate) mod patch;
+pub(crate) mod selectors;
 
 use std::collections::BTreeMap;
 

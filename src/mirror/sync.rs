@@ -430,7 +430,7 @@ mod tests {
         );
         // Applied: the API server now has it all, and the record of it.
         let mut there = current.clone();
-        crate::server::patch::merge_patch(&mut there, &patch);
+        crate::kube::patch::merge_patch(&mut there, &patch);
         assert_eq!(spec_patch(&there, &want), None);
 
         // Uncordoned, unlabeled, untainted, unannotated here: removed there,
@@ -456,7 +456,7 @@ mod tests {
                 &format!("{TAINT_UNREACHABLE}:NoSchedule")
             ]
         );
-        crate::server::patch::merge_patch(&mut there, &patch);
+        crate::kube::patch::merge_patch(&mut there, &patch);
         assert_eq!(there["metadata"]["labels"]["team"], "x");
         assert_eq!(spec_patch(&there, &desired()), None);
 

@@ -8,16 +8,12 @@ pub mod console;
 mod discovery;
 mod events;
 mod health;
-pub(crate) mod json_patch;
 pub mod limits;
 pub(crate) mod node_writes;
 mod nodes;
-mod paging;
 mod params;
-pub(crate) mod patch;
 pub(crate) mod pods;
 mod push;
-pub(crate) mod selectors;
 mod serve;
 mod table;
 mod v1;
@@ -39,6 +35,7 @@ use axum::{Json, Router};
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::view::View;
+use crate::kube::{json_patch, paging, patch, selectors};
 use crate::metrics::Metrics;
 use crate::store::Store;
 

@@ -112,8 +112,8 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::kubelet::bind_listener;
-use crate::server::patch::{self, PatchKind};
-use crate::server::selectors::{FieldSelector, LabelSelector};
+use crate::kube::patch::{self, PatchKind};
+use crate::kube::selectors::{FieldSelector, LabelSelector};
 
 /// The largest request body accepted; larger ones are answered 413.
 pub const BODY_LIMIT: usize = 4 << 20;
