@@ -1002,6 +1002,36 @@ pub(crate) mod tests {
             .to_string()
             .contains("event 5"));
     }
+
+    #[test]
+    fn eviction_modes_are_stored_by_their_flag_spelling() {
+        use crate::model::EvictionMode;
+        for (mode, text) in [
+            (EvictionMode::Taint, "taint"),
+            (EvictionMode::DeletePods, "delete-pods"),
+            (EvictionMode::None, "none"),
+        ] {
+            let kind = EventKind::EvictionStarted {
+                reason: "r".into(),
+                mode,
+            };
+            let stored = EventKindV1::from(&kind);
+            assert!(
+                matches!(&stored, EventKindV1::EvictionStarted { mode, .. } if mode == text),
+                "{text}"
+            );
+            assert_eq!(EventKind::try_from(stored).unwrap(), kind);
+        }
+        let err = EventKind::try_from(EventKindV1::EvictionStarted {
+            reason: "r".into(),
+            mode: "delete_pods".into(),
+        })
+        .unwrap_err();
+        assert!(
+            err.contains("unknown eviction mode \"delete_pods\""),
+            "{err}"
+        );
+    }
 }
 
 /// Round trips over arbitrary records: whatever the domain can hold, the
