@@ -19,10 +19,11 @@ pub async fn db(db: &Path, server: Option<&str>, command: &DbCommand) -> Outcome
         // Import makes the store it loads into; compact may have to finish
         // an interrupted compaction before there is a store to open.
         DbCommand::Import { input } if server.is_none() => {
-            return import(
-                &Store::open(db, &StoreOptions::default())?,
-                input.as_deref(),
-            )
+            let store = Store::open(db, &StoreOptions::default())?;
+            let text = import(&store, input.as_deref())?;
+            // So that the first command after it does not re-read the whole store.
+            store.close_settled()?;
+            return Ok(text);
         }
         DbCommand::Compact if server.is_none() => return compact(db),
         _ => {}

@@ -53,6 +53,8 @@ struct Printer {
     format: ListFormat,
     widths: [usize; 4],
     printed: usize,
+    /// One event's JSON, reused from event to event.
+    json: Vec<u8>,
 }
 
 /// As `nodekeeper nodes` (kubectl's printer): columns at least 6 wide, 3 apart.
@@ -66,6 +68,7 @@ impl Printer {
             format,
             widths: [MIN_WIDTH; 4],
             printed: 0,
+            json: Vec::new(),
         }
     }
 
@@ -74,12 +77,14 @@ impl Printer {
             ListFormat::Json => {
                 for e in events {
                     out.write_all(if self.printed == 0 { b"[\n" } else { b",\n" })?;
-                    let text = serde_json::to_string_pretty(e).map_err(std::io::Error::other)?;
-                    for (i, line) in text.lines().enumerate() {
-                        if i > 0 {
-                            out.write_all(b"\n")?;
-                        }
-                        write!(out, "  {line}")?;
+                    // Pretty JSON, indented one level: a newline is never
+                    // inside a JSON string, so each one starts a line.
+                    self.json.clear();
+                    serde_json::to_writer_pretty(&mut self.json, e)
+                        .map_err(std::io::Error::other)?;
+                    for (i, line) in self.json.split(|&b| b == b'\n').enumerate() {
+                        out.write_all(if i == 0 { b"  " } else { b"\n  " })?;
+                        out.write_all(line)?;
                     }
                     self.printed += 1;
                 }

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use super::{Store, StoreError, StoreOptions};
+use super::{open_when_released, Store, StoreError, StoreOptions};
 
 /// A compaction's leftovers, or a store path that a compaction left empty.
 #[derive(Debug, Error)]
@@ -104,20 +104,6 @@ fn is_complete(path: &Path) -> bool {
         .is_ok()
 }
 
-/// Opens a store this process just closed: sled lets go of its lock a
-/// moment after the close (a bounded wait).
-fn open_when_released(path: &Path, options: &StoreOptions) -> Result<Store, StoreError> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        match Store::open(path, options) {
-            Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(10))
-            }
-            other => return other,
-        }
-    }
-}
-
 /// Finishes or undoes a compaction interrupted between its two renames.
 fn recover(path: &Path, recovered: &mut Vec<String>) -> Result<(), StoreError> {
     let original = sibling(path, "before-compact");
@@ -187,7 +173,8 @@ pub fn compact(path: &Path, options: &StoreOptions) -> Result<CompactReport, Sto
         .into());
     }
     let after = fresh.size_on_disk();
-    drop(fresh);
+    // So that the restart after it does not re-read the whole copy.
+    fresh.close_settled()?;
     drop(store);
     swap(path, &copy, &original)?;
     Ok(CompactReport {

@@ -35,9 +35,8 @@ use crate::model::{Event, EventKind, Lease, Micros, Node};
 const FORMAT: &str = "nodekeeper-export";
 /// The export format this build writes (and the newest it reads).
 pub const EXPORT_FORMAT_VERSION: u32 = 2;
-/// Records loaded per sled batch, and between flushes: sled keeps unflushed
-/// writes in memory, so an import flushes as it goes.
-const BATCH_LINES: usize = 5_000;
+/// Records loaded between flushes, so an import's writes reach the disk as
+/// it goes rather than all at its end.
 const FLUSH_LINES: usize = 100_000;
 
 #[derive(Serialize, Deserialize)]
@@ -270,19 +269,17 @@ pub(super) fn import(store: &Store, input: &mut dyn BufRead) -> Result<ImportSum
     }
 }
 
-/// An import under way: the batches not yet applied, and the registry
-/// followed from the horizon so periodic checkpoints are written as the
-/// events go by.
+/// An import under way, and the registry followed from the horizon so
+/// periodic checkpoints are written as the events go by.
+///
+/// Records go in one insert each, not in large `sled::Batch`es: sled hands
+/// every page version a write replaces to crossbeam-epoch, which frees a few
+/// bags of them each 128 times a thread pins, and a batch pins once for all
+/// its writes. An import of 5,000-record batches outran it and held every
+/// replaced page (7 GiB for 1M events); one pin per insert keeps the
+/// garbage freed as fast as it is made.
 struct Loader<'a> {
     store: &'a Store,
-    nodes: sled::Batch,
-    leases: sled::Batch,
-    outbox: sled::Batch,
-    checkpoint_nodes: sled::Batch,
-    events: sled::Batch,
-    node_index: sled::Batch,
-    times: sled::Batch,
-    pending: usize,
     since_flush: usize,
     counts: Counts,
     last_seq: u64,
@@ -298,14 +295,6 @@ impl<'a> Loader<'a> {
     fn new(store: &'a Store) -> Loader<'a> {
         Loader {
             store,
-            nodes: Default::default(),
-            leases: Default::default(),
-            outbox: Default::default(),
-            checkpoint_nodes: Default::default(),
-            events: Default::default(),
-            node_index: Default::default(),
-            times: Default::default(),
-            pending: 0,
             since_flush: 0,
             counts: Counts::default(),
             last_seq: 0,
@@ -367,8 +356,9 @@ impl<'a> Loader<'a> {
             let v1 = h.version == 1;
             match record {
                 Line::Node(node) => {
-                    self.nodes
-                        .insert(node.name.as_bytes(), records::encode_node(&node));
+                    self.store
+                        .nodes
+                        .insert(node.name.as_bytes(), records::encode_node(&node))?;
                     self.counts.nodes += 1;
                 }
                 Line::Event(event) => self.event(*event).map_err(|e| match e {
@@ -381,8 +371,9 @@ impl<'a> Loader<'a> {
                     other => other,
                 })?,
                 Line::Lease(lease) => {
-                    self.leases
-                        .insert(lease.name.as_bytes(), records::encode_lease(&lease));
+                    self.store
+                        .leases
+                        .insert(lease.name.as_bytes(), records::encode_lease(&lease))?;
                     self.counts.leases += 1;
                 }
                 Line::Outbox(o) => {
@@ -400,8 +391,9 @@ impl<'a> Loader<'a> {
                         enqueued: o.enqueued,
                         reason: o.reason,
                     };
-                    self.outbox
-                        .insert(key.encode(), records::encode_outbox_entry(&entry));
+                    self.store
+                        .outbox
+                        .insert(key.encode(), records::encode_outbox_entry(&entry))?;
                     self.counts.outbox += 1;
                 }
                 Line::CheckpointNode(node) => {
@@ -413,10 +405,10 @@ impl<'a> Loader<'a> {
                     if self.follower.is_some() {
                         return Err(bad("a checkpointNode line after the first event".into()));
                     }
-                    self.checkpoint_nodes.insert(
+                    self.store.checkpoint_nodes.insert(
                         checkpoint_node_key(seq, &node.name),
                         records::encode_node(&node),
-                    );
+                    )?;
                     self.base.insert(node.name.clone(), *node);
                     self.counts.checkpoint_nodes += 1;
                 }
@@ -425,9 +417,10 @@ impl<'a> Loader<'a> {
                     continue;
                 }
             }
-            self.pending += 1;
-            if self.pending >= BATCH_LINES {
-                self.apply()?;
+            self.since_flush += 1;
+            if self.since_flush >= FLUSH_LINES {
+                self.store.db.flush()?;
+                self.since_flush = 0;
             }
         }
         let Some(header) = header else {
@@ -459,7 +452,6 @@ impl<'a> Loader<'a> {
             }
             _ => {}
         }
-        self.apply()?;
         self.finish(header.last_seq)
     }
 
@@ -522,18 +514,19 @@ impl<'a> Loader<'a> {
         }
         self.last_seq = event.seq;
         self.effective = self.effective.max(event.time.0);
+        let s = self.store;
         let record = records::encode_event(&event);
         if let Some(node) = &event.node {
-            self.node_index
-                .insert(index_key(node, event.seq), &[] as &[u8]);
+            s.node_events
+                .insert(index_key(node, event.seq), &[] as &[u8])?;
         }
         if let EventKind::ConditionChanged { condition, .. } = &event.kind {
             self.conditions.insert(condition.clone());
         }
-        self.times
-            .insert(&time_key(self.effective, event.seq)[..], &[] as &[u8]);
+        s.event_times
+            .insert(&time_key(self.effective, event.seq)[..], &[] as &[u8])?;
         let bytes = stored_event_bytes(record.len(), event.node.as_deref());
-        self.events.insert(&event.seq.to_be_bytes(), record);
+        s.events.insert(event.seq.to_be_bytes(), record)?;
         self.counts.events += 1;
         let due = {
             let follower = self.follower.as_mut().expect("set above");
@@ -541,34 +534,11 @@ impl<'a> Loader<'a> {
             follower.due()
         };
         if due {
-            // The events first: a checkpoint never describes events not yet in.
-            self.apply()?;
             self.follower
                 .as_mut()
                 .expect("set above")
                 .write(self.store)?;
             self.checkpoints += 1;
-        }
-        Ok(())
-    }
-
-    /// Applies the batches; flushes now and then so sled's memory stays flat.
-    fn apply(&mut self) -> Result<(), StoreError> {
-        let s = self.store;
-        s.nodes.apply_batch(std::mem::take(&mut self.nodes))?;
-        s.leases.apply_batch(std::mem::take(&mut self.leases))?;
-        s.outbox.apply_batch(std::mem::take(&mut self.outbox))?;
-        s.checkpoint_nodes
-            .apply_batch(std::mem::take(&mut self.checkpoint_nodes))?;
-        s.events.apply_batch(std::mem::take(&mut self.events))?;
-        s.node_events
-            .apply_batch(std::mem::take(&mut self.node_index))?;
-        s.event_times.apply_batch(std::mem::take(&mut self.times))?;
-        self.since_flush += self.pending;
-        self.pending = 0;
-        if self.since_flush >= FLUSH_LINES {
-            s.db.flush()?;
-            self.since_flush = 0;
         }
         Ok(())
     }

@@ -60,12 +60,18 @@ struct Args {
     /// Only the retention run.
     #[arg(long)]
     churn_only: bool,
+    /// Only write the history of the first of --sizes, as a format-1
+    /// export, to this file (for `db import` by hand), and stop.
+    #[arg(long)]
+    write_export: Option<PathBuf>,
 }
 
-/// One measurement: what, how long, the peak RSS, and a note.
+/// One measurement: what, how long, the CPU it took (user + system, for a
+/// process of its own), the peak RSS, and a note.
 struct Row {
     what: String,
     seconds: f64,
+    cpu_seconds: Option<f64>,
     peak_kib: Option<u64>,
     note: String,
 }
@@ -86,6 +92,18 @@ pub async fn run(args: impl Iterator<Item = String>) -> Result<()> {
             "no nodekeeper binary at {} (build it with `cargo build --release --bins`, or give --bin)",
             bin.display()
         );
+    }
+    if let Some(path) = &args.write_export {
+        let facts = workload::write_export(path, args.sizes[0], args.events)?;
+        println!(
+            "wrote {} events about {} nodes to {}: busiest node {}, middle {}",
+            args.events,
+            args.sizes[0],
+            path.display(),
+            facts.busiest_node,
+            facts.middle.rfc3339()
+        );
+        return Ok(());
     }
     let machine = Machine::probe(&bin);
     let (dir, made) = match &args.dir {
@@ -127,8 +145,8 @@ async fn bench(args: &Args, bin: &Path, machine: &Machine, dir: &Path) -> Result
             eprintln!("== {nodes} nodes, {} events", args.events);
             let rows = bench_size(args, bin, machine, dir, nodes).await?;
             let _ = writeln!(out, "\n### {nodes} nodes, {} events\n", args.events);
-            let _ = writeln!(out, "| what | time | peak RSS | note |");
-            let _ = writeln!(out, "|---|---:|---:|---|");
+            let _ = writeln!(out, "| what | time | CPU | peak RSS | note |");
+            let _ = writeln!(out, "|---|---:|---:|---:|---|");
             for r in &rows {
                 let _ = writeln!(out, "{}", table_line(r));
             }
@@ -148,9 +166,11 @@ async fn bench(args: &Args, bin: &Path, machine: &Machine, dir: &Path) -> Result
 /// A row as a line of the table.
 fn table_line(r: &Row) -> String {
     format!(
-        "| {} | {} | {} | {} |",
+        "| {} | {} | {} | {} | {} |",
         r.what,
         seconds(r.seconds),
+        r.cpu_seconds
+            .map_or("-".to_string(), |s| format!("{s:.2} s")),
         r.peak_kib
             .map_or("-".to_string(), |k| format!("{} MiB", k / 1024)),
         r.note
@@ -180,13 +200,21 @@ fn seconds(s: f64) -> String {
     }
 }
 
+/// What `/usr/bin/time` measured of one process.
+struct Timed {
+    wall: f64,
+    cpu: f64,
+    peak_kib: u64,
+    stderr: String,
+}
+
 /// Runs `bin ARGS` under `/usr/bin/time`, its output to `stdout` (a file or
-/// nothing); returns (wall seconds, peak RSS KiB, stderr).
-fn timed(bin: &Path, args: &[&str], stdout: Option<&Path>) -> Result<(f64, u64, String)> {
+/// nothing).
+fn timed(bin: &Path, args: &[&str], stdout: Option<&Path>) -> Result<Timed> {
     let started = Instant::now();
     let out = Command::new("/usr/bin/time")
         .arg("-f")
-        .arg("@@time %e %M")
+        .arg("@@time %e %M %U %S")
         .arg(bin)
         .args(args)
         .stdin(Stdio::null())
@@ -198,16 +226,27 @@ fn timed(bin: &Path, args: &[&str], stdout: Option<&Path>) -> Result<(f64, u64, 
         .context("cannot run /usr/bin/time")?;
     let wall = started.elapsed().as_secs_f64();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let peak = stderr
+    let figures: Vec<f64> = stderr
         .lines()
         .find_map(|l| l.strip_prefix("@@time "))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|k| k.parse().ok())
-        .ok_or_else(|| anyhow!("no figures from /usr/bin/time: {stderr}"))?;
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let [_, peak, user, system] = figures[..] else {
+        bail!("no figures from /usr/bin/time: {stderr}");
+    };
     if !out.status.success() {
         bail!("nodekeeper {} failed: {stderr}", args.join(" "));
     }
-    Ok((wall, peak, stderr))
+    Ok(Timed {
+        wall,
+        cpu: user + system,
+        peak_kib: peak as u64,
+        stderr,
+    })
 }
 
 fn cli_row(
@@ -218,7 +257,7 @@ fn cli_row(
     stdout: Option<&Path>,
 ) -> Result<String> {
     eprintln!("   {what}");
-    let (secs, peak, stderr) = timed(bin, args, stdout)?;
+    let measured = timed(bin, args, stdout)?;
     let size = stdout
         .and_then(|p| fs::metadata(p).ok())
         .map_or(String::new(), |m| {
@@ -228,12 +267,13 @@ fn cli_row(
         rows,
         Row {
             what: what.to_string(),
-            seconds: secs,
-            peak_kib: Some(peak),
+            seconds: measured.wall,
+            cpu_seconds: Some(measured.cpu),
+            peak_kib: Some(measured.peak_kib),
             note: size,
         },
     );
-    Ok(stderr)
+    Ok(measured.stderr)
 }
 
 fn dir_size(path: &Path) -> u64 {
@@ -392,11 +432,13 @@ async fn bench_size(
     };
     let pid = controller.child.id();
     let (rss, _) = memory_kib(pid)?;
+    let cpu = cpu_ticks(pid)? as f64 / machine.ticks_per_second;
     push_row(
         &mut rows,
         Row {
             what: "restart to serving".into(),
             seconds: started.elapsed().as_secs_f64(),
+            cpu_seconds: Some(cpu),
             peak_kib: Some(rss),
             note: "RSS when it serves".into(),
         },
@@ -470,13 +512,16 @@ async fn http_rows(
         eprintln!("   {what}");
         let (rss, _) = memory_kib(pid)?;
         reset_peak(pid);
+        let ticks = cpu_ticks(pid)?;
         let (secs, bytes) = get(path).await?;
+        let cpu = (cpu_ticks(pid)? - ticks) as f64 / machine.ticks_per_second;
         let (_, peak) = memory_kib(pid)?;
         push_row(
             rows,
             Row {
                 what: what.into(),
                 seconds: secs,
+                cpu_seconds: Some(cpu),
                 peak_kib: Some(peak),
                 note: format!("server RSS {} MiB before; {bytes} bytes", rss / 1024),
             },
@@ -518,6 +563,7 @@ async fn http_rows(
             Row {
                 what: format!("{count} watch(es) from newest − 10: first event"),
                 seconds: secs,
+                cpu_seconds: Some(cpu),
                 peak_kib: Some(peak),
                 note: format!("server {cpu:.2} CPU-s, RSS {} MiB before", rss / 1024),
             },
