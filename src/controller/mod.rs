@@ -224,7 +224,11 @@ impl Controller {
         // The gap ends now; it starts at the clean stop, or at the last sign
         // of life of the previous controller: its liveness stamp or its last
         // write, whichever is newer.
-        let last_alive = crate::liveness::read(store.path()).map(|s| s.time);
+        // Only the previous controller's stamp: not one a removed store left at this path.
+        let previous = store.last_instance()?;
+        let last_alive = crate::liveness::read(store.path())
+            .filter(|s| previous.as_deref() == Some(s.instance.as_str()))
+            .map(|s| s.time);
         let downtime_seconds = clean_stop
             .or(last_event.as_ref().map(|e| e.time).max(last_alive))
             .map(|since| now.since(since).as_secs_f64());
