@@ -53,6 +53,14 @@ pub use writer::{CommitError, FreeSpace, StoreHealth, STORE_RESERVE_BYTES};
 /// periods restart from the controller's start anyway.
 pub const HEARTBEAT_WRITE_PERIOD: Duration = Duration::from_secs(60);
 
+/// Node records written in one store transaction when many change at once
+/// (registration, a sweep or a taint pass over the whole fleet). sled keeps
+/// every page a transaction replaces until it ends, so one transaction of
+/// 10,000 records held hundreds of MiB at its peak, and the allocator kept
+/// the pages afterwards; chunks of this size keep that small, and still
+/// share the writer's flushes.
+const WRITE_CHUNK: usize = 256;
+
 /// How a node's health is learned (`--node-status-mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StatusMode {
