@@ -2,6 +2,8 @@
 //! node is Ready and its taints are gone, sweeps, monitor passes and the
 //! liveness stamp leave the store's files as they are, and the controller
 //! writes no bytes at all. The real binary against a simulated fleet.
+//! Registration and the first sweep of a fleet larger than one write chunk
+//! land whole on the way.
 
 mod common;
 
@@ -13,7 +15,10 @@ use std::time::SystemTime;
 use common::{eventually, fast_args, Controller, TestFleet};
 use serde_json::Value;
 
-const NODES: usize = 20;
+/// More than two of the controller's write chunks (256 records), so that
+/// registration, the first sweep and the taint passes each span several
+/// store transactions, and all of them must land for the fleet to settle.
+const NODES: usize = 600;
 
 /// Every file under `dir`, with its size and modification time.
 fn files(dir: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
