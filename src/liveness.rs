@@ -1,8 +1,11 @@
-//! The liveness stamp: a small file in the store directory, rewritten every
-//! few seconds while the controller runs. It is not fsynced (cheap), so it
-//! survives a killed process but maybe not a power cut. After a crash, the
-//! recorded downtime counts from it rather than from the last write, which
-//! may be much older on a quiet site.
+//! The liveness stamp: a small file rewritten every few seconds while the
+//! controller runs. After a crash, the recorded downtime counts from it
+//! rather than from the last write, which may be much older on a quiet site.
+//! It lives in memory (`/dev/shm`, keyed by the store's path), not on the
+//! store's disk: a controller with nothing changing writes nothing to disk.
+//! It survives a killed process, not a reboot; after a reboot the downtime
+//! counts from the last stored change. Where there is no `/dev/shm`, it is
+//! kept in the store's directory.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,8 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::Micros;
 
-/// The stamp's file name in the store directory.
+/// The stamp's file name in the store directory, where there is no `/dev/shm`.
 pub const FILE: &str = "alive.json";
+/// Memory-backed files that outlive the process (not a reboot).
+const SHARED_MEMORY: &str = "/dev/shm";
 /// How often the stamp is rewritten: the recorded downtime after a crash is
 /// at most this much too long.
 pub const PERIOD: Duration = Duration::from_secs(2);
@@ -25,8 +30,26 @@ pub struct Stamp {
     pub time: Micros,
 }
 
-fn path(dir: &Path) -> PathBuf {
-    dir.join(FILE)
+/// Where the stamp of the store at `dir` is kept: in `/dev/shm`, under a
+/// name made from the store's absolute path, or else in the store directory.
+pub fn path(dir: &Path) -> PathBuf {
+    let shm = Path::new(SHARED_MEMORY);
+    if !shm.is_dir() {
+        return dir.join(FILE);
+    }
+    let absolute = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    shm.join(format!(
+        "nodekeeper-alive-{:016x}.json",
+        fnv1a(absolute.as_os_str().as_encoded_bytes())
+    ))
+}
+
+/// FNV-1a: a hash that stays the same across builds (std's may not), so
+/// the next build finds the stamp the previous one left.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The stamp a previous controller left in `dir`, if it is readable.
@@ -42,10 +65,12 @@ pub fn read(dir: &Path) -> Option<Stamp> {
 // `keep_stamping` calls this on the blocking pool.
 #[allow(clippy::disallowed_methods)]
 pub fn write(dir: &Path, stamp: &Stamp) -> std::io::Result<()> {
-    let tmp = dir.join(format!(".{FILE}.tmp"));
+    let target = path(dir);
+    let mut tmp = target.clone().into_os_string();
+    tmp.push(".tmp");
     let body = serde_json::to_vec(stamp).unwrap_or_default();
     std::fs::write(&tmp, body)?;
-    std::fs::rename(&tmp, path(dir))
+    std::fs::rename(&tmp, target)
 }
 
 /// Rewrites the stamp every [`PERIOD`] until `shutdown`. A failed write is
@@ -57,7 +82,11 @@ pub async fn keep_stamping(dir: PathBuf, instance: String, shutdown: Cancellatio
     let mut failing = false;
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => {
+                // A clean stop is recorded in the store; nothing is left behind in memory.
+                let _ = std::fs::remove_file(path(&dir));
+                return;
+            }
             _ = ticks.tick() => {}
         }
         let stamp = Stamp {
@@ -103,7 +132,18 @@ mod tests {
         };
         write(dir.path(), &stamp).unwrap();
         assert_eq!(read(dir.path()), Some(stamp));
-        std::fs::write(dir.path().join(FILE), b"{\"instance\":").unwrap();
+        std::fs::write(path(dir.path()), b"{\"instance\":").unwrap();
         assert_eq!(read(dir.path()), None);
+        let _ = std::fs::remove_file(path(dir.path()));
+    }
+
+    #[test]
+    fn each_store_has_a_stamp_of_its_own_outside_its_directory() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        assert_ne!(path(a.path()), path(b.path()));
+        assert_eq!(path(a.path()), path(a.path()));
+        if Path::new(SHARED_MEMORY).is_dir() {
+            assert!(!path(a.path()).starts_with(a.path()));
+        }
     }
 }

@@ -30,6 +30,9 @@ impl Controller {
             now,
         );
         let mut batch = Batch::new(wall);
+        // Taints alone follow Ready again at the next pass if refused, so
+        // they are written a chunk at a time (see [`super::WRITE_CHUNK`]).
+        let mut taint_batches: Vec<Batch> = Vec::new();
         let mut hooks = Vec::new();
         for (name, t) in &self.tracked {
             let evict = pass.evict.iter().find(|(n, _)| n == name);
@@ -52,10 +55,33 @@ impl Controller {
                     hooks.push((name.clone(), reason.clone(), hook.clone()));
                 }
             }
-            if !events.is_empty() {
-                let mut node = t.node.clone();
-                node.taints = taints;
+            if events.is_empty() {
+                continue;
+            }
+            let mut node = t.node.clone();
+            node.taints = taints;
+            if evict.is_some() {
                 batch.record(node, events);
+                continue;
+            }
+            if taint_batches
+                .last()
+                .is_none_or(|b| b.len() >= super::WRITE_CHUNK)
+            {
+                taint_batches.push(Batch::new(wall));
+            }
+            taint_batches
+                .last_mut()
+                .expect("pushed above")
+                .record(node, events);
+        }
+        for taints in taint_batches {
+            if let Err(e) = self.commit(taints).await {
+                // The evictions wait for the store as well: decided again next pass.
+                for (name, _) in &pass.evict {
+                    self.evictor.forget(name);
+                }
+                return super::log_unstored("taint changes", &e);
             }
         }
         if batch.is_empty() {

@@ -53,6 +53,14 @@ pub use writer::{CommitError, FreeSpace, StoreHealth, STORE_RESERVE_BYTES};
 /// periods restart from the controller's start anyway.
 pub const HEARTBEAT_WRITE_PERIOD: Duration = Duration::from_secs(60);
 
+/// Node records written in one store transaction when many change at once
+/// (registration, a sweep or a taint pass over the whole fleet). sled keeps
+/// every page a transaction replaces until it ends, so one transaction of
+/// 10,000 records held hundreds of MiB at its peak, and the allocator kept
+/// the pages afterwards; chunks of this size keep that small, and still
+/// share the writer's flushes.
+const WRITE_CHUNK: usize = 256;
+
 /// How a node's health is learned (`--node-status-mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StatusMode {
@@ -224,7 +232,11 @@ impl Controller {
         // The gap ends now; it starts at the clean stop, or at the last sign
         // of life of the previous controller: its liveness stamp or its last
         // write, whichever is newer.
-        let last_alive = crate::liveness::read(store.path()).map(|s| s.time);
+        // Only the previous controller's stamp: not one a removed store left at this path.
+        let previous = store.last_instance()?;
+        let last_alive = crate::liveness::read(store.path())
+            .filter(|s| previous.as_deref() == Some(s.instance.as_str()))
+            .map(|s| s.time);
         let downtime_seconds = clean_stop
             .or(last_event.as_ref().map(|e| e.time).max(last_alive))
             .map(|since| now.since(since).as_secs_f64());

@@ -35,22 +35,34 @@ impl Controller {
         let lookups = lookup_all(&pending, self.config.lookup_timeout).await;
         let tries = self.config.register_retry_count.max(1);
         let mut last_error = String::new();
+        let total = pending.len();
         for attempt in 1..=tries {
-            match self.register_batch(&pending, &lookups).await {
-                Ok(()) => {
-                    tracing::info!(nodes = pending.len(), "registered");
-                    return Ok(());
-                }
-                Err(e) => {
-                    last_error = e.to_string();
-                    tracing::warn!(
-                        attempt,
-                        tries,
-                        "registering {} nodes failed: {e}",
-                        pending.len()
-                    );
+            // Chunk by chunk: a chunk written is registered, whatever
+            // becomes of the next one; only the rest is tried again.
+            let mut failed = None;
+            while !pending.is_empty() {
+                let chunk = pending.len().min(super::WRITE_CHUNK);
+                match self.register_batch(&pending[..chunk], &lookups).await {
+                    Ok(()) => {
+                        pending.drain(..chunk);
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
                 }
             }
+            let Some(e) = failed else {
+                tracing::info!(nodes = total, "registered");
+                return Ok(());
+            };
+            last_error = e.to_string();
+            tracing::warn!(
+                attempt,
+                tries,
+                "registering {} nodes failed: {e}",
+                pending.len()
+            );
             if attempt < tries {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,

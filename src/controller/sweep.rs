@@ -76,7 +76,9 @@ impl Controller {
         let now = Micros::now();
         let grace = self.config.node_monitor_grace_period;
         let mode = self.config.status_mode;
-        let mut batch = Batch::new(now);
+        // Transitions, a chunk of nodes to a batch (see [`super::WRITE_CHUNK`]).
+        let mut batches = vec![Batch::new(now)];
+        let mut in_batch = 0;
         let mut report = SweepReport {
             probed: answers.len(),
             ..SweepReport::default()
@@ -139,19 +141,31 @@ impl Controller {
             };
             let mut node = tracked.node.clone();
             let event = apply(&mut node, READY, verdict, now, tracked.health.last_answer);
-            batch.record(node, [event]);
+            if in_batch == super::WRITE_CHUNK {
+                batches.push(Batch::new(now));
+                in_batch = 0;
+            }
+            in_batch += 1;
+            batches
+                .last_mut()
+                .expect("starts with one batch")
+                .record(node, [event]);
         }
         self.probe_failures
             .retain(|name| self.tracked.contains_key(name));
         // A refused commit leaves the decisions to the next sweep; the rest
         // of what a sweep tells (answer times, metrics) holds either way.
-        let stored = if batch.is_empty() {
-            Ok(())
-        } else {
-            self.commit(batch)
-                .await
-                .map(|written| report.transitions = written.nodes.len())
-        };
+        let mut stored = Ok(());
+        for batch in batches.into_iter().filter(|b| !b.is_empty()) {
+            match self.commit(batch).await {
+                Ok(written) => report.transitions += written.nodes.len(),
+                // The rest would be refused too; the next sweep decides again.
+                Err(e) => {
+                    stored = Err(e);
+                    break;
+                }
+            }
+        }
         self.view
             .beat(answers.iter().filter_map(|a| match a.outcome {
                 ProbeOutcome::NoAnswer { .. } => None,

@@ -161,6 +161,11 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.puts.is_empty() && self.deletes.is_empty() && self.events.is_empty()
     }
+
+    /// How many node records it puts.
+    pub fn len(&self) -> usize {
+        self.puts.len()
+    }
 }
 
 /// What a [`Batch`] became once written.
