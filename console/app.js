@@ -42,18 +42,24 @@ function showError(error) {
   main.replaceChildren(h('h2', {}, 'Something went wrong'), h('p', { class: 'error', role: 'alert' }, message), h('p', {}, h('a', { href: '/ui/' }, 'Back to the overview')));
 }
 
-/** Marks the moment a page's nodes are on screen, for the benchmark and tests. */
+/**
+ * Marks the moment a page's nodes are on screen, for the benchmark and
+ * tests; resolves once they are painted.
+ */
 function markRendered(name) {
   performance.mark(`${name}-built`);
-  requestAnimationFrame(() =>
-    setTimeout(() => {
-      performance.mark(`${name}-painted`);
-      document.documentElement.dataset.rendered = name;
-    }, 0),
+  return new Promise((resolve) =>
+    requestAnimationFrame(() =>
+      setTimeout(() => {
+        performance.mark(`${name}-painted`);
+        document.documentElement.dataset.rendered = name;
+        resolve();
+      }, 0),
+    ),
   );
 }
 
-async function overviewPage(about) {
+async function overviewPage(about, nodes) {
   document.title = 'Overview · nodekeeper';
   const stripEl = h('section', { class: 'strip-box', 'aria-label': 'Site timeline' });
   const healthEl = h('div', { class: 'health' });
@@ -63,10 +69,11 @@ async function overviewPage(about) {
   const health = new Health(healthEl);
   const overview = new Overview(overviewEl, { caption: about.readOnly ? 'Nodes (stopped store)' : 'Nodes' });
 
-  const list = await getJSON('/api/v1/nodes');
+  const list = await nodes;
   performance.mark('list-fetched');
   overview.setNodes(list.items);
-  markRendered('overview');
+  // The tiles first: the site timeline and the health panels come after.
+  await markRendered('overview');
   strip.load().catch((e) => (stripEl.textContent = `Site timeline: ${e.message}`));
   health.refresh();
   if (about.readOnly) {
@@ -118,7 +125,7 @@ async function atPage(text) {
   heading.dataset.resourceVersion = list.metadata.resourceVersion;
   const overview = new Overview(overviewEl, { caption: 'Nodes then' });
   overview.setNodes(list.items);
-  markRendered('at');
+  await markRendered('at');
   strip.load().catch((e) => (stripEl.textContent = `Site timeline: ${e.message}`));
 }
 
@@ -153,6 +160,13 @@ function setupHeader() {
 
 async function start() {
   setupHeader();
+  const path = location.pathname;
+  const node = path.match(/^\/ui\/nodes\/([^/]+)$/);
+  const at = path.match(/^\/ui\/at\/([^/]+)$/);
+  // The overview's node list is the long read: it starts now, alongside
+  // the question of what is being looked at.
+  const nodes = node || at ? null : getJSON('/api/v1/nodes');
+  nodes?.catch(() => {});
   let about = { mode: 'controller', readOnly: false };
   try {
     about = await getJSON('/v1/console');
@@ -160,12 +174,9 @@ async function start() {
     if (error instanceof ApiError && error.status !== 404) throw error;
   }
   document.documentElement.dataset.mode = about.mode;
-  const path = location.pathname;
-  const node = path.match(/^\/ui\/nodes\/([^/]+)$/);
-  const at = path.match(/^\/ui\/at\/([^/]+)$/);
   if (node) return nodePage(decodeURIComponent(node[1]), about);
   if (at) return atPage(decodeURIComponent(at[1]));
-  return overviewPage(about);
+  return overviewPage(about, nodes);
 }
 
 start().catch(showError);

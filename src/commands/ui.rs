@@ -119,6 +119,7 @@ pub async fn ui(args: &UiArgs, db: &Path) -> Outcome {
         shutdown: shutdown.clone(),
         mirror: None,
         health: crate::readiness::Health::new(),
+        node_json: Default::default(),
     };
     let router = crate::server::console::read_only_router(state, tokens);
     let listener = TcpListener::bind(args.listen)

@@ -9,6 +9,7 @@ mod discovery;
 mod events;
 mod health;
 pub mod limits;
+pub mod node_json;
 pub(crate) mod node_writes;
 mod nodes;
 mod params;
@@ -55,6 +56,8 @@ pub struct AppState {
     pub mirror: Option<Arc<crate::mirror::MirrorState>>,
     /// The checks behind `/livez` and `/readyz`.
     pub health: Arc<crate::readiness::Health>,
+    /// Each node's list JSON, reused while the node is unchanged.
+    pub node_json: Arc<node_json::NodeJsonCache>,
 }
 
 /// The router without `--token-file`: every caller is [`Caller::Anonymous`].

@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, StatusDetails};
-use k8s_openapi::List;
 
+use super::node_json;
 use super::node_writes::{self, NodeWrite, PatchFormat, WriteError};
 use super::params::{wants_table, ListParams};
 use super::{bad_request, paging, status_error, table, AppState, Caller, Identity};
@@ -48,15 +48,18 @@ pub(crate) async fn list_nodes(
     // a moment, and a list+watch from there would miss that change.
     let version = s.view.published();
     let mut nodes = s.view.list();
-    nodes.retain(|(node, _)| {
-        let unschedulable = if node.unschedulable { "true" } else { "false" };
-        query.fields.matches(|field| match field {
-            "metadata.name" => Some(node.name.as_str()),
-            "spec.unschedulable" => Some(unschedulable),
-            _ => None,
-        }) && query.labels.matches(&crate::kube::node_labels(node))
-    });
-    // Pages follow name order, as etcd keys do.
+    if !query.unfiltered() {
+        nodes.retain(|(node, _)| {
+            let unschedulable = if node.unschedulable { "true" } else { "false" };
+            query.fields.matches(|field| match field {
+                "metadata.name" => Some(node.name.as_str()),
+                "spec.unschedulable" => Some(unschedulable),
+                _ => None,
+            }) && (query.labels.is_empty() || query.labels.matches(&crate::kube::node_labels(node)))
+        });
+    }
+    // Pages follow name order, as etcd keys do (the view is a BTreeMap by
+    // name, so this finds them sorted).
     nodes.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     let keyed = nodes.into_iter().map(|n| (n.0.name.clone(), n)).collect();
     let page = paging::page(
@@ -71,16 +74,9 @@ pub(crate) async fn list_nodes(
         let table = table::node_table(&page.items, page.metadata, query.include, Micros::now());
         return Json(table).into_response();
     }
-    let items = page
-        .items
-        .iter()
-        .map(|(n, beat)| crate::kube::node(n, *beat))
-        .collect();
-    Json(List {
-        items,
-        metadata: page.metadata,
-    })
-    .into_response()
+    let (body, _) = s.node_json.list(page.items, &page.metadata);
+    s.node_json.forget_deleted(&s.view);
+    node_json::response(body)
 }
 
 pub(crate) async fn get_node(
