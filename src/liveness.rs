@@ -32,6 +32,9 @@ pub struct Stamp {
 
 /// Where the stamp of the store at `dir` is kept: in `/dev/shm`, under a
 /// name made from the store's absolute path, or else in the store directory.
+// Blocking metadata calls: made while the controller starts, on the blocking
+// pool, or in tests; `keep_stamping` finds the path once, off the runtime.
+#[allow(clippy::disallowed_methods)]
 pub fn path(dir: &Path) -> PathBuf {
     let shm = Path::new(SHARED_MEMORY);
     if !shm.is_dir() {
@@ -62,10 +65,13 @@ pub fn read(dir: &Path) -> Option<Stamp> {
 
 /// Writes the stamp: a new file renamed over the old one, so a kill midway
 /// leaves the old stamp, never a torn one.
+pub fn write(dir: &Path, stamp: &Stamp) -> std::io::Result<()> {
+    write_at(path(dir), stamp)
+}
+
 // `keep_stamping` calls this on the blocking pool.
 #[allow(clippy::disallowed_methods)]
-pub fn write(dir: &Path, stamp: &Stamp) -> std::io::Result<()> {
-    let target = path(dir);
+fn write_at(target: PathBuf, stamp: &Stamp) -> std::io::Result<()> {
     let mut tmp = target.clone().into_os_string();
     tmp.push(".tmp");
     let body = serde_json::to_vec(stamp).unwrap_or_default();
@@ -80,11 +86,17 @@ pub async fn keep_stamping(dir: PathBuf, instance: String, shutdown: Cancellatio
     let mut ticks = tokio::time::interval(PERIOD);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
+    let stamp_path = {
+        let store_dir = dir.clone();
+        tokio::task::spawn_blocking(move || path(&store_dir))
+            .await
+            .unwrap_or_else(|_| dir.join(FILE))
+    };
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => {
                 // A clean stop is recorded in the store; nothing is left behind in memory.
-                let _ = std::fs::remove_file(path(&dir));
+                let _ = tokio::fs::remove_file(&stamp_path).await;
                 return;
             }
             _ = ticks.tick() => {}
@@ -93,8 +105,8 @@ pub async fn keep_stamping(dir: PathBuf, instance: String, shutdown: Cancellatio
             instance: instance.clone(),
             time: Micros::now(),
         };
-        let target = dir.clone();
-        let written = tokio::task::spawn_blocking(move || write(&target, &stamp))
+        let target = stamp_path.clone();
+        let written = tokio::task::spawn_blocking(move || write_at(target, &stamp))
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e)));
         match written {
@@ -106,7 +118,7 @@ pub async fn keep_stamping(dir: PathBuf, instance: String, shutdown: Cancellatio
             Err(e) if !failing => {
                 tracing::warn!(
                     "cannot write the liveness stamp {}: {e}; after a crash the recorded downtime will count from the last stored change",
-                    path(&dir).display()
+                    stamp_path.display()
                 );
                 failing = true;
             }

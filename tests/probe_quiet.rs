@@ -4,6 +4,9 @@
 //! writes no bytes at all. The real binary against a simulated fleet.
 //! Registration and the first sweep of a fleet larger than one write chunk
 //! land whole on the way.
+// Tests set up files with std::fs and time real processes: clippy.toml's
+// runtime rules are for the product.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod common;
 
