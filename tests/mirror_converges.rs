@@ -91,6 +91,25 @@ fn converged(api: &FakeApiServer, fleet: &TestFleet, n: usize, down: &[usize]) -
     })
 }
 
+/// Per node, what the API server has: Ready status, taints, and whether it
+/// has a Lease; for a failure's message.
+fn upstream_summary(api: &FakeApiServer, fleet: &TestFleet, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let name = fleet.name(i);
+            match api.node(&name) {
+                None => format!("{name}: absent"),
+                Some(node) => format!(
+                    "{name}: Ready={:?} taints={:?} lease={}",
+                    ready_of_upstream(api, &name),
+                    taints(&node),
+                    api.lease("kube-node-lease", &name).is_some()
+                ),
+            }
+        })
+        .collect()
+}
+
 async fn wait_converged(
     api: &FakeApiServer,
     fleet: &TestFleet,
@@ -184,12 +203,13 @@ async fn an_api_server_restarted_empty_is_repopulated_within_the_budget() {
     let mut noticed = false;
     let mut saw_missing = false;
     while !converged(&api, &fleet, 8, &down) {
+        let status = mirror_status(&c).await;
         assert!(
             restarted.elapsed() < DEADLINE,
-            "not repopulated: {}",
+            "not repopulated: {status}; upstream {:?}; {}",
+            upstream_summary(&api, &fleet, 8),
             c.log_text()
         );
-        let status = mirror_status(&c).await;
         let upstream = &status["upstream"];
         let missing = upstream["missing"].as_u64().unwrap_or(0);
         saw_missing |= missing > 0;
