@@ -209,7 +209,15 @@ async fn pushed_changes_are_durable_when_answered() {
     eprintln!("{NODES} changes made durable in {flushes} flushes");
     assert!((1..=NODES as u64).contains(&flushes));
     // The same status again is a heartbeat: answered, nothing written (the
-    // node keeps its version, its history gains nothing).
+    // node keeps its version, its history gains nothing). First the taints
+    // pass catches up with the Ready nodes (it takes their not-ready taint
+    // off, a write of its own), or its write could land between the two reads.
+    let view = c.view.clone();
+    eventually("no taints", || {
+        let view = view.clone();
+        async move { view.list().iter().all(|(n, _)| n.taints.is_empty()) }
+    })
+    .await;
     for i in 0..10 {
         let before = c.store.node(&name(i)).unwrap().unwrap().resource_version;
         c.push(i, ConditionStatus::True, 2_000_000).await.unwrap();
