@@ -21,6 +21,20 @@ use serde_json::Value;
 
 const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 
+/// The fast test arguments for `fleet`, with a grace period of 4 s: a
+/// loaded machine can delay a probed node's answers past the usual 1 s, and
+/// a node flapping to Unknown and back keeps the state these tests wait for
+/// from ever holding at one moment.
+fn site_args(fleet: &TestFleet, dir: &std::path::Path) -> Vec<String> {
+    let mut args = fast_args(&fleet.nodes_file(dir), fleet.fleet.port());
+    let at = args
+        .iter()
+        .position(|a| a == "--node-monitor-grace-period")
+        .expect("fast_args sets a grace period");
+    args[at + 1] = "4s".into();
+    args
+}
+
 /// Flags pointing a controller at `api`: Leases of `duration` renewed every
 /// `renew`, a budget of `qps` (burst as much), no leader election.
 fn mirror_flags(
@@ -165,7 +179,7 @@ async fn an_api_server_restarted_empty_is_repopulated_within_the_budget() {
     let api = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
+    let mut args = site_args(&fleet, dir.path());
     // Six Ready nodes' Leases every 2s take 3 of the 6 requests a second;
     // recreating the nodes takes the rest for a few seconds.
     args.extend(mirror_flags(&api, "10s", "2s", Some("6")));
@@ -305,7 +319,7 @@ async fn an_api_server_wiped_in_place_and_a_node_deleted_out_of_band_are_repaire
     let api = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
+    let mut args = site_args(&fleet, dir.path());
     // No --kube-api-qps: the budget is sized from the Ready nodes.
     args.extend(mirror_flags(&api, "10s", "2s", None));
     let c = Controller::start(&db, &args);
@@ -375,7 +389,7 @@ async fn a_watch_that_expires_is_replaced_by_a_list() {
     let fleet = TestFleet::start(3, Ipv4Addr::new(127, 87, 3, 1)).await;
     let api = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
+    let mut args = site_args(&fleet, dir.path());
     args.extend(mirror_flags(&api, "10s", "2s", None));
     let c = Controller::start(&dir.path().join("db"), &args);
     wait_converged(&api, &fleet, 3, &[], "everything upstream").await;
@@ -422,7 +436,7 @@ async fn throttling_is_waited_out_and_shown_as_throttling_not_as_an_error() {
     let api = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
+    let mut args = site_args(&fleet, dir.path());
     args.extend(mirror_flags(&api, "4s", "1s", Some("50")));
     let c = Controller::start(&db, &args);
     wait_converged(&api, &fleet, 3, &[], "everything upstream").await;
@@ -502,7 +516,7 @@ async fn a_budget_too_small_for_the_leases_is_reported_as_the_ready_count_change
     let api = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
+    let mut args = site_args(&fleet, dir.path());
     // Eight Ready nodes renewed every second need 8 requests/s, 10 with a
     // fifth to spare: 5 is not enough; three are.
     args.extend(mirror_flags(&api, "3s", "1s", Some("5")));
@@ -587,7 +601,7 @@ async fn without_lease_mirroring_no_lease_is_written() {
     let api = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
+    let mut args = site_args(&fleet, dir.path());
     args.extend(
         [
             "--master",
