@@ -21,6 +21,20 @@ use serde_json::Value;
 
 const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 
+/// The fast test arguments for `fleet`, with a grace period of 4 s: a
+/// loaded machine can delay a probed node's answers past the usual 1 s, and
+/// a node flapping to Unknown and back keeps the state these tests wait for
+/// from ever holding at one moment.
+fn site_args(fleet: &TestFleet, dir: &std::path::Path) -> Vec<String> {
+    let mut args = fast_args(&fleet.nodes_file(dir), fleet.fleet.port());
+    let at = args
+        .iter()
+        .position(|a| a == "--node-monitor-grace-period")
+        .expect("fast_args sets a grace period");
+    args[at + 1] = "4s".into();
+    args
+}
+
 /// Flags pointing a controller at `api`: Leases of `duration` renewed every
 /// `renew`, a budget of `qps` (burst as much), no leader election.
 fn mirror_flags(
@@ -91,6 +105,25 @@ fn converged(api: &FakeApiServer, fleet: &TestFleet, n: usize, down: &[usize]) -
     })
 }
 
+/// Per node, what the API server has: Ready status, taints, and whether it
+/// has a Lease; for a failure's message.
+fn upstream_summary(api: &FakeApiServer, fleet: &TestFleet, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let name = fleet.name(i);
+            match api.node(&name) {
+                None => format!("{name}: absent"),
+                Some(node) => format!(
+                    "{name}: Ready={:?} taints={:?} lease={}",
+                    ready_of_upstream(api, &name),
+                    taints(&node),
+                    api.lease("kube-node-lease", &name).is_some()
+                ),
+            }
+        })
+        .collect()
+}
+
 async fn wait_converged(
     api: &FakeApiServer,
     fleet: &TestFleet,
@@ -126,6 +159,14 @@ fn assert_within_budget(requests: &[Request], since: Instant, qps: usize) {
     }
 }
 
+/// How many full lists of the Nodes the API server has answered.
+fn lists(api: &FakeApiServer) -> usize {
+    api.requests()
+        .iter()
+        .filter(|r| r.path == "/api/v1/nodes" && r.method == "GET" && !r.query.contains("watch"))
+        .count()
+}
+
 async fn mirror_status(c: &Controller) -> Value {
     let (code, status) = c.get("/v1/mirror").await;
     assert_eq!(code, 200, "{status}");
@@ -138,7 +179,7 @@ async fn an_api_server_restarted_empty_is_repopulated_within_the_budget() {
     let api = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
+    let mut args = site_args(&fleet, dir.path());
     // Six Ready nodes' Leases every 2s take 3 of the 6 requests a second;
     // recreating the nodes takes the rest for a few seconds.
     args.extend(mirror_flags(&api, "10s", "2s", Some("6")));
@@ -166,7 +207,9 @@ async fn an_api_server_restarted_empty_is_repopulated_within_the_budget() {
     api.clear_requests();
     let restarted = Instant::now();
     api.restart_empty().await;
-    assert!(api.nodes().is_empty() && api.resource_version() == 0);
+    // Not checked here that the server is empty: the mirror may already be
+    // recreating nodes. That everything was created anew on a server that
+    // started over is checked from the server's log once converged.
     // While it lacks nodes, the mirror never claims a clean slate: once it
     // has noticed the restart (the watch broke), a status saying nothing is
     // missing, differing or queued, with the watch open, must find every
@@ -174,12 +217,13 @@ async fn an_api_server_restarted_empty_is_repopulated_within_the_budget() {
     let mut noticed = false;
     let mut saw_missing = false;
     while !converged(&api, &fleet, 8, &down) {
+        let status = mirror_status(&c).await;
         assert!(
             restarted.elapsed() < DEADLINE,
-            "not repopulated: {}",
+            "not repopulated: {status}; upstream {:?}; {}",
+            upstream_summary(&api, &fleet, 8),
             c.log_text()
         );
-        let status = mirror_status(&c).await;
         let upstream = &status["upstream"];
         let missing = upstream["missing"].as_u64().unwrap_or(0);
         saw_missing |= missing > 0;
@@ -198,20 +242,55 @@ async fn an_api_server_restarted_empty_is_repopulated_within_the_budget() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let took = restarted.elapsed();
+    let requests = api.requests();
     assert!(saw_missing, "the missing nodes were never shown");
     for (i, uid) in before.iter().enumerate() {
         let node = api.node(&fleet.name(i)).unwrap();
         assert_ne!(node["metadata"]["uid"].to_string(), *uid, "created anew");
     }
-    assert!(took < Duration::from_secs(15), "repopulated in {took:?}");
-    let requests = api.requests();
+    // Created anew by creates the server took (it refuses one for a name it
+    // has), with resourceVersions counted from nothing: no object's version
+    // exceeds the writes the server took since the restart.
+    let created = requests
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == "/api/v1/nodes" && r.status == 201)
+        .count();
+    assert!(created >= 8, "{created} nodes created");
+    let writes = requests
+        .iter()
+        .filter(|r| r.is_write() && r.status < 300)
+        .count() as u64;
+    for node in api.nodes() {
+        let rv: u64 = node["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rv <= writes, "resourceVersion {rv} after {writes} writes");
+    }
+    // Within the budget: never more than the rate and burst in any second,
+    // and only the work there was. Each node costs its create and its
+    // status; the lists, gets and watches a dozen at most; each Ready node's
+    // Lease its create and a renewal every 2 s for as long as it took (a
+    // slow machine stretches that, never the Node requests).
     assert_within_budget(&requests, restarted, 6);
-    // Each node costs its create, its status, its Lease; plus lists, the
-    // watch and renewals: nothing like a request storm.
+    let (leases, nodes): (Vec<&Request>, Vec<&Request>) =
+        requests.iter().partition(|r| r.path.contains("/leases"));
+    eprintln!(
+        "repopulated in {took:?}: {} Node requests, {} Lease requests, {writes} writes",
+        nodes.len(),
+        leases.len()
+    );
     assert!(
-        requests.len() < 8 * 4 + 6 * 10,
-        "{} requests",
-        requests.len()
+        nodes.len() <= 8 * 2 + 12,
+        "{} Node requests to repopulate 8 nodes: {nodes:?}",
+        nodes.len()
+    );
+    let rounds = took.as_secs() / 2 + 2;
+    assert!(
+        leases.len() as u64 <= 6 * (2 + rounds),
+        "{} Lease requests in {took:?}",
+        leases.len()
     );
 
     let status = mirror_status(&c).await;
@@ -240,7 +319,7 @@ async fn an_api_server_wiped_in_place_and_a_node_deleted_out_of_band_are_repaire
     let api = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
+    let mut args = site_args(&fleet, dir.path());
     // No --kube-api-qps: the budget is sized from the Ready nodes.
     args.extend(mirror_flags(&api, "10s", "2s", None));
     let c = Controller::start(&db, &args);
@@ -267,25 +346,33 @@ async fn an_api_server_wiped_in_place_and_a_node_deleted_out_of_band_are_repaire
         .await
         .unwrap();
     assert_eq!(deleted.status(), 200);
-    let gone = Instant::now();
+    let lists_before = lists(&api);
     wait_converged(&api, &fleet, 4, &[3], "the deleted node recreated").await;
     assert_ne!(api.node(&victim).unwrap()["metadata"]["uid"], uid);
-    assert!(
-        gone.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        gone.elapsed()
-    );
+    // Repaired from the watch, as soon as it was heard of: not by the full
+    // list the resync period would bring half an hour later.
+    assert_eq!(lists(&api), lists_before, "repaired by a list");
+    assert_eq!(mirror_status(&c).await["upstream"]["watching"], true);
 
-    // Every object deleted in place, the server still running.
-    let wiped = Instant::now();
+    // Every object deleted in place, the server still running. (Not checked
+    // right after the wipe that the server is empty: the mirror may already
+    // be recreating objects. Each one having a new uid says it went.)
+    let uids = |api: &FakeApiServer| -> Vec<Value> {
+        (0..4)
+            .map(|i| api.node(&fleet.name(i)).unwrap()["metadata"]["uid"].clone())
+            .chain((0..3).map(|i| {
+                api.lease("kube-node-lease", &fleet.name(i)).unwrap()["metadata"]["uid"].clone()
+            }))
+            .collect()
+    };
+    let before_wipe = uids(&api);
+    let lists_before = lists(&api);
     api.wipe();
-    assert!(api.nodes().is_empty() && api.leases().is_empty());
     wait_converged(&api, &fleet, 4, &[3], "repopulated after a wipe").await;
-    assert!(
-        wiped.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        wiped.elapsed()
-    );
+    for (old, new) in before_wipe.iter().zip(uids(&api)) {
+        assert_ne!(*old, new, "created anew after the wipe");
+    }
+    assert_eq!(lists(&api), lists_before, "repaired by a list");
 
     // Someone removes the taint nodekeeper manages: put back.
     let down = fleet.name(3);
@@ -302,7 +389,7 @@ async fn a_watch_that_expires_is_replaced_by_a_list() {
     let fleet = TestFleet::start(3, Ipv4Addr::new(127, 87, 3, 1)).await;
     let api = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
+    let mut args = site_args(&fleet, dir.path());
     args.extend(mirror_flags(&api, "10s", "2s", None));
     let c = Controller::start(&dir.path().join("db"), &args);
     wait_converged(&api, &fleet, 3, &[], "everything upstream").await;
@@ -349,7 +436,7 @@ async fn throttling_is_waited_out_and_shown_as_throttling_not_as_an_error() {
     let api = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
+    let mut args = site_args(&fleet, dir.path());
     args.extend(mirror_flags(&api, "4s", "1s", Some("50")));
     let c = Controller::start(&db, &args);
     wait_converged(&api, &fleet, 3, &[], "everything upstream").await;
@@ -429,7 +516,7 @@ async fn a_budget_too_small_for_the_leases_is_reported_as_the_ready_count_change
     let api = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
+    let mut args = site_args(&fleet, dir.path());
     // Eight Ready nodes renewed every second need 8 requests/s, 10 with a
     // fifth to spare: 5 is not enough; three are.
     args.extend(mirror_flags(&api, "3s", "1s", Some("5")));
@@ -514,7 +601,7 @@ async fn without_lease_mirroring_no_lease_is_written() {
     let api = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
+    let mut args = site_args(&fleet, dir.path());
     args.extend(
         [
             "--master",

@@ -59,6 +59,32 @@ fn config(free: &Arc<AtomicU64>, grace: Duration) -> ControllerConfig {
     }
 }
 
+/// A kubelet's status update with only its Ready condition, its heartbeat at `beat`.
+async fn push_status(
+    handle: &ControllerHandle,
+    i: usize,
+    status: ConditionStatus,
+    beat: i64,
+) -> Result<Node, PushError> {
+    let ready = PushedCondition {
+        kind: "Ready".into(),
+        status,
+        last_heartbeat: Some(Micros(beat)),
+        reason: "KubeletReady".into(),
+        message: "kubelet is posting ready status".into(),
+    };
+    let pushed = PushedStatus {
+        conditions: vec![ready],
+        ..PushedStatus::default()
+    };
+    handle.status(name(i), pushed, None).await
+}
+
+/// A Ready heartbeat of node `i`.
+async fn push_ready(handle: &ControllerHandle, i: usize, beat: i64) -> Result<Node, PushError> {
+    push_status(handle, i, ConditionStatus::True, beat).await
+}
+
 impl InProcess {
     async fn start(nodes: usize, grace: Duration) -> InProcess {
         let dir = tempfile::tempdir().unwrap();
@@ -119,18 +145,7 @@ impl InProcess {
 
     /// A kubelet's status update with only its Ready condition, its heartbeat at `beat`.
     async fn push(&self, i: usize, status: ConditionStatus, beat: i64) -> Result<Node, PushError> {
-        let ready = PushedCondition {
-            kind: "Ready".into(),
-            status,
-            last_heartbeat: Some(Micros(beat)),
-            reason: "KubeletReady".into(),
-            message: "kubelet is posting ready status".into(),
-        };
-        let pushed = PushedStatus {
-            conditions: vec![ready],
-            ..PushedStatus::default()
-        };
-        self.handle.status(name(i), pushed, None).await
+        push_status(&self.handle, i, status, beat).await
     }
 
     fn ready(&self, i: usize) -> ConditionStatus {
@@ -194,7 +209,15 @@ async fn pushed_changes_are_durable_when_answered() {
     eprintln!("{NODES} changes made durable in {flushes} flushes");
     assert!((1..=NODES as u64).contains(&flushes));
     // The same status again is a heartbeat: answered, nothing written (the
-    // node keeps its version, its history gains nothing).
+    // node keeps its version, its history gains nothing). First the taints
+    // pass catches up with the Ready nodes (it takes their not-ready taint
+    // off, a write of its own), or its write could land between the two reads.
+    let view = c.view.clone();
+    eventually("no taints", || {
+        let view = view.clone();
+        async move { view.list().iter().all(|(n, _)| n.taints.is_empty()) }
+    })
+    .await;
     for i in 0..10 {
         let before = c.store.node(&name(i)).unwrap().unwrap().resource_version;
         c.push(i, ConditionStatus::True, 2_000_000).await.unwrap();
@@ -258,36 +281,72 @@ async fn a_full_disk_refuses_changes_and_resumes() {
 /// and is made once there is room.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monitor_decisions_wait_for_room() {
-    let grace = Duration::from_secs(1);
+    // Node 0 pushes every 100 ms from a task of its own for the whole test,
+    // so only a stall of the process three times longer than any seen on a
+    // loaded machine could make it look silent.
+    let grace = Duration::from_secs(3);
     let c = InProcess::start(2, grace).await;
     let beats = Arc::new(AtomicU64::new(1_000_000));
-    let next_beat = || beats.fetch_add(1_000, Ordering::SeqCst) as i64;
+    let next_beat = {
+        let beats = beats.clone();
+        move || beats.fetch_add(1_000, Ordering::SeqCst) as i64
+    };
     for i in 0..2 {
         c.push(i, ConditionStatus::True, next_beat()).await.unwrap();
     }
     c.free.store(0, Ordering::SeqCst);
-    // Node 0 keeps pushing; node 1 falls silent. Once the monitor has seen
-    // node 1 silent for longer than the grace period, its Unknown is due.
-    let silent_since = tokio::time::Instant::now();
-    let metrics = c.metrics.clone();
-    let mut ages = 0;
-    while tokio::time::Instant::now() - silent_since < DEADLINE {
-        c.push(0, ConditionStatus::True, next_beat()).await.unwrap();
-        let text = metrics.encode();
-        let max_age: f64 = text
-            .lines()
-            .find_map(|l| l.strip_prefix("nodekeeper_heartbeat_age_seconds{quantile=\"1\"} "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0);
-        if max_age > grace.as_secs_f64() * 2.0 {
-            ages += 1;
-            if ages > 3 {
-                break;
+    let pushing = CancellationToken::new();
+    let pusher = tokio::spawn({
+        let handle = c.handle.clone();
+        let pushing = pushing.clone();
+        async move {
+            while !pushing.is_cancelled() {
+                // Heartbeats are answered with the disk full.
+                push_ready(&handle, 0, next_beat()).await.unwrap();
+                tokio::select! {
+                    _ = pushing.cancelled() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
             }
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    });
+    // Node 1 falls silent. Wait until a monitor pass has found it silent for
+    // longer than the grace period (the heartbeat ages are set by the same
+    // pass, from the same instant, as its decisions), then until two more
+    // passes have finished: its Unknown was due and could not be written.
+    let metrics = c.metrics.clone();
+    let gauge = |text: &str, prefix: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let max_age = "nodekeeper_heartbeat_age_seconds{quantile=\"1\"} ";
+    let last_pass = "nodekeeper_last_monitor_pass_timestamp_seconds ";
+    let started = std::time::Instant::now();
+    let mut due_at = None;
+    let mut passes_since = 0;
+    let mut last_seen = 0.0;
+    while passes_since < 2 {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the monitor never saw node 1 silent"
+        );
+        let text = metrics.encode();
+        let pass = gauge(&text, last_pass);
+        match due_at {
+            None if gauge(&text, max_age) > grace.as_secs_f64() + 0.5 => {
+                due_at = Some(pass);
+                last_seen = pass;
+            }
+            Some(_) if pass > last_seen => {
+                passes_since += 1;
+                last_seen = pass;
+            }
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(ages > 3, "the monitor never saw node 1 silent");
     assert_eq!(c.ready(1), ConditionStatus::True, "decided without a disk");
     assert_eq!(c.ready_history(1), [ConditionStatus::True]);
     c.free.store(u64::MAX, Ordering::SeqCst);
@@ -301,7 +360,11 @@ async fn monitor_decisions_wait_for_room() {
         c.ready_history(1),
         [ConditionStatus::True, ConditionStatus::Unknown]
     );
+    // Node 0, pushing all along, was never found silent.
     assert_eq!(c.ready(0), ConditionStatus::True);
+    assert_eq!(c.ready_history(0), [ConditionStatus::True]);
+    pushing.cancel();
+    pusher.await.unwrap();
     c.stop().await;
 }
 
