@@ -1,7 +1,8 @@
 //! Following the API server's Nodes, as kube-runtime's `watcher` and
 //! `reflector` do: list them (page by page), then watch from the list's
 //! resourceVersion, with bookmarks. A watch the API server ends cleanly is
-//! resumed from the last version seen; a watch that breaks, or that the API
+//! resumed from the last version seen; a watch cut short (the API server went
+//! away, and may come back empty), a watch that breaks, or that the API
 //! server answers with 410 Gone (or any error), is replaced by a new list.
 //! The list is also repeated every [`RESYNC_PERIOD`] as a backstop.
 //!
@@ -33,6 +34,12 @@ pub(crate) const RESYNC_PERIOD: Duration = Duration::from_secs(30 * 60);
 /// How long the API server is asked to keep a watch open (kube-runtime's
 /// choice); it ends it cleanly then, and the watch resumes.
 const WATCH_TIMEOUT_SECONDS: u32 = 290;
+/// A watch that ends before this, although it was asked to last
+/// [`WATCH_TIMEOUT_SECONDS`], was cut, not ended: the API server went away
+/// (kube's stream takes a cut connection for a clean end), and one that
+/// restarted may have lost its data and started its versions over, so the
+/// version last seen means nothing to it. The nodes are listed again.
+const WATCH_CUT_BEFORE: Duration = Duration::from_secs(WATCH_TIMEOUT_SECONDS as u64 - 30);
 /// A watch silent this long (no event, no bookmark, no clean end although
 /// the API server was asked to end it sooner) is taken as broken.
 const WATCH_IDLE: Duration = Duration::from_secs(WATCH_TIMEOUT_SECONDS as u64 + 30);
@@ -257,6 +264,7 @@ async fn watch_from(
     };
     let mut stream = std::pin::pin!(stream);
     let mut version = from;
+    let started = Instant::now();
     // Ends with the stream; each event is awaited at most WATCH_IDLE.
     loop {
         let event = tokio::select! {
@@ -269,6 +277,12 @@ async fn watch_from(
                 return WatchEnd::Relist(format!(
                     "nothing for {}",
                     crate::duration::format(WATCH_IDLE)
+                ))
+            }
+            Ok(None) if started.elapsed() < WATCH_CUT_BEFORE => {
+                return WatchEnd::Relist(format!(
+                    "it ended after {} of the {WATCH_TIMEOUT_SECONDS}s asked for: the API server may have restarted",
+                    crate::duration::format(started.elapsed())
                 ))
             }
             Ok(None) => return WatchEnd::Resume(version),
