@@ -641,3 +641,102 @@ async fn in_probe_mode_lease_renewals_do_not_keep_a_dead_kubelet_ready() {
     assert!(c.stop().success());
     fleet.stop().await;
 }
+
+/// The same status patch, once as kubelets send it (read without a merge)
+/// and once with a part that makes it take the merge (`metadata: {}`):
+/// the two nodes must end up alike, with the same history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_status_patch_reads_as_the_merge_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let c = Controller::start(&db, &push_args(dir.path(), "push", &[]));
+    let info = json!({"kubeletVersion": "v1.32.4", "osImage": "Debian GNU/Linux 12", "kernelVersion": "6.1.0",
+        "containerRuntimeVersion": "containerd://1.7.24", "machineID": "m", "systemUUID": "s",
+        "bootID": "b", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"});
+    let condition = |kind: &str, status: &str, at: &str| {
+        json!({"type": kind, "status": status, "lastHeartbeatTime": at,
+               "reason": format!("{kind}{status}"), "message": format!("{kind} is {status}")})
+    };
+    let patches = [
+        // Ready first; then the pressure conditions in another order than
+        // the node keeps them, one new; then heartbeats only.
+        json!({"status": {"$setElementOrder/conditions": [{"type": "Ready"}],
+            "conditions": [condition("Ready", "True", "2026-01-02T03:04:05Z")], "nodeInfo": info}}),
+        json!({"status": {"$setElementOrder/conditions": [{"type": "DiskPressure"}, {"type": "MemoryPressure"}, {"type": "Ready"}],
+            "conditions": [condition("DiskPressure", "False", "2026-01-02T03:04:06Z"),
+                           condition("MemoryPressure", "True", "2026-01-02T03:04:06Z"),
+                           condition("Ready", "False", "2026-01-02T03:04:06Z")]}}),
+        json!({"status": {"conditions": [condition("MemoryPressure", "True", "2026-01-02T03:04:07Z"),
+                                         condition("PIDPressure", "False", "2026-01-02T03:04:07Z"),
+                                         condition("Ready", "False", "2026-01-02T03:04:07Z")]}}),
+        json!({"status": {"$setElementOrder/conditions": [{"type": "Ready"}],
+            "conditions": [condition("Ready", "False", "2026-01-02T03:04:08Z")], "nodeInfo": info}}),
+    ];
+    let path = |node: &str| format!("/api/v1/nodes/{node}/status");
+    for patch in &patches {
+        let mut merged = patch.clone();
+        merged["metadata"] = json!({});
+        for (node, body) in [("edge-1", patch.clone()), ("edge-2", merged)] {
+            let (code, answer) = send(
+                &c,
+                "PATCH",
+                &path(node),
+                "application/strategic-merge-patch+json",
+                body,
+            )
+            .await;
+            assert_eq!(code, 200, "{node}: {answer}");
+        }
+    }
+    // A JSON merge patch replaces the list: the same either way too.
+    let merge = json!({"status": {"conditions": [condition("Ready", "True", "2026-01-02T03:04:09Z"),
+                                                 condition("DiskPressure", "True", "2026-01-02T03:04:09Z")]}});
+    let mut merged = merge.clone();
+    merged["metadata"] = json!({});
+    for (node, body) in [("edge-1", merge), ("edge-2", merged)] {
+        let (code, answer) = send(
+            &c,
+            "PATCH",
+            &path(node),
+            "application/merge-patch+json",
+            body,
+        )
+        .await;
+        assert_eq!(code, 200, "{node}: {answer}");
+    }
+    let shown = |node: &Value| {
+        let conditions: Vec<Value> = node["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                json!([
+                    c["type"],
+                    c["status"],
+                    c["reason"],
+                    c["message"],
+                    c["lastHeartbeatTime"]
+                ])
+            })
+            .collect();
+        (conditions, node["status"]["nodeInfo"].clone())
+    };
+    let (_, one) = c.get("/api/v1/nodes/edge-1").await;
+    let (_, two) = c.get("/api/v1/nodes/edge-2").await;
+    assert_eq!(shown(&one), shown(&two), "{one}\n{two}");
+    assert_eq!(one["status"]["nodeInfo"]["kubeletVersion"], "v1.32.4");
+    let changes = |history: &Value| -> Vec<Value> {
+        history
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "ConditionChanged")
+            .map(|e| json!([e["condition"], e["from"], e["to"], e["reason"]]))
+            .collect()
+    };
+    let (_, one) = c.get("/v1/history?node=edge-1").await;
+    let (_, two) = c.get("/v1/history?node=edge-2").await;
+    assert_eq!(changes(&one), changes(&two), "{one}\n{two}");
+    assert!(changes(&one).len() >= 5, "{one}");
+    assert!(c.stop().success());
+}

@@ -316,16 +316,15 @@ impl Controller {
                 }
                 c.last_heartbeat = beat;
             }
-            let node = tracked.node.clone();
             count_status_heartbeat(&self.metrics);
             self.beats_changed = true;
             if !self.dirty_nodes.contains(name) {
                 self.dirty_nodes.insert(name.to_string());
             }
             if !ahead {
-                self.view.publish([node.clone()], &[]);
+                self.view.publish_heartbeats(&tracked.node);
             }
-            let _ = reply.send(Ok(node));
+            let _ = reply.send(Ok(tracked.node.clone()));
             return;
         }
         let mut node = tracked.node.clone();
@@ -492,11 +491,7 @@ impl Controller {
         lease.uid = current.uid.clone();
         lease.created = current.created;
         lease.generation = current.generation + 1;
-        let times_only = Lease {
-            renew_time: current.renew_time,
-            generation: current.generation,
-            ..lease.clone()
-        } == *current;
+        let times_only = same_but_renewal(&lease, current);
         if renewed {
             self.lease_heartbeat(&lease.name);
         }
@@ -505,11 +500,16 @@ impl Controller {
         }
         // A renewal is not history: kept in memory and checkpointed.
         self.beats_changed = true;
-        self.dirty_leases.insert(lease.name.clone());
-        if !self.ahead_leases.contains_key(&lease.name) {
-            self.view.publish_leases([lease.clone()], &[]);
+        if !self.dirty_leases.contains(&lease.name) {
+            self.dirty_leases.insert(lease.name.clone());
         }
-        self.leases.insert(lease.name.clone(), lease.clone());
+        if !self.ahead_leases.contains_key(&lease.name) {
+            self.view.publish_renewal(&lease);
+        }
+        if let Some(kept) = self.leases.get_mut(&lease.name) {
+            kept.renew_time = lease.renew_time;
+            kept.generation = lease.generation;
+        }
         let _ = reply.send(Ok(lease));
     }
 
@@ -630,6 +630,29 @@ fn heartbeat_only(node: &Node, pushed: &PushedStatus, mode: StatusMode) -> bool 
             .as_ref()
             .is_none_or(|i| *i == node.node_info)
         && pushed.capacity.as_ref().is_none_or(|c| *c == node.capacity)
+}
+
+/// Whether two Leases differ in their renewal time and generation at most.
+fn same_but_renewal(a: &Lease, b: &Lease) -> bool {
+    // Every field, so a new one is not forgotten here.
+    let Lease {
+        name,
+        uid,
+        created,
+        generation: _,
+        holder_identity,
+        lease_duration_seconds,
+        acquire_time,
+        renew_time: _,
+        lease_transitions,
+    } = a;
+    *name == b.name
+        && *uid == b.uid
+        && *created == b.created
+        && *holder_identity == b.holder_identity
+        && *lease_duration_seconds == b.lease_duration_seconds
+        && *acquire_time == b.acquire_time
+        && *lease_transitions == b.lease_transitions
 }
 
 /// Whether two records of a node differ in heartbeat times at most.

@@ -125,6 +125,21 @@ impl View {
         }
     }
 
+    /// Publishes a Lease that differs from the published one in its
+    /// renewal (time and generation) at most, in place.
+    pub fn publish_renewal(&self, lease: &Lease) {
+        let mut leases = self.leases.write().unwrap_or_else(|p| p.into_inner());
+        match leases.get_mut(&lease.name) {
+            Some(shown) => {
+                shown.renew_time = lease.renew_time;
+                shown.generation = lease.generation;
+            }
+            None => {
+                leases.insert(lease.name.clone(), lease.clone());
+            }
+        }
+    }
+
     /// Every node with its newest heartbeat, by name.
     pub fn list(&self) -> Vec<(Node, Option<Micros>)> {
         let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
@@ -152,6 +167,24 @@ impl View {
         Some((node, beat))
     }
 
+    /// Runs `f` over one node and its newest heartbeat without copying the
+    /// node (under the read lock: keep `f` short).
+    pub fn with_node<R>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&Node, Option<Micros>) -> R,
+    ) -> Option<R> {
+        let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
+        let node = nodes.get(name)?;
+        let beat = self
+            .heartbeats
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .copied();
+        Some(f(node, beat))
+    }
+
     /// Publishes durable changes.
     pub fn publish(&self, changed: impl IntoIterator<Item = Node>, deleted: &[String]) {
         let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
@@ -166,6 +199,32 @@ impl View {
             let mut beats = self.heartbeats.write().unwrap_or_else(|p| p.into_inner());
             for name in deleted {
                 beats.remove(name);
+            }
+        }
+    }
+
+    /// Publishes a node whose published record differs from `node` in
+    /// heartbeat times at most: the times are copied in place, without a
+    /// copy of the node (thousands a second at 10k pushing nodes).
+    pub fn publish_heartbeats(&self, node: &Node) {
+        let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+        match nodes.get_mut(&node.name) {
+            Some(shown)
+                if shown.resource_version == node.resource_version
+                    && shown.conditions.len() == node.conditions.len()
+                    && shown
+                        .conditions
+                        .iter()
+                        .zip(&node.conditions)
+                        .all(|(a, b)| a.kind == b.kind) =>
+            {
+                for (shown, beat) in shown.conditions.iter_mut().zip(&node.conditions) {
+                    shown.last_heartbeat = beat.last_heartbeat;
+                }
+            }
+            Some(shown) => *shown = node.clone(),
+            None => {
+                nodes.insert(node.name.clone(), node.clone());
             }
         }
     }

@@ -8,12 +8,13 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
 use super::patch::{self, PatchKind};
 use super::{status_error, AppState};
@@ -73,6 +74,27 @@ pub(crate) fn push_error(e: PushError) -> Response {
     }
 }
 
+/// A 200 with `value` as JSON, written into a buffer sized for a node at
+/// once (axum's `Json` starts at 128 bytes and grows, copying, to the
+/// kilobytes a node takes: thousands of times a second here).
+fn json_reply<T: serde::Serialize>(value: &T) -> Response {
+    let mut body = Vec::with_capacity(REPLY_CAPACITY);
+    match serde_json::to_writer(&mut body, value) {
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response(),
+        Err(e) => super::internal(e),
+    }
+}
+
+/// Bytes a rendered node usually takes, with room to spare.
+const REPLY_CAPACITY: usize = 4096;
+
 fn content_type(headers: &HeaderMap) -> &str {
     headers
         .get(header::CONTENT_TYPE)
@@ -109,6 +131,16 @@ fn malformed(e: &serde_json::Error) -> Response {
 fn patched<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: &Bytes,
+    current: serde_json::Value,
+) -> Result<T, Response> {
+    patched_with(headers, serde_json::from_slice(body).as_ref(), current)
+}
+
+/// [`patched`] with the body already parsed (a body that is not JSON is
+/// refused after the media type is checked, as before parsing).
+fn patched_with<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    patch: Result<&serde_json::Value, &serde_json::Error>,
     mut current: serde_json::Value,
 ) -> Result<T, Response> {
     let ct = content_type(headers);
@@ -122,8 +154,8 @@ fn patched<T: DeserializeOwned>(
             ),
         ));
     };
-    let patch: serde_json::Value = serde_json::from_slice(body).map_err(|e| malformed(&e))?;
-    patch::apply(kind, &mut current, &patch)
+    let patch = patch.map_err(malformed)?;
+    patch::apply(kind, &mut current, patch)
         .map_err(|e| status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", e))?;
     serde_json::from_value(current).map_err(|e| malformed(&e))
 }
@@ -167,19 +199,27 @@ fn current_node(
     name: &str,
     patch: &serde_json::Value,
 ) -> Result<serde_json::Value, Response> {
-    let Some((node, beat)) = s.view.get(name) else {
+    let status_named = |key: &str| match patch.get("status") {
+        _ if whole(patch) => true,
+        Some(serde_json::Value::Object(status)) => status.keys().any(|k| names_field(k, key)),
+        // Not an object: the merge decides what that means; render it all.
+        Some(_) => true,
+        None => false,
+    };
+    // Rendered from the published node in place: no copy of it per push.
+    let rendered = s.view.with_node(name, |node, beat| {
+        let info = status_named("nodeInfo").then(|| serde_json::to_value(&node.node_info));
+        (crate::kube::node(node, beat), info)
+    });
+    let Some((mut kube, info)) = rendered else {
         return Err((
             StatusCode::NOT_FOUND,
             Json(crate::kube::not_found("nodes", name)),
         )
             .into_response());
     };
-    let mut kube = crate::kube::node(&node, beat);
     // A patch that is not an object, or has a directive at the top, gets it all.
-    let whole = patch
-        .as_object()
-        .is_none_or(|p| p.keys().any(|k| k.starts_with('$')));
-    let names = |key: &str| whole || patch.get(key).is_some();
+    let names = |key: &str| whole(patch) || patch.get(key).is_some();
     if !names("metadata") {
         // The name stays: the push checks it against the URL's.
         kube.metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
@@ -190,15 +230,6 @@ fn current_node(
     if !names("spec") {
         kube.spec = None;
     }
-    let status_named = |key: &str| match patch.get("status") {
-        _ if whole => true,
-        Some(serde_json::Value::Object(status)) => {
-            status.contains_key(key) || status.keys().any(|k| k.starts_with('$'))
-        }
-        // Not an object: the merge decides what that means; render it all.
-        Some(_) => true,
-        None => false,
-    };
     if let Some(status) = &mut kube.status {
         if !status_named("addresses") {
             status.addresses = None;
@@ -223,11 +254,32 @@ fn current_node(
         kube.status = None;
     }
     let mut current = serde_json::to_value(kube).map_err(super::internal)?;
-    if status_named("nodeInfo") {
-        current["status"]["nodeInfo"] =
-            serde_json::to_value(&node.node_info).map_err(super::internal)?;
+    if let Some(info) = info {
+        current["status"]["nodeInfo"] = info.map_err(super::internal)?;
     }
     Ok(current)
+}
+
+/// A patch that is not an object, or has a directive at the top, gets the
+/// whole node rendered.
+fn whole(patch: &serde_json::Value) -> bool {
+    patch
+        .as_object()
+        .is_none_or(|p| p.keys().any(|k| k.starts_with('$')))
+}
+
+/// Whether the key `patch_key` of a patch's map can change the field `field`:
+/// the field itself, a directive about that field's list
+/// (`$setElementOrder/conditions`, as kubelets send with every status
+/// patch), or a directive about the whole map (`$patch`, `$retainKeys`).
+fn names_field(patch_key: &str, field: &str) -> bool {
+    match patch_key.strip_prefix('$') {
+        None => patch_key == field,
+        Some(directive) => match directive.split_once('/') {
+            Some((_, of)) => of == field,
+            None => true,
+        },
+    }
 }
 
 /// What a status patch itself sets: only that is pushed. The rest of the
@@ -309,10 +361,111 @@ async fn write_status(
         Ok(v) => v,
         Err(e) => return invalid("Node", &name, e),
     };
+    push_status(s, name, status, expected).await
+}
+
+async fn push_status(
+    s: &AppState,
+    name: String,
+    status: PushedStatus,
+    expected: Option<u64>,
+) -> Response {
     match s.controller.status(name, status, expected).await {
-        Ok(node) => Json(crate::kube::node(&node, None)).into_response(),
+        Ok(node) => json_reply(&crate::kube::node(&node, None)),
         Err(e) => push_error(e),
     }
+}
+
+/// `status.nodeInfo`'s fields, as the node's record renders them.
+const NODE_INFO_FIELDS: [&str; 10] = [
+    "machineID",
+    "systemUUID",
+    "bootID",
+    "kernelVersion",
+    "osImage",
+    "containerRuntimeVersion",
+    "kubeletVersion",
+    "kubeProxyVersion",
+    "operatingSystem",
+    "architecture",
+];
+
+/// The fields of a condition a patch must give for the merge to take all
+/// it keeps from the patch (`lastTransitionTime` is not pushed).
+const CONDITION_FIELDS: [&str; 5] = ["type", "status", "reason", "message", "lastHeartbeatTime"];
+
+/// A status patch as kubelets send it, thousands a second, read without
+/// rendering the node and merging: conditions given whole (each with its
+/// type, status, reason, message and heartbeat), `nodeInfo` given whole,
+/// and the ordering directive. Merged onto any node, such a patch keeps
+/// exactly these values, so the pushed status is the patch's own. `None`
+/// for anything else (and for what the checks refuse, so that the merge
+/// path answers it as before): that takes the merge path.
+fn kubelet_status(
+    s: &AppState,
+    name: &str,
+    headers: &HeaderMap,
+    patch: &serde_json::Value,
+) -> Option<PushedStatus> {
+    let kind = PatchKind::from_content_type(content_type(headers))?;
+    let top = patch.as_object()?;
+    let status = match top.len() {
+        1 => top.get("status")?.as_object()?,
+        _ => return None,
+    };
+    let mut types: Vec<&str> = Vec::new();
+    for (key, value) in status {
+        match key.as_str() {
+            "conditions" => {
+                for condition in value.as_array()? {
+                    let condition = condition.as_object()?;
+                    let strings = condition.iter().all(|(k, v)| {
+                        v.is_string()
+                            && (CONDITION_FIELDS.contains(&k.as_str()) || k == "lastTransitionTime")
+                    });
+                    if !strings || !CONDITION_FIELDS.iter().all(|f| condition.contains_key(*f)) {
+                        return None;
+                    }
+                    let kind = condition.get("type")?.as_str()?;
+                    if types.contains(&kind) {
+                        return None;
+                    }
+                    types.push(kind);
+                }
+            }
+            "$setElementOrder/conditions" if kind == PatchKind::Strategic => {}
+            "nodeInfo" => {
+                let info = value.as_object()?;
+                let complete = info.len() == NODE_INFO_FIELDS.len()
+                    && NODE_INFO_FIELDS
+                        .iter()
+                        .all(|f| info.get(*f).is_some_and(serde_json::Value::is_string));
+                if !complete {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+    }
+    let node = KubeNode::deserialize(patch).ok()?;
+    let mut pushed = kube_input::pushed_status(&node).ok()?;
+    // The node's own order (a strategic merge keeps it; new conditions come
+    // after, in the patch's order); a JSON merge patch replaces the list.
+    let order = s.view.with_node(name, |node, _| match kind {
+        PatchKind::Strategic if pushed.conditions.len() > 1 => {
+            node.conditions.iter().map(|c| c.kind.clone()).collect()
+        }
+        _ => Vec::new(),
+    })?;
+    if !order.is_empty() {
+        pushed.conditions.sort_by_key(|c| {
+            order
+                .iter()
+                .position(|k| *k == c.kind)
+                .unwrap_or(usize::MAX)
+        });
+    }
+    Some(pushed)
 }
 
 /// `PUT /api/v1/nodes/{name}/status`: the whole status, replaced.
@@ -343,19 +496,28 @@ pub(crate) async fn patch_status(
     if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
-    // Bounded before merging: a merge by type costs the product of the two lists.
-    let patch: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    let current = match current_node(&s, &name, &patch) {
-        Ok(c) => c,
-        Err(r) => return r,
+    let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&body);
+    let patch = parsed.as_ref().unwrap_or(&serde_json::Value::Null);
+    let fast = kubelet_status(&s, &name, &headers, patch);
+    let current = match &fast {
+        Some(_) => serde_json::Value::Null,
+        None => match current_node(&s, &name, patch) {
+            Ok(c) => c,
+            Err(r) => return r,
+        },
     };
-    let only = PatchedFields::of(&patch);
+    let only = PatchedFields::of(patch);
+    // Bounded before merging: a merge by type costs the product of the two lists.
     if let Err(e) =
         crate::validation::extra_conditions([], only.conditions.iter().map(String::as_str))
     {
         return invalid_fields("Node", &name, vec![e]);
     }
-    match patched::<KubeNode>(&headers, &body, current) {
+    if let Some(mut status) = fast {
+        only.keep_only(&mut status);
+        return push_status(&s, name, status, None).await;
+    }
+    match patched_with::<KubeNode>(&headers, parsed.as_ref(), current) {
         // The patch applies to the current object; its version is not a precondition.
         Ok(mut node) => {
             node.metadata.resource_version = None;
@@ -544,7 +706,38 @@ async fn update_lease(
         None
     };
     match s.controller.update_lease(lease, expected).await {
-        Ok(lease) => Json(kube_input::kube_lease(&lease)).into_response(),
+        Ok(lease) => json_reply(&kube_input::kube_lease(&lease)),
         Err(e) => push_error(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_directive_names_its_list_and_a_map_directive_names_all() {
+        assert!(names_field("conditions", "conditions"));
+        assert!(!names_field("nodeInfo", "conditions"));
+        // What kubelets send with every status patch: only the conditions.
+        assert!(names_field("$setElementOrder/conditions", "conditions"));
+        assert!(!names_field("$setElementOrder/conditions", "addresses"));
+        assert!(!names_field("$setElementOrder/conditions", "capacity"));
+        assert!(names_field(
+            "$deleteFromPrimitiveList/addresses",
+            "addresses"
+        ));
+        // About the whole map: every field.
+        assert!(names_field("$patch", "capacity"));
+        assert!(names_field("$retainKeys", "nodeInfo"));
+    }
+
+    #[test]
+    fn a_patch_with_a_directive_at_the_top_renders_everything() {
+        assert!(whole(
+            &serde_json::json!({"$patch": "replace", "status": {}})
+        ));
+        assert!(whole(&serde_json::json!([1])));
+        assert!(!whole(&serde_json::json!({"status": {"conditions": []}})));
     }
 }

@@ -418,13 +418,18 @@ impl Store {
                 kind,
             })
             .collect();
+        // Each node's newest event that changes it, found once: a batch of
+        // thousands of nodes (a pass that taints them all) is not a search
+        // of every event for every node.
+        let mut newest: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+        for e in &events {
+            if let (Some(node), true) = (e.node.as_deref(), e.kind.changes_node()) {
+                newest.insert(node, e.seq);
+            }
+        }
         for node in &mut puts {
-            if let Some(e) = events
-                .iter()
-                .rev()
-                .find(|e| e.node.as_deref() == Some(node.name.as_str()) && e.kind.changes_node())
-            {
-                node.resource_version = e.seq;
+            if let Some(seq) = newest.get(node.name.as_str()) {
+                node.resource_version = *seq;
             }
         }
         let effective_time = writer.last_time.max(time.0);
