@@ -92,7 +92,13 @@ async fn a_watch_streams_changes_and_resumes_after_a_restart() {
         .to_string();
     let mut from_list = Watch::open(&c, &format!("&resourceVersion={version}")).await;
     fleet.handle.set(&b, KubeletState::Sick).unwrap();
-    let sick = from_list.until(&b, |e| e["type"] == "MODIFIED").await;
+    // Other changes of b may come first (the taints lifted once it was
+    // Ready): the one wanted is the transition.
+    let sick = from_list
+        .until(&b, |e| {
+            e["type"] == "MODIFIED" && ready_of(&e["object"]).as_deref() == Some("False")
+        })
+        .await;
     assert_eq!(ready_of(&sick["object"]).as_deref(), Some("False"));
     let sick_version: u64 = sick["object"]["metadata"]["resourceVersion"]
         .as_str()
