@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-mod detail;
+pub(crate) mod detail;
 mod eviction;
 mod name;
 mod pushed;

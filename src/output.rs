@@ -392,6 +392,7 @@ impl Layout<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::detail::tests::changed;
     use crate::model::{Address, AddressKind, Condition, EventKind, Resources, Taint};
     use std::collections::BTreeMap;
 
@@ -437,21 +438,6 @@ mod tests {
             time: at(time),
             node: node.map(str::to_string),
             kind,
-        }
-    }
-
-    fn changed(
-        from: Option<ConditionStatus>,
-        to: ConditionStatus,
-        reason: &str,
-        message: &str,
-    ) -> EventKind {
-        EventKind::ConditionChanged {
-            condition: "Ready".into(),
-            from,
-            to,
-            reason: reason.into(),
-            message: message.into(),
         }
     }
 

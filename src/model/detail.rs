@@ -142,7 +142,7 @@ fn addresses(list: &[Address]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
@@ -152,7 +152,8 @@ mod tests {
         kind.detail()
     }
 
-    fn changed(
+    /// A Ready transition, for tests here and in `output`.
+    pub(crate) fn changed(
         from: Option<ConditionStatus>,
         to: ConditionStatus,
         reason: &str,
