@@ -116,6 +116,17 @@ impl Checks {
 
     /// Every check's verdict now, in registration order.
     pub fn results(&self) -> Vec<CheckResult> {
+        self.judge(|_| true)
+    }
+
+    /// The verdicts of the checks named in `names` only (those registered),
+    /// in registration order; the others are not judged, so a watcher of a
+    /// few checks never pays for the costly ones.
+    pub fn results_of(&self, names: &[&str]) -> Vec<CheckResult> {
+        self.judge(|name| names.contains(&name))
+    }
+
+    fn judge(&self, wanted: impl Fn(&str) -> bool) -> Vec<CheckResult> {
         let now = Instant::now();
         // Computed checks run outside the lock: they may take a little while.
         let kinds: Vec<(String, KindRef)> = self
@@ -123,28 +134,7 @@ impl Checks {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .map(|(name, kind)| (name.clone(), KindRef::of(kind)))
-            .collect();
-        kinds
-            .into_iter()
-            .map(|(name, kind)| CheckResult {
-                name,
-                verdict: kind.verdict(now),
-            })
-            .collect()
-    }
-
-    /// The verdicts of the checks named in `names` only (those registered),
-    /// in registration order; the others are not judged, so a watcher of a
-    /// few checks never pays for the costly ones.
-    pub fn results_of(&self, names: &[&str]) -> Vec<CheckResult> {
-        let now = Instant::now();
-        let kinds: Vec<(String, KindRef)> = self
-            .checks
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|(name, _)| names.contains(&name.as_str()))
+            .filter(|(name, _)| wanted(name))
             .map(|(name, kind)| (name.clone(), KindRef::of(kind)))
             .collect();
         kinds
