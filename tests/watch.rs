@@ -117,7 +117,12 @@ async fn a_watch_streams_changes_and_resumes_after_a_restart() {
     // it, then follows new changes.
     let c = Controller::start(&db, &args);
     let mut resumed = Watch::open(&c, &format!("&resourceVersion={version}")).await;
-    let replayed = resumed.until(&b, |e| e["type"] == "MODIFIED").await;
+    // (As above, the lifting of b's start-up taints may come before it.)
+    let replayed = resumed
+        .until(&b, |e| {
+            e["type"] == "MODIFIED" && ready_of(&e["object"]).as_deref() == Some("False")
+        })
+        .await;
     assert_eq!(
         replayed["object"]["metadata"]["resourceVersion"]
             .as_str()
