@@ -9,15 +9,12 @@ use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node as KubeNode, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 
-use crate::controller::operator::{is_managed_taint, OperatorFields, MANAGED_TAINTS};
 use crate::model::{
-    Address, AddressKind, Lease, Micros, Node, NodeInfo, NodeSpec, PushedCondition, PushedStatus,
-    Resources, Taint, NODE_LEASE_NAMESPACE,
+    is_managed_taint, Address, AddressKind, Lease, Micros, Node, NodeInfo, NodeSpec,
+    OperatorFields, PushedCondition, PushedStatus, Resources, Taint, MANAGED_TAINTS,
+    NODE_LEASE_NAMESPACE, SELF_REGISTERED,
 };
 use crate::validation::{self, FieldError, Invalid};
-
-/// The source recorded for nodes that registered themselves.
-pub const SELF_REGISTERED: &str = "kubelet";
 
 fn micros(t: &jiff::Timestamp) -> Micros {
     Micros(t.as_microsecond())
@@ -613,7 +610,7 @@ mod tests {
     fn current() -> Node {
         let mut n = crate::store::records::tests::sample_node();
         n.taints = vec![Taint {
-            key: crate::controller::eviction::TAINT_UNREACHABLE.into(),
+            key: crate::model::TAINT_UNREACHABLE.into(),
             value: String::new(),
             effect: "NoSchedule".into(),
             added: Some(Micros(1_000_000)),

@@ -11,12 +11,22 @@ use serde::{Deserialize, Serialize};
 pub(crate) mod detail;
 mod eviction;
 mod name;
+mod operator;
 mod pushed;
+mod taints;
 
 pub use detail::describe_changes;
 pub use eviction::{EvictionMode, UnknownEvictionMode};
 pub use name::{normalize_name, not_quite_ipv4};
+pub use operator::OperatorFields;
 pub use pushed::{PushedCondition, PushedStatus};
+pub use taints::{
+    is_managed_taint, MANAGED_TAINTS, TAINT_NOT_READY, TAINT_SHUTDOWN, TAINT_UNREACHABLE,
+};
+
+/// The source recorded for nodes that registered themselves (a kubelet's
+/// create of its Node object).
+pub const SELF_REGISTERED: &str = "kubelet";
 
 /// Wall-clock time in microseconds since the Unix epoch. For records only:
 /// timers use `tokio::time::Instant`.
@@ -241,7 +251,8 @@ pub struct Node {
     /// `seq` of the newest event that changed this node.
     #[serde(rename = "resourceVersion")]
     pub resource_version: u64,
-    /// Where the node came from: `static`, or `cloud/<provider>`.
+    /// Where the node came from: `static`, `cloud/<provider>`, or
+    /// [`SELF_REGISTERED`].
     pub source: String,
     pub labels: BTreeMap<String, String>,
     /// The operator's annotations (the source annotation is not among them:

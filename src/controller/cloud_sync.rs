@@ -18,7 +18,7 @@ use crate::source::cloud::{cloud_node_specs, CloudNode, CloudProvider, InstanceS
 use crate::source::SourceError;
 use crate::store::Batch;
 
-pub const TAINT_SHUTDOWN: &str = "node.cloudprovider.kubernetes.io/shutdown";
+pub use crate::model::TAINT_SHUTDOWN;
 
 /// Where nodes come from besides the static list.
 #[derive(Clone)]

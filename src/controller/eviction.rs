@@ -12,8 +12,7 @@ use tokio::time::Instant;
 
 use crate::model::{ConditionStatus, EvictionMode, Micros, Node, Taint};
 
-pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
-pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+pub use crate::model::{TAINT_NOT_READY, TAINT_UNREACHABLE};
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
 /// Eviction settings, named as kube-controller-manager names them.

@@ -9,35 +9,12 @@
 //! addresses, its managed taints and the source annotation; it never
 //! removes or rewrites an operator's taint.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use super::cloud_sync::TAINT_SHUTDOWN;
-use super::eviction::{TAINT_NOT_READY, TAINT_UNREACHABLE};
 use super::{Controller, PushError};
+pub use crate::model::{is_managed_taint, OperatorFields, MANAGED_TAINTS};
 use crate::model::{EventKind, Micros, Node, NodeChange, Taint};
 use crate::store::{Batch, Store};
-
-/// The taints the controller adds and removes; every other taint is an operator's.
-pub const MANAGED_TAINTS: [&str; 3] = [TAINT_NOT_READY, TAINT_UNREACHABLE, TAINT_SHUTDOWN];
-
-/// Whether the controller manages taints with this key.
-pub fn is_managed_taint(key: &str) -> bool {
-    MANAGED_TAINTS.contains(&key)
-}
-
-/// The fields an operator owns, as a write wants them (read and checked
-/// from the Kubernetes object in [`crate::kube_input::operator_fields`]).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct OperatorFields {
-    /// The node's own labels (the well-known defaults left out when they
-    /// are only defaults).
-    pub labels: BTreeMap<String, String>,
-    /// Annotations, the source annotation aside.
-    pub annotations: BTreeMap<String, String>,
-    pub unschedulable: bool,
-    /// The taints the controller does not manage, in order.
-    pub taints: Vec<Taint>,
-}
 
 /// Preconditions of a delete (`DeleteOptions.preconditions`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -397,6 +374,7 @@ pub fn delete_in_stopped_store(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::TAINT_UNREACHABLE;
     use crate::store::records::tests::sample_node;
 
     fn taint(key: &str, effect: &str) -> Taint {
@@ -430,11 +408,6 @@ mod tests {
             t
         }];
         n
-    }
-
-    #[test]
-    fn the_mirror_manages_the_same_taints() {
-        assert_eq!(MANAGED_TAINTS, crate::mirror::sync::MANAGED_TAINTS);
     }
 
     #[test]
@@ -571,7 +544,7 @@ mod tests {
         };
         assert!(why.contains("cloud/inventory"), "{why}");
         let mut own = node();
-        own.source = crate::kube_input::SELF_REGISTERED.into();
+        own.source = crate::model::SELF_REGISTERED.into();
         assert!(plan_delete(&own, &none, &listing, "a", Micros(1)).is_ok());
         // Knowing nothing of the sources, only a self-registered node may go.
         for (n, deletable) in [(&n, false), (&cloud, false), (&own, true)] {

@@ -722,7 +722,7 @@ pub(super) fn addresses_to_take(
     if pushed.is_empty() || pushed == node.addresses {
         return AddressDecision::Keep;
     }
-    let self_registered = node.source == crate::kube_input::SELF_REGISTERED;
+    let self_registered = node.source == crate::model::SELF_REGISTERED;
     if !self_registered && !node.addresses.is_empty() {
         return AddressDecision::Ignore(format!(
             "the node's addresses come from its source ({})",
@@ -865,7 +865,7 @@ mod tests {
     #[test]
     fn a_self_registered_node_moves_but_never_onto_another_node() {
         let mut node = crate::store::records::tests::sample_node();
-        node.source = crate::kube_input::SELF_REGISTERED.into();
+        node.source = crate::model::SELF_REGISTERED.into();
         node.addresses = vec![ip("127.0.0.1")];
         assert_eq!(
             addresses_to_take(&node, vec![ip("127.0.0.3")], |_| None),

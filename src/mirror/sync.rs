@@ -16,11 +16,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
-use crate::controller::eviction::{TAINT_NOT_READY, TAINT_UNREACHABLE};
-use crate::controller::TAINT_SHUTDOWN;
-
-/// Taint keys nodekeeper adds and removes; any other taint belongs to someone else.
-pub const MANAGED_TAINTS: [&str; 3] = [TAINT_NOT_READY, TAINT_UNREACHABLE, TAINT_SHUTDOWN];
+use crate::model::MANAGED_TAINTS;
 
 /// What nodekeeper last set of the fields operators own, on the API
 /// server's Node (absent while that is nothing).
@@ -323,6 +319,7 @@ fn changed_entries(current: &Value, desired: &Value) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{TAINT_NOT_READY, TAINT_UNREACHABLE};
 
     fn desired() -> Value {
         json!({
