@@ -12,7 +12,6 @@ pub mod history;
 pub mod hook;
 pub mod inspect;
 pub mod kube;
-pub mod kube_input;
 pub mod liveness;
 pub mod logging;
 pub mod metrics;

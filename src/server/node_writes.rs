@@ -8,9 +8,8 @@ use serde_json::Value;
 
 use super::json_patch;
 use super::patch::{self, PatchKind};
-use crate::controller::OperatorFields;
-use crate::kube_input::{self, ObjectError};
-use crate::model::{Micros, Node};
+use crate::kube::{self, ObjectError};
+use crate::model::{Micros, Node, OperatorFields};
 use crate::validation::{FieldError, Invalid};
 
 /// How an operator's write arrives.
@@ -158,11 +157,11 @@ pub fn prepare(
             })?;
             // A resourceVersion the patch itself set is the writer's precondition.
             let version =
-                kube_input::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
+                kube::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
             if version.is_some_and(|v| v != node.resource_version) {
                 return Err(WriteError::Conflict(conflict_message(&node.name)));
             }
-            let fields = kube_input::operator_fields(node, &object, false)?;
+            let fields = kube::operator_fields(node, &object, false)?;
             Ok(Prepared {
                 fields,
                 expected_version: Some(node.resource_version),
@@ -171,11 +170,11 @@ pub fn prepare(
         }
         NodeWrite::Replace(object) => {
             let version =
-                kube_input::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
+                kube::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
             if version.is_some_and(|v| v != node.resource_version) {
                 return Err(WriteError::Conflict(conflict_message(&node.name)));
             }
-            let fields = kube_input::operator_fields(node, object, true)?;
+            let fields = kube::operator_fields(node, object, true)?;
             Ok(Prepared {
                 fields,
                 expected_version: version,

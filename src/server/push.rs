@@ -19,7 +19,6 @@ use serde::Deserialize;
 use super::patch::{self, PatchKind};
 use super::{status_error, AppState};
 use crate::controller::{PushError, PushedStatus};
-use crate::kube_input;
 use crate::model::NODE_LEASE_NAMESPACE;
 
 /// A refused write, as a Kubernetes `Status`.
@@ -344,11 +343,11 @@ async fn write_status(
         );
     }
     if only.is_none() {
-        if let Err(e) = kube_input::check_condition_types(&node) {
+        if let Err(e) = crate::kube::check_condition_types(&node) {
             return invalid_fields("Node", &name, vec![e]);
         }
     }
-    let status = match kube_input::pushed_status(&node) {
+    let status = match crate::kube::pushed_status(&node) {
         Ok(mut status) => {
             if let Some(only) = &only {
                 only.keep_only(&mut status);
@@ -357,7 +356,7 @@ async fn write_status(
         }
         Err(causes) => return invalid_fields("Node", &name, causes),
     };
-    let expected = match kube_input::expected_version(&node.metadata) {
+    let expected = match crate::kube::expected_version(&node.metadata) {
         Ok(v) => v,
         Err(e) => return invalid("Node", &name, e),
     };
@@ -448,7 +447,7 @@ fn kubelet_status(
         }
     }
     let node = KubeNode::deserialize(patch).ok()?;
-    let mut pushed = kube_input::pushed_status(&node).ok()?;
+    let mut pushed = crate::kube::pushed_status(&node).ok()?;
     // The node's own order (a strategic merge keeps it; new conditions come
     // after, in the patch's order); a JSON merge patch replaces the list.
     let order = s.view.with_node(name, |node, _| match kind {
@@ -542,7 +541,7 @@ pub(crate) async fn create_node(
     if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
-    let (spec, status) = match kube_input::node_registration(&node) {
+    let (spec, status) = match crate::kube::node_registration(&node) {
         Ok(parts) => parts,
         Err(causes) => return invalid_fields("Node", &name, causes),
     };
@@ -580,7 +579,7 @@ pub(crate) async fn get_lease(
         return r;
     }
     match s.view.lease(&name) {
-        Some(lease) => Json(kube_input::kube_lease(&lease)).into_response(),
+        Some(lease) => Json(crate::kube::kube_lease(&lease)).into_response(),
         None => lease_not_found(&name),
     }
 }
@@ -602,7 +601,12 @@ pub(crate) async fn list_leases(
 }
 
 fn lease_list(s: &AppState) -> Response {
-    let items: Vec<KubeLease> = s.view.leases().iter().map(kube_input::kube_lease).collect();
+    let items: Vec<KubeLease> = s
+        .view
+        .leases()
+        .iter()
+        .map(crate::kube::kube_lease)
+        .collect();
     let list = k8s_openapi::List::<KubeLease> {
         items,
         metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta {
@@ -632,12 +636,12 @@ pub(crate) async fn create_lease(
     if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
-    let lease = match kube_input::lease(&kube, &name) {
+    let lease = match crate::kube::lease(&kube, &name) {
         Ok(l) => l,
         Err(e) => return invalid("Lease", &name, e),
     };
     match s.controller.create_lease(lease).await {
-        Ok(lease) => (StatusCode::CREATED, Json(kube_input::kube_lease(&lease))).into_response(),
+        Ok(lease) => (StatusCode::CREATED, Json(crate::kube::kube_lease(&lease))).into_response(),
         Err(e) => push_error(e),
     }
 }
@@ -677,7 +681,7 @@ pub(crate) async fn patch_lease(
     let Some(current) = s.view.lease(&name) else {
         return lease_not_found(&name);
     };
-    let current = match serde_json::to_value(kube_input::kube_lease(&current)) {
+    let current = match serde_json::to_value(crate::kube::kube_lease(&current)) {
         Ok(v) => v,
         Err(e) => return super::internal(e),
     };
@@ -693,12 +697,12 @@ async fn update_lease(
     kube: KubeLease,
     version_is_precondition: bool,
 ) -> Response {
-    let lease = match kube_input::lease(&kube, name) {
+    let lease = match crate::kube::lease(&kube, name) {
         Ok(l) => l,
         Err(e) => return invalid("Lease", name, e),
     };
     let expected = if version_is_precondition {
-        match kube_input::expected_version(&kube.metadata) {
+        match crate::kube::expected_version(&kube.metadata) {
             Ok(v) => v,
             Err(e) => return invalid("Lease", name, e),
         }
@@ -706,7 +710,7 @@ async fn update_lease(
         None
     };
     match s.controller.update_lease(lease, expected).await {
-        Ok(lease) => json_reply(&kube_input::kube_lease(&lease)),
+        Ok(lease) => json_reply(&crate::kube::kube_lease(&lease)),
         Err(e) => push_error(e),
     }
 }

@@ -1,42 +1,17 @@
-//! Conversion of our domain types to Kubernetes `core/v1` objects: the one place k8s types are built.
-//!
-//! Everything a user sees as Kubernetes JSON (the HTTP API, `-o json|yaml`,
-//! the mirror) goes through here, so `kubectl` and client libraries read it
-//! unchanged. Its submodules hold Kubernetes' other wire rules (patches,
-//! selectors, list pages), which the API, the mirror and the simulated API
-//! server share; none of them depends on more than the domain.
-
-pub(crate) mod json_patch;
-pub(crate) mod paging;
-pub(crate) mod patch;
-pub(crate) mod selectors;
+//! Our nodes as Kubernetes `core/v1` Nodes and NodeLists, with the
+//! quantities and architecture names Kubernetes writes.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Event, EventSource, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo,
-    ObjectReference, Taint,
+    Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    ListMeta, MicroTime, ObjectMeta, Status, StatusCause, StatusDetails, Time,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
 use k8s_openapi::List;
 
+use super::{non_empty, time, HOSTNAME_LABEL, MAX_PODS, OS_LABEL, SOURCE_ANNOTATION};
 use crate::model::{self, Micros};
-
-/// Annotation that records where a node came from (`static`, `cloud/<provider>`).
-pub const SOURCE_ANNOTATION: &str = "nodekeeper.io/source";
-/// Well-known label set to the node name unless the node sets it itself.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
-/// Well-known label set to `linux` unless the node sets it itself.
-pub const OS_LABEL: &str = "kubernetes.io/os";
-/// Pod capacity reported for every node: the kubelet's default `--max-pods`.
-pub const MAX_PODS: &str = "110";
-/// Where node events live: cluster-scoped objects' events go to `default`.
-pub const EVENT_NAMESPACE: &str = "default";
-/// `source.component` and `reportingComponent` of our events.
-pub const EVENT_COMPONENT: &str = "nodekeeper";
 
 /// `status.nodeInfo`: what the kubelet reported; before it has, the
 /// operating system and this machine's architecture, as a best guess.
@@ -163,139 +138,6 @@ pub fn node_list(nodes: impl IntoIterator<Item = Node>, resource_version: u64) -
     }
 }
 
-/// A node's history entry as a `core/v1` Event, as the node controller
-/// records node events (namespace `default`, `involvedObject` the Node);
-/// `None` for controller-wide entries, which concern no node.
-///
-/// `involvedObject.uid` is the node *name*, the kubelet's convention for
-/// node events: kubectl describe node selects events by `uid=<name>` (1.32
-/// also asks by the real UID), and a name stays valid after the node is gone.
-pub fn node_event(e: &model::Event) -> Option<Event> {
-    let node = e.node.as_deref()?;
-    let at = time(e.time);
-    Some(Event {
-        metadata: ObjectMeta {
-            // Unique and stable: the store's sequence number, like the API server's `<object>.<hex>`.
-            name: Some(format!("{node}.{:016x}", e.seq)),
-            namespace: Some(EVENT_NAMESPACE.to_string()),
-            resource_version: Some(e.seq.to_string()),
-            creation_timestamp: Some(at.clone()),
-            ..ObjectMeta::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".to_string()),
-            kind: Some("Node".to_string()),
-            name: Some(node.to_string()),
-            uid: Some(node.to_string()),
-            ..ObjectReference::default()
-        },
-        reason: Some(event_reason(&e.kind)),
-        message: Some(e.kind.detail()),
-        type_: Some(event_type(&e.kind).to_string()),
-        count: Some(1),
-        first_timestamp: Some(at.clone()),
-        last_timestamp: Some(at),
-        event_time: Some(MicroTime(e.time.timestamp())),
-        source: Some(EventSource {
-            component: Some(EVENT_COMPONENT.to_string()),
-            host: None,
-        }),
-        reporting_component: Some(EVENT_COMPONENT.to_string()),
-        action: Some(e.kind.name().to_string()),
-        ..Event::default()
-    })
-}
-
-/// The reason of a condition change is the condition's own (`KubeletReady`,
-/// `NodeStatusUnknown`); every other entry is named by its kind.
-fn event_reason(kind: &model::EventKind) -> String {
-    match kind {
-        model::EventKind::ConditionChanged { reason, .. } if !reason.is_empty() => reason.clone(),
-        other => other.name().to_string(),
-    }
-}
-
-/// `Warning` when something went wrong: Ready leaving True, a pressure
-/// condition (where True is the bad state) becoming True, a failed lookup or
-/// registration; `Normal` otherwise.
-fn event_type(kind: &model::EventKind) -> &'static str {
-    use model::{ConditionStatus as S, EventKind as K};
-    let warning = match kind {
-        K::ConditionChanged { condition, to, .. } => matches!(
-            (condition == model::READY, to),
-            (_, S::Unknown) | (true, S::False) | (false, S::True)
-        ),
-        K::AddressLookupFailed { .. } | K::RegistrationFailed { .. } => true,
-        _ => false,
-    };
-    if warning {
-        "Warning"
-    } else {
-        "Normal"
-    }
-}
-
-/// A failure `Status` as kube-apiserver returns it with an error code.
-pub fn status_error(
-    code: u16,
-    reason: &str,
-    message: &str,
-    details_name: Option<&str>,
-    kind: Option<&str>,
-) -> Status {
-    let details = (details_name.is_some() || kind.is_some()).then(|| StatusDetails {
-        name: details_name.map(str::to_string),
-        kind: kind.map(str::to_string),
-        ..StatusDetails::default()
-    });
-    Status {
-        code: Some(i32::from(code)),
-        details,
-        message: non_empty(message),
-        metadata: ListMeta::default(),
-        reason: non_empty(reason),
-        status: Some("Failure".to_string()),
-    }
-}
-
-/// The 422 kube-apiserver returns for an object that fails validation: the
-/// message lists every refused field, and `details.causes` names each.
-pub fn invalid(e: &crate::validation::Invalid) -> Status {
-    let causes = e
-        .causes
-        .iter()
-        .map(|c| StatusCause {
-            field: Some(c.field.clone()),
-            message: Some(c.message.clone()),
-            reason: Some(c.reason.to_string()),
-        })
-        .collect();
-    Status {
-        code: Some(422),
-        details: Some(StatusDetails {
-            name: Some(e.name.clone()),
-            kind: Some(e.kind.to_string()),
-            causes: Some(causes),
-            ..StatusDetails::default()
-        }),
-        message: Some(e.to_string()),
-        metadata: ListMeta::default(),
-        reason: Some("Invalid".to_string()),
-        status: Some("Failure".to_string()),
-    }
-}
-
-/// The 404 kube-apiserver returns for a missing object, e.g. `not_found("nodes", "x")`.
-pub fn not_found(resource: &str, name: &str) -> Status {
-    status_error(
-        404,
-        "NotFound",
-        &format!("{resource} {name:?} not found"),
-        Some(name),
-        Some(resource),
-    )
-}
-
 /// CPU as Kubernetes writes it canonically: whole cores plain (`1`), otherwise millicores (`1500m`).
 pub fn cpu_quantity(millis: u64) -> Quantity {
     if millis.is_multiple_of(1000) {
@@ -322,13 +164,6 @@ pub fn memory_quantity(bytes: u64) -> Quantity {
         suffix = s;
     }
     Quantity(format!("{value}{suffix}"))
-}
-
-/// Kubernetes `Time`, truncated to the second as the API server stores it.
-pub fn time(t: Micros) -> Time {
-    // Floor, as Go formats times: before the epoch too.
-    let second = t.0.div_euclid(1_000_000);
-    Time(jiff::Timestamp::from_second(second).unwrap_or(t.timestamp()))
 }
 
 /// Go's `GOARCH` name for a Rust target architecture, as `nodeInfo.architecture` expects.
@@ -358,11 +193,6 @@ fn taint(t: &model::Taint) -> Taint {
         effect: t.effect.clone(),
         time_added: t.added.map(time),
     }
-}
-
-/// Kubernetes omits empty strings (`omitempty`); so do we.
-fn non_empty(s: &str) -> Option<String> {
-    (!s.is_empty()).then(|| s.to_string())
 }
 
 #[cfg(test)]
@@ -594,15 +424,6 @@ mod tests {
     }
 
     #[test]
-    fn not_found_is_exactly_what_kube_apiserver_returns() {
-        let expected: Value = serde_json::from_str(
-            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"nodes \"x\" not found","reason":"NotFound","details":{"name":"x","kind":"nodes"},"code":404}"#,
-        )
-        .expect("valid json");
-        assert_eq!(to_json(&not_found("nodes", "x")), expected);
-    }
-
-    #[test]
     fn operator_annotations_sit_beside_the_source_annotation() {
         let mut n = sample();
         n.annotations
@@ -612,142 +433,6 @@ mod tests {
             v["metadata"]["annotations"],
             json!({"example.com/owner": "team-a", "nodekeeper.io/source": "static"})
         );
-    }
-
-    #[test]
-    fn invalid_is_what_kube_apiserver_returns() {
-        let e = crate::validation::Invalid {
-            kind: "Node",
-            name: "x".into(),
-            causes: vec![crate::validation::FieldError::forbidden(
-                "spec.taints",
-                "managed",
-            )],
-        };
-        assert_eq!(
-            to_json(&invalid(&e)),
-            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                   "message": "Node \"x\" is invalid: spec.taints: Forbidden: managed",
-                   "reason": "Invalid", "code": 422,
-                   "details": {"name": "x", "kind": "Node", "causes": [
-                       {"reason": "FieldValueForbidden", "message": "Forbidden: managed", "field": "spec.taints"}]}})
-        );
-    }
-
-    #[test]
-    fn status_error_without_details() {
-        let v = to_json(&status_error(400, "BadRequest", "bad watch", None, None));
-        assert_eq!(
-            v,
-            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                   "message": "bad watch", "reason": "BadRequest", "code": 400})
-        );
-    }
-
-    fn history(seq: u64, node: Option<&str>, kind: model::EventKind) -> model::Event {
-        model::Event {
-            seq,
-            time: Micros(at("2026-11-30T10:00:40Z").0 + 250_000),
-            node: node.map(str::to_string),
-            kind,
-        }
-    }
-
-    fn ready_change(to: model::ConditionStatus, reason: &str) -> model::EventKind {
-        model::EventKind::ConditionChanged {
-            condition: model::READY.into(),
-            from: Some(ConditionStatus::True),
-            to,
-            reason: reason.into(),
-            message: "Kubelet stopped posting node status.".into(),
-        }
-    }
-
-    #[test]
-    fn node_events_are_core_v1_events() {
-        let e = history(
-            300,
-            Some("edge-1"),
-            ready_change(ConditionStatus::Unknown, "NodeStatusUnknown"),
-        );
-        let v = to_json(&node_event(&e).expect("a node event"));
-        assert_eq!(v["apiVersion"], "v1");
-        assert_eq!(v["kind"], "Event");
-        assert_eq!(v["metadata"]["name"], "edge-1.000000000000012c");
-        assert_eq!(v["metadata"]["namespace"], "default");
-        assert_eq!(v["metadata"]["resourceVersion"], "300");
-        assert_eq!(
-            v["involvedObject"],
-            json!({"apiVersion": "v1", "kind": "Node", "name": "edge-1", "uid": "edge-1"})
-        );
-        assert_eq!(v["reason"], "NodeStatusUnknown");
-        assert_eq!(v["type"], "Warning");
-        assert_eq!(
-            v["message"],
-            "Ready: True -> Unknown (NodeStatusUnknown: Kubelet stopped posting node status.)"
-        );
-        assert_eq!(v["count"], 1);
-        assert_eq!(v["firstTimestamp"], "2026-11-30T10:00:40Z");
-        assert_eq!(v["lastTimestamp"], "2026-11-30T10:00:40Z");
-        assert_eq!(v["eventTime"], "2026-11-30T10:00:40.250000Z");
-        assert_eq!(v["source"], json!({"component": "nodekeeper"}));
-        assert_eq!(v["reportingComponent"], "nodekeeper");
-    }
-
-    #[test]
-    fn event_reasons_and_types() {
-        let of = |kind| {
-            let e = node_event(&history(1, Some("n"), kind)).expect("a node event");
-            (e.reason.expect("reason"), e.type_.expect("type"))
-        };
-        let pair = |r: &str, t: &str| (r.to_string(), t.to_string());
-        assert_eq!(
-            of(ready_change(ConditionStatus::True, "KubeletReady")),
-            pair("KubeletReady", "Normal")
-        );
-        assert_eq!(
-            of(ready_change(ConditionStatus::False, "KubeletNotReady")),
-            pair("KubeletNotReady", "Warning")
-        );
-        // Without a reason the event kind names it.
-        assert_eq!(
-            of(ready_change(ConditionStatus::False, "")),
-            pair("ConditionChanged", "Warning")
-        );
-        // For pressure conditions True is the bad news.
-        let pressure = |to| model::EventKind::ConditionChanged {
-            condition: "MemoryPressure".into(),
-            from: None,
-            to,
-            reason: String::new(),
-            message: String::new(),
-        };
-        assert_eq!(of(pressure(ConditionStatus::True)).1, "Warning");
-        assert_eq!(of(pressure(ConditionStatus::False)).1, "Normal");
-        assert_eq!(
-            of(model::EventKind::AddressLookupFailed {
-                message: "no such host".into()
-            }),
-            pair("AddressLookupFailed", "Warning")
-        );
-        assert_eq!(
-            of(model::EventKind::Deleted {
-                reason: "gone from the source".into()
-            }),
-            pair("Deleted", "Normal")
-        );
-    }
-
-    #[test]
-    fn controller_events_concern_no_node() {
-        let e = history(
-            1,
-            None,
-            model::EventKind::ControllerStopped {
-                instance: "x".into(),
-            },
-        );
-        assert!(node_event(&e).is_none());
     }
 
     #[test]

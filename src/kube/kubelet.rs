@@ -1,0 +1,331 @@
+//! What kubelets send of their nodes: a status update read into the
+//! domain's [`PushedStatus`] within Kubernetes' bounds (see
+//! [`crate::validation`]), and a registration (`POST /api/v1/nodes`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Node as KubeNode, NodeStatus};
+
+use super::micros;
+use crate::model::{
+    Address, AddressKind, NodeInfo, NodeSpec, PushedCondition, PushedStatus, Resources,
+    SELF_REGISTERED,
+};
+use crate::validation::{self, FieldError};
+
+/// The status a kubelet reports, from a Node object, within Kubernetes'
+/// bounds: every refused field is named.
+pub fn pushed_status(node: &KubeNode) -> Result<PushedStatus, Vec<FieldError>> {
+    let Some(status) = &node.status else {
+        return Ok(PushedStatus::default());
+    };
+    status_of(status)
+}
+
+fn status_of(status: &NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let given = status.conditions.as_deref().unwrap_or_default();
+    let mut conditions = Vec::new();
+    let mut types = BTreeSet::new();
+    for (i, c) in given.iter().enumerate() {
+        let reason = c.reason.as_deref().unwrap_or_default();
+        let message = c.message.as_deref().unwrap_or_default();
+        errors.extend(validation::condition(i, &c.type_, reason, message));
+        if !c.type_.is_empty() && !types.insert(c.type_.as_str()) {
+            errors.push(FieldError::duplicate(
+                format!("status.conditions[{i}].type"),
+                &c.type_,
+            ));
+        }
+        let parsed = match c.status.parse() {
+            Ok(status) => status,
+            Err(_) => {
+                errors.push(FieldError::not_supported(
+                    format!("status.conditions[{i}].status"),
+                    &c.status,
+                    &["True", "False", "Unknown"],
+                ));
+                continue;
+            }
+        };
+        conditions.push(PushedCondition {
+            kind: c.type_.clone(),
+            status: parsed,
+            last_heartbeat: c.last_heartbeat_time.as_ref().map(|t| micros(&t.0)),
+            reason: c.reason.clone().unwrap_or_default(),
+            message: c.message.clone().unwrap_or_default(),
+        });
+    }
+    let addresses = match &status.addresses {
+        None => None,
+        Some(list) => {
+            let found = validation::addresses(list.iter().map(|a| a.address.as_str()));
+            let too_many = found.iter().any(|e| e.reason == "FieldValueTooMany");
+            errors.extend(found);
+            if too_many {
+                return Err(errors);
+            }
+            let mut addresses = Vec::new();
+            for (i, a) in list.iter().enumerate() {
+                let kind = match a.type_.as_str() {
+                    "InternalIP" => AddressKind::InternalIP,
+                    "ExternalIP" => AddressKind::ExternalIP,
+                    "Hostname" => AddressKind::Hostname,
+                    "InternalDNS" => AddressKind::InternalDNS,
+                    "ExternalDNS" => AddressKind::ExternalDNS,
+                    other => {
+                        errors.push(FieldError::not_supported(
+                            format!("status.addresses[{i}].type"),
+                            other,
+                            &[
+                                "InternalIP",
+                                "ExternalIP",
+                                "Hostname",
+                                "InternalDNS",
+                                "ExternalDNS",
+                            ],
+                        ));
+                        continue;
+                    }
+                };
+                addresses.push(Address {
+                    kind,
+                    address: a.address.clone(),
+                });
+            }
+            Some(addresses)
+        }
+    };
+    if let Some(i) = &status.node_info {
+        for (name, value) in [
+            ("machineID", &i.machine_id),
+            ("systemUUID", &i.system_uuid),
+            ("bootID", &i.boot_id),
+            ("kernelVersion", &i.kernel_version),
+            ("osImage", &i.os_image),
+            ("containerRuntimeVersion", &i.container_runtime_version),
+            ("kubeletVersion", &i.kubelet_version),
+            ("kubeProxyVersion", &i.kube_proxy_version),
+            ("operatingSystem", &i.operating_system),
+            ("architecture", &i.architecture),
+        ] {
+            errors.extend(validation::node_info_field(name, value));
+        }
+    }
+    let node_info = status.node_info.as_ref().map(|i| NodeInfo {
+        machine_id: i.machine_id.clone(),
+        system_uuid: i.system_uuid.clone(),
+        boot_id: i.boot_id.clone(),
+        kernel_version: i.kernel_version.clone(),
+        os_image: i.os_image.clone(),
+        container_runtime_version: i.container_runtime_version.clone(),
+        kubelet_version: i.kubelet_version.clone(),
+        kube_proxy_version: i.kube_proxy_version.clone(),
+        operating_system: i.operating_system.clone(),
+        architecture: i.architecture.clone(),
+    });
+    let capacity = match &status.capacity {
+        None => None,
+        Some(map) => {
+            let cpu = map
+                .get("cpu")
+                .map(|q| crate::quantity::parse_cpu(&q.0))
+                .transpose();
+            let memory = map
+                .get("memory")
+                .map(|q| crate::quantity::parse_memory(&q.0))
+                .transpose();
+            let cpu = cpu.unwrap_or_else(|e| {
+                errors.push(FieldError::invalid(
+                    "status.capacity.cpu",
+                    &map["cpu"].0,
+                    &e.to_string(),
+                ));
+                None
+            });
+            let memory = memory.unwrap_or_else(|e| {
+                errors.push(FieldError::invalid(
+                    "status.capacity.memory",
+                    &map["memory"].0,
+                    &e.to_string(),
+                ));
+                None
+            });
+            match (cpu, memory) {
+                (Some(cpu_millis), Some(memory_bytes)) => Some(Resources {
+                    cpu_millis,
+                    memory_bytes,
+                }),
+                _ => None,
+            }
+        }
+    };
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(PushedStatus {
+        conditions,
+        addresses,
+        node_info,
+        capacity,
+    })
+}
+
+/// The per-node bound on condition types is the controller's; a whole
+/// status (a `PUT`, a registration) past it on its own is refused here,
+/// before its conditions are read one by one.
+pub fn check_condition_types(node: &KubeNode) -> Result<(), FieldError> {
+    let given = node
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten());
+    validation::extra_conditions([], given.map(|c| c.type_.as_str()))
+}
+
+/// A node a kubelet registers (`POST /api/v1/nodes`): its spec and status.
+pub fn node_registration(node: &KubeNode) -> Result<(NodeSpec, PushedStatus), Vec<FieldError>> {
+    let raw = node.metadata.name.as_deref().unwrap_or_default();
+    let name = crate::model::normalize_name(raw)
+        .map_err(|e| vec![FieldError::invalid("metadata.name", raw, &e)])?;
+    let labels: BTreeMap<String, String> = node.metadata.labels.clone().unwrap_or_default();
+    let mut errors = validation::labels(&labels);
+    check_condition_types(node).map_err(|e| vec![e])?;
+    let status = match pushed_status(node) {
+        Ok(status) => status,
+        Err(found) => {
+            errors.extend(found);
+            return Err(errors);
+        }
+    };
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let spec = node.spec.clone().unwrap_or_default();
+    Ok((
+        NodeSpec {
+            external_id: spec.external_id.unwrap_or_else(|| name.clone()),
+            provider_id: spec.provider_id.unwrap_or_default(),
+            source: SELF_REGISTERED.into(),
+            labels,
+            capacity: status.capacity.unwrap_or_default(),
+            addresses: status.addresses.clone().unwrap_or_default(),
+            name,
+        },
+        status,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Micros;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn a_kubelet_status_reads_into_the_domain() {
+        let node: KubeNode = serde_json::from_value(json!({
+            "metadata": {"name": "edge-1"},
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-11-30T04:00:00Z",
+                     "reason": "KubeletReady", "message": "kubelet is posting ready status"},
+                    {"type": "MemoryPressure", "status": "False"}
+                ],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}],
+                "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "nodeInfo": {"kubeletVersion": "v1.32.1", "machineID": "m", "systemUUID": "s", "bootID": "b",
+                             "kernelVersion": "6.1", "osImage": "Debian", "containerRuntimeVersion": "containerd://1.7",
+                             "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "arm64"}
+            }
+        }))
+        .unwrap();
+        let status = pushed_status(&node).unwrap();
+        assert_eq!(status.conditions.len(), 2);
+        assert_eq!(
+            status.conditions[0].last_heartbeat,
+            Some(Micros::parse_rfc3339("2026-11-30T04:00:00Z").unwrap())
+        );
+        assert_eq!(status.conditions[1].last_heartbeat, None);
+        assert_eq!(
+            status.capacity,
+            Some(Resources {
+                cpu_millis: 4000,
+                memory_bytes: 8 << 30
+            })
+        );
+        assert_eq!(status.node_info.unwrap().kubelet_version, "v1.32.1");
+        assert_eq!(status.addresses.unwrap()[0].address, "10.0.0.5");
+    }
+
+    #[test]
+    fn bad_statuses_name_the_field() {
+        let node: KubeNode = serde_json::from_value(json!({
+            "status": {"conditions": [{"type": "Ready", "status": "Maybe"}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            pushed_status(&node).unwrap_err()[0].field,
+            "status.conditions[0].status"
+        );
+        let node: KubeNode =
+            serde_json::from_value(json!({"metadata": {"name": "Bad_Name"}})).unwrap();
+        assert_eq!(
+            node_registration(&node).unwrap_err()[0].field,
+            "metadata.name"
+        );
+        let node: KubeNode =
+            serde_json::from_value(json!({"metadata": {"name": "ok", "labels": {"bad key": "v"}}}))
+                .unwrap();
+        assert_eq!(
+            node_registration(&node).unwrap_err()[0].field,
+            "metadata.labels"
+        );
+    }
+
+    #[test]
+    fn pushed_statuses_are_bounded() {
+        let conditions: Vec<Value> = (0..4000)
+            .map(|i| json!({"type": format!("Made{i}"), "status": "True"}))
+            .collect();
+        let node: KubeNode =
+            serde_json::from_value(json!({"status": {"conditions": conditions}})).unwrap();
+        let e = check_condition_types(&node).unwrap_err();
+        assert_eq!(e.reason, "FieldValueTooMany");
+        let e = node_registration(&node).unwrap_err();
+        assert_eq!(e.len(), 1, "one cause, not 4000");
+        let node: KubeNode = serde_json::from_value(json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "has spaces", "message": "m".repeat(40_000)},
+            {"type": "Ready", "status": "True"}
+        ]}}))
+        .unwrap();
+        let fields: Vec<String> = pushed_status(&node)
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "status.conditions[0].reason",
+                "status.conditions[0].message",
+                "status.conditions[1].type"
+            ]
+        );
+        let node: KubeNode = serde_json::from_value(json!({"status": {
+            "nodeInfo": {"osImage": "x".repeat(5000), "machineID": "", "systemUUID": "", "bootID": "",
+                         "kernelVersion": "", "containerRuntimeVersion": "", "kubeletVersion": "",
+                         "kubeProxyVersion": "", "operatingSystem": "", "architecture": ""},
+            "addresses": [{"type": "Elsewhere", "address": "a"}]
+        }}))
+        .unwrap();
+        let fields: Vec<String> = pushed_status(&node)
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(
+            fields,
+            ["status.addresses[0].type", "status.nodeInfo.osImage"]
+        );
+    }
+}
