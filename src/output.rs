@@ -5,12 +5,11 @@
 //! `text/tabwriter` with kubectl's settings, so our tables line up exactly
 //! like `kubectl get` and `kubectl describe`.
 
-use std::collections::BTreeSet;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::kube;
-use crate::model::{self, ConditionStatus, Event, Micros};
+use crate::kube::table::{node_status, roles};
+use crate::model::{self, Event, Micros};
 
 /// kubectl's `get` tab writer: minimum cell width 6, 3 spaces of padding.
 const GET_MIN_WIDTH: usize = 6;
@@ -19,8 +18,6 @@ const GET_PADDING: usize = 3;
 const DESCRIBE_PADDING: usize = 2;
 
 const NONE: &str = "<none>";
-const ROLE_LABEL_PREFIX: &str = "node-role.kubernetes.io/";
-const LEGACY_ROLE_LABEL: &str = "kubernetes.io/role";
 
 pub use crate::duration::age;
 
@@ -233,39 +230,6 @@ pub fn history_table(events: &[Event]) -> String {
     table(&rows)
 }
 
-/// kubectl's STATUS column: the Ready condition, plus `SchedulingDisabled`.
-/// Also the API server's Table cell (`server::table`), so the two never differ.
-pub(crate) fn node_status(node: &model::Node) -> String {
-    // As kubectl prints it: any Ready status but True is NotReady.
-    let ready = match node.condition(model::READY).map(|c| c.status) {
-        Some(ConditionStatus::True) => "Ready",
-        Some(ConditionStatus::False | ConditionStatus::Unknown) => "NotReady",
-        None => "Unknown",
-    };
-    if node.unschedulable {
-        format!("{ready},SchedulingDisabled")
-    } else {
-        ready.to_string()
-    }
-}
-
-/// Roles as kubectl finds them: `node-role.kubernetes.io/<role>` label keys
-/// and the legacy `kubernetes.io/role` value, sorted, comma-joined. Shared
-/// with the API server's Table (`server::table`).
-pub(crate) fn roles(node: &model::Node) -> Option<String> {
-    let mut roles = BTreeSet::new();
-    for (k, v) in &node.labels {
-        if let Some(role) = k.strip_prefix(ROLE_LABEL_PREFIX) {
-            if !role.is_empty() {
-                roles.insert(role);
-            }
-        } else if k == LEGACY_ROLE_LABEL && !v.is_empty() {
-            roles.insert(v.as_str());
-        }
-    }
-    (!roles.is_empty()).then(|| roles.into_iter().collect::<Vec<_>>().join(","))
-}
-
 /// Go's `time.RFC1123Z` in UTC (`Mon, 30 Nov 2026 09:23:09 +0000`), as kubectl describe shows times.
 fn rfc1123z(t: Option<&Time>) -> String {
     t.map_or_else(
@@ -393,7 +357,9 @@ impl Layout<'_> {
 mod tests {
     use super::*;
     use crate::model::detail::tests::changed;
-    use crate::model::{Address, AddressKind, Condition, EventKind, Resources, Taint};
+    use crate::model::{
+        Address, AddressKind, Condition, ConditionStatus, EventKind, Resources, Taint,
+    };
     use std::collections::BTreeMap;
 
     fn at(s: &str) -> Micros {

@@ -13,6 +13,7 @@ pub(crate) mod json_patch;
 pub(crate) mod paging;
 pub(crate) mod patch;
 pub(crate) mod selectors;
+pub(crate) mod table;
 
 mod event;
 mod kubelet;

@@ -16,7 +16,6 @@ mod params;
 pub(crate) mod pods;
 mod push;
 mod serve;
-mod table;
 mod v1;
 mod watch;
 
@@ -36,7 +35,7 @@ use axum::{Json, Router};
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::view::View;
-use crate::kube::{json_patch, paging, patch, selectors};
+use crate::kube::{json_patch, paging, patch, selectors, table};
 use crate::metrics::Metrics;
 use crate::store::Store;
 

@@ -4,14 +4,19 @@
 //! wide columns; kubectl hides priority-1 columns unless `-o wide`), so the
 //! columns and cells here are that printer's.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::model::{self, AddressKind, Micros};
+use crate::model::{self, AddressKind, ConditionStatus, Micros};
 
 const TABLE_GROUP: &str = "meta.k8s.io";
+/// Labels kubectl reads a node's roles from.
+const ROLE_LABEL_PREFIX: &str = "node-role.kubernetes.io/";
+const LEGACY_ROLE_LABEL: &str = "kubernetes.io/role";
 const TABLE_VERSION: &str = "v1";
 
 /// Whether an `Accept` header prefers a `meta.k8s.io/v1` Table over plain
@@ -276,7 +281,7 @@ fn event_cells(e: &Event, now: Micros) -> Vec<Value> {
     let since = |t: Option<jiff::Timestamp>| {
         t.map_or_else(
             || "<unknown>".to_string(),
-            |t| crate::output::age(now.since(Micros(t.as_microsecond()))),
+            |t| crate::duration::age(now.since(Micros(t.as_microsecond()))),
         )
     };
     let first = since(
@@ -340,9 +345,9 @@ fn node_cells(node: &model::Node, now: Micros) -> Vec<String> {
     let created = Micros(node.created.0.div_euclid(1_000_000) * 1_000_000);
     vec![
         node.name.clone(),
-        crate::output::node_status(node),
-        crate::output::roles(node).unwrap_or_else(|| "<none>".to_string()),
-        crate::output::age(now.since(created)),
+        node_status(node),
+        roles(node).unwrap_or_else(|| "<none>".to_string()),
+        crate::duration::age(now.since(created)),
         // The printer shows the kubelet version as it is, empty until reported.
         info.kubelet_version.clone(),
         address(AddressKind::InternalIP),
@@ -351,6 +356,39 @@ fn node_cells(node: &model::Node, now: Micros) -> Vec<String> {
         or(&info.kernel_version, "<unknown>"),
         or(&info.container_runtime_version, "<unknown>"),
     ]
+}
+
+/// kubectl's STATUS column: the Ready condition, plus `SchedulingDisabled`.
+/// Also `nodekeeper get`'s (in `output`), so the two never differ.
+pub(crate) fn node_status(node: &model::Node) -> String {
+    // As kubectl prints it: any Ready status but True is NotReady.
+    let ready = match node.condition(model::READY).map(|c| c.status) {
+        Some(ConditionStatus::True) => "Ready",
+        Some(ConditionStatus::False | ConditionStatus::Unknown) => "NotReady",
+        None => "Unknown",
+    };
+    if node.unschedulable {
+        format!("{ready},SchedulingDisabled")
+    } else {
+        ready.to_string()
+    }
+}
+
+/// Roles as kubectl finds them: `node-role.kubernetes.io/<role>` label keys
+/// and the legacy `kubernetes.io/role` value, sorted, comma-joined. Shared
+/// with `nodekeeper get` and `describe` (in `output`).
+pub(crate) fn roles(node: &model::Node) -> Option<String> {
+    let mut roles = BTreeSet::new();
+    for (k, v) in &node.labels {
+        if let Some(role) = k.strip_prefix(ROLE_LABEL_PREFIX) {
+            if !role.is_empty() {
+                roles.insert(role);
+            }
+        } else if k == LEGACY_ROLE_LABEL && !v.is_empty() {
+            roles.insert(v.as_str());
+        }
+    }
+    (!roles.is_empty()).then(|| roles.into_iter().collect::<Vec<_>>().join(","))
 }
 
 #[cfg(test)]
