@@ -14,6 +14,7 @@ pub(crate) mod paging;
 pub(crate) mod patch;
 pub(crate) mod selectors;
 pub(crate) mod table;
+pub(crate) mod watch;
 
 mod event;
 mod kubelet;

@@ -10,12 +10,15 @@ use axum::body::{Body, Bytes};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusCause, StatusDetails};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::{status_error, AppState};
 use crate::history::Replay;
+use crate::kube::watch::{
+    error_line, internal_error, node_bookmark, too_large_version, too_old_version, watch_line,
+    WatchEventType,
+};
 use crate::model::{Event, EventKind, Node};
 use crate::store::{HistoryQuery, ReadPin, StoreError};
 
@@ -107,40 +110,14 @@ pub(crate) async fn watch_nodes(s: AppState, params: WatchParams) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// kube-apiserver's answer to a version it no longer has.
-fn too_old_status(requested: u64, horizon: u64) -> Status {
-    crate::kube::status_error(
-        410,
-        "Expired",
-        &format!("too old resource version: {requested} ({horizon})"),
-        None,
-        None,
-    )
-}
-
 fn too_old(requested: u64, horizon: u64) -> Response {
-    (StatusCode::GONE, Json(too_old_status(requested, horizon))).into_response()
+    (StatusCode::GONE, Json(too_old_version(requested, horizon))).into_response()
 }
 
 /// kube-apiserver's answer to a version it does not have yet
 /// (`storage.NewTooLargeResourceVersionError`).
 fn too_large(requested: u64, current: u64) -> Response {
-    let mut status = crate::kube::status_error(
-        504,
-        "Timeout",
-        &format!("Timeout: Too large resource version: {requested}, current: {current}"),
-        None,
-        None,
-    );
-    status.details = Some(StatusDetails {
-        causes: Some(vec![StatusCause {
-            reason: Some("ResourceVersionTooLarge".into()),
-            message: Some("Too large resource version".into()),
-            field: None,
-        }]),
-        retry_after_seconds: Some(TOO_LARGE_RETRY_SECONDS),
-        ..StatusDetails::default()
-    });
+    let status = too_large_version(requested, current, TOO_LARGE_RETRY_SECONDS);
     (
         StatusCode::GATEWAY_TIMEOUT,
         [(header::RETRY_AFTER, TOO_LARGE_RETRY_SECONDS.to_string())],
@@ -187,10 +164,8 @@ async fn resolve(
     .unwrap_or_else(|e| Err(StoreError::Io(sled::Error::ReportableBug(e.to_string()))))
 }
 
-fn line(kind: &str, object: Value) -> Bytes {
-    let mut text = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-    text.push(b'\n');
-    Bytes::from(text)
+fn line(kind: WatchEventType, object: Value) -> Bytes {
+    Bytes::from(watch_line(kind, object))
 }
 
 async fn stream_events(
@@ -208,18 +183,9 @@ async fn stream_events(
     let keep = |node: &Node| params.filter.as_ref().is_none_or(|f| f(node));
     let gone = |e: StoreError| match e {
         StoreError::Expired { requested, horizon } => {
-            line("ERROR", json!(too_old_status(requested, horizon)))
+            Bytes::from(error_line(&too_old_version(requested, horizon)))
         }
-        other => line(
-            "ERROR",
-            json!(crate::kube::status_error(
-                500,
-                "InternalError",
-                &other.to_string(),
-                None,
-                None
-            )),
-        ),
+        other => Bytes::from(error_line(&internal_error(&other.to_string()))),
     };
     // The nodes as of the last event streamed. Without a version the watch
     // starts with the whole registry; from a version, only the nodes later
@@ -240,7 +206,11 @@ async fn stream_events(
             Err(_) => return,
         };
         for node in nodes.values().filter(|n| keep(n)) {
-            if out.send(line("ADDED", render(node))).await.is_err() {
+            if out
+                .send(line(WatchEventType::Added, render(node)))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -288,10 +258,12 @@ async fn stream_events(
             last = event.seq;
             let after = replay.nodes().get(&name);
             let (kind, node) = match (&event.kind, before, after) {
-                (EventKind::Registered { .. }, _, Some(node)) => ("ADDED", node.clone()),
+                (EventKind::Registered { .. }, _, Some(node)) => {
+                    (WatchEventType::Added, node.clone())
+                }
                 (EventKind::Deleted { .. }, Some(mut node), None) => {
                     node.resource_version = event.seq;
-                    ("DELETED", node)
+                    (WatchEventType::Deleted, node)
                 }
                 (
                     EventKind::ConditionChanged { .. }
@@ -300,7 +272,7 @@ async fn stream_events(
                     | EventKind::OperatorChanged { .. },
                     Some(_),
                     Some(node),
-                ) => ("MODIFIED", node.clone()),
+                ) => (WatchEventType::Modified, node.clone()),
                 _ => continue,
             };
             if keep(&node) && out.send(line(kind, render(&node))).await.is_err() {
@@ -317,8 +289,7 @@ async fn stream_events(
             _ = s.shutdown.cancelled() => return,
             _ = out.closed() => return,
             _ = bookmarks.tick(), if params.bookmarks => {
-                let mark = json!({"kind": "Node", "apiVersion": "v1", "metadata": {"resourceVersion": last.to_string()}});
-                if out.send(line("BOOKMARK", mark)).await.is_err() {
+                if out.send(line(WatchEventType::Bookmark, node_bookmark(last))).await.is_err() {
                     return;
                 }
             }

@@ -1,0 +1,136 @@
+//! The watch stream's envelopes (`GET …?watch=true`): one JSON object per
+//! line, `{"type": …, "object": …}`, with the bookmarks and the `Status`
+//! objects kube-apiserver sends or answers with. The streaming itself is the
+//! server's.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusCause, StatusDetails};
+use serde_json::{json, Value};
+
+use super::status_error;
+
+/// The `type` of a watch event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEventType {
+    Added,
+    Modified,
+    Deleted,
+    Bookmark,
+    Error,
+}
+
+impl WatchEventType {
+    /// The name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchEventType::Added => "ADDED",
+            WatchEventType::Modified => "MODIFIED",
+            WatchEventType::Deleted => "DELETED",
+            WatchEventType::Bookmark => "BOOKMARK",
+            WatchEventType::Error => "ERROR",
+        }
+    }
+}
+
+/// One line of the stream: the event as JSON, newline-terminated.
+pub fn watch_line(kind: WatchEventType, object: Value) -> Vec<u8> {
+    let mut text =
+        serde_json::to_vec(&json!({"type": kind.as_str(), "object": object})).unwrap_or_default();
+    text.push(b'\n');
+    text
+}
+
+/// An `ERROR` line: the stream ends with the `Status` saying why.
+pub fn error_line(status: &Status) -> Vec<u8> {
+    let object = serde_json::to_value(status).unwrap_or(Value::Null);
+    watch_line(WatchEventType::Error, object)
+}
+
+/// A bookmark's object: a Node with only `metadata.resourceVersion`, the
+/// version the stream has reached.
+pub fn node_bookmark(resource_version: u64) -> Value {
+    json!({"kind": "Node", "apiVersion": "v1", "metadata": {"resourceVersion": resource_version.to_string()}})
+}
+
+/// kube-apiserver's answer to a version it no longer has (`410 Expired`).
+pub fn too_old_version(requested: u64, horizon: u64) -> Status {
+    status_error(
+        410,
+        "Expired",
+        &format!("too old resource version: {requested} ({horizon})"),
+        None,
+        None,
+    )
+}
+
+/// kube-apiserver's answer to a version it does not have yet
+/// (`storage.NewTooLargeResourceVersionError`): a `504 Timeout` that tells
+/// the client when to retry.
+pub fn too_large_version(requested: u64, current: u64, retry_after_seconds: i32) -> Status {
+    let mut status = status_error(
+        504,
+        "Timeout",
+        &format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        None,
+        None,
+    );
+    status.details = Some(StatusDetails {
+        causes: Some(vec![StatusCause {
+            reason: Some("ResourceVersionTooLarge".into()),
+            message: Some("Too large resource version".into()),
+            field: None,
+        }]),
+        retry_after_seconds: Some(retry_after_seconds),
+        ..StatusDetails::default()
+    });
+    status
+}
+
+/// The `Status` of an `ERROR` event for a failure of the server's own.
+pub fn internal_error(message: &str) -> Status {
+    status_error(500, "InternalError", message, None, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(line: Vec<u8>) -> String {
+        String::from_utf8(line).expect("utf-8")
+    }
+
+    #[test]
+    fn lines_are_one_event_each() {
+        let line = watch_line(WatchEventType::Bookmark, node_bookmark(42));
+        assert_eq!(
+            text(line),
+            "{\"object\":{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"resourceVersion\":\"42\"}},\"type\":\"BOOKMARK\"}\n"
+        );
+    }
+
+    #[test]
+    fn errors_carry_the_status() {
+        let line = text(error_line(&internal_error("disk on fire")));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["type"], "ERROR");
+        assert_eq!(v["object"]["code"], 500);
+        assert_eq!(v["object"]["reason"], "InternalError");
+        assert_eq!(v["object"]["message"], "disk on fire");
+    }
+
+    #[test]
+    fn versions_out_of_reach_are_what_kube_apiserver_answers() {
+        let old = serde_json::to_value(too_old_version(3, 10)).unwrap();
+        assert_eq!(
+            old,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "too old resource version: 3 (10)", "reason": "Expired", "code": 410})
+        );
+        let large = serde_json::to_value(too_large_version(12, 10, 1)).unwrap();
+        assert_eq!(large["code"], 504);
+        assert_eq!(large["details"]["retryAfterSeconds"], 1);
+        assert_eq!(
+            large["details"]["causes"][0]["reason"],
+            "ResourceVersionTooLarge"
+        );
+    }
+}
