@@ -10,6 +10,7 @@
 //! [`crate::quantity`]) and on nothing above it.
 
 pub(crate) mod json_patch;
+pub(crate) mod mirror_patch;
 pub(crate) mod paging;
 pub(crate) mod patch;
 pub(crate) mod selectors;

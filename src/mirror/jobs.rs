@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::budget::{Budget, Priority};
 use super::queue::{Job, Outcome};
 use super::upstream::{Known, Upstream};
-use super::{sync, ApiError, MirrorConfig, MirrorState, BUSY_RETRY, FIELD_MANAGER};
+use super::{mirror_patch, ApiError, MirrorConfig, MirrorState, BUSY_RETRY, FIELD_MANAGER};
 use crate::controller::view::View;
 use crate::controller::ControllerHandle;
 use crate::metrics::{Metrics, MirrorRequestLabels};
@@ -200,8 +200,9 @@ impl Ctx {
             let node = match found {
                 Some(node) => node,
                 None => {
-                    let create: KubeNode = serde_json::from_value(sync::for_create(&desired))
-                        .expect("a node built from a node");
+                    let create: KubeNode =
+                        serde_json::from_value(mirror_patch::for_create(&desired))
+                            .expect("a node built from a node");
                     let pp = PostParams::default();
                     match self
                         .call(priority, "create", || nodes.create(&pp, &create))
@@ -221,7 +222,7 @@ impl Ctx {
                     }
                 }
             };
-            let Some(patch) = sync::spec_patch(&node, &desired) else {
+            let Some(patch) = mirror_patch::spec_patch(&node, &desired) else {
                 current = Some(node);
                 break;
             };
@@ -257,8 +258,8 @@ impl Ctx {
             });
         };
         let patches = [
-            sync::status_patch(&current, &desired).map(Patch::Strategic),
-            sync::addresses_patch(&current, &desired).map(Patch::Merge),
+            mirror_patch::status_patch(&current, &desired).map(Patch::Strategic),
+            mirror_patch::addresses_patch(&current, &desired).map(Patch::Merge),
         ];
         for patch in patches.into_iter().flatten() {
             match self

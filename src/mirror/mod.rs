@@ -29,7 +29,6 @@ pub mod client;
 mod jobs;
 pub mod leader;
 mod queue;
-pub mod sync;
 mod upstream;
 mod watch;
 
@@ -50,6 +49,7 @@ use watch::Report;
 
 use crate::controller::view::View;
 use crate::controller::ControllerHandle;
+use crate::kube::mirror_patch;
 use crate::metrics::Metrics;
 use crate::model::{ConditionStatus, Micros};
 use crate::store::{OutboxKey, Store};

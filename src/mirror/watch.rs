@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::budget::{Backoff, Priority};
 use super::jobs::{Ctx, PAGE};
 use super::upstream::Seen;
-use super::{sync, ApiError};
+use super::{mirror_patch, ApiError};
 
 /// How often the nodes are listed again even while the watch works.
 pub(crate) const RESYNC_PERIOD: Duration = Duration::from_secs(30 * 60);
@@ -231,7 +231,7 @@ async fn relist(ctx: &Ctx) -> Result<(String, Vec<(String, bool)>), ApiError> {
 fn compare(ctx: &Ctx, name: &str, current: &Value) -> Option<bool> {
     match ctx.desired(name) {
         Some(desired) => {
-            let differs = sync::differs(current, &desired);
+            let differs = mirror_patch::differs(current, &desired);
             ctx.upstream().set_differs(name, differs);
             Some(differs)
         }

@@ -10,7 +10,8 @@
 //! what was removed here is removed there, and what others set there is
 //! left alone.
 //!
-//! Pure functions over JSON, so the decisions are tested without a server.
+//! Pure functions over JSON, so the decisions are tested without a server;
+//! the mirror (`crate::mirror`) sends what they build.
 
 use std::collections::BTreeSet;
 
@@ -51,11 +52,11 @@ impl Applied {
         Applied {
             labels: keys(
                 &desired["metadata"]["labels"],
-                &[crate::kube::HOSTNAME_LABEL, crate::kube::OS_LABEL],
+                &[super::HOSTNAME_LABEL, super::OS_LABEL],
             ),
             annotations: keys(
                 &desired["metadata"]["annotations"],
-                &[crate::kube::SOURCE_ANNOTATION, APPLIED_ANNOTATION],
+                &[super::SOURCE_ANNOTATION, APPLIED_ANNOTATION],
             ),
             taints: desired["spec"]["taints"]
                 .as_array()
