@@ -11,7 +11,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::RunArgs;
-use crate::controller::view::View;
 use crate::controller::CloudSource;
 use crate::controller::{Controller, ControllerConfig, ControllerError, ControllerHandle};
 use crate::metrics::Metrics;
@@ -22,6 +21,7 @@ use crate::sim::{Fleet, FleetConfig};
 use crate::source::cloud::{anchored, CloudProvider};
 use crate::source::{static_list, SourceError};
 use crate::store::{Store, StoreError, StoreOptions};
+use crate::view::View;
 
 /// Open files kept for everything but probes and API connections: the
 /// store, the listener, logs, the mirror's client, name lookups.

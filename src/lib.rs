@@ -29,6 +29,7 @@ pub mod source;
 pub mod store;
 pub mod validation;
 pub mod version;
+pub mod view;
 
 /// Installs rustls' ring provider for the process (reqwest and kubelet TLS
 /// need one). Safe to call more than once.

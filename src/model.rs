@@ -13,6 +13,7 @@ mod eviction;
 mod name;
 mod operator;
 mod pushed;
+mod status;
 mod taints;
 
 pub use detail::describe_changes;
@@ -20,6 +21,7 @@ pub use eviction::{EvictionMode, UnknownEvictionMode};
 pub use name::{normalize_name, not_quite_ipv4};
 pub use operator::OperatorFields;
 pub use pushed::{PushedCondition, PushedStatus};
+pub use status::{SourceStatus, StoreHealth};
 pub use taints::{
     is_managed_taint, MANAGED_TAINTS, TAINT_NOT_READY, TAINT_SHUTDOWN, TAINT_UNREACHABLE,
 };

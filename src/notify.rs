@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::view::View;
 use crate::model::ConditionStatus;
 use crate::readiness::{Checks, Health, Verdict};
+use crate::view::View;
 
 /// The `/readyz` checks the controller's passes keep (see
 /// [`crate::controller::Controller::report_passes`]): `READY=1` waits until

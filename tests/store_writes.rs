@@ -17,7 +17,7 @@ use std::time::Duration;
 use common::{eventually, Controller as Binary, DEADLINE};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use nodekeeper::controller::push::PushedCondition;
-use nodekeeper::controller::view::View;
+use nodekeeper::view::View;
 use nodekeeper::controller::{
     Controller, ControllerConfig, ControllerHandle, FreeSpace, PushError, PushedStatus, StatusMode,
 };

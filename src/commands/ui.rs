@@ -12,11 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Failure, Outcome};
 use crate::app::Discovery;
-use crate::controller::view::View;
 use crate::controller::ControllerHandle;
 use crate::metrics::Metrics;
 use crate::server::{AppState, Tokens};
 use crate::store::{Store, StoreError, StoreOptions};
+use crate::view::View;
 
 #[derive(Debug, Args)]
 pub struct UiArgs {

@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use regex::Regex;
-use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -42,17 +41,7 @@ impl std::fmt::Debug for CloudSource {
     }
 }
 
-/// How the source has been doing, for `describe`, `/v1/sources` and metrics.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SourceStatus {
-    pub source: String,
-    pub last_success: Option<Micros>,
-    pub machines: usize,
-    pub consecutive_failures: u32,
-    pub last_error: Option<String>,
-    pub last_error_time: Option<Micros>,
-}
+pub use crate::model::SourceStatus;
 
 /// A listing in flight: the result and when it started.
 pub(super) type Listing = JoinHandle<(Result<Vec<CloudNode>, SourceError>, Instant)>;

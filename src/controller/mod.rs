@@ -20,7 +20,6 @@ pub mod push;
 mod register;
 mod static_sync;
 mod sweep;
-pub mod view;
 mod writer;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -38,15 +37,15 @@ use crate::model::{EventKind, Lease, Micros, Node, NodeSpec, READY};
 use crate::probe::{ProbeConfig, ProbeConfigError, ProbeOutcome, ProbeTarget, Prober};
 use crate::store::heartbeats::{HeartbeatCheckpoint, LeaseBeat, NodeBeats};
 use crate::store::{Batch, Store, StoreError, Written};
+use crate::view::View;
 pub use cloud_sync::{CloudSource, SourceStatus, TAINT_SHUTDOWN};
 use conditions::Health;
 pub use operator::{OperatorFields, Preconditions, SourceListing, MANAGED_TAINTS};
 pub use push::{ControllerHandle, Push, PushError, PushedStatus};
 pub use static_sync::NodesFile;
 pub use sweep::SweepReport;
-use view::View;
 use writer::{Change, Done, Job, Mark, Settled, StoreWriter};
-pub use writer::{CommitError, FreeSpace, StoreHealth, STORE_RESERVE_BYTES};
+pub use writer::{CommitError, FreeSpace, STORE_RESERVE_BYTES};
 
 /// How often heartbeat-only changes (times in node records, Lease renewals)
 /// are checkpointed. Losing them in a crash loses no transition: the grace

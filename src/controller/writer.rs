@@ -22,11 +22,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::push::PushError;
-use super::view::View;
 use crate::metrics::Metrics;
-use crate::model::{EventKind, Lease, Micros, Node};
+use crate::model::{EventKind, Lease, Micros, Node, StoreHealth};
 use crate::store::heartbeats::HeartbeatCheckpoint;
 use crate::store::{Batch, Store, Written};
+use crate::view::View;
 
 /// Free space the store keeps on its disk: below it, writes are refused
 /// (a group of changes, a log segment of sled's and a checkpoint all fit).
@@ -69,26 +69,6 @@ impl Default for FreeSpace {
 impl std::fmt::Debug for FreeSpace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("FreeSpace")
-    }
-}
-
-/// Whether the store takes writes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreHealth {
-    Writable,
-    /// Writes are refused for now; they are taken again once the cause is gone.
-    Refusing(String),
-    /// The store failed to write; it takes no write until nodekeeper restarts.
-    Failed(String),
-}
-
-impl StoreHealth {
-    /// `Ok` when writes are taken; else why not, for `/readyz`.
-    pub fn writable(&self) -> Result<(), String> {
-        match self {
-            StoreHealth::Writable => Ok(()),
-            StoreHealth::Refusing(reason) | StoreHealth::Failed(reason) => Err(reason.clone()),
-        }
     }
 }
 

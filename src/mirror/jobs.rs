@@ -22,11 +22,11 @@ use super::budget::{Budget, Priority};
 use super::queue::{Job, Outcome};
 use super::upstream::{Known, Upstream};
 use super::{mirror_patch, ApiError, MirrorConfig, MirrorState, BUSY_RETRY, FIELD_MANAGER};
-use crate::controller::view::View;
 use crate::controller::ControllerHandle;
 use crate::metrics::{Metrics, MirrorRequestLabels};
 use crate::model::{ConditionStatus, EventKind, Micros, READY};
 use crate::store::{OutboxKey, Store};
+use crate::view::View;
 
 /// Where node Leases live, as kubelets write them.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";

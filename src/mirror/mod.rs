@@ -47,12 +47,12 @@ use jobs::Ctx;
 use queue::{Job, Queue};
 use watch::Report;
 
-use crate::controller::view::View;
 use crate::controller::ControllerHandle;
 use crate::kube::mirror_patch;
 use crate::metrics::Metrics;
 use crate::model::{ConditionStatus, Micros};
 use crate::store::{OutboxKey, Store};
+use crate::view::View;
 pub use budget::{Backoff, Budget, Priority};
 pub use capacity::{BudgetFlags, Plan};
 pub use client::{ApiServer, ClientError, Connection};

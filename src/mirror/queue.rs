@@ -15,9 +15,9 @@ use tokio::time::Instant;
 
 use super::budget::{Backoff, Priority};
 use super::{BUSY_RETRY, FOLLOW_BATCH};
-use crate::controller::view::View;
 use crate::model::{ConditionStatus, EventKind};
 use crate::store::{HistoryQuery, OutboxKey, Store};
+use crate::view::View;
 
 /// Failures are logged one by one at debug level, and summed up at warning
 /// level at most this often: an outage with 10k nodes must not flood the log.

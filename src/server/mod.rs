@@ -34,10 +34,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::view::View;
 use crate::kube::{json_patch, paging, patch, selectors, table};
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crate::view::View;
 
 /// Request bodies are small here; anything larger is refused.
 pub const BODY_LIMIT: usize = 1 << 20;

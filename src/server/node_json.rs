@@ -11,8 +11,8 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
-use crate::controller::view::View;
 use crate::model::{Micros, Node};
+use crate::view::View;
 
 /// One node's JSON and what it was made from.
 struct Entry {

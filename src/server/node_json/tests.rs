@@ -9,11 +9,11 @@ use k8s_openapi::List;
 use serde_json::Value;
 
 use super::*;
-use crate::controller::view::View;
 use crate::controller::ControllerHandle;
 use crate::model::{Condition, ConditionStatus, Resources, READY};
 use crate::server::AppState;
 use crate::store::{Store, StoreOptions};
+use crate::view::View;
 
 fn node(name: &str, zone: &str, rv: u64) -> Node {
     Node {

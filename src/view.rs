@@ -7,8 +7,7 @@ use std::sync::RwLock;
 
 use tokio::sync::watch;
 
-use super::writer::StoreHealth;
-use crate::model::{Lease, Micros, Node};
+use crate::model::{Lease, Micros, Node, SourceStatus, StoreHealth};
 
 /// The published registry. The controller publishes changes after each
 /// flush; heartbeat times (not history) as they arrive.
@@ -16,7 +15,7 @@ pub struct View {
     nodes: RwLock<BTreeMap<String, Node>>,
     heartbeats: RwLock<HashMap<String, Micros>>,
     leases: RwLock<BTreeMap<String, Lease>>,
-    source: RwLock<Option<super::SourceStatus>>,
+    source: RwLock<Option<SourceStatus>>,
     /// The newest durable event seq, for watchers.
     durable: watch::Sender<u64>,
     /// Whether the store takes writes; the store writer keeps it.
@@ -70,7 +69,7 @@ impl View {
     }
 
     /// The store writer's word on whether the store takes writes.
-    pub(super) fn store_health_sender(&self) -> &watch::Sender<StoreHealth> {
+    pub(crate) fn store_health_sender(&self) -> &watch::Sender<StoreHealth> {
         &self.store
     }
 
@@ -84,14 +83,14 @@ impl View {
     }
 
     /// How the cloud or inventory source is doing, if there is one.
-    pub fn source_status(&self) -> Option<super::SourceStatus> {
+    pub fn source_status(&self) -> Option<SourceStatus> {
         self.source
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
 
-    pub fn set_source_status(&self, status: super::SourceStatus) {
+    pub fn set_source_status(&self, status: SourceStatus) {
         *self.source.write().unwrap_or_else(|p| p.into_inner()) = Some(status);
     }
 
