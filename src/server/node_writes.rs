@@ -351,7 +351,7 @@ mod properties {
             if let Ok(p) = prepare(&node, None, &NodeWrite::Patch { format, body }) {
                 prop_assert!(crate::validation::labels(&p.fields.labels).is_empty());
                 prop_assert!(crate::validation::annotations(&p.fields.annotations).is_empty());
-                prop_assert!(p.fields.taints.iter().all(|t| !crate::controller::operator::is_managed_taint(&t.key)));
+                prop_assert!(p.fields.taints.iter().all(|t| !crate::model::is_managed_taint(&t.key)));
             }
         }
     }
