@@ -17,7 +17,6 @@ use std::time::Duration;
 use common::{eventually, Controller as Binary, DEADLINE};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use nodekeeper::controller::push::PushedCondition;
-use nodekeeper::view::View;
 use nodekeeper::controller::{
     Controller, ControllerConfig, ControllerHandle, FreeSpace, PushError, PushedStatus, StatusMode,
 };
@@ -25,6 +24,7 @@ use nodekeeper::metrics::Metrics;
 use nodekeeper::model::{ConditionStatus, EventKind, Lease, Micros, Node};
 use nodekeeper::source::static_list::static_spec;
 use nodekeeper::store::{HistoryQuery, Store, StoreOptions};
+use nodekeeper::view::View;
 use tokio_util::sync::CancellationToken;
 
 /// A controller in this process, in push mode, on a store in a temporary
