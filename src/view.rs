@@ -2,17 +2,67 @@
 //! already durable, plus in-memory heartbeat times, and whether the store
 //! takes writes.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::RwLock;
+use std::collections::{btree_map, BTreeMap, HashMap};
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, RwLock};
 
 use tokio::sync::watch;
 
 use crate::model::{Lease, Micros, Node, SourceStatus, StoreHealth};
 
+/// A node record the controller shares with the view: while the two agree
+/// (a probed fleet's records change only at transitions) the record is held
+/// once, not twice (about 1.2 KiB a node). Changing it through `DerefMut`
+/// copies it first if the view still shows it, so readers never see a
+/// change before it is durable. `clone()` gives an owned [`Node`].
+#[derive(Debug, PartialEq)]
+pub struct SharedNode(Arc<Node>);
+
+impl SharedNode {
+    /// The record, to publish as it is.
+    pub fn share(&self) -> Arc<Node> {
+        self.0.clone()
+    }
+}
+
+impl From<Node> for SharedNode {
+    fn from(node: Node) -> Self {
+        SharedNode(Arc::new(node))
+    }
+}
+
+impl From<Arc<Node>> for SharedNode {
+    fn from(node: Arc<Node>) -> Self {
+        SharedNode(node)
+    }
+}
+
+impl Deref for SharedNode {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        &self.0
+    }
+}
+
+impl DerefMut for SharedNode {
+    fn deref_mut(&mut self) -> &mut Node {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+/// The published nodes, in name order (see [`View::with_nodes`]).
+pub type Nodes<'a> =
+    std::iter::Map<btree_map::Values<'a, String, Arc<Node>>, fn(&Arc<Node>) -> &Node>;
+
+fn as_node(node: &Arc<Node>) -> &Node {
+    node
+}
+
 /// The published registry. The controller publishes changes after each
 /// flush; heartbeat times (not history) as they arrive.
 pub struct View {
-    nodes: RwLock<BTreeMap<String, Node>>,
+    /// Shared with the controller's tracked records where they agree.
+    nodes: RwLock<BTreeMap<String, Arc<Node>>>,
     heartbeats: RwLock<HashMap<String, Micros>>,
     leases: RwLock<BTreeMap<String, Lease>>,
     source: RwLock<Option<SourceStatus>>,
@@ -74,12 +124,18 @@ impl View {
     }
 
     /// Runs `f` over every published node, in name order, without copying them.
-    pub fn with_nodes<R>(
-        &self,
-        f: impl FnOnce(std::collections::btree_map::Values<'_, String, Node>) -> R,
-    ) -> R {
+    pub fn with_nodes<R>(&self, f: impl FnOnce(Nodes<'_>) -> R) -> R {
         let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
-        f(nodes.values())
+        f(nodes.values().map(as_node as fn(&Arc<Node>) -> &Node))
+    }
+
+    /// One published node record as it is held, for the controller to share.
+    pub fn shared(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
     }
 
     /// How the cloud or inventory source is doing, if there is one.
@@ -145,7 +201,7 @@ impl View {
         let beats = self.heartbeats.read().unwrap_or_else(|p| p.into_inner());
         nodes
             .values()
-            .map(|n| (n.clone(), beats.get(&n.name).copied()))
+            .map(|n| (Node::clone(n), beats.get(&n.name).copied()))
             .collect()
     }
 
@@ -155,8 +211,8 @@ impl View {
             .nodes
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(name)?
-            .clone();
+            .get(name)
+            .map(|n| Node::clone(n))?;
         let beat = self
             .heartbeats
             .read()
@@ -186,6 +242,11 @@ impl View {
 
     /// Publishes durable changes.
     pub fn publish(&self, changed: impl IntoIterator<Item = Node>, deleted: &[String]) {
+        self.publish_shared(changed.into_iter().map(Arc::new), deleted);
+    }
+
+    /// Publishes durable changes as records shared with the controller.
+    pub fn publish_shared(&self, changed: impl IntoIterator<Item = Arc<Node>>, deleted: &[String]) {
         let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
         for node in changed {
             nodes.insert(node.name.clone(), node);
@@ -217,13 +278,16 @@ impl View {
                         .zip(&node.conditions)
                         .all(|(a, b)| a.kind == b.kind) =>
             {
+                // Copied first if the controller still shares it (once per
+                // node after each write, not per heartbeat).
+                let shown = Arc::make_mut(shown);
                 for (shown, beat) in shown.conditions.iter_mut().zip(&node.conditions) {
                     shown.last_heartbeat = beat.last_heartbeat;
                 }
             }
-            Some(shown) => *shown = node.clone(),
+            Some(shown) => *shown = Arc::new(node.clone()),
             None => {
-                nodes.insert(node.name.clone(), node.clone());
+                nodes.insert(node.name.clone(), Arc::new(node.clone()));
             }
         }
     }
@@ -240,5 +304,28 @@ impl View {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::records::tests::sample_node;
+
+    #[test]
+    fn heartbeats_folded_into_a_shared_record_leave_the_controllers_alone() {
+        let view = View::default();
+        let held: SharedNode = sample_node().into();
+        view.publish_shared([held.share()], &[]);
+        let mut newer = held.clone();
+        newer.conditions[0].last_heartbeat = Micros(99_000_000);
+        view.publish_heartbeats(&newer);
+        let shown = view.get(&held.name).unwrap().0;
+        assert_eq!(shown.conditions[0].last_heartbeat, Micros(99_000_000));
+        assert_ne!(held.conditions[0].last_heartbeat, Micros(99_000_000));
+        assert!(!Arc::ptr_eq(
+            &view.shared(&held.name).unwrap(),
+            &held.share()
+        ));
     }
 }

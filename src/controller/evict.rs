@@ -24,7 +24,7 @@ impl Controller {
         let wall = Micros::now();
         self.resume_interrupted(now, &config).await;
         let pass = self.evictor.pass(
-            self.tracked.values().map(|t| &t.node),
+            self.tracked.values().map(|t| &*t.node),
             &config,
             self.started,
             now,

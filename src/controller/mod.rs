@@ -37,7 +37,7 @@ use crate::model::{EventKind, Lease, Micros, Node, NodeSpec, READY};
 use crate::probe::{ProbeConfig, ProbeConfigError, ProbeOutcome, ProbeTarget, Prober};
 use crate::store::heartbeats::{HeartbeatCheckpoint, LeaseBeat, NodeBeats};
 use crate::store::{Batch, Store, StoreError, Written};
-use crate::view::View;
+use crate::view::{SharedNode, View};
 pub use cloud_sync::{CloudSource, SourceStatus, TAINT_SHUTDOWN};
 use conditions::Health;
 pub use operator::{OperatorFields, Preconditions, SourceListing, MANAGED_TAINTS};
@@ -148,7 +148,8 @@ pub enum ControllerError {
 
 /// A node the controller watches.
 struct Tracked {
-    node: Node,
+    /// Shared with the view while they agree (see [`SharedNode`]).
+    node: SharedNode,
     target: Option<Arc<ProbeTarget>>,
     health: Health,
 }
@@ -279,7 +280,7 @@ impl Controller {
             tracked.insert(
                 node.name.clone(),
                 Tracked {
-                    node,
+                    node: node.into(),
                     target,
                     health,
                 },
@@ -295,7 +296,7 @@ impl Controller {
             Ok(None) => {}
             Err(e) => tracing::warn!("{e}"),
         }
-        view.publish(tracked.values().map(|t| t.node.clone()), &[]);
+        view.publish_shared(tracked.values().map(|t| t.node.share()), &[]);
         view.publish_leases(leases.values().cloned(), &[]);
         view.with_nodes(|nodes| {
             metrics.set_node_counts(
@@ -368,13 +369,25 @@ impl Controller {
     async fn commit_change(&mut self, change: Change) -> Result<Written, CommitError> {
         let written = self.writer.commit(change, self.epoch).await?;
         for node in &written.nodes {
-            if let Some(t) = self.tracked.get_mut(&node.name) {
-                t.node = node.clone();
+            if self.tracked.contains_key(&node.name) {
+                let shared = self.shared_with_view(node);
+                if let Some(t) = self.tracked.get_mut(&node.name) {
+                    t.node = shared;
+                }
             }
             // The durable record now carries any quiet heartbeat update.
             self.dirty_nodes.remove(&node.name);
         }
         Ok(written)
+    }
+
+    /// `node` as the tracked record: the view's own if it shows the same
+    /// (it does once a commit returns), so the record is held once.
+    fn shared_with_view(&self, node: &Node) -> SharedNode {
+        match self.view.shared(&node.name) {
+            Some(shown) if *shown == *node => shown.into(),
+            _ => node.clone().into(),
+        }
     }
 
     /// Sends a change to be written without waiting for it: `nodes` (and
@@ -430,7 +443,15 @@ impl Controller {
         }
         for (name, version) in settled.versions {
             if let Some(t) = self.tracked.get_mut(&name) {
-                t.node.resource_version = t.node.resource_version.max(version);
+                if t.node.resource_version < version {
+                    t.node.resource_version = version;
+                }
+                // Durable and shown as it is here: one copy for both.
+                if !self.ahead.contains_key(&name) {
+                    if let Some(shown) = self.view.shared(&name).filter(|s| **s == *t.node) {
+                        t.node = shown.into();
+                    }
+                }
             }
         }
         // A refusal of an earlier run (epoch) was put back when it came in.
@@ -453,11 +474,11 @@ impl Controller {
                 }
                 None => {
                     nodes += 1;
-                    if let (Some(t), Some((durable, _))) =
-                        (self.tracked.get_mut(key), self.view.get(key))
+                    if let (Some(t), Some(durable)) =
+                        (self.tracked.get_mut(key), self.view.shared(key))
                     {
                         t.target = target_for(&durable, self.config.probe.port);
-                        t.node = durable;
+                        t.node = durable.into();
                     }
                 }
             }
@@ -883,4 +904,55 @@ fn target_for(node: &Node, port: u16) -> Option<Arc<ProbeTarget>> {
     Some(Arc::new(ProbeTarget::new(std::net::SocketAddr::new(
         ip, port,
     ))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::static_list::static_spec;
+    use crate::store::StoreOptions;
+
+    /// Whether the controller's record of `name` is the view's, not a copy.
+    fn held_once(c: &Controller, name: &str) -> bool {
+        let shown = c.view.shared(name).expect("published");
+        Arc::ptr_eq(&shown, &c.tracked[name].node.share())
+    }
+
+    #[tokio::test]
+    async fn tracked_records_and_the_view_hold_one_copy_until_one_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Arc::new(Store::open(&dir.path().join("db"), &StoreOptions::default()).unwrap());
+        let mut batch = Batch::new(Micros::now());
+        for name in ["a", "b"] {
+            let spec = static_spec(name.into(), None, Default::default(), Default::default());
+            batch.record(register::new_node(&spec, Micros::now()), []);
+        }
+        store.write(batch).unwrap();
+        let view = Arc::new(View::default());
+        let config = ControllerConfig {
+            status_mode: StatusMode::Push,
+            free_space: FreeSpace::fake(|| u64::MAX),
+            ..ControllerConfig::default()
+        };
+        let mut c = Controller::start(config, store, view.clone(), Arc::new(Metrics::new()))
+            .await
+            .unwrap();
+        assert!(held_once(&c, "a") && held_once(&c, "b"), "as restored");
+
+        // A durable change: the view publishes it, the controller takes the view's.
+        let mut cordoned = c.tracked["a"].node.clone();
+        cordoned.unschedulable = true;
+        let mut batch = Batch::new(Micros::now());
+        batch.record(cordoned, []);
+        c.commit(batch).await.unwrap();
+        assert!(view.get("a").unwrap().0.unschedulable);
+        assert!(held_once(&c, "a"), "after a commit");
+
+        // A change made here and not yet durable is copied, never shown.
+        c.tracked.get_mut("b").unwrap().node.unschedulable = true;
+        assert!(!view.get("b").unwrap().0.unschedulable);
+        assert!(c.tracked["b"].node.unschedulable);
+        assert!(!held_once(&c, "b"));
+    }
 }

@@ -419,7 +419,7 @@ impl Controller {
         }
         count_status_heartbeat(&self.metrics);
         if events.is_empty() && same_but_heartbeats(&tracked.node, &node) {
-            tracked.node = node.clone();
+            tracked.node = node.clone().into();
             self.beats_changed = true;
             self.dirty_nodes.insert(name.to_string());
             // A node with a write on its way shows once that write is durable.
@@ -431,7 +431,7 @@ impl Controller {
         }
         // Shown here at once (the next push is compared with it), to readers
         // once durable; a refusal puts the durable state back.
-        tracked.node = node.clone();
+        tracked.node = node.clone().into();
         let mut batch = Batch::new(wall);
         batch.record(node, events);
         self.commit_ahead(
@@ -588,7 +588,7 @@ impl Controller {
         self.tracked.insert(
             name.clone(),
             Tracked {
-                node: node.clone(),
+                node: node.clone().into(),
                 target,
                 health: super::conditions::Health::watching_from(Instant::now()),
             },

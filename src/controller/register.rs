@@ -123,6 +123,7 @@ impl Controller {
         let started = Instant::now();
         for node in written.nodes {
             let target = target_for(&node, self.config.probe.port);
+            let node = self.shared_with_view(&node);
             self.tracked.insert(
                 node.name.clone(),
                 Tracked {

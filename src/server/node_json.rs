@@ -16,14 +16,67 @@ use crate::view::View;
 
 /// One node's JSON and what it was made from.
 struct Entry {
-    node: Node,
-    heartbeat: Option<Micros>,
+    made_from: Made,
     json: Bytes,
 }
 
-/// Serialized nodes, by name. An entry is reused only while the node (every
-/// field, not only its resourceVersion) and its newest heartbeat are equal to
-/// what it was made from, so a change can never be served stale.
+/// What a node's JSON was made from, without a copy of the node (which took
+/// as much memory again as the JSON). Every change to a published node takes
+/// a new resourceVersion except the folding in of heartbeat times (see
+/// `View::publish_heartbeats`), so the version, the condition heartbeat times
+/// and the newest heartbeat decide; a digest of every field besides guards
+/// against a change made some other way.
+struct Made {
+    resource_version: u64,
+    heartbeat: Option<Micros>,
+    condition_beats: Box<[Micros]>,
+    digest: u64,
+}
+
+impl Made {
+    fn of(node: &Node, heartbeat: Option<Micros>) -> Made {
+        Made {
+            resource_version: node.resource_version,
+            heartbeat,
+            condition_beats: node.conditions.iter().map(|c| c.last_heartbeat).collect(),
+            digest: digest(node),
+        }
+    }
+
+    fn matches(&self, node: &Node, heartbeat: Option<Micros>) -> bool {
+        self.resource_version == node.resource_version
+            && self.heartbeat == heartbeat
+            && self
+                .condition_beats
+                .iter()
+                .copied()
+                .eq(node.conditions.iter().map(|c| c.last_heartbeat))
+            && self.digest == digest(node)
+    }
+}
+
+/// A 64-bit digest of every field of `node` (its compact encoding, hashed).
+fn digest(node: &Node) -> u64 {
+    struct Hashing(std::collections::hash_map::DefaultHasher);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.write(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    use std::hash::Hasher;
+    let mut hashing = Hashing(Default::default());
+    // Writing into a hasher cannot fail; nor can encoding a Node.
+    let _ = postcard::to_io(node, &mut hashing);
+    hashing.0.finish()
+}
+
+/// Serialized nodes, by name. An entry is reused only while the node's
+/// version, heartbeat times and newest heartbeat are those it was made from,
+/// so a change can never be served stale.
 #[derive(Default)]
 pub struct NodeJsonCache {
     entries: Mutex<HashMap<String, Entry>>,
@@ -47,21 +100,25 @@ impl NodeJsonCache {
         let mut reuse = Reuse::default();
         let mut items = Vec::with_capacity(nodes.len());
         for (node, heartbeat) in nodes {
-            match entries.get(&node.name) {
-                Some(e) if e.heartbeat == heartbeat && e.node == node => {
+            match entries.get_mut(&node.name) {
+                Some(e) if e.made_from.matches(&node, heartbeat) => {
                     reuse.reused += 1;
                     items.push(e.json.clone());
                 }
-                _ => {
+                found => {
                     reuse.serialized += 1;
                     let json = serialize(&node, heartbeat);
                     items.push(json.clone());
                     let entry = Entry {
-                        node,
-                        heartbeat,
+                        made_from: Made::of(&node, heartbeat),
                         json,
                     };
-                    entries.insert(entry.node.name.clone(), entry);
+                    match found {
+                        Some(e) => *e = entry,
+                        None => {
+                            entries.insert(node.name, entry);
+                        }
+                    }
                 }
             }
         }
@@ -97,7 +154,11 @@ impl NodeJsonCache {
 
 fn serialize(node: &Node, heartbeat: Option<Micros>) -> Bytes {
     // A Node of k8s-openapi types always serializes.
-    Bytes::from(serde_json::to_vec(&crate::kube::node(node, heartbeat)).unwrap_or_default())
+    let mut json = serde_json::to_vec(&crate::kube::node(node, heartbeat)).unwrap_or_default();
+    // Kept for as long as the node is unchanged: not the growth's spare room
+    // (up to as much again).
+    json.shrink_to_fit();
+    Bytes::from(json)
 }
 
 /// `{"apiVersion":"v1","kind":"NodeList","items":[…],"metadata":{…}}`, the
