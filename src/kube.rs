@@ -8,8 +8,8 @@
 
 pub(crate) mod json_patch;
 pub(crate) mod paging;
-pub(crate) mod patch;
-pub(crate) mod selectors;
+pub mod patch;
+pub mod selectors;
 
 use std::collections::BTreeMap;
 
