@@ -470,13 +470,8 @@ async fn in_a_browser_the_overview_follows_the_fleet_and_the_past_matches_the_cl
     let nodes = zoned_nodes_file(&fleet, dir.path());
     let mut args = fast_args(&nodes, fleet.fleet.port());
     // Probe every second: enough for a live test, and a quieter history.
-    let period = args.iter().position(|a| a == "--node-sync-period").unwrap();
-    args[period + 1] = "1s".into();
-    let grace = args
-        .iter()
-        .position(|a| a == "--node-monitor-grace-period")
-        .unwrap();
-    args[grace + 1] = "3s".into();
+    set_flag(&mut args, "--node-sync-period", "1s");
+    set_flag(&mut args, "--node-monitor-grace-period", "3s");
     let c = Controller::start(&db, &args);
     for i in 0..24 {
         c.wait_ready(&fleet.name(i), "True").await;

@@ -165,13 +165,13 @@ async fn a_restart_finds_everything_and_invents_nothing() {
 
     // Restart with the same nodes: registration is idempotent, and while
     // nothing changes nothing is written but the start. The controller's
-    // own passes say when more than a grace period (1s) and a sync period
+    // own passes say when more than a grace period and a sync period
     // have gone by since it started (its first pass), however slow the machine.
     let c = Controller::start(&db, &args);
     let first_pass = c
         .wait_pass_after("nodekeeper_last_monitor_pass_timestamp_seconds", 0.0)
         .await;
-    let quiet_until = first_pass + 1.0 + 0.2;
+    let quiet_until = first_pass + GRACE_SECONDS + 0.2;
     c.wait_pass_after("nodekeeper_last_sweep_timestamp_seconds", quiet_until)
         .await;
     c.wait_pass_after(

@@ -179,7 +179,11 @@ fn condition(node: &Value, kind: &str) -> Value {
 async fn push_mode_heartbeats_keep_nodes_ready_and_silence_makes_them_unknown() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let c = Controller::start(&db, &push_args(dir.path(), "push", &[]));
+    // A grace of 6 s against renewals every 150 ms: a stalled machine does
+    // not let the node lapse between two renewals.
+    let mut args = push_args(dir.path(), "push", &[]);
+    set_flag(&mut args, "--node-monitor-grace-period", "6s");
+    let c = Controller::start(&db, &args);
     // The node's clock is five hours behind: it must not matter.
     let mut k = Kubelet {
         c: &c,
@@ -201,7 +205,7 @@ async fn push_mode_heartbeats_keep_nodes_ready_and_silence_makes_them_unknown() 
     );
     assert_eq!(last["reason"], "KubeletReady");
 
-    // Lease renewals alone keep it Ready past a grace period (2s) since its
+    // Lease renewals alone keep it Ready past a grace period (6s) since its
     // last status: until, by the controller's own clock, a monitor pass
     // began more than a grace period after that status was answered.
     let last_status = unix_now();
@@ -209,7 +213,7 @@ async fn push_mode_heartbeats_keep_nodes_ready_and_silence_makes_them_unknown() 
     assert!(code == 200 || code == 201, "{lease}");
     let mut past_grace = PassAfter::new(
         "nodekeeper_last_monitor_pass_timestamp_seconds",
-        last_status + 2.0 + 0.1,
+        last_status + 6.0 + 0.1,
     );
     let started = Instant::now();
     while past_grace.done(&c).await.is_none() {

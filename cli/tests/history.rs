@@ -318,46 +318,6 @@ async fn history_past_its_retention_is_pruned_and_at_stays_exact() {
     assert!(verify.contains("ok:"), "{verify}");
 }
 
-/// A watch stream, read line by line.
-struct Watch {
-    response: reqwest::Response,
-    buffer: Vec<u8>,
-}
-
-impl Watch {
-    async fn open(url: &str) -> Watch {
-        let response = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .unwrap()
-            .get(url)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        Watch {
-            response,
-            buffer: Vec::new(),
-        }
-    }
-
-    async fn next(&mut self) -> Option<Value> {
-        loop {
-            if let Some(i) = self.buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buffer.drain(..=i).collect();
-                return Some(serde_json::from_slice(&line).unwrap());
-            }
-            let chunk = tokio::time::timeout(DEADLINE, self.response.chunk())
-                .await
-                .expect("a watch event in time");
-            match chunk.unwrap() {
-                Some(bytes) => self.buffer.extend_from_slice(&bytes),
-                None => return None,
-            }
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_history_pruned_while_it_is_read_and_watched_stays_whole() {
     nodekeeper::install_crypto_provider();
@@ -382,7 +342,7 @@ async fn a_history_pruned_while_it_is_read_and_watched_stays_whole() {
 
     // A watch from the very beginning, read a little, then left unread
     // while retention moves the horizon far past it.
-    let mut watch = Watch::open(&format!(
+    let mut watch = WatchStream::open(&format!(
         "{}/api/v1/nodes?watch=true&resourceVersion=1",
         c.url
     ))
@@ -546,7 +506,7 @@ async fn a_watch_from_beyond_the_newest_version_is_answered_as_the_api_server_do
     let watch = tokio::spawn({
         let url = format!("{}/api/v1/nodes?watch=true&resourceVersion={next}", c.url);
         async move {
-            let mut w = Watch::open(&url).await;
+            let mut w = WatchStream::open(&url).await;
             w.next().await.unwrap()
         }
     });

@@ -245,12 +245,10 @@ async fn nodes_status_taints_and_leases_reach_the_api_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_and_a_restart_lose_nothing_and_the_backlog_drains_within_budget() {
-    let fleet = TestFleet::start(8, Ipv4Addr::new(127, 142, 0, 1)).await;
+    let site = TestSite::start(8, Ipv4Addr::new(127, 142, 0, 1)).await;
+    let (fleet, db) = (&site.fleet, &site.db);
     let api = FakeApiServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let mut args = site.args();
     // Eight Leases every 2s take 4 of the 5 requests a second.
     args.extend(mirror_args_renewing(&api, "2s"));
     args.extend(["--kube-api-qps", "5", "--kube-api-burst", "5"].map(String::from));
@@ -347,16 +345,14 @@ async fn an_outage_and_a_restart_lose_nothing_and_the_backlog_drains_within_budg
         assert!(within <= 11, "{within} requests within a second");
     }
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_eviction_deletes_pods_only_of_nodes_still_down() {
-    let fleet = TestFleet::start(4, Ipv4Addr::new(127, 143, 0, 1)).await;
+    let site = TestSite::start(4, Ipv4Addr::new(127, 143, 0, 1)).await;
+    let (fleet, db) = (&site.fleet, &site.db);
     let api = FakeApiServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
     let (down, back) = (fleet.name(0), fleet.name(1));
     for i in 0..4 {
         let n = fleet.name(i);
@@ -367,7 +363,7 @@ async fn pod_eviction_deletes_pods_only_of_nodes_still_down() {
     daemon["metadata"]["ownerReferences"] =
         json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u"}]);
     api.put_pod(daemon);
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let mut args = site.args();
     args.extend(mirror_args(&api));
     args.extend(DELETE_PODS_AFTER_A_SECOND.map(String::from));
     let c = Controller::start(&db, &args);
@@ -409,20 +405,18 @@ async fn pod_eviction_deletes_pods_only_of_nodes_still_down() {
     }
     assert_eq!(pod_deletes(&api).len(), 2, "{:?}", pod_deletes(&api));
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_pod_eviction_resumes_after_a_restart_only_for_a_node_still_down() {
-    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 145, 0, 1)).await;
+    let site = TestSite::start(3, Ipv4Addr::new(127, 145, 0, 1)).await;
+    let (fleet, db) = (&site.fleet, &site.db);
     let api = FakeApiServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
     let (stays, recovers) = (fleet.name(0), fleet.name(1));
     api.put_pod(pod("default", "web-0", &stays));
     api.put_pod(pod("default", "web-1", &recovers));
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let mut args = site.args();
     args.extend(mirror_args(&api));
     args.extend(DELETE_PODS_AFTER_A_SECOND.map(String::from));
     let c = Controller::start(&db, &args);
@@ -468,7 +462,7 @@ async fn an_interrupted_pod_eviction_resumes_after_a_restart_only_for_a_node_sti
     assert!(api.pod("default", "web-1").unwrap()["metadata"]["deletionTimestamp"].is_null());
     assert!(!api.pod("default", "web-0").unwrap()["metadata"]["deletionTimestamp"].is_null());
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

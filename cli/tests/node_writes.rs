@@ -122,15 +122,14 @@ fn row_status(table: &str, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 83, 1, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
+    let site = TestSite::start(2, Ipv4Addr::new(127, 83, 1, 1)).await;
+    let (fleet, dir, db) = (&site.fleet, site.dir.path(), &site.db);
+
+    let c = Controller::start(&db, &site.args());
     let (a, b) = (fleet.name(0), fleet.name(1));
     c.wait_ready(&a, "True").await;
     c.wait_ready(&b, "True").await;
-    let k = Kubectl::new(&c.url, dir.path());
+    let k = Kubectl::new(&c.url, dir);
 
     assert_eq!(
         k.ok(&["cordon", &a]).await.trim(),
@@ -163,7 +162,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
 
     // Durable before the answer: a kill -9 right after loses none of it.
     c.kill9();
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
+    let c = Controller::start(&db, &site.args());
     let (_, node) = c.get(&format!("/api/v1/nodes/{a}")).await;
     assert_eq!(node["spec"]["unschedulable"], true, "{node}");
     assert_eq!(node["metadata"]["labels"]["maintenance"], "true");
@@ -197,7 +196,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
         changes[1]["changes"],
         json!([{"field": "metadata.labels", "key": "maintenance", "from": null, "to": "true"}])
     );
-    let k = Kubectl::new(&c.url, dir.path());
+    let k = Kubectl::new(&c.url, dir);
     let described = k.ok(&["describe", "node", &a]).await;
     assert!(
         described.contains("Unschedulable:      true"),
@@ -314,7 +313,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
         )
         .await;
     assert_eq!(code, 0, "{out}{err}");
-    let yaml_path = dir.path().join("node.yaml");
+    let yaml_path = dir.join("node.yaml");
     std::fs::write(
         &yaml_path,
         k.ok(&["get", "node", &a, "-o", "yaml"])
@@ -368,16 +367,15 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
     assert!(c.stop().success());
     let verify = cli_ok(&db, &["db", "verify"]);
     assert!(verify.contains("ok"), "{verify}");
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_follow_kube_apiserver_preconditions() {
-    let fleet = TestFleet::start(1, Ipv4Addr::new(127, 83, 2, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
+    let site = TestSite::start(1, Ipv4Addr::new(127, 83, 2, 1)).await;
+    let (fleet, db) = (&site.fleet, &site.db);
+
+    let c = Controller::start(&db, &site.args());
     let a = fleet.name(0);
     c.wait_ready(&a, "True").await;
     let path = format!("/api/v1/nodes/{a}");
@@ -511,23 +509,22 @@ async fn writes_follow_kube_apiserver_preconditions() {
         "{s}"
     );
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_tokens_the_history_names_the_operator_and_nodes_may_not_cordon() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 83, 3, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
+    let site = TestSite::start(2, Ipv4Addr::new(127, 83, 3, 1)).await;
+    let (fleet, dir, db) = (&site.fleet, site.dir.path(), &site.db);
+
     let (a, b) = (fleet.name(0), fleet.name(1));
-    let tokens = dir.path().join("tokens.csv");
+    let tokens = dir.join("tokens.csv");
     std::fs::write(
         &tokens,
         format!("alice-secret,alice,uid-1,\"ops\"\nplain-secret\n{a}-secret,{a}\n"),
     )
     .unwrap();
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let mut args = site.args();
     args.extend([
         "--token-file".to_string(),
         tokens.to_string_lossy().into_owned(),
@@ -595,7 +592,7 @@ async fn with_tokens_the_history_names_the_operator_and_nodes_may_not_cordon() {
     let out = cli_ok(&db, &["--token", "alice-secret", "uncordon", &a]);
     assert_eq!(out.trim(), format!("node/{a} uncordoned"));
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -652,12 +649,11 @@ async fn a_node_no_source_lists_is_deleted_and_its_history_kept() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
-    let fleet = TestFleet::start(1, Ipv4Addr::new(127, 83, 5, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
+    let site = TestSite::start(1, Ipv4Addr::new(127, 83, 5, 1)).await;
+    let (fleet, db) = (&site.fleet, &site.db);
+
     let a = fleet.name(0);
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
+    let c = Controller::start(&db, &site.args());
     c.wait_ready(&a, "True").await;
     // Settled: the taint it had until Ready gone.
     c.wait_for(&format!("/api/v1/nodes/{a}"), "no taints", |n| {
@@ -715,22 +711,21 @@ async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
     let verify = cli_ok(&db, &["db", "verify"]);
     assert!(verify.contains("ok"), "{verify}");
     // The next run starts from it.
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
+    let c = Controller::start(&db, &site.args());
     let (_, node) = c.get(&format!("/api/v1/nodes/{a}")).await;
     assert!(node["spec"]["unschedulable"].is_null(), "{node}");
     assert_eq!(node["metadata"]["labels"]["rack"], "r9");
     assert!(taint_keys(&node).is_empty());
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cordoned_node_is_evicted_only_for_its_conditions() {
-    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 83, 6, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let site = TestSite::start(3, Ipv4Addr::new(127, 83, 6, 1)).await;
+    let (fleet, db) = (&site.fleet, &site.db);
+
+    let mut args = site.args();
     args.extend(["--pod-eviction-timeout", "1s", "--node-eviction-rate", "10"].map(String::from));
     let c = Controller::start(&db, &args);
     let (a, b) = (fleet.name(0), fleet.name(1));
@@ -779,17 +774,15 @@ async fn a_cordoned_node_is_evicted_only_for_its_conditions() {
         "{metrics}"
     );
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_changes_go_up_and_the_clusters_own_stay() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 83, 7, 1)).await;
+    let site = TestSite::start(2, Ipv4Addr::new(127, 83, 7, 1)).await;
+    let (fleet, dir, db) = (&site.fleet, site.dir.path(), &site.db);
     let api = FakeApiServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let mut args = site.args();
     args.extend(
         [
             "--master",
@@ -819,7 +812,7 @@ async fn operator_changes_go_up_and_the_clusters_own_stay() {
     cordoned["spec"]["unschedulable"] = json!(true);
     api.put_node(cordoned);
 
-    let k = Kubectl::new(&c.url, dir.path());
+    let k = Kubectl::new(&c.url, dir);
     k.ok(&["cordon", &a]).await;
     k.ok(&["label", "node", &a, "maintenance=true"]).await;
     k.ok(&["taint", "node", &a, "dedicated=gpu:NoSchedule"])
@@ -866,5 +859,5 @@ async fn operator_changes_go_up_and_the_clusters_own_stay() {
     .await;
     assert_eq!(upstream(&b)["spec"]["unschedulable"], true);
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }

@@ -60,11 +60,7 @@ async fn json_logs_carry_each_transition_once_and_failures_before_the_grace_ends
     let nodes = fleet.nodes_file(dir.path());
     let mut args = fast_args(&nodes, fleet.fleet.port());
     // A grace long enough that the first failed probe is logged well before it ends.
-    let grace = args
-        .iter()
-        .position(|a| a == "--node-monitor-grace-period")
-        .unwrap();
-    args[grace + 1] = "3s".into();
+    set_flag(&mut args, "--node-monitor-grace-period", "3s");
     args.extend(["--log-format", "json"].map(String::from));
     let c = Controller::start(&db, &args);
     let (a, b) = (fleet.name(0), fleet.name(1));

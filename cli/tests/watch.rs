@@ -10,75 +10,18 @@ use std::net::Ipv4Addr;
 
 use common::*;
 use nodekeeper_sim::KubeletState;
-use serde_json::Value;
-
-/// A watch stream, read line by line.
-struct Watch {
-    response: reqwest::Response,
-    buffer: Vec<u8>,
-}
-
-impl Watch {
-    async fn open(c: &Controller, query: &str) -> Watch {
-        let response = client_without_timeout()
-            .get(format!("{}/api/v1/nodes?watch=true{query}", c.url))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        Watch {
-            response,
-            buffer: Vec::new(),
-        }
-    }
-
-    /// The next event, or `None` when the stream ends.
-    async fn next(&mut self) -> Option<Value> {
-        loop {
-            if let Some(i) = self.buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buffer.drain(..=i).collect();
-                return Some(serde_json::from_slice(&line).unwrap());
-            }
-            let chunk = tokio::time::timeout(DEADLINE, self.response.chunk())
-                .await
-                .expect("a watch event in time");
-            match chunk.unwrap() {
-                Some(bytes) => self.buffer.extend_from_slice(&bytes),
-                None => return None,
-            }
-        }
-    }
-
-    /// Skips events until one about `node` matches `pred`.
-    async fn until(&mut self, node: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        loop {
-            let event = self.next().await.expect("the stream ended early");
-            if event["object"]["metadata"]["name"] == node && pred(&event) {
-                return event;
-            }
-        }
-    }
-}
-
-fn client_without_timeout() -> reqwest::Client {
-    nodekeeper::install_crypto_provider();
-    reqwest::Client::builder().no_proxy().build().unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_streams_changes_and_resumes_after_a_restart() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 91, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let args = fast_args(&nodes, fleet.fleet.port());
-    let (a, b) = (fleet.name(0), fleet.name(1));
-    let c = Controller::start(&db, &args);
+    let site = TestSite::start(2, Ipv4Addr::new(127, 91, 0, 1)).await;
+    let (fleet, db, args) = (&site.fleet, &site.db, site.args());
+    let (a, b) = (site.name(0), site.name(1));
+    let c = Controller::start(db, &args);
     c.wait_ready(&a, "True").await;
     c.wait_ready(&b, "True").await;
 
     // Without a version: the current list as ADDED, then changes.
-    let mut all = Watch::open(&c, "").await;
+    let mut all = WatchStream::nodes(&c, "").await;
     let first = all.next().await.unwrap();
     assert_eq!(first["type"], "ADDED");
     assert_eq!(first["object"]["kind"], "Node");
@@ -90,7 +33,7 @@ async fn a_watch_streams_changes_and_resumes_after_a_restart() {
         .as_str()
         .unwrap()
         .to_string();
-    let mut from_list = Watch::open(&c, &format!("&resourceVersion={version}")).await;
+    let mut from_list = WatchStream::nodes(&c, &format!("&resourceVersion={version}")).await;
     fleet.handle.set(&b, KubeletState::Sick).unwrap();
     // Other changes of b may come first (the taints lifted once it was
     // Ready): the one wanted is the transition.
@@ -106,7 +49,10 @@ async fn a_watch_streams_changes_and_resumes_after_a_restart() {
         .parse()
         .unwrap();
     assert!(sick_version > version.parse::<u64>().unwrap());
-    all.until(&b, |e| e["type"] == "MODIFIED").await;
+    all.until(&b, |e| {
+        e["type"] == "MODIFIED" && ready_of(&e["object"]).as_deref() == Some("False")
+    })
+    .await;
 
     // The controller stops: the watches end instead of holding the server.
     assert!(c.stop().success());
@@ -115,8 +61,8 @@ async fn a_watch_streams_changes_and_resumes_after_a_restart() {
 
     // Restart: a watch from the version before the sick transition replays
     // it, then follows new changes.
-    let c = Controller::start(&db, &args);
-    let mut resumed = Watch::open(&c, &format!("&resourceVersion={version}")).await;
+    let c = Controller::start(db, &args);
+    let mut resumed = WatchStream::nodes(&c, &format!("&resourceVersion={version}")).await;
     // (As above, the lifting of b's start-up taints may come before it.)
     let replayed = resumed
         .until(&b, |e| {
@@ -146,7 +92,7 @@ async fn a_watch_streams_changes_and_resumes_after_a_restart() {
         .unwrap();
     assert_eq!(response.status(), 400);
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,14 +135,6 @@ async fn a_version_older_than_the_log_is_gone() {
         "{status}"
     );
     // From the oldest kept version on, it is served.
-    let response = client_without_timeout()
-        .get(format!(
-            "{}/api/v1/nodes?watch=true&resourceVersion=9&timeoutSeconds=1",
-            c.url
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    WatchStream::nodes(&c, "&resourceVersion=9&timeoutSeconds=1").await;
     assert!(c.stop().success());
 }
