@@ -259,7 +259,7 @@ async fn an_outage_and_a_restart_lose_nothing_and_the_backlog_drains_within_budg
     for (i, n) in names.iter().enumerate() {
         api.put_pod(pod("default", &format!("web-{i}"), n));
     }
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     upstream("every node Ready upstream", || {
         names
             .iter()
@@ -285,10 +285,10 @@ async fn an_outage_and_a_restart_lose_nothing_and_the_backlog_drains_within_budg
 
     // The controller is killed in the middle of the outage.
     c.kill9();
-    let stopped = json(&cli_ok(&db, &["mirror", "status", "-o", "json"]));
+    let stopped = json(&cli_ok(db, &["mirror", "status", "-o", "json"]));
     assert_eq!(stopped["running"], false);
     assert!(stopped["backlog"].as_u64().unwrap() >= 3, "{stopped}");
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     let status = c
         .wait_for("/v1/mirror", "the mirror's status", |s| {
             s["running"] == true
@@ -366,7 +366,7 @@ async fn pod_eviction_deletes_pods_only_of_nodes_still_down() {
     let mut args = site.args();
     args.extend(mirror_args(&api));
     args.extend(DELETE_PODS_AFTER_A_SECOND.map(String::from));
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     for i in 0..4 {
         c.wait_ready(&fleet.name(i), "True").await;
     }
@@ -419,7 +419,7 @@ async fn an_interrupted_pod_eviction_resumes_after_a_restart_only_for_a_node_sti
     let mut args = site.args();
     args.extend(mirror_args(&api));
     args.extend(DELETE_PODS_AFTER_A_SECOND.map(String::from));
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     for i in 0..3 {
         c.wait_ready(&fleet.name(i), "True").await;
     }
@@ -436,7 +436,7 @@ async fn an_interrupted_pod_eviction_resumes_after_a_restart_only_for_a_node_sti
     fleet.handle.set(&recovers, KubeletState::Up).unwrap();
     api.set_fault(Fault::None);
     api.settled().await;
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     c.wait_for(
         &format!("/v1/history?node={stays}"),
         "the eviction resumed",

@@ -177,7 +177,7 @@ async fn an_api_server_restarted_empty_is_repopulated_within_the_budget() {
     // Six Ready nodes' Leases every 2s take 3 of the 6 requests a second;
     // recreating the nodes takes the rest for a few seconds.
     args.extend(mirror_flags(&api, "10s", "2s", Some("6")));
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     let down = [0, 1];
     for i in down {
         fleet
@@ -187,7 +187,7 @@ async fn an_api_server_restarted_empty_is_repopulated_within_the_budget() {
     }
     wait_converged(
         &api,
-        &fleet,
+        fleet,
         8,
         &down,
         "every node, status, taint and Lease upstream",
@@ -210,12 +210,12 @@ async fn an_api_server_restarted_empty_is_repopulated_within_the_budget() {
     // node there.
     let mut noticed = false;
     let mut saw_missing = false;
-    while !converged(&api, &fleet, 8, &down) {
+    while !converged(&api, fleet, 8, &down) {
         let status = mirror_status(&c).await;
         assert!(
             restarted.elapsed() < DEADLINE,
             "not repopulated: {status}; upstream {:?}; {}",
-            upstream_summary(&api, &fleet, 8),
+            upstream_summary(&api, fleet, 8),
             c.log_text()
         );
         let upstream = &status["upstream"];
@@ -290,7 +290,7 @@ async fn an_api_server_restarted_empty_is_repopulated_within_the_budget() {
     let status = mirror_status(&c).await;
     assert_eq!(status["upstream"]["missing"], 0, "{status}");
     assert_eq!(status["backlog"], 0, "{status}");
-    let table = cli_ok(&db, &["mirror", "status"]);
+    let table = cli_ok(db, &["mirror", "status"]);
     assert!(
         table.contains("0 registry nodes missing, 0 differing; watching"),
         "{table}"
@@ -315,12 +315,12 @@ async fn an_api_server_wiped_in_place_and_a_node_deleted_out_of_band_are_repaire
     let mut args = site.args();
     // No --kube-api-qps: the budget is sized from the Ready nodes.
     args.extend(mirror_flags(&api, "10s", "2s", None));
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     fleet
         .handle
         .set(&fleet.name(3), KubeletState::Down)
         .unwrap();
-    wait_converged(&api, &fleet, 4, &[3], "everything upstream").await;
+    wait_converged(&api, fleet, 4, &[3], "everything upstream").await;
     let status = mirror_status(&c).await;
     assert_eq!(status["budget"]["sized"], true, "{status}");
     assert_eq!(status["budget"]["qps"], 20.0, "{status}");
@@ -340,7 +340,7 @@ async fn an_api_server_wiped_in_place_and_a_node_deleted_out_of_band_are_repaire
         .unwrap();
     assert_eq!(deleted.status(), 200);
     let lists_before = lists(&api);
-    wait_converged(&api, &fleet, 4, &[3], "the deleted node recreated").await;
+    wait_converged(&api, fleet, 4, &[3], "the deleted node recreated").await;
     assert_ne!(api.node(&victim).unwrap()["metadata"]["uid"], uid);
     // Repaired from the watch, as soon as it was heard of: not by the full
     // list the resync period would bring half an hour later.
@@ -361,7 +361,7 @@ async fn an_api_server_wiped_in_place_and_a_node_deleted_out_of_band_are_repaire
     let before_wipe = uids(&api);
     let lists_before = lists(&api);
     api.wipe();
-    wait_converged(&api, &fleet, 4, &[3], "repopulated after a wipe").await;
+    wait_converged(&api, fleet, 4, &[3], "repopulated after a wipe").await;
     for (old, new) in before_wipe.iter().zip(uids(&api)) {
         assert_ne!(*old, new, "created anew after the wipe");
     }
@@ -372,7 +372,7 @@ async fn an_api_server_wiped_in_place_and_a_node_deleted_out_of_band_are_repaire
     let mut node = api.node(&down).unwrap();
     node["spec"]["taints"] = serde_json::json!([]);
     api.put_node(node);
-    wait_converged(&api, &fleet, 4, &[3], "the managed taint restored").await;
+    wait_converged(&api, fleet, 4, &[3], "the managed taint restored").await;
     assert!(c.stop().success());
     site.stop().await;
 }
@@ -385,7 +385,7 @@ async fn a_watch_that_expires_is_replaced_by_a_list() {
     let mut args = site.args();
     args.extend(mirror_flags(&api, "10s", "2s", None));
     let c = Controller::start(db, &args);
-    wait_converged(&api, &fleet, 3, &[], "everything upstream").await;
+    wait_converged(&api, fleet, 3, &[], "everything upstream").await;
     eventually("the watch open", || {
         let open = api.watches() > 0;
         async move { open }
@@ -407,7 +407,7 @@ async fn a_watch_that_expires_is_replaced_by_a_list() {
     api.stall_watches(false);
     wait_converged(
         &api,
-        &fleet,
+        fleet,
         3,
         &[],
         "the node missed by the watch recreated",
@@ -430,8 +430,8 @@ async fn throttling_is_waited_out_and_shown_as_throttling_not_as_an_error() {
     let api = FakeApiServer::start().await;
     let mut args = site.args();
     args.extend(mirror_flags(&api, "4s", "1s", Some("50")));
-    let c = Controller::start(&db, &args);
-    wait_converged(&api, &fleet, 3, &[], "everything upstream").await;
+    let c = Controller::start(db, &args);
+    wait_converged(&api, fleet, 3, &[], "everything upstream").await;
 
     // API Priority and Fairness rejects everything for a while, asking for
     // 10 s between tries; a node goes down meanwhile.
@@ -450,7 +450,7 @@ async fn throttling_is_waited_out_and_shown_as_throttling_not_as_an_error() {
     api.set_fault(Fault::None);
     wait_converged(
         &api,
-        &fleet,
+        fleet,
         3,
         &[0],
         "the change through once the throttling ends",
@@ -494,7 +494,7 @@ async fn throttling_is_waited_out_and_shown_as_throttling_not_as_an_error() {
         status_now["retries"], status["retries"],
         "no retries counted: {status_now}"
     );
-    let table = cli_ok(&db, &["mirror", "status"]);
+    let table = cli_ok(db, &["mirror", "status"]);
     assert!(table.contains("answers 429, the last"), "{table}");
     let metrics = c.text("/metrics").await;
     assert!(
@@ -514,7 +514,7 @@ async fn a_budget_too_small_for_the_leases_is_reported_as_the_ready_count_change
     // Eight Ready nodes renewed every second need 8 requests/s, 10 with a
     // fifth to spare: 5 is not enough; three are.
     args.extend(mirror_flags(&api, "3s", "1s", Some("5")));
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     let status = c
         .wait_for("/v1/mirror", "the budget short", |s| {
             s["budget"]["enough"] == false
@@ -543,7 +543,7 @@ async fn a_budget_too_small_for_the_leases_is_reported_as_the_ready_count_change
         metrics.contains("nodekeeper_mirror_lease_qps_needed 8.0"),
         "{metrics}"
     );
-    let table = cli_ok(&db, &["mirror", "status"]);
+    let table = cli_ok(db, &["mirror", "status"]);
     assert!(
         table.contains("NOT ENOUGH: renewing the Leases of 8 Ready nodes every 1s"),
         "{table}"
@@ -607,7 +607,7 @@ async fn without_lease_mirroring_no_lease_is_written() {
         ]
         .map(String::from),
     );
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     eventually("both nodes Ready upstream", || {
         let ok = (0..2).all(|i| ready_of_upstream(&api, &fleet.name(i)).as_deref() == Some("True"));
         async move { ok }

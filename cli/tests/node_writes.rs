@@ -125,7 +125,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
     let site = TestSite::start(2, Ipv4Addr::new(127, 83, 1, 1)).await;
     let (fleet, dir, db) = (&site.fleet, site.dir.path(), &site.db);
 
-    let c = Controller::start(&db, &site.args());
+    let c = Controller::start(db, &site.args());
     let (a, b) = (fleet.name(0), fleet.name(1));
     c.wait_ready(&a, "True").await;
     c.wait_ready(&b, "True").await;
@@ -162,7 +162,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
 
     // Durable before the answer: a kill -9 right after loses none of it.
     c.kill9();
-    let c = Controller::start(&db, &site.args());
+    let c = Controller::start(db, &site.args());
     let (_, node) = c.get(&format!("/api/v1/nodes/{a}")).await;
     assert_eq!(node["spec"]["unschedulable"], true, "{node}");
     assert_eq!(node["metadata"]["labels"]["maintenance"], "true");
@@ -365,7 +365,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
         "{kinds:?}"
     );
     assert!(c.stop().success());
-    let verify = cli_ok(&db, &["db", "verify"]);
+    let verify = cli_ok(db, &["db", "verify"]);
     assert!(verify.contains("ok"), "{verify}");
     site.stop().await;
 }
@@ -375,7 +375,7 @@ async fn writes_follow_kube_apiserver_preconditions() {
     let site = TestSite::start(1, Ipv4Addr::new(127, 83, 2, 1)).await;
     let (fleet, db) = (&site.fleet, &site.db);
 
-    let c = Controller::start(&db, &site.args());
+    let c = Controller::start(db, &site.args());
     let a = fleet.name(0);
     c.wait_ready(&a, "True").await;
     let path = format!("/api/v1/nodes/{a}");
@@ -529,7 +529,7 @@ async fn with_tokens_the_history_names_the_operator_and_nodes_may_not_cordon() {
         "--token-file".to_string(),
         tokens.to_string_lossy().into_owned(),
     ]);
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     c.wait_ready(&a, "True").await;
     let cordon = r#"{"spec": {"unschedulable": true}}"#;
     let ct = "application/strategic-merge-patch+json";
@@ -586,10 +586,10 @@ async fn with_tokens_the_history_names_the_operator_and_nodes_may_not_cordon() {
         "operator (token of line 2 of ".to_string() + &tokens.to_string_lossy() + ")"
     );
     // The CLI carries a token too, and says what to do without one.
-    let (code, _, err) = cli(&db, &["uncordon", &a]);
+    let (code, _, err) = cli(db, &["uncordon", &a]);
     assert_ne!(code, 0);
     assert!(err.contains("--token"), "{err}");
-    let out = cli_ok(&db, &["--token", "alice-secret", "uncordon", &a]);
+    let out = cli_ok(db, &["--token", "alice-secret", "uncordon", &a]);
     assert_eq!(out.trim(), format!("node/{a} uncordoned"));
     assert!(c.stop().success());
     site.stop().await;
@@ -653,7 +653,7 @@ async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
     let (fleet, db) = (&site.fleet, &site.db);
 
     let a = fleet.name(0);
-    let c = Controller::start(&db, &site.args());
+    let c = Controller::start(db, &site.args());
     c.wait_ready(&a, "True").await;
     // Settled: the taint it had until Ready gone.
     c.wait_for(&format!("/api/v1/nodes/{a}"), "no taints", |n| {
@@ -661,20 +661,20 @@ async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
     })
     .await;
     assert_eq!(
-        cli_ok(&db, &["cordon", &a]).trim(),
+        cli_ok(db, &["cordon", &a]).trim(),
         format!("node/{a} cordoned")
     );
     assert_eq!(
-        cli_ok(&db, &["cordon", &a]).trim(),
+        cli_ok(db, &["cordon", &a]).trim(),
         format!("node/{a} already cordoned")
     );
-    cli_ok(&db, &["label", &a, "maintenance=true"]);
-    cli_ok(&db, &["taint", &a, "dedicated=gpu:NoSchedule"]);
-    let (code, _, err) = cli(&db, &["taint", &a, "dedicated=cpu:NoSchedule"]);
+    cli_ok(db, &["label", &a, "maintenance=true"]);
+    cli_ok(db, &["taint", &a, "dedicated=gpu:NoSchedule"]);
+    let (code, _, err) = cli(db, &["taint", &a, "dedicated=cpu:NoSchedule"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--overwrite"), "{err}");
     let (code, _, err) = cli(
-        &db,
+        db,
         &["taint", &a, "node.kubernetes.io/unreachable:NoSchedule"],
     );
     assert_ne!(code, 0);
@@ -686,15 +686,15 @@ async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
 
     // Stopped: the same commands, the same checks, the same history.
     assert_eq!(
-        cli_ok(&db, &["uncordon", &a]).trim(),
+        cli_ok(db, &["uncordon", &a]).trim(),
         format!("node/{a} uncordoned")
     );
-    cli_ok(&db, &["taint", &a, "dedicated-"]);
-    cli_ok(&db, &["label", &a, "maintenance-", "rack=r9"]);
-    let (code, _, err) = cli(&db, &["annotate", &a, "nodekeeper.io/source=x"]);
+    cli_ok(db, &["taint", &a, "dedicated-"]);
+    cli_ok(db, &["label", &a, "maintenance-", "rack=r9"]);
+    let (code, _, err) = cli(db, &["annotate", &a, "nodekeeper.io/source=x"]);
     assert_ne!(code, 0);
     assert!(err.contains("Forbidden"), "{err}");
-    let h = json(&cli_ok(&db, &["history", &a, "-o", "json"]));
+    let h = json(&cli_ok(db, &["history", &a, "-o", "json"]));
     let by: Vec<&str> = h
         .as_array()
         .unwrap()
@@ -708,10 +708,10 @@ async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
         by[3].ends_with("(nodekeeper CLI on the stopped store)"),
         "{by:?}"
     );
-    let verify = cli_ok(&db, &["db", "verify"]);
+    let verify = cli_ok(db, &["db", "verify"]);
     assert!(verify.contains("ok"), "{verify}");
     // The next run starts from it.
-    let c = Controller::start(&db, &site.args());
+    let c = Controller::start(db, &site.args());
     let (_, node) = c.get(&format!("/api/v1/nodes/{a}")).await;
     assert!(node["spec"]["unschedulable"].is_null(), "{node}");
     assert_eq!(node["metadata"]["labels"]["rack"], "r9");
@@ -727,7 +727,7 @@ async fn a_cordoned_node_is_evicted_only_for_its_conditions() {
 
     let mut args = site.args();
     args.extend(["--pod-eviction-timeout", "1s", "--node-eviction-rate", "10"].map(String::from));
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     let (a, b) = (fleet.name(0), fleet.name(1));
     for n in [&a, &b] {
         c.wait_ready(n, "True").await;
@@ -794,7 +794,7 @@ async fn operator_changes_go_up_and_the_clusters_own_stay() {
         ]
         .map(String::from),
     );
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     let (a, b) = (fleet.name(0), fleet.name(1));
     c.wait_ready(&a, "True").await;
     let upstream = |name: &str| api.node(name).unwrap_or(Value::Null);
