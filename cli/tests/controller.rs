@@ -13,11 +13,10 @@ use nodekeeper_sim::KubeletState;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_decide_ready_and_every_change_is_history() {
-    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 61, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
+    let site = TestSite::start(3, Ipv4Addr::new(127, 61, 0, 1)).await;
+    let (fleet, db) = (&site.fleet, &site.db);
+
+    let c = Controller::start(db, &site.args());
     let (a, b, d) = (fleet.name(0), fleet.name(1), fleet.name(2));
     for n in [&a, &b, &d] {
         c.wait_ready(n, "True").await;
@@ -92,15 +91,15 @@ async fn probes_decide_ready_and_every_change_is_history() {
     assert_eq!(status, 400, "{bad}");
 
     // The CLI finds the running controller by itself (it holds the store's lock).
-    let json_out = cli_ok(&db, &["history", &a, "--condition", "Ready", "-o", "json"]);
+    let json_out = cli_ok(db, &["history", &a, "--condition", "Ready", "-o", "json"]);
     let events = json(&json_out);
     assert_eq!(events.as_array().unwrap().last().unwrap()["to"], "Unknown");
-    let table = cli_ok(&db, &["nodes"]);
+    let table = cli_ok(db, &["nodes"]);
     assert!(table.starts_with("NAME"), "{table}");
     assert!(table.contains(&a) && table.contains("NotReady"), "{table}");
-    let list = json(&cli_ok(&db, &["nodes", "-o", "json"]));
+    let list = json(&cli_ok(db, &["nodes", "-o", "json"]));
     assert_eq!(list["kind"], "NodeList");
-    let described = cli_ok(&db, &["describe", &b]);
+    let described = cli_ok(db, &["describe", &b]);
     assert!(
         described.contains("KubeletNotReady") && described.contains("Conditions:"),
         "{described}"
@@ -123,19 +122,18 @@ async fn probes_decide_ready_and_every_change_is_history() {
     assert_eq!(c.text("/healthz").await, "ok");
 
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_finds_everything_and_invents_nothing() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 62, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let args = fast_args(&nodes, fleet.fleet.port());
+    let site = TestSite::start(2, Ipv4Addr::new(127, 62, 0, 1)).await;
+    let (fleet, db) = (&site.fleet, &site.db);
+
+    let args = site.args();
     let (up, down) = (fleet.name(0), fleet.name(1));
 
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     c.wait_ready(&up, "True").await;
     fleet.handle.set(&down, KubeletState::Down).unwrap();
     c.wait_ready(&down, "Unknown").await;
@@ -155,19 +153,19 @@ async fn a_restart_finds_everything_and_invents_nothing() {
     assert!(c.stop().success());
 
     // Stopped: the CLI reads the store itself.
-    let before = json(&cli_ok(&db, &["history", "-o", "json"]));
+    let before = json(&cli_ok(db, &["history", "-o", "json"]));
     let before = before.as_array().unwrap().clone();
     assert_eq!(before.last().unwrap()["kind"], "ControllerStopped");
-    let listed = json(&cli_ok(&db, &["nodes", "-o", "json"]));
+    let listed = json(&cli_ok(db, &["nodes", "-o", "json"]));
     assert_eq!(listed["items"].as_array().unwrap().len(), 2);
-    assert!(cli_ok(&db, &["db", "status"]).contains("stopped cleanly"));
-    assert!(cli_ok(&db, &["db", "verify"]).contains("ok:"));
+    assert!(cli_ok(db, &["db", "status"]).contains("stopped cleanly"));
+    assert!(cli_ok(db, &["db", "verify"]).contains("ok:"));
 
     // Restart with the same nodes: registration is idempotent, and while
     // nothing changes nothing is written but the start. The controller's
     // own passes say when more than a grace period and a sync period
     // have gone by since it started (its first pass), however slow the machine.
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     let first_pass = c
         .wait_pass_after("nodekeeper_last_monitor_pass_timestamp_seconds", 0.0)
         .await;
@@ -192,7 +190,7 @@ async fn a_restart_finds_everything_and_invents_nothing() {
 
     // A second controller on the same store is refused, naming the first.
     let (code, _, err) = cli(
-        &db,
+        db,
         &[
             "run",
             "--nodes",
@@ -214,16 +212,15 @@ async fn a_restart_finds_everything_and_invents_nothing() {
     fleet.handle.set(&down, KubeletState::Up).unwrap();
     c.wait_ready(&down, "True").await;
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transition_reported_over_http_survives_kill_9() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 63, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
+    let site = TestSite::start(2, Ipv4Addr::new(127, 63, 0, 1)).await;
+    let (fleet, db) = (&site.fleet, &site.db);
+
+    let c = Controller::start(db, &site.args());
     let victim = fleet.name(1);
     c.wait_ready(&victim, "True").await;
     fleet.handle.set(&victim, KubeletState::Sick).unwrap();
@@ -236,12 +233,12 @@ async fn a_transition_reported_over_http_survives_kill_9() {
     // No clean stop: whatever was not flushed is lost.
     c.kill9();
 
-    let history = json(&cli_ok(&db, &["history", &victim, "-o", "json"]));
+    let history = json(&cli_ok(db, &["history", &victim, "-o", "json"]));
     assert!(
         history.as_array().unwrap().contains(&reported),
         "lost {reported} after kill -9: {history}"
     );
-    let node = json(&cli_ok(&db, &["nodes", "-o", "json"]));
+    let node = json(&cli_ok(db, &["nodes", "-o", "json"]));
     let victim_node = node["items"]
         .as_array()
         .unwrap()
@@ -249,11 +246,11 @@ async fn a_transition_reported_over_http_survives_kill_9() {
         .find(|n| n["metadata"]["name"] == victim.as_str())
         .unwrap();
     assert_eq!(ready_of(victim_node).as_deref(), Some("False"));
-    assert!(cli_ok(&db, &["db", "status"]).contains("without a clean stop"));
-    assert!(cli_ok(&db, &["db", "verify"]).contains("ok:"));
+    assert!(cli_ok(db, &["db", "status"]).contains("without a clean stop"));
+    assert!(cli_ok(db, &["db", "verify"]).contains("ok:"));
 
     // The next controller records the unclean gap.
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
+    let c = Controller::start(db, &site.args());
     let (_, all) = c.get("/v1/history").await;
     let last_start = all
         .as_array()
@@ -265,7 +262,7 @@ async fn a_transition_reported_over_http_survives_kill_9() {
         .clone();
     assert_eq!(last_start["previousStopClean"], false);
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 use std::time::Instant;

@@ -31,15 +31,14 @@ fn taints(node: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_down_past_the_timeout_is_tainted_evicted_and_hooked() {
-    let fleet = TestFleet::start(4, Ipv4Addr::new(127, 111, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let hooked = dir.path().join("hooked");
+    let site = TestSite::start(4, Ipv4Addr::new(127, 111, 0, 1)).await;
+    let (fleet, dir, db, _nodes) = (&site.fleet, site.dir.path(), &site.db, &site.nodes_file);
+
+    let hooked = dir.join("hooked");
     let hook = format!("echo >> {}", hooked.display());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let mut args = site.args();
     args.extend(["--pod-eviction-timeout", "1s", "--eviction-hook", &hook].map(String::from));
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     let victim = fleet.name(0);
     for i in 0..4 {
         c.wait_ready(&fleet.name(i), "True").await;
@@ -97,22 +96,21 @@ async fn a_node_down_past_the_timeout_is_tainted_evicted_and_hooked() {
         metrics.contains("nodekeeper_evictions_total 1"),
         "{metrics}"
     );
-    assert!(cli_ok(&db, &["db", "status"]).contains("running"));
+    assert!(cli_ok(db, &["db", "status"]).contains("running"));
     assert!(c.stop().success());
     // The registry's taints agree with their history.
-    assert!(cli_ok(&db, &["db", "verify"]).contains("ok:"));
-    fleet.stop().await;
+    assert!(cli_ok(db, &["db", "verify"]).contains("ok:"));
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_every_node_is_down_nothing_is_evicted() {
-    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 112, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let site = TestSite::start(3, Ipv4Addr::new(127, 112, 0, 1)).await;
+    let (fleet, db, _nodes) = (&site.fleet, &site.db, &site.nodes_file);
+
+    let mut args = site.args();
     args.extend(["--pod-eviction-timeout", "500ms"].map(String::from));
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     for i in 0..3 {
         c.wait_ready(&fleet.name(i), "True").await;
     }
@@ -158,24 +156,23 @@ async fn when_every_node_is_down_nothing_is_evicted() {
         "{history}"
     );
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hook_interrupted_by_a_crash_is_resumed_after_the_restart() {
-    let fleet = TestFleet::start(4, Ipv4Addr::new(127, 113, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let marker = dir.path().join("resumed");
+    let site = TestSite::start(4, Ipv4Addr::new(127, 113, 0, 1)).await;
+    let (fleet, dir, db) = (&site.fleet, site.dir.path(), &site.db);
+
+    let marker = dir.join("resumed");
     let victim = fleet.name(0);
     let with_hook = |hook: &str| {
-        let mut args = fast_args(&nodes, fleet.fleet.port());
+        let mut args = site.args();
         args.extend(["--pod-eviction-timeout", "1s", "--eviction-hook", hook].map(String::from));
         args
     };
     // A hook that never finishes in time: the controller is killed meanwhile.
-    let c = Controller::start(&db, &with_hook("sleep 600; true"));
+    let c = Controller::start(db, &with_hook("sleep 600; true"));
     for i in 0..4 {
         c.wait_ready(&fleet.name(i), "True").await;
     }
@@ -196,7 +193,7 @@ async fn a_hook_interrupted_by_a_crash_is_resumed_after_the_restart() {
     // The next controller runs the hook again once it knows the node is still down.
     // The hook gets the node's name and the reason as its arguments.
     let hook = format!("echo >> {}", marker.display());
-    let c = Controller::start(&db, &with_hook(&hook));
+    let c = Controller::start(db, &with_hook(&hook));
     let history = c
         .wait_for(&format!("/v1/history?node={victim}"), "EvictionDone", |h| {
             h.as_array()
@@ -223,5 +220,5 @@ async fn a_hook_interrupted_by_a_crash_is_resumed_after_the_restart() {
         "{line}"
     );
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }

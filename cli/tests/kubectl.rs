@@ -113,11 +113,10 @@ fn row<'a>(rows: &'a [Vec<String>], name: &str) -> &'a [String] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_gets_and_describes_nodes() {
-    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 71, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
+    let site = TestSite::start(3, Ipv4Addr::new(127, 71, 0, 1)).await;
+    let (fleet, dir, db, _nodes) = (&site.fleet, site.dir.path(), &site.db, &site.nodes_file);
+
+    let c = Controller::start(db, &site.args());
     let (a, b, sick) = (fleet.name(0), fleet.name(1), fleet.name(2));
     let a_ip = fleet.fleet.nodes()[0].address.ip().to_string();
     for n in [&a, &b, &sick] {
@@ -125,7 +124,7 @@ async fn kubectl_gets_and_describes_nodes() {
     }
     fleet.handle.set(&sick, KubeletState::Sick).unwrap();
     c.wait_ready(&sick, "False").await;
-    let kubectl = Kubectl::new(&c.url, dir.path());
+    let kubectl = Kubectl::new(&c.url, dir);
 
     // get nodes: the API server's columns, one row per node.
     let table = rows(&kubectl.ok(&["get", "nodes"]).await);
@@ -283,7 +282,7 @@ async fn kubectl_gets_and_describes_nodes() {
     );
 
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 async fn get(url: &str, accept: &str) -> (u16, Value) {
@@ -301,11 +300,10 @@ const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/js
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_page_filter_and_print_as_the_api_server_does() {
-    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 72, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
+    let site = TestSite::start(3, Ipv4Addr::new(127, 72, 0, 1)).await;
+    let (fleet, db, _nodes) = (&site.fleet, &site.db, &site.nodes_file);
+
+    let c = Controller::start(db, &site.args());
     let names: Vec<String> = (0..3).map(|i| fleet.name(i)).collect();
     for n in &names {
         c.wait_ready(n, "True").await;
@@ -446,5 +444,5 @@ async fn lists_page_filter_and_print_as_the_api_server_does() {
     assert_eq!(rest["items"][0], items[1]);
 
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
