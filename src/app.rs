@@ -17,7 +17,7 @@ use crate::metrics::Metrics;
 use crate::model::{Micros, NodeSpec, Resources};
 use crate::probe::{ProbeConfig, Scheme};
 use crate::server::{ApiLimits, AppState, Tokens};
-use crate::sim::{Fleet, FleetConfig};
+use crate::simulate::{SimulateRequest, Simulator, StartError};
 use crate::source::cloud::{anchored, CloudProvider};
 use crate::source::{static_list, SourceError};
 use crate::store::{Store, StoreError, StoreOptions};
@@ -42,7 +42,11 @@ pub struct RunConfig {
     pub store: StoreOptions,
     pub controller: ControllerConfig,
     pub specs: Vec<NodeSpec>,
-    pub simulate: Option<FleetConfig>,
+    /// `--simulate`: kubelets to start in this process, by [`RunConfig::simulator`].
+    pub simulate: Option<SimulateRequest>,
+    /// What starts them: the binary's simulator (`nodekeeper-sim`). Without
+    /// one, `run` refuses `--simulate`.
+    pub simulator: Option<Arc<dyn Simulator>>,
     /// Where to mirror, if an API server is configured.
     pub mirror: Option<crate::mirror::MirrorConfig>,
     /// How much history to keep (`--history-retention`, `--history-max-bytes`).
@@ -158,7 +162,11 @@ pub enum RunError {
         source: std::io::Error,
     },
     #[error("simulated fleet: {0}")]
-    Sim(#[from] crate::sim::SimError),
+    Sim(StartError),
+    #[error(
+        "--simulate: this build has no simulator; run the nodekeeper binary, which carries one"
+    )]
+    NoSimulator,
     #[error("{nodes} nodes need about {needed} open files but this process may open only {limit}; run large simulated fleets as separate processes (`nodekeeper sim`, at most ~5000 nodes each) or raise the hard limit (ulimit -Hn)")]
     TooManyNodes {
         nodes: usize,
@@ -289,12 +297,10 @@ impl RunConfig {
             insecure_skip_tls_verify: args.kubelet_insecure_skip_tls_verify,
             ..ProbeConfig::default()
         };
-        let simulate = args.simulate.map(|nodes| FleetConfig {
+        let simulate = args.simulate.map(|nodes| SimulateRequest {
             nodes,
             base_ip: args.simulate_base_ip,
-            port: 0,
             control: args.simulate_control,
-            ..FleetConfig::default()
         });
         if simulate.is_some() {
             // Simulated kubelets speak plain HTTP on a port of their choosing.
@@ -463,6 +469,7 @@ impl RunConfig {
             },
             specs,
             simulate,
+            simulator: None,
             open_files,
             serve: crate::server::ServeConfig::default().max_connections(sizing.max_connections),
             limits: sizing.limits,
@@ -640,6 +647,9 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
             limit,
         });
     }
+    if config.simulate.is_some() && config.simulator.is_none() {
+        return Err(RunError::NoSimulator);
+    }
 
     let client = match &config.mirror {
         None => None,
@@ -668,13 +678,17 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
 
     let fleet = match config.simulate.take() {
         None => None,
-        Some(fleet_config) => {
-            let fleet = Fleet::start(fleet_config, shutdown.child_token()).await?;
+        Some(request) => {
+            let simulator = config.simulator.take().ok_or(RunError::NoSimulator)?;
+            let fleet = simulator
+                .start(request, shutdown.child_token())
+                .await
+                .map_err(RunError::Sim)?;
             config.controller.probe.port = fleet.port();
-            config.specs.extend(fleet.nodes().iter().map(|n| {
+            config.specs.extend(fleet.nodes().into_iter().map(|n| {
                 static_list::static_spec(
-                    n.name.clone(),
-                    Some(&n.address.ip().to_string()),
+                    n.name,
+                    Some(&n.ip.to_string()),
                     Default::default(),
                     Resources::default(),
                 )

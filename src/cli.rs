@@ -502,7 +502,7 @@ pub struct SimArgs {
     pub status_update_interval: Duration,
     /// How far the nodes' clocks are off, e.g. -5h or 3h.
     #[arg(long, default_value = "0", allow_hyphen_values = true, requires = "push",
-          value_parser = crate::sim::push::parse_clock_skew)]
+          value_parser = parse_clock_skew)]
     pub clock_skew: jiff::SignedDuration,
     /// Register nodes the controller does not know (it needs --allow-node-registration).
     #[arg(long, requires = "push")]
@@ -532,4 +532,45 @@ pub enum SimCommand {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     crate::duration::parse(s)
+}
+
+/// How far `nodekeeper sim --clock-skew` may set the nodes' clocks off.
+pub const MAX_CLOCK_SKEW: jiff::SignedDuration = jiff::SignedDuration::from_hours(24 * 1000);
+
+/// Parses `--clock-skew`: a duration such as `3h` or `-5h30m`.
+pub fn parse_clock_skew(s: &str) -> Result<jiff::SignedDuration, String> {
+    let text = s.trim();
+    let (negative, magnitude) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let d = crate::duration::parse(magnitude)?;
+    let d = jiff::SignedDuration::try_from(d).map_err(|_| format!("{s:?} is too long"))?;
+    if d > MAX_CLOCK_SKEW {
+        return Err(format!("{s:?} is more than 1000 days"));
+    }
+    Ok(if negative { -d } else { d })
+}
+
+#[cfg(test)]
+mod tests {
+    use jiff::SignedDuration;
+
+    use super::parse_clock_skew;
+
+    #[test]
+    fn clock_skew_may_be_negative() {
+        assert_eq!(parse_clock_skew("-5h"), Ok(SignedDuration::from_hours(-5)));
+        assert_eq!(parse_clock_skew("3h"), Ok(SignedDuration::from_hours(3)));
+        assert_eq!(parse_clock_skew("+90s"), Ok(SignedDuration::from_secs(90)));
+        assert_eq!(
+            parse_clock_skew("-1h30m"),
+            Ok(SignedDuration::from_mins(-90))
+        );
+        assert_eq!(parse_clock_skew("0"), Ok(SignedDuration::ZERO));
+        assert!(parse_clock_skew("-").is_err());
+        assert!(parse_clock_skew("--5h").is_err());
+        assert!(parse_clock_skew("5").is_err());
+        assert!(parse_clock_skew("1001d").unwrap_err().contains("1000 days"));
+    }
 }

@@ -24,7 +24,7 @@ pub mod process;
 pub mod quantity;
 pub mod readiness;
 pub mod server;
-pub mod sim;
+pub mod simulate;
 pub mod source;
 pub mod store;
 pub mod validation;

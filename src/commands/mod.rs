@@ -9,7 +9,6 @@ pub mod history;
 pub mod mirror;
 pub mod nodes;
 pub mod run;
-pub mod sim;
 pub mod ui;
 pub mod version;
 

@@ -1,19 +1,23 @@
 //! `nodekeeper run`: the controller, until Ctrl-C or SIGTERM.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
 use super::{Failure, Outcome};
 use crate::app::{self, Discovery, RunConfig, RunError};
 use crate::cli::RunArgs;
+use crate::simulate::Simulator;
 use crate::store::StoreError;
 
-pub async fn run(args: &RunArgs, db: &Path) -> Outcome {
-    let config = RunConfig::from_args(args, db).map_err(|e| Failure {
+/// Runs the controller; `simulator` starts the kubelets of `--simulate`.
+pub async fn run(args: &RunArgs, db: &Path, simulator: Option<Arc<dyn Simulator>>) -> Outcome {
+    let mut config = RunConfig::from_args(args, db).map_err(|e| Failure {
         message: e.to_string(),
         code: 2,
     })?;
+    config.simulator = simulator;
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     match app::run(config, shutdown).await {
@@ -34,7 +38,7 @@ pub async fn run(args: &RunArgs, db: &Path) -> Outcome {
     }
 }
 
-pub(crate) async fn stop_on_signal(shutdown: CancellationToken) {
+pub async fn stop_on_signal(shutdown: CancellationToken) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -12,8 +12,8 @@
 pub(crate) mod json_patch;
 pub(crate) mod mirror_patch;
 pub(crate) mod paging;
-pub(crate) mod patch;
-pub(crate) mod selectors;
+pub mod patch;
+pub mod selectors;
 pub(crate) mod table;
 pub(crate) mod watch;
 

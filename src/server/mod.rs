@@ -13,7 +13,7 @@ pub mod node_json;
 pub(crate) mod node_writes;
 mod nodes;
 mod params;
-pub(crate) mod pods;
+pub mod pods;
 mod push;
 mod serve;
 mod v1;

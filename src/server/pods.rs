@@ -16,7 +16,7 @@ use super::params::ListParams;
 use super::{bad_request, AppState};
 
 /// The fields pods can be selected by, as in kube-apiserver.
-pub(crate) const POD_FIELDS: &[&str] = &[
+pub const POD_FIELDS: &[&str] = &[
     "metadata.name",
     "metadata.namespace",
     "spec.nodeName",

@@ -1,0 +1,115 @@
+//! The nodekeeper binary: parse the command line, set up logging, dispatch.
+
+use std::io::Write;
+
+use nodekeeper::cli::{Cli, Command, ConfigCommand};
+use nodekeeper::commands::{self, Failure};
+use nodekeeper::inspect::Source;
+
+/// mimalloc: a push fleet allocates and frees per request on every worker
+/// thread; glibc's malloc spent a quarter of the controller's CPU on it and
+/// let RSS creep (README, Scale benchmark).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc hands freed pages back to the OS a while after they are freed
+/// (`purge_delay`, 1 s), and only when the thread that owns them next frees
+/// or allocates: pages freed by a burst (the start-up registration and
+/// checkpoint, a list of every node) on threads that then go quiet stayed
+/// resident, ~20 MiB of 166 at 10,000 probed nodes. With no delay they go
+/// back at once; the CPU this costs is measured in the README (Scale
+/// benchmark). `MIMALLOC_PURGE_DELAY` in the environment still decides.
+fn tune_allocator() {
+    // `mi_option_purge_delay` of mimalloc.h's `mi_option_e` (15 in both of
+    // the crate's versions); the crate names only some options.
+    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: mi_option_set stores an option's value (a plain store
+        // read by later purges); any thread may call it at any time.
+        unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 0) };
+    }
+}
+
+fn main() {
+    tune_allocator();
+    nodekeeper::process::mark_started();
+    nodekeeper::install_crypto_provider();
+    let (cli, settings) = match nodekeeper::config::parse_args(std::env::args_os().collect()) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    // kube's client logs every failed request at error level; the mirror
+    // reports failures itself, summed up. `--log kube_client=debug` shows them.
+    let log = if cli.log.contains("kube_client") {
+        cli.log.clone()
+    } else {
+        format!("{},kube_client=off", cli.log)
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&log).unwrap_or_else(|e| {
+        eprintln!("error: --log {:?}: {e}", cli.log);
+        std::process::exit(2);
+    });
+    nodekeeper::logging::init(filter, cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let outcome = runtime.block_on(dispatch(&cli, &settings));
+    let printed = match &outcome {
+        Ok(text) => {
+            let mut out = commands::stdout();
+            out.write_all(text.as_bytes()).and_then(|()| out.flush())
+        }
+        Err(_) => Ok(()),
+    };
+    // The reader went away (`| head`): what it wanted, it has. Exit quietly.
+    if commands::stdout_closed() {
+        std::process::exit(0);
+    }
+    if let Err(e) = printed {
+        eprintln!("error: cannot write the output: {e}");
+        std::process::exit(1);
+    }
+    if let Err(Failure { message, code }) = outcome {
+        eprintln!("error: {message}");
+        std::process::exit(code);
+    }
+}
+
+async fn dispatch(cli: &Cli, settings: &[nodekeeper::config::Setting]) -> commands::Outcome {
+    let source = || Source::open_with_token(&cli.db, cli.server.as_deref(), cli.token.as_deref());
+    match &cli.command {
+        Command::Run(args) => {
+            let simulator = std::sync::Arc::new(nodekeeper_sim::simulator::InProcess);
+            commands::run::run(args, &cli.db, Some(simulator)).await
+        }
+        Command::Nodes { output } => commands::nodes::nodes(&source()?, *output).await,
+        Command::Describe { node } => commands::describe::describe(&source()?, node).await,
+        Command::History(args) => commands::history::history(&source()?, args).await,
+        Command::At { time, output } => commands::at::at(&source()?, time, *output).await,
+        Command::Mirror { command } => commands::mirror::mirror(&source()?, command).await,
+        Command::Db { command } => commands::db::db(&cli.db, cli.server.as_deref(), command).await,
+        Command::Sim(args) => nodekeeper_sim::command::sim(args, &cli.db).await,
+        Command::Ui(args) => commands::ui::ui(args, &cli.db).await,
+        Command::Version { output } => commands::version::version(*output),
+        Command::Config {
+            command: ConfigCommand::Print(_),
+        } => Ok(nodekeeper::config::print(settings)),
+        Command::Cordon { node } => commands::edit::cordon(&source()?, node, true).await,
+        Command::Uncordon { node } => commands::edit::cordon(&source()?, node, false).await,
+        Command::Label(args) => commands::edit::label(&source()?, args, false).await,
+        Command::Annotate(args) => commands::edit::label(&source()?, args, true).await,
+        Command::Taint(args) => commands::edit::taint(&source()?, args).await,
+        Command::Delete { node } => commands::edit::delete(&source()?, node).await,
+        Command::Completions { shell } => commands::completions::completions(*shell),
+    }
+}

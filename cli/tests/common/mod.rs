@@ -1,0 +1,810 @@
+//! Shared helpers for the integration tests: the real binary, a simulated
+//! fleet in the test process, and bounded waits on observable state.
+#![allow(dead_code)]
+// Tests drive real processes: they wait in real time and set up files with std::fs.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nodekeeper_sim::{Fleet, FleetConfig, FleetHandle, PushConfig, PushStats};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_nodekeeper");
+
+/// The repository's top (README, dist/, fixtures/, docs/): these tests live in cli/.
+pub const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+/// How long any wait in a test may take before it fails.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A simulated fleet living in the test process.
+pub struct TestFleet {
+    pub fleet: Fleet,
+    pub handle: FleetHandle,
+    shutdown: CancellationToken,
+}
+
+impl TestFleet {
+    pub async fn start(nodes: usize, base_ip: Ipv4Addr) -> TestFleet {
+        nodekeeper::install_crypto_provider();
+        let shutdown = CancellationToken::new();
+        let config = FleetConfig {
+            nodes,
+            base_ip,
+            port: 0,
+            ..FleetConfig::default()
+        };
+        let fleet = Fleet::start(config, shutdown.clone())
+            .await
+            .expect("fleet starts");
+        let handle = fleet.handle();
+        TestFleet {
+            fleet,
+            handle,
+            shutdown,
+        }
+    }
+
+    /// Writes the fleet as a nodes file.
+    pub fn nodes_file(&self, dir: &Path) -> PathBuf {
+        let entries: Vec<Value> = self
+            .fleet
+            .nodes()
+            .iter()
+            .map(|n| serde_json::json!({"name": n.name, "address": n.address.ip().to_string()}))
+            .collect();
+        let path = dir.join("nodes.json");
+        std::fs::write(&path, serde_json::to_vec(&entries).unwrap()).unwrap();
+        path
+    }
+
+    pub fn name(&self, i: usize) -> String {
+        self.fleet.nodes()[i].name.clone()
+    }
+
+    /// Writes a nodes file of only the first `count` nodes; the others are
+    /// unknown to a controller started with it.
+    pub fn nodes_file_of_first(&self, dir: &Path, count: usize) -> PathBuf {
+        let entries: Vec<Value> = self.fleet.nodes()[..count]
+            .iter()
+            .map(|n| serde_json::json!({"name": n.name, "address": n.address.ip().to_string()}))
+            .collect();
+        let path = dir.join("nodes.json");
+        std::fs::write(&path, serde_json::to_vec(&entries).unwrap()).unwrap();
+        path
+    }
+
+    /// Makes the fleet push to `controller` every 200ms, changed by `tweak`.
+    pub fn push_to(&self, controller: &Controller, tweak: impl FnOnce(&mut PushConfig)) {
+        let mut config = fast_push(&controller.url);
+        tweak(&mut config);
+        self.fleet.start_pushing(config).expect("pushing starts");
+    }
+
+    /// The fleet's push counters (it must push).
+    pub fn push_stats(&self) -> PushStats {
+        self.handle.push_stats().expect("the fleet pushes")
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.fleet.closed().await;
+    }
+}
+
+/// One test's site: a fleet of simulated kubelets in the test process on
+/// the test's own loopback range, a temporary directory with the fleet's
+/// nodes file and the store's path, and the controller's flags (fast
+/// periods, [`GRACE`], changed with [`TestSiteBuilder`]).
+pub struct TestSite {
+    pub fleet: TestFleet,
+    pub dir: tempfile::TempDir,
+    pub db: PathBuf,
+    pub nodes_file: PathBuf,
+    args: Vec<String>,
+}
+
+/// Sets a [`TestSite`] up: `TestSite::builder(3, base_ip).grace("4s").start()`.
+pub struct TestSiteBuilder {
+    nodes: usize,
+    base_ip: Ipv4Addr,
+    flags: Vec<(String, String)>,
+}
+
+impl TestSiteBuilder {
+    /// `--node-monitor-grace-period` (default [`GRACE`]).
+    pub fn grace(self, grace: &str) -> TestSiteBuilder {
+        self.flag("--node-monitor-grace-period", grace)
+    }
+
+    /// Any other flag with a value, set in place of the default if it has one.
+    pub fn flag(mut self, flag: &str, value: &str) -> TestSiteBuilder {
+        self.flags.push((flag.to_string(), value.to_string()));
+        self
+    }
+
+    pub async fn start(self) -> TestSite {
+        let fleet = TestFleet::start(self.nodes, self.base_ip).await;
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let nodes_file = fleet.nodes_file(dir.path());
+        let mut args = fast_args(&nodes_file, fleet.fleet.port());
+        for (flag, value) in &self.flags {
+            set_flag(&mut args, flag, value);
+        }
+        TestSite {
+            fleet,
+            dir,
+            db,
+            nodes_file,
+            args,
+        }
+    }
+}
+
+impl TestSite {
+    /// A site of `nodes` kubelets from `base_ip` on; each test keeps a range
+    /// of its own, so tests running at once never share an address.
+    pub fn builder(nodes: usize, base_ip: Ipv4Addr) -> TestSiteBuilder {
+        TestSiteBuilder {
+            nodes,
+            base_ip,
+            flags: Vec::new(),
+        }
+    }
+
+    /// [`TestSite::builder`] with the defaults.
+    pub async fn start(nodes: usize, base_ip: Ipv4Addr) -> TestSite {
+        TestSite::builder(nodes, base_ip).start().await
+    }
+
+    /// The controller's flags for this site; tests add their own.
+    pub fn args(&self) -> Vec<String> {
+        self.args.clone()
+    }
+
+    /// Node `i`'s name.
+    pub fn name(&self, i: usize) -> String {
+        self.fleet.name(i)
+    }
+
+    /// Starts a controller on the site's store with its flags and `extra`.
+    pub fn controller(&self, extra: &[String]) -> Controller {
+        let mut args = self.args();
+        args.extend(extra.iter().cloned());
+        Controller::start(&self.db, &args)
+    }
+
+    /// Stops the fleet; the directory goes when the site is dropped.
+    pub async fn stop(self) {
+        self.fleet.stop().await;
+    }
+}
+
+/// A watch stream (`?watch=true`), read event by event.
+pub struct WatchStream {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+}
+
+impl WatchStream {
+    /// Opens `url`; a watch outlives the usual whole-request timeout, so its
+    /// client has none (each event is awaited up to [`DEADLINE`]).
+    pub async fn open(url: &str) -> WatchStream {
+        nodekeeper::install_crypto_provider();
+        let response = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .get(url)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        WatchStream {
+            response,
+            buffer: Vec::new(),
+        }
+    }
+
+    /// Watches `c`'s nodes, `query` following `?watch=true` (e.g. `&resourceVersion=5`).
+    pub async fn nodes(c: &Controller, query: &str) -> WatchStream {
+        WatchStream::open(&format!("{}/api/v1/nodes?watch=true{query}", c.url)).await
+    }
+
+    /// The next event, or `None` when the stream ends.
+    pub async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(i) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=i).collect();
+                return Some(serde_json::from_slice(&line).unwrap());
+            }
+            let chunk = tokio::time::timeout(DEADLINE, self.response.chunk())
+                .await
+                .expect("a watch event in time");
+            match chunk.unwrap() {
+                Some(bytes) => self.buffer.extend_from_slice(&bytes),
+                None => return None,
+            }
+        }
+    }
+
+    /// Skips events until one about `node` matches `pred`. Wait for the
+    /// change wanted (a Ready transition, say), not for a node's next
+    /// change: the lifting of its start-up taints can come first.
+    pub async fn until(&mut self, node: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let event = self.next().await.expect("the stream ended early");
+            if event["object"]["metadata"]["name"] == node && pred(&event) {
+                return event;
+            }
+        }
+    }
+}
+
+/// A controller process, killed when dropped.
+pub struct Controller {
+    pub child: Child,
+    pub db: PathBuf,
+    pub url: String,
+    pub log: PathBuf,
+    /// With `--token-file`, the first operator's token in it: the helpers'
+    /// reads present it, since every request but health checks needs one.
+    pub token: Option<String>,
+}
+
+/// The first token of a `--token-file` among `args` that is not bound to a
+/// node (`TOKEN`, or `token,user,uid` with a user other than system:node:…).
+fn operator_token(args: &[String]) -> Option<String> {
+    let at = args.iter().position(|a| a == "--token-file")?;
+    let text = std::fs::read_to_string(&args[at + 1]).ok()?;
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            match fields.as_slice() {
+                [token] => Some(token.to_string()),
+                [token, user, _, ..] if !user.starts_with("system:node:") => {
+                    Some(token.to_string())
+                }
+                _ => None,
+            }
+        })
+}
+
+/// The grace period of [`fast_args`]. Probes every 200 ms and a 3 s grace
+/// leave a stalled 2-core machine room for a dozen missed sweeps before a
+/// healthy node goes Unknown; tests that measure the grace set their own.
+pub const GRACE: &str = "3s";
+/// [`GRACE`] in seconds, for windows counted on the controller's clock.
+pub const GRACE_SECONDS: f64 = 3.0;
+
+/// Fast periods so tests take seconds.
+pub fn fast_args(nodes_file: &Path, port: u16) -> Vec<String> {
+    [
+        "--nodes-file",
+        &nodes_file.to_string_lossy(),
+        "--kubelet-scheme",
+        "http",
+        "--kubelet-port",
+        &port.to_string(),
+        "--kubelet-timeout",
+        "500ms",
+        "--node-sync-period",
+        "200ms",
+        "--node-monitor-grace-period",
+        GRACE,
+        "--node-monitor-period",
+        "100ms",
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Sets `flag` to `value` among `args`: in place when it is there (a flag
+/// given twice is refused), appended when not.
+pub fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
+    match args.iter().position(|a| a == flag) {
+        Some(at) => args[at + 1] = value.to_string(),
+        None => args.extend([flag.to_string(), value.to_string()]),
+    }
+}
+
+/// Push settings for tests: renewals and status updates every 200ms.
+pub fn fast_push(url: &str) -> PushConfig {
+    PushConfig {
+        lease_renew_interval: Duration::from_millis(200),
+        status_update_interval: Duration::from_millis(200),
+        request_timeout: Duration::from_secs(5),
+        ..PushConfig::new(url)
+    }
+}
+
+/// A controller in push mode with fast periods: monitor every 100ms, grace 2s.
+pub fn push_mode_args(nodes_file: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--nodes-file",
+        &nodes_file.to_string_lossy(),
+        "--node-status-mode",
+        "push",
+        // Nothing is probed, but the flags are checked all the same.
+        "--kubelet-scheme",
+        "http",
+        "--node-sync-period",
+        "200ms",
+        "--node-monitor-period",
+        "100ms",
+        "--node-monitor-grace-period",
+        "2s",
+        "--node-startup-grace-period",
+        "2s",
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Follows one of the `nodekeeper_last_*_timestamp_seconds` gauges until a
+/// whole pass has started at or after `since`, by the controller's clock:
+/// one pass finished at or after `since`, then another after that one.
+/// However slow the machine, the controller has then looked at its nodes
+/// after `since`: a test that waits for it neither gives up early nor
+/// passes before anything was decided.
+pub struct PassAfter {
+    gauge: &'static str,
+    since: f64,
+    first: Option<f64>,
+}
+
+impl PassAfter {
+    pub fn new(gauge: &'static str, since: f64) -> PassAfter {
+        PassAfter {
+            gauge,
+            since,
+            first: None,
+        }
+    }
+
+    /// When such a pass finished, once one has.
+    pub async fn done(&mut self, c: &Controller) -> Option<f64> {
+        let last = c.metric(self.gauge).await.unwrap_or(0.0);
+        match self.first {
+            None if last >= self.since => self.first = Some(last),
+            Some(first) if last > first => return Some(last),
+            _ => {}
+        }
+        None
+    }
+}
+
+/// Now by the wall clock, in Unix seconds, as the controller's
+/// `nodekeeper_last_*_timestamp_seconds` gauges count it.
+pub fn unix_now() -> f64 {
+    nodekeeper::model::Micros::now().0 as f64 / 1e6
+}
+
+/// An event's `time` in Unix seconds, as the `nodekeeper_last_*_timestamp_seconds`
+/// gauges count it: both are the controller's wall clock.
+pub fn event_seconds(event: &Value) -> f64 {
+    let time = event["time"].as_str().expect("an event has a time");
+    let micros = nodekeeper::model::Micros::parse_rfc3339(time).expect("RFC 3339");
+    micros.0 as f64 / 1e6
+}
+
+/// Polls `check` until it holds; fails the test after [`DEADLINE`] with `what`.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < DEADLINE, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A `nodekeeper sim` process, killed when dropped.
+pub struct SimProcess {
+    pub child: Child,
+    /// Its control endpoint, e.g. `http://127.0.0.1:40000`.
+    pub control: String,
+    pub log: PathBuf,
+}
+
+impl SimProcess {
+    /// Starts `nodekeeper sim ARGS` (with `--control 127.0.0.1:0 --port 0`)
+    /// and waits for its banner.
+    pub fn start(dir: &Path, args: &[&str]) -> SimProcess {
+        let out = dir.join("sim.out");
+        let log = dir.join("sim.log");
+        let child = Command::new(BIN)
+            .args([
+                "--log",
+                "info",
+                "sim",
+                "--control",
+                "127.0.0.1:0",
+                "--port",
+                "0",
+            ])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("the binary starts");
+        let mut sim = SimProcess {
+            child,
+            control: String::new(),
+            log,
+        };
+        let started = Instant::now();
+        loop {
+            if let Some(status) = sim.child.try_wait().unwrap() {
+                panic!("sim exited early ({status}): {}", sim.log_text());
+            }
+            let banner = std::fs::read_to_string(&out).unwrap_or_default();
+            if let Some(rest) = banner.split("control ").nth(1) {
+                if let Some(url) = rest.split([';', ' ', '\n']).next() {
+                    sim.control = url.to_string();
+                    return sim;
+                }
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "sim did not start: {}",
+                sim.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `GET` on the control endpoint, as JSON.
+    pub async fn get(&self, path: &str) -> Value {
+        client()
+            .get(format!("{}{path}", self.control))
+            .send()
+            .await
+            .expect("the sim answers")
+            .json()
+            .await
+            .expect("JSON")
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Controller {
+    /// Starts `nodekeeper run` on `db` and waits until it serves.
+    pub fn start(db: &Path, args: &[String]) -> Controller {
+        let log = db.with_extension(format!(
+            "log.{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let child = Command::new(BIN)
+            .arg("--db")
+            .arg(db)
+            .arg("--log")
+            .arg("info")
+            .arg("run")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("the binary starts");
+        let mut controller = Controller {
+            child,
+            db: db.to_path_buf(),
+            url: String::new(),
+            log,
+            token: operator_token(args),
+        };
+        let started = Instant::now();
+        loop {
+            if let Some(status) = controller.child.try_wait().unwrap() {
+                panic!(
+                    "controller exited early ({status}): {}",
+                    controller.log_text()
+                );
+            }
+            // The discovery file is written once the API serves.
+            if let Ok(bytes) = std::fs::read(db.join("controller.json")) {
+                if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+                    if v["pid"].as_u64() == Some(controller.child.id() as u64) {
+                        controller.url = v["url"].as_str().unwrap().to_string();
+                        return controller;
+                    }
+                }
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "controller did not start: {}",
+                controller.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A GET to the controller, with its reader token if it has one.
+    pub fn request(&self, path: &str) -> reqwest::RequestBuilder {
+        let request = client().get(format!("{}{path}", self.url));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self.request(path).send().await.expect("controller answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn text(&self, path: &str) -> String {
+        self.request(path)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// The value of `name`'s first sample on `/metrics`.
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        let text = self.text("/metrics").await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// Waits until a whole pass timed by `gauge` has started at or after
+    /// `since` (see [`PassAfter`]); returns when that pass finished.
+    pub async fn wait_pass_after(&self, gauge: &'static str, since: f64) -> f64 {
+        let mut pass = PassAfter::new(gauge, since);
+        let started = Instant::now();
+        loop {
+            if let Some(finished) = pass.done(self).await {
+                return finished;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "no {gauge} pass after {since}: {}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The Ready status of a node as the API shows it.
+    pub async fn ready(&self, node: &str) -> Option<String> {
+        let (_, v) = self.get(&format!("/api/v1/nodes/{node}")).await;
+        ready_of(&v)
+    }
+
+    /// Waits until `node`'s Ready status is `want`.
+    pub async fn wait_ready(&self, node: &str, want: &str) {
+        let started = Instant::now();
+        loop {
+            if self.ready(node).await.as_deref() == Some(want) {
+                return;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{node} never became Ready={want}: {}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Polls `path` until `check` holds for its JSON, and returns it.
+    pub async fn wait_for(&self, path: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let started = Instant::now();
+        loop {
+            let (_, v) = self.get(path).await;
+            if check(&v) {
+                return v;
+            }
+            assert!(started.elapsed() < DEADLINE, "never: {what}; last: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until `node`'s history holds an event of `kind`, and returns
+    /// the first one.
+    pub async fn wait_event(&self, node: &str, kind: &str) -> Value {
+        let history = self
+            .wait_for(&format!("/v1/history?node={node}"), kind, |h| {
+                h.as_array().unwrap().iter().any(|e| e["kind"] == kind)
+            })
+            .await;
+        history
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == kind)
+            .cloned()
+            .unwrap()
+    }
+
+    /// Stops with SIGTERM and waits.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        signal(self.child.id(), "-TERM");
+        let status = wait_exit(&mut self.child);
+        std::mem::forget(self);
+        status
+    }
+
+    /// Kills with SIGKILL: nothing is flushed on the way out.
+    pub fn kill9(mut self) {
+        signal(self.child.id(), "-KILL");
+        wait_exit(&mut self.child);
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid} failed");
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(started.elapsed() < DEADLINE, "process did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn ready_of(node: &Value) -> Option<String> {
+    node["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .and_then(|c| c["status"].as_str())
+        .map(str::to_string)
+}
+
+pub fn client() -> reqwest::Client {
+    nodekeeper::install_crypto_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// Runs a CLI command and returns (exit code, stdout, stderr).
+pub fn cli(db: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs a CLI command that must succeed, returning stdout.
+pub fn cli_ok(db: &Path, args: &[&str]) -> String {
+    let (code, out, err) = cli(db, args);
+    assert_eq!(code, 0, "nodekeeper {args:?} failed: {err}");
+    out
+}
+
+/// Parses JSON output.
+pub fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// A client that trusts only the given PEM certificate(s).
+pub fn client_trusting(pem: &[u8]) -> reqwest::Client {
+    nodekeeper::install_crypto_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .tls_certs_only(reqwest::Certificate::from_pem_bundle(pem).unwrap())
+        .build()
+        .unwrap()
+}
+
+/// A self-signed serving certificate for `names` written into `dir`:
+/// (certificate path, key path, certificate PEM).
+pub fn self_signed_cert(dir: &Path, names: &[&str]) -> (String, String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert =
+        rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+    let cert_path = dir.join("tls.crt");
+    let key_path = dir.join("tls.key");
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (
+        cert_path.to_string_lossy().into_owned(),
+        key_path.to_string_lossy().into_owned(),
+        cert.pem(),
+    )
+}
+
+/// A request to `c` as the holder of `token` (none: anonymous): (status, JSON body).
+pub async fn send_as(
+    c: &Controller,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (u16, Value) {
+    let mut r = client()
+        .request(
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            format!("{}{path}", c.url),
+        )
+        .header("content-type", content_type)
+        .body(body.to_string());
+    if let Some(token) = token {
+        r = r.bearer_auth(token);
+    }
+    let response = r.send().await.unwrap();
+    let code = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}

@@ -1,0 +1,1174 @@
+//! Simulated kubelets that push, as real ones do to an API server: each node
+//! creates and renews its Lease, patches its node status, and registers itself
+//! when asked and unknown.
+//!
+//! Every node is one task that holds its own kept-alive connection to the
+//! controller, opened from the node's own address when the controller is on
+//! loopback, as each real kubelet holds its own; no connection is shared with
+//! another node. Lease renewals and status updates are started at
+//! `i * interval / N` so a large fleet pushes evenly instead of in bursts, and
+//! a change of the node's state is reported at once. A node pushes while
+//! `up`, `slow` or `sick` (Ready=False); a `down` or `hang` kubelet pushes
+//! nothing. Bodies are written as JSON by hand: they are what a kubelet puts
+//! on the wire, and a strategic-merge patch has no typed form.
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, USER_AGENT};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use jiff::{SignedDuration, Timestamp};
+use rustls::pki_types::ServerName;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::net::TcpSocket;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio_rustls::TlsConnector;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::kubelet::Node;
+use super::KubeletState;
+
+/// kubelet's default for both intervals (nodeStatusUpdateFrequency, and a
+/// quarter of the 40s Lease duration).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+/// What kubelets write into `spec.leaseDurationSeconds`.
+pub const LEASE_DURATION_SECONDS: i32 = 40;
+/// A clock further off than this is a typo, and would leave jiff's range.
+/// Answers are small Statuses or objects; the rest is not read.
+const MAX_ANSWER: usize = 64 * 1024;
+/// How often the counters are logged.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+const NODES_PATH: &str = "/api/v1/nodes";
+const JSON: &str = "application/json";
+const STRATEGIC_MERGE: &str = "application/strategic-merge-patch+json";
+const SIM_KUBELET_VERSION: &str = concat!("v1.33.0-nodekeeper-sim.", env!("CARGO_PKG_VERSION"));
+const SIM_USER_AGENT: &str = concat!("nodekeeper-sim/", env!("CARGO_PKG_VERSION"));
+
+/// How a fleet pushes to a controller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PushConfig {
+    /// The controller's API, e.g. `http://127.0.0.1:8080`.
+    pub url: String,
+    /// Time between Lease renewals of one node.
+    pub lease_renew_interval: Duration,
+    /// Time between node status updates of one node.
+    pub status_update_interval: Duration,
+    /// How far the nodes' clocks are off (either way); shows in the times they write.
+    pub clock_skew: SignedDuration,
+    /// Register a node the controller answers 404 for (`POST /api/v1/nodes`).
+    pub register: bool,
+    /// Sent as `Authorization: Bearer ...` with every request.
+    pub token: Option<BearerToken>,
+    /// Limit on opening a connection.
+    pub connect_timeout: Duration,
+    /// Limit on one whole request, answer included.
+    pub request_timeout: Duration,
+}
+
+impl PushConfig {
+    /// kubelet's defaults, pushing to `url`.
+    pub fn new(url: impl Into<String>) -> PushConfig {
+        PushConfig {
+            url: url.into(),
+            lease_renew_interval: DEFAULT_INTERVAL,
+            status_update_interval: DEFAULT_INTERVAL,
+            clock_skew: SignedDuration::ZERO,
+            register: false,
+            token: None,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Checks every field; the CLI calls this before anything is bound.
+    pub fn validate(&self) -> Result<(), PushSetupError> {
+        Endpoint::parse(&self.url)?;
+        for (flag, d) in [
+            ("--lease-renew-interval", self.lease_renew_interval),
+            ("--status-update-interval", self.status_update_interval),
+            ("connect timeout", self.connect_timeout),
+            ("request timeout", self.request_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(PushSetupError::Zero { what: flag });
+            }
+        }
+        if self.clock_skew.abs() > nodekeeper::cli::MAX_CLOCK_SKEW {
+            return Err(PushSetupError::ClockSkew(self.clock_skew));
+        }
+        Ok(())
+    }
+}
+
+/// A bearer token; its `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BearerToken(String);
+
+impl BearerToken {
+    /// The token; `None` if empty.
+    pub fn new(token: impl Into<String>) -> Option<BearerToken> {
+        let token = token.into();
+        (!token.trim().is_empty()).then(|| BearerToken(token.trim().to_owned()))
+    }
+
+    /// The first line of `path`, as `--push-token-file` reads it.
+    pub fn from_file(path: &Path) -> Result<BearerToken, PushSetupError> {
+        // Read once while `sim` checks its flags, before the fleet starts.
+        #[allow(clippy::disallowed_methods)]
+        let text = std::fs::read_to_string(path).map_err(|source| PushSetupError::TokenFile {
+            path: path.to_owned(),
+            source,
+        })?;
+        BearerToken::new(text.lines().next().unwrap_or_default()).ok_or_else(|| {
+            PushSetupError::EmptyToken {
+                path: path.to_owned(),
+            }
+        })
+    }
+}
+
+impl fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BearerToken(<redacted>)")
+    }
+}
+
+/// Why pushing cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum PushSetupError {
+    #[error("--push {url:?}: {reason}; give the controller's API as http://HOST:PORT")]
+    BadUrl { url: String, reason: String },
+    #[error("{what} must be more than zero")]
+    Zero { what: &'static str },
+    #[error("--clock-skew {0:#} is more than 1000 days either way")]
+    ClockSkew(SignedDuration),
+    #[error("cannot read --push-token-file {}: {source}", .path.display())]
+    TokenFile { path: PathBuf, source: io::Error },
+    #[error("--push-token-file {}: the first line must be the bearer token, and is empty", .path.display())]
+    EmptyToken { path: PathBuf },
+    #[error("the bearer token cannot be sent as an HTTP header (it holds control characters)")]
+    BadToken,
+    #[error("--push {url:?}: cannot find the address of {host}: {reason}")]
+    Resolve {
+        url: String,
+        host: String,
+        reason: String,
+    },
+    #[error("cannot set up TLS for pushing to {url}: {reason}")]
+    Tls { url: String, reason: String },
+    #[error("the fleet already pushes")]
+    AlreadyPushing,
+}
+
+/// Where the pushes go: the parts of the `--push` URL, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Endpoint {
+    https: bool,
+    host: String,
+    port: u16,
+    /// The URL's path without a trailing slash ("" for none): requests go below it.
+    prefix: String,
+}
+
+impl Endpoint {
+    fn parse(url: &str) -> Result<Endpoint, PushSetupError> {
+        let bad = |reason: &str| PushSetupError::BadUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let parsed = reqwest::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+        let https = match parsed.scheme() {
+            "http" => false,
+            "https" => true,
+            _ => return Err(bad("the scheme must be http or https")),
+        };
+        let host = match parsed.host_str() {
+            // An IPv6 literal comes bracketed, as it is written in the URL.
+            Some(h) if !h.is_empty() => h.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            _ => return Err(bad("no host")),
+        };
+        if parsed.query().is_some() || parsed.fragment().is_some() {
+            return Err(bad("a base URL has no query or fragment"));
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err(bad("credentials go in --push-token-file, not in the URL"));
+        }
+        Ok(Endpoint {
+            https,
+            port: parsed.port_or_known_default().unwrap_or(80),
+            host,
+            prefix: parsed.path().trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// The `Host` header.
+    fn authority(&self) -> String {
+        let default = if self.https { 443 } else { 80 };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        if self.port == default {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+}
+
+/// What the fleet pushed so far, for the control endpoint and logs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushStats {
+    /// Requests sent, whatever came of them.
+    pub sent: u64,
+    /// Requests without a successful answer (no answer, or refused).
+    pub failed: u64,
+    /// Of `failed`, those the controller answered with an error status.
+    #[serde(default)]
+    pub refused: u64,
+    /// Lease creations and renewals accepted.
+    pub leases: u64,
+    /// Node status updates accepted.
+    pub statuses: u64,
+    /// Nodes registered by the fleet.
+    pub registrations: u64,
+    /// Connections opened to the controller (one per node while they stay up).
+    #[serde(default)]
+    pub connections: u64,
+    /// Changes of a node's state reported and accepted.
+    #[serde(default)]
+    pub changes: u64,
+    /// The longest time from a node's change of state to the accepted
+    /// status update that reported it, in milliseconds.
+    #[serde(default)]
+    pub change_latency_max_ms: u64,
+    /// The newest failure, as `METHOD path: what happened`.
+    pub last_error: Option<String>,
+}
+
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    failed: AtomicU64,
+    refused: AtomicU64,
+    leases: AtomicU64,
+    statuses: AtomicU64,
+    registrations: AtomicU64,
+    connections: AtomicU64,
+    changes: AtomicU64,
+    change_latency_max_ms: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+/// What every node's pushing shares: configuration, where to connect, counters.
+pub(super) struct Pusher {
+    endpoint: Endpoint,
+    /// The controller's address, looked up once.
+    address: SocketAddr,
+    /// The `Host` header.
+    authority: HeaderValue,
+    tls: Option<(TlsConnector, ServerName<'static>)>,
+    config: PushConfig,
+    authorization: Option<HeaderValue>,
+    counters: Counters,
+    warned_unknown: AtomicBool,
+    warned_refused: AtomicBool,
+    /// Connection tasks run here, so the fleet waits for them on stop.
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+impl fmt::Debug for Pusher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pusher")
+            .field("url", &self.config.url)
+            .finish()
+    }
+}
+
+/// Starts pushing for every node (one task and one connection each,
+/// spread over the intervals) plus the logger of the counters. All stop with
+/// `shutdown`.
+pub(super) fn start(
+    config: PushConfig,
+    nodes: &[Arc<Node>],
+    tracker: &TaskTracker,
+    shutdown: CancellationToken,
+) -> Result<Arc<Pusher>, PushSetupError> {
+    config.validate()?;
+    let pusher = Arc::new(Pusher::new(config, tracker.clone(), shutdown)?);
+    let now = Instant::now();
+    let lease = pusher.config.lease_renew_interval;
+    let status = pusher.config.status_update_interval;
+    for (i, node) in nodes.iter().enumerate() {
+        let first_lease = now + start_offset(i, nodes.len(), lease);
+        // A kubelet's status loop does not run in step with its Lease loop.
+        let first_status = now + start_offset(i, nodes.len(), status) + status / 2;
+        tracker.spawn(node_loop(
+            pusher.clone(),
+            node.clone(),
+            first_lease,
+            first_status,
+        ));
+    }
+    tracker.spawn(report_loop(pusher.clone()));
+    tracing::info!(
+        url = %pusher.config.url,
+        nodes = nodes.len(),
+        lease_renew_interval = ?lease,
+        status_update_interval = ?status,
+        clock_skew = %format_args!("{:#}", pusher.config.clock_skew),
+        register = pusher.config.register,
+        "simulated kubelets push, one connection each"
+    );
+    Ok(pusher)
+}
+
+/// When node `index` of `nodes` first pushes, after the start: spread evenly over one interval.
+fn start_offset(index: usize, nodes: usize, interval: Duration) -> Duration {
+    let nanos = interval.as_nanos() * index as u128 / nodes.max(1) as u128;
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// A ticker that, when a push overran its slot, waits a full interval after it.
+fn ticks(first: Instant, period: Duration) -> Interval {
+    let mut ticks = tokio::time::interval_at(first, period);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticks
+}
+
+/// Whether a kubelet in `state` talks to the API server at all.
+fn pushes(state: KubeletState) -> bool {
+    !matches!(state, KubeletState::Down | KubeletState::Hang)
+}
+
+/// One node's kubelet: renews its Lease and updates its status every
+/// interval, and reports a change of state at once, over its own connection.
+async fn node_loop(
+    pusher: Arc<Pusher>,
+    node: Arc<Node>,
+    first_lease: Instant,
+    first_status: Instant,
+) {
+    let info = node_info(&node.name, &uuid::Uuid::new_v4().to_string());
+    let mut link = Link::new(&pusher, &node);
+    let mut lease_ticks = ticks(first_lease, pusher.config.lease_renew_interval);
+    let mut status_ticks = ticks(first_status, pusher.config.status_update_interval);
+    let mut state = node.state.subscribe();
+    state.mark_unchanged();
+    let mut lease_created = false;
+    // When the state last changed, until a status update reports it.
+    let mut changed_at: Option<Instant> = None;
+    // Ends on shutdown; each turn is one renewal, one update, or one change.
+    loop {
+        let renew = tokio::select! {
+            biased;
+            _ = pusher.shutdown.cancelled() => return,
+            changed = state.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                changed_at = Some(Instant::now());
+                false
+            }
+            _ = status_ticks.tick() => false,
+            _ = lease_ticks.tick() => true,
+        };
+        let current = *state.borrow_and_update();
+        if !pushes(current) {
+            // Nothing to report until it pushes again; then it reports at once.
+            continue;
+        }
+        if renew {
+            link.renew_lease(&mut lease_created).await;
+            continue;
+        }
+        let Some(ready) = ready_condition(current, pusher.node_now()) else {
+            continue;
+        };
+        if link.update_status(ready, &info).await {
+            if let Some(at) = changed_at.take() {
+                pusher.change_reported(at.elapsed());
+            }
+        }
+    }
+}
+
+async fn report_loop(pusher: Arc<Pusher>) {
+    let mut ticks = ticks(Instant::now() + REPORT_EVERY, REPORT_EVERY);
+    // Ends on shutdown.
+    loop {
+        tokio::select! {
+            biased;
+            _ = pusher.shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let s = pusher.stats();
+        tracing::info!(
+            sent = s.sent,
+            failed = s.failed,
+            refused = s.refused,
+            leases = s.leases,
+            statuses = s.statuses,
+            registrations = s.registrations,
+            connections = s.connections,
+            last_error = s.last_error.as_deref().unwrap_or("none"),
+            "simulated kubelet pushes so far"
+        );
+    }
+}
+
+/// Why an exchange failed.
+enum Failure {
+    /// The connection closed before the server answered anything: it
+    /// never took the request up (an idle connection closed under it).
+    NotTaken(String),
+    Other(String),
+}
+
+/// The end of one request.
+enum Sent {
+    Answered(Answer),
+    /// No answer: the message says why.
+    Failed(String),
+    /// The fleet is shutting down.
+    Stopped,
+}
+
+struct Answer {
+    method: Method,
+    path: String,
+    status: StatusCode,
+    body: Bytes,
+}
+
+impl Answer {
+    /// `METHOD path: 404 Not Found: nodes "x" not found`, from a Status body when there is one.
+    fn describe(&self) -> String {
+        let message = serde_json::from_slice::<Value>(&self.body)
+            .ok()
+            .and_then(|v| v["message"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| {
+                let text = String::from_utf8_lossy(&self.body);
+                text.trim().chars().take(200).collect()
+            });
+        format!("{} {}: {}: {message}", self.method, self.path, self.status)
+    }
+}
+
+impl Pusher {
+    fn new(
+        config: PushConfig,
+        tracker: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Result<Pusher, PushSetupError> {
+        nodekeeper::install_crypto_provider();
+        let endpoint = Endpoint::parse(&config.url)?;
+        let address = (endpoint.host.as_str(), endpoint.port)
+            .to_socket_addrs()
+            .map_err(|e| e.to_string())
+            .and_then(|mut found| found.next().ok_or_else(|| "no address".to_owned()))
+            .map_err(|reason| PushSetupError::Resolve {
+                url: config.url.clone(),
+                host: endpoint.host.clone(),
+                reason,
+            })?;
+        let authority =
+            HeaderValue::from_str(&endpoint.authority()).map_err(|e| PushSetupError::BadUrl {
+                url: config.url.clone(),
+                reason: e.to_string(),
+            })?;
+        let tls = if endpoint.https {
+            Some(
+                tls_connector(&endpoint).map_err(|reason| PushSetupError::Tls {
+                    url: config.url.clone(),
+                    reason,
+                })?,
+            )
+        } else {
+            None
+        };
+        let authorization = match &config.token {
+            None => None,
+            Some(BearerToken(token)) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|_| PushSetupError::BadToken)?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        Ok(Pusher {
+            endpoint,
+            address,
+            authority,
+            tls,
+            config,
+            authorization,
+            counters: Counters::default(),
+            warned_unknown: AtomicBool::new(false),
+            warned_refused: AtomicBool::new(false),
+            tracker,
+            shutdown,
+        })
+    }
+
+    /// The counters so far.
+    pub(super) fn stats(&self) -> PushStats {
+        let c = &self.counters;
+        PushStats {
+            sent: c.sent.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+            leases: c.leases.load(Ordering::Relaxed),
+            statuses: c.statuses.load(Ordering::Relaxed),
+            registrations: c.registrations.load(Ordering::Relaxed),
+            connections: c.connections.load(Ordering::Relaxed),
+            changes: c.changes.load(Ordering::Relaxed),
+            change_latency_max_ms: c.change_latency_max_ms.load(Ordering::Relaxed),
+            last_error: c
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
+    }
+
+    /// The simulated node's own clock.
+    fn node_now(&self) -> Timestamp {
+        let now = nodekeeper::model::Micros::now().timestamp();
+        // Validated to stay far inside jiff's range.
+        now.checked_add(self.config.clock_skew).unwrap_or(now)
+    }
+
+    fn failed(&self, message: String) {
+        tracing::debug!(error = %message, "simulated kubelet push failed");
+        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        *self
+            .counters
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(message);
+    }
+
+    /// A request the controller answered with an error status.
+    fn refused(&self, answer: &Answer) {
+        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+        self.failed(answer.describe());
+    }
+
+    fn change_reported(&self, after: Duration) {
+        let c = &self.counters;
+        c.changes.fetch_add(1, Ordering::Relaxed);
+        let ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+        c.change_latency_max_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+}
+
+/// A TLS client that trusts what the platform trusts, as an HTTPS client does.
+fn tls_connector(endpoint: &Endpoint) -> Result<(TlsConnector, ServerName<'static>), String> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let config = rustls::ClientConfig::builder()
+        .with_platform_verifier()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth();
+    let name = ServerName::try_from(endpoint.host.clone()).map_err(|e| e.to_string())?;
+    Ok((TlsConnector::from(Arc::new(config)), name))
+}
+
+/// One node's connection to the controller, opened when needed and kept
+/// alive between requests.
+struct Link<'a> {
+    pusher: &'a Pusher,
+    node: &'a Node,
+    /// Where the node's connections come from: its own address, when the
+    /// controller is on loopback too (a kubelet connects from its host).
+    source: Option<IpAddr>,
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+impl<'a> Link<'a> {
+    fn new(pusher: &'a Pusher, node: &'a Node) -> Link<'a> {
+        let from = node.address.ip();
+        let source = (pusher.address.ip().is_loopback()
+            && from.is_loopback()
+            && from.is_ipv4() == pusher.address.is_ipv4())
+        .then_some(from);
+        Link {
+            pusher,
+            node,
+            source,
+            sender: None,
+        }
+    }
+
+    /// Opens the connection: TCP (and TLS), then an HTTP/1.1 handshake.
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, String> {
+        let p = self.pusher;
+        let address = p.address;
+        let socket = match address {
+            SocketAddr::V4(_) => TcpSocket::new_v4(),
+            SocketAddr::V6(_) => TcpSocket::new_v6(),
+        }
+        .map_err(|e| format!("cannot open a socket: {e}"))?;
+        if let Some(ip) = self.source {
+            socket
+                .bind(SocketAddr::new(ip, 0))
+                .map_err(|e| format!("cannot connect from {ip}: {e}"))?;
+        }
+        let stream = tokio::time::timeout(p.config.connect_timeout, socket.connect(address))
+            .await
+            .map_err(|_| {
+                format!(
+                    "connect {address}: no answer within {}",
+                    nodekeeper::duration::format(p.config.connect_timeout)
+                )
+            })?
+            .map_err(|e| format!("connect {address}: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        p.counters.connections.fetch_add(1, Ordering::Relaxed);
+        match &p.tls {
+            None => handshake(p, TokioIo::new(stream)).await,
+            Some((connector, name)) => {
+                let tls = connector
+                    .connect(name.clone(), stream)
+                    .await
+                    .map_err(|e| format!("TLS handshake with {address}: {e}"))?;
+                handshake(p, TokioIo::new(tls)).await
+            }
+        }
+    }
+
+    /// One request over the node's connection (opened first if needed),
+    /// its answer read up to [`MAX_ANSWER`]. A failed or timed-out exchange
+    /// closes the connection; the next request opens a new one. A request
+    /// the server did not take up because it had just closed the idle
+    /// connection is sent again once on a new one, as HTTP clients do.
+    async fn send(
+        &mut self,
+        method: Method,
+        path: String,
+        content_type: &str,
+        body: &Value,
+    ) -> Sent {
+        let p = self.pusher;
+        p.counters.sent.fetch_add(1, Ordering::Relaxed);
+        let body = Bytes::from(body.to_string());
+        let exchange = async {
+            let reused = self.sender.as_ref().is_some_and(|s| !s.is_closed());
+            match self
+                .exchange(method.clone(), &path, content_type, body.clone())
+                .await
+            {
+                Err(Failure::NotTaken(_)) if reused => {
+                    self.sender = None;
+                    self.exchange(method.clone(), &path, content_type, body)
+                        .await
+                }
+                other => other,
+            }
+        };
+        let result = tokio::select! {
+            biased;
+            _ = p.shutdown.cancelled() => return Sent::Stopped,
+            r = tokio::time::timeout(p.config.request_timeout, exchange) => r,
+        };
+        let failure = match result {
+            Ok(Ok((status, body, reusable))) => {
+                if !reusable {
+                    self.sender = None;
+                }
+                return Sent::Answered(Answer {
+                    method,
+                    path,
+                    status,
+                    body,
+                });
+            }
+            Ok(Err(Failure::NotTaken(e) | Failure::Other(e))) => e,
+            Err(_) => format!(
+                "no answer within {}",
+                nodekeeper::duration::format(p.config.request_timeout)
+            ),
+        };
+        self.sender = None;
+        Sent::Failed(format!("{method} {path}: {failure}"))
+    }
+
+    /// The exchange itself: status, body, and whether the connection can carry another request.
+    async fn exchange(
+        &mut self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Bytes,
+    ) -> Result<(StatusCode, Bytes, bool), Failure> {
+        let p = self.pusher;
+        if self.sender.as_ref().is_none_or(SendRequest::is_closed) {
+            self.sender = Some(self.connect().await.map_err(Failure::Other)?);
+        }
+        let sender = self.sender.as_mut().expect("connected above");
+        sender.ready().await.map_err(|e| {
+            Failure::NotTaken(format!("the connection closed: {}", error_chain(&e)))
+        })?;
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", p.endpoint.prefix))
+            .header(HOST, p.authority.clone())
+            .header(USER_AGENT, SIM_USER_AGENT)
+            .header(ACCEPT, JSON)
+            .header(CONTENT_TYPE, content_type);
+        if let Some(auth) = &p.authorization {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        let request = request
+            .body(Full::new(body))
+            .map_err(|e| Failure::Other(format!("cannot build the request: {e}")))?;
+        let response = sender.send_request(request).await.map_err(|e| {
+            // Closed before any answer began: the server never took the request up.
+            if e.is_canceled() || e.is_incomplete_message() {
+                Failure::NotTaken(error_chain(&e))
+            } else {
+                Failure::Other(error_chain(&e))
+            }
+        })?;
+        let status = response.status();
+        let (body, complete) = read_capped(response.into_body(), MAX_ANSWER)
+            .await
+            .map_err(|e| Failure::Other(format!("reading the answer: {}", error_chain(&e))))?;
+        Ok((status, body, complete))
+    }
+
+    /// Creates the Lease if it is not known to exist, else renews it; a
+    /// renewal of a Lease that is gone creates it again.
+    async fn renew_lease(&mut self, created: &mut bool) {
+        let p = self.pusher;
+        let name = &self.node.name;
+        let body = lease_body(name, p.node_now());
+        // At most: renew (404) → create (409) → renew.
+        for _ in 0..3 {
+            let (method, path) = if *created {
+                (Method::PUT, format!("{LEASES_PATH}/{name}"))
+            } else {
+                (Method::POST, LEASES_PATH.to_owned())
+            };
+            let answer = match self.send(method, path, JSON, &body).await {
+                Sent::Answered(a) => a,
+                Sent::Failed(message) => return p.failed(message),
+                Sent::Stopped => return,
+            };
+            match answer.status {
+                s if s.is_success() => {
+                    *created = true;
+                    p.counters.leases.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                StatusCode::NOT_FOUND if *created => *created = false,
+                StatusCode::CONFLICT if !*created => *created = true,
+                _ => return p.refused(&answer),
+            }
+        }
+        p.failed(format!(
+            "lease {name}: created and deleted again while renewing"
+        ));
+    }
+
+    /// Patches the node's status; true if the controller accepted it.
+    async fn update_status(&mut self, ready: Value, info: &Value) -> bool {
+        let p = self.pusher;
+        let path = format!("{NODES_PATH}/{}/status", self.node.name);
+        let patch = status_patch(&ready, info);
+        let answer = match self
+            .send(Method::PATCH, path, STRATEGIC_MERGE, &patch)
+            .await
+        {
+            Sent::Answered(a) => a,
+            Sent::Failed(message) => {
+                p.failed(message);
+                return false;
+            }
+            Sent::Stopped => return false,
+        };
+        match answer.status {
+            s if s.is_success() => {
+                p.counters.statuses.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            StatusCode::NOT_FOUND if p.config.register => {
+                return self.register(ready, info).await;
+            }
+            StatusCode::NOT_FOUND if !p.warned_unknown.swap(true, Ordering::Relaxed) => {
+                tracing::warn!(
+                    node = %self.node.name,
+                    "the controller does not know this simulated node; list the fleet in its \
+                     nodes file (sim --write-nodes-file) or pass --register; retrying every \
+                     interval (logged once for the fleet)"
+                );
+            }
+            _ => {}
+        }
+        p.refused(&answer);
+        false
+    }
+
+    /// `POST /api/v1/nodes` with the node and its status, as a kubelet
+    /// registers; true if it is registered now.
+    async fn register(&mut self, ready: Value, info: &Value) -> bool {
+        let p = self.pusher;
+        let node = self.node;
+        let body = registration(&node.name, &node.address.ip().to_string(), ready, info);
+        let answer = match self
+            .send(Method::POST, NODES_PATH.to_owned(), JSON, &body)
+            .await
+        {
+            Sent::Answered(a) => a,
+            Sent::Failed(message) => {
+                p.failed(message);
+                return false;
+            }
+            Sent::Stopped => return false,
+        };
+        match answer.status {
+            s if s.is_success() => {
+                tracing::debug!(node = %node.name, "simulated node registered");
+                p.counters.registrations.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            // Registered meanwhile: the next status update goes through.
+            StatusCode::CONFLICT => false,
+            _ => {
+                if !p.warned_refused.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        node = %node.name,
+                        error = %answer.describe(),
+                        "the controller refused to register a simulated node (it needs \
+                         --allow-node-registration); retrying every interval (logged once for the fleet)"
+                    );
+                }
+                p.refused(&answer);
+                false
+            }
+        }
+    }
+}
+
+/// The HTTP/1.1 handshake over an open stream; the connection is driven by
+/// a task of its own, which ends when the node drops its sender.
+async fn handshake<T>(pusher: &Pusher, io: TokioIo<T>) -> Result<SendRequest<Full<Bytes>>, String>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| format!("HTTP handshake: {}", error_chain(&e)))?;
+    pusher.tracker.spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %error_chain(&e), "simulated kubelet connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+/// Reads an answer's body, keeping at most `cap` bytes; also says whether it
+/// was read to its end (only then can the connection carry another request).
+async fn read_capped(mut body: Incoming, cap: usize) -> Result<(Bytes, bool), hyper::Error> {
+    let mut read = BytesMut::new();
+    // Ends at the end of the body or at the cap.
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        let room = cap - read.len();
+        read.extend_from_slice(&data[..data.len().min(room)]);
+        if data.len() > room {
+            return Ok((read.freeze(), false));
+        }
+    }
+    Ok((read.freeze(), true))
+}
+
+/// An error with its causes: "connection error: ... Connection reset by peer".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// RFC 3339 with microseconds: a Kubernetes `MicroTime` (Lease times).
+fn micro_time(t: Timestamp) -> String {
+    format!("{t:.6}")
+}
+
+/// RFC 3339 in whole seconds: a Kubernetes `Time` (condition times).
+fn time(t: Timestamp) -> String {
+    format!("{t:.0}")
+}
+
+/// The Lease a kubelet writes on creation and at each renewal.
+fn lease_body(name: &str, renew: Timestamp) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-node-lease"},
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+            "renewTime": micro_time(renew),
+        },
+    })
+}
+
+/// The Ready condition a kubelet in `state` posts, with its heartbeat at
+/// `now` on its clock; `None` when it posts nothing.
+fn ready_condition(state: KubeletState, now: Timestamp) -> Option<Value> {
+    let (status, reason, message) = match state {
+        KubeletState::Up | KubeletState::Slow => {
+            ("True", "KubeletReady", "kubelet is posting ready status")
+        }
+        KubeletState::Sick => (
+            "False",
+            "KubeletNotReady",
+            "PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s (simulated)",
+        ),
+        KubeletState::Down | KubeletState::Hang => return None,
+    };
+    Some(json!({
+        "type": "Ready",
+        "status": status,
+        "lastHeartbeatTime": time(now),
+        "reason": reason,
+        "message": message,
+    }))
+}
+
+/// The strategic-merge patch of `nodes/{name}/status` a kubelet sends.
+fn status_patch(ready: &Value, info: &Value) -> Value {
+    json!({
+        "status": {
+            "$setElementOrder/conditions": [{"type": "Ready"}],
+            "conditions": [ready],
+            "nodeInfo": info,
+        },
+    })
+}
+
+/// `status.nodeInfo` of a simulated node.
+fn node_info(name: &str, boot_id: &str) -> Value {
+    json!({
+        "machineID": name,
+        "systemUUID": name,
+        "bootID": boot_id,
+        "kernelVersion": "6.1.0-sim",
+        "osImage": "nodekeeper simulated kubelet",
+        "containerRuntimeVersion": "sim://1.0.0",
+        "kubeletVersion": SIM_KUBELET_VERSION,
+        "kubeProxyVersion": "",
+        "operatingSystem": "linux",
+        "architecture": std::env::consts::ARCH,
+    })
+}
+
+/// The Node a kubelet posts to register itself.
+fn registration(name: &str, ip: &str, ready: Value, info: &Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": std::env::consts::ARCH,
+            },
+        },
+        "status": {
+            "addresses": [
+                {"type": "InternalIP", "address": ip},
+                {"type": "Hostname", "address": name},
+            ],
+            "capacity": {"cpu": "1", "memory": "3Gi", "pods": "110"},
+            "conditions": [ready],
+            "nodeInfo": info,
+        },
+    })
+}
+
+#[cfg(test)]
+// Tests write and read their fixtures with std::fs: blocking a test's own
+// runtime stalls nothing else.
+#[allow(clippy::disallowed_methods)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_start_evenly_over_the_interval() {
+        let ten = Duration::from_secs(10);
+        assert_eq!(start_offset(0, 4, ten), Duration::ZERO);
+        assert_eq!(start_offset(1, 4, ten), Duration::from_millis(2500));
+        assert_eq!(start_offset(3, 4, ten), Duration::from_millis(7500));
+        assert_eq!(
+            start_offset(9_999, 10_000, ten),
+            Duration::from_millis(9999)
+        );
+        assert_eq!(start_offset(0, 1, ten), Duration::ZERO);
+    }
+
+    #[test]
+    fn times_are_kubernetes_time_and_micro_time() {
+        let t: Timestamp = "2026-11-30T09:00:00.123456789Z".parse().unwrap();
+        assert_eq!(micro_time(t), "2026-11-30T09:00:00.123456Z");
+        assert_eq!(time(t), "2026-11-30T09:00:00Z");
+        let whole: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
+        assert_eq!(micro_time(whole), "2026-11-30T09:00:00.000000Z");
+    }
+
+    #[test]
+    fn a_lease_is_what_a_kubelet_renews() {
+        let t: Timestamp = "2026-11-30T09:00:00.5Z".parse().unwrap();
+        assert_eq!(
+            lease_body("edge-1", t),
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "edge-1", "namespace": "kube-node-lease"},
+                "spec": {"holderIdentity": "edge-1", "leaseDurationSeconds": 40,
+                         "renewTime": "2026-11-30T09:00:00.500000Z"}})
+        );
+    }
+
+    #[test]
+    fn ready_follows_the_simulated_state() {
+        let t: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
+        let up = ready_condition(KubeletState::Up, t).unwrap();
+        assert_eq!(
+            (&up["status"], &up["reason"], &up["lastHeartbeatTime"]),
+            (
+                &json!("True"),
+                &json!("KubeletReady"),
+                &json!("2026-11-30T09:00:00Z")
+            )
+        );
+        assert_eq!(
+            ready_condition(KubeletState::Slow, t).unwrap()["status"],
+            "True"
+        );
+        let sick = ready_condition(KubeletState::Sick, t).unwrap();
+        assert_eq!(
+            (&sick["status"], &sick["reason"]),
+            (&json!("False"), &json!("KubeletNotReady"))
+        );
+        assert_eq!(ready_condition(KubeletState::Down, t), None);
+        assert_eq!(ready_condition(KubeletState::Hang, t), None);
+    }
+
+    #[test]
+    fn status_patches_and_registrations_carry_the_condition_and_node_info() {
+        let t: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
+        let ready = ready_condition(KubeletState::Up, t).unwrap();
+        let info = node_info("sim-00001", "boot");
+        let patch = status_patch(&ready, &info);
+        assert_eq!(patch["status"]["conditions"][0], ready);
+        assert_eq!(
+            patch["status"]["$setElementOrder/conditions"],
+            json!([{"type": "Ready"}])
+        );
+        assert_eq!(patch["status"]["nodeInfo"]["bootID"], "boot");
+        assert!(patch["status"]["nodeInfo"]["kubeletVersion"]
+            .as_str()
+            .unwrap()
+            .starts_with("v1."));
+        let node = registration("sim-00001", "127.101.0.2", ready.clone(), &info);
+        assert_eq!(node["metadata"]["name"], "sim-00001");
+        assert_eq!(
+            node["status"]["addresses"][0],
+            json!({"type": "InternalIP", "address": "127.101.0.2"})
+        );
+        assert_eq!(node["status"]["conditions"][0], ready);
+    }
+
+    #[test]
+    fn configs_are_checked_before_anything_starts() {
+        assert!(PushConfig::new("http://127.0.0.1:8080").validate().is_ok());
+        let endpoint = Endpoint::parse("http://127.0.0.1:8080/").unwrap();
+        assert_eq!(
+            (
+                endpoint.https,
+                endpoint.port,
+                endpoint.authority(),
+                endpoint.prefix.as_str()
+            ),
+            (false, 8080, "127.0.0.1:8080".to_string(), "")
+        );
+        let endpoint = Endpoint::parse("https://[::1]/api-prefix/").unwrap();
+        assert_eq!(
+            (
+                endpoint.host.as_str(),
+                endpoint.port,
+                endpoint.authority(),
+                endpoint.prefix.as_str()
+            ),
+            ("::1", 443, "[::1]".to_string(), "/api-prefix")
+        );
+        for bad in [
+            "127.0.0.1:8080",
+            "ftp://h/",
+            "http://h/?q=1",
+            "not a url",
+            "http://u:p@h/",
+        ] {
+            let e = PushConfig::new(bad).validate().unwrap_err();
+            assert!(e.to_string().starts_with("--push"), "{bad}: {e}");
+        }
+        let zero = PushConfig {
+            status_update_interval: Duration::ZERO,
+            ..PushConfig::new("http://h")
+        };
+        assert!(zero
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--status-update-interval"));
+        let far = PushConfig {
+            clock_skew: SignedDuration::from_hours(-24 * 2000),
+            ..PushConfig::new("http://h")
+        };
+        assert!(far.validate().is_err());
+    }
+
+    #[test]
+    fn tokens_are_the_first_line_and_never_printed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "s3cret\nsecond line\n").unwrap();
+        let token = BearerToken::from_file(&file).unwrap();
+        assert_eq!(token, BearerToken::new("s3cret").unwrap());
+        assert!(!format!("{token:?}").contains("s3cret"));
+        std::fs::write(&file, "\n").unwrap();
+        assert!(matches!(
+            BearerToken::from_file(&file),
+            Err(PushSetupError::EmptyToken { .. })
+        ));
+        assert!(matches!(
+            BearerToken::from_file(&dir.path().join("missing")),
+            Err(PushSetupError::TokenFile { .. })
+        ));
+    }
+}
