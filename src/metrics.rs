@@ -138,6 +138,11 @@ pub struct Metrics {
     pub http_connections_evicted: Counter,
     pub http_inflight: Family<RequestKindLabels, Gauge>,
     pub http_rejected: Family<RejectedLabels, Counter>,
+    /// Handles into `heartbeats` and `http_inflight`, taken once: counting
+    /// thousands of requests a second needs no label lookup each time.
+    status_heartbeats: Counter,
+    lease_heartbeats: Counter,
+    inflight: [Gauge; 3],
     pub mirror_throttled: Counter,
     pub mirror_nodes_missing_upstream: Gauge,
     pub mirror_nodes_differ_upstream: Gauge,
@@ -544,7 +549,21 @@ impl Metrics {
         ] {
             let _ = hook_runs.get_or_create(&HookRunLabels { result });
         }
+        let status_heartbeats = heartbeats
+            .get_or_create(&HeartbeatLabels { via: Via::Status })
+            .clone();
+        let lease_heartbeats = heartbeats
+            .get_or_create(&HeartbeatLabels { via: Via::Lease })
+            .clone();
+        let inflight = [RequestKind::Watch, RequestKind::Read, RequestKind::Mutating].map(|kind| {
+            http_inflight
+                .get_or_create(&RequestKindLabels { kind })
+                .clone()
+        });
         Metrics {
+            status_heartbeats,
+            lease_heartbeats,
+            inflight,
             zone_nodes,
             zones: Default::default(),
             hook_runs,
@@ -592,6 +611,23 @@ impl Metrics {
             store_flush_duration,
             store_group_size,
             registered,
+        }
+    }
+
+    /// `nodekeeper_heartbeats_total` of one kind of heartbeat.
+    pub fn heartbeat_counter(&self, via: Via) -> &Counter {
+        match via {
+            Via::Status => &self.status_heartbeats,
+            Via::Lease => &self.lease_heartbeats,
+        }
+    }
+
+    /// `nodekeeper_http_inflight_requests` of one budget.
+    pub fn inflight_gauge(&self, kind: &RequestKind) -> &Gauge {
+        match kind {
+            RequestKind::Watch => &self.inflight[0],
+            RequestKind::Read => &self.inflight[1],
+            RequestKind::Mutating => &self.inflight[2],
         }
     }
 

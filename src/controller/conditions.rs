@@ -242,26 +242,35 @@ pub fn apply(
     wall: Micros,
     heartbeat: Option<Micros>,
 ) -> EventKind {
-    let from = node.condition(kind).map(|c| c.status);
-    let updated = Condition {
-        kind: kind.into(),
-        status: verdict.status,
-        last_heartbeat: heartbeat.unwrap_or(wall),
-        last_transition: wall,
-        reason: verdict.reason.into(),
-        message: verdict.message.clone(),
+    set_condition(
+        node,
+        Condition {
+            kind: kind.into(),
+            status: verdict.status,
+            last_heartbeat: heartbeat.unwrap_or(wall),
+            last_transition: wall,
+            reason: verdict.reason.into(),
+            message: verdict.message,
+        },
+    )
+}
+
+/// Puts `updated` in place of the node's condition of its kind (or adds
+/// it) and returns the event that records the change.
+pub fn set_condition(node: &mut Node, updated: Condition) -> EventKind {
+    let from = node.condition(&updated.kind).map(|c| c.status);
+    let event = EventKind::ConditionChanged {
+        condition: updated.kind.clone(),
+        from,
+        to: updated.status,
+        reason: updated.reason.clone(),
+        message: updated.message.clone(),
     };
-    match node.condition_mut(kind) {
+    match node.condition_mut(&updated.kind) {
         Some(c) => *c = updated,
         None => node.conditions.push(updated),
     }
-    EventKind::ConditionChanged {
-        condition: kind.into(),
-        from,
-        to: verdict.status,
-        reason: verdict.reason.into(),
-        message: verdict.message,
-    }
+    event
 }
 
 #[cfg(test)]

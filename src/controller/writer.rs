@@ -113,6 +113,12 @@ impl Change {
             ..Change::default()
         }
     }
+
+    /// Whether it writes a batch and nothing beside it: such changes in a
+    /// row share one transaction.
+    fn batch_only(&self) -> bool {
+        self.leases.is_empty() && self.deleted_leases.is_empty() && self.mark.is_none()
+    }
 }
 
 /// Who hears about a job once it is durable (or refused).
@@ -236,6 +242,14 @@ struct Pending {
     epoch: u64,
 }
 
+/// A job waiting to be written with the others of its run.
+struct Queued {
+    change: Box<Change>,
+    done: Done,
+    ahead: Vec<String>,
+    epoch: u64,
+}
+
 /// The thread's state.
 struct Writer {
     store: Arc<Store>,
@@ -333,6 +347,8 @@ impl Writer {
     /// request if the group held one.
     fn run_group(&mut self, group: Vec<Job>) -> Option<oneshot::Sender<()>> {
         let mut pending: Vec<Pending> = Vec::new();
+        // Jobs that write a batch and nothing else, in a row: one transaction.
+        let mut run: Vec<Queued> = Vec::new();
         let mut checkpoint = None;
         let mut stop = None;
         let mut space_checked = false;
@@ -344,11 +360,14 @@ impl Writer {
                     ahead,
                     epoch,
                 } => (change, done, ahead, epoch),
+                // Written after the group's flush.
                 Job::Checkpoint(c) => {
                     checkpoint = Some(c);
                     continue;
                 }
                 Job::Resume => {
+                    // The jobs before it were judged before it.
+                    self.write_run(&mut run, &mut pending);
                     self.refusing = None;
                     space_checked = false;
                     continue;
@@ -359,6 +378,7 @@ impl Writer {
                 }
                 #[cfg(test)]
                 Job::Hold(until) => {
+                    self.write_run(&mut run, &mut pending);
                     let _ = until.recv();
                     continue;
                 }
@@ -367,6 +387,21 @@ impl Writer {
                 space_checked = true;
                 self.refusing = self.check_space();
             }
+            if let Some(reason) = &self.refusing {
+                let reason = reason.clone();
+                self.answer(done, ahead, epoch, Err(reason));
+                continue;
+            }
+            if change.batch_only() {
+                run.push(Queued {
+                    change,
+                    done,
+                    ahead,
+                    epoch,
+                });
+                continue;
+            }
+            self.write_run(&mut run, &mut pending);
             if let Some(reason) = &self.refusing {
                 let reason = reason.clone();
                 self.answer(done, ahead, epoch, Err(reason));
@@ -381,14 +416,10 @@ impl Writer {
                     ahead,
                     epoch,
                 }),
-                Err(e) => {
-                    let reason = format!("writing to the store failed: {e}");
-                    tracing::error!("{reason}");
-                    self.refusing = Some(reason.clone());
-                    self.answer(done, ahead, epoch, Err(reason));
-                }
+                Err(e) => self.refuse_after(e, [(done, ahead, epoch)]),
             }
         }
+        self.write_run(&mut run, &mut pending);
         if !pending.is_empty() {
             self.flush_and_answer(pending);
         }
@@ -396,6 +427,49 @@ impl Writer {
             self.write_checkpoint(&checkpoint);
         }
         stop
+    }
+
+    /// Writes a run of batch-only jobs in one transaction (see
+    /// [`Store::write_all`]); they wait for the group's flush.
+    fn write_run(&mut self, run: &mut Vec<Queued>, pending: &mut Vec<Pending>) {
+        if run.is_empty() {
+            return;
+        }
+        let mut jobs = std::mem::take(run);
+        let batches = jobs
+            .iter_mut()
+            .map(|q| std::mem::take(&mut q.change.batch))
+            .collect();
+        match self.store.write_all(batches) {
+            Ok(written) => {
+                for (q, written) in jobs.into_iter().zip(written) {
+                    pending.push(Pending {
+                        written,
+                        leases: Vec::new(),
+                        deleted_leases: Vec::new(),
+                        done: q.done,
+                        ahead: q.ahead,
+                        epoch: q.epoch,
+                    });
+                }
+            }
+            // All or none: none of them was written.
+            Err(e) => self.refuse_after(e, jobs.into_iter().map(|q| (q.done, q.ahead, q.epoch))),
+        }
+    }
+
+    /// A write failed: these jobs and every one after are refused.
+    fn refuse_after(
+        &mut self,
+        e: crate::store::StoreError,
+        jobs: impl IntoIterator<Item = (Done, Vec<String>, u64)>,
+    ) {
+        let reason = format!("writing to the store failed: {e}");
+        tracing::error!("{reason}");
+        self.refusing = Some(reason.clone());
+        for (done, ahead, epoch) in jobs {
+            self.answer(done, ahead, epoch, Err(reason.clone()));
+        }
     }
 
     /// Writes one change into sled (not yet durable).

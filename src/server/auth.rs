@@ -214,31 +214,42 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The auth middleware, for `axum::middleware::from_fn_with_state` with the
-/// configured tokens. Without tokens every caller is [`Caller::Anonymous`].
-/// With tokens, every request needs `Authorization: Bearer TOKEN` (reads
-/// and watches too, as kube-apiserver without anonymous auth), except the
-/// health checks `/healthz`, `/livez` and `/readyz`; a token presented there
-/// must be valid all the same.
+/// configured tokens (the server's own layer is [`super::harden_with`],
+/// which does the same through [`identify`]).
 pub async fn authenticate(
     State(tokens): State<Option<Arc<Tokens>>>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
+    match identify(tokens.as_deref(), request) {
+        Ok(request) => next.run(request).await,
+        Err(refused) => refused,
+    }
+}
+
+/// Finds who is calling and notes it on the request. Without tokens every
+/// caller is [`Caller::Anonymous`]. With tokens, every request needs
+/// `Authorization: Bearer TOKEN` (reads and watches too, as kube-apiserver
+/// without anonymous auth), except the health checks `/healthz`, `/livez`
+/// and `/readyz`; a token presented there must be valid all the same.
+// The refusal is a ready 401, built once per refused request.
+#[allow(clippy::result_large_err)]
+pub(super) fn identify(tokens: Option<&Tokens>, mut request: Request) -> Result<Request, Response> {
     let anonymous = || (Caller::Anonymous, Identity(ANONYMOUS.into()));
-    let (caller, identity) = match &tokens {
+    let (caller, identity) = match tokens {
         None => anonymous(),
         Some(tokens) => match bearer_token(request.headers()) {
             Some(token) => match tokens.identify(token) {
                 Some(found) => found,
-                None => return unauthorized(),
+                None => return Err(unauthorized()),
             },
             None if super::limits::is_health_check(request.uri().path()) => anonymous(),
-            None => return unauthorized(),
+            None => return Err(unauthorized()),
         },
     };
     request.extensions_mut().insert(caller);
     request.extensions_mut().insert(identity);
-    next.run(request).await
+    Ok(request)
 }
 
 /// The token of `Authorization: Bearer TOKEN` (the scheme in any case), if any.

@@ -8,15 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderValue, Method, StatusCode, Version};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, Limited};
 use tokio::sync::Semaphore;
 
 use super::BODY_LIMIT;
-use crate::metrics::{Metrics, RejectReason, RejectedLabels, RequestKind, RequestKindLabels};
+use crate::metrics::{Metrics, RejectReason, RejectedLabels, RequestKind};
 
 /// How many requests of each kind may be served at once, and how long a
 /// request body may take to arrive.
@@ -119,20 +118,30 @@ pub fn classify(method: &Method, path: &str, query: Option<&str>) -> Option<Requ
     })
 }
 
-/// The budget middleware, for `axum::middleware::from_fn_with_state`. It
-/// also reads the request body, within the deadline and the size cap,
-/// before the handler sees it.
-pub async fn limit(State(budgets): State<Arc<Budgets>>, request: Request, next: Next) -> Response {
+/// What an admitted request holds until its answer has been sent: its
+/// slot in a budget, and its count in the in-flight gauge.
+pub(super) struct Admitted {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _in_flight: InFlight,
+}
+
+/// Admits a request against its budget (health checks count against none)
+/// and reads its body, within the deadline and the size cap, before the
+/// handler sees it. A refusal is the answer to send: 429, 408, 413 or 400.
+pub(super) async fn admit(
+    budgets: &Budgets,
+    request: Request,
+) -> Result<(Request, Option<Admitted>), Response> {
     let Some(kind) = classify(
         request.method(),
         request.uri().path(),
         request.uri().query(),
     ) else {
-        return next.run(request).await;
+        return Ok((request, None));
     };
     let Ok(permit) = budgets.semaphore(&kind).clone().try_acquire_owned() else {
         budgets.rejected(kind, RejectReason::TooManyRequests);
-        return too_many_requests();
+        return Err(too_many_requests());
     };
     let in_flight = InFlight::start(budgets.metrics.clone(), kind.clone());
     let version = request.version();
@@ -140,23 +149,27 @@ pub async fn limit(State(budgets): State<Arc<Budgets>>, request: Request, next: 
     let body = match read_body(body, budgets.limits.body_timeout).await {
         Ok(body) => body,
         Err(BodyError::TooLarge) => {
-            return super::status_error(
+            return Err(super::status_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "RequestEntityTooLarge",
                 format!("Request entity too large: limit is {BODY_LIMIT}"),
-            )
+            ))
         }
         Err(BodyError::Failed(e)) => {
-            return super::bad_request(format!("the request body could not be read: {e}"))
+            return Err(super::bad_request(format!(
+                "the request body could not be read: {e}"
+            )))
         }
         Err(BodyError::TimedOut) => {
             budgets.rejected(kind, RejectReason::BodyTimeout);
-            return body_timed_out(budgets.limits.body_timeout, version);
+            return Err(body_timed_out(budgets.limits.body_timeout, version));
         }
     };
-    let response = next.run(Request::from_parts(parts, body)).await;
-    // A watch holds its slot for as long as it streams.
-    hold_until_sent(response, (permit, in_flight))
+    let admitted = Admitted {
+        _permit: permit,
+        _in_flight: in_flight,
+    };
+    Ok((Request::from_parts(parts, body), Some(admitted)))
 }
 
 enum BodyError {
@@ -224,9 +237,7 @@ struct InFlight {
 impl InFlight {
     fn start(metrics: Option<Arc<Metrics>>, kind: RequestKind) -> InFlight {
         if let Some(m) = &metrics {
-            m.http_inflight
-                .get_or_create(&RequestKindLabels { kind: kind.clone() })
-                .inc();
+            m.inflight_gauge(&kind).inc();
         }
         InFlight { metrics, kind }
     }
@@ -235,11 +246,7 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         if let Some(m) = &self.metrics {
-            m.http_inflight
-                .get_or_create(&RequestKindLabels {
-                    kind: self.kind.clone(),
-                })
-                .dec();
+            m.inflight_gauge(&self.kind).dec();
         }
     }
 }

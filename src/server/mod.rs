@@ -164,10 +164,10 @@ pub fn harden<S: Clone + Send + Sync + 'static>(
     harden_with(routes, tokens, Budgets::new(ApiLimits::default(), None))
 }
 
-/// The layers over every route, outermost first: every error answered as a
-/// `Status`; the bearer-token check, so an unauthorized request is refused
-/// before anything else; the request budgets and the body deadline; the body
-/// cap. A method a path does not serve is a 405 `Status`.
+/// The guard over every route, one layer in this order: the bearer-token
+/// check, so an unauthorized request is refused before anything else; the
+/// request budgets and the body deadline; the body cap; and every error
+/// answered as a `Status`. A method a path does not serve is a 405 `Status`.
 pub fn harden_with<S: Clone + Send + Sync + 'static>(
     routes: Router<S>,
     tokens: Option<Arc<Tokens>>,
@@ -176,24 +176,57 @@ pub fn harden_with<S: Clone + Send + Sync + 'static>(
     routes
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(middleware::from_fn_with_state(budgets, limits::limit))
-        .layer(middleware::from_fn_with_state(tokens, authenticate))
-        .layer(middleware::from_fn(errors_as_status))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(Guard { tokens, budgets }),
+            guard,
+        ))
+}
+
+/// What [`guard`] checks requests against.
+struct Guard {
+    tokens: Option<Arc<Tokens>>,
+    budgets: Arc<Budgets>,
+}
+
+/// One layer rather than three: each `from_fn` layer boxes the request's
+/// future and the rest of the stack again, thousands of times a second
+/// under heartbeats.
+async fn guard(
+    axum::extract::State(guard): axum::extract::State<Arc<Guard>>,
+    request: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    let health = limits::is_health_check(request.uri().path());
+    let request = match auth::identify(guard.tokens.as_deref(), request) {
+        Ok(request) => request,
+        Err(refused) => return refused,
+    };
+    let (request, admitted) = match limits::admit(&guard.budgets, request).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
+    };
+    let response = errors_as_status(health, next.run(request).await).await;
+    match admitted {
+        // A watch holds its slot for as long as it streams.
+        Some(admitted) => limits::hold_until_sent(response, admitted),
+        None => response,
+    }
 }
 
 /// Error answers that are not JSON (axum's rejections are plain text, its
 /// 405 and 413 have no body) become Kubernetes `Status` objects, keeping
 /// their headers (`Allow`, `Retry-After`, …). Health checks answer in
 /// plain text, as Kubernetes components do.
-async fn errors_as_status(request: axum::extract::Request, next: middleware::Next) -> Response {
-    let health = limits::is_health_check(request.uri().path());
-    let response = next.run(request).await;
+async fn errors_as_status(health: bool, response: Response) -> Response {
     let code = response.status();
+    if health || !(code.is_client_error() || code.is_server_error()) {
+        return response;
+    }
     let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if health || is_json || !(code.is_client_error() || code.is_server_error()) {
+    if is_json {
         return response;
     }
     let (mut parts, body) = response.into_parts();

@@ -178,6 +178,74 @@ pub struct Written {
     pub deleted: Vec<String>,
 }
 
+/// A batch made ready to write: seqs and versions given, records encoded.
+struct Prepared {
+    written: Written,
+    time: Micros,
+    /// The time its events are indexed at: never older than an earlier batch's.
+    effective_time: i64,
+    encoded_nodes: Vec<(String, Vec<u8>)>,
+    encoded_events: Vec<Vec<u8>>,
+}
+
+impl Prepared {
+    /// `batch` written after seq `last_seq` and event time `last_time`.
+    fn of(batch: Batch, last_seq: u64, last_time: i64) -> Prepared {
+        let Batch {
+            time,
+            mut puts,
+            deletes,
+            events,
+        } = batch;
+        let events: Vec<Event> = events
+            .into_iter()
+            .enumerate()
+            .map(|(i, (node, kind))| Event {
+                seq: last_seq + 1 + i as u64,
+                time,
+                node,
+                kind,
+            })
+            .collect();
+        // Each node's newest event that changes it, found once: a batch of
+        // thousands of nodes (a pass that taints them all) is not a search
+        // of every event for every node.
+        let mut newest: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+        for e in &events {
+            if let (Some(node), true) = (e.node.as_deref(), e.kind.changes_node()) {
+                newest.insert(node, e.seq);
+            }
+        }
+        for node in &mut puts {
+            if let Some(seq) = newest.get(node.name.as_str()) {
+                node.resource_version = *seq;
+            }
+        }
+        let encoded_nodes = puts
+            .iter()
+            .map(|n| (n.name.clone(), records::encode_node(n)))
+            .collect();
+        let encoded_events = events.iter().map(records::encode_event).collect();
+        Prepared {
+            written: Written {
+                events,
+                nodes: puts,
+                deleted: deletes,
+            },
+            time,
+            effective_time: last_time.max(time.0),
+            encoded_nodes,
+            encoded_events,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.written.events.is_empty()
+            && self.written.nodes.is_empty()
+            && self.written.deleted.is_empty()
+    }
+}
+
 /// Facts about a store, for `db status`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct StoreStatus {
@@ -398,56 +466,39 @@ impl Store {
     /// seqs and its nodes with their new resource versions. Not durable
     /// until [`Store::flush`].
     pub fn write(&self, batch: Batch) -> Result<Written, StoreError> {
-        if batch.is_empty() {
-            return Ok(Written::default());
-        }
+        Ok(self.write_all(vec![batch])?.pop().unwrap_or_default())
+    }
+
+    /// Writes batches in one transaction, each as [`Store::write`] would
+    /// have written it after the ones before it (its own time, the next
+    /// seqs): thousands of status changes that arrive together are one
+    /// transaction, not thousands. All or none are written.
+    pub fn write_all(&self, batches: Vec<Batch>) -> Result<Vec<Written>, StoreError> {
         let mut writer = self.lock_writer();
-        let Batch {
-            time,
-            mut puts,
-            deletes,
-            events,
-        } = batch;
-        let events: Vec<Event> = events
+        let mut last_seq = writer.last_seq;
+        let mut last_time = writer.last_time;
+        let prepared: Vec<Prepared> = batches
             .into_iter()
-            .enumerate()
-            .map(|(i, (node, kind))| Event {
-                seq: writer.last_seq + 1 + i as u64,
-                time,
-                node,
-                kind,
+            .map(|batch| {
+                let p = Prepared::of(batch, last_seq, last_time);
+                if !p.is_empty() {
+                    last_seq += p.written.events.len() as u64;
+                    last_time = p.effective_time;
+                }
+                p
             })
             .collect();
-        // Each node's newest event that changes it, found once: a batch of
-        // thousands of nodes (a pass that taints them all) is not a search
-        // of every event for every node.
-        let mut newest: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
-        for e in &events {
-            if let (Some(node), true) = (e.node.as_deref(), e.kind.changes_node()) {
-                newest.insert(node, e.seq);
-            }
+        if prepared.iter().all(|p| p.is_empty()) {
+            return Ok(prepared.into_iter().map(|p| p.written).collect());
         }
-        for node in &mut puts {
-            if let Some(seq) = newest.get(node.name.as_str()) {
-                node.resource_version = *seq;
-            }
-        }
-        let effective_time = writer.last_time.max(time.0);
-        let encoded_nodes: Vec<(String, Vec<u8>)> = puts
-            .iter()
-            .map(|n| (n.name.clone(), records::encode_node(n)))
-            .collect();
-        let encoded_events: Vec<(u64, Option<&str>, Vec<u8>)> = events
-            .iter()
-            .map(|e| (e.seq, e.node.as_deref(), records::encode_event(e)))
-            .collect();
         let new_conditions: BTreeSet<&str> = {
             let seen = self
                 .conditions_seen
                 .read()
                 .unwrap_or_else(|p| p.into_inner());
-            events
+            prepared
                 .iter()
+                .flat_map(|p| &p.written.events)
                 .filter_map(|e| match &e.kind {
                     EventKind::ConditionChanged { condition, .. }
                         if !seen.contains(condition.as_str()) =>
@@ -458,18 +509,20 @@ impl Store {
                 })
                 .collect()
         };
-        // The mirror's work for these changes, coalesced per node: the newest seq wins.
-        let mut work: std::collections::BTreeMap<Vec<u8>, (u64, Option<String>)> =
+        // The mirror's work for these changes, coalesced per node: the
+        // newest seq wins, queued at its batch's time.
+        let mut work: std::collections::BTreeMap<Vec<u8>, (u64, Option<String>, Micros)> =
             std::collections::BTreeMap::new();
         if self.mirroring.load(Ordering::Relaxed) {
-            for e in &events {
-                let Some(node) = &e.node else { continue };
-                for (key, reason) in OutboxKey::for_event(node, &e.kind) {
-                    work.insert(key.encode(), (e.seq, reason));
+            for p in &prepared {
+                for e in &p.written.events {
+                    let Some(node) = &e.node else { continue };
+                    for (key, reason) in OutboxKey::for_event(node, &e.kind) {
+                        work.insert(key.encode(), (e.seq, reason, p.time));
+                    }
                 }
             }
         }
-        let queued_at = time;
         (
             &self.nodes,
             &self.events,
@@ -479,12 +532,12 @@ impl Store {
             &self.outbox,
         )
             .transaction(|(nodes, log, index, times, conditions, outbox)| {
-                for (key, (seq, reason)) in &work {
+                for (key, (seq, reason, queued_at)) in &work {
                     // Keep when the oldest change still waiting was queued.
                     let enqueued = outbox
                         .get(key)?
                         .and_then(|old| records::decode_outbox_entry(&old).ok())
-                        .map_or(queued_at, |old| old.enqueued);
+                        .map_or(*queued_at, |old| old.enqueued);
                     let entry = OutboxEntry {
                         seq: *seq,
                         enqueued,
@@ -492,17 +545,19 @@ impl Store {
                     };
                     outbox.insert(key.as_slice(), records::encode_outbox_entry(&entry))?;
                 }
-                for (name, bytes) in &encoded_nodes {
-                    nodes.insert(name.as_bytes(), bytes.as_slice())?;
-                }
-                for name in &deletes {
-                    nodes.remove(name.as_bytes())?;
-                }
-                for (seq, node, bytes) in &encoded_events {
-                    log.insert(&seq.to_be_bytes(), bytes.as_slice())?;
-                    times.insert(&time_key(effective_time, *seq), &[] as &[u8])?;
-                    if let Some(node) = node {
-                        index.insert(index_key(node, *seq), &[] as &[u8])?;
+                for p in &prepared {
+                    for (name, bytes) in &p.encoded_nodes {
+                        nodes.insert(name.as_bytes(), bytes.as_slice())?;
+                    }
+                    for name in &p.written.deleted {
+                        nodes.remove(name.as_bytes())?;
+                    }
+                    for (e, bytes) in p.written.events.iter().zip(&p.encoded_events) {
+                        log.insert(&e.seq.to_be_bytes(), bytes.as_slice())?;
+                        times.insert(&time_key(p.effective_time, e.seq), &[] as &[u8])?;
+                        if let Some(node) = &e.node {
+                            index.insert(index_key(node, e.seq), &[] as &[u8])?;
+                        }
                     }
                 }
                 for condition in &new_conditions {
@@ -510,19 +565,15 @@ impl Store {
                 }
                 Ok::<_, ConflictableTransactionError<StoreError>>(())
             })?;
-        writer.last_seq += events.len() as u64;
-        writer.last_time = effective_time;
+        writer.last_seq = last_seq;
+        writer.last_time = last_time;
         if !new_conditions.is_empty() {
             self.conditions_seen
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
                 .extend(new_conditions.iter().map(|c| c.to_string()));
         }
-        Ok(Written {
-            events,
-            nodes: puts,
-            deleted: deletes,
-        })
+        Ok(prepared.into_iter().map(|p| p.written).collect())
     }
 
     /// Puts node records without events: heartbeat times that change no

@@ -73,6 +73,49 @@ fn a_batch_gets_consecutive_seqs_and_sets_resource_versions() {
 }
 
 #[test]
+fn batches_written_together_are_as_if_written_one_after_another() {
+    let (_d, store) = open();
+    register(&store, "a");
+    register(&store, "b");
+    let change = |name: &str, time: i64, to| {
+        let mut b = Batch::new(Micros(time));
+        b.record(node(name), [ready_change(to)]);
+        b
+    };
+    let written = store
+        .write_all(vec![
+            change("a", 300, ConditionStatus::False),
+            Batch::new(Micros(999)),
+            change("b", 250, ConditionStatus::Unknown),
+            change("a", 400, ConditionStatus::True),
+        ])
+        .unwrap();
+    assert_eq!(written.len(), 4);
+    let seqs = |w: &Written| w.events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(&written[0]), vec![3]);
+    assert!(written[1].events.is_empty() && written[1].nodes.is_empty());
+    assert_eq!(seqs(&written[2]), vec![4]);
+    assert_eq!(seqs(&written[3]), vec![5]);
+    // Each batch keeps its own time and sets its own nodes' versions.
+    assert_eq!(written[2].events[0].time, Micros(250));
+    assert_eq!(written[0].nodes[0].resource_version, 3);
+    assert_eq!(written[3].nodes[0].resource_version, 5);
+    assert_eq!(store.node("a").unwrap().unwrap().resource_version, 5);
+    assert_eq!(store.node("b").unwrap().unwrap().resource_version, 4);
+    assert_eq!(store.last_seq(), 5);
+    store.flush_blocking().unwrap();
+    let history: Vec<u64> = store
+        .history(&HistoryQuery::default())
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(history, vec![1, 2, 3, 4, 5]);
+    // The next single write follows on.
+    assert_eq!(register(&store, "c")[0].seq, 6);
+}
+
+#[test]
 fn history_shows_only_what_was_flushed() {
     let (_d, store) = open();
     register(&store, "a");
