@@ -23,9 +23,13 @@ pub(crate) struct ServerVersions {
     restarts: watch::Sender<u64>,
 }
 
-/// Taken before a write is sent: the versions already answered then.
+/// Taken before a write is sent: the highest version answered then, and
+/// the restarts noticed then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Floor(Option<u64>);
+pub(crate) struct Floor {
+    version: Option<u64>,
+    restarts: u64,
+}
 
 impl Default for ServerVersions {
     fn default() -> Self {
@@ -43,7 +47,11 @@ impl ServerVersions {
 
     /// The floor a write about to be sent must stay above.
     pub(crate) fn floor(&self) -> Floor {
-        Floor(*self.lock())
+        let floor = self.lock();
+        Floor {
+            version: *floor,
+            restarts: *self.restarts.borrow(),
+        }
     }
 
     /// A write sent at `before` was answered at `version`; returns whether
@@ -53,14 +61,19 @@ impl ServerVersions {
             return false;
         };
         let mut floor = self.lock();
+        if before.restarts != *self.restarts.borrow() {
+            // Sent before the last restart was noticed: answered by either
+            // server, it says nothing about the one there now.
+            return false;
+        }
         let restarted = started_over(before, version);
         *floor = if restarted {
             Some(version)
         } else {
             Some(floor.map_or(version, |f| f.max(version)))
         };
-        drop(floor);
         if restarted {
+            // Under the lock: a floor taken meanwhile sees both or neither.
             self.restarts.send_modify(|n| *n += 1);
         }
         restarted
@@ -72,11 +85,11 @@ impl ServerVersions {
     }
 }
 
-/// Whether a write sent when `before` had been answered, and answered at
-/// `version`, shows the versions started over. Equal is not lower: the
-/// same version can be answered twice (a write that changed nothing).
+/// Whether a write sent at `before` and answered at `version` shows the
+/// versions started over. Equal is not lower: the same version can be
+/// answered twice (a write that changed nothing).
 fn started_over(before: Floor, version: u64) -> bool {
-    before.0.is_some_and(|floor| version < floor)
+    before.version.is_some_and(|floor| version < floor)
 }
 
 #[cfg(test)]
@@ -90,7 +103,7 @@ mod tests {
         assert!(!versions.written(versions.floor(), Some("5")));
         assert!(!versions.written(versions.floor(), Some("9")));
         assert!(!versions.written(versions.floor(), Some("9")), "no change");
-        assert_eq!(versions.floor(), Floor(Some(9)));
+        assert_eq!(versions.floor().version, Some(9));
         assert!(!restarts.has_changed().unwrap());
     }
 
@@ -103,7 +116,7 @@ mod tests {
         let second = versions.floor();
         assert!(!versions.written(first, Some("12")));
         assert!(!versions.written(second, Some("11")));
-        assert_eq!(versions.floor(), Floor(Some(12)));
+        assert_eq!(versions.floor().version, Some(12));
     }
 
     #[test]
@@ -115,9 +128,35 @@ mod tests {
         assert!(restarts.has_changed().unwrap());
         assert_eq!(*restarts.borrow_and_update(), 1);
         // The new server's versions are the floor now.
-        assert_eq!(versions.floor(), Floor(Some(4)));
+        assert_eq!(versions.floor().version, Some(4));
         assert!(!versions.written(versions.floor(), Some("5")));
         assert!(!restarts.has_changed().unwrap());
+    }
+
+    #[test]
+    fn writes_in_flight_across_a_restart_count_it_once() {
+        let versions = ServerVersions::default();
+        let restarts = versions.restarts();
+        versions.written(versions.floor(), Some("300"));
+        let in_flight: Vec<Floor> = (0..4).map(|_| versions.floor()).collect();
+        let noticed: Vec<bool> = in_flight
+            .into_iter()
+            .zip(["1", "2", "3", "4"])
+            .map(|(before, answer)| versions.written(before, Some(answer)))
+            .collect();
+        assert_eq!(noticed, [true, false, false, false]);
+        assert_eq!(*restarts.borrow(), 1);
+        // Nor does an answer of the old server arriving late raise the floor.
+        let late = Floor {
+            version: Some(300),
+            restarts: 0,
+        };
+        assert!(!versions.written(late, Some("301")));
+        assert_eq!(versions.floor().version, Some(1));
+        // A second restart later is noticed again.
+        assert!(!versions.written(versions.floor(), Some("50")));
+        assert!(versions.written(versions.floor(), Some("1")));
+        assert_eq!(*restarts.borrow(), 2);
     }
 
     #[test]
@@ -126,6 +165,6 @@ mod tests {
         versions.written(versions.floor(), Some("300"));
         assert!(!versions.written(versions.floor(), Some("abc")));
         assert!(!versions.written(versions.floor(), None));
-        assert_eq!(versions.floor(), Floor(Some(300)));
+        assert_eq!(versions.floor().version, Some(300));
     }
 }

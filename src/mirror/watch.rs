@@ -147,6 +147,7 @@ pub(crate) async fn watch_nodes(
             }
         };
         let started = Instant::now();
+        ctx.state.set_watching(true);
         let end = watch_from(&ctx, from, &reports, &stop, relist_at, &mut restarts).await;
         ctx.state.set_watching(false);
         match end {
@@ -283,7 +284,6 @@ async fn watch_from(
         Ok(stream) => stream,
         Err(e) => return WatchEnd::Relist(e.to_string()),
     };
-    ctx.state.set_watching(true);
     let mut stream = std::pin::pin!(stream);
     let mut version = from;
     let started = Instant::now();
