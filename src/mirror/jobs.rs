@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use super::budget::{Budget, Priority};
 use super::queue::{Job, Outcome};
 use super::upstream::{Known, Upstream};
+use super::versions::ServerVersions;
 use super::{mirror_patch, ApiError, MirrorConfig, MirrorState, BUSY_RETRY, FIELD_MANAGER};
 use crate::controller::ControllerHandle;
 use crate::metrics::{Metrics, MirrorRequestLabels};
@@ -69,6 +70,8 @@ pub(crate) struct Ctx {
     pub(crate) leases: Mutex<HashMap<String, LeaseKnown>>,
     /// The API server's Nodes, as last listed, watched or written.
     pub(crate) upstream: Mutex<Upstream>,
+    /// The versions writes were answered with, to notice a restart.
+    pub(crate) versions: ServerVersions,
 }
 
 impl Ctx {
@@ -151,6 +154,32 @@ impl Ctx {
         }
     }
 
+    /// A write through [`Ctx::call`] whose answer is checked against the
+    /// versions answered before it was sent: one lower means the API server
+    /// started over, and the watcher lists again.
+    async fn write<K, F, Fut>(
+        &self,
+        priority: Priority,
+        verb: &'static str,
+        request: F,
+    ) -> Result<K, ApiError>
+    where
+        K: ::kube::Resource,
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<K, ::kube::Error>>,
+    {
+        let before = self.versions.floor();
+        let written = self.call(priority, verb, request).await?;
+        let version = written.meta().resource_version.as_deref();
+        if self.versions.written(before, version) {
+            tracing::warn!(
+                "the API server answered a write at resourceVersion {} after higher ones: it started its versions over (restored or replaced); listing its nodes again",
+                version.unwrap_or_default()
+            );
+        }
+        Ok(written)
+    }
+
     /// The API server throttled us: the budget waits its Retry-After out.
     fn throttled(&self, e: &ApiError) -> Duration {
         let wait = e
@@ -205,7 +234,7 @@ impl Ctx {
                             .expect("a node built from a node");
                     let pp = PostParams::default();
                     match self
-                        .call(priority, "create", || nodes.create(&pp, &create))
+                        .write(priority, "create", || nodes.create(&pp, &create))
                         .await
                     {
                         Ok(node) => {
@@ -228,7 +257,7 @@ impl Ctx {
             };
             let patch = Patch::Merge(&patch);
             match self
-                .call(priority, "patch", || nodes.patch(name, &params, &patch))
+                .write(priority, "patch", || nodes.patch(name, &params, &patch))
                 .await
             {
                 Ok(node) => {
@@ -263,7 +292,7 @@ impl Ctx {
         ];
         for patch in patches.into_iter().flatten() {
             match self
-                .call(priority, "patch_status", || {
+                .write(priority, "patch_status", || {
                     nodes.patch_status(name, &params, &patch)
                 })
                 .await
@@ -312,7 +341,7 @@ impl Ctx {
 
     /// Renews a Ready node's Lease: one PUT when its resourceVersion is
     /// known, one POST when it is known absent, a read first otherwise.
-    async fn renew_lease(&self, name: &str) -> Result<(), ApiError> {
+    pub(crate) async fn renew_lease(&self, name: &str) -> Result<(), ApiError> {
         let api: Api<KubeLease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
         let lease = |rv: Option<String>| KubeLease {
             metadata: ObjectMeta {
@@ -346,7 +375,7 @@ impl Ctx {
                 Step::Update(rv) => {
                     let body = lease(Some(rv));
                     match self
-                        .call(Priority::Lease, "update", || api.replace(name, &pp, &body))
+                        .write(Priority::Lease, "update", || api.replace(name, &pp, &body))
                         .await
                     {
                         Ok(l) => {
@@ -361,7 +390,7 @@ impl Ctx {
                 Step::Create => {
                     let body = lease(None);
                     match self
-                        .call(Priority::Lease, "create", || api.create(&pp, &body))
+                        .write(Priority::Lease, "create", || api.create(&pp, &body))
                         .await
                     {
                         Ok(l) => {
@@ -630,4 +659,80 @@ enum Evicted {
     Held(String),
     /// The entry was already gone.
     Nothing,
+}
+
+/// A mirror's shared state against an in-process API server, for tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::mirror::client::ApiServer;
+    use nodekeeper_sim::apiserver::FakeApiServer;
+
+    /// The tasks' context over `server`, with a budget of `qps` and `burst`
+    /// and a store under `dir`.
+    pub(crate) async fn ctx(
+        server: &FakeApiServer,
+        dir: &std::path::Path,
+        qps: f64,
+        burst: u32,
+    ) -> Ctx {
+        crate::install_crypto_provider();
+        let config = MirrorConfig::new(ApiServer::Master(server.url()));
+        let connection = config
+            .api_server
+            .connect(config.request_timeout)
+            .await
+            .expect("a client for the in-process API server");
+        let store = crate::store::Store::open(&dir.join("db"), &Default::default())
+            .expect("a store in a temporary directory");
+        let state = Arc::new(MirrorState::new(connection.url, "test".into()));
+        Ctx {
+            client: connection.client,
+            watch_client: connection.watch_client,
+            budget: Budget::new(qps, burst),
+            store: Arc::new(store),
+            view: Arc::new(View::default()),
+            controller: ControllerHandle::channel().0,
+            metrics: Arc::new(Metrics::new()),
+            state,
+            config,
+            leases: Mutex::new(HashMap::new()),
+            upstream: Mutex::new(Upstream::default()),
+            versions: ServerVersions::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodekeeper_sim::apiserver::FakeApiServer;
+    use serde_json::json;
+
+    fn lease_json(name: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": NODE_LEASE_NAMESPACE},
+               "spec": {"holderIdentity": name}})
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_renewed_on_a_server_that_started_over_is_noticed() {
+        let server = FakeApiServer::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = testing::ctx(&server, dir.path(), 100.0, 10).await;
+        let mut restarts = ctx.versions.restarts();
+        for i in 0..10 {
+            server.put_lease(lease_json(&format!("other-{i}")));
+        }
+        ctx.renew_lease("n1").await.expect("created");
+        ctx.renew_lease("n1").await.expect("renewed");
+        assert!(!restarts.has_changed().unwrap(), "versions went up");
+
+        server.restart_empty().await;
+        // Renewed from the version last written: 404, then created at 1.
+        ctx.renew_lease("n1").await.expect("created again");
+        assert!(restarts.has_changed().unwrap(), "the restart is noticed");
+        restarts.borrow_and_update();
+        ctx.renew_lease("n1").await.expect("renewed");
+        assert!(!restarts.has_changed().unwrap(), "once, not at every write");
+    }
 }

@@ -30,6 +30,7 @@ mod jobs;
 pub mod leader;
 mod queue;
 mod upstream;
+mod versions;
 mod watch;
 
 use std::collections::HashMap;
@@ -484,6 +485,7 @@ impl Mirror {
             config,
             leases: Mutex::new(HashMap::new()),
             upstream: Mutex::new(upstream::Upstream::default()),
+            versions: versions::ServerVersions::default(),
         };
         (Mirror { ctx: Arc::new(ctx) }, state)
     }

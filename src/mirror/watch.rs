@@ -20,7 +20,7 @@ use ::kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -81,6 +81,8 @@ enum WatchEnd {
     Resume(String),
     /// Broken or refused: list again.
     Relist(String),
+    /// The API server started its versions over: list again at once.
+    Restarted,
     Stopped,
 }
 
@@ -94,12 +96,15 @@ pub(crate) async fn watch_nodes(
     let mut list_failures = 0u32;
     let mut watch_failures = 0u32;
     let mut relist_at = Instant::now();
+    let mut restarts = ctx.versions.restarts();
     // Ends on stop; each round is one list or one watch, each bounded by
     // the request timeout or the watch's idle limit.
     loop {
         let from = match resume.take() {
             Some(rv) if Instant::now() < relist_at => rv,
             _ => {
+                // A restart noticed from here on makes this list stale too.
+                restarts.borrow_and_update();
                 let listed = tokio::select! {
                     _ = stop.cancelled() => return,
                     listed = relist(&ctx) => listed,
@@ -143,10 +148,16 @@ pub(crate) async fn watch_nodes(
         };
         let started = Instant::now();
         ctx.state.set_watching(true);
-        let end = watch_from(&ctx, from, &reports, &stop, relist_at).await;
+        let end = watch_from(&ctx, from, &reports, &stop, relist_at, &mut restarts).await;
         ctx.state.set_watching(false);
         match end {
             WatchEnd::Stopped => return,
+            WatchEnd::Restarted => {
+                watch_failures = 0;
+                tracing::info!(
+                    "the API server started its resourceVersions over; listing its nodes again"
+                );
+            }
             WatchEnd::Resume(rv) => {
                 watch_failures = 0;
                 resume = Some(rv);
@@ -250,14 +261,25 @@ async fn watch_from(
     reports: &mpsc::Sender<Report>,
     stop: &CancellationToken,
     relist_at: Instant,
+    restarts: &mut watch::Receiver<u64>,
 ) -> WatchEnd {
     let api: Api<KubeNode> = Api::all(ctx.watch_client.clone());
     // Bookmarks are asked for by default.
     let params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
+    // The watch takes its token last of all and may wait long for it: a
+    // restart noticed meanwhile (by the answers to other writes) means
+    // `from` is a version of a server that is gone.
+    let asked = Instant::now();
     let stream = tokio::select! {
         _ = stop.cancelled() => return WatchEnd::Stopped,
+        _ = restarts.changed() => return WatchEnd::Restarted,
         started = ctx.call(Priority::List, "watch", || api.watch(&params, &from)) => started,
     };
+    tracing::debug!(
+        from = %from,
+        waited_ms = asked.elapsed().as_millis() as u64,
+        "watching the API server's nodes"
+    );
     let stream = match stream {
         Ok(stream) => stream,
         Err(e) => return WatchEnd::Relist(e.to_string()),
@@ -269,6 +291,7 @@ async fn watch_from(
     loop {
         let event = tokio::select! {
             _ = stop.cancelled() => return WatchEnd::Stopped,
+            _ = restarts.changed() => return WatchEnd::Restarted,
             _ = tokio::time::sleep_until(relist_at) => return WatchEnd::Resume(version),
             event = tokio::time::timeout(WATCH_IDLE, stream.next()) => event,
         };
@@ -336,4 +359,86 @@ fn seen(ctx: &Ctx, name: &str, rv: &str, node: KubeNode, deleted: bool) -> Optio
     };
     ctx.publish_drift();
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mirror::jobs::{testing, LeaseKnown};
+    use crate::mirror::NODE_LEASE_NAMESPACE;
+    use nodekeeper_sim::apiserver::FakeApiServer;
+    use serde_json::json;
+
+    /// One token every this long: each request waits for the one before.
+    const TOKEN_EVERY: Duration = Duration::from_secs(100);
+
+    fn lease_json(name: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": NODE_LEASE_NAMESPACE},
+               "spec": {"holderIdentity": name}})
+    }
+
+    fn node_json(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    }
+
+    async fn next_report(reports: &mut mpsc::Receiver<Report>, within: Duration) -> Option<Report> {
+        tokio::time::timeout(within, reports.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// The failure seen under load: the watch waits for its token (the
+    /// lowest priority) while the API server restarts empty and takes new
+    /// writes; the watch then goes out from the first list's version, which
+    /// the new server accepts, and never shows what it lacks.
+    #[tokio::test(start_paused = true)]
+    async fn a_restart_while_the_watch_waits_for_its_token_is_listed_again() {
+        let server = FakeApiServer::start().await;
+        for name in ["n1", "n2", "n3"] {
+            server.put_node(node_json(name));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ctx =
+            Arc::new(testing::ctx(&server, dir.path(), 1.0 / TOKEN_EVERY.as_secs_f64(), 1).await);
+        let (reports_tx, mut reports) = mpsc::channel(16);
+        let stop = CancellationToken::new();
+        let watcher = tokio::spawn(watch_nodes(ctx.clone(), reports_tx, stop.clone()));
+        let listed = next_report(&mut reports, TOKEN_EVERY).await;
+        assert!(matches!(listed, Some(Report::Listed(_))), "{listed:?}");
+        let listed_at = server.resource_version();
+
+        // The Leases are renewed ahead of the watch: versions climb past the list's.
+        for i in 0..10 {
+            server.put_lease(lease_json(&format!("other-{i}")));
+        }
+        ctx.leases
+            .lock()
+            .unwrap()
+            .insert("n1".into(), LeaseKnown::Absent);
+        ctx.renew_lease("n1").await.expect("created");
+        assert!(server.watches() == 0, "the watch still waits for its token");
+
+        // Restored empty; other clients write past the list's version again.
+        server.restart_empty().await;
+        while server.resource_version() < listed_at {
+            server.put_lease(lease_json("someone-else"));
+        }
+        ctx.renew_lease("n1").await.expect("created again");
+        let relisted = next_report(&mut reports, 10 * TOKEN_EVERY).await;
+        assert!(
+            matches!(relisted, Some(Report::Listed(_))),
+            "the nodes are listed again, not watched from a version of the old server: {relisted:?}"
+        );
+        let lists = server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.method == "GET" && r.path == "/api/v1/nodes" && !r.query.contains("watch")
+            })
+            .count();
+        assert_eq!(lists, 2);
+        stop.cancel();
+        watcher.await.unwrap();
+    }
 }
