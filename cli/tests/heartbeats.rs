@@ -156,6 +156,23 @@ fn push_args(dir: &std::path::Path, mode: &str, extra: &[&str]) -> Vec<String> {
     args
 }
 
+/// Waits until the nodes file's nodes are registered: registration runs
+/// beside the API, and a push for a node not yet registered is answered 404.
+async fn wait_registered(c: &Controller, token: Option<&str>) {
+    eventually("edge-1 and edge-2 registered", || async {
+        let mut registered = true;
+        for name in ["edge-1", "edge-2"] {
+            let mut request = client().get(format!("{}/api/v1/nodes/{name}", c.url));
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            registered &= request.send().await.is_ok_and(|r| r.status() == 200);
+        }
+        registered
+    })
+    .await;
+}
+
 fn kinds(history: &Value) -> Vec<&str> {
     history
         .as_array()
@@ -184,6 +201,7 @@ async fn push_mode_heartbeats_keep_nodes_ready_and_silence_makes_them_unknown() 
     let mut args = push_args(dir.path(), "push", &[]);
     set_flag(&mut args, "--node-monitor-grace-period", "6s");
     let c = Controller::start(&db, &args);
+    wait_registered(&c, None).await;
     // The node's clock is five hours behind: it must not matter.
     let mut k = Kubelet {
         c: &c,
@@ -558,6 +576,7 @@ async fn with_tokens_a_node_may_update_only_itself() {
             &["--token-file", tokens.to_str().unwrap()],
         ),
     );
+    wait_registered(&c, Some("op-secret")).await;
     let patch = |token: Option<&'static str>, node: &'static str| {
         let mut request = client()
             .patch(format!("{}/api/v1/nodes/{node}/status", c.url))
