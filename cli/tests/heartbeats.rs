@@ -673,11 +673,7 @@ async fn a_kubelet_status_patch_reads_as_the_merge_would() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let c = Controller::start(&db, &push_args(dir.path(), "push", &[]));
-    // Registration runs beside the API: patch only registered nodes.
-    c.wait_for("/api/v1/nodes", "both nodes registered", |list| {
-        list["items"].as_array().map_or(0, Vec::len) == 2
-    })
-    .await;
+    wait_registered(&c, None).await;
     let info = json!({"kubeletVersion": "v1.32.4", "osImage": "Debian GNU/Linux 12", "kernelVersion": "6.1.0",
         "containerRuntimeVersion": "containerd://1.7.24", "machineID": "m", "systemUUID": "s",
         "bootID": "b", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"});
