@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod controller;
@@ -27,6 +28,7 @@ pub mod server;
 pub mod simulate;
 pub mod source;
 pub mod store;
+pub mod token_bucket;
 pub mod validation;
 pub mod version;
 pub mod view;

@@ -1,6 +1,6 @@
 //! The client-side request budget (`--kube-api-qps`, `--kube-api-burst`)
-//! with priorities, and the retry backoff, both on tokio's clock so tests
-//! run on paused time.
+//! with priorities: the crate's one [`TokenBucket`], shared by every request
+//! the mirror makes, with the waiters queued by priority.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -8,6 +8,10 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+// The mirror's retries follow the crate's one backoff (re-exported with the budget).
+pub use crate::backoff::Backoff;
+use crate::token_bucket::TokenBucket;
 
 /// What a request is for; when tokens are short the lowest value goes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -34,16 +38,11 @@ const LEASE_RUN: u32 = 9;
 /// (oldest first among equals). A `429` from the API server pauses the whole
 /// budget for its `Retry-After`.
 pub struct Budget {
-    state: Mutex<Bucket>,
+    state: Mutex<State>,
 }
 
-struct Bucket {
-    qps: f64,
-    burst: f64,
-    tokens: f64,
-    at: Instant,
-    /// No token is handed out before this (a 429's Retry-After).
-    paused_until: Option<Instant>,
+struct State {
+    bucket: TokenBucket,
     /// Who waits, in the order tokens go to them; each wakes on its Notify.
     waiting: BTreeMap<(Priority, u64), Arc<Notify>>,
     next_ticket: u64,
@@ -51,25 +50,7 @@ struct Bucket {
     lease_run: u32,
 }
 
-impl Bucket {
-    fn refill(&mut self, now: Instant) {
-        let from = match self.paused_until {
-            // Nothing accrues during a pause.
-            Some(until) if until > now => {
-                self.at = now;
-                return;
-            }
-            Some(until) => {
-                self.paused_until = None;
-                until.max(self.at)
-            }
-            None => self.at,
-        };
-        let elapsed = now.saturating_duration_since(from).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
-        self.at = now;
-    }
-
+impl State {
     /// Whose turn it is: the first waiter, unless Lease renewals have had
     /// their run and something else waits.
     fn turn(&self) -> Option<(Priority, u64)> {
@@ -107,14 +88,9 @@ impl Drop for Ticket<'_> {
 
 impl Budget {
     pub fn new(qps: f64, burst: u32) -> Budget {
-        let burst = f64::from(burst.max(1));
         Budget {
-            state: Mutex::new(Bucket {
-                qps,
-                burst,
-                tokens: burst,
-                at: Instant::now(),
-                paused_until: None,
+            state: Mutex::new(State {
+                bucket: TokenBucket::new(qps, burst, Instant::now()),
                 waiting: BTreeMap::new(),
                 next_ticket: 0,
                 lease_run: 0,
@@ -122,23 +98,20 @@ impl Budget {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Bucket> {
+    fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The rate and burst now.
     pub fn rate(&self) -> (f64, u32) {
         let b = self.lock();
-        (b.qps, b.burst as u32)
+        (b.bucket.rate(), b.bucket.burst())
     }
 
     /// Changes the rate (the budget sized from the node count).
     pub fn set_rate(&self, qps: f64, burst: u32) {
         let mut b = self.lock();
-        b.refill(Instant::now());
-        b.qps = qps;
-        b.burst = f64::from(burst.max(1));
-        b.tokens = b.tokens.min(b.burst);
+        b.bucket.set_rate(qps, burst, Instant::now());
         b.wake_turn();
     }
 
@@ -148,16 +121,13 @@ impl Budget {
     pub fn pause_for(&self, wait: Duration) {
         let mut b = self.lock();
         let now = Instant::now();
-        b.refill(now);
-        let until = now + wait;
-        b.paused_until = Some(b.paused_until.map_or(until, |u| u.max(until)));
-        b.tokens = 0.0;
+        b.bucket.hold_until(now + wait, now);
         b.wake_turn();
     }
 
     /// Until when tokens are held back by a 429, if they are.
     pub fn paused_until(&self) -> Option<Instant> {
-        self.lock().paused_until.filter(|t| *t > Instant::now())
+        self.lock().bucket.held_until(Instant::now())
     }
 
     /// Waits for a token, behind every waiter of higher priority.
@@ -176,18 +146,14 @@ impl Budget {
         };
         // Each round either takes the token or waits: for the token to refill
         // when it is this waiter's turn, else for its turn to come (the
-        // waiter before it takes a token or leaves). Bounded by the waiters
-        // ahead of it and the tokens they take.
+        // waiter before it takes a token or leaves) or, at rate 0, for a new
+        // rate. Bounded by the waiters ahead of it and the tokens they take.
         loop {
             let wait = {
                 let mut b = self.lock();
-                let now = Instant::now();
-                b.refill(now);
                 if b.turn() == Some(key) {
-                    match b.paused_until {
-                        Some(until) => Some(until - now),
-                        None if b.tokens >= 1.0 => {
-                            b.tokens -= 1.0;
+                    match b.bucket.try_acquire(Instant::now()) {
+                        Ok(()) => {
                             b.waiting.remove(&key);
                             ticket.key = None;
                             let others_wait = b.waiting.keys().any(|k| k.0 != Priority::Lease);
@@ -198,7 +164,7 @@ impl Budget {
                             b.wake_turn();
                             return;
                         }
-                        None => Some(Duration::from_secs_f64((1.0 - b.tokens) / b.qps)),
+                        Err(wait) => wait,
                     }
                 } else {
                     None
@@ -214,35 +180,6 @@ impl Budget {
                 None => notify.notified().await,
             }
         }
-    }
-}
-
-/// Exponential backoff with jitter: attempt `n` waits a random time between
-/// half and all of `base·2ⁿ`, capped at `max`, so retries of many nodes after
-/// an outage spread out instead of arriving together.
-#[derive(Debug, Clone, Copy)]
-pub struct Backoff {
-    pub base: Duration,
-    pub max: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            base: Duration::from_millis(500),
-            max: Duration::from_secs(60),
-        }
-    }
-}
-
-impl Backoff {
-    pub fn delay(&self, attempt: u32) -> Duration {
-        let full = self
-            .base
-            .saturating_mul(1u32 << attempt.min(20))
-            .min(self.max);
-        let half = full / 2;
-        half + half.mul_f64(fastrand::f64())
     }
 }
 
@@ -397,14 +334,38 @@ mod tests {
         assert!(Instant::now() - start <= Duration::from_millis(1200));
     }
 
-    #[test]
-    fn backoff_grows_with_jitter_and_stops_at_the_cap() {
-        let b = Backoff::default();
-        for attempt in 0..30 {
-            let full = (b.base * 2u32.pow(attempt.min(20))).min(b.max);
-            let d = b.delay(attempt);
-            assert!(d >= full / 2 && d <= full, "attempt {attempt}: {d:?}");
-        }
-        assert!(b.delay(40) <= b.max);
+    #[tokio::test(start_paused = true)]
+    async fn at_rate_zero_a_waiter_waits_for_a_new_rate_without_spinning() {
+        use std::future::Future;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let budget = Arc::new(Budget::new(0.0, 1));
+        budget.acquire(Priority::Change).await; // the one token of the start
+        let polls = Arc::new(AtomicUsize::new(0));
+        let waiter = {
+            let (budget, polls) = (budget.clone(), polls.clone());
+            tokio::spawn(async move {
+                let mut acquire = std::pin::pin!(budget.acquire(Priority::Change));
+                std::future::poll_fn(|cx| {
+                    polls.fetch_add(1, Ordering::Relaxed);
+                    acquire.as_mut().poll(cx)
+                })
+                .await
+            })
+        };
+        // Paused time moves on by itself to the next timer whenever the
+        // runtime is idle: a waiter that slept and looked again would be
+        // polled at every one of its wake-ups in these ten seconds.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!waiter.is_finished(), "no token at rate 0");
+        let polls_while_waiting = polls.load(Ordering::Relaxed);
+        assert!(
+            polls_while_waiting <= 2,
+            "polled {polls_while_waiting} times"
+        );
+        let woken = Instant::now();
+        budget.set_rate(10.0, 1);
+        waiter.await.unwrap();
+        let took = Instant::now() - woken;
+        assert!(took <= Duration::from_millis(101), "{took:?}");
     }
 }

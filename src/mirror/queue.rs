@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::budget::{Backoff, Priority};
+use super::budget::Priority;
 use super::{BUSY_RETRY, FOLLOW_BATCH};
+use crate::backoff::Backoff;
 use crate::model::{ConditionStatus, EventKind};
 use crate::store::{HistoryQuery, OutboxKey, Store};
 use crate::view::View;

@@ -24,10 +24,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::budget::{Backoff, Priority};
+use super::budget::Priority;
 use super::jobs::{Ctx, PAGE};
 use super::upstream::Seen;
 use super::{mirror_patch, ApiError};
+use crate::backoff::Backoff;
 
 /// How often the nodes are listed again even while the watch works.
 pub(crate) const RESYNC_PERIOD: Duration = Duration::from_secs(30 * 60);
@@ -46,16 +47,12 @@ const WATCH_IDLE: Duration = Duration::from_secs(WATCH_TIMEOUT_SECONDS as u64 + 
 /// Failed lists are retried with this backoff: capped low, so an API
 /// server that answers again is seen within seconds, at the cost of one
 /// list request every couple of seconds while it is away.
-const LIST_RETRY: Backoff = Backoff {
-    base: Duration::from_millis(200),
-    max: Duration::from_secs(2),
-};
+const LIST_RETRY: Backoff =
+    Backoff::exponential(Duration::from_millis(200), Duration::from_secs(2)).with_jitter();
 /// A watch that fails as soon as it starts (the API server refuses to
 /// watch) falls back to lists this far apart at most.
-const WATCH_REFUSED_RETRY: Backoff = Backoff {
-    base: Duration::from_secs(1),
-    max: Duration::from_secs(30),
-};
+const WATCH_REFUSED_RETRY: Backoff =
+    Backoff::exponential(Duration::from_secs(1), Duration::from_secs(30)).with_jitter();
 /// A watch that lasted this long ended for a reason of its own, not because
 /// watching does not work.
 const WATCH_HEALTHY: Duration = Duration::from_secs(5);
@@ -93,8 +90,8 @@ pub(crate) async fn watch_nodes(
     stop: CancellationToken,
 ) {
     let mut resume: Option<String> = None;
-    let mut list_failures = 0u32;
-    let mut watch_failures = 0u32;
+    let mut list_retries = LIST_RETRY.retries();
+    let mut watch_retries = WATCH_REFUSED_RETRY.retries();
     let mut relist_at = Instant::now();
     let mut restarts = ctx.versions.restarts();
     // Ends on stop; each round is one list or one watch, each bounded by
@@ -111,7 +108,7 @@ pub(crate) async fn watch_nodes(
                 };
                 match listed {
                     Ok((rv, stale)) => {
-                        list_failures = 0;
+                        list_retries.reset();
                         relist_at = Instant::now() + RESYNC_PERIOD;
                         ctx.state.note_listed();
                         if reports.send(Report::Listed(stale)).await.is_err() {
@@ -136,8 +133,7 @@ pub(crate) async fn watch_nodes(
                         if reports.send(report).await.is_err() {
                             return;
                         }
-                        let wait = LIST_RETRY.delay(list_failures);
-                        list_failures += 1;
+                        let wait = list_retries.next_delay();
                         tokio::select! {
                             _ = stop.cancelled() => return,
                             _ = tokio::time::sleep(wait) => continue,
@@ -153,27 +149,26 @@ pub(crate) async fn watch_nodes(
         match end {
             WatchEnd::Stopped => return,
             WatchEnd::Restarted => {
-                watch_failures = 0;
+                watch_retries.reset();
                 tracing::info!(
                     "the API server started its resourceVersions over; listing its nodes again"
                 );
             }
             WatchEnd::Resume(rv) => {
-                watch_failures = 0;
+                watch_retries.reset();
                 resume = Some(rv);
             }
             WatchEnd::Relist(why) => {
                 if started.elapsed() >= WATCH_HEALTHY {
-                    watch_failures = 0;
+                    watch_retries.reset();
                     tracing::info!(
                         "the watch of the API server's nodes ended ({why}); listing them again"
                     );
                 } else {
                     // Refused at once: do not list in a tight loop.
-                    let wait = WATCH_REFUSED_RETRY.delay(watch_failures);
-                    watch_failures += 1;
-                    if watch_failures == 3 {
-                        tracing::warn!("the API server's nodes cannot be watched ({why}); listing them every {} instead (does the account have the watch verb on nodes?)", crate::duration::format(WATCH_REFUSED_RETRY.max));
+                    let wait = watch_retries.next_delay();
+                    if watch_retries.failures() == 3 {
+                        tracing::warn!("the API server's nodes cannot be watched ({why}); listing them every {} instead (does the account have the watch verb on nodes?)", crate::duration::format(WATCH_REFUSED_RETRY.max()));
                     } else {
                         tracing::debug!(
                             "the watch failed at once ({why}); listing again in {wait:?}"
