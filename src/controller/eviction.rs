@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::model::{ConditionStatus, EvictionMode, Micros, Node, Taint};
+use crate::token_bucket::TokenBucket;
 
 pub use crate::model::{TAINT_NOT_READY, TAINT_UNREACHABLE};
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -82,51 +83,16 @@ pub fn zone_rate(
     }
 }
 
-/// A token bucket of capacity one: at most `rate` evictions per second,
-/// never a burst (`EvictionLimiter` upstream is the same shape).
-#[derive(Debug, Clone)]
-pub struct EvictionLimiter {
-    rate: f64,
-    tokens: f64,
-    last: Instant,
+/// A zone's eviction limiter: the crate's token bucket with a burst of
+/// one, so at most `rate` evictions per second and never two at once
+/// (upstream's `RateLimitedTimedQueue` is the same shape). A zone whose rate
+/// drops to 0 starts again from an empty bucket.
+pub fn eviction_limiter(rate: f64, now: Instant) -> TokenBucket {
+    TokenBucket::new(rate, EVICTION_BURST, now)
 }
 
-impl EvictionLimiter {
-    pub fn new(rate: f64, now: Instant) -> EvictionLimiter {
-        EvictionLimiter {
-            rate,
-            tokens: 1.0,
-            last: now,
-        }
-    }
-
-    fn refill(&mut self, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate).min(1.0);
-        self.last = now;
-    }
-
-    /// Changes the rate from now on.
-    pub fn set_rate(&mut self, rate: f64, now: Instant) {
-        self.refill(now);
-        if rate == 0.0 {
-            // A paused zone starts again from an empty bucket.
-            self.tokens = 0.0;
-        }
-        self.rate = rate;
-    }
-
-    /// Takes a token if one is there.
-    pub fn try_acquire(&mut self, now: Instant) -> bool {
-        self.refill(now);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
+/// Evictions a zone may start at once.
+const EVICTION_BURST: u32 = 1;
 
 /// The taints a node should carry for its Ready status: NoSchedule at once,
 /// NoExecute once it is evicted (taint mode).
@@ -181,7 +147,7 @@ pub struct Evictor {
 
 #[derive(Debug)]
 struct Zone {
-    limiter: EvictionLimiter,
+    limiter: TokenBucket,
     queue: VecDeque<String>,
     state: ZoneState,
 }
@@ -261,7 +227,7 @@ impl Evictor {
                 });
             if due {
                 let z = self.zones.entry(zone.clone()).or_insert_with(|| Zone {
-                    limiter: EvictionLimiter::new(config.node_eviction_rate, now),
+                    limiter: eviction_limiter(config.node_eviction_rate, now),
                     queue: VecDeque::new(),
                     state: ZoneState::Normal,
                 });
@@ -279,8 +245,8 @@ impl Evictor {
                 tracing::info!(zone = %zone, from = ?z.state, to = ?state, "zone state changed");
             }
             z.state = state;
-            z.limiter
-                .set_rate(zone_rate(state, *total, all_fully_disrupted, config), now);
+            let rate = zone_rate(state, *total, all_fully_disrupted, config);
+            z.limiter.set_rate(rate, EVICTION_BURST, now);
             // The queue is in the order nodes became due; it is bounded by the zone's size.
             while let Some(name) = z.queue.front().cloned() {
                 let still_due = ready_now.get(&name).is_some_and(|(ready, _)| !ready)
@@ -292,7 +258,7 @@ impl Evictor {
                     self.queued.remove(&name);
                     continue;
                 }
-                if !z.limiter.try_acquire(now) {
+                if z.limiter.try_acquire(now).is_err() {
                     break;
                 }
                 z.queue.pop_front();
@@ -369,17 +335,17 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_limiter_allows_rate_per_second_without_bursts() {
         let start = Instant::now();
-        let mut l = EvictionLimiter::new(0.1, start);
-        assert!(l.try_acquire(start));
-        assert!(!l.try_acquire(start));
+        let mut l = eviction_limiter(0.1, start);
+        assert!(l.try_acquire(start).is_ok());
+        assert!(l.try_acquire(start).is_err());
         tokio::time::advance(Duration::from_secs(9)).await;
-        assert!(!l.try_acquire(Instant::now()));
+        assert!(l.try_acquire(Instant::now()).is_err());
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(l.try_acquire(Instant::now()));
+        assert!(l.try_acquire(Instant::now()).is_ok());
         // Idle for an hour: still only one at once.
         tokio::time::advance(Duration::from_secs(3600)).await;
-        assert!(l.try_acquire(Instant::now()));
-        assert!(!l.try_acquire(Instant::now()));
+        assert!(l.try_acquire(Instant::now()).is_ok());
+        assert!(l.try_acquire(Instant::now()).is_err());
     }
 
     #[tokio::test(start_paused = true)]
@@ -465,6 +431,39 @@ mod tests {
         let pass = e.pass(nodes.iter(), &config, started, Instant::now());
         assert_eq!(pass.zones["a"], ZoneState::PartialDisruption);
         assert!(pass.evict.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_large_partially_disrupted_zone_is_evicted_at_the_secondary_rate() {
+        let started = Instant::now();
+        let config = EvictionConfig::default();
+        // 40 of 60 down in zone a: partial, and larger than 50 nodes, so
+        // 0.01/s (one per 100 s) instead of 0.1/s; zone b healthy.
+        let nodes: Vec<Node> = fleet("a", 20, 40)
+            .into_iter()
+            .chain(fleet("b", 10, 0))
+            .collect();
+        let mut e = Evictor::default();
+        e.pass(nodes.iter(), &config, started, Instant::now());
+        tokio::time::advance(TIMEOUT).await;
+        let pass = e.pass(nodes.iter(), &config, started, Instant::now());
+        assert_eq!(pass.zones["a"], ZoneState::PartialDisruption);
+        assert_eq!(pass.evict.len(), 1, "the bucket's one token");
+        let mut evicted = 1;
+        for _ in 0..99 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            evicted += e
+                .pass(nodes.iter(), &config, started, Instant::now())
+                .evict
+                .len();
+        }
+        assert_eq!(
+            evicted, 1,
+            "nothing more within 99 s, where 0.1/s would have made ten"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let pass = e.pass(nodes.iter(), &config, started, Instant::now());
+        assert_eq!(pass.evict.len(), 1, "the next after 100 s");
     }
 
     #[tokio::test(start_paused = true)]
