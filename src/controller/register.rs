@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::conditions::{never_probed, Health};
 use super::{target_for, Controller, ControllerError, Tracked};
+use crate::backoff::Backoff;
 use crate::model::{EventKind, Micros, Node, NodeSpec};
 use crate::source::resolve;
 use crate::store::Batch;
@@ -34,6 +35,8 @@ impl Controller {
         }
         let lookups = lookup_all(&pending, self.config.lookup_timeout).await;
         let tries = self.config.register_retry_count.max(1);
+        // One sync period between passes, as the ancestor's RegisterNodes.
+        let mut retries = Backoff::constant(self.config.node_sync_period).retries();
         let mut last_error = String::new();
         let total = pending.len();
         for attempt in 1..=tries {
@@ -64,9 +67,13 @@ impl Controller {
                 pending.len()
             );
             if attempt < tries {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(self.config.node_sync_period) => {}
+                let wait = retries.next_delay();
+                if shutdown
+                    .run_until_cancelled(tokio::time::sleep(wait))
+                    .await
+                    .is_none()
+                {
+                    break;
                 }
             }
         }

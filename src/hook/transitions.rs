@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{HookOutcome, HookRun};
+use crate::backoff::Backoff;
 use crate::logging::status_name;
 use crate::metrics::{HookResult, HookRunLabels, Metrics};
 use crate::model::{Event, EventKind, Micros};
@@ -27,8 +28,8 @@ pub const PAGE: usize = 256;
 /// The default of `--transition-hook-timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Longest wait before trying a failed store read or write again.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Waits before trying a failed store read or write again: 1 s doubling to 30 s.
+const STORE_RETRY: Backoff = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(30));
 
 /// `--transition-hook` and its timeout.
 #[derive(Debug, Clone)]
@@ -96,7 +97,7 @@ impl TransitionHook {
     /// Runs until `stop`. A hook running then is let finish (within its
     /// timeout) and its place kept, so it is not run again.
     pub async fn run(mut self, stop: CancellationToken) -> Result<(), String> {
-        let mut backoff = Duration::from_secs(1);
+        let mut retries = STORE_RETRY.retries();
         loop {
             if stop.is_cancelled() {
                 return Ok(());
@@ -130,18 +131,23 @@ impl TransitionHook {
             let page = match self.store.history(&query) {
                 Ok(page) => page,
                 Err(e) => {
+                    let wait = retries.next_delay();
                     tracing::error!(
                         "the transition hook cannot read the history after seq {}: {e}; trying again in {}",
                         self.cursor,
-                        crate::duration::format(backoff)
+                        crate::duration::format(wait)
                     );
-                    if !pause(&stop, &mut backoff).await {
+                    if stop
+                        .run_until_cancelled(tokio::time::sleep(wait))
+                        .await
+                        .is_none()
+                    {
                         return Ok(());
                     }
                     continue;
                 }
             };
-            backoff = Duration::from_secs(1);
+            retries.reset();
             let Some(last) = page.last().map(|e| e.seq) else {
                 // Nothing left up to the durable seq (pruned, say).
                 self.cursor = durable;
@@ -205,7 +211,7 @@ impl TransitionHook {
 
     /// Makes the cursor durable, trying until it is or `stop` (false).
     async fn keep_cursor(&mut self, stop: &CancellationToken) -> bool {
-        let mut backoff = Duration::from_secs(1);
+        let mut retries = STORE_RETRY.retries();
         loop {
             let kept = match self.store.meta_put(CURSOR_KEY, &self.cursor.to_be_bytes()) {
                 Ok(()) => self.store.flush().await.map(|_| ()),
@@ -219,27 +225,22 @@ impl TransitionHook {
                 Err(e) => {
                     // The next hook waits: after a crash, the one just run
                     // would be run again.
+                    let wait = retries.next_delay();
                     tracing::error!(
                         "the transition hook's place (seq {}) could not be stored: {e}; no further hook runs until it is, trying again in {}",
                         self.cursor,
-                        crate::duration::format(backoff)
+                        crate::duration::format(wait)
                     );
-                    if !pause(stop, &mut backoff).await {
+                    if stop
+                        .run_until_cancelled(tokio::time::sleep(wait))
+                        .await
+                        .is_none()
+                    {
                         return false;
                     }
                 }
             }
         }
-    }
-}
-
-/// Waits `backoff` (doubled for next time, up to a bound); false on `stop`.
-async fn pause(stop: &CancellationToken, backoff: &mut Duration) -> bool {
-    let wait = *backoff;
-    *backoff = (*backoff * 2).min(MAX_BACKOFF);
-    tokio::select! {
-        _ = stop.cancelled() => false,
-        _ = tokio::time::sleep(wait) => true,
     }
 }
 

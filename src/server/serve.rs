@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::connections::{Connection, Connections, Slot, WatchedIo};
+use crate::backoff::Backoff;
 use crate::metrics::Metrics;
 
 /// How connections are accepted and served.
@@ -163,7 +164,7 @@ pub async fn serve_with(
     let connections = Connections::new(config.max_connections, config.metrics.clone());
     let config = Arc::new(config);
     let tasks = TaskTracker::new();
-    let mut backoff = AcceptBackoff::default();
+    let mut backoff = ACCEPT_BACKOFF.retries();
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -448,28 +449,8 @@ fn is_connection_error(e: &io::Error) -> bool {
 }
 
 /// Delays between failing accepts: 5 ms doubling to 1 s, as Go's net/http does.
-#[derive(Debug, Default)]
-struct AcceptBackoff {
-    current: Option<Duration>,
-}
-
-impl AcceptBackoff {
-    const FIRST: Duration = Duration::from_millis(5);
-    const MAX: Duration = Duration::from_secs(1);
-
-    fn next_delay(&mut self) -> Duration {
-        let delay = match self.current {
-            None => Self::FIRST,
-            Some(d) => (d * 2).min(Self::MAX),
-        };
-        self.current = Some(delay);
-        delay
-    }
-
-    fn reset(&mut self) {
-        self.current = None;
-    }
-}
+const ACCEPT_BACKOFF: Backoff =
+    Backoff::exponential(Duration::from_millis(5), Duration::from_secs(1));
 
 /// Builds the serving TLS configuration from `--tls-cert-file` (PEM chain,
 /// leaf first) and `--tls-private-key-file` (PEM; PKCS#8, PKCS#1 or SEC1).
@@ -902,7 +883,7 @@ mod tests {
 
     #[test]
     fn accept_backoff_doubles_to_a_second_and_resets() {
-        let mut b = AcceptBackoff::default();
+        let mut b = ACCEPT_BACKOFF.retries();
         let delays: Vec<_> = (0..10).map(|_| b.next_delay().as_millis()).collect();
         assert_eq!(delays, [5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
         b.reset();
