@@ -249,3 +249,59 @@ async fn lookup_all(
         .collect()
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::controller::{ControllerConfig, FreeSpace, StatusMode};
+    use crate::metrics::Metrics;
+    use crate::source::static_list::static_spec;
+    use crate::store::{Store, StoreOptions};
+    use crate::view::View;
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_passes_are_tried_again_one_sync_period_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Arc::new(Store::open(&dir.path().join("db"), &StoreOptions::default()).unwrap());
+        let space = Arc::new(AtomicU64::new(u64::MAX));
+        let config = ControllerConfig {
+            status_mode: StatusMode::Push,
+            register_retry_count: 3,
+            node_sync_period: Duration::from_secs(10),
+            free_space: FreeSpace::fake({
+                let space = space.clone();
+                move || space.load(Ordering::Relaxed)
+            }),
+            ..ControllerConfig::default()
+        };
+        let view = Arc::new(View::default());
+        let mut c = Controller::start(config, store, view, Arc::new(Metrics::new()))
+            .await
+            .unwrap();
+        // A full disk: every write is refused.
+        space.store(0, Ordering::Relaxed);
+        // An IP name, so nothing is looked up.
+        let spec = static_spec(
+            "127.0.0.1".into(),
+            None,
+            Default::default(),
+            Default::default(),
+        );
+        let start = Instant::now();
+        let e = c
+            .register_nodes(vec![spec], &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, ControllerError::Registration { tries: 3, missing, .. } if missing == &["127.0.0.1"]),
+            "{e}"
+        );
+        // Three passes, two waits of one sync period between them.
+        assert_eq!(Instant::now() - start, Duration::from_secs(20));
+    }
+}
