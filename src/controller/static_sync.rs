@@ -39,8 +39,8 @@ pub(super) enum FileRead {
 
 /// What tells the nodes file's bytes from the last look's without keeping
 /// them: their length and a keyed 128-bit hash. The file is looked at every
-/// sync period; keeping its bytes (about 170 bytes a node) cost their size
-/// for the whole run, and reading it whole each time as much again.
+/// sync period; keeping its bytes cost their size for the whole run, and
+/// reading it whole each time as much again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Digest {
     len: u64,
