@@ -6,9 +6,11 @@
 //! taken. A file that is empty or cannot be read or parsed changes nothing.
 //! Nodes that registered themselves are never deleted this way.
 
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{BuildHasher, Hasher};
+use std::io::Read;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use tokio::task::JoinHandle;
 
@@ -30,9 +32,81 @@ pub(super) enum FileRead {
     /// The same bytes as last time.
     Unchanged,
     Changed {
-        bytes: Arc<[u8]>,
+        digest: Digest,
         parsed: Result<Vec<NodeSpec>, String>,
     },
+}
+
+/// What tells the nodes file's bytes from the last look's without keeping
+/// them: their length and a keyed 128-bit hash. The file is looked at every
+/// sync period; keeping its bytes cost their size for the whole run, and
+/// reading it whole each time as much again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Digest {
+    len: u64,
+    hash: [u64; 2],
+}
+
+/// The keys of a followed file's [`Digest`]s, drawn once per run.
+#[derive(Debug, Clone, Default)]
+struct DigestKeys([RandomState; 2]);
+
+/// Bytes hashed at a time while looking at the file.
+const DIGEST_CHUNK: usize = 64 * 1024;
+
+impl DigestKeys {
+    fn digest_of(&self, bytes: &[u8]) -> Digest {
+        let mut digester = Digester::new(self);
+        digester.write(bytes);
+        digester.finish()
+    }
+
+    /// The file's digest, read a chunk at a time (nothing the file's size).
+    fn digest_of_file(&self, path: &std::path::Path) -> std::io::Result<Digest> {
+        // Runs on the blocking pool (`start_reading`).
+        #[allow(clippy::disallowed_methods)]
+        let mut file = std::fs::File::open(path)?;
+        let mut digester = Digester::new(self);
+        let mut chunk = vec![0; DIGEST_CHUNK];
+        loop {
+            match file.read(&mut chunk) {
+                Ok(0) => return Ok(digester.finish()),
+                Ok(n) => digester.write(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// A [`Digest`] being made; the same bytes give the same digest however
+/// they are split.
+struct Digester {
+    len: u64,
+    hashers: [std::hash::DefaultHasher; 2],
+}
+
+impl Digester {
+    fn new(keys: &DigestKeys) -> Digester {
+        Digester {
+            len: 0,
+            hashers: [keys.0[0].build_hasher(), keys.0[1].build_hasher()],
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.len += bytes.len() as u64;
+        for hasher in &mut self.hashers {
+            hasher.write(bytes);
+        }
+    }
+
+    fn finish(&self) -> Digest {
+        Digest {
+            len: self.len,
+            hash: [self.hashers[0].finish(), self.hashers[1].finish()],
+        }
+    }
 }
 
 /// A look at the nodes file in flight (file reads block: off the controller task).
@@ -50,7 +124,8 @@ pub(super) struct StaticList {
 struct WatchedFile {
     config: NodesFile,
     /// The bytes last read (good or not), so a change is noticed once.
-    seen: Option<Arc<[u8]>>,
+    seen: Option<Digest>,
+    keys: DigestKeys,
     /// What the file last listed when it was good and not empty.
     specs: Vec<NodeSpec>,
 }
@@ -62,6 +137,7 @@ impl StaticList {
             file: file.map(|config| WatchedFile {
                 config,
                 seen: None,
+                keys: DigestKeys::default(),
                 specs: Vec::new(),
             }),
         }
@@ -88,34 +164,44 @@ impl StaticList {
         let file = self.file.as_ref()?;
         let path = file.config.path.clone();
         let capacity = file.config.capacity;
-        let seen = file.seen.clone();
+        let seen = file.seen;
+        let keys = file.keys.clone();
         Some(tokio::task::spawn_blocking(move || {
-            read_nodes_file(&path, capacity, seen.as_deref())
+            read_nodes_file(&path, capacity, seen, &keys)
         }))
     }
 }
 
-/// Reads the nodes file; parses it only when its bytes changed.
-fn read_nodes_file(path: &std::path::Path, capacity: Resources, seen: Option<&[u8]>) -> FileRead {
+/// Looks at the nodes file a chunk at a time; reads it whole and parses it
+/// only when its bytes changed.
+fn read_nodes_file(
+    path: &std::path::Path,
+    capacity: Resources,
+    seen: Option<Digest>,
+    keys: &DigestKeys,
+) -> FileRead {
     let origin = path.display().to_string();
+    let cannot_read = |e: std::io::Error| FileRead::Changed {
+        digest: keys.digest_of(&[]),
+        parsed: Err(format!("cannot read the nodes file {origin}: {e}")),
+    };
+    match keys.digest_of_file(path) {
+        Ok(digest) if Some(digest) == seen => return FileRead::Unchanged,
+        Ok(_) => {}
+        Err(e) => return cannot_read(e),
+    }
     // Runs on the blocking pool (`start_reading`).
     #[allow(clippy::disallowed_methods)]
-    let bytes: Arc<[u8]> = match std::fs::read(path) {
-        Ok(bytes) => bytes.into(),
-        Err(e) => {
-            return FileRead::Changed {
-                bytes: Arc::from(&[][..]),
-                parsed: Err(format!("cannot read the nodes file {origin}: {e}")),
-            }
-        }
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) => return cannot_read(e),
     };
-    if seen == Some(&bytes[..]) {
-        return FileRead::Unchanged;
-    }
+    // The digest of what is parsed: the file may have changed again since.
+    let digest = keys.digest_of(&bytes);
     let parsed = std::str::from_utf8(&bytes)
         .map_err(|e| format!("{origin}: not UTF-8 text: {e}"))
         .and_then(|text| parse_nodes_text(&origin, text, capacity).map_err(|e| e.to_string()));
-    FileRead::Changed { bytes, parsed }
+    FileRead::Changed { digest, parsed }
 }
 
 impl Controller {
@@ -125,13 +211,13 @@ impl Controller {
         let mut file_names = BTreeSet::new();
         if let Some(reading) = self.static_list.start_reading() {
             match reading.await {
-                Ok(FileRead::Changed { bytes, parsed }) => {
+                Ok(FileRead::Changed { digest, parsed }) => {
                     let file = self
                         .static_list
                         .file
                         .as_mut()
                         .expect("reading implies a file");
-                    file.seen = Some(bytes);
+                    file.seen = Some(digest);
                     match parsed {
                         Ok(listed) => {
                             file_names = listed.iter().map(|s| s.name.clone()).collect();
@@ -167,13 +253,13 @@ impl Controller {
 
     /// A look at the nodes file came back: follows it if it changed and is good.
     pub(super) async fn apply_nodes_file(&mut self, read: FileRead) {
-        let FileRead::Changed { bytes, parsed } = read else {
+        let FileRead::Changed { digest, parsed } = read else {
             return;
         };
         let Some(file) = self.static_list.file.as_mut() else {
             return;
         };
-        file.seen = Some(bytes);
+        file.seen = Some(digest);
         let origin = file.config.path.display().to_string();
         let listed = match parsed {
             Ok(listed) if listed.is_empty() => {
@@ -277,5 +363,67 @@ impl Controller {
         } {
             tracing::warn!("the source listing could not be kept in the store: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_digest_tells_changed_bytes_apart_however_they_are_read() {
+        let keys = DigestKeys::default();
+        // Longer than a chunk, so the file is hashed in pieces.
+        let text: Vec<u8> = (0..3 * DIGEST_CHUNK + 17)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nodes");
+        std::fs::write(&path, &text).unwrap();
+        let whole = keys.digest_of(&text);
+        assert_eq!(keys.digest_of_file(&path).unwrap(), whole);
+        let mut split = Digester::new(&keys);
+        split.write(&text[..10]);
+        split.write(&text[10..]);
+        assert_eq!(split.finish(), whole);
+
+        let mut changed = text.clone();
+        changed[DIGEST_CHUNK + 1] ^= 1;
+        assert_ne!(keys.digest_of(&changed), whole);
+        assert_ne!(keys.digest_of(&text[..text.len() - 1]), whole);
+        // Another run draws other keys; within one run a digest is stable.
+        assert_eq!(keys.clone().digest_of(&text), whole);
+    }
+
+    #[test]
+    fn the_file_is_parsed_only_when_its_bytes_changed() {
+        let keys = DigestKeys::default();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nodes");
+        std::fs::write(&path, "127.0.0.1\n").unwrap();
+        let capacity = Resources::default();
+        let FileRead::Changed { digest, parsed } = read_nodes_file(&path, capacity, None, &keys)
+        else {
+            panic!("a first look is a change");
+        };
+        assert_eq!(parsed.unwrap().len(), 1);
+        assert!(matches!(
+            read_nodes_file(&path, capacity, Some(digest), &keys),
+            FileRead::Unchanged
+        ));
+        std::fs::write(&path, "127.0.0.1\n127.0.0.2\n").unwrap();
+        let FileRead::Changed { parsed, .. } =
+            read_nodes_file(&path, capacity, Some(digest), &keys)
+        else {
+            panic!("new bytes are a change");
+        };
+        assert_eq!(parsed.unwrap().len(), 2);
+        std::fs::remove_file(&path).unwrap();
+        let FileRead::Changed { parsed, .. } =
+            read_nodes_file(&path, capacity, Some(digest), &keys)
+        else {
+            panic!("a file gone is a change");
+        };
+        assert!(parsed.unwrap_err().contains("cannot read the nodes file"));
     }
 }
