@@ -7,6 +7,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod controller;
+pub mod discovery;
 pub mod history;
 pub mod hook;
 pub mod inspect;

@@ -195,7 +195,7 @@ pub async fn wait_for_discovery(
     timeout: Duration,
     poll: Duration,
 ) -> Result<String> {
-    let file = nodekeeper::app::Discovery::path(db);
+    let file = nodekeeper::discovery::Discovery::path(db);
     let deadline = Instant::now() + timeout;
     loop {
         run.check_alive()?;

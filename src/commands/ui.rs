@@ -9,9 +9,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::{Failure, Outcome};
-use crate::app::Discovery;
 use crate::cli::UiArgs;
 use crate::controller::ControllerHandle;
+use crate::discovery::Discovery;
 use crate::metrics::Metrics;
 use crate::server::{AppState, Tokens};
 use crate::store::{Store, StoreError, StoreOptions};
