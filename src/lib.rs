@@ -12,6 +12,7 @@ pub mod history;
 pub mod hook;
 pub mod inspect;
 pub mod kube;
+mod layers;
 pub mod liveness;
 pub mod logging;
 pub mod metrics;
