@@ -1,4 +1,9 @@
 //! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe, or with `--push` per pushed heartbeat (every simulated kubelet on a connection of its own); `--soak` follows store size and memory minute by minute, `--burst` times thousands of status changes at once. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000 [--push [--soak 1h] [--burst]]`.
+//!
+//! Long (about 1,300 lines): the run of one fleet size (`bench_size`), its
+//! processes, the samples it takes and the report, whose columns the README
+//! quotes. What it shares with the other benchmarks is in
+//! `nodekeeper_sim::bench`; its `--history` mode is a module of its own.
 
 // A benchmark measures real (never paused) time and writes its reports synchronously.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]

@@ -50,6 +50,13 @@
 //! Every drain and phase runs even if one before it failed; the tables show
 //! what completed, and the exit status is 1 if anything failed or was wrong.
 //!
+//! Long (about 2,300 lines): three benchmarks, each one function that runs
+//! its phase start to end with its checks (`drain`, `steady_state`, `site`,
+//! 170 to 270 lines, read as the procedure the README describes), and their
+//! report sections. What it shares with `nodekeeper-bench` is in
+//! `nodekeeper_sim::bench`; the phases would become modules of their own, as
+//! the history benchmark's are, when one more is added.
+//!
 //! Run it with `cargo run --release --bin nodekeeper-mirror-bench` (add
 //! `-- --help` for the sizes, budgets and windows). It needs the
 //! `nodekeeper` binary next to it (`cargo build --release --bins`) or `--bin`.
