@@ -86,7 +86,7 @@ pub enum Command {
         command: ConfigCommand,
     },
     /// Serve the web console and the read-only API over a stopped store.
-    Ui(crate::commands::ui::UiArgs),
+    Ui(UiArgs),
     /// Show the version, git commit, build date and compiler of this binary.
     Version {
         #[arg(short, long, value_enum, default_value_t = ListFormat::Table)]
@@ -107,8 +107,40 @@ pub enum Command {
     /// Print a shell completion script: `source <(nodekeeper completions bash)`.
     Completions {
         #[arg(value_enum)]
-        shell: crate::commands::completions::Shell,
+        shell: Shell,
     },
+}
+
+#[derive(Debug, Args)]
+/// `nodekeeper ui`'s flags.
+pub struct UiArgs {
+    /// Address to serve the console and the API on. A non-loopback address
+    /// needs --tls-cert-file and --token-file (or --insecure-listen).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Bearer tokens, as for `run --token-file`.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<String>,
+    /// Serve over HTTPS with this certificate (PEM).
+    #[arg(long, value_name = "PATH")]
+    pub tls_cert_file: Option<String>,
+    /// The private key of --tls-cert-file (PEM).
+    #[arg(long, value_name = "PATH")]
+    pub tls_private_key_file: Option<String>,
+    /// Serve a non-loopback --listen address even without TLS or tokens.
+    #[arg(long)]
+    pub insecure_listen: bool,
+    /// sled cache size in bytes.
+    #[arg(long, default_value_t = crate::store::DEFAULT_CACHE_CAPACITY)]
+    pub cache_capacity: u64,
+}
+
+/// The shells completions are made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Debug, Args)]

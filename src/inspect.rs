@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::app::Discovery;
+use crate::discovery::Discovery;
 use crate::model::{Event, Micros, Node};
 use crate::server::{HistoryParams, NodeEntry};
 use crate::store::RegistryAt;

@@ -8,11 +8,12 @@ pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod controller;
-pub mod duration;
+pub mod discovery;
 pub mod history;
 pub mod hook;
 pub mod inspect;
 pub mod kube;
+mod layers;
 pub mod liveness;
 pub mod logging;
 pub mod metrics;
@@ -22,16 +23,18 @@ pub mod notify;
 pub mod output;
 pub mod probe;
 pub mod process;
-pub mod quantity;
 pub mod readiness;
 pub mod server;
 pub mod simulate;
 pub mod source;
 pub mod store;
 pub mod token_bucket;
-pub mod validation;
 pub mod version;
 pub mod view;
+
+// The domain's pure rules live under `model`; these paths stay for the callers
+// that still name them from the crate's top.
+pub use model::{duration, quantity, validation};
 
 /// Installs rustls' ring provider for the process (reqwest and kubelet TLS
 /// need one). Safe to call more than once.

@@ -1,5 +1,10 @@
 //! Prometheus metrics, on a registry of our own (no globals). No per-node
 //! labels: a 10k-node site must not mean 10k series.
+//!
+//! `Metrics::new` is long (about 400 lines) on purpose: it is the one list of
+//! every metric, its help text and its registration, which the README's
+//! metrics table documents (`cli/tests/dashboards.rs` checks that every
+//! family served is in it).
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;

@@ -9,12 +9,15 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub(crate) mod detail;
+pub mod duration;
 mod eviction;
 mod name;
 mod operator;
 mod pushed;
+pub mod quantity;
 mod status;
 mod taints;
+pub mod validation;
 
 pub use detail::describe_changes;
 pub use eviction::{EvictionMode, UnknownEvictionMode};
@@ -89,7 +92,7 @@ impl Micros {
     /// Parses an instant given either as RFC 3339 or as an age relative to
     /// `now` (`10m` = ten minutes ago), as operators type them.
     pub fn parse_instant(s: &str, now: Micros) -> Result<Micros, String> {
-        if let Ok(d) = crate::duration::parse(s) {
+        if let Ok(d) = duration::parse(s) {
             return Ok(Micros(now.0 - d.as_micros() as i64));
         }
         Micros::parse_rfc3339(s).map_err(|_| {

@@ -45,18 +45,16 @@ fn bad_flags_and_files_are_named_and_nothing_starts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_store_is_inspected_exported_and_imported() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 64, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
+    let site = TestSite::start(2, Ipv4Addr::new(127, 64, 0, 1)).await;
+    let (fleet, db) = (&site.fleet, site.db.clone());
+    let c = site.controller(&[]);
     let (a, b) = (fleet.name(0), fleet.name(1));
     c.wait_ready(&a, "True").await;
     c.wait_ready(&b, "True").await;
     fleet.handle.set(&b, KubeletState::Sick).unwrap();
     c.wait_ready(&b, "False").await;
     assert!(c.stop().success());
-    fleet.stop().await;
+    let dir = site.stop_fleet().await;
 
     // `at` rebuilds the registry as it was: before b fell ill it was Ready.
     let history = json(&cli_ok(&db, &["history", &b, "-o", "json"]));

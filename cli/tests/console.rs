@@ -182,27 +182,16 @@ impl Drop for Script {
 
 /// A nodes file for `fleet` with zones and a `tier` label, so the overview
 /// has groups and selectors something to select.
-fn zoned_nodes_file(fleet: &TestFleet, dir: &Path) -> PathBuf {
+fn zone_labels(i: usize) -> Value {
     let zones = ["rack-a", "rack-b", "rack-c"];
-    let entries: Vec<Value> = fleet
-        .fleet
-        .nodes()
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            let mut labels = json!({"topology.kubernetes.io/zone": zones[i % 3]});
-            if i % 4 == 0 {
-                labels["tier"] = json!("gold");
-            } else if i % 4 == 1 {
-                labels["tier"] = json!("silver");
-            }
-            labels["slot"] = json!(i.to_string());
-            json!({"name": n.name, "address": n.address.ip().to_string(), "labels": labels})
-        })
-        .collect();
-    let path = dir.join("nodes.json");
-    std::fs::write(&path, serde_json::to_vec(&entries).unwrap()).unwrap();
-    path
+    let mut labels = json!({"topology.kubernetes.io/zone": zones[i % 3]});
+    if i.is_multiple_of(4) {
+        labels["tier"] = json!("gold");
+    } else if i % 4 == 1 {
+        labels["tier"] = json!("silver");
+    }
+    labels["slot"] = json!(i.to_string());
+    labels
 }
 
 fn port_of(url: &str) -> u16 {
@@ -229,13 +218,12 @@ fn http() -> reqwest::Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_is_served_and_the_readiness_strip_counts_the_history() {
-    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 88, 10, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = zoned_nodes_file(&fleet, dir.path());
-    let c = Controller::start(
-        &dir.path().join("db"),
-        &fast_args(&nodes, fleet.fleet.port()),
-    );
+    let site = TestSite::builder(3, Ipv4Addr::new(127, 88, 10, 1))
+        .labels(zone_labels)
+        .start()
+        .await;
+    let fleet = &site.fleet;
+    let c = site.controller(&[]);
     let (a, b) = (fleet.name(0), fleet.name(1));
     c.wait_ready(&a, "True").await;
     c.wait_ready(&b, "True").await;
@@ -320,7 +308,7 @@ async fn the_console_is_served_and_the_readiness_strip_counts_the_history() {
         );
     }
     drop(c);
-    fleet.stop().await;
+    site.stop().await;
 }
 
 /// `nodekeeper ui` on a store a controller left behind.
@@ -377,11 +365,12 @@ impl Drop for UiServer {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ui_serves_a_stopped_store_read_only_and_the_browser_shows_it() {
-    let fleet = TestFleet::start(4, Ipv4Addr::new(127, 88, 11, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = zoned_nodes_file(&fleet, dir.path());
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
+    let site = TestSite::builder(4, Ipv4Addr::new(127, 88, 11, 1))
+        .labels(zone_labels)
+        .start()
+        .await;
+    let (fleet, db) = (&site.fleet, site.db.clone());
+    let c = site.controller(&[]);
     let down = fleet.name(2);
     for i in 0..4 {
         c.wait_ready(&fleet.name(i), "True").await;
@@ -397,7 +386,7 @@ async fn ui_serves_a_stopped_store_read_only_and_the_browser_shows_it() {
         "{err}"
     );
     assert!(c.stop().success());
-    fleet.stop().await;
+    let dir = site.stop_fleet().await;
     let (code, _, err) = cli(
         &dir.path().join("nowhere"),
         &["ui", "--listen", "127.0.0.1:0"],
@@ -464,15 +453,16 @@ async fn ui_serves_a_stopped_store_read_only_and_the_browser_shows_it() {
 async fn in_a_browser_the_overview_follows_the_fleet_and_the_past_matches_the_cli() {
     check_prerequisites();
     let _one = BROWSER.lock().await;
-    let fleet = TestFleet::start(24, Ipv4Addr::new(127, 88, 12, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = zoned_nodes_file(&fleet, dir.path());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
     // Probe every second: enough for a live test, and a quieter history.
-    set_flag(&mut args, "--node-sync-period", "1s");
-    set_flag(&mut args, "--node-monitor-grace-period", "3s");
-    let c = Controller::start(&db, &args);
+    let site = TestSite::builder(24, Ipv4Addr::new(127, 88, 12, 1))
+        .labels(zone_labels)
+        .flag("--node-sync-period", "1s")
+        .grace("3s")
+        .start()
+        .await;
+    let (fleet, db) = (&site.fleet, &site.db);
+    let args = site.args();
+    let c = Controller::start(db, &args);
     for i in 0..24 {
         c.wait_ready(&fleet.name(i), "True").await;
     }
@@ -515,7 +505,7 @@ async fn in_a_browser_the_overview_follows_the_fleet_and_the_past_matches_the_cl
             }
             "start-controller" => {
                 let addr = format!("127.0.0.1:{port}");
-                running = Some(Controller::start(&db, &listening_on(&args, &addr)));
+                running = Some(Controller::start(db, &listening_on(&args, &addr)));
                 script.answer("started");
             }
             other => panic!("unexpected request {other}"),
@@ -523,21 +513,21 @@ async fn in_a_browser_the_overview_follows_the_fleet_and_the_past_matches_the_cl
     }
     script.finish(started);
     drop(running);
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_browser_a_token_is_asked_for_and_kept_for_the_tab() {
     check_prerequisites();
     let _one = BROWSER.lock().await;
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 88, 13, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens");
+    let site = TestSite::builder(2, Ipv4Addr::new(127, 88, 13, 1))
+        .labels(zone_labels)
+        .start()
+        .await;
+    let fleet = &site.fleet;
+    let tokens = site.path().join("tokens");
     std::fs::write(&tokens, "operator-secret\n").unwrap();
-    let nodes = zoned_nodes_file(&fleet, dir.path());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
-    args.extend(["--token-file".into(), tokens.display().to_string()]);
-    let c = Controller::start(&dir.path().join("db"), &args);
+    let c = site.controller(&["--token-file".into(), tokens.display().to_string()]);
     c.wait_ready(&fleet.name(0), "True").await;
     let started = Instant::now();
     let script = Script::start(
@@ -549,7 +539,7 @@ async fn in_a_browser_a_token_is_asked_for_and_kept_for_the_tab() {
     );
     script.run_to_end(started);
     drop(c);
-    fleet.stop().await;
+    site.stop().await;
 }
 
 /// 10,000 nodes registered in a controller in push mode (nothing is

@@ -462,13 +462,11 @@ async fn bad_pushes_get_the_status_kubectl_shows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hybrid_probes_a_silent_node_once_before_declaring_it_unknown() {
-    let fleet = TestFleet::start(1, Ipv4Addr::new(127, 82, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let site = TestSite::start(1, Ipv4Addr::new(127, 82, 0, 1)).await;
+    let (fleet, db) = (&site.fleet, &site.db);
+    let mut args = site.args();
     args.extend(["--node-status-mode", "hybrid"].map(String::from));
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     let name = fleet.name(0);
     c.wait_ready(&name, "True").await;
     let mut k = Kubelet {
@@ -508,7 +506,7 @@ async fn hybrid_probes_a_silent_node_once_before_declaring_it_unknown() {
     fleet.handle.set(&name, KubeletState::Down).unwrap();
     c.wait_ready(&name, "Unknown").await;
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -631,13 +629,11 @@ async fn with_tokens_a_node_may_update_only_itself() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_probe_mode_lease_renewals_do_not_keep_a_dead_kubelet_ready() {
-    let fleet = TestFleet::start(1, Ipv4Addr::new(127, 84, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let site = TestSite::start(1, Ipv4Addr::new(127, 84, 0, 1)).await;
+    let (fleet, db) = (&site.fleet, &site.db);
+    let mut args = site.args();
     args.extend(["--node-status-mode", "probe"].map(String::from));
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     let name = fleet.name(0);
     c.wait_ready(&name, "True").await;
     let mut k = Kubelet {
@@ -662,7 +658,7 @@ async fn in_probe_mode_lease_renewals_do_not_keep_a_dead_kubelet_ready() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 /// The same status patch, once as kubelets send it (read without a merge)

@@ -44,15 +44,13 @@ fn export(db: &Path, name: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_import_and_compact_carry_every_tree() {
-    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 84, 2, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
+    let site = TestSite::builder(3, Ipv4Addr::new(127, 84, 2, 1))
+        .push_mode()
+        .start()
+        .await;
+    let (fleet, db) = (&site.fleet, site.db.clone());
     // An API server that never answers: the mirror's work waits in the outbox.
-    let c = Controller::start(
-        &db,
-        &push_mode_args(&nodes, &["--master", "http://127.84.2.250:9"]),
-    );
+    let c = site.controller_with(&["--master", "http://127.84.2.250:9"]);
     fleet.push_to(&c, |_| {});
     for i in 0..3 {
         c.wait_ready(&fleet.name(i), "True").await;
@@ -68,7 +66,7 @@ async fn export_import_and_compact_carry_every_tree() {
     })
     .await;
     assert!(c.stop().success());
-    fleet.stop().await;
+    let dir = site.stop_fleet().await;
     let mirror = json(&cli_ok(&db, &["mirror", "status", "-o", "json"]));
     let status = cli_ok(&db, &["db", "status"]);
     let instance = status

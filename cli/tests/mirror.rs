@@ -131,12 +131,14 @@ fn pod_deletes(api: &FakeApiServer) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_status_taints_and_leases_reach_the_api_server() {
-    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 141, 0, 1)).await;
+    let site = TestSite::builder(3, Ipv4Addr::new(127, 141, 0, 1))
+        .without_nodes_file()
+        .start()
+        .await;
     let api = FakeApiServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let site = dir.path().join("site.yaml");
-    write(&site, &inventory(&fleet, &[0, 1, 2]));
+    let (fleet, dir, db) = (&site.fleet, &site.dir, &site.db);
+    let machines = dir.path().join("site.yaml");
+    write(&machines, &inventory(fleet, &[0, 1, 2]));
     let (a, b, c_) = (fleet.name(0), fleet.name(1), fleet.name(2));
     // Someone registered node a already, with their own label and taint.
     api.put_node(json!({
@@ -144,14 +146,11 @@ async fn nodes_status_taints_and_leases_reach_the_api_server() {
         "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}
     }));
     api.put_pod(pod("default", "web-c", &c_));
-    let mut args = fast_args(&site, fleet.fleet.port());
-    args.retain(|a| a != "--nodes-file");
-    let at = args.iter().position(|a| a.ends_with("site.yaml")).unwrap();
-    args.remove(at);
+    let mut args = site.args();
     args.extend(["--cloud-provider", "inventory", "--cloud-config"].map(String::from));
-    args.push(site.display().to_string());
+    args.push(machines.display().to_string());
     args.extend(mirror_args(&api));
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
 
     upstream("every node Ready and untainted on the API server", || {
         [&a, &b, &c_].iter().all(|n| {
@@ -218,7 +217,7 @@ async fn nodes_status_taints_and_leases_reach_the_api_server() {
     upstream("b's renewals resume", || renewed(&b) != stopped).await;
 
     // A machine leaves the inventory: its node, Lease and pods go.
-    write(&site, &inventory(&fleet, &[0, 1]));
+    write(&machines, &inventory(fleet, &[0, 1]));
     upstream("c deleted upstream with its Lease and pods", || {
         api.node(&c_).is_none()
             && api.lease("kube-node-lease", &c_).is_none()
@@ -226,12 +225,12 @@ async fn nodes_status_taints_and_leases_reach_the_api_server() {
     })
     .await;
 
-    let status = json(&cli_ok(&db, &["mirror", "status", "-o", "json"]));
+    let status = json(&cli_ok(db, &["mirror", "status", "-o", "json"]));
     assert_eq!(status["running"], true);
     assert_eq!(status["leader"], true);
     assert_eq!(status["backlog"], 0, "{status}");
     assert!(status["requests"].as_u64().unwrap() > 0);
-    let table = cli_ok(&db, &["mirror", "status"]);
+    let table = cli_ok(db, &["mirror", "status"]);
     assert!(
         table.contains("Backlog:") && table.contains("0 entries"),
         "{table}"
@@ -240,7 +239,7 @@ async fn nodes_status_taints_and_leases_reach_the_api_server() {
     assert!(metrics.contains("nodekeeper_mirror_backlog 0"), "{metrics}");
     assert!(metrics.contains("nodekeeper_mirror_leader 1"), "{metrics}");
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -467,11 +466,10 @@ async fn an_interrupted_pod_eviction_resumes_after_a_restart_only_for_a_node_sti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_controllers_never_write_at_once_and_the_standby_takes_over() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 144, 0, 1)).await;
+    let site = TestSite::start(2, Ipv4Addr::new(127, 144, 0, 1)).await;
     let api = FakeApiServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = fleet.nodes_file(dir.path());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let (fleet, dir) = (&site.fleet, &site.dir);
+    let mut args = site.args();
     args.extend(mirror_args(&api));
     let first = Controller::start(&dir.path().join("db1"), &args);
     first
@@ -510,15 +508,14 @@ async fn two_controllers_never_write_at_once_and_the_standby_takes_over() {
     // A clean stop gives the Lease up.
     assert!(second.stop().success());
     assert!(holder(&api).is_null(), "released");
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubeconfig_reaches_the_api_server_and_bad_mirror_flags_are_refused() {
-    let fleet = TestFleet::start(1, Ipv4Addr::new(127, 146, 0, 1)).await;
+    let site = TestSite::start(1, Ipv4Addr::new(127, 146, 0, 1)).await;
     let api = FakeApiServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = fleet.nodes_file(dir.path());
+    let (fleet, dir) = (&site.fleet, &site.dir);
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
         &kubeconfig,
@@ -531,7 +528,7 @@ async fn a_kubeconfig_reaches_the_api_server_and_bad_mirror_flags_are_refused() 
         ),
     )
     .unwrap();
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let mut args = site.args();
     args.extend([
         "--kubeconfig".to_string(),
         kubeconfig.display().to_string(),
@@ -591,16 +588,15 @@ async fn a_kubeconfig_reaches_the_api_server_and_bad_mirror_flags_are_refused() 
     }
     // Nothing was stored by a refused start.
     assert!(!db.exists());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_and_slow_answers_are_retried_until_they_pass() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 147, 0, 1)).await;
+    let site = TestSite::start(2, Ipv4Addr::new(127, 147, 0, 1)).await;
     let api = FakeApiServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = fleet.nodes_file(dir.path());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let (fleet, dir) = (&site.fleet, &site.dir);
+    let mut args = site.args();
     args.extend(mirror_args(&api));
     args.push("--leader-elect=false".into());
     let c = Controller::start(&dir.path().join("db"), &args);
@@ -640,5 +636,5 @@ async fn errors_and_slow_answers_are_retried_until_they_pass() {
     c.wait_for("/v1/mirror", "an empty backlog", |s| s["backlog"] == 0)
         .await;
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }

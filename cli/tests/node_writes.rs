@@ -597,11 +597,13 @@ async fn with_tokens_the_history_names_the_operator_and_nodes_may_not_cordon() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_no_source_lists_is_deleted_and_its_history_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = dir.path().join("nodes.txt");
-    std::fs::write(&nodes, "listed 127.83.4.1\n").unwrap();
-    let c = Controller::start(&db, &push_mode_args(&nodes, &["--allow-node-registration"]));
+    let site = TestSite::builder(1, Ipv4Addr::new(127, 83, 4, 1))
+        .push_mode()
+        .start()
+        .await;
+    let (dir, db) = (&site.dir, &site.db);
+    let listed = site.name(0);
+    let c = site.controller_with(&["--allow-node-registration"]);
     let register = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "visitor"},
         "status": {"addresses": [{"type": "InternalIP", "address": "127.83.4.2"}]}});
     let (code, s) = send_as(
@@ -634,17 +636,18 @@ async fn a_node_no_source_lists_is_deleted_and_its_history_kept() {
         "{deleted}"
     );
     // The listed one stays, and the refusal says what to change.
-    let err = k.refused(&["delete", "node", "listed"], "(Conflict)").await;
+    let err = k.refused(&["delete", "node", &listed], "(Conflict)").await;
     assert!(err.contains("remove it from that list"), "{err}");
     assert!(c.stop().success());
     // On the stopped store, the same rule from what the last run listed.
-    let (code, _, err) = cli(&db, &["delete", "listed"]);
+    let (code, _, err) = cli(db, &["delete", &listed]);
     assert_eq!(code, 1);
     assert!(err.contains("listed by the static node list"), "{err}");
-    let verify = cli_ok(&db, &["db", "verify"]);
+    let verify = cli_ok(db, &["db", "verify"]);
     assert!(verify.contains("ok"), "{verify}");
-    let at = cli_ok(&db, &["history", "visitor"]);
+    let at = cli_ok(db, &["history", "visitor"]);
     assert!(at.contains("Deleted"), "{at}");
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -54,15 +54,13 @@ fn hooked_seqs(file: &Path) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_carry_each_transition_once_and_failures_before_the_grace_ends() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 92, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let site = TestSite::start(2, Ipv4Addr::new(127, 92, 0, 1)).await;
+    let (fleet, db) = (&site.fleet, &site.db);
+    let mut args = site.args();
     // A grace long enough that the first failed probe is logged well before it ends.
     set_flag(&mut args, "--node-monitor-grace-period", "3s");
     args.extend(["--log-format", "json"].map(String::from));
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     let (a, b) = (fleet.name(0), fleet.name(1));
     c.wait_ready(&a, "True").await;
     c.wait_ready(&b, "True").await;
@@ -179,7 +177,7 @@ async fn json_logs_carry_each_transition_once_and_failures_before_the_grace_ends
         .unwrap();
     assert!(back["failures"].as_u64().unwrap() >= 2, "{back}");
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 /// A hook that records `SEQ NODE CONDITION FROM TO REASON` (and the JSON it
@@ -204,14 +202,12 @@ echo "$json" >> {d}/hooked.json
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_transition_hook_gets_each_transition_once_across_a_kill() {
-    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 92, 1, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
+    let site = TestSite::start(3, Ipv4Addr::new(127, 92, 1, 1)).await;
+    let (fleet, dir, db) = (&site.fleet, &site.dir, &site.db);
     let hooked = dir.path().join("hooked");
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let mut args = site.args();
     args.extend(["--transition-hook".to_string(), hook_script(dir.path())]);
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     let (a, b, d) = (fleet.name(0), fleet.name(1), fleet.name(2));
     for n in [&a, &b, &d] {
         c.wait_ready(n, "True").await;
@@ -273,7 +269,7 @@ async fn the_transition_hook_gets_each_transition_once_across_a_kill() {
     // missed, then hands over the recoveries.
     fleet.handle.set(&a, KubeletState::Up).unwrap();
     fleet.handle.set(&b, KubeletState::Up).unwrap();
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     c.wait_ready(&a, "True").await;
     c.wait_ready(&b, "True").await;
     let seen = &c;
@@ -304,7 +300,7 @@ async fn the_transition_hook_gets_each_transition_once_across_a_kill() {
 
     // After a clean restart the hook goes on after the last one it was
     // given: a new transition is handed over, nothing before it again.
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     for n in [&a, &b, &d] {
         c.wait_ready(n, "True").await;
     }
@@ -319,15 +315,13 @@ async fn the_transition_hook_gets_each_transition_once_across_a_kill() {
     assert!(all.len() > want.len(), "{all:?}");
     assert_eq!(hooked_seqs(&hooked), all, "each transition once, in order");
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hook_past_its_timeout_is_killed_and_the_next_runs() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 92, 2, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
+    let site = TestSite::start(2, Ipv4Addr::new(127, 92, 2, 1)).await;
+    let (fleet, dir, db) = (&site.fleet, &site.dir, &site.db);
     let (a, b) = (fleet.name(0), fleet.name(1));
     let hooked = dir.path().join("hooked");
     // The first node's hook hangs; the other's records itself.
@@ -335,7 +329,7 @@ async fn a_hook_past_its_timeout_is_killed_and_the_next_runs() {
         r#"if [ "$1" = {a} ]; then sleep 300; fi; echo "$NODEKEEPER_SEQ $1" >> {}"#,
         hooked.display()
     );
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let mut args = site.args();
     args.extend(
         [
             "--transition-hook",
@@ -345,7 +339,7 @@ async fn a_hook_past_its_timeout_is_killed_and_the_next_runs() {
         ]
         .map(String::from),
     );
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     c.wait_ready(&a, "True").await;
     c.wait_ready(&b, "True").await;
     let hooked_ref = &hooked;
@@ -369,7 +363,7 @@ async fn a_hook_past_its_timeout_is_killed_and_the_next_runs() {
         .unwrap()
         .contains(a.as_str()));
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[test]

@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use common::{eventually, fast_args, Controller, TestFleet};
+use common::{eventually, Controller, TestSite};
 use serde_json::Value;
 
 /// More than two of the controller's write chunks (256 records), so that
@@ -66,13 +66,12 @@ fn settled(list: &Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_probed_fleet_with_nothing_changing_writes_nothing() {
-    let fleet = TestFleet::start(NODES, Ipv4Addr::new(127, 55, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let mut args = fast_args(&nodes, fleet.fleet.port());
-    args.extend(["--node-status-mode".to_string(), "probe".to_string()]);
-    let c = Controller::start(&db, &args);
+    let site = TestSite::builder(NODES, Ipv4Addr::new(127, 55, 0, 1))
+        .flag("--node-status-mode", "probe")
+        .start()
+        .await;
+    let db = &site.db;
+    let c = site.controller(&[]);
     c.wait_for("/api/v1/nodes", "every node Ready, without taints", settled)
         .await;
     // The last transition's pass is over once a later sweep and monitor pass finished.
@@ -92,7 +91,7 @@ async fn a_probed_fleet_with_nothing_changing_writes_nothing() {
     )
     .await;
 
-    let before = files(&db);
+    let before = files(db);
     let written = write_bytes(c.child.id());
     let quiet_from = now();
     // Many sweeps (200ms) and monitor passes (100ms), and liveness stamp
@@ -110,12 +109,12 @@ async fn a_probed_fleet_with_nothing_changing_writes_nothing() {
     let (_, list) = c.get("/api/v1/nodes").await;
     assert!(settled(&list), "the fleet changed meanwhile: {list}");
 
-    assert_eq!(files(&db), before, "the store's files changed");
+    assert_eq!(files(db), before, "the store's files changed");
     assert_eq!(
         write_bytes(c.child.id()),
         written,
         "the controller wrote to disk with nothing changing"
     );
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }

@@ -264,10 +264,8 @@ async fn an_empty_patch_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cannot_move_its_address_onto_another_kubelet() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 83, 11, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
+    let site = TestSite::start(2, Ipv4Addr::new(127, 83, 11, 1)).await;
+    let (fleet, dir, db) = (&site.fleet, &site.dir, &site.db);
     let (a, b) = (fleet.name(0), fleet.name(1));
     let (a_ip, b_ip) = (
         fleet.fleet.nodes()[0].address.ip().to_string(),
@@ -275,7 +273,7 @@ async fn a_node_cannot_move_its_address_onto_another_kubelet() {
     );
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("op\n{a}-secret,{a}\n")).unwrap();
-    let mut args = fast_args(&nodes, fleet.fleet.port());
+    let mut args = site.args();
     args.extend(
         [
             "--node-status-mode",
@@ -285,7 +283,7 @@ async fn a_node_cannot_move_its_address_onto_another_kubelet() {
         ]
         .map(String::from),
     );
-    let c = Controller::start(&db, &args);
+    let c = Controller::start(db, &args);
     c.wait_ready(&a, "True").await;
     c.wait_ready(&b, "True").await;
     fleet.handle.set(&a, KubeletState::Down).unwrap();
@@ -330,5 +328,5 @@ async fn a_node_cannot_move_its_address_onto_another_kubelet() {
             .all(|e| e["kind"] != "AddressesChanged"),
         "{h}"
     );
-    fleet.stop().await;
+    site.stop().await;
 }

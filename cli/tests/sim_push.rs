@@ -42,10 +42,12 @@ async fn ready_changes(c: &Controller, node: &str) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pushing_kubelets_are_ready_and_their_states_show() {
-    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 101, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = fleet.nodes_file(dir.path());
-    let c = Controller::start(&dir.path().join("db"), &push_mode_args(&nodes, &[]));
+    let site = TestSite::builder(3, Ipv4Addr::new(127, 101, 0, 1))
+        .push_mode()
+        .start()
+        .await;
+    let fleet = &site.fleet;
+    let c = site.controller(&[]);
     // The nodes' clocks are five hours behind: it must change nothing.
     fleet.push_to(&c, |p| p.clock_skew = jiff::SignedDuration::from_hours(-5));
     let (steady, silent, sick) = (fleet.name(0), fleet.name(1), fleet.name(2));
@@ -125,18 +127,18 @@ async fn pushing_kubelets_are_ready_and_their_states_show() {
     assert!(stats.leases > 0 && stats.statuses > 0, "{stats:?}");
     assert!(stats.sent >= stats.leases + stats.statuses, "{stats:?}");
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_nodes_register_themselves_when_asked_and_allowed() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 102, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = fleet.nodes_file_of_first(dir.path(), 1);
-    let c = Controller::start(
-        &dir.path().join("db"),
-        &push_mode_args(&nodes, &["--allow-node-registration"]),
-    );
+    let site = TestSite::builder(2, Ipv4Addr::new(127, 102, 0, 1))
+        .push_mode()
+        .listing_first(1)
+        .start()
+        .await;
+    let fleet = &site.fleet;
+    let c = site.controller_with(&["--allow-node-registration"]);
     fleet.push_to(&c, |p| p.register = true);
     let newcomer = fleet.name(1);
     c.wait_ready(&fleet.name(0), "True").await;
@@ -170,18 +172,18 @@ async fn unknown_nodes_register_themselves_when_asked_and_allowed() {
     .await;
     assert_eq!(fleet.push_stats().registrations, 1);
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_nodes_are_reported_not_registered_without_register() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 103, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = fleet.nodes_file_of_first(dir.path(), 1);
-    let c = Controller::start(
-        &dir.path().join("db"),
-        &push_mode_args(&nodes, &["--allow-node-registration"]),
-    );
+    let site = TestSite::builder(2, Ipv4Addr::new(127, 103, 0, 1))
+        .push_mode()
+        .listing_first(1)
+        .start()
+        .await;
+    let fleet = &site.fleet;
+    let c = site.controller_with(&["--allow-node-registration"]);
     fleet.push_to(&c, |_| {});
     let stranger = fleet.name(1);
     c.wait_ready(&fleet.name(0), "True").await;
@@ -203,15 +205,18 @@ async fn unknown_nodes_are_reported_not_registered_without_register() {
     assert_eq!(code, 404);
     assert_eq!(fleet.push_stats().registrations, 0);
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_that_forbids_registration_is_reported() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 104, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = fleet.nodes_file_of_first(dir.path(), 1);
-    let c = Controller::start(&dir.path().join("db"), &push_mode_args(&nodes, &[]));
+    let site = TestSite::builder(2, Ipv4Addr::new(127, 104, 0, 1))
+        .push_mode()
+        .listing_first(1)
+        .start()
+        .await;
+    let fleet = &site.fleet;
+    let c = site.controller(&[]);
     fleet.push_to(&c, |p| p.register = true);
     eventually("the refusal is counted", || async {
         fleet.push_stats().last_error.is_some_and(|e| {
@@ -222,7 +227,7 @@ async fn a_controller_that_forbids_registration_is_reported() {
     let (code, _) = c.get(&format!("/api/v1/nodes/{}", fleet.name(1))).await;
     assert_eq!(code, 404);
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

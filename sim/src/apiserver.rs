@@ -88,6 +88,14 @@
 //! watch events back, as a half-open connection would. Objects are read and seeded directly
 //! ([`FakeApiServer::node`], [`FakeApiServer::put_pod`], ...), and every
 //! answered request is logged ([`FakeApiServer::requests`]).
+//!
+//! Its size (about 2,400 lines of code, 1,000 of tests) is over the ~600 the
+//! project aims for. It is one state behind one lock with one request path,
+//! and would split along its sections: the state and its operations, routing
+//! and answers, the HTTP connections and watch streams. It is left whole for
+//! now because the mirror's code and tests, which lean on every part of it,
+//! are being reworked at the same time; it is the first split of the next
+//! structural step.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;

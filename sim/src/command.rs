@@ -5,9 +5,9 @@ use std::path::Path;
 use tokio_util::sync::CancellationToken;
 
 use crate::{BearerToken, Fleet, FleetConfig, KubeletState, PushConfig, PushSetupError};
-use nodekeeper::app::Discovery;
 use nodekeeper::cli::{SimArgs, SimCommand};
 use nodekeeper::commands::{Failure, Outcome};
+use nodekeeper::discovery::Discovery;
 
 const DEFAULT_CONTROL: &str = "http://127.0.0.1:10251";
 

@@ -14,6 +14,7 @@
 //! Kubernetes API server with fault injection, for tests and benchmarks.
 
 pub mod apiserver;
+pub mod bench;
 pub mod command;
 mod control;
 mod kubelet;

@@ -2,17 +2,8 @@
 //! command line as the man pages under `dist/man` describe it, both made from
 //! the CLI definition itself so they cannot drift from it.
 
-use clap::ValueEnum;
-
 use super::Outcome;
-
-/// The shells completions are made for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Shell {
-    Bash,
-    Zsh,
-    Fish,
-}
+use crate::cli::Shell;
 
 /// The completion script for `shell`, to be sourced or installed where the
 /// shell looks for completions.

@@ -2,44 +2,20 @@
 //! store, for looking at a site's registry and history after the fact (or
 //! on a copy of its store) without running a controller.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use clap::Args;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::{Failure, Outcome};
-use crate::app::Discovery;
+use crate::cli::UiArgs;
 use crate::controller::ControllerHandle;
+use crate::discovery::Discovery;
 use crate::metrics::Metrics;
 use crate::server::{AppState, Tokens};
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::view::View;
-
-#[derive(Debug, Args)]
-pub struct UiArgs {
-    /// Address to serve the console and the API on. A non-loopback address
-    /// needs --tls-cert-file and --token-file (or --insecure-listen).
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
-    /// Bearer tokens, as for `run --token-file`.
-    #[arg(long, value_name = "PATH")]
-    pub token_file: Option<String>,
-    /// Serve over HTTPS with this certificate (PEM).
-    #[arg(long, value_name = "PATH")]
-    pub tls_cert_file: Option<String>,
-    /// The private key of --tls-cert-file (PEM).
-    #[arg(long, value_name = "PATH")]
-    pub tls_private_key_file: Option<String>,
-    /// Serve a non-loopback --listen address even without TLS or tokens.
-    #[arg(long)]
-    pub insecure_listen: bool,
-    /// sled cache size in bytes.
-    #[arg(long, default_value_t = crate::store::DEFAULT_CACHE_CAPACITY)]
-    pub cache_capacity: u64,
-}
 
 fn usage(message: String) -> Failure {
     Failure { message, code: 2 }

@@ -1,17 +1,17 @@
 //! What kubelets send of their nodes: a status update read into the
 //! domain's [`PushedStatus`] within Kubernetes' bounds (see
-//! [`crate::validation`]), and a registration (`POST /api/v1/nodes`).
+//! [`crate::model::validation`]), and a registration (`POST /api/v1/nodes`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Node as KubeNode, NodeStatus};
 
 use super::micros;
+use crate::model::validation::{self, FieldError};
 use crate::model::{
     Address, AddressKind, NodeInfo, NodeSpec, PushedCondition, PushedStatus, Resources,
     SELF_REGISTERED,
 };
-use crate::validation::{self, FieldError};
 
 /// The status a kubelet reports, from a Node object, within Kubernetes'
 /// bounds: every refused field is named.
@@ -129,11 +129,11 @@ fn status_of(status: &NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
         Some(map) => {
             let cpu = map
                 .get("cpu")
-                .map(|q| crate::quantity::parse_cpu(&q.0))
+                .map(|q| crate::model::quantity::parse_cpu(&q.0))
                 .transpose();
             let memory = map
                 .get("memory")
-                .map(|q| crate::quantity::parse_memory(&q.0))
+                .map(|q| crate::model::quantity::parse_memory(&q.0))
                 .transpose();
             let cpu = cpu.unwrap_or_else(|e| {
                 errors.push(FieldError::invalid(

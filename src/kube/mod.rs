@@ -5,9 +5,9 @@
 //! libraries read it unchanged, and every object clients send (statuses,
 //! Nodes, Leases) is read here into the domain. Its submodules also hold
 //! Kubernetes' other wire rules (patches, selectors, list pages), which the
-//! API, the mirror and the simulated API server share. It depends on the
-//! domain ([`crate::model`] and its pure checks in [`crate::validation`] and
-//! [`crate::quantity`]) and on nothing above it.
+//! API, the mirror and the simulated API server share. It depends only on
+//! the domain, [`crate::model`] (with its pure rules: validation, quantities,
+//! durations), and on nothing above it.
 
 pub(crate) mod json_patch;
 pub(crate) mod mirror_patch;

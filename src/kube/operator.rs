@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 
 use super::{micros, HOSTNAME_LABEL, OS_LABEL, SOURCE_ANNOTATION};
+use crate::model::validation::{self, FieldError, Invalid};
 use crate::model::{is_managed_taint, Node, OperatorFields, Taint, MANAGED_TAINTS};
-use crate::validation::{self, FieldError, Invalid};
 
 /// Why an operator's object cannot be taken as it is.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -31,7 +31,7 @@ pub fn status_error(
 
 /// The 422 kube-apiserver returns for an object that fails validation: the
 /// message lists every refused field, and `details.causes` names each.
-pub fn invalid(e: &crate::validation::Invalid) -> Status {
+pub fn invalid(e: &crate::model::validation::Invalid) -> Status {
     let causes = e
         .causes
         .iter()
@@ -87,10 +87,10 @@ mod tests {
 
     #[test]
     fn invalid_is_what_kube_apiserver_returns() {
-        let e = crate::validation::Invalid {
+        let e = crate::model::validation::Invalid {
             kind: "Node",
             name: "x".into(),
-            causes: vec![crate::validation::FieldError::forbidden(
+            causes: vec![crate::model::validation::FieldError::forbidden(
                 "spec.taints",
                 "managed",
             )],

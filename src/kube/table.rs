@@ -281,7 +281,7 @@ fn event_cells(e: &Event, now: Micros) -> Vec<Value> {
     let since = |t: Option<jiff::Timestamp>| {
         t.map_or_else(
             || "<unknown>".to_string(),
-            |t| crate::duration::age(now.since(Micros(t.as_microsecond()))),
+            |t| crate::model::duration::age(now.since(Micros(t.as_microsecond()))),
         )
     };
     let first = since(
@@ -347,7 +347,7 @@ fn node_cells(node: &model::Node, now: Micros) -> Vec<String> {
         node.name.clone(),
         node_status(node),
         roles(node).unwrap_or_else(|| "<none>".to_string()),
-        crate::duration::age(now.since(created)),
+        crate::model::duration::age(now.since(created)),
         // The printer shows the kubelet version as it is, empty until reported.
         info.kubelet_version.clone(),
         address(AddressKind::InternalIP),

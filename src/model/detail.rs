@@ -50,7 +50,7 @@ impl EventKind {
                 Some(secs) => {
                     // Stored data: a negative or non-finite value must not panic.
                     let down = Duration::try_from_secs_f64(*secs)
-                        .map_or_else(|_| "?".to_string(), crate::duration::age);
+                        .map_or_else(|_| "?".to_string(), super::duration::age);
                     let stop = if *previous_stop_clean {
                         "clean"
                     } else {

@@ -8,6 +8,7 @@ pub mod console;
 mod discovery;
 mod events;
 mod health;
+mod leases;
 pub mod limits;
 pub mod node_json;
 pub(crate) mod node_writes;
@@ -122,17 +123,17 @@ pub fn limited_router(
         )
         .route(
             "/apis/coordination.k8s.io/v1/leases",
-            get(push::list_all_leases),
+            get(leases::list_all_leases),
         )
         .route(
             "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
-            get(push::list_leases).post(push::create_lease),
+            get(leases::list_leases).post(leases::create_lease),
         )
         .route(
             "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
-            get(push::get_lease)
-                .put(push::put_lease)
-                .patch(push::patch_lease),
+            get(leases::get_lease)
+                .put(leases::put_lease)
+                .patch(leases::patch_lease),
         )
         .route("/v1/nodes", get(v1::list_node_records))
         .route("/v1/nodes/{name}", get(v1::get_node_record))

@@ -1,6 +1,7 @@
-//! Writes from kubelets: node status (`PUT`/`PATCH nodes/{name}/status`),
-//! self-registration (`POST nodes`) and node Leases. Each is checked here
-//! and decided by the controller; errors are the Statuses kubectl shows.
+//! Writes from kubelets: node status (`PUT`/`PATCH nodes/{name}/status`)
+//! and self-registration (`POST nodes`); their Leases are in `leases.rs`.
+//! Each is checked here and decided by the controller; errors are the
+//! Statuses kubectl shows.
 
 // Checks return a ready response as their error, built once per refused
 // request: its size does not matter.
@@ -11,7 +12,6 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -19,7 +19,6 @@ use serde::Deserialize;
 use super::patch::{self, PatchKind};
 use super::{status_error, AppState};
 use crate::controller::{PushError, PushedStatus};
-use crate::model::NODE_LEASE_NAMESPACE;
 
 /// A refused write, as a Kubernetes `Status`.
 pub(crate) fn push_error(e: PushError) -> Response {
@@ -76,7 +75,7 @@ pub(crate) fn push_error(e: PushError) -> Response {
 /// A 200 with `value` as JSON, written into a buffer sized for a node at
 /// once (axum's `Json` starts at 128 bytes and grows, copying, to the
 /// kilobytes a node takes: thousands of times a second here).
-fn json_reply<T: serde::Serialize>(value: &T) -> Response {
+pub(super) fn json_reply<T: serde::Serialize>(value: &T) -> Response {
     let mut body = Vec::with_capacity(REPLY_CAPACITY);
     match serde_json::to_writer(&mut body, value) {
         Ok(()) => (
@@ -94,7 +93,7 @@ fn json_reply<T: serde::Serialize>(value: &T) -> Response {
 /// Bytes a rendered node usually takes, with room to spare.
 const REPLY_CAPACITY: usize = 4096;
 
-fn content_type(headers: &HeaderMap) -> &str {
+pub(super) fn content_type(headers: &HeaderMap) -> &str {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -118,7 +117,7 @@ pub(crate) fn json_body<T: DeserializeOwned>(
     serde_json::from_slice(body).map_err(|e| malformed(&e))
 }
 
-fn malformed(e: &serde_json::Error) -> Response {
+pub(super) fn malformed(e: &serde_json::Error) -> Response {
     status_error(
         StatusCode::BAD_REQUEST,
         "BadRequest",
@@ -127,7 +126,7 @@ fn malformed(e: &serde_json::Error) -> Response {
 }
 
 /// Applies a `PATCH` body to `current` (a Kubernetes object as JSON).
-fn patched<T: DeserializeOwned>(
+pub(super) fn patched<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: &Bytes,
     current: serde_json::Value,
@@ -137,7 +136,7 @@ fn patched<T: DeserializeOwned>(
 
 /// [`patched`] with the body already parsed (a body that is not JSON is
 /// refused after the media type is checked, as before parsing).
-fn patched_with<T: DeserializeOwned>(
+pub(super) fn patched_with<T: DeserializeOwned>(
     headers: &HeaderMap,
     patch: Result<&serde_json::Value, &serde_json::Error>,
     mut current: serde_json::Value,
@@ -159,7 +158,7 @@ fn patched_with<T: DeserializeOwned>(
     serde_json::from_value(current).map_err(|e| malformed(&e))
 }
 
-fn invalid(kind: &str, name: &str, reason: String) -> Response {
+pub(super) fn invalid(kind: &str, name: &str, reason: String) -> Response {
     status_error(
         StatusCode::UNPROCESSABLE_ENTITY,
         "Invalid",
@@ -168,7 +167,7 @@ fn invalid(kind: &str, name: &str, reason: String) -> Response {
 }
 
 /// Refused fields, each named, as kube-apiserver's 422.
-fn invalid_fields(
+pub(super) fn invalid_fields(
     kind: &'static str,
     name: &str,
     causes: Vec<crate::validation::FieldError>,
@@ -193,7 +192,7 @@ fn invalid_fields(
 /// within `status` the fields it names, or all of them for a directive):
 /// the merge leaves the rest as it was, and only the status fields the
 /// patch names are pushed, so rendering them for every heartbeat was waste.
-fn current_node(
+pub(super) fn current_node(
     s: &AppState,
     name: &str,
     patch: &serde_json::Value,
@@ -547,170 +546,6 @@ pub(crate) async fn create_node(
     };
     match s.controller.register(spec, status).await {
         Ok(node) => (StatusCode::CREATED, Json(crate::kube::node(&node, None))).into_response(),
-        Err(e) => push_error(e),
-    }
-}
-
-fn check_namespace(namespace: &str) -> Result<(), Response> {
-    if namespace == NODE_LEASE_NAMESPACE {
-        return Ok(());
-    }
-    Err(status_error(
-        StatusCode::NOT_FOUND,
-        "NotFound",
-        format!("nodekeeper keeps node Leases only, in namespace {NODE_LEASE_NAMESPACE:?} (not {namespace:?})"),
-    ))
-}
-
-fn lease_not_found(name: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(crate::kube::not_found("leases.coordination.k8s.io", name)),
-    )
-        .into_response()
-}
-
-/// `GET .../namespaces/kube-node-lease/leases/{name}`.
-pub(crate) async fn get_lease(
-    State(s): State<AppState>,
-    Path((namespace, name)): Path<(String, String)>,
-) -> Response {
-    if let Err(r) = check_namespace(&namespace) {
-        return r;
-    }
-    match s.view.lease(&name) {
-        Some(lease) => Json(crate::kube::kube_lease(&lease)).into_response(),
-        None => lease_not_found(&name),
-    }
-}
-
-/// `GET /apis/coordination.k8s.io/v1/leases`: every namespace, which is one here.
-pub(crate) async fn list_all_leases(State(s): State<AppState>) -> Response {
-    lease_list(&s)
-}
-
-/// `GET .../namespaces/kube-node-lease/leases`.
-pub(crate) async fn list_leases(
-    State(s): State<AppState>,
-    Path(namespace): Path<String>,
-) -> Response {
-    if let Err(r) = check_namespace(&namespace) {
-        return r;
-    }
-    lease_list(&s)
-}
-
-fn lease_list(s: &AppState) -> Response {
-    let items: Vec<KubeLease> = s
-        .view
-        .leases()
-        .iter()
-        .map(crate::kube::kube_lease)
-        .collect();
-    let list = k8s_openapi::List::<KubeLease> {
-        items,
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta {
-            resource_version: Some(s.store.durable_seq().to_string()),
-            ..Default::default()
-        },
-    };
-    Json(list).into_response()
-}
-
-/// `POST .../namespaces/kube-node-lease/leases`: a kubelet's first renewal.
-pub(crate) async fn create_lease(
-    State(s): State<AppState>,
-    Path(namespace): Path<String>,
-    caller: super::Caller,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if let Err(r) = check_namespace(&namespace) {
-        return r;
-    }
-    let kube = match json_body::<KubeLease>(&headers, &body) {
-        Ok(l) => l,
-        Err(r) => return r,
-    };
-    let name = kube.metadata.name.clone().unwrap_or_default();
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
-        return r;
-    }
-    let lease = match crate::kube::lease(&kube, &name) {
-        Ok(l) => l,
-        Err(e) => return invalid("Lease", &name, e),
-    };
-    match s.controller.create_lease(lease).await {
-        Ok(lease) => (StatusCode::CREATED, Json(crate::kube::kube_lease(&lease))).into_response(),
-        Err(e) => push_error(e),
-    }
-}
-
-/// `PUT .../leases/{name}`: a renewal.
-pub(crate) async fn put_lease(
-    State(s): State<AppState>,
-    Path((namespace, name)): Path<(String, String)>,
-    caller: super::Caller,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if let Err(r) =
-        check_namespace(&namespace).and_then(|()| super::check_may_write_node(&caller, &name))
-    {
-        return r;
-    }
-    match json_body::<KubeLease>(&headers, &body) {
-        Ok(kube) => update_lease(&s, &name, kube, true).await,
-        Err(r) => r,
-    }
-}
-
-/// `PATCH .../leases/{name}`.
-pub(crate) async fn patch_lease(
-    State(s): State<AppState>,
-    Path((namespace, name)): Path<(String, String)>,
-    caller: super::Caller,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if let Err(r) =
-        check_namespace(&namespace).and_then(|()| super::check_may_write_node(&caller, &name))
-    {
-        return r;
-    }
-    let Some(current) = s.view.lease(&name) else {
-        return lease_not_found(&name);
-    };
-    let current = match serde_json::to_value(crate::kube::kube_lease(&current)) {
-        Ok(v) => v,
-        Err(e) => return super::internal(e),
-    };
-    match patched::<KubeLease>(&headers, &body, current) {
-        Ok(kube) => update_lease(&s, &name, kube, false).await,
-        Err(r) => r,
-    }
-}
-
-async fn update_lease(
-    s: &AppState,
-    name: &str,
-    kube: KubeLease,
-    version_is_precondition: bool,
-) -> Response {
-    let lease = match crate::kube::lease(&kube, name) {
-        Ok(l) => l,
-        Err(e) => return invalid("Lease", name, e),
-    };
-    let expected = if version_is_precondition {
-        match crate::kube::expected_version(&kube.metadata) {
-            Ok(v) => v,
-            Err(e) => return invalid("Lease", name, e),
-        }
-    } else {
-        None
-    };
-    match s.controller.update_lease(lease, expected).await {
-        Ok(lease) => json_reply(&crate::kube::kube_lease(&lease)),
         Err(e) => push_error(e),
     }
 }

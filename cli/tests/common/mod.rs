@@ -51,15 +51,7 @@ impl TestFleet {
 
     /// Writes the fleet as a nodes file.
     pub fn nodes_file(&self, dir: &Path) -> PathBuf {
-        let entries: Vec<Value> = self
-            .fleet
-            .nodes()
-            .iter()
-            .map(|n| serde_json::json!({"name": n.name, "address": n.address.ip().to_string()}))
-            .collect();
-        let path = dir.join("nodes.json");
-        std::fs::write(&path, serde_json::to_vec(&entries).unwrap()).unwrap();
-        path
+        self.nodes_file_with(dir, self.fleet.nodes().len(), None)
     }
 
     pub fn name(&self, i: usize) -> String {
@@ -69,9 +61,28 @@ impl TestFleet {
     /// Writes a nodes file of only the first `count` nodes; the others are
     /// unknown to a controller started with it.
     pub fn nodes_file_of_first(&self, dir: &Path, count: usize) -> PathBuf {
+        self.nodes_file_with(dir, count, None)
+    }
+
+    /// Writes a nodes file of the first `count` nodes, node `i` with the
+    /// labels `labels(i)` if given.
+    pub fn nodes_file_with(
+        &self,
+        dir: &Path,
+        count: usize,
+        labels: Option<fn(usize) -> Value>,
+    ) -> PathBuf {
         let entries: Vec<Value> = self.fleet.nodes()[..count]
             .iter()
-            .map(|n| serde_json::json!({"name": n.name, "address": n.address.ip().to_string()}))
+            .enumerate()
+            .map(|(i, n)| {
+                let mut entry =
+                    serde_json::json!({"name": n.name, "address": n.address.ip().to_string()});
+                if let Some(labels) = labels {
+                    entry["labels"] = labels(i);
+                }
+                entry
+            })
             .collect();
         let path = dir.join("nodes.json");
         std::fs::write(&path, serde_json::to_vec(&entries).unwrap()).unwrap();
@@ -113,6 +124,10 @@ pub struct TestSiteBuilder {
     nodes: usize,
     base_ip: Ipv4Addr,
     flags: Vec<(String, String)>,
+    push_mode: bool,
+    listed: Option<usize>,
+    labels: Option<fn(usize) -> Value>,
+    no_nodes_file: bool,
 }
 
 impl TestSiteBuilder {
@@ -127,14 +142,50 @@ impl TestSiteBuilder {
         self
     }
 
+    /// The controller waits for pushed heartbeats ([`push_mode_args`]) instead
+    /// of probing; the fleet pushes once told to ([`TestFleet::push_to`]).
+    pub fn push_mode(mut self) -> TestSiteBuilder {
+        self.push_mode = true;
+        self
+    }
+
+    /// The nodes file lists only the first `count` nodes: the others are
+    /// unknown to the controller until they register themselves.
+    pub fn listing_first(mut self, count: usize) -> TestSiteBuilder {
+        self.listed = Some(count);
+        self
+    }
+
+    /// Node `i` is listed in the nodes file with the labels `labels(i)`.
+    pub fn labels(mut self, labels: fn(usize) -> Value) -> TestSiteBuilder {
+        self.labels = Some(labels);
+        self
+    }
+
+    /// The controller is not given the nodes file: the test names another
+    /// source of nodes (an inventory, a cloud) among its own flags.
+    pub fn without_nodes_file(mut self) -> TestSiteBuilder {
+        self.no_nodes_file = true;
+        self
+    }
+
     pub async fn start(self) -> TestSite {
         let fleet = TestFleet::start(self.nodes, self.base_ip).await;
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("db");
-        let nodes_file = fleet.nodes_file(dir.path());
-        let mut args = fast_args(&nodes_file, fleet.fleet.port());
+        let listed = self.listed.unwrap_or(self.nodes);
+        let nodes_file = fleet.nodes_file_with(dir.path(), listed, self.labels);
+        let mut args = if self.push_mode {
+            push_mode_args(&nodes_file, &[])
+        } else {
+            fast_args(&nodes_file, fleet.fleet.port())
+        };
         for (flag, value) in &self.flags {
             set_flag(&mut args, flag, value);
+        }
+        if self.no_nodes_file {
+            let at = args.iter().position(|a| a == "--nodes-file").unwrap();
+            args.drain(at..at + 2);
         }
         TestSite {
             fleet,
@@ -154,6 +205,10 @@ impl TestSite {
             nodes,
             base_ip,
             flags: Vec::new(),
+            push_mode: false,
+            listed: None,
+            labels: None,
+            no_nodes_file: false,
         }
     }
 
@@ -179,9 +234,27 @@ impl TestSite {
         Controller::start(&self.db, &args)
     }
 
+    /// [`TestSite::controller`] with `extra` flags given as `&str`s.
+    pub fn controller_with(&self, extra: &[&str]) -> Controller {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        self.controller(&extra)
+    }
+
+    /// The site's directory (the nodes file, the store, anything a test adds).
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// Stops the fleet; the directory goes when the site is dropped.
     pub async fn stop(self) {
         self.fleet.stop().await;
+    }
+
+    /// Stops the fleet and hands over the directory, for a test that goes
+    /// on with the stopped store alone.
+    pub async fn stop_fleet(self) -> tempfile::TempDir {
+        self.fleet.stop().await;
+        self.dir
     }
 }
 

@@ -1,9 +1,13 @@
 //! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe, or with `--push` per pushed heartbeat (every simulated kubelet on a connection of its own); `--soak` follows store size and memory minute by minute, `--burst` times thousands of status changes at once. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000 [--push [--soak 1h] [--burst]]`.
+//!
+//! Long (about 1,300 lines): the run of one fleet size (`bench_size`), its
+//! processes, the samples it takes and the report, whose columns the README
+//! quotes. What it shares with the other benchmarks is in
+//! `nodekeeper_sim::bench`; its `--history` mode is a module of its own.
 
 // A benchmark measures real (never paused) time and writes its reports synchronously.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-mod common;
 mod history;
 
 use std::fmt::Write as _;
@@ -15,9 +19,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 
-use common::{
-    command_line, command_output, cpu_ticks, dir_size, memory_kib, memory_kinds_kib,
-    parse_duration, slope, written_bytes, Machine, Proc,
+use nodekeeper_sim::bench::{
+    self, cpu_ticks, dir_size, load_average, memory_kib, memory_kinds_kib, parse_duration,
+    scratch_filesystem, slope, table_header, table_row, write_preamble, written_bytes, Align,
+    BinArg, Machine, Proc, Watched,
 };
 
 /// One `nodekeeper sim` process holds about two open files per node, three
@@ -76,9 +81,8 @@ struct Args {
     /// answered (each answer comes only once the change is on disk).
     #[arg(long, requires = "push")]
     burst: bool,
-    /// The nodekeeper binary (default: the one next to this executable).
-    #[arg(long)]
-    bin: Option<PathBuf>,
+    #[command(flatten)]
+    bin: BinArg,
     /// A different nodekeeper binary for the controller only (the sims stay
     /// --bin's), to compare controllers against the same fleet.
     #[arg(long)]
@@ -118,16 +122,7 @@ async fn real_main() -> Result<()> {
         bail!("--sample-every must be more than zero");
     }
     let mode = Mode::of(&args);
-    let bin = match &args.bin {
-        Some(bin) => bin.clone(),
-        None => std::env::current_exe()?.with_file_name("nodekeeper"),
-    };
-    if !bin.is_file() {
-        bail!(
-            "no nodekeeper binary at {} (build it with `cargo build --release --bins`, or give --bin)",
-            bin.display()
-        );
-    }
+    let bin = args.bin.resolve()?;
     let controller_bin = args.controller_bin.clone().unwrap_or_else(|| bin.clone());
     if !controller_bin.is_file() {
         bail!(
@@ -629,35 +624,15 @@ fn spawn_controller(
     Proc::spawn(dir, "controller", bin, &args)
 }
 
-/// Waits for `db/controller.json`; returns the API URL.
+/// Waits for `db/controller.json` naming the run's controller; returns the API URL.
 async fn wait_for_discovery(run: &mut Run) -> Result<String> {
-    let file = run.dir.join("db").join("controller.json");
-    let deadline = Instant::now() + CONTROLLER_START_TIMEOUT;
-    loop {
-        run.check_alive()?;
-        if let Ok(bytes) = fs::read(&file) {
-            let doc: serde_json::Value = serde_json::from_slice(&bytes)
-                .with_context(|| format!("{} is not JSON", file.display()))?;
-            let url = doc["url"]
-                .as_str()
-                .ok_or_else(|| anyhow!("{} has no \"url\"", file.display()))?;
-            let pid = doc["pid"].as_u64();
-            let ours = run.controller.as_ref().map(|c| u64::from(c.child.id()));
-            if pid != ours {
-                bail!("{} names pid {pid:?}, not ours ({ours:?})", file.display());
-            }
-            return Ok(url.trim_end_matches('/').to_string());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "the controller did not write {} within {:?}{}",
-                file.display(),
-                CONTROLLER_START_TIMEOUT,
-                run.controller_log_tail()
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    let pid = run
+        .controller
+        .as_ref()
+        .map(|c| c.child.id())
+        .ok_or_else(|| anyhow!("no controller"))?;
+    let db = run.dir.join("db");
+    bench::wait_for_discovery(run, &db, pid, CONTROLLER_START_TIMEOUT, POLL).await
 }
 
 async fn wait_all_ready(
@@ -949,20 +924,6 @@ impl Run {
         }
     }
 
-    fn check_alive(&mut self) -> Result<()> {
-        if let Some(c) = &mut self.controller {
-            c.check_alive()?;
-        }
-        self.sims.iter_mut().try_for_each(Proc::check_alive)
-    }
-
-    fn controller_log_tail(&self) -> String {
-        self.controller
-            .as_ref()
-            .map(|p| p.log_tail(15))
-            .unwrap_or_default()
-    }
-
     /// Stops the controller gracefully, then the sims.
     async fn stop(&mut self) -> String {
         let mut report = match &mut self.controller {
@@ -979,6 +940,22 @@ impl Run {
             }
         }
         report
+    }
+}
+
+impl Watched for Run {
+    fn check_alive(&mut self) -> Result<()> {
+        if let Some(c) = &mut self.controller {
+            c.check_alive()?;
+        }
+        self.sims.iter_mut().try_for_each(Proc::check_alive)
+    }
+
+    fn controller_log_tail(&self) -> String {
+        self.controller
+            .as_ref()
+            .map(|p| p.log_tail(15))
+            .unwrap_or_default()
     }
 }
 
@@ -1000,30 +977,18 @@ impl Drop for Run {
 fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row]) -> String {
     let mut out = String::new();
     let title = match mode {
-        Mode::Probe { .. } => "## nodekeeper scale benchmark\n",
-        Mode::Push { .. } => "## nodekeeper scale benchmark: pushed heartbeats\n",
+        Mode::Probe { .. } => "nodekeeper scale benchmark",
+        Mode::Push { .. } => "nodekeeper scale benchmark: pushed heartbeats",
     };
-    let _ = writeln!(out, "{title}");
-    let _ = writeln!(out, "command:  {}", command_line());
-    let _ = writeln!(
-        out,
-        "binary:   {} ({})",
-        bins.controller.display(),
-        machine.version
-    );
+    write_preamble(&mut out, title, &bins.controller, machine);
     if bins.sim != bins.controller {
         let _ = writeln!(out, "sims:     {}", bins.sim.display());
     }
     let _ = writeln!(
         out,
-        "machine:  {} cores (nproc), kernel {} (uname -r), {} clock ticks/s ({}), load {}",
-        machine.cores,
-        machine.kernel,
-        machine.ticks_per_second,
-        machine.ticks_note,
-        fs::read_to_string("/proc/loadavg")
-            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-            .unwrap_or_else(|_| "?".into())
+        "machine:  {}, load {}",
+        machine.facts(),
+        load_average()
     );
     let how = match mode {
         Mode::Probe { period } => format!(
@@ -1037,12 +1002,10 @@ fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row])
     };
     let _ = writeln!(
         out,
-        "settings: {how}, warmup {}, window {}, ≤{MAX_NODES_PER_SIM} nodes per sim process, store under {} ({})",
+        "settings: {how}, warmup {}, window {}, ≤{MAX_NODES_PER_SIM} nodes per sim process, store under {}",
         nodekeeper::duration::format(args.warmup),
         nodekeeper::duration::format(args.measure),
-        std::env::temp_dir().display(),
-        command_output("stat", &["-f", "-c", "%T", &std::env::temp_dir().to_string_lossy()])
-            .unwrap_or_else(|| "?".into()),
+        scratch_filesystem(),
     );
     let _ = writeln!(out);
     let header: &[&str] = match mode {
@@ -1079,18 +1042,13 @@ fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row])
             "sim CPU-s /10k heartbeats",
         ],
     };
-    let _ = writeln!(out, "| {} |", header.join(" | "));
-    let _ = writeln!(
-        out,
-        "|{}",
-        header.iter().map(|_| "---:|").collect::<String>()
-    );
+    table_header(&mut out, header, Align::Right);
     for row in rows {
         let cells = match mode {
             Mode::Probe { .. } => probe_cells(row),
             Mode::Push { .. } => push_cells(row),
         };
-        let _ = writeln!(out, "| {} |", cells.join(" | "));
+        table_row(&mut out, &cells);
     }
     if rows.is_empty() {
         let _ = writeln!(out, "\n(no size completed)");

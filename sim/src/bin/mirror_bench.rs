@@ -50,14 +50,19 @@
 //! Every drain and phase runs even if one before it failed; the tables show
 //! what completed, and the exit status is 1 if anything failed or was wrong.
 //!
+//! Long (about 2,300 lines): three benchmarks, each one function that runs
+//! its phase start to end with its checks (`drain`, `steady_state`, `site`,
+//! 170 to 270 lines, read as the procedure the README describes), and their
+//! report sections. What it shares with `nodekeeper-bench` is in
+//! `nodekeeper_sim::bench`; the phases would become modules of their own, as
+//! the history benchmark's are, when one more is added.
+//!
 //! Run it with `cargo run --release --bin nodekeeper-mirror-bench` (add
 //! `-- --help` for the sizes, budgets and windows). It needs the
 //! `nodekeeper` binary next to it (`cargo build --release --bins`) or `--bin`.
 
 // A benchmark measures real (never paused) time and writes its reports synchronously.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
-
-mod common;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -75,7 +80,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use common::{command_line, command_output, cpu_ticks, memory_kib, parse_duration, Machine, Proc};
+use nodekeeper_sim::bench::{
+    self, memory_kib, parse_duration, scratch_filesystem, table_header, table_row, write_preamble,
+    Align, BinArg, Machine, Proc, ProcessMeter, Watched,
+};
 
 const CONTROLLER_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest wait for the controller to queue the whole backlog.
@@ -208,9 +216,8 @@ struct Args {
     #[arg(long, default_value_t = FLEET_BASE_IP)]
     base_ip: Ipv4Addr,
 
-    /// The nodekeeper binary (default: the one next to this executable).
-    #[arg(long)]
-    bin: Option<PathBuf>,
+    #[command(flatten)]
+    bin: BinArg,
 }
 
 /// Refuses a fleet of `span` addresses from `base` that would leave
@@ -295,18 +302,7 @@ async fn real_main() -> Result<()> {
     if args.phases.contains(&Phase::Steady) {
         check_fleet_addresses(args.base_ip, args.steady_nodes as u64)?;
     }
-    let bin = match &args.bin {
-        Some(bin) => bin.clone(),
-        None => std::env::current_exe()
-            .context("cannot find this executable's path")?
-            .with_file_name("nodekeeper"),
-    };
-    if !bin.is_file() {
-        bail!(
-            "no nodekeeper binary at {} (build it with `cargo build --release --bins`, or give --bin)",
-            bin.display()
-        );
-    }
+    let bin = args.bin.resolve()?;
     let machine = Machine::probe(&bin);
     let client = reqwest::Client::builder()
         .no_proxy()
@@ -558,9 +554,8 @@ async fn drain(env: &Env<'_>, case: &DrainCase) -> Result<DrainRow> {
     );
 
     let pid = run.controller_pid()?;
-    let cpu_start = cpu_ticks(pid)?;
-    let (rss_start_kib, _) = memory_kib(pid)?;
-    let mut rss_peak_kib = rss_start_kib;
+    let mut meter = ProcessMeter::start(pid, env.machine)?;
+    let rss_start_kib = meter.rss_peak_kib();
     api.clear_requests();
     let up = Instant::now();
     api.set_fault(Fault::None);
@@ -573,7 +568,7 @@ async fn drain(env: &Env<'_>, case: &DrainCase) -> Result<DrainRow> {
     let mut reported = Instant::now();
     let after = loop {
         run.check_alive()?;
-        rss_peak_kib = rss_peak_kib.max(memory_kib(pid)?.0);
+        meter.sample()?;
         let status = mirror_status(env.client, &url).await?;
         if status.backlog == 0 {
             break status;
@@ -587,7 +582,7 @@ async fn drain(env: &Env<'_>, case: &DrainCase) -> Result<DrainRow> {
             } else {
                 "; the mirror is not leading, so it writes nothing"
             };
-            let cpu = (cpu_ticks(pid)? - cpu_start) as f64 / env.machine.ticks_per_second;
+            let cpu = meter.cpu_seconds()?;
             bail!(
                 "the drain is stuck: backlog {} and no request answered for {STALL_TIMEOUT:?} ({}{hint}); the controller used {cpu:.1} CPU-s in the {:.0}s since the API server came up{}",
                 status.backlog,
@@ -615,9 +610,9 @@ async fn drain(env: &Env<'_>, case: &DrainCase) -> Result<DrainRow> {
         tokio::time::sleep(POLL).await;
     };
     let drain = up.elapsed();
-    let cpu_end = cpu_ticks(pid)?;
-    let (rss_end, hwm_kib) = memory_kib(pid)?;
-    rss_peak_kib = rss_peak_kib.max(rss_end);
+    let ctrl_cpu = meter.cpu_seconds()?;
+    meter.sample()?;
+    let (_, hwm_kib) = memory_kib(pid)?;
     let log = api.requests();
     eprintln!(
         "   drained in {:.1}s with {} requests",
@@ -653,9 +648,9 @@ async fn drain(env: &Env<'_>, case: &DrainCase) -> Result<DrainRow> {
         mix: mix(&log),
         mirror_requests: after.requests.saturating_sub(before.requests),
         mirror_retries: after.retries.saturating_sub(before.retries),
-        ctrl_cpu: (cpu_end - cpu_start) as f64 / env.machine.ticks_per_second,
+        ctrl_cpu,
         rss_start_kib,
-        rss_peak_kib,
+        rss_peak_kib: meter.rss_peak_kib(),
         hwm_kib,
         verified,
         stop,
@@ -996,26 +991,26 @@ async fn steady_state(env: &Env<'_>) -> Result<SteadyRow> {
     let self_pid = std::process::id();
     let before = mirror_status(env.client, &url).await?;
     let pushes_before = fleet.handle().push_stats().unwrap_or_default();
-    let cpu_start = cpu_ticks(pid)?;
-    let bench_cpu_start = cpu_ticks(self_pid)?;
+    let mut meter = ProcessMeter::start(pid, env.machine)?;
+    let bench_meter = ProcessMeter::start(self_pid, env.machine)?;
     api.clear_requests();
     let window_start = Instant::now();
     eprintln!(
         "   measuring {}",
         nodekeeper::duration::format(args.steady_window)
     );
-    let mut rss_peak_kib = 0;
     let window_end = window_start + args.steady_window;
     while Instant::now() < window_end {
         run.check_alive()?;
-        rss_peak_kib = rss_peak_kib.max(memory_kib(pid)?.0);
+        meter.sample()?;
         tokio::time::sleep_until(window_end.min(Instant::now() + SAMPLE_EVERY)).await;
     }
     let log = api.requests();
     let window = window_start.elapsed();
-    let cpu_end = cpu_ticks(pid)?;
-    let bench_cpu_end = cpu_ticks(self_pid)?;
-    let (rss_end_kib, hwm_kib) = memory_kib(pid)?;
+    let ctrl_cpu = meter.cpu_seconds()?;
+    let bench_cpu = bench_meter.cpu_seconds()?;
+    let rss_end_kib = meter.sample()?;
+    let (_, hwm_kib) = memory_kib(pid)?;
     let pushes_after = fleet.handle().push_stats().unwrap_or_default();
     let after = mirror_status(env.client, &url).await?;
     let ready_upstream_end = ready_upstream(&api);
@@ -1044,7 +1039,6 @@ async fn steady_state(env: &Env<'_>) -> Result<SteadyRow> {
     for r in &log {
         *counts.entry(Kind::of(r)).or_insert(0) += 1;
     }
-    let ticks = env.machine.ticks_per_second;
     Ok(SteadyRow {
         nodes,
         ready_upstream: ready_at_start,
@@ -1056,10 +1050,10 @@ async fn steady_state(env: &Env<'_>) -> Result<SteadyRow> {
             .filter(|r| !(200..300).contains(&r.status))
             .count(),
         mix: mix(&log),
-        ctrl_cpu: (cpu_end - cpu_start) as f64 / ticks,
-        bench_cpu: (bench_cpu_end - bench_cpu_start) as f64 / ticks,
+        ctrl_cpu,
+        bench_cpu,
         rss_end_kib,
-        rss_peak_kib: rss_peak_kib.max(rss_end_kib),
+        rss_peak_kib: meter.rss_peak_kib(),
         hwm_kib,
         pushes_sent: pushes_after.sent - pushes_before.sent,
         pushes_failed: pushes_after.failed - pushes_before.failed,
@@ -1434,26 +1428,25 @@ async fn site(env: &Env<'_>) -> Result<SiteRow> {
     // 2. The steady window.
     run.check_alive()?;
     api.clear_requests();
-    let cpu_start = cpu_ticks(pid)?;
-    let bench_cpu_start = cpu_ticks(std::process::id())?;
+    let mut meter = ProcessMeter::start(pid, env.machine)?;
+    let bench_meter = ProcessMeter::start(std::process::id(), env.machine)?;
     let window_start = Instant::now();
     let window_end = window_start + args.site_window;
     let mut steady_oldest = Vec::new();
-    let mut steady_rss_kib = 0;
     eprintln!(
         "   measuring {}",
         nodekeeper::duration::format(args.site_window)
     );
     while Instant::now() < window_end {
         run.check_alive()?;
-        steady_rss_kib = steady_rss_kib.max(memory_kib(pid)?.0);
+        meter.sample()?;
         steady_oldest.push(Upstream::read(&api).oldest_lease().0);
         tokio::time::sleep_until(window_end.min(Instant::now() + SITE_SAMPLE_EVERY)).await;
     }
     let window = window_start.elapsed();
-    let steady_ctrl_cpu = (cpu_ticks(pid)? - cpu_start) as f64 / env.machine.ticks_per_second;
-    let steady_bench_cpu =
-        (cpu_ticks(std::process::id())? - bench_cpu_start) as f64 / env.machine.ticks_per_second;
+    let steady_ctrl_cpu = meter.cpu_seconds()?;
+    let steady_bench_cpu = bench_meter.cpu_seconds()?;
+    let steady_rss_kib = meter.rss_peak_kib();
     let log = api.requests();
     let mut counts: BTreeMap<Kind, usize> = Kind::ALL.iter().map(|k| (*k, 0)).collect();
     for r in &log {
@@ -1506,8 +1499,7 @@ async fn site(env: &Env<'_>) -> Result<SiteRow> {
 
     // 4. The return, and the drain.
     api.clear_requests();
-    let drain_cpu_start = cpu_ticks(pid)?;
-    let mut drain_rss_peak_kib = memory_kib(pid)?.0;
+    let mut drain_meter = ProcessMeter::start(pid, env.machine)?;
     let returned_at = jiff::Timestamp::now();
     let returned = Instant::now();
     match args.after_outage {
@@ -1535,7 +1527,7 @@ async fn site(env: &Env<'_>) -> Result<SiteRow> {
     let mut reported = Instant::now();
     loop {
         run.check_alive()?;
-        drain_rss_peak_kib = drain_rss_peak_kib.max(memory_kib(pid)?.0);
+        drain_meter.sample()?;
         let up = Upstream::read(&api);
         let (nodes_behind, leases_behind) = behind(&truth, &up, returned_at);
         if leases_renewed.is_none() && leases_behind == 0 {
@@ -1573,7 +1565,8 @@ async fn site(env: &Env<'_>) -> Result<SiteRow> {
         }
         tokio::time::sleep(SITE_SAMPLE_EVERY).await;
     }
-    let drain_ctrl_cpu = (cpu_ticks(pid)? - drain_cpu_start) as f64 / env.machine.ticks_per_second;
+    let drain_ctrl_cpu = drain_meter.cpu_seconds()?;
+    let drain_rss_peak_kib = drain_meter.rss_peak_kib();
     let log = api.requests();
     let mirror_end = mirror_status(env.client, &url).await.ok();
     // The registry must not have moved while the drain was measured.
@@ -1796,6 +1789,7 @@ fn site_section(out: &mut String, row: &SiteRow, args: &Args) {
     table_header(
         out,
         &["request kind", "requests in window", "per node per hour"],
+        Align::FirstLeft,
     );
     let mut total = 0;
     for kind in Kind::ALL {
@@ -1933,6 +1927,22 @@ impl Run {
             .ok_or_else(|| anyhow!("no controller"))
     }
 
+    /// Stops the controller with SIGTERM (SIGKILL if it does not exit in
+    /// time); says how it went.
+    async fn stop(&mut self) -> String {
+        let Some(c) = &mut self.controller else {
+            return "no controller".into();
+        };
+        let mut report = c.terminate(STOP_TIMEOUT).await;
+        let tail = c.log_tail(1);
+        if !tail.is_empty() {
+            let _ = write!(report, " (controller stderr not empty{tail})");
+        }
+        report
+    }
+}
+
+impl Watched for Run {
     fn check_alive(&mut self) -> Result<()> {
         for sim in &mut self.sims {
             sim.check_alive()?;
@@ -1948,20 +1958,6 @@ impl Run {
             .as_ref()
             .map(|c| c.log_tail(15))
             .unwrap_or_default()
-    }
-
-    /// Stops the controller with SIGTERM (SIGKILL if it does not exit in
-    /// time); says how it went.
-    async fn stop(&mut self) -> String {
-        let Some(c) = &mut self.controller else {
-            return "no controller".into();
-        };
-        let mut report = c.terminate(STOP_TIMEOUT).await;
-        let tail = c.log_tail(1);
-        if !tail.is_empty() {
-            let _ = write!(report, " (controller stderr not empty{tail})");
-        }
-        report
     }
 }
 
@@ -1980,30 +1976,8 @@ impl Drop for Run {
 /// Waits for `db/controller.json` naming our controller; returns its API URL.
 async fn wait_for_discovery(run: &mut Run) -> Result<String> {
     let db = run.dir.join("db");
-    let file = nodekeeper::app::Discovery::path(&db);
-    let ours = run.controller_pid()?;
-    let deadline = Instant::now() + CONTROLLER_START_TIMEOUT;
-    loop {
-        run.check_alive()?;
-        if let Some(found) = nodekeeper::app::Discovery::read(&db) {
-            if found.pid != ours {
-                bail!(
-                    "{} names pid {}, not ours ({ours})",
-                    file.display(),
-                    found.pid
-                );
-            }
-            return Ok(found.url.trim_end_matches('/').to_string());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "the controller did not write {} within {CONTROLLER_START_TIMEOUT:?}{}",
-                file.display(),
-                run.controller_log_tail()
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    let pid = run.controller_pid()?;
+    bench::wait_for_discovery(run, &db, pid, CONTROLLER_START_TIMEOUT, POLL).await
 }
 
 /// Writes a JSON nodes file: `[{"name": ..., "address": ...}, ...]`.
@@ -2036,32 +2010,18 @@ fn report(
 ) -> String {
     let (args, machine) = (env.args, env.machine);
     let mut out = String::new();
-    let _ = writeln!(out, "## nodekeeper mirror benchmark\n");
-    let _ = writeln!(out, "command:  {}", command_line());
-    let _ = writeln!(out, "binary:   {} ({})", env.bin.display(), machine.version);
+    write_preamble(&mut out, "nodekeeper mirror benchmark", env.bin, machine);
     let _ = writeln!(
         out,
-        "machine:  {} cores (nproc), kernel {} (uname -r), {} clock ticks/s ({}); {} in this process, on the same cores",
-        machine.cores,
-        machine.kernel,
-        machine.ticks_per_second,
-        machine.ticks_note,
+        "machine:  {}; {} in this process, on the same cores",
+        machine.facts(),
         if args.phases.contains(&Phase::Steady) {
             "the fake API server and the simulated kubelets run"
         } else {
             "the fake API server runs"
         },
     );
-    let _ = writeln!(
-        out,
-        "store:    under {} ({})",
-        std::env::temp_dir().display(),
-        command_output(
-            "stat",
-            &["-f", "-c", "%T", &std::env::temp_dir().to_string_lossy()]
-        )
-        .unwrap_or_else(|| "?".into()),
-    );
+    let _ = writeln!(out, "store:    under {}", scratch_filesystem());
 
     if args.phases.contains(&Phase::Drain) {
         let _ = writeln!(out, "\n### 1. Outbox drain after a backlog\n");
@@ -2087,9 +2047,9 @@ fn report(
             "RSS MiB start/peak (VmHWM)",
             "API server holds N nodes, Ready=Unknown",
         ];
-        table_header(&mut out, &header);
+        table_header(&mut out, &header, Align::FirstLeft);
         for row in drains {
-            let _ = writeln!(out, "| {} |", drain_cells(row).join(" | "));
+            table_row(&mut out, &drain_cells(row));
         }
         if drains.len() < cases.len() {
             let _ = writeln!(
@@ -2166,15 +2126,6 @@ fn report(
     out
 }
 
-/// A Markdown table header: the first column left-aligned, the others right.
-fn table_header(out: &mut String, header: &[&str]) {
-    let _ = writeln!(out, "| {} |", header.join(" | "));
-    let align: String = (0..header.len())
-        .map(|i| if i == 0 { "---|" } else { "---:|" })
-        .collect();
-    let _ = writeln!(out, "|{align}");
-}
-
 fn drain_cells(row: &DrainRow) -> Vec<String> {
     let c = row.case;
     let drain = row.drain.as_secs_f64();
@@ -2231,6 +2182,7 @@ fn steady_section(out: &mut String, row: &SteadyRow, interval: Duration) {
     table_header(
         out,
         &["request kind", "requests in window", "per node per hour"],
+        Align::FirstLeft,
     );
     let mut total = 0;
     for kind in Kind::ALL {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 
-use crate::common::{
+use nodekeeper_sim::bench::{
     command_line, command_output, cpu_ticks, memory_kib, parse_duration, Machine, Proc,
 };
 
@@ -83,16 +83,7 @@ pub async fn run(args: impl Iterator<Item = String>) -> Result<()> {
     if args.sizes.is_empty() || args.sizes.contains(&0) || args.events == 0 {
         bail!("--sizes and --events: give node counts and an event count above zero");
     }
-    let bin = match &args.bin {
-        Some(bin) => bin.clone(),
-        None => std::env::current_exe()?.with_file_name("nodekeeper"),
-    };
-    if !bin.is_file() {
-        bail!(
-            "no nodekeeper binary at {} (build it with `cargo build --release --bins`, or give --bin)",
-            bin.display()
-        );
-    }
+    let bin = nodekeeper_sim::bench::nodekeeper_bin(args.bin.as_deref())?;
     if let Some(path) = &args.write_export {
         let facts = workload::write_export(path, args.sizes[0], args.events)?;
         println!(

@@ -1,17 +1,50 @@
-//! What both benchmarks need of the host: its facts for the report, a
-//! process's CPU time and memory from /proc, the command line, and the
-//! child processes they start and stop.
-// Each benchmark binary compiles this module and uses part of it.
-#![allow(dead_code)]
+//! What the benchmarks (`nodekeeper-bench`, its `--history` mode and
+//! `nodekeeper-mirror-bench`) share: the nodekeeper binary they start, the
+//! host's facts and the opening lines of a report, Markdown tables, a
+//! process's CPU time and memory from /proc, and the child processes they
+//! start and stop.
 // Benchmarks measure real time and read /proc and their reports synchronously.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
+use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+
+/// `--bin`: the nodekeeper binary a benchmark starts.
+#[derive(Debug, clap::Args)]
+pub struct BinArg {
+    /// The nodekeeper binary (default: the one next to this executable).
+    #[arg(long)]
+    pub bin: Option<PathBuf>,
+}
+
+impl BinArg {
+    /// The binary given, or the one next to this executable; it must exist.
+    pub fn resolve(&self) -> Result<PathBuf> {
+        nodekeeper_bin(self.bin.as_deref())
+    }
+}
+
+/// `given`, or the `nodekeeper` next to this executable; it must be a file.
+pub fn nodekeeper_bin(given: Option<&Path>) -> Result<PathBuf> {
+    let bin = match given {
+        Some(bin) => bin.to_path_buf(),
+        None => std::env::current_exe()
+            .context("cannot find this executable's path")?
+            .with_file_name("nodekeeper"),
+    };
+    if !bin.is_file() {
+        bail!(
+            "no nodekeeper binary at {} (build it with `cargo build --release --bins`, or give --bin)",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
 
 /// Host facts for the report and for reading /proc.
 pub struct Machine {
@@ -37,6 +70,155 @@ impl Machine {
             version: command_output(&bin.to_string_lossy(), &["--version"])
                 .unwrap_or_else(|| "?".into()),
         }
+    }
+}
+
+impl Machine {
+    /// The report's machine facts: `N cores (nproc), kernel K (uname -r), T clock ticks/s (how)`.
+    pub fn facts(&self) -> String {
+        format!(
+            "{} cores (nproc), kernel {} (uname -r), {} clock ticks/s ({})",
+            self.cores, self.kernel, self.ticks_per_second, self.ticks_note
+        )
+    }
+}
+
+/// A report's opening lines: its title, the command line, and the binary measured.
+pub fn write_preamble(out: &mut String, title: &str, bin: &Path, machine: &Machine) {
+    let _ = writeln!(out, "## {title}\n");
+    let _ = writeln!(out, "command:  {}", command_line());
+    let _ = writeln!(out, "binary:   {} ({})", bin.display(), machine.version);
+}
+
+/// Where the benchmarks' stores go, and its file system: `/tmp (tmpfs)`.
+pub fn scratch_filesystem() -> String {
+    let tmp = std::env::temp_dir();
+    format!(
+        "{} ({})",
+        tmp.display(),
+        command_output("stat", &["-f", "-c", "%T", &tmp.to_string_lossy()])
+            .unwrap_or_else(|| "?".into())
+    )
+}
+
+/// The 1, 5 and 15 minute load averages from /proc/loadavg.
+pub fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// How a Markdown table's columns are aligned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    /// Every column right-aligned (all figures).
+    Right,
+    /// The first column left-aligned (a label), the others right.
+    FirstLeft,
+}
+
+/// A Markdown table's header and alignment rows.
+pub fn table_header(out: &mut String, header: &[&str], align: Align) {
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let marks: String = (0..header.len())
+        .map(|i| {
+            if i == 0 && align == Align::FirstLeft {
+                "---|"
+            } else {
+                "---:|"
+            }
+        })
+        .collect();
+    let _ = writeln!(out, "|{marks}");
+}
+
+/// A Markdown table's row.
+pub fn table_row(out: &mut String, cells: &[String]) {
+    let _ = writeln!(out, "| {} |", cells.join(" | "));
+}
+
+/// A process's CPU time and resident memory over a measurement: CPU seconds
+/// since [`ProcessMeter::start`], and the highest RSS any [`ProcessMeter::sample`] saw.
+pub struct ProcessMeter {
+    pub pid: u32,
+    ticks_per_second: f64,
+    start_ticks: u64,
+    rss_peak_kib: u64,
+}
+
+impl ProcessMeter {
+    /// Starts counting `pid`'s CPU time now; its RSS now is the first sample.
+    pub fn start(pid: u32, machine: &Machine) -> Result<ProcessMeter> {
+        Ok(ProcessMeter {
+            pid,
+            ticks_per_second: machine.ticks_per_second,
+            start_ticks: cpu_ticks(pid)?,
+            rss_peak_kib: memory_kib(pid)?.0,
+        })
+    }
+
+    /// Reads the RSS (KiB) and keeps the peak.
+    pub fn sample(&mut self) -> Result<u64> {
+        let (rss, _) = memory_kib(self.pid)?;
+        self.rss_peak_kib = self.rss_peak_kib.max(rss);
+        Ok(rss)
+    }
+
+    /// CPU seconds (user + system) used since the start.
+    pub fn cpu_seconds(&self) -> Result<f64> {
+        Ok((cpu_ticks(self.pid)? - self.start_ticks) as f64 / self.ticks_per_second)
+    }
+
+    /// The highest RSS sampled, in KiB.
+    pub fn rss_peak_kib(&self) -> u64 {
+        self.rss_peak_kib
+    }
+}
+
+/// A benchmark's run of processes, as [`wait_for_discovery`] watches it.
+pub trait Watched {
+    /// Fails, saying which and how, when a process of the run has exited.
+    fn check_alive(&mut self) -> Result<()>;
+    /// The last lines the controller logged, for an error message.
+    fn controller_log_tail(&self) -> String;
+}
+
+/// Waits up to `timeout` for the controller on `db` to write its discovery
+/// file naming `pid`, polling every `poll` and failing as soon as a process
+/// of `run` exits; returns the controller's API URL. Only `pid` and `url`
+/// are read, which every release writes, so a controller of an earlier
+/// release can be measured too.
+pub async fn wait_for_discovery(
+    run: &mut impl Watched,
+    db: &Path,
+    pid: u32,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<String> {
+    let file = nodekeeper::discovery::Discovery::path(db);
+    let deadline = Instant::now() + timeout;
+    loop {
+        run.check_alive()?;
+        if let Ok(bytes) = fs::read(&file) {
+            let doc: serde_json::Value = serde_json::from_slice(&bytes)
+                .with_context(|| format!("{} is not JSON", file.display()))?;
+            let url = doc["url"]
+                .as_str()
+                .ok_or_else(|| anyhow!("{} has no \"url\"", file.display()))?;
+            let found = doc["pid"].as_u64();
+            if found != Some(u64::from(pid)) {
+                bail!("{} names pid {found:?}, not ours ({pid})", file.display());
+            }
+            return Ok(url.trim_end_matches('/').to_string());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the controller did not write {} within {timeout:?}{}",
+                file.display(),
+                run.controller_log_tail()
+            );
+        }
+        tokio::time::sleep(poll).await;
     }
 }
 
@@ -162,8 +344,9 @@ pub fn command_line() -> String {
         .join(" ")
 }
 
+/// A duration flag, as nodekeeper spells them (`500ms`, `10s`, `1h30m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    nodekeeper::duration::parse(s)
+    nodekeeper::model::duration::parse(s)
 }
 
 /// A child process with its output files.

@@ -1,0 +1,182 @@
+//! Node Leases as kubelets keep them (`kube-node-lease/leases/{name}`):
+//! read, listed, created, replaced and patched. Each write is checked here
+//! and decided by the controller; errors are the Statuses kubectl shows.
+
+// Checks return a ready response as their error, built once per refused
+// request: its size does not matter.
+#![allow(clippy::result_large_err)]
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use k8s_openapi::api::coordination::v1::Lease as KubeLease;
+
+use super::push::{invalid, json_body, json_reply, patched, push_error};
+use super::{status_error, AppState};
+use crate::model::NODE_LEASE_NAMESPACE;
+
+fn check_namespace(namespace: &str) -> Result<(), Response> {
+    if namespace == NODE_LEASE_NAMESPACE {
+        return Ok(());
+    }
+    Err(status_error(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        format!("nodekeeper keeps node Leases only, in namespace {NODE_LEASE_NAMESPACE:?} (not {namespace:?})"),
+    ))
+}
+
+fn lease_not_found(name: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(crate::kube::not_found("leases.coordination.k8s.io", name)),
+    )
+        .into_response()
+}
+
+/// `GET .../namespaces/kube-node-lease/leases/{name}`.
+pub(crate) async fn get_lease(
+    State(s): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    if let Err(r) = check_namespace(&namespace) {
+        return r;
+    }
+    match s.view.lease(&name) {
+        Some(lease) => Json(crate::kube::kube_lease(&lease)).into_response(),
+        None => lease_not_found(&name),
+    }
+}
+
+/// `GET /apis/coordination.k8s.io/v1/leases`: every namespace, which is one here.
+pub(crate) async fn list_all_leases(State(s): State<AppState>) -> Response {
+    lease_list(&s)
+}
+
+/// `GET .../namespaces/kube-node-lease/leases`.
+pub(crate) async fn list_leases(
+    State(s): State<AppState>,
+    Path(namespace): Path<String>,
+) -> Response {
+    if let Err(r) = check_namespace(&namespace) {
+        return r;
+    }
+    lease_list(&s)
+}
+
+fn lease_list(s: &AppState) -> Response {
+    let items: Vec<KubeLease> = s
+        .view
+        .leases()
+        .iter()
+        .map(crate::kube::kube_lease)
+        .collect();
+    let list = k8s_openapi::List::<KubeLease> {
+        items,
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta {
+            resource_version: Some(s.store.durable_seq().to_string()),
+            ..Default::default()
+        },
+    };
+    Json(list).into_response()
+}
+
+/// `POST .../namespaces/kube-node-lease/leases`: a kubelet's first renewal.
+pub(crate) async fn create_lease(
+    State(s): State<AppState>,
+    Path(namespace): Path<String>,
+    caller: super::Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = check_namespace(&namespace) {
+        return r;
+    }
+    let kube = match json_body::<KubeLease>(&headers, &body) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    let name = kube.metadata.name.clone().unwrap_or_default();
+    if let Err(r) = super::check_may_write_node(&caller, &name) {
+        return r;
+    }
+    let lease = match crate::kube::lease(&kube, &name) {
+        Ok(l) => l,
+        Err(e) => return invalid("Lease", &name, e),
+    };
+    match s.controller.create_lease(lease).await {
+        Ok(lease) => (StatusCode::CREATED, Json(crate::kube::kube_lease(&lease))).into_response(),
+        Err(e) => push_error(e),
+    }
+}
+
+/// `PUT .../leases/{name}`: a renewal.
+pub(crate) async fn put_lease(
+    State(s): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    caller: super::Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) =
+        check_namespace(&namespace).and_then(|()| super::check_may_write_node(&caller, &name))
+    {
+        return r;
+    }
+    match json_body::<KubeLease>(&headers, &body) {
+        Ok(kube) => update_lease(&s, &name, kube, true).await,
+        Err(r) => r,
+    }
+}
+
+/// `PATCH .../leases/{name}`.
+pub(crate) async fn patch_lease(
+    State(s): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    caller: super::Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) =
+        check_namespace(&namespace).and_then(|()| super::check_may_write_node(&caller, &name))
+    {
+        return r;
+    }
+    let Some(current) = s.view.lease(&name) else {
+        return lease_not_found(&name);
+    };
+    let current = match serde_json::to_value(crate::kube::kube_lease(&current)) {
+        Ok(v) => v,
+        Err(e) => return super::internal(e),
+    };
+    match patched::<KubeLease>(&headers, &body, current) {
+        Ok(kube) => update_lease(&s, &name, kube, false).await,
+        Err(r) => r,
+    }
+}
+
+async fn update_lease(
+    s: &AppState,
+    name: &str,
+    kube: KubeLease,
+    version_is_precondition: bool,
+) -> Response {
+    let lease = match crate::kube::lease(&kube, name) {
+        Ok(l) => l,
+        Err(e) => return invalid("Lease", name, e),
+    };
+    let expected = if version_is_precondition {
+        match crate::kube::expected_version(&kube.metadata) {
+            Ok(v) => v,
+            Err(e) => return invalid("Lease", name, e),
+        }
+    } else {
+        None
+    };
+    match s.controller.update_lease(lease, expected).await {
+        Ok(lease) => json_reply(&crate::kube::kube_lease(&lease)),
+        Err(e) => push_error(e),
+    }
+}
