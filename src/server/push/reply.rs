@@ -1,5 +1,6 @@
-//! The node a status push is answered with, written as JSON straight from
-//! the record: the same bytes as serializing [`crate::kube::node`]'s
+//! The node a status push is answered with, and the Lease a renewal is
+//! answered with, written as JSON straight from the record: the same bytes
+//! as serializing [`crate::kube::node`]'s or [`crate::kube::kube_lease`]'s
 //! Kubernetes object, without building it (its maps, strings and times
 //! were most of a heartbeat's allocations, thousands of times a second).
 
@@ -12,7 +13,7 @@ use serde::Serialize;
 use crate::kube::{
     cpu_quantity, go_arch, memory_quantity, HOSTNAME_LABEL, MAX_PODS, OS_LABEL, SOURCE_ANNOTATION,
 };
-use crate::model::{self, Micros};
+use crate::model::{self, Micros, NODE_LEASE_NAMESPACE};
 
 /// A node as `GET /api/v1/nodes/{name}` shows it with no heartbeat held
 /// beside it (`crate::kube::node(node, None)`), field for field in
@@ -284,6 +285,61 @@ impl Serialize for Info<'_> {
     }
 }
 
+/// A Lease as `crate::kube::kube_lease` shows it, field for field.
+pub(super) struct LeaseReply<'a>(pub &'a model::Lease);
+
+impl Serialize for LeaseReply<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let lease = self.0;
+        let mut map = serializer.serialize_map(Some(4))?;
+        map.serialize_entry("apiVersion", "coordination.k8s.io/v1")?;
+        map.serialize_entry("kind", "Lease")?;
+        map.serialize_entry("metadata", &LeaseMetadata(lease))?;
+        map.serialize_entry("spec", &LeaseSpec(lease))?;
+        map.end()
+    }
+}
+
+struct LeaseMetadata<'a>(&'a model::Lease);
+
+impl Serialize for LeaseMetadata<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let lease = self.0;
+        let mut map = serializer.serialize_map(Some(5))?;
+        map.serialize_entry("creationTimestamp", &Time(lease.created))?;
+        map.serialize_entry("name", &lease.name)?;
+        map.serialize_entry("namespace", NODE_LEASE_NAMESPACE)?;
+        map.serialize_entry("resourceVersion", &Shown(lease.generation))?;
+        map.serialize_entry("uid", &lease.uid)?;
+        map.end()
+    }
+}
+
+struct LeaseSpec<'a>(&'a model::Lease);
+
+impl Serialize for LeaseSpec<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let lease = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(t) = lease.acquire_time {
+            map.serialize_entry("acquireTime", &MicroTime(t))?;
+        }
+        if let Some(holder) = &lease.holder_identity {
+            map.serialize_entry("holderIdentity", holder)?;
+        }
+        if let Some(d) = lease.lease_duration_seconds {
+            map.serialize_entry("leaseDurationSeconds", &d)?;
+        }
+        if let Some(n) = lease.lease_transitions {
+            map.serialize_entry("leaseTransitions", &n)?;
+        }
+        if let Some(t) = lease.renew_time {
+            map.serialize_entry("renewTime", &MicroTime(t))?;
+        }
+        map.end()
+    }
+}
+
 /// A number written as a JSON string, without a `String` for it.
 struct Shown<T>(T);
 
@@ -299,31 +355,63 @@ struct Time(Micros);
 
 impl Serialize for Time {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let t = crate::kube::time(self.0).0;
-        let civil = jiff::tz::Offset::UTC.to_datetime(t);
-        if !(0..=9999).contains(&civil.year()) {
-            // Not a year of four digits: k8s-openapi's own formatting.
-            return crate::kube::time(self.0).serialize(serializer);
+        let kube = crate::kube::time(self.0);
+        match Rfc3339::of(kube.0, false) {
+            Some(shown) => serializer.collect_str(&shown),
+            None => kube.serialize(serializer),
         }
-        serializer.collect_str(&Rfc3339(civil))
     }
 }
 
-struct Rfc3339(jiff::civil::DateTime);
+/// A Kubernetes `MicroTime` (`2026-11-30T09:00:00.123456Z`).
+struct MicroTime(Micros);
+
+impl Serialize for MicroTime {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let t = self.0.timestamp();
+        match Rfc3339::of(t, true) {
+            Some(shown) => serializer.collect_str(&shown),
+            None => {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(t).serialize(serializer)
+            }
+        }
+    }
+}
+
+/// A UTC time as Kubernetes writes it, with or without microseconds.
+struct Rfc3339 {
+    civil: jiff::civil::DateTime,
+    micros: bool,
+}
+
+impl Rfc3339 {
+    /// `None` for a year not of four digits: k8s-openapi's own formatting
+    /// then decides.
+    fn of(t: jiff::Timestamp, micros: bool) -> Option<Rfc3339> {
+        let civil = jiff::tz::Offset::UTC.to_datetime(t);
+        (0..=9999)
+            .contains(&civil.year())
+            .then_some(Rfc3339 { civil, micros })
+    }
+}
 
 impl fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let d = self.0;
-        let mut digits = |n: i32, width: usize, after: char| -> fmt::Result {
-            write!(f, "{n:0width$}")?;
-            f.write_char(after)
-        };
-        digits(d.year().into(), 4, '-')?;
-        digits(d.month().into(), 2, '-')?;
-        digits(d.day().into(), 2, 'T')?;
-        digits(d.hour().into(), 2, ':')?;
-        digits(d.minute().into(), 2, ':')?;
-        digits(d.second().into(), 2, 'Z')
+        let d = self.civil;
+        write!(
+            f,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+            d.year(),
+            d.month(),
+            d.day(),
+            d.hour(),
+            d.minute(),
+            d.second()
+        )?;
+        if self.micros {
+            write!(f, ".{:06}", d.subsec_nanosecond() / 1000)?;
+        }
+        f.write_char('Z')
     }
 }
 
@@ -441,6 +529,31 @@ mod tests {
             architecture: "arm64".into(),
         };
         same_as_the_kubernetes_object(&n);
+    }
+
+    #[test]
+    fn a_lease_is_written_as_its_kubernetes_object() {
+        let mut lease = crate::model::Lease {
+            name: "edge-1".into(),
+            uid: "u-1".into(),
+            created: Micros(1_764_000_000_654_321),
+            generation: 7,
+            holder_identity: None,
+            lease_duration_seconds: None,
+            acquire_time: None,
+            renew_time: None,
+            lease_transitions: None,
+        };
+        for _ in 0..2 {
+            let ours = serde_json::to_string(&LeaseReply(&lease)).unwrap();
+            let theirs = serde_json::to_string(&crate::kube::kube_lease(&lease)).unwrap();
+            assert_eq!(ours, theirs);
+            lease.holder_identity = Some("edge-1".into());
+            lease.lease_duration_seconds = Some(40);
+            lease.acquire_time = Some(Micros(1_764_000_000_000_000));
+            lease.renew_time = Some(Micros(1_764_000_100_000_007));
+            lease.lease_transitions = Some(2);
+        }
     }
 
     #[test]
