@@ -176,7 +176,7 @@ async fn update_lease(
         None
     };
     match s.controller.update_lease(lease, expected).await {
-        Ok(lease) => json_reply(&crate::kube::kube_lease(&lease)),
+        Ok(lease) => json_reply(&super::push::reply::LeaseReply(&lease)),
         Err(e) => push_error(e),
     }
 }

@@ -14,11 +14,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 
 use super::patch::{self, PatchKind};
 use super::{status_error, AppState};
 use crate::controller::{PushError, PushedStatus};
+
+mod kubelet_patch;
+pub(super) mod reply;
 
 /// A refused write, as a Kubernetes `Status`.
 pub(crate) fn push_error(e: PushError) -> Response {
@@ -369,87 +371,21 @@ async fn push_status(
     expected: Option<u64>,
 ) -> Response {
     match s.controller.status(name, status, expected).await {
-        Ok(node) => json_reply(&crate::kube::node(&node, None)),
+        Ok(node) => json_reply(&reply::NodeReply(&node)),
         Err(e) => push_error(e),
     }
 }
 
-/// `status.nodeInfo`'s fields, as the node's record renders them.
-const NODE_INFO_FIELDS: [&str; 10] = [
-    "machineID",
-    "systemUUID",
-    "bootID",
-    "kernelVersion",
-    "osImage",
-    "containerRuntimeVersion",
-    "kubeletVersion",
-    "kubeProxyVersion",
-    "operatingSystem",
-    "architecture",
-];
-
-/// The fields of a condition a patch must give for the merge to take all
-/// it keeps from the patch (`lastTransitionTime` is not pushed).
-const CONDITION_FIELDS: [&str; 5] = ["type", "status", "reason", "message", "lastHeartbeatTime"];
-
-/// A status patch as kubelets send it, thousands a second, read without
-/// rendering the node and merging: conditions given whole (each with its
-/// type, status, reason, message and heartbeat), `nodeInfo` given whole,
-/// and the ordering directive. Merged onto any node, such a patch keeps
-/// exactly these values, so the pushed status is the patch's own. `None`
-/// for anything else (and for what the checks refuse, so that the merge
-/// path answers it as before): that takes the merge path.
-fn kubelet_status(
+/// A kubelet's pushed conditions in the node's own order (a strategic merge
+/// keeps it; new conditions come after, in the patch's order; a JSON merge
+/// patch replaces the list). `None` if there is no such node.
+fn in_node_order(
     s: &AppState,
     name: &str,
-    headers: &HeaderMap,
-    patch: &serde_json::Value,
+    kind: PatchKind,
+    mut pushed: PushedStatus,
 ) -> Option<PushedStatus> {
-    let kind = PatchKind::from_content_type(content_type(headers))?;
-    let top = patch.as_object()?;
-    let status = match top.len() {
-        1 => top.get("status")?.as_object()?,
-        _ => return None,
-    };
-    let mut types: Vec<&str> = Vec::new();
-    for (key, value) in status {
-        match key.as_str() {
-            "conditions" => {
-                for condition in value.as_array()? {
-                    let condition = condition.as_object()?;
-                    let strings = condition.iter().all(|(k, v)| {
-                        v.is_string()
-                            && (CONDITION_FIELDS.contains(&k.as_str()) || k == "lastTransitionTime")
-                    });
-                    if !strings || !CONDITION_FIELDS.iter().all(|f| condition.contains_key(*f)) {
-                        return None;
-                    }
-                    let kind = condition.get("type")?.as_str()?;
-                    if types.contains(&kind) {
-                        return None;
-                    }
-                    types.push(kind);
-                }
-            }
-            "$setElementOrder/conditions" if kind == PatchKind::Strategic => {}
-            "nodeInfo" => {
-                let info = value.as_object()?;
-                let complete = info.len() == NODE_INFO_FIELDS.len()
-                    && NODE_INFO_FIELDS
-                        .iter()
-                        .all(|f| info.get(*f).is_some_and(serde_json::Value::is_string));
-                if !complete {
-                    return None;
-                }
-            }
-            _ => return None,
-        }
-    }
-    let node = KubeNode::deserialize(patch).ok()?;
-    let mut pushed = crate::kube::pushed_status(&node).ok()?;
-    // The node's own order (a strategic merge keeps it; new conditions come
-    // after, in the patch's order); a JSON merge patch replaces the list.
-    let order = s.view.with_node(name, |node, _| match kind {
+    let order: Vec<String> = s.view.with_node(name, |node, _| match kind {
         PatchKind::Strategic if pushed.conditions.len() > 1 => {
             node.conditions.iter().map(|c| c.kind.clone()).collect()
         }
@@ -494,15 +430,23 @@ pub(crate) async fn patch_status(
     if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
+    // A kubelet's own patch, read without rendering the node and merging.
+    let kubelet = PatchKind::from_content_type(content_type(&headers)).and_then(|kind| {
+        let read = kubelet_patch::read(kind, &body)?;
+        Some((read.types, in_node_order(&s, &name, kind, read.status)?))
+    });
+    if let Some((types, status)) = kubelet {
+        // Bounded before merging, as below.
+        if let Err(e) = crate::validation::extra_conditions([], types.iter().map(String::as_str)) {
+            return invalid_fields("Node", &name, vec![e]);
+        }
+        return push_status(&s, name, status, None).await;
+    }
     let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&body);
     let patch = parsed.as_ref().unwrap_or(&serde_json::Value::Null);
-    let fast = kubelet_status(&s, &name, &headers, patch);
-    let current = match &fast {
-        Some(_) => serde_json::Value::Null,
-        None => match current_node(&s, &name, patch) {
-            Ok(c) => c,
-            Err(r) => return r,
-        },
+    let current = match current_node(&s, &name, patch) {
+        Ok(c) => c,
+        Err(r) => return r,
     };
     let only = PatchedFields::of(patch);
     // Bounded before merging: a merge by type costs the product of the two lists.
@@ -510,10 +454,6 @@ pub(crate) async fn patch_status(
         crate::validation::extra_conditions([], only.conditions.iter().map(String::as_str))
     {
         return invalid_fields("Node", &name, vec![e]);
-    }
-    if let Some(mut status) = fast {
-        only.keep_only(&mut status);
-        return push_status(&s, name, status, None).await;
     }
     match patched_with::<KubeNode>(&headers, parsed.as_ref(), current) {
         // The patch applies to the current object; its version is not a precondition.

@@ -1,0 +1,578 @@
+//! The node a status push is answered with, and the Lease a renewal is
+//! answered with, written as JSON straight from the record: the same bytes
+//! as serializing [`crate::kube::node`]'s or [`crate::kube::kube_lease`]'s
+//! Kubernetes object, without building it (its maps, strings and times
+//! were most of a heartbeat's allocations, thousands of times a second).
+
+use std::cmp::Ordering;
+use std::fmt::{self, Write as _};
+
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::Serialize;
+
+use crate::kube::{
+    cpu_quantity, go_arch, memory_quantity, HOSTNAME_LABEL, MAX_PODS, OS_LABEL, SOURCE_ANNOTATION,
+};
+use crate::model::{self, Micros, NODE_LEASE_NAMESPACE};
+
+/// A node as `GET /api/v1/nodes/{name}` shows it with no heartbeat held
+/// beside it (`crate::kube::node(node, None)`), field for field in
+/// k8s-openapi's order, empty strings left out as it leaves them out.
+pub(super) struct NodeReply<'a>(pub &'a model::Node);
+
+impl Serialize for NodeReply<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let node = self.0;
+        let mut map = serializer.serialize_map(Some(5))?;
+        map.serialize_entry("apiVersion", "v1")?;
+        map.serialize_entry("kind", "Node")?;
+        map.serialize_entry("metadata", &Metadata(node))?;
+        map.serialize_entry("spec", &Spec(node))?;
+        map.serialize_entry("status", &Status(node))?;
+        map.end()
+    }
+}
+
+struct Metadata<'a>(&'a model::Node);
+
+impl Serialize for Metadata<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let node = self.0;
+        let mut map = serializer.serialize_map(Some(6))?;
+        map.serialize_entry(
+            "annotations",
+            &Merged {
+                own: &node.annotations,
+                extra: [(SOURCE_ANNOTATION, node.source.as_str(), true)],
+            },
+        )?;
+        map.serialize_entry("creationTimestamp", &Time(node.created))?;
+        map.serialize_entry(
+            "labels",
+            &Merged {
+                own: &node.labels,
+                extra: [
+                    (HOSTNAME_LABEL, node.name.as_str(), false),
+                    (OS_LABEL, "linux", false),
+                ],
+            },
+        )?;
+        map.serialize_entry("name", &node.name)?;
+        map.serialize_entry("resourceVersion", &Shown(node.resource_version))?;
+        map.serialize_entry("uid", &node.uid)?;
+        map.end()
+    }
+}
+
+/// A node's own map with a few keys added in key order: each `(key, value,
+/// wins)` replaces the node's own value when `wins`, else only fills a gap
+/// (the source annotation always shows; the hostname and OS labels are
+/// defaults). The extra keys must be in ascending order.
+struct Merged<'a, const N: usize> {
+    own: &'a std::collections::BTreeMap<String, String>,
+    extra: [(&'a str, &'a str, bool); N],
+}
+
+impl<const N: usize> Serialize for Merged<'_, N> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        let mut own = self.own.iter().peekable();
+        let mut extra = self.extra.iter().peekable();
+        loop {
+            let (key, value) = match (own.peek(), extra.peek()) {
+                (None, None) => break,
+                (Some(&(k, v)), None) => {
+                    own.next();
+                    (k.as_str(), v.as_str())
+                }
+                (None, Some(&&(k, v, _))) => {
+                    extra.next();
+                    (k, v)
+                }
+                (Some(&(ok, ov)), Some(&&(ek, ev, wins))) => match ok.as_str().cmp(ek) {
+                    Ordering::Less => {
+                        own.next();
+                        (ok.as_str(), ov.as_str())
+                    }
+                    Ordering::Greater => {
+                        extra.next();
+                        (ek, ev)
+                    }
+                    Ordering::Equal => {
+                        own.next();
+                        extra.next();
+                        (ek, if wins { ev } else { ov.as_str() })
+                    }
+                },
+            };
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+struct Spec<'a>(&'a model::Node);
+
+impl Serialize for Spec<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let node = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        if !node.external_id.is_empty() {
+            map.serialize_entry("externalID", &node.external_id)?;
+        }
+        if !node.provider_id.is_empty() {
+            map.serialize_entry("providerID", &node.provider_id)?;
+        }
+        if !node.taints.is_empty() {
+            map.serialize_entry("taints", &Taints(&node.taints))?;
+        }
+        if node.unschedulable {
+            map.serialize_entry("unschedulable", &true)?;
+        }
+        map.end()
+    }
+}
+
+struct Taints<'a>(&'a [model::Taint]);
+
+impl Serialize for Taints<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for t in self.0 {
+            seq.serialize_element(&Taint(t))?;
+        }
+        seq.end()
+    }
+}
+
+struct Taint<'a>(&'a model::Taint);
+
+impl Serialize for Taint<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let t = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("effect", &t.effect)?;
+        map.serialize_entry("key", &t.key)?;
+        if let Some(added) = t.added {
+            map.serialize_entry("timeAdded", &Time(added))?;
+        }
+        if !t.value.is_empty() {
+            map.serialize_entry("value", &t.value)?;
+        }
+        map.end()
+    }
+}
+
+struct Status<'a>(&'a model::Node);
+
+impl Serialize for Status<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let node = self.0;
+        // Nothing is reserved for system daemons: allocatable equals capacity.
+        let resources = Resources {
+            cpu: cpu_quantity(node.capacity.cpu_millis).0,
+            memory: memory_quantity(node.capacity.memory_bytes).0,
+        };
+        let mut map = serializer.serialize_map(Some(5))?;
+        map.serialize_entry("addresses", &Addresses(&node.addresses))?;
+        map.serialize_entry("allocatable", &resources)?;
+        map.serialize_entry("capacity", &resources)?;
+        map.serialize_entry("conditions", &Conditions(&node.conditions))?;
+        map.serialize_entry("nodeInfo", &Info(&node.node_info))?;
+        map.end()
+    }
+}
+
+struct Addresses<'a>(&'a [model::Address]);
+
+impl Serialize for Addresses<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for a in self.0 {
+            seq.serialize_element(&Address(a))?;
+        }
+        seq.end()
+    }
+}
+
+struct Address<'a>(&'a model::Address);
+
+impl Serialize for Address<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("address", &self.0.address)?;
+        map.serialize_entry("type", self.0.kind.as_str())?;
+        map.end()
+    }
+}
+
+struct Resources {
+    cpu: String,
+    memory: String,
+}
+
+impl Serialize for Resources {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("cpu", &self.cpu)?;
+        map.serialize_entry("memory", &self.memory)?;
+        map.serialize_entry("pods", MAX_PODS)?;
+        map.end()
+    }
+}
+
+struct Conditions<'a>(&'a [model::Condition]);
+
+impl Serialize for Conditions<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for c in self.0 {
+            seq.serialize_element(&Condition(c))?;
+        }
+        seq.end()
+    }
+}
+
+struct Condition<'a>(&'a model::Condition);
+
+impl Serialize for Condition<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let c = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("lastHeartbeatTime", &Time(c.last_heartbeat))?;
+        map.serialize_entry("lastTransitionTime", &Time(c.last_transition))?;
+        if !c.message.is_empty() {
+            map.serialize_entry("message", &c.message)?;
+        }
+        if !c.reason.is_empty() {
+            map.serialize_entry("reason", &c.reason)?;
+        }
+        map.serialize_entry("status", c.status.as_str())?;
+        map.serialize_entry("type", &c.kind)?;
+        map.end()
+    }
+}
+
+struct Info<'a>(&'a model::NodeInfo);
+
+/// `value`, or `fallback` when it is empty.
+fn or<'a>(value: &'a str, fallback: &'a str) -> &'a str {
+    if value.is_empty() {
+        fallback
+    } else {
+        value
+    }
+}
+
+impl Serialize for Info<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let i = self.0;
+        let mut map = serializer.serialize_map(Some(10))?;
+        map.serialize_entry(
+            "architecture",
+            or(&i.architecture, go_arch(std::env::consts::ARCH)),
+        )?;
+        map.serialize_entry("bootID", &i.boot_id)?;
+        map.serialize_entry("containerRuntimeVersion", &i.container_runtime_version)?;
+        map.serialize_entry("kernelVersion", &i.kernel_version)?;
+        map.serialize_entry("kubeProxyVersion", &i.kube_proxy_version)?;
+        map.serialize_entry("kubeletVersion", &i.kubelet_version)?;
+        map.serialize_entry("machineID", &i.machine_id)?;
+        map.serialize_entry("operatingSystem", or(&i.operating_system, "linux"))?;
+        map.serialize_entry("osImage", &i.os_image)?;
+        map.serialize_entry("systemUUID", &i.system_uuid)?;
+        map.end()
+    }
+}
+
+/// A Lease as `crate::kube::kube_lease` shows it, field for field.
+pub(in crate::server) struct LeaseReply<'a>(pub &'a model::Lease);
+
+impl Serialize for LeaseReply<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let lease = self.0;
+        let mut map = serializer.serialize_map(Some(4))?;
+        map.serialize_entry("apiVersion", "coordination.k8s.io/v1")?;
+        map.serialize_entry("kind", "Lease")?;
+        map.serialize_entry("metadata", &LeaseMetadata(lease))?;
+        map.serialize_entry("spec", &LeaseSpec(lease))?;
+        map.end()
+    }
+}
+
+struct LeaseMetadata<'a>(&'a model::Lease);
+
+impl Serialize for LeaseMetadata<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let lease = self.0;
+        let mut map = serializer.serialize_map(Some(5))?;
+        map.serialize_entry("creationTimestamp", &Time(lease.created))?;
+        map.serialize_entry("name", &lease.name)?;
+        map.serialize_entry("namespace", NODE_LEASE_NAMESPACE)?;
+        map.serialize_entry("resourceVersion", &Shown(lease.generation))?;
+        map.serialize_entry("uid", &lease.uid)?;
+        map.end()
+    }
+}
+
+struct LeaseSpec<'a>(&'a model::Lease);
+
+impl Serialize for LeaseSpec<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let lease = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(t) = lease.acquire_time {
+            map.serialize_entry("acquireTime", &MicroTime(t))?;
+        }
+        if let Some(holder) = &lease.holder_identity {
+            map.serialize_entry("holderIdentity", holder)?;
+        }
+        if let Some(d) = lease.lease_duration_seconds {
+            map.serialize_entry("leaseDurationSeconds", &d)?;
+        }
+        if let Some(n) = lease.lease_transitions {
+            map.serialize_entry("leaseTransitions", &n)?;
+        }
+        if let Some(t) = lease.renew_time {
+            map.serialize_entry("renewTime", &MicroTime(t))?;
+        }
+        map.end()
+    }
+}
+
+/// A number written as a JSON string, without a `String` for it.
+struct Shown<T>(T);
+
+impl<T: fmt::Display> Serialize for Shown<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&self.0)
+    }
+}
+
+/// A Kubernetes `Time` (`2026-11-30T09:00:00Z`, cut to the second), written
+/// without the `String` k8s-openapi formats it into first.
+struct Time(Micros);
+
+impl Serialize for Time {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let kube = crate::kube::time(self.0);
+        match Rfc3339::of(kube.0, false) {
+            Some(shown) => serializer.collect_str(&shown),
+            None => kube.serialize(serializer),
+        }
+    }
+}
+
+/// A Kubernetes `MicroTime` (`2026-11-30T09:00:00.123456Z`).
+struct MicroTime(Micros);
+
+impl Serialize for MicroTime {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let t = self.0.timestamp();
+        match Rfc3339::of(t, true) {
+            Some(shown) => serializer.collect_str(&shown),
+            None => {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(t).serialize(serializer)
+            }
+        }
+    }
+}
+
+/// A UTC time as Kubernetes writes it, with or without microseconds.
+struct Rfc3339 {
+    civil: jiff::civil::DateTime,
+    micros: bool,
+}
+
+impl Rfc3339 {
+    /// `None` for a year not of four digits: k8s-openapi's own formatting
+    /// then decides.
+    fn of(t: jiff::Timestamp, micros: bool) -> Option<Rfc3339> {
+        let civil = jiff::tz::Offset::UTC.to_datetime(t);
+        (0..=9999)
+            .contains(&civil.year())
+            .then_some(Rfc3339 { civil, micros })
+    }
+}
+
+impl fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.civil;
+        write!(
+            f,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+            d.year(),
+            d.month(),
+            d.day(),
+            d.hour(),
+            d.minute(),
+            d.second()
+        )?;
+        if self.micros {
+            write!(f, ".{:06}", d.subsec_nanosecond() / 1000)?;
+        }
+        f.write_char('Z')
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::model::{AddressKind, ConditionStatus, Node, NodeInfo, Resources};
+
+    fn node() -> Node {
+        Node {
+            name: "edge-1".into(),
+            uid: "0b6c9c3e-2f55-4a43-9a4b-1c7e1f7c1a10".into(),
+            created: Micros(1_764_000_000_123_456),
+            resource_version: 42,
+            source: "static".into(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            external_id: String::new(),
+            provider_id: String::new(),
+            capacity: Resources::default(),
+            unschedulable: false,
+            taints: Vec::new(),
+            addresses: Vec::new(),
+            conditions: Vec::new(),
+            node_info: NodeInfo::default(),
+        }
+    }
+
+    fn same_as_the_kubernetes_object(node: &Node) {
+        let ours = serde_json::to_string(&NodeReply(node)).unwrap();
+        let theirs = serde_json::to_string(&crate::kube::node(node, None)).unwrap();
+        assert_eq!(ours, theirs);
+    }
+
+    #[test]
+    fn a_bare_node_is_written_as_its_kubernetes_object() {
+        same_as_the_kubernetes_object(&node());
+    }
+
+    #[test]
+    fn every_field_is_written_as_its_kubernetes_object() {
+        let mut n = node();
+        n.labels = BTreeMap::from([
+            ("a".into(), "1".into()),
+            ("kubernetes.io/arch".into(), "arm64".into()),
+            ("kubernetes.io/os".into(), "windows".into()),
+            ("zone".into(), "z\"1".into()),
+        ]);
+        n.annotations = BTreeMap::from([
+            ("a".into(), "x".into()),
+            ("nodekeeper.io/source".into(), "ignored".into()),
+            ("zz".into(), "y".into()),
+        ]);
+        n.external_id = "i-123".into();
+        n.provider_id = "aws:///eu-1a/i-123".into();
+        n.capacity = Resources {
+            cpu_millis: 1500,
+            memory_bytes: 1536 << 20,
+        };
+        n.unschedulable = true;
+        n.taints = vec![
+            crate::model::Taint {
+                key: "node.kubernetes.io/not-ready".into(),
+                value: String::new(),
+                effect: "NoSchedule".into(),
+                added: None,
+            },
+            crate::model::Taint {
+                key: "dedicated".into(),
+                value: "gpu".into(),
+                effect: "NoExecute".into(),
+                added: Some(Micros(1_764_000_001_999_999)),
+            },
+        ];
+        n.addresses = vec![
+            crate::model::Address {
+                kind: AddressKind::InternalIP,
+                address: "127.60.0.1".into(),
+            },
+            crate::model::Address {
+                kind: AddressKind::Hostname,
+                address: "edge-1".into(),
+            },
+        ];
+        n.conditions = vec![
+            crate::model::Condition {
+                kind: "Ready".into(),
+                status: ConditionStatus::True,
+                last_heartbeat: Micros(1_764_000_100_500_000),
+                last_transition: Micros(1_764_000_000_000_000),
+                reason: "KubeletReady".into(),
+                message: "kubelet is posting ready status".into(),
+            },
+            crate::model::Condition {
+                kind: "DiskPressure".into(),
+                status: ConditionStatus::Unknown,
+                last_heartbeat: Micros(-1_500_000),
+                last_transition: Micros(0),
+                reason: String::new(),
+                message: String::new(),
+            },
+        ];
+        n.node_info = NodeInfo {
+            machine_id: "m".into(),
+            system_uuid: "u".into(),
+            boot_id: "b".into(),
+            kernel_version: "6.1".into(),
+            os_image: "Debian".into(),
+            container_runtime_version: "containerd://2.0".into(),
+            kubelet_version: "v1.33.0".into(),
+            kube_proxy_version: String::new(),
+            operating_system: "linux".into(),
+            architecture: "arm64".into(),
+        };
+        same_as_the_kubernetes_object(&n);
+    }
+
+    #[test]
+    fn a_lease_is_written_as_its_kubernetes_object() {
+        let mut lease = crate::model::Lease {
+            name: "edge-1".into(),
+            uid: "u-1".into(),
+            created: Micros(1_764_000_000_654_321),
+            generation: 7,
+            holder_identity: None,
+            lease_duration_seconds: None,
+            acquire_time: None,
+            renew_time: None,
+            lease_transitions: None,
+        };
+        for _ in 0..2 {
+            let ours = serde_json::to_string(&LeaseReply(&lease)).unwrap();
+            let theirs = serde_json::to_string(&crate::kube::kube_lease(&lease)).unwrap();
+            assert_eq!(ours, theirs);
+            lease.holder_identity = Some("edge-1".into());
+            lease.lease_duration_seconds = Some(40);
+            lease.acquire_time = Some(Micros(1_764_000_000_000_000));
+            lease.renew_time = Some(Micros(1_764_000_100_000_007));
+            lease.lease_transitions = Some(2);
+        }
+    }
+
+    #[test]
+    fn labels_and_annotations_merge_in_key_order() {
+        let mut n = node();
+        // Keys sorting before, between and after the added ones.
+        for key in [
+            "0",
+            "kubernetes.io/hostnamf",
+            "kubernetes.io/p",
+            "nodekeeper.io/a",
+            "nz",
+        ] {
+            n.labels.insert(key.into(), "v".into());
+            n.annotations.insert(key.into(), "v".into());
+        }
+        same_as_the_kubernetes_object(&n);
+        n.labels
+            .insert("kubernetes.io/hostname".into(), "other".into());
+        same_as_the_kubernetes_object(&n);
+    }
+}
