@@ -111,16 +111,20 @@ impl Controller {
     }
 
     /// A listing that failed changes nothing; it is counted and shown.
+    /// One that will fail the same way until someone acts (refused
+    /// credentials, a malformed listing) is an error, not a warning.
     fn listing_failed(&mut self, e: &SourceError, now: Micros) {
         let status = &mut self.source_status;
         status.consecutive_failures += 1;
         status.last_error = Some(e.to_string());
         status.last_error_time = Some(now);
         self.metrics.source_failures.inc();
-        tracing::warn!(
-            failures = status.consecutive_failures,
-            "{e}; the registry is left as it is"
-        );
+        let failures = status.consecutive_failures;
+        if e.is_transient() {
+            tracing::warn!(failures, "{e}; the registry is left as it is");
+        } else {
+            tracing::error!(failures, "{e}; the registry is left as it is");
+        }
         self.view.set_source_status(self.source_status.clone());
     }
 
