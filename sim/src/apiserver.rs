@@ -1048,12 +1048,12 @@ impl Shared {
     /// then the new ones as they happen, as newline-separated JSON.
     fn watch_nodes(self: &Arc<Self>, query: &Query) -> Result<Response<Body>, ApiError> {
         let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
-            .map_err(ApiError::bad_request)?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))
-            .map_err(ApiError::bad_request)?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         fields
             .check_fields(Resource::Nodes.field_labels())
-            .map_err(ApiError::bad_request)?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let timeout = match query.get("timeoutSeconds") {
             None => Duration::from_secs(1800),
             Some(t) => Duration::from_secs(
@@ -1670,12 +1670,12 @@ impl State {
             )));
         }
         let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
-            .map_err(ApiError::bad_request)?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))
-            .map_err(ApiError::bad_request)?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         fields
             .check_fields(resource.field_labels())
-            .map_err(ApiError::bad_request)?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let limit = match query.get("limit") {
             None => None,
             Some(l) => match l.parse::<usize>() {
