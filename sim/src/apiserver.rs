@@ -1881,7 +1881,8 @@ impl State {
         let current = self.current_for_write(key)?;
         let mut patched = current.clone();
         match strategic_or_merge {
-            Some(kind) => patch::apply_with_keys(kind, &mut patched, &patch_doc, merge_key),
+            Some(kind) => patch::apply_with_keys(kind, &mut patched, &patch_doc, merge_key)
+                .map_err(|e| e.to_string()),
             None => json_patch(&mut patched, &patch_doc),
         }
         .map_err(|e| ApiError::invalid(key, e))?;
