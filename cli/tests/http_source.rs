@@ -291,11 +291,8 @@ async fn a_refused_or_missing_token_is_a_clear_error() {
         "{err}"
     );
     assert!(
-        matches!(
-            listed(&*p).await,
-            Err(CloudError::Status { status: 401, .. })
-        ),
-        "a refused token is the endpoint's answer"
+        matches!(listed(&*p).await, Err(CloudError::Auth { status: 401, .. })),
+        "a refused token is told from the endpoint's other errors"
     );
     let p = provider("http", Some(&config(dir.path(), &server.url, None, ""))).unwrap();
     let err = list(&*p).await.unwrap_err();

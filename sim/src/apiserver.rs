@@ -1056,12 +1056,12 @@ impl Shared {
     /// then the new ones as they happen, as newline-separated JSON.
     fn watch_nodes(self: &Arc<Self>, query: &Query) -> Result<Response<Body>, ApiError> {
         let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
-            .map_err(ApiError::bad_request)?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))
-            .map_err(ApiError::bad_request)?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         fields
             .check_fields(Resource::Nodes.field_labels())
-            .map_err(ApiError::bad_request)?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let timeout = match query.get("timeoutSeconds") {
             None => Duration::from_secs(1800),
             Some(t) => Duration::from_secs(
@@ -1678,12 +1678,12 @@ impl State {
             )));
         }
         let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
-            .map_err(ApiError::bad_request)?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))
-            .map_err(ApiError::bad_request)?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         fields
             .check_fields(resource.field_labels())
-            .map_err(ApiError::bad_request)?;
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let limit = match query.get("limit") {
             None => None,
             Some(l) => match l.parse::<usize>() {
@@ -1889,7 +1889,8 @@ impl State {
         let current = self.current_for_write(key)?;
         let mut patched = current.clone();
         match strategic_or_merge {
-            Some(kind) => patch::apply_with_keys(kind, &mut patched, &patch_doc, merge_key),
+            Some(kind) => patch::apply_with_keys(kind, &mut patched, &patch_doc, merge_key)
+                .map_err(|e| e.to_string()),
             None => json_patch(&mut patched, &patch_doc),
         }
         .map_err(|e| ApiError::invalid(key, e))?;

@@ -4,7 +4,8 @@
 //! are not Ready (as the cloud node lifecycle controller does). A listing
 //! that fails changes nothing: it is never read as "every machine is gone".
 
-use std::collections::{BTreeMap, HashSet};
+mod listing;
+
 use std::sync::Arc;
 
 use regex::Regex;
@@ -12,10 +13,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::Controller;
-use crate::model::{ConditionStatus, EventKind, Micros, Resources, Taint, READY};
-use crate::source::cloud::{cloud_node_specs, CloudNode, CloudProvider, InstanceState};
+use crate::model::{Micros, Resources};
+use crate::source::cloud::{cloud_node_specs, CloudNode, CloudProvider};
 use crate::source::SourceError;
 use crate::store::Batch;
+use listing::{plan_listing, ListingPlan};
 
 pub use crate::model::TAINT_SHUTDOWN;
 
@@ -78,16 +80,7 @@ impl Controller {
         let machines = match listing {
             Ok(machines) => machines,
             Err(e) => {
-                let status = &mut self.source_status;
-                status.consecutive_failures += 1;
-                status.last_error = Some(e.to_string());
-                status.last_error_time = Some(now);
-                self.metrics.source_failures.inc();
-                tracing::warn!(
-                    failures = status.consecutive_failures,
-                    "{e}; the registry is left as it is"
-                );
-                self.view.set_source_status(self.source_status.clone());
+                self.listing_failed(&e, now);
                 return;
             }
         };
@@ -97,81 +90,58 @@ impl Controller {
         self.source_status.consecutive_failures = 0;
         self.metrics.source_machines.set(machines.len() as i64);
 
-        let listed: HashSet<&str> = machines.iter().map(|m| m.spec.name.as_str()).collect();
-        let new: Vec<_> = machines
-            .iter()
-            .filter(|m| !self.tracked.contains_key(&m.spec.name))
-            .map(|m| m.spec.clone())
-            .collect();
-        if !new.is_empty() {
+        let mut plan = self.plan_listing(&machines, &source_name, now);
+        if !plan.register.is_empty() {
             let shutdown = self.shutdown.clone();
-            if let Err(e) = self.register_nodes(new, &shutdown).await {
+            if let Err(e) = self.register_nodes(plan.register, &shutdown).await {
                 tracing::error!("{e}");
             }
+            // Machines registered just now follow their state at once.
+            plan = self.plan_listing(&machines, &source_name, now);
         }
+        if plan.writes() {
+            self.commit_listing(plan, &source_name, now).await;
+        }
+        self.view.set_source_status(self.source_status.clone());
+    }
 
+    fn plan_listing(&self, machines: &[CloudNode], source_name: &str, now: Micros) -> ListingPlan {
+        let registry = self.tracked.values().map(|t| &*t.node);
+        plan_listing(machines, registry, source_name, now)
+    }
+
+    /// A listing that failed changes nothing; it is counted and shown.
+    /// One that will fail the same way until someone acts (refused
+    /// credentials, a malformed listing) is an error, not a warning.
+    fn listing_failed(&mut self, e: &SourceError, now: Micros) {
+        let status = &mut self.source_status;
+        status.consecutive_failures += 1;
+        status.last_error = Some(e.to_string());
+        status.last_error_time = Some(now);
+        self.metrics.source_failures.inc();
+        let failures = status.consecutive_failures;
+        if e.is_transient() {
+            tracing::warn!(failures, "{e}; the registry is left as it is");
+        } else {
+            tracing::error!(failures, "{e}; the registry is left as it is");
+        }
+        self.view.set_source_status(self.source_status.clone());
+    }
+
+    /// Writes a plan's deletions and updates in one change.
+    async fn commit_listing(&mut self, plan: ListingPlan, source_name: &str, now: Micros) {
         let mut batch = Batch::new(now);
-        let gone: Vec<String> = self
-            .tracked
-            .values()
-            .filter(|t| t.node.source == source_name && !listed.contains(t.node.name.as_str()))
-            .map(|t| t.node.name.clone())
-            .collect();
-        for name in &gone {
+        for name in &plan.delete {
             tracing::info!(node = %name, "gone from {source_name}; deleting it (its history stays)");
             batch.delete(name, &format!("no longer listed by {source_name}"));
         }
-        let states: BTreeMap<&str, &CloudNode> =
-            machines.iter().map(|m| (m.spec.name.as_str(), m)).collect();
-        for (name, t) in &self.tracked {
-            let Some(machine) = states.get(name.as_str()) else {
-                continue;
-            };
-            let mut node = t.node.clone();
-            let mut events = Vec::new();
-            let has = node.taints.iter().any(|x| x.key == TAINT_SHUTDOWN);
-            // A source that says "stopped" about a node that answers Ready is
-            // behind (or wrong): the node's own word wins, as upstream.
-            let ready = node
-                .condition(READY)
-                .is_some_and(|c| c.status == ConditionStatus::True);
-            let stopped = machine.state == InstanceState::Stopped && !ready;
-            if stopped != has {
-                let from = node.taints.clone();
-                if stopped {
-                    node.taints.push(Taint {
-                        key: TAINT_SHUTDOWN.into(),
-                        value: String::new(),
-                        effect: "NoSchedule".into(),
-                        added: Some(now),
-                    });
-                } else {
-                    node.taints.retain(|x| x.key != TAINT_SHUTDOWN);
-                }
-                events.push(EventKind::TaintsChanged {
-                    from,
-                    to: node.taints.clone(),
-                });
-            }
-            if !machine.spec.addresses.is_empty() && machine.spec.addresses != node.addresses {
-                events.push(EventKind::AddressesChanged {
-                    from: node.addresses.clone(),
-                    to: machine.spec.addresses.clone(),
-                });
-                node.addresses = machine.spec.addresses.clone();
-            }
-            if !events.is_empty() {
-                batch.record(node, events);
-            }
-        }
-        if batch.is_empty() {
-            self.view.set_source_status(self.source_status.clone());
-            return;
+        for (node, events) in plan.update {
+            batch.record(node, events);
         }
         // A deleted node's Lease goes with it.
         let change = super::writer::Change {
             batch,
-            deleted_leases: gone.clone(),
+            deleted_leases: plan.delete.clone(),
             ..Default::default()
         };
         match self.commit_change(change).await {
@@ -181,7 +151,7 @@ impl Controller {
                         t.target = super::target_for(node, self.config.probe.port);
                     }
                 }
-                for name in &gone {
+                for name in &plan.delete {
                     self.tracked.remove(name);
                     self.leases.remove(name);
                     self.dirty_nodes.remove(name);
@@ -191,6 +161,5 @@ impl Controller {
             }
             Err(e) => tracing::error!("following {source_name} failed to store: {e}"),
         }
-        self.view.set_source_status(self.source_status.clone());
     }
 }

@@ -282,7 +282,7 @@ mod tests {
 
     fn no_answer() -> ProbeOutcome {
         ProbeOutcome::NoAnswer {
-            error: crate::probe::ProbeError::Answer("connection refused".into()),
+            error: crate::probe::ProbeError::Answer(crate::probe::AnswerError::ClosedBeforeAnswer),
         }
     }
 

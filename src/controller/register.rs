@@ -101,7 +101,7 @@ impl Controller {
     async fn register_batch(
         &mut self,
         specs: &[NodeSpec],
-        lookups: &BTreeMap<String, Result<std::net::IpAddr, String>>,
+        lookups: &BTreeMap<String, resolve::Lookup>,
     ) -> Result<(), ControllerError> {
         let now = Micros::now();
         let mut batch = Batch::new(now);
@@ -110,10 +110,10 @@ impl Controller {
             let mut events = Vec::new();
             match lookups.get(&spec.name) {
                 Some(Ok(ip)) => node.addresses = resolve::with_resolved(&node.addresses, *ip),
-                Some(Err(message)) => {
-                    tracing::warn!(node = %spec.name, "{message}; registering it without an address and retrying every sync period");
+                Some(Err(e)) => {
+                    tracing::warn!(node = %spec.name, "{e}; registering it without an address and retrying every sync period");
                     events.push(EventKind::AddressLookupFailed {
-                        message: message.clone(),
+                        message: e.to_string(),
                     });
                 }
                 None => {}
@@ -173,7 +173,7 @@ impl Controller {
     /// Stores the addresses the lookups found; a found node is probed from now on.
     pub(super) async fn apply_address_lookups(
         &mut self,
-        lookups: BTreeMap<String, Result<std::net::IpAddr, String>>,
+        lookups: BTreeMap<String, resolve::Lookup>,
     ) {
         let mut batch = Batch::new(Micros::now());
         for (name, result) in lookups {
@@ -226,14 +226,13 @@ pub(super) fn new_node(spec: &NodeSpec, now: Micros) -> Node {
 }
 
 /// Lookups in flight, by node name.
-pub(super) type Lookups =
-    tokio::task::JoinHandle<BTreeMap<String, Result<std::net::IpAddr, String>>>;
+pub(super) type Lookups = tokio::task::JoinHandle<BTreeMap<String, resolve::Lookup>>;
 
 /// Looks up every spec that needs it, a bounded number at a time.
 async fn lookup_all(
     specs: &[NodeSpec],
     timeout: std::time::Duration,
-) -> BTreeMap<String, Result<std::net::IpAddr, String>> {
+) -> BTreeMap<String, resolve::Lookup> {
     let jobs: Vec<(String, String)> = specs
         .iter()
         .filter_map(|s| {

@@ -10,6 +10,26 @@ use serde_json::{Map, Value};
 /// values built any other way.
 pub const MAX_DEPTH: usize = 128;
 
+/// Why a merge or strategic merge patch was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatchError {
+    /// Nested deeper than [`MAX_DEPTH`].
+    #[error("the patch nests {nesting} levels deep; at most {MAX_DEPTH} are allowed")]
+    TooDeep { nesting: usize },
+    /// An item of a list merged by key has no such key.
+    #[error("an item of {field} lacks its merge key {key:?}")]
+    MissingMergeKey { field: String, key: String },
+}
+
+impl PatchError {
+    fn missing_key(field: &str, key: &str) -> PatchError {
+        PatchError::MissingMergeKey {
+            field: field.into(),
+            key: key.into(),
+        }
+    }
+}
+
 /// Which patch a request carries, by its content type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchKind {
@@ -43,7 +63,7 @@ fn merge_key(field: &str) -> Option<&'static str> {
 }
 
 /// Applies `patch` to `target`.
-pub fn apply(kind: PatchKind, target: &mut Value, patch: &Value) -> Result<(), String> {
+pub fn apply(kind: PatchKind, target: &mut Value, patch: &Value) -> Result<(), PatchError> {
     apply_with_keys(kind, target, patch, merge_key)
 }
 
@@ -54,12 +74,10 @@ pub fn apply_with_keys(
     target: &mut Value,
     patch: &Value,
     keys: MergeKeys,
-) -> Result<(), String> {
+) -> Result<(), PatchError> {
     let nesting = depth(patch);
     if nesting > MAX_DEPTH {
-        return Err(format!(
-            "the patch nests {nesting} levels deep; at most {MAX_DEPTH} are allowed"
-        ));
+        return Err(PatchError::TooDeep { nesting });
     }
     match kind {
         PatchKind::Merge => {
@@ -76,7 +94,7 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     json_patch::merge(target, patch);
 }
 
-fn strategic(target: &mut Value, patch: &Value, keys: MergeKeys) -> Result<(), String> {
+fn strategic(target: &mut Value, patch: &Value, keys: MergeKeys) -> Result<(), PatchError> {
     let Value::Object(patch) = patch else {
         *target = patch.clone();
         return Ok(());
@@ -141,7 +159,7 @@ fn merge_list(
     key: &str,
     field: &str,
     keys: MergeKeys,
-) -> Result<(), String> {
+) -> Result<(), PatchError> {
     if !target.is_array() {
         *target = Value::Array(Vec::new());
     }
@@ -161,7 +179,7 @@ fn merge_list(
     for item in items {
         let Some(id) = item.get(key) else {
             *existing = slots.into_iter().flatten().collect();
-            return Err(format!("an item of {field} lacks its merge key {key:?}"));
+            return Err(PatchError::missing_key(field, key));
         };
         let positions = by_key.entry(id.to_string()).or_default();
         if item.get("$patch").and_then(Value::as_str) == Some("delete") {
@@ -327,7 +345,17 @@ mod tests {
             &json!({"status": {"conditions": [{"status": "True"}]}}),
         )
         .unwrap_err();
-        assert!(err.contains("merge key"), "{err}");
+        assert_eq!(
+            err,
+            PatchError::MissingMergeKey {
+                field: "conditions".into(),
+                key: "type".into()
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "an item of conditions lacks its merge key \"type\""
+        );
     }
 
     #[test]
@@ -398,7 +426,7 @@ mod properties {
         items: &[Value],
         key: &str,
         field: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), PatchError> {
         if !target.is_array() {
             *target = Value::Array(Vec::new());
         }
@@ -407,7 +435,7 @@ mod properties {
         };
         for item in items {
             let Some(id) = item.get(key).cloned() else {
-                return Err(format!("an item of {field} lacks its merge key {key:?}"));
+                return Err(PatchError::missing_key(field, key));
             };
             let position = existing.iter().position(|e| e.get(key) == Some(&id));
             if item.get("$patch").and_then(Value::as_str) == Some("delete") {
@@ -455,7 +483,7 @@ mod properties {
             for kind in [PatchKind::Merge, PatchKind::Strategic] {
                 let mut doc = target.clone();
                 if let Err(e) = apply(kind, &mut doc, &patch) {
-                    prop_assert!(e.contains("merge key") || e.contains("nests"), "{e}");
+                    prop_assert!(matches!(e, PatchError::MissingMergeKey { .. }), "{e}");
                 }
             }
         }
@@ -526,7 +554,11 @@ mod properties {
         let mut doc = json!({});
         for kind in [PatchKind::Merge, PatchKind::Strategic] {
             let err = apply(kind, &mut doc, &deep).unwrap_err();
-            assert!(err.contains("1001 levels") && err.contains("128"), "{err}");
+            assert_eq!(err, PatchError::TooDeep { nesting: 1001 });
+            assert_eq!(
+                err.to_string(),
+                "the patch nests 1001 levels deep; at most 128 are allowed"
+            );
         }
         // What serde_json reads is within the bound.
         let text = "[".repeat(200) + &"]".repeat(200);

@@ -29,13 +29,57 @@ enum LabelOp {
     LessThan(i64),
 }
 
+/// Why a `labelSelector` could not be parsed: what was wrong, and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unable to parse label selector {selector:?}: {problem}")]
+pub struct LabelSelectorError {
+    pub selector: String,
+    /// The character offset in `selector` of the token the parser stopped at
+    /// (the selector's length when it ended too soon).
+    pub position: usize,
+    pub problem: LabelProblem,
+}
+
+/// What was wrong in a `labelSelector`. `found` describes the token met
+/// (`'b'`, `','`, `end of string`), as the API server's messages do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelProblem {
+    #[error("found {found}, expected: a label key")]
+    ExpectedKey { found: String },
+    #[error("found {found}, expected: ',' or end of string")]
+    ExpectedSeparator { found: String },
+    #[error("found {found} after {key:?}, expected one of: =, ==, !=, in, notin, >, <")]
+    ExpectedOperator { key: String, found: String },
+    #[error("found {found} as the value of {key:?}, expected: a label value")]
+    ExpectedValue { key: String, found: String },
+    #[error("found {found} after the operator of {key:?}, expected: '('")]
+    ExpectedOpenParen { key: String, found: String },
+    #[error("found {found} in the values of {key:?}, expected: a label value, ',' or ')'")]
+    ExpectedSetValue { key: String, found: String },
+    #[error("found {found} in the values of {key:?}, expected: ',' or ')'")]
+    ExpectedSetSeparator { key: String, found: String },
+    #[error("found {found} after '>' or '<' for {key:?}, expected: an integer")]
+    ExpectedInteger { key: String, found: String },
+    #[error("{value:?} compared with {key:?} is not an integer, as '>' and '<' require")]
+    NotAnInteger { key: String, value: String },
+    #[error("invalid label key {key:?}: the prefix {prefix:?} must be a lowercase DNS subdomain such as example.com")]
+    KeyPrefix { key: String, prefix: String },
+    #[error("invalid label key {key:?}: the name part must be at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric")]
+    KeyName { key: String },
+    #[error("invalid value {value:?} for label {key:?}: at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric")]
+    Value { key: String, value: String },
+}
+
 impl LabelSelector {
     /// Parses a selector such as `app=web,tier in (a,b),!legacy`. The error
-    /// names the part that could not be understood.
-    pub fn parse(selector: &str) -> Result<LabelSelector, String> {
-        Parser::new(selector)
-            .parse()
-            .map_err(|e| format!("unable to parse label selector {selector:?}: {e}"))
+    /// names the part that could not be understood, and where it is.
+    pub fn parse(selector: &str) -> Result<LabelSelector, LabelSelectorError> {
+        let mut parser = Parser::new(selector);
+        parser.parse().map_err(|problem| LabelSelectorError {
+            selector: selector.to_string(),
+            position: parser.position(),
+            problem,
+        })
     }
 
     /// True when the selector has no requirements (it matches everything).
@@ -103,9 +147,9 @@ impl Token {
     }
 }
 
-/// Splits a label selector into tokens, as apimachinery's lexer does:
-/// identifiers run until whitespace or one of `!=(),<>`.
-fn tokenize(s: &str) -> Vec<Token> {
+/// Splits a label selector into tokens, each with its character offset, as
+/// apimachinery's lexer does: identifiers run until whitespace or one of `!=(),<>`.
+fn tokenize(s: &str) -> Vec<(Token, usize)> {
     const SPECIAL: &[char] = &['!', '=', '(', ')', ',', '<', '>'];
     let chars: Vec<char> = s.chars().collect();
     let mut tokens = Vec::new();
@@ -133,24 +177,27 @@ fn tokenize(s: &str) -> Vec<Token> {
                     i += 1;
                 }
                 let word: String = chars[start..i].iter().collect();
-                tokens.push(match word.as_str() {
+                let token = match word.as_str() {
                     "in" => Token::In,
                     "notin" => Token::NotIn,
                     _ => Token::Identifier(word),
-                });
+                };
+                tokens.push((token, start));
                 continue;
             }
         };
-        tokens.push(token);
+        tokens.push((token, i));
         i += len;
     }
-    tokens.push(Token::End);
+    tokens.push((Token::End, chars.len()));
     tokens
 }
 
 struct Parser {
-    tokens: Vec<Token>,
+    tokens: Vec<(Token, usize)>,
     at: usize,
+    /// Where the token last taken starts.
+    taken_at: usize,
 }
 
 impl Parser {
@@ -158,16 +205,23 @@ impl Parser {
         Parser {
             tokens: tokenize(s),
             at: 0,
+            taken_at: 0,
         }
     }
 
+    /// Where the parser stopped: the start of the token it took last.
+    fn position(&self) -> usize {
+        self.taken_at
+    }
+
     fn peek(&self) -> &Token {
-        self.tokens.get(self.at).unwrap_or(&Token::End)
+        self.tokens.get(self.at).map_or(&Token::End, |(t, _)| t)
     }
 
     fn next(&mut self) -> Token {
         let t = self.peek().clone();
-        if self.at < self.tokens.len() {
+        if let Some((_, at)) = self.tokens.get(self.at) {
+            self.taken_at = *at;
             self.at += 1;
         }
         t
@@ -183,7 +237,7 @@ impl Parser {
         }
     }
 
-    fn parse(mut self) -> Result<LabelSelector, String> {
+    fn parse(&mut self) -> Result<LabelSelector, LabelProblem> {
         let mut requirements = Vec::new();
         loop {
             match self.peek() {
@@ -194,20 +248,24 @@ impl Parser {
                         Token::Comma => continue,
                         Token::End => break,
                         t => {
-                            return Err(format!(
-                                "found {}, expected: ',' or end of string",
-                                t.describe()
-                            ))
+                            return Err(LabelProblem::ExpectedSeparator {
+                                found: t.describe(),
+                            })
                         }
                     }
                 }
-                t => return Err(format!("found {}, expected: a label key", t.describe())),
+                _ => {
+                    let t = self.next();
+                    return Err(LabelProblem::ExpectedKey {
+                        found: t.describe(),
+                    });
+                }
             }
         }
         Ok(LabelSelector { requirements })
     }
 
-    fn requirement(&mut self) -> Result<Requirement, String> {
+    fn requirement(&mut self) -> Result<Requirement, LabelProblem> {
         let mut negated = false;
         let mut token = self.next_word();
         if token == Token::Bang {
@@ -215,7 +273,9 @@ impl Parser {
             token = self.next_word();
         }
         let Token::Identifier(key) = token else {
-            return Err(format!("found {}, expected: a label key", token.describe()));
+            return Err(LabelProblem::ExpectedKey {
+                found: token.describe(),
+            });
         };
         validate_key(&key)?;
         if negated {
@@ -238,17 +298,17 @@ impl Parser {
             Token::Greater => LabelOp::GreaterThan(self.integer(&key)?),
             Token::Less => LabelOp::LessThan(self.integer(&key)?),
             t => {
-                return Err(format!(
-                    "found {} after {key:?}, expected one of: =, ==, !=, in, notin, >, <",
-                    t.describe()
-                ))
+                return Err(LabelProblem::ExpectedOperator {
+                    key,
+                    found: t.describe(),
+                })
             }
         };
         Ok(Requirement { key, op })
     }
 
     /// The value after `=`, `==` or `!=`; empty when the requirement ends there.
-    fn exact_value(&mut self, key: &str) -> Result<String, String> {
+    fn exact_value(&mut self, key: &str) -> Result<String, LabelProblem> {
         if matches!(self.peek(), Token::End | Token::Comma) {
             return Ok(String::new());
         }
@@ -257,21 +317,21 @@ impl Parser {
                 validate_value(key, &v)?;
                 Ok(v)
             }
-            t => Err(format!(
-                "found {} as the value of {key:?}, expected: a label value",
-                t.describe()
-            )),
+            t => Err(LabelProblem::ExpectedValue {
+                key: key.into(),
+                found: t.describe(),
+            }),
         }
     }
 
     /// `(a, b, c)` after `in` / `notin`.
-    fn value_set(&mut self, key: &str) -> Result<Vec<String>, String> {
+    fn value_set(&mut self, key: &str) -> Result<Vec<String>, LabelProblem> {
         let open = self.next();
         if open != Token::OpenParen {
-            return Err(format!(
-                "found {} after the operator of {key:?}, expected: '('",
-                open.describe()
-            ));
+            return Err(LabelProblem::ExpectedOpenParen {
+                key: key.into(),
+                found: open.describe(),
+            });
         }
         let mut values = Vec::new();
         loop {
@@ -292,41 +352,42 @@ impl Parser {
                     return Ok(values);
                 }
                 t => {
-                    return Err(format!(
-                        "found {} in the values of {key:?}, expected: a label value, ',' or ')'",
-                        t.describe()
-                    ))
+                    return Err(LabelProblem::ExpectedSetValue {
+                        key: key.into(),
+                        found: t.describe(),
+                    })
                 }
             }
             match self.next() {
                 Token::Comma => continue,
                 Token::CloseParen => return Ok(values),
                 t => {
-                    return Err(format!(
-                        "found {} in the values of {key:?}, expected: ',' or ')'",
-                        t.describe()
-                    ))
+                    return Err(LabelProblem::ExpectedSetSeparator {
+                        key: key.into(),
+                        found: t.describe(),
+                    })
                 }
             }
         }
     }
 
-    fn integer(&mut self, key: &str) -> Result<i64, String> {
+    fn integer(&mut self, key: &str) -> Result<i64, LabelProblem> {
         match self.next_word() {
-            Token::Identifier(v) => v.parse().map_err(|_| {
-                format!("{v:?} compared with {key:?} is not an integer, as '>' and '<' require")
+            Token::Identifier(v) => v.parse().map_err(|_| LabelProblem::NotAnInteger {
+                key: key.into(),
+                value: v,
             }),
-            t => Err(format!(
-                "found {} after '>' or '<' for {key:?}, expected: an integer",
-                t.describe()
-            )),
+            t => Err(LabelProblem::ExpectedInteger {
+                key: key.into(),
+                found: t.describe(),
+            }),
         }
     }
 }
 
 /// A label key: an optional DNS-subdomain prefix and `/`, then a name of at
 /// most 63 characters (alphanumerics, `-`, `_`, `.`, alphanumeric at both ends).
-fn validate_key(key: &str) -> Result<(), String> {
+fn validate_key(key: &str) -> Result<(), LabelProblem> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -341,26 +402,26 @@ fn validate_key(key: &str) -> Result<(), String> {
                 && !l.ends_with('-')
         };
         if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(label_ok) {
-            return Err(format!(
-                "invalid label key {key:?}: the prefix {prefix:?} must be a lowercase DNS subdomain such as example.com"
-            ));
+            return Err(LabelProblem::KeyPrefix {
+                key: key.into(),
+                prefix: prefix.into(),
+            });
         }
     }
     if name.is_empty() || !is_label_name(name) {
-        return Err(format!(
-            "invalid label key {key:?}: the name part must be at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
-        ));
+        return Err(LabelProblem::KeyName { key: key.into() });
     }
     Ok(())
 }
 
-fn validate_value(key: &str, value: &str) -> Result<(), String> {
+fn validate_value(key: &str, value: &str) -> Result<(), LabelProblem> {
     if value.is_empty() || is_label_name(value) {
         Ok(())
     } else {
-        Err(format!(
-            "invalid value {value:?} for label {key:?}: at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
-        ))
+        Err(LabelProblem::Value {
+            key: key.into(),
+            value: value.into(),
+        })
     }
 }
 
@@ -371,6 +432,28 @@ fn is_label_name(s: &str) -> bool {
         && s.ends_with(alnum)
         && s.chars()
             .all(|c| alnum(c) || c == '-' || c == '_' || c == '.')
+}
+
+/// Why a `fieldSelector` was refused, in the API server's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldSelectorError {
+    /// A term with no `=`, `==` or `!=`; `position` is the character offset
+    /// of the term in the selector.
+    #[error("invalid selector: '{selector}'; can't understand '{term}'")]
+    NoOperator {
+        selector: String,
+        term: String,
+        position: usize,
+    },
+    /// A backslash before something other than `\`, `,` or `=` (`None`: at the end).
+    #[error("invalid field selector: invalid escape sequence: \\{}", .0.map(String::from).unwrap_or_default())]
+    BadEscape(Option<char>),
+    /// A `,` or `=` in a value that is not escaped.
+    #[error("invalid field selector: unescaped character in value: {0}")]
+    Unescaped(char),
+    /// A field the resource cannot be selected by.
+    #[error("field label not supported: {0}")]
+    Unsupported(String),
 }
 
 /// A parsed `fieldSelector`: `field=value`, `field==value`, `field!=value`, comma-separated.
@@ -388,15 +471,18 @@ struct FieldTerm {
 
 impl FieldSelector {
     /// Parses a field selector. Values may escape `\`, `,` and `=` with a backslash.
-    pub fn parse(selector: &str) -> Result<FieldSelector, String> {
+    pub fn parse(selector: &str) -> Result<FieldSelector, FieldSelectorError> {
         let mut terms = Vec::new();
-        for part in split_terms(selector) {
+        for (position, part) in split_terms(selector) {
             if part.is_empty() {
                 continue;
             }
-            let (field, equal, raw) = split_term(&part).ok_or_else(|| {
-                format!("invalid selector: '{selector}'; can't understand '{part}'")
-            })?;
+            let (field, equal, raw) =
+                split_term(&part).ok_or_else(|| FieldSelectorError::NoOperator {
+                    selector: selector.into(),
+                    term: part.clone(),
+                    position,
+                })?;
             terms.push(FieldTerm {
                 field: field.to_string(),
                 value: unescape(raw)?,
@@ -412,13 +498,13 @@ impl FieldSelector {
     }
 
     /// Refuses fields the resource cannot be selected by, with the API server's message.
-    pub fn check_fields(&self, supported: &[&str]) -> Result<(), String> {
+    pub fn check_fields(&self, supported: &[&str]) -> Result<(), FieldSelectorError> {
         match self
             .terms
             .iter()
             .find(|t| !supported.contains(&t.field.as_str()))
         {
-            Some(t) => Err(format!("field label not supported: {}", t.field)),
+            Some(t) => Err(FieldSelectorError::Unsupported(t.field.clone())),
             None => Ok(()),
         }
     }
@@ -442,12 +528,14 @@ impl FieldSelector {
     }
 }
 
-/// Splits on commas that are not escaped with a backslash, keeping escapes.
-fn split_terms(s: &str) -> Vec<String> {
+/// Splits on commas that are not escaped with a backslash, keeping escapes;
+/// each term with the character offset it starts at.
+fn split_terms(s: &str) -> Vec<(usize, String)> {
     let mut terms = Vec::new();
     let mut current = String::new();
+    let mut start = 0;
     let mut escaped = false;
-    for c in s.chars() {
+    for (i, c) in s.chars().enumerate() {
         if escaped {
             current.push(c);
             escaped = false;
@@ -455,12 +543,13 @@ fn split_terms(s: &str) -> Vec<String> {
             current.push(c);
             escaped = true;
         } else if c == ',' {
-            terms.push(std::mem::take(&mut current));
+            terms.push((start, std::mem::take(&mut current)));
+            start = i + 1;
         } else {
             current.push(c);
         }
     }
-    terms.push(current);
+    terms.push((start, current));
     terms
 }
 
@@ -477,27 +566,16 @@ fn split_term(term: &str) -> Option<(&str, bool, &str)> {
     None
 }
 
-fn unescape(raw: &str) -> Result<String, String> {
+fn unescape(raw: &str) -> Result<String, FieldSelectorError> {
     let mut out = String::with_capacity(raw.len());
     let mut chars = raw.chars();
     while let Some(c) = chars.next() {
         match c {
             '\\' => match chars.next() {
                 Some(e @ ('\\' | ',' | '=')) => out.push(e),
-                Some(e) => {
-                    return Err(format!(
-                        "invalid field selector: invalid escape sequence: \\{e}"
-                    ))
-                }
-                None => {
-                    return Err("invalid field selector: invalid escape sequence: \\".to_string())
-                }
+                e => return Err(FieldSelectorError::BadEscape(e)),
             },
-            ',' | '=' => {
-                return Err(format!(
-                    "invalid field selector: unescaped character in value: {c}"
-                ))
-            }
+            ',' | '=' => return Err(FieldSelectorError::Unescaped(c)),
             c => out.push(c),
         }
     }
@@ -573,7 +651,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_bad_part() {
-        let err = |s: &str| LabelSelector::parse(s).expect_err(s);
+        let err = |s: &str| LabelSelector::parse(s).expect_err(s).to_string();
         assert!(
             err("zone in (a").contains("end of string"),
             "{}",
@@ -589,6 +667,83 @@ mod tests {
         assert!(err(&format!("k={}", "v".repeat(64))).contains("63"));
         assert!(err("!a=b").contains("'='"), "{}", err("!a=b"));
         assert!(err("a,,b").contains("','"), "{}", err("a,,b"));
+    }
+
+    #[test]
+    fn errors_say_what_and_where() {
+        let err = |s: &str| LabelSelector::parse(s).expect_err(s);
+        let found = |s: &str| err(s).problem;
+        let at = |s: &str| err(s).position;
+        // The message is the one the API's clients have always read.
+        assert_eq!(
+            err("zone=a b").to_string(),
+            "unable to parse label selector \"zone=a b\": found 'b', expected: ',' or end of string"
+        );
+        assert_eq!(at("zone=a b"), 7);
+        assert_eq!(
+            found("zone in (a"),
+            LabelProblem::ExpectedSetSeparator {
+                key: "zone".into(),
+                found: "end of string".into()
+            }
+        );
+        assert_eq!(at("zone in (a"), 10, "the end of the selector");
+        assert_eq!(
+            found("zone in a"),
+            LabelProblem::ExpectedOpenParen {
+                key: "zone".into(),
+                found: "'a'".into()
+            }
+        );
+        assert_eq!(at("zone in a"), 8);
+        assert_eq!(
+            found("=x"),
+            LabelProblem::ExpectedKey {
+                found: "'='".into()
+            }
+        );
+        assert_eq!(at("=x"), 0);
+        assert_eq!(
+            found("a, -bad=x"),
+            LabelProblem::KeyName { key: "-bad".into() }
+        );
+        assert_eq!(at("a, -bad=x"), 3, "the key's own position");
+        assert_eq!(
+            found("k = v/w"),
+            LabelProblem::Value {
+                key: "k".into(),
+                value: "v/w".into()
+            }
+        );
+        assert_eq!(at("k = v/w"), 4);
+        assert_eq!(
+            found("gpus>many"),
+            LabelProblem::NotAnInteger {
+                key: "gpus".into(),
+                value: "many".into()
+            }
+        );
+        assert_eq!(
+            found("zone ~ a"),
+            LabelProblem::ExpectedOperator {
+                key: "zone".into(),
+                found: "'~'".into()
+            }
+        );
+        // Positions count characters, not bytes (U+3000 is a space).
+        assert_eq!(at("a\u{3000}b"), 2);
+        for (selector, message) in [
+            ("zone>", "found end of string after '>' or '<' for \"zone\", expected: an integer"),
+            ("zone=(", "found '(' as the value of \"zone\", expected: a label value"),
+            ("zone in (=", "found '=' in the values of \"zone\", expected: a label value, ',' or ')'"),
+            ("Bad.Prefix/x", "invalid label key \"Bad.Prefix/x\": the prefix \"Bad.Prefix\" must be a lowercase DNS subdomain such as example.com"),
+            ("gpus>many", "\"many\" compared with \"gpus\" is not an integer, as '>' and '<' require"),
+        ] {
+            assert_eq!(
+                err(selector).to_string(),
+                format!("unable to parse label selector {selector:?}: {message}")
+            );
+        }
     }
 
     #[test]
@@ -621,23 +776,44 @@ mod tests {
     fn field_selector_escapes() {
         let s = FieldSelector::parse(r"metadata.name=a\,b\=c\\d").unwrap();
         assert_eq!(s.required("metadata.name"), Some(r"a,b=c\d"));
-        assert!(FieldSelector::parse(r"metadata.name=a\x")
-            .unwrap_err()
-            .contains("invalid escape sequence"));
-        assert!(FieldSelector::parse("metadata.name=a=b")
-            .unwrap_err()
-            .contains("unescaped character"));
+        let e = FieldSelector::parse(r"metadata.name=a\x").unwrap_err();
+        assert_eq!(e, FieldSelectorError::BadEscape(Some('x')));
+        assert_eq!(
+            e.to_string(),
+            r"invalid field selector: invalid escape sequence: \x"
+        );
+        let e = FieldSelector::parse(r"metadata.name=a\").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r"invalid field selector: invalid escape sequence: \"
+        );
+        let e = FieldSelector::parse("metadata.name=a=b").unwrap_err();
+        assert_eq!(e, FieldSelectorError::Unescaped('='));
+        assert_eq!(
+            e.to_string(),
+            "invalid field selector: unescaped character in value: ="
+        );
     }
 
     #[test]
     fn field_selector_errors_are_the_api_servers() {
         assert_eq!(
-            FieldSelector::parse("metadata.name").unwrap_err(),
+            FieldSelector::parse("metadata.name")
+                .unwrap_err()
+                .to_string(),
             "invalid selector: 'metadata.name'; can't understand 'metadata.name'"
+        );
+        assert_eq!(
+            FieldSelector::parse(r"a=\,,b").unwrap_err(),
+            FieldSelectorError::NoOperator {
+                selector: r"a=\,,b".into(),
+                term: "b".into(),
+                position: 5
+            }
         );
         let s = FieldSelector::parse("status.phase=Running").unwrap();
         assert_eq!(
-            s.check_fields(&["metadata.name"]).unwrap_err(),
+            s.check_fields(&["metadata.name"]).unwrap_err().to_string(),
             "field label not supported: status.phase"
         );
     }
@@ -710,13 +886,14 @@ mod properties {
         fn arbitrary_selectors_never_panic(s in "\\PC{0,60}", t in "[a-z=!(),<> .\\\\/0-9-]{0,60}") {
             for text in [&s, &t] {
                 if let Err(e) = LabelSelector::parse(text) {
-                    prop_assert!(e.starts_with("unable to parse label selector"), "{e}");
+                    prop_assert!(e.to_string().starts_with("unable to parse label selector"), "{e}");
+                    prop_assert!(e.position <= text.chars().count(), "{e:?}");
                 }
                 if let Ok(f) = FieldSelector::parse(text) {
                     let _ = f.check_fields(&["metadata.name"]);
                     let _ = f.matches(|_| Some("x"));
                 } else if let Err(e) = FieldSelector::parse(text) {
-                    prop_assert!(e.starts_with("invalid"), "{e}");
+                    prop_assert!(e.to_string().starts_with("invalid"), "{e}");
                 }
             }
         }
@@ -726,7 +903,7 @@ mod properties {
             requirements in prop::collection::vec((key(), op()).prop_map(|(key, op)| Requirement { key, op }), 0..6)
         ) {
             let text = print(&requirements);
-            let parsed = LabelSelector::parse(&text).map_err(TestCaseError::fail)?;
+            let parsed = LabelSelector::parse(&text).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(parsed.requirements, requirements, "{}", text);
         }
 
@@ -741,7 +918,7 @@ mod properties {
                 .collect();
             let op = if equal { "==" } else { "!=" };
             let s = FieldSelector::parse(&format!("metadata.name{op}{escaped},spec.unschedulable=true"))
-                .map_err(TestCaseError::fail)?;
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(s.terms.len(), 2);
             prop_assert_eq!(&s.terms[0].value, &value);
             prop_assert_eq!(s.terms[0].equal, equal);

@@ -104,15 +104,20 @@ pub enum IncludeObject {
 
 impl IncludeObject {
     /// The query parameter; absent or empty is `Metadata`, as in the API server.
-    pub fn parse(value: Option<&str>) -> Result<IncludeObject, String> {
+    pub fn parse(value: Option<&str>) -> Result<IncludeObject, UnknownIncludeObject> {
         match value.unwrap_or("") {
             "" | "Metadata" => Ok(IncludeObject::Metadata),
             "None" => Ok(IncludeObject::None),
             "Object" => Ok(IncludeObject::Object),
-            other => Err(format!("unrecognized includeObject value: {other:?}")),
+            other => Err(UnknownIncludeObject(other.into())),
         }
     }
 }
+
+/// An `includeObject` value that is none of `None`, `Metadata`, `Object`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unrecognized includeObject value: {0:?}")]
+pub struct UnknownIncludeObject(pub String);
 
 /// A `meta.k8s.io/v1` Table.
 #[derive(Debug, Serialize)]
@@ -440,7 +445,7 @@ mod tests {
             Ok(IncludeObject::Object)
         );
         assert_eq!(
-            IncludeObject::parse(Some("all")).unwrap_err(),
+            IncludeObject::parse(Some("all")).unwrap_err().to_string(),
             "unrecognized includeObject value: \"all\""
         );
     }

@@ -62,7 +62,7 @@ pub(crate) async fn get_event(
 ) -> Response {
     let include = match ListParams::from_query(params).and_then(|p| p.include_object()) {
         Ok(include) => include,
-        Err(e) => return bad_request(e),
+        Err(e) => return bad_request(e.to_string()),
     };
     let not_found = || {
         (
@@ -116,16 +116,16 @@ async fn list(
 ) -> Response {
     let params = match ListParams::from_query(params) {
         Ok(p) => p,
-        Err(e) => return bad_request(e),
+        Err(e) => return bad_request(e.to_string()),
     };
     match params.is_watch() {
         Ok(false) => {}
         Ok(true) => return super::watch_not_served("events"),
-        Err(e) => return bad_request(e),
+        Err(e) => return bad_request(e.to_string()),
     }
     let query = match params.query(EVENT_FIELDS) {
         Ok(q) => q,
-        Err(e) => return bad_request(e),
+        Err(e) => return bad_request(e.to_string()),
     };
     // Pages continue after the seq of the last event served.
     let (rv, after) = match &query.continue_from {

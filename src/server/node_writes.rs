@@ -138,6 +138,7 @@ pub fn prepare(
                 }
                 PatchFormat::Strategic => {
                     patch::apply_with_keys(PatchKind::Strategic, &mut current, body, node_merge_key)
+                        .map_err(|e| e.to_string())
                 }
                 PatchFormat::Json => json_patch::apply(&mut current, body),
             };

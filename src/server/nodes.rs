@@ -31,16 +31,16 @@ pub(crate) async fn list_nodes(
 ) -> Response {
     let params = match ListParams::from_query(params) {
         Ok(p) => p,
-        Err(e) => return bad_request(e),
+        Err(e) => return bad_request(e.to_string()),
     };
     match params.is_watch() {
         Ok(true) => return watch(s, &headers, &params, NODE_FIELDS).await,
         Ok(false) => {}
-        Err(e) => return bad_request(e),
+        Err(e) => return bad_request(e.to_string()),
     }
     let query = match params.query(NODE_FIELDS) {
         Ok(q) => q,
-        Err(e) => return bad_request(e),
+        Err(e) => return bad_request(e.to_string()),
     };
 
     // The version the view is known to show every change up to, read before
@@ -87,7 +87,7 @@ pub(crate) async fn get_node(
 ) -> Response {
     let include = match ListParams::from_query(params).and_then(|p| p.include_object()) {
         Ok(include) => include,
-        Err(e) => return bad_request(e),
+        Err(e) => return bad_request(e.to_string()),
     };
     let Some((node, beat)) = s.view.get(&name) else {
         return (
@@ -117,7 +117,7 @@ async fn watch(
 ) -> Response {
     let query = match params.query(fields) {
         Ok(q) => q,
-        Err(e) => return bad_request(e),
+        Err(e) => return bad_request(e.to_string()),
     };
     let bookmarks = match params
         .allow_watch_bookmarks

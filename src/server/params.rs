@@ -5,9 +5,27 @@ use axum::extract::Query;
 use axum::http::{header, HeaderMap};
 use serde::Deserialize;
 
-use super::paging::ContinueToken;
-use super::selectors::{FieldSelector, LabelSelector};
-use super::table::{self, IncludeObject};
+use super::paging::{ContinueToken, InvalidContinueToken};
+use super::selectors::{FieldSelector, FieldSelectorError, LabelSelector, LabelSelectorError};
+use super::table::{self, IncludeObject, UnknownIncludeObject};
+
+/// Why a list's or a get's query is refused (a 400, with this message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ParamsError {
+    /// The query string does not fit [`ListParams`] (`limit=many`), in axum's words.
+    #[error("{0}")]
+    Malformed(String),
+    #[error("watch: invalid value {0:?}")]
+    Watch(String),
+    #[error(transparent)]
+    Labels(#[from] LabelSelectorError),
+    #[error(transparent)]
+    Fields(#[from] FieldSelectorError),
+    #[error(transparent)]
+    Continue(#[from] InvalidContinueToken),
+    #[error(transparent)]
+    Include(#[from] UnknownIncludeObject),
+}
 
 /// The query of a list, a watch or a get, as sent. Unknown parameters are
 /// ignored, as the API server does; the watch handler receives this too.
@@ -52,22 +70,26 @@ impl ListQuery {
 
 impl ListParams {
     /// The query, or why it is malformed (e.g. `limit=many`), for a 400.
-    pub fn from_query(params: Result<Query<ListParams>, QueryRejection>) -> Result<Self, String> {
-        params.map(|Query(p)| p).map_err(|e| e.body_text())
+    pub fn from_query(
+        params: Result<Query<ListParams>, QueryRejection>,
+    ) -> Result<Self, ParamsError> {
+        params
+            .map(|Query(p)| p)
+            .map_err(|e| ParamsError::Malformed(e.body_text()))
     }
 
     /// `?watch=`, read as Go's `strconv.ParseBool` reads it.
-    pub fn is_watch(&self) -> Result<bool, String> {
+    pub fn is_watch(&self) -> Result<bool, ParamsError> {
         match self.watch.as_deref() {
             None | Some("") => Ok(false),
-            Some(v) => parse_bool(v).ok_or_else(|| format!("watch: invalid value {v:?}")),
+            Some(v) => parse_bool(v).ok_or_else(|| ParamsError::Watch(v.into())),
         }
     }
 
     /// Parses selectors, token and `includeObject`; `fields` are the field
     /// labels the resource can be selected by (others are refused, with the
     /// API server's `field label not supported: X`).
-    pub fn query(&self, fields: &[&str]) -> Result<ListQuery, String> {
+    pub fn query(&self, fields: &[&str]) -> Result<ListQuery, ParamsError> {
         let labels = LabelSelector::parse(self.label_selector.as_deref().unwrap_or(""))?;
         let field_selector = FieldSelector::parse(self.field_selector.as_deref().unwrap_or(""))?;
         field_selector.check_fields(fields)?;
@@ -85,8 +107,8 @@ impl ListParams {
         })
     }
 
-    pub fn include_object(&self) -> Result<IncludeObject, String> {
-        IncludeObject::parse(self.include_object.as_deref())
+    pub fn include_object(&self) -> Result<IncludeObject, ParamsError> {
+        Ok(IncludeObject::parse(self.include_object.as_deref())?)
     }
 }
 
@@ -121,7 +143,11 @@ mod tests {
         assert_eq!(p("1").is_watch(), Ok(true));
         assert_eq!(p("false").is_watch(), Ok(false));
         assert_eq!(p("").is_watch(), Ok(false));
-        assert!(p("yes").is_watch().is_err());
+        assert_eq!(p("yes").is_watch(), Err(ParamsError::Watch("yes".into())));
+        assert_eq!(
+            p("yes").is_watch().unwrap_err().to_string(),
+            "watch: invalid value \"yes\""
+        );
         assert_eq!(ListParams::default().is_watch(), Ok(false));
     }
 
@@ -140,18 +166,35 @@ mod tests {
             field_selector: Some("status.phase=Running".into()),
             ..ListParams::default()
         };
+        let e = bad_field.query(&["metadata.name"]).unwrap_err();
+        assert_eq!(e.to_string(), "field label not supported: status.phase");
         assert_eq!(
-            bad_field.query(&["metadata.name"]).unwrap_err(),
-            "field label not supported: status.phase"
+            e,
+            ParamsError::Fields(FieldSelectorError::Unsupported("status.phase".into()))
         );
         let bad_token = ListParams {
             continue_token: Some("nope".into()),
             ..ListParams::default()
         };
-        assert!(bad_token
-            .query(&[])
-            .unwrap_err()
-            .starts_with("invalid continue token"));
+        let e = bad_token.query(&[]).unwrap_err();
+        assert!(matches!(e, ParamsError::Continue(_)), "{e:?}");
+        assert!(e.to_string().starts_with("invalid continue token"));
+        let bad_labels = ListParams {
+            label_selector: Some("zone in (a".into()),
+            ..ListParams::default()
+        };
+        match bad_labels.query(&[]).unwrap_err() {
+            ParamsError::Labels(e) => assert_eq!(e.position, "zone in (a".len()),
+            other => panic!("{other:?}"),
+        }
+        let bad_include = ListParams {
+            include_object: Some("All".into()),
+            ..ListParams::default()
+        };
+        assert_eq!(
+            bad_include.query(&[]).unwrap_err().to_string(),
+            "unrecognized includeObject value: \"All\""
+        );
         assert!(ListParams::default().query(&[]).unwrap().unfiltered());
     }
 }

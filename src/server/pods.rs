@@ -38,15 +38,15 @@ pub(crate) async fn list_pods(
 ) -> Response {
     let params = match ListParams::from_query(params) {
         Ok(p) => p,
-        Err(e) => return bad_request(e),
+        Err(e) => return bad_request(e.to_string()),
     };
     match params.is_watch() {
         Ok(false) => {}
         Ok(true) => return super::watch_not_served("pods"),
-        Err(e) => return bad_request(e),
+        Err(e) => return bad_request(e.to_string()),
     }
     if let Err(e) = params.query(POD_FIELDS) {
-        return bad_request(e);
+        return bad_request(e.to_string());
     }
     Json(List::<Pod> {
         items: Vec::new(),

@@ -156,7 +156,7 @@ pub(super) fn patched_with<T: DeserializeOwned>(
     };
     let patch = patch.map_err(malformed)?;
     patch::apply(kind, &mut current, patch)
-        .map_err(|e| status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", e))?;
+        .map_err(|e| status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", e.to_string()))?;
     serde_json::from_value(current).map_err(|e| malformed(&e))
 }
 

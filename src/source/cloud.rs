@@ -31,8 +31,11 @@ pub enum CloudError {
     /// No answer: refused, timed out, TLS, or the answer was cut short.
     #[error("{0}")]
     Network(String),
-    /// The provider answered with an HTTP error status (its API's error,
-    /// a refused token).
+    /// The provider refused the credentials it was given (HTTP 401 or
+    /// 403, an AWS authentication error), or was given none it accepts.
+    #[error("{message}")]
+    Auth { status: u16, message: String },
+    /// The provider answered with another HTTP error status (its API's error).
     #[error("{message}")]
     Status { status: u16, message: String },
     /// An answer or an inventory file that is not a listing, or one beyond
@@ -42,6 +45,20 @@ pub enum CloudError {
     /// A local file the provider reads (the inventory, a token) could not be read.
     #[error("{0}")]
     File(String),
+}
+
+impl CloudError {
+    /// Whether the same request may well succeed later on its own: the
+    /// provider was unreachable or failed on its side (5xx, 429).
+    /// Refused credentials, answers that are not a listing and unreadable
+    /// files stay as they are until someone fixes them.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CloudError::Network(_) => true,
+            CloudError::Status { status, .. } => *status >= 500 || *status == 429,
+            CloudError::Auth { .. } | CloudError::Parse(_) | CloudError::File(_) => false,
+        }
+    }
 }
 
 /// Label for the zone a node runs in.
@@ -181,28 +198,35 @@ pub async fn cloud_node_specs(
     let instances = provider
         .instances()
         .ok_or_else(|| SourceError::CloudInstance(provider_name.clone()))?;
-    let failed = |reason: String| SourceError::Cloud {
-        provider: provider_name.clone(),
-        reason,
-    };
     let listed = instances
         .list(filter)
         .await
-        .map_err(|e| failed(e.to_string()))?;
+        .map_err(|error| SourceError::Cloud {
+            provider: provider_name.clone(),
+            error,
+        })?;
     let mut nodes = Vec::with_capacity(listed.len());
     // node name -> the machine that claimed it, for the duplicate message.
     let mut claimed: HashMap<String, String> = HashMap::with_capacity(listed.len());
     for instance in listed {
         let machine = describe(&instance);
-        let name = normalize_name(&instance.name).map_err(|reason| {
-            failed(format!(
-                "{machine}: {reason}; nothing was changed — fix the name or exclude the machine with --match"
-            ))
-        })?;
+        let name = match normalize_name(&instance.name) {
+            Ok(name) => name,
+            Err(reason) => {
+                return Err(SourceError::BadMachineName {
+                    provider: provider_name,
+                    machine,
+                    reason,
+                })
+            }
+        };
         if let Some(first) = claimed.insert(name.clone(), machine.clone()) {
-            return Err(failed(format!(
-                "{first} and {machine} would both be node {name:?}; nothing was changed — give them distinct names or exclude one with --match"
-            )));
+            return Err(SourceError::SameNodeName {
+                provider: provider_name,
+                first,
+                second: machine,
+                name,
+            });
         }
         let mut labels = instance.labels;
         if let Some(zone) = instance.zone {
@@ -426,8 +450,10 @@ mod tests {
             .await
             .unwrap_err()
             .to_string();
-        assert!(err.contains("\"web_2\" (i-web_2)"), "{err}");
-        assert!(err.contains("nothing was changed"), "{err}");
+        assert_eq!(
+            err,
+            "cloud provider \"fake\" failed to list instances: machine \"web_2\" (i-web_2): \"web_2\" is neither an IP address nor a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', each part 1-63 characters, starting and ending alphanumeric); nothing was changed — fix the name or exclude the machine with --match"
+        );
         // Excluded by --match, it no longer matters.
         assert_eq!(names(&c, "web-.*").await, ["web-1"]);
     }
@@ -439,7 +465,10 @@ mod tests {
             .await
             .unwrap_err()
             .to_string();
-        assert!(err.contains("would both be node \"web-1\""), "{err}");
+        assert_eq!(
+            err,
+            "cloud provider \"fake\" failed to list instances: machine \"web-1\" (i-web-1) and machine \"WEB-1\" (i-WEB-1) would both be node \"web-1\"; nothing was changed — give them distinct names or exclude one with --match"
+        );
     }
 
     #[tokio::test]
@@ -482,6 +511,20 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("credentials expired"), "{err}");
+        assert!(
+            matches!(
+                &err,
+                SourceError::Cloud {
+                    error: CloudError::Network(_),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.is_transient(),
+            "an unreachable provider may answer next time"
+        );
         shared.fail_with(None);
         assert_eq!(names(&c, ".*").await.len(), 3);
         assert_eq!(c.lists(), 2);

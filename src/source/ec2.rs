@@ -164,29 +164,51 @@ fn credentials(
 }
 
 /// A failed call to an AWS Query API.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AwsError {
     /// The request did not get an answer (connection, timeout, body).
+    #[error("{0}")]
     Transport(String),
+    /// The credentials to sign with could not be read.
+    #[error("{0}")]
+    Credentials(String),
     /// AWS answered with an error document.
+    #[error("{code}: {message} (HTTP {status})")]
     Api {
         status: u16,
         code: String,
         message: String,
     },
     /// Anything else: an answer that is not what the API sends.
+    #[error("{0}")]
     Malformed(String),
 }
 
-impl std::fmt::Display for AwsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+/// Error codes with which AWS refuses the caller's credentials rather than
+/// the request (most come with HTTP 401 or 403, not all).
+const AUTH_CODES: [&str; 7] = [
+    "AuthFailure",
+    "UnauthorizedOperation",
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "IncompleteSignature",
+    "ExpiredToken",
+    "MissingAuthenticationToken",
+];
+
+impl AwsError {
+    /// The provider's failure for this one, with `message` as its text.
+    fn into_cloud(self, message: String) -> CloudError {
         match self {
-            AwsError::Transport(e) | AwsError::Malformed(e) => f.write_str(e),
-            AwsError::Api {
-                status,
-                code,
-                message,
-            } => write!(f, "{code}: {message} (HTTP {status})"),
+            AwsError::Transport(_) => CloudError::Network(message),
+            AwsError::Credentials(_) => CloudError::File(message),
+            AwsError::Api { status, code, .. }
+                if status == 401 || status == 403 || AUTH_CODES.contains(&code.as_str()) =>
+            {
+                CloudError::Auth { status, message }
+            }
+            AwsError::Api { status, .. } => CloudError::Status { status, message },
+            AwsError::Malformed(_) => CloudError::Parse(message),
         }
     }
 }
@@ -261,8 +283,8 @@ impl AwsQueryClient {
         let source = self.credentials.clone();
         let credentials = tokio::task::spawn_blocking(move || source.load())
             .await
-            .map_err(|e| AwsError::Transport(format!("reading the credentials failed: {e}")))?
-            .map_err(AwsError::Transport)?;
+            .map_err(|e| AwsError::Credentials(format!("reading the credentials failed: {e}")))?
+            .map_err(AwsError::Credentials)?;
         let identity = credentials.into();
         let content_type = "application/x-www-form-urlencoded; charset=utf-8";
         let params = v4::SigningParams::builder()
@@ -427,11 +449,7 @@ impl Ec2Provider {
                 .await
                 .map_err(|e| {
                     let message = at(page, e.to_string());
-                    match e {
-                        AwsError::Transport(_) => CloudError::Network(message),
-                        AwsError::Api { status, .. } => CloudError::Status { status, message },
-                        AwsError::Malformed(_) => CloudError::Parse(message),
-                    }
+                    e.into_cloud(message)
                 })?;
             let answer: DescribeInstancesResponse = quick_xml::de::from_str(&xml)
                 .map_err(|e| CloudError::Parse(at(page, format!("malformed answer: {e}"))))?;
@@ -784,6 +802,41 @@ mod tests {
             message: "m".into(),
         };
         assert_eq!(e.to_string(), "AuthFailure: m (HTTP 401)");
+    }
+
+    #[test]
+    fn refused_credentials_are_told_from_other_api_errors() {
+        let api = |status, code: &str| AwsError::Api {
+            status,
+            code: code.into(),
+            message: "m".into(),
+        };
+        let cloud = |e: AwsError| e.into_cloud("said".into());
+        assert_eq!(
+            cloud(api(401, "AuthFailure")),
+            CloudError::Auth {
+                status: 401,
+                message: "said".into()
+            }
+        );
+        assert!(matches!(
+            cloud(api(403, "UnauthorizedOperation")),
+            CloudError::Auth { status: 403, .. }
+        ));
+        assert!(matches!(
+            cloud(api(400, "SignatureDoesNotMatch")),
+            CloudError::Auth { status: 400, .. }
+        ));
+        let throttled = cloud(api(503, "RequestLimitExceeded"));
+        assert!(matches!(throttled, CloudError::Status { status: 503, .. }));
+        assert!(throttled.is_transient());
+        assert!(!cloud(api(400, "InvalidParameterValue")).is_transient());
+        assert!(!cloud(api(401, "AuthFailure")).is_transient());
+        assert!(cloud(AwsError::Transport("refused".into())).is_transient());
+        assert_eq!(
+            cloud(AwsError::Credentials("gone".into())),
+            CloudError::File("said".into())
+        );
     }
 
     #[test]

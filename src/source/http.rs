@@ -168,7 +168,7 @@ impl HttpProvider {
                 Some(p) => format!("the bearer token from {} was refused", p.display()),
                 None => "the endpoint wants a bearer token: set tokenFile in --cloud-config".into(),
             };
-            return Err(CloudError::Status {
+            return Err(CloudError::Auth {
                 status: status.as_u16(),
                 message: format!("GET {url} answered {status}: {hint}"),
             });

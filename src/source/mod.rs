@@ -13,7 +13,7 @@ use std::path::Path;
 
 use thiserror::Error;
 
-use cloud::CloudProvider;
+use cloud::{CloudError, CloudProvider};
 
 /// Failures of a node source. Messages name the input and what to do.
 #[derive(Debug, Error)]
@@ -34,8 +34,24 @@ pub enum SourceError {
     /// The seed's `ErrCloudInstance`.
     #[error("cloud provider {0:?} doesn't support instances; choose a provider that lists machines, or use --nodes / --nodes-file")]
     CloudInstance(String),
-    #[error("cloud provider {provider:?} failed to list instances: {reason}")]
-    Cloud { provider: String, reason: String },
+    #[error("cloud provider {provider:?} failed to list instances: {error}")]
+    Cloud { provider: String, error: CloudError },
+    /// A listed machine whose name cannot be a node name: the whole
+    /// listing is refused, so that no node is deleted for it.
+    #[error("cloud provider {provider:?} failed to list instances: {machine}: {reason}; nothing was changed — fix the name or exclude the machine with --match")]
+    BadMachineName {
+        provider: String,
+        machine: String,
+        reason: String,
+    },
+    /// Two listed machines that would become the same node.
+    #[error("cloud provider {provider:?} failed to list instances: {first} and {second} would both be node {name:?}; nothing was changed — give them distinct names or exclude one with --match")]
+    SameNodeName {
+        provider: String,
+        first: String,
+        second: String,
+        name: String,
+    },
     #[error("--cloud-provider {name:?} is not a known provider; known providers: {}", PROVIDERS.join(", "))]
     UnknownProvider { name: String },
     #[error("--cloud-provider {provider} needs --cloud-config PATH: {what}")]
@@ -49,6 +65,15 @@ pub enum SourceError {
         path: String,
         reason: String,
     },
+}
+
+impl SourceError {
+    /// Whether a listing that failed so may succeed on a later sync by
+    /// itself, with nothing fixed: only a provider that was unreachable or
+    /// failed on its side.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SourceError::Cloud { error, .. } if error.is_transient())
+    }
 }
 
 /// The providers [`provider`] can build.

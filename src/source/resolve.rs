@@ -22,17 +22,40 @@ pub fn host_to_resolve<'a>(name: &'a str, addresses: &'a [Address]) -> Option<&'
     )
 }
 
+/// The seed's `ErrQueryIPAddress`: why a node's name gave no address. The
+/// message goes into the node's history as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    /// The resolver did not answer in time.
+    #[error("unable to query IP address: looking up {host:?} took longer than {timeout:?}")]
+    TimedOut { host: String, timeout: Duration },
+    /// The resolver answered with an error (no such name, no resolver).
+    #[error("unable to query IP address of {host:?}: {reason}")]
+    Failed { host: String, reason: String },
+    /// The name exists but has no address.
+    #[error("unable to query IP address: {host:?} has no addresses")]
+    NoAddresses { host: String },
+}
+
+/// What a lookup found for a node: its address, or why there is none.
+pub type Lookup = Result<IpAddr, LookupError>;
+
 /// Resolves `host` to its first address (preferring IPv4), within `timeout`.
-/// The error is the `ErrQueryIPAddress` message for the node's history.
-pub async fn resolve_first(host: &str, timeout: Duration) -> Result<IpAddr, String> {
+pub async fn resolve_first(host: &str, timeout: Duration) -> Lookup {
     let lookup = tokio::net::lookup_host((host, 0));
     let addrs: Vec<IpAddr> = match tokio::time::timeout(timeout, lookup).await {
         Err(_) => {
-            return Err(format!(
-                "unable to query IP address: looking up {host:?} took longer than {timeout:?}"
-            ))
+            return Err(LookupError::TimedOut {
+                host: host.into(),
+                timeout,
+            })
         }
-        Ok(Err(e)) => return Err(format!("unable to query IP address of {host:?}: {e}")),
+        Ok(Err(e)) => {
+            return Err(LookupError::Failed {
+                host: host.into(),
+                reason: e.to_string(),
+            })
+        }
         Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
     };
     addrs
@@ -40,7 +63,7 @@ pub async fn resolve_first(host: &str, timeout: Duration) -> Result<IpAddr, Stri
         .find(|ip| ip.is_ipv4())
         .or(addrs.first())
         .copied()
-        .ok_or_else(|| format!("unable to query IP address: {host:?} has no addresses"))
+        .ok_or_else(|| LookupError::NoAddresses { host: host.into() })
 }
 
 /// The addresses after a successful lookup: the resolved InternalIP first,
@@ -72,7 +95,31 @@ mod tests {
         let err = resolve_first("no-such-host.invalid", Duration::from_secs(5))
             .await
             .unwrap_err();
-        assert!(err.contains("unable to query IP address"), "{err}");
+        assert!(matches!(err, LookupError::Failed { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .starts_with("unable to query IP address of \"no-such-host.invalid\": "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn lookup_errors_read_as_before() {
+        assert_eq!(
+            LookupError::TimedOut {
+                host: "edge-1".into(),
+                timeout: Duration::from_secs(2)
+            }
+            .to_string(),
+            "unable to query IP address: looking up \"edge-1\" took longer than 2s"
+        );
+        assert_eq!(
+            LookupError::NoAddresses {
+                host: "edge-1".into()
+            }
+            .to_string(),
+            "unable to query IP address: \"edge-1\" has no addresses"
+        );
     }
 
     #[test]
