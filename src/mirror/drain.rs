@@ -360,7 +360,11 @@ mod tests {
     async fn nothing_is_written_before_leading_and_leading_opens_the_watch() {
         let view = view(&["up"], &["a"]);
         let (mut drain, steps) = Drain::new(&config(), Instant::now(), 0, [node("a")], 1);
-        assert_eq!(planned(&steps), [(1, None)], "the budget is planned at start");
+        assert_eq!(
+            planned(&steps),
+            [(1, None)],
+            "the budget is planned at start"
+        );
         assert_eq!(start_due(&mut drain), []);
         assert_eq!(drain.wake(), None, "no timer while not leading");
 
@@ -393,7 +397,11 @@ mod tests {
         let names: Vec<&str> = ready.iter().map(String::as_str).collect();
         let mut drain = leading(&[], &view(&names, &[]));
         assert_eq!(start_due(&mut drain).len(), WORKERS);
-        assert_eq!(drain.wake(), None, "two Leases are due, but no worker is free");
+        assert_eq!(
+            drain.wake(),
+            None,
+            "two Leases are due, but no worker is free"
+        );
         drain.finished(Job::Lease("up0".into()), done(), Instant::now());
         assert_eq!(drain.wake(), Some(Instant::now()));
         assert_eq!(start_due(&mut drain), [Job::Lease("up8".into())]);
@@ -403,7 +411,10 @@ mod tests {
     async fn a_lease_is_renewed_again_when_its_time_comes() {
         let mut drain = leading(&[], &view(&["up"], &[]));
         assert_eq!(start_due(&mut drain), [Job::Lease("up".into())]);
-        assert_eq!(drain.finished(Job::Lease("up".into()), done(), Instant::now()), []);
+        assert_eq!(
+            drain.finished(Job::Lease("up".into()), done(), Instant::now()),
+            []
+        );
         let due = drain.wake().expect("the next renewal is timed");
         let wait = due - Instant::now();
         assert!(wait >= RENEW / 4 && wait <= RENEW + RENEW / 4, "{wait:?}");
@@ -434,7 +445,10 @@ mod tests {
         let steps = drain.report(Report::Listed(Vec::new()), Instant::now());
         assert_eq!(steps, [Step::Note(Ok(()))]);
         assert_eq!(start_due(&mut drain), [Job::Outbox(node("a"))]);
-        assert_eq!(drain.finished(Job::Outbox(node("a")), done(), Instant::now()), []);
+        assert_eq!(
+            drain.finished(Job::Outbox(node("a")), done(), Instant::now()),
+            []
+        );
         assert_eq!(drain.backlog(), 0);
         assert_eq!(drain.wake(), None);
     }
@@ -479,7 +493,11 @@ mod tests {
     async fn what_the_watcher_sees_is_queued_durably_and_noted() {
         let mut drain = leading(&[], &view(&[], &[]));
         let steps = drain.report(Report::Changed("b".into(), true), Instant::now());
-        assert_eq!(steps, [Step::Enqueue(vec![node("b")])], "an event is no list");
+        assert_eq!(
+            steps,
+            [Step::Enqueue(vec![node("b")])],
+            "an event is no list"
+        );
         assert_eq!(
             drain.next_job(Instant::now(), &|_| false),
             Some((Job::Outbox(node("b")), Priority::Backlog)),
