@@ -27,6 +27,7 @@ pub mod budget;
 pub mod capacity;
 pub mod client;
 mod drain;
+mod evict;
 mod jobs;
 pub mod leader;
 mod queue;
