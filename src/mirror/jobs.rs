@@ -205,16 +205,27 @@ impl Ctx {
     /// a stale copy shows up as a 409 (or 404) and is read again. Returns
     /// whether the Node was created.
     async fn sync_node(&self, name: &str, priority: Priority) -> Result<bool, ApiError> {
-        let nodes = self.nodes();
         let Some(desired) = self.desired(name) else {
             self.delete_node(name, priority).await?;
             return Ok(false);
         };
+        let (current, created) = self.sync_spec(name, &desired, priority).await?;
+        self.sync_status(name, current, &desired, priority).await?;
+        Ok(created)
+    }
+
+    /// Creates the Node, or brings its metadata and spec to `desired`;
+    /// returns it as the API server answered, and whether it was created.
+    async fn sync_spec(
+        &self,
+        name: &str,
+        desired: &Value,
+        priority: Priority,
+    ) -> Result<(Value, bool), ApiError> {
+        let nodes = self.nodes();
         let params = PatchParams::apply(FIELD_MANAGER);
-        let to_value = |n: &KubeNode| serde_json::to_value(n).expect("k8s types serialize");
         let mut known = self.upstream().get(name);
         let mut created = false;
-        let mut current = None;
         for _ in 0..CONFLICT_RETRIES {
             let found = match std::mem::replace(&mut known, Known::Unknown) {
                 Known::Present(node) => Some(node),
@@ -226,32 +237,17 @@ impl Ctx {
             };
             let node = match found {
                 Some(node) => node,
-                None => {
-                    let create: KubeNode =
-                        serde_json::from_value(mirror_patch::for_create(&desired))
-                            .expect("a node built from a node");
-                    let pp = PostParams::default();
-                    match self
-                        .write(priority, "create", || nodes.create(&pp, &create))
-                        .await
-                    {
-                        Ok(node) => {
-                            let node = to_value(&node);
-                            self.upstream().wrote(name, node.clone());
-                            // A new Node has no Lease yet.
-                            self.leases().insert(name.to_string(), LeaseKnown::Absent);
-                            created = true;
-                            node
-                        }
-                        // Created meanwhile: adopted on the next round.
-                        Err(e) if e.is(409) => continue,
-                        Err(e) => return Err(e),
+                None => match self.create_node(name, desired, priority).await? {
+                    Some(node) => {
+                        created = true;
+                        node
                     }
-                }
+                    // Created meanwhile: adopted on the next round.
+                    None => continue,
+                },
             };
-            let Some(patch) = mirror_patch::spec_patch(&node, &desired) else {
-                current = Some(node);
-                break;
+            let Some(patch) = mirror_patch::spec_patch(&node, desired) else {
+                return Ok((node, created));
             };
             let patch = Patch::Merge(&patch);
             match self
@@ -261,8 +257,7 @@ impl Ctx {
                 Ok(node) => {
                     let node = to_value(&node);
                     self.upstream().wrote(name, node.clone());
-                    current = Some(node);
-                    break;
+                    return Ok((node, created));
                 }
                 // Someone else wrote the node: read it again.
                 Err(e) if e.is(409) => continue,
@@ -274,19 +269,56 @@ impl Ctx {
                 }
             }
         }
-        let Some(mut current) = current else {
-            self.upstream().distrust(name);
-            return Err(ApiError {
-                code: Some(409),
-                message: format!(
-                    "node {name} kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"
-                ),
-                retry_after: None,
-            });
-        };
+        self.upstream().distrust(name);
+        Err(ApiError {
+            code: Some(409),
+            message: format!(
+                "node {name} kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"
+            ),
+            retry_after: None,
+        })
+    }
+
+    /// Creates the Node as `desired`; `None` when it was created meanwhile.
+    async fn create_node(
+        &self,
+        name: &str,
+        desired: &Value,
+        priority: Priority,
+    ) -> Result<Option<Value>, ApiError> {
+        let nodes = self.nodes();
+        let create: KubeNode = serde_json::from_value(mirror_patch::for_create(desired))
+            .expect("a node built from a node");
+        let pp = PostParams::default();
+        match self
+            .write(priority, "create", || nodes.create(&pp, &create))
+            .await
+        {
+            Ok(node) => {
+                let node = to_value(&node);
+                self.upstream().wrote(name, node.clone());
+                // A new Node has no Lease yet.
+                self.leases().insert(name.to_string(), LeaseKnown::Absent);
+                Ok(Some(node))
+            }
+            Err(e) if e.is(409) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Brings the status (conditions, then addresses) of `current` to `desired`.
+    async fn sync_status(
+        &self,
+        name: &str,
+        mut current: Value,
+        desired: &Value,
+        priority: Priority,
+    ) -> Result<(), ApiError> {
+        let nodes = self.nodes();
+        let params = PatchParams::apply(FIELD_MANAGER);
         let patches = [
-            mirror_patch::status_patch(&current, &desired).map(Patch::Strategic),
-            mirror_patch::addresses_patch(&current, &desired).map(Patch::Merge),
+            mirror_patch::status_patch(&current, desired).map(Patch::Strategic),
+            mirror_patch::addresses_patch(&current, desired).map(Patch::Merge),
         ];
         for patch in patches.into_iter().flatten() {
             match self
@@ -310,7 +342,7 @@ impl Ctx {
                 }
             }
         }
-        Ok(created)
+        Ok(())
     }
 
     async fn delete_node(&self, name: &str, priority: Priority) -> Result<(), ApiError> {
@@ -505,6 +537,10 @@ pub(crate) async fn work(ctx: &Ctx, job: &Job, priority: Priority) -> Outcome {
             }
         }
     }
+}
+
+fn to_value(node: &KubeNode) -> Value {
+    serde_json::to_value(node).expect("k8s types serialize")
 }
 
 pub(crate) fn store_error(e: crate::store::StoreError) -> ApiError {

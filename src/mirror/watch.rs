@@ -105,44 +105,13 @@ pub(crate) async fn watch_nodes(
             _ => {
                 // A restart noticed from here on makes this list stale too.
                 restarts.borrow_and_update();
-                let listed = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    listed = relist(&ctx) => listed,
-                };
-                match listed {
-                    Ok((rv, stale)) => {
-                        list_failures = 0;
+                match list_once(&ctx, &reports, &stop, &mut list_failures).await {
+                    Listing::Listed { version } => {
                         relist_at = Instant::now() + RESYNC_PERIOD;
-                        ctx.state.note_listed();
-                        if reports.send(Report::Listed(stale)).await.is_err() {
-                            return;
-                        }
-                        rv
+                        version
                     }
-                    Err(e) if e.is(429) => {
-                        // Throttled: the budget waits the Retry-After out;
-                        // not a failure.
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(e.retry_after.unwrap_or(Duration::from_secs(1))) => continue,
-                        }
-                    }
-                    Err(e) => {
-                        let unreachable = e.code.is_none_or(|c| c >= 500);
-                        let report = Report::Failed {
-                            message: format!("listing the API server's nodes: {e}"),
-                            unreachable,
-                        };
-                        if reports.send(report).await.is_err() {
-                            return;
-                        }
-                        let wait = LIST_RETRY.delay(list_failures);
-                        list_failures += 1;
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(wait) => continue,
-                        }
-                    }
+                    Listing::Again => continue,
+                    Listing::Stopped => return,
                 }
             }
         };
@@ -186,6 +155,59 @@ pub(crate) async fn watch_nodes(
                 }
             }
         }
+    }
+}
+
+/// What one try to list the nodes came to.
+enum Listing {
+    /// Listed and reported: watch from this version.
+    Listed { version: String },
+    /// Failed or throttled, and waited: try again.
+    Again,
+    /// Stopped, or nobody listens to the reports any more.
+    Stopped,
+}
+
+/// Lists the nodes and reports what differs; on failure reports it and
+/// waits before the next try (`failures` in a row, for the backoff).
+async fn list_once(
+    ctx: &Ctx,
+    reports: &mpsc::Sender<Report>,
+    stop: &CancellationToken,
+    failures: &mut u32,
+) -> Listing {
+    let listed = tokio::select! {
+        _ = stop.cancelled() => return Listing::Stopped,
+        listed = relist(ctx) => listed,
+    };
+    let wait = match listed {
+        Ok((version, stale)) => {
+            *failures = 0;
+            ctx.state.note_listed();
+            if reports.send(Report::Listed(stale)).await.is_err() {
+                return Listing::Stopped;
+            }
+            return Listing::Listed { version };
+        }
+        // Throttled: the budget waits the Retry-After out; not a failure.
+        Err(e) if e.is(429) => e.retry_after.unwrap_or(Duration::from_secs(1)),
+        Err(e) => {
+            let unreachable = e.code.is_none_or(|c| c >= 500);
+            let report = Report::Failed {
+                message: format!("listing the API server's nodes: {e}"),
+                unreachable,
+            };
+            if reports.send(report).await.is_err() {
+                return Listing::Stopped;
+            }
+            let wait = LIST_RETRY.delay(*failures);
+            *failures += 1;
+            wait
+        }
+    };
+    tokio::select! {
+        _ = stop.cancelled() => Listing::Stopped,
+        _ = tokio::time::sleep(wait) => Listing::Again,
     }
 }
 
