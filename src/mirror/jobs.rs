@@ -1,6 +1,6 @@
 //! What each piece of the mirror's work does against the API server: bring
 //! a Node to the registry's record (or delete it), renew a Lease, delete an
-//! evicted node's pods. Every request goes through [`Ctx::call`]: a token
+//! evicted node's pods (`evict.rs`). Every request goes through [`Ctx::call`]: a token
 //! from the budget at the work's priority, the request timeout, metrics, and
 //! the API server's `429 Retry-After` honoured.
 
@@ -10,10 +10,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use ::kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use ::kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use ::kube::Client;
 use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -25,7 +25,7 @@ use super::versions::ServerVersions;
 use super::{mirror_patch, ApiError, MirrorConfig, MirrorState, BUSY_RETRY, FIELD_MANAGER};
 use crate::controller::ControllerHandle;
 use crate::metrics::{Metrics, MirrorRequestLabels};
-use crate::model::{ConditionStatus, EventKind, Micros, READY};
+use crate::model::Micros;
 use crate::store::{OutboxKey, Store};
 use crate::view::View;
 
@@ -43,8 +43,6 @@ const THROTTLE_RETRIES: usize = 3;
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// ...and none waits longer than this.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
-/// A pod eviction held (the whole site looks down) is looked at again after this.
-const EVICTION_HELD_RETRY: Duration = Duration::from_secs(10);
 
 /// What the mirror knows of a node's Lease upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,16 +205,27 @@ impl Ctx {
     /// a stale copy shows up as a 409 (or 404) and is read again. Returns
     /// whether the Node was created.
     async fn sync_node(&self, name: &str, priority: Priority) -> Result<bool, ApiError> {
-        let nodes = self.nodes();
         let Some(desired) = self.desired(name) else {
             self.delete_node(name, priority).await?;
             return Ok(false);
         };
+        let (current, created) = self.sync_spec(name, &desired, priority).await?;
+        self.sync_status(name, current, &desired, priority).await?;
+        Ok(created)
+    }
+
+    /// Creates the Node, or brings its metadata and spec to `desired`;
+    /// returns it as the API server answered, and whether it was created.
+    async fn sync_spec(
+        &self,
+        name: &str,
+        desired: &Value,
+        priority: Priority,
+    ) -> Result<(Value, bool), ApiError> {
+        let nodes = self.nodes();
         let params = PatchParams::apply(FIELD_MANAGER);
-        let to_value = |n: &KubeNode| serde_json::to_value(n).expect("k8s types serialize");
         let mut known = self.upstream().get(name);
         let mut created = false;
-        let mut current = None;
         for _ in 0..CONFLICT_RETRIES {
             let found = match std::mem::replace(&mut known, Known::Unknown) {
                 Known::Present(node) => Some(node),
@@ -228,32 +237,17 @@ impl Ctx {
             };
             let node = match found {
                 Some(node) => node,
-                None => {
-                    let create: KubeNode =
-                        serde_json::from_value(mirror_patch::for_create(&desired))
-                            .expect("a node built from a node");
-                    let pp = PostParams::default();
-                    match self
-                        .write(priority, "create", || nodes.create(&pp, &create))
-                        .await
-                    {
-                        Ok(node) => {
-                            let node = to_value(&node);
-                            self.upstream().wrote(name, node.clone());
-                            // A new Node has no Lease yet.
-                            self.leases().insert(name.to_string(), LeaseKnown::Absent);
-                            created = true;
-                            node
-                        }
-                        // Created meanwhile: adopted on the next round.
-                        Err(e) if e.is(409) => continue,
-                        Err(e) => return Err(e),
+                None => match self.create_node(name, desired, priority).await? {
+                    Some(node) => {
+                        created = true;
+                        node
                     }
-                }
+                    // Created meanwhile: adopted on the next round.
+                    None => continue,
+                },
             };
-            let Some(patch) = mirror_patch::spec_patch(&node, &desired) else {
-                current = Some(node);
-                break;
+            let Some(patch) = mirror_patch::spec_patch(&node, desired) else {
+                return Ok((node, created));
             };
             let patch = Patch::Merge(&patch);
             match self
@@ -263,8 +257,7 @@ impl Ctx {
                 Ok(node) => {
                     let node = to_value(&node);
                     self.upstream().wrote(name, node.clone());
-                    current = Some(node);
-                    break;
+                    return Ok((node, created));
                 }
                 // Someone else wrote the node: read it again.
                 Err(e) if e.is(409) => continue,
@@ -276,19 +269,56 @@ impl Ctx {
                 }
             }
         }
-        let Some(mut current) = current else {
-            self.upstream().distrust(name);
-            return Err(ApiError {
-                code: Some(409),
-                message: format!(
-                    "node {name} kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"
-                ),
-                retry_after: None,
-            });
-        };
+        self.upstream().distrust(name);
+        Err(ApiError {
+            code: Some(409),
+            message: format!(
+                "node {name} kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"
+            ),
+            retry_after: None,
+        })
+    }
+
+    /// Creates the Node as `desired`; `None` when it was created meanwhile.
+    async fn create_node(
+        &self,
+        name: &str,
+        desired: &Value,
+        priority: Priority,
+    ) -> Result<Option<Value>, ApiError> {
+        let nodes = self.nodes();
+        let create: KubeNode = serde_json::from_value(mirror_patch::for_create(desired))
+            .expect("a node built from a node");
+        let pp = PostParams::default();
+        match self
+            .write(priority, "create", || nodes.create(&pp, &create))
+            .await
+        {
+            Ok(node) => {
+                let node = to_value(&node);
+                self.upstream().wrote(name, node.clone());
+                // A new Node has no Lease yet.
+                self.leases().insert(name.to_string(), LeaseKnown::Absent);
+                Ok(Some(node))
+            }
+            Err(e) if e.is(409) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Brings the status (conditions, then addresses) of `current` to `desired`.
+    async fn sync_status(
+        &self,
+        name: &str,
+        mut current: Value,
+        desired: &Value,
+        priority: Priority,
+    ) -> Result<(), ApiError> {
+        let nodes = self.nodes();
+        let params = PatchParams::apply(FIELD_MANAGER);
         let patches = [
-            mirror_patch::status_patch(&current, &desired).map(Patch::Strategic),
-            mirror_patch::addresses_patch(&current, &desired).map(Patch::Merge),
+            mirror_patch::status_patch(&current, desired).map(Patch::Strategic),
+            mirror_patch::addresses_patch(&current, desired).map(Patch::Merge),
         ];
         for patch in patches.into_iter().flatten() {
             match self
@@ -312,7 +342,7 @@ impl Ctx {
                 }
             }
         }
-        Ok(created)
+        Ok(())
     }
 
     async fn delete_node(&self, name: &str, priority: Priority) -> Result<(), ApiError> {
@@ -434,128 +464,35 @@ impl Ctx {
     pub(crate) fn lease_unknown(&self, name: &str) {
         self.leases().remove(name);
     }
+}
 
-    /// Deletes the pods of an evicted (or deleted) node, after re-checking
-    /// that the decision still holds.
-    async fn evict_pods(&self, name: &str, priority: Priority) -> Result<Evicted, ApiError> {
-        let key = OutboxKey::EvictPods(name.to_string());
-        let Some(entry) = self.store.outbox_entry(&key).map_err(store_error)? else {
-            return Ok(Evicted::Nothing);
-        };
-        // The newest decision counts (a coalesced entry keeps the oldest
-        // queueing time): when was the event this entry stands for?
-        let decided = self
-            .store
-            .event(entry.seq)
-            .map_err(store_error)?
-            .map_or(entry.enqueued, |e| e.time);
-        if let Some(reason) = self.still_due(name, decided) {
-            return Ok(Evicted::Dropped(reason));
-        }
-        // A node gone from the registry has no kubelet to confirm a graceful
-        // deletion: its pods are removed at once, as the pod GC does for
-        // orphans. Otherwise pods get their grace period, and pods already
-        // terminating are left to it.
-        let gone = self.view.get(name).is_none();
-        let delete = if gone {
-            DeleteParams::default().grace_period(0)
-        } else {
-            DeleteParams::default()
-        };
-        if let Some(why) = self.site_down() {
-            return Ok(Evicted::Held(why));
-        }
-        let pods: Api<Pod> = Api::all(self.client.clone());
-        let mut params = ListParams::default()
-            .fields(&format!("spec.nodeName={name}"))
-            .limit(PAGE);
-        let (mut deleted, mut kept) = (0usize, 0usize);
-        // Bounded: one page per PAGE pods; a node holds at most a few hundred.
-        for _ in 0..1000 {
-            let page = self.call(priority, "list", || pods.list(&params)).await?;
-            for pod in &page.items {
-                if keeps_its_pod(pod) {
-                    kept += 1;
-                    continue;
-                }
-                if pod.metadata.deletion_timestamp.is_some() && !gone {
-                    continue;
-                }
-                let (Some(ns), Some(pod_name)) = (
-                    pod.metadata.namespace.as_deref(),
-                    pod.metadata.name.as_deref(),
-                ) else {
-                    continue;
-                };
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-                match self
-                    .call(priority, "delete", || api.delete(pod_name, &delete))
-                    .await
-                {
-                    Ok(_) => deleted += 1,
-                    Err(e) if e.is(404) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
-        Ok(Evicted::Done { deleted, kept })
+/// A failed piece of work: noted, and retried with backoff, or after the
+/// Retry-After when throttled.
+pub(super) fn failed(ctx: &Ctx, what: String, e: ApiError) -> Outcome {
+    if e.is(429) {
+        // Throttled, not failed: shown as such, and tried again after
+        // the Retry-After.
+        return Outcome::Throttled(e.retry_after.unwrap_or(DEFAULT_RETRY_AFTER));
     }
+    let message = format!("{what}: {e}");
+    ctx.state.note(Err(&message));
+    let unreachable = e.code.is_none_or(|c| c >= 500);
+    Outcome::Failed {
+        message,
+        unreachable,
+    }
+}
 
-    /// Why a queued pod deletion must not happen any more, if so.
-    fn still_due(&self, name: &str, decided: Micros) -> Option<String> {
-        let (node, _) = self.view.get(name)?; // Deleted for good: its pods go.
-        let ready = node.condition(READY);
-        match ready.map(|c| c.status) {
-            Some(ConditionStatus::True) => Some("not carried out: the node is Ready again".into()),
-            _ if ready.is_some_and(|c| c.last_transition > decided) => Some(
-                "not carried out: the node recovered since the decision; a new one will be made"
-                    .into(),
-            ),
-            _ => None,
-        }
-    }
-
-    /// Set while no node of the site is Ready: a partition or the
-    /// controller's own network, not the nodes.
-    fn site_down(&self) -> Option<String> {
-        let nodes = self.view.list();
-        let ready = nodes
-            .iter()
-            .filter(|(n, _)| n.ready() == ConditionStatus::True)
-            .count();
-        (nodes.len() > 1 && ready == 0).then(|| {
-            format!(
-                "held: none of the site's {} nodes is Ready, which looks like a partition",
-                nodes.len()
-            )
-        })
-    }
+/// A piece of work done: noted.
+pub(super) fn done(ctx: &Ctx, created: bool, again: bool) -> Outcome {
+    ctx.state.note(Ok(()));
+    Outcome::Done { created, again }
 }
 
 /// Does one piece of work and says how it went.
 pub(crate) async fn work(ctx: &Ctx, job: &Job, priority: Priority) -> Outcome {
-    let failed = |what: String, e: ApiError| {
-        if e.is(429) {
-            // Throttled, not failed: shown as such, and tried again after
-            // the Retry-After.
-            return Outcome::Throttled(e.retry_after.unwrap_or(DEFAULT_RETRY_AFTER));
-        }
-        let message = format!("{what}: {e}");
-        ctx.state.note(Err(&message));
-        let unreachable = e.code.is_none_or(|c| c >= 500);
-        Outcome::Failed {
-            message,
-            unreachable,
-        }
-    };
-    let done = |created, again| {
-        ctx.state.note(Ok(()));
-        Outcome::Done { created, again }
-    };
+    let failed = |what: String, e: ApiError| failed(ctx, what, e);
+    let done = |created, again| done(ctx, created, again);
     match job {
         Job::Lease(name) => match ctx.renew_lease(name).await {
             Ok(()) => done(false, false),
@@ -588,29 +525,9 @@ pub(crate) async fn work(ctx: &Ctx, job: &Job, priority: Priority) -> Outcome {
                     }
                 },
                 OutboxKey::EvictPods(name) => {
-                    let result = match ctx.evict_pods(name, priority).await {
-                        Err(e) => return failed(format!("deleting the pods of {name}"), e),
-                        Ok(Evicted::Nothing) => return done(false, false),
-                        Ok(Evicted::Held(why)) => {
-                            tracing::warn!(node = %name, "pod eviction {why}");
-                            return Outcome::Later(EVICTION_HELD_RETRY);
-                        }
-                        Ok(Evicted::Dropped(why)) => why,
-                        Ok(Evicted::Done { deleted, kept }) => {
-                            tracing::warn!(node = %name, deleted, kept, "pods deleted");
-                            format!("deleted {deleted} pods ({kept} DaemonSet or static pods kept)")
-                        }
-                    };
-                    let kind = EventKind::EvictionDone { result };
-                    if let Err(e) = ctx.controller.record(name.clone(), kind).await {
-                        return failed(
-                            format!("recording the eviction of {name}"),
-                            ApiError {
-                                code: None,
-                                message: e.to_string(),
-                                retry_after: None,
-                            },
-                        );
+                    if let Err(outcome) = super::evict::evict_and_record(ctx, name, priority).await
+                    {
+                        return outcome;
                     }
                 }
             }
@@ -622,21 +539,8 @@ pub(crate) async fn work(ctx: &Ctx, job: &Job, priority: Priority) -> Outcome {
     }
 }
 
-/// Pods a node's eviction leaves alone, as the upstream controller does:
-/// DaemonSet pods (they would come straight back) and static pods' mirrors.
-fn keeps_its_pod(pod: &Pod) -> bool {
-    let daemon = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet");
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
-    daemon || mirror
+fn to_value(node: &KubeNode) -> Value {
+    serde_json::to_value(node).expect("k8s types serialize")
 }
 
 pub(crate) fn store_error(e: crate::store::StoreError) -> ApiError {
@@ -645,20 +549,6 @@ pub(crate) fn store_error(e: crate::store::StoreError) -> ApiError {
         message: e.to_string(),
         retry_after: None,
     }
-}
-
-/// What a pod eviction came to.
-enum Evicted {
-    Done {
-        deleted: usize,
-        kept: usize,
-    },
-    /// The decision no longer holds; recorded and forgotten.
-    Dropped(String),
-    /// Not now: retried later.
-    Held(String),
-    /// The entry was already gone.
-    Nothing,
 }
 
 /// A mirror's shared state against an in-process API server, for tests.

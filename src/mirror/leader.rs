@@ -72,8 +72,24 @@ struct Observed {
     at: Instant,
 }
 
+/// What one try to acquire or renew the lease came to.
+enum Tried {
+    /// We hold the lease, written just now.
+    Holding,
+    /// Another holder's lease, not expired: stand by.
+    HeldByOther,
+    /// Someone wrote the lease between our read and our write: nothing is
+    /// known until the next try reads it again.
+    Conflict,
+}
+
 /// Campaigns until `shutdown`, sending `true` while leading. Gives the lease
 /// up on shutdown so a standby takes over at once.
+///
+/// A leader steps down when it has not renewed for the renew deadline: each
+/// try is cut off at that deadline, so an API server that stops answering
+/// cannot keep a leader past it (the others take over a lease duration
+/// after its last renewal, which is longer).
 pub async fn run(
     client: Client,
     config: LeaderConfig,
@@ -82,39 +98,57 @@ pub async fn run(
 ) {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let mut observed: Option<Observed> = None;
+    // When the last successful renewal was sent.
     let mut last_renewal: Option<Instant> = None;
     let mut last_warned: Option<Instant> = None;
     loop {
-        let result = tokio::time::timeout(
-            config.renew_deadline,
-            try_acquire_or_renew(&api, &config, &mut observed),
-        )
-        .await
-        .unwrap_or_else(|_| Err("no answer from the API server".into()));
+        let started = Instant::now();
+        // A leader's try ends with its renew deadline, whatever the API server does.
+        let deadline = match last_renewal {
+            Some(t) if *leading.borrow() => t + config.renew_deadline,
+            _ => started + config.renew_deadline,
+        };
+        let result =
+            tokio::time::timeout_at(deadline, try_acquire_or_renew(&api, &config, &mut observed))
+                .await
+                .unwrap_or_else(|_| Err("no answer from the API server".into()));
         let now = Instant::now();
         match result {
-            Ok(true) => {
+            Ok(Tried::Holding) => {
                 if !*leading.borrow() {
                     tracing::info!(identity = %config.identity, lease = %format!("{}/{}", config.namespace, config.name), "became the leader");
                 }
-                last_renewal = Some(now);
+                last_renewal = Some(started);
                 leading.send_if_modified(|l| !std::mem::replace(l, true));
             }
-            Ok(false) => {
+            Ok(Tried::HeldByOther) => {
+                if *leading.borrow() {
+                    tracing::warn!(
+                        "the leader lease is held by another: writes to the API server stop"
+                    );
+                }
                 last_renewal = None;
                 leading.send_if_modified(|l| std::mem::replace(l, false));
             }
+            Ok(Tried::Conflict) => {
+                tracing::debug!("leader election: the lease was written by another meanwhile");
+                step_down_past_deadline(
+                    &leading,
+                    last_renewal,
+                    now,
+                    &config,
+                    "the lease changed under us",
+                );
+            }
             Err(e) => {
-                let expired = last_renewal.is_none_or(|t| now - t >= config.renew_deadline);
-                if *leading.borrow() && expired {
-                    tracing::error!("lost the leader lease: {e}");
-                    leading.send_replace(false);
-                } else if last_warned.is_none_or(|t| now - t >= WARN_PERIOD) {
-                    // An outage fails every try; say so now and then, not every retry period.
-                    tracing::warn!("leader election: {e}");
-                    last_warned = Some(now);
-                } else {
-                    tracing::debug!("leader election: {e}");
+                if !step_down_past_deadline(&leading, last_renewal, now, &config, &e) {
+                    if last_warned.is_none_or(|t| now - t >= WARN_PERIOD) {
+                        // An outage fails every try; say so now and then, not every retry period.
+                        tracing::warn!("leader election: {e}");
+                        last_warned = Some(now);
+                    } else {
+                        tracing::debug!("leader election: {e}");
+                    }
                 }
             }
         }
@@ -125,7 +159,10 @@ pub async fn run(
     }
     if *leading.borrow() {
         leading.send_replace(false);
-        if let Err(e) = release(&api, &config).await {
+        let released = tokio::time::timeout(config.renew_deadline, release(&api, &config))
+            .await
+            .unwrap_or_else(|_| Err("no answer from the API server".into()));
+        if let Err(e) = released {
             tracing::warn!(
                 "could not give up the leader lease: {e}; the standby takes over when it expires"
             );
@@ -133,11 +170,29 @@ pub async fn run(
     }
 }
 
+/// A leader whose last renewal is a renew deadline old steps down; says
+/// whether it did.
+fn step_down_past_deadline(
+    leading: &watch::Sender<bool>,
+    last_renewal: Option<Instant>,
+    now: Instant,
+    config: &LeaderConfig,
+    why: &str,
+) -> bool {
+    let expired = last_renewal.is_none_or(|t| now - t >= config.renew_deadline);
+    if *leading.borrow() && expired {
+        tracing::error!("lost the leader lease: {why}");
+        leading.send_replace(false);
+        return true;
+    }
+    false
+}
+
 async fn try_acquire_or_renew(
     api: &Api<Lease>,
     config: &LeaderConfig,
     observed: &mut Option<Observed>,
-) -> Result<bool, String> {
+) -> Result<Tried, String> {
     let now = MicroTime(crate::model::Micros::now().timestamp());
     let mine = |acquire: Option<MicroTime>, transitions: Option<i32>, rv: Option<String>| Lease {
         metadata: ObjectMeta {
@@ -159,8 +214,8 @@ async fn try_acquire_or_renew(
     let current = api.get_opt(&config.name).await.map_err(|e| e.to_string())?;
     let Some(current) = current else {
         return match api.create(&pp, &mine(None, Some(0), None)).await {
-            Ok(_) => Ok(true),
-            Err(::kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Ok(_) => Ok(Tried::Holding),
+            Err(::kube::Error::Api(s)) if s.code == 409 => Ok(Tried::Conflict),
             Err(e) => Err(e.to_string()),
         };
     };
@@ -181,7 +236,7 @@ async fn try_acquire_or_renew(
         let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(15).max(1) as u64);
         let seen = observed.as_ref().map_or_else(Instant::now, |o| o.at);
         if seen.elapsed() < duration {
-            return Ok(false);
+            return Ok(Tried::HeldByOther);
         }
         tracing::warn!(previous = ?holder, "the leader lease expired; taking over");
     }
@@ -198,9 +253,9 @@ async fn try_acquire_or_renew(
         )
         .await
     {
-        Ok(_) => Ok(true),
+        Ok(_) => Ok(Tried::Holding),
         // Someone else wrote it first.
-        Err(::kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(::kube::Error::Api(s)) if s.code == 409 => Ok(Tried::Conflict),
         Err(e) => Err(e.to_string()),
     }
 }
@@ -223,4 +278,226 @@ async fn release(api: &Api<Lease>, config: &LeaderConfig) -> Result<(), String> 
         .await
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mirror::ApiServer;
+    use nodekeeper_sim::apiserver::{FakeApiServer, Fault, ObjectKey};
+    use serde_json::{json, Value};
+    use tokio::task::JoinHandle;
+
+    const LEASE: Duration = Duration::from_secs(15);
+    const DEADLINE: Duration = Duration::from_secs(10);
+    const RETRY: Duration = Duration::from_secs(2);
+
+    /// One campaigning controller.
+    struct Candidate {
+        leading: watch::Receiver<bool>,
+        stop: CancellationToken,
+        task: JoinHandle<()>,
+    }
+
+    impl Candidate {
+        async fn start(server: &FakeApiServer, identity: &str) -> Candidate {
+            crate::install_crypto_provider();
+            let connection = ApiServer::Master(server.url())
+                .connect(DEADLINE)
+                .await
+                .expect("a client for the in-process API server");
+            let config = LeaderConfig {
+                lease_duration: LEASE,
+                renew_deadline: DEADLINE,
+                retry_period: RETRY,
+                ..LeaderConfig::new(identity.into())
+            };
+            let (sender, leading) = watch::channel(false);
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(run(connection.client, config, sender, stop.clone()));
+            Candidate {
+                leading,
+                stop,
+                task,
+            }
+        }
+
+        /// Waits (on paused time) until leading is `want`; when it became so.
+        async fn until(&mut self, want: bool, within: Duration) -> Instant {
+            tokio::time::timeout(within, self.leading.wait_for(|l| *l == want))
+                .await
+                .unwrap_or_else(|_| panic!("leading did not become {want} within {within:?}"))
+                .expect("the elector keeps its channel");
+            Instant::now()
+        }
+
+        /// Whether leading stayed as it was for `period`.
+        async fn steady_for(&mut self, period: Duration) -> bool {
+            self.leading.borrow_and_update();
+            tokio::time::sleep(period).await;
+            !self.leading.has_changed().expect("the elector runs")
+        }
+
+        fn is_leading(&self) -> bool {
+            *self.leading.borrow()
+        }
+
+        async fn stop(self) {
+            self.stop.cancel();
+            self.task.await.expect("the elector ends cleanly");
+        }
+    }
+
+    fn spec(server: &FakeApiServer) -> Value {
+        server
+            .lease("kube-system", "nodekeeper")
+            .expect("the lease exists")["spec"]
+            .clone()
+    }
+
+    /// Another controller's renewal, the `n`th.
+    fn renewed_by(server: &FakeApiServer, holder: &str, n: u32) {
+        server.put_lease(json!({
+            "metadata": {"name": "nodekeeper", "namespace": "kube-system"},
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": LEASE.as_secs(),
+                "renewTime": format!("2026-01-01T00:{:02}:{:02}.000000Z", n / 60, n % 60),
+                "leaseTransitions": 3,
+            }
+        }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_free_lease_is_acquired_and_kept_renewed() {
+        let server = FakeApiServer::start().await;
+        let mut a = Candidate::start(&server, "a").await;
+        a.until(true, RETRY).await;
+        assert_eq!(spec(&server)["holderIdentity"], "a");
+        assert_eq!(spec(&server)["leaseTransitions"], 0);
+        assert_eq!(spec(&server)["leaseDurationSeconds"], LEASE.as_secs());
+        let version = server.resource_version();
+        assert!(a.steady_for(LEASE * 4).await, "leads throughout");
+        // Renewed every retry period, at least.
+        assert!(server.resource_version() >= version + 25, "renewed");
+        a.stop().await;
+        assert_eq!(spec(&server)["holderIdentity"], Value::Null, "given up");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_lease_is_taken_only_once_it_expired() {
+        let server = FakeApiServer::start().await;
+        renewed_by(&server, "other", 0);
+        let mut a = Candidate::start(&server, "a").await;
+        // The other holder renews every 5 s for a minute: a stands by.
+        for n in 1..=12 {
+            assert!(a.steady_for(Duration::from_secs(5)).await);
+            assert!(!a.is_leading());
+            renewed_by(&server, "other", n);
+        }
+        // It stops: a takes over one lease duration after it saw the last
+        // renewal, which it sees within a retry period.
+        let last = Instant::now();
+        let took = a.until(true, LEASE + RETRY * 2).await - last;
+        assert!(took >= LEASE && took <= LEASE + RETRY * 2, "{took:?}");
+        assert_eq!(spec(&server)["holderIdentity"], "a");
+        assert_eq!(spec(&server)["leaseTransitions"], 4);
+        a.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_leader_steps_down_when_another_holder_took_the_lease() {
+        let server = FakeApiServer::start().await;
+        let mut a = Candidate::start(&server, "a").await;
+        a.until(true, RETRY).await;
+        // Another controller judged a's lease expired and took it.
+        let taken = Instant::now();
+        renewed_by(&server, "b", 1);
+        let gone = a.until(false, RETRY * 2).await - taken;
+        assert!(gone <= RETRY, "stepped down at its next try: {gone:?}");
+        // b is not seen renewing, but a waits out b's lease before it takes it back.
+        assert!(a.steady_for(LEASE - RETRY * 2).await);
+        assert!(!a.is_leading());
+        a.until(true, RETRY * 3).await;
+        a.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_takes_over_at_once_from_a_leader_that_gave_the_lease_up() {
+        let server = FakeApiServer::start().await;
+        let mut a = Candidate::start(&server, "a").await;
+        a.until(true, RETRY).await;
+        let mut b = Candidate::start(&server, "b").await;
+        assert!(b.steady_for(LEASE * 2).await, "a keeps it renewed");
+        assert!(!b.is_leading());
+        let stopped = Instant::now();
+        a.stop().await;
+        let took = b.until(true, RETRY * 2).await - stopped;
+        assert!(took <= RETRY, "{took:?}");
+        assert_eq!(spec(&server)["leaseTransitions"], 1);
+        b.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_failing_past_the_deadline_step_down_in_time() {
+        let server = FakeApiServer::start().await;
+        let mut a = Candidate::start(&server, "a").await;
+        // Renewed when it became the leader: the deadline runs from here.
+        let renewed = a.until(true, RETRY).await;
+        server.set_fault(Fault::Status(500));
+        let down = a.until(false, DEADLINE * 2).await - renewed;
+        assert!(down > DEADLINE - RETRY && down <= DEADLINE, "{down:?}");
+
+        // An API server that stops answering does not keep a leader past it.
+        server.set_fault(Fault::None);
+        let renewed = a.until(true, RETRY * 2).await;
+        server.set_fault(Fault::Slow(Duration::from_secs(3600)));
+        let down = a.until(false, DEADLINE * 2).await - renewed;
+        assert!(down > DEADLINE - RETRY && down <= DEADLINE, "{down:?}");
+        server.set_fault(Fault::None);
+        a.until(true, RETRY * 2).await;
+        a.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_conflicting_write_is_not_taken_for_a_lost_lease() {
+        let server = FakeApiServer::start().await;
+        let mut a = Candidate::start(&server, "a").await;
+        a.until(true, RETRY).await;
+        server.conflict_next(ObjectKey::lease("kube-system", "nodekeeper"), 2);
+        assert!(a.steady_for(LEASE).await, "still leading, no flap");
+        assert!(a.is_leading());
+        a.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_api_server_going_away_and_coming_back() {
+        let server = FakeApiServer::start().await;
+        let mut a = Candidate::start(&server, "a").await;
+        a.until(true, RETRY).await;
+        // Away for less than the deadline: still the leader, no flap.
+        server.set_fault(Fault::Down);
+        server.settled().await;
+        assert!(a.steady_for(DEADLINE / 2).await);
+        server.set_fault(Fault::None);
+        server.settled().await;
+        assert!(a.steady_for(LEASE).await);
+        assert!(a.is_leading());
+
+        // Away for longer: it steps down, and leads again once it is back.
+        server.set_fault(Fault::Down);
+        server.settled().await;
+        a.until(false, DEADLINE + RETRY).await;
+        assert!(a.steady_for(LEASE * 2).await, "nothing to lead meanwhile");
+        server.set_fault(Fault::None);
+        server.settled().await;
+        a.until(true, RETRY * 2).await;
+        assert_eq!(spec(&server)["holderIdentity"], "a");
+
+        // Back empty, its versions started over: the lease is created again.
+        server.restart_empty().await;
+        assert!(a.steady_for(LEASE).await, "leads throughout");
+        assert_eq!(spec(&server)["holderIdentity"], "a");
+        a.stop().await;
+    }
 }

@@ -26,39 +26,47 @@
 pub mod budget;
 pub mod capacity;
 pub mod client;
+mod drain;
+mod evict;
 mod jobs;
 pub mod leader;
 mod queue;
+mod status;
 mod upstream;
 mod versions;
 mod watch;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::{Id, JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use drain::{Drain, Step};
 use jobs::Ctx;
-use queue::{Job, Queue};
+use queue::{Job, Outcome};
 use watch::Report;
 
 use crate::controller::ControllerHandle;
 use crate::kube::mirror_patch;
 use crate::metrics::Metrics;
 use crate::model::{ConditionStatus, Micros};
-use crate::store::{OutboxKey, Store};
+use crate::store::Store;
 use crate::view::View;
 pub use budget::{Backoff, Budget, Priority};
 pub use capacity::{BudgetFlags, Plan};
 pub use client::{ApiServer, ClientError, Connection};
 pub use jobs::NODE_LEASE_NAMESPACE;
 pub use leader::LeaderConfig;
+use status::META_LAST_ERROR;
+pub use status::{
+    status_from_store, BudgetStatus, EntryStatus, ErrorNote, MirrorState, MirrorStatus, Throttle,
+    UpstreamStatus,
+};
 
 /// The field manager nodekeeper's writes are recorded under.
 pub const FIELD_MANAGER: &str = "nodekeeper";
@@ -105,288 +113,6 @@ impl MirrorConfig {
         }
     }
 }
-
-/// What the mirror is doing, shared with the HTTP server.
-pub struct MirrorState {
-    pub server: String,
-    pub identity: String,
-    leader: AtomicBool,
-    requests: AtomicU64,
-    retries: AtomicU64,
-    lease_renewals: AtomicU64,
-    throttled: AtomicU64,
-    missing_upstream: AtomicUsize,
-    differ_upstream: AtomicUsize,
-    watching: AtomicBool,
-    notes: Mutex<Notes>,
-}
-
-/// The parts of [`MirrorState`] that are more than a number.
-#[derive(Default)]
-struct Notes {
-    last_error: Option<ErrorNote>,
-    last_success: Option<Micros>,
-    last_list: Option<Micros>,
-    /// The last 429: when, and its Retry-After.
-    last_throttle: Option<(Micros, Duration)>,
-    plan: Option<Plan>,
-}
-
-/// The last failure, for `mirror status`.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct ErrorNote {
-    pub time: Micros,
-    pub message: String,
-}
-
-/// `nodekeeper mirror status` and `GET /v1/mirror`.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct MirrorStatus {
-    /// `false` when the store is read directly (no controller running).
-    pub running: bool,
-    #[serde(default)]
-    pub server: Option<String>,
-    #[serde(default)]
-    pub identity: Option<String>,
-    pub leader: bool,
-    pub backlog: usize,
-    #[serde(rename = "oldestEntry")]
-    pub oldest_entry: Option<Micros>,
-    #[serde(rename = "lastError")]
-    pub last_error: Option<ErrorNote>,
-    #[serde(rename = "lastSuccess")]
-    pub last_success: Option<Micros>,
-    pub requests: u64,
-    pub retries: u64,
-    #[serde(rename = "leaseRenewals")]
-    pub lease_renewals: u64,
-    /// Requests the API server answered 429 (throttling, not errors).
-    #[serde(default)]
-    pub throttled: u64,
-    #[serde(default, rename = "lastThrottled")]
-    pub last_throttled: Option<Throttle>,
-    /// What the mirror last saw of the API server's nodes.
-    #[serde(default)]
-    pub upstream: Option<UpstreamStatus>,
-    /// The request budget and whether it covers the Leases.
-    #[serde(default)]
-    pub budget: Option<BudgetStatus>,
-    /// The oldest entries (at most 20).
-    pub entries: Vec<EntryStatus>,
-}
-
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct EntryStatus {
-    pub node: String,
-    pub kind: String,
-    pub seq: u64,
-    pub enqueued: Micros,
-}
-
-/// The last 429 from the API server.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct Throttle {
-    pub time: Micros,
-    #[serde(rename = "retryAfterSeconds")]
-    pub retry_after_seconds: f64,
-}
-
-/// Registry nodes the API server lacks, or has otherwise, as last seen.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct UpstreamStatus {
-    /// Registry nodes missing upstream.
-    pub missing: usize,
-    /// Registry nodes upstream that differ from the registry.
-    pub differ: usize,
-    /// Whether the watch of the API server's nodes is open.
-    pub watching: bool,
-    /// When its nodes were last listed in full.
-    #[serde(rename = "lastList")]
-    pub last_list: Option<Micros>,
-}
-
-/// The request budget, and what the Leases need of it.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct BudgetStatus {
-    pub qps: f64,
-    pub burst: u32,
-    /// Sized from the node count (no `--kube-api-qps`).
-    pub sized: bool,
-    /// Whether node Leases are mirrored.
-    pub leases: bool,
-    #[serde(rename = "leaseRenewIntervalSeconds")]
-    pub lease_renew_interval_seconds: Option<f64>,
-    #[serde(rename = "readyNodes")]
-    pub ready_nodes: usize,
-    /// Requests per second the Lease renewals need.
-    #[serde(rename = "leaseQps")]
-    pub lease_qps: f64,
-    /// The rate that leaves a fifth of the budget to other work.
-    #[serde(rename = "requiredQps")]
-    pub required_qps: f64,
-    pub enough: bool,
-    /// What is wrong and what to do, when not enough.
-    pub shortfall: Option<String>,
-}
-
-impl From<&Plan> for BudgetStatus {
-    fn from(p: &Plan) -> Self {
-        BudgetStatus {
-            qps: p.qps,
-            burst: p.burst,
-            sized: p.sized,
-            leases: p.renew_interval.is_some(),
-            lease_renew_interval_seconds: p.renew_interval.map(|d| d.as_secs_f64()),
-            ready_nodes: p.ready,
-            lease_qps: p.lease_qps,
-            required_qps: p.required_qps,
-            enough: p.enough(),
-            shortfall: p.shortfall(),
-        }
-    }
-}
-
-impl MirrorState {
-    pub fn new(server: String, identity: String) -> MirrorState {
-        MirrorState {
-            server,
-            identity,
-            leader: AtomicBool::new(false),
-            requests: AtomicU64::new(0),
-            retries: AtomicU64::new(0),
-            lease_renewals: AtomicU64::new(0),
-            throttled: AtomicU64::new(0),
-            missing_upstream: AtomicUsize::new(0),
-            differ_upstream: AtomicUsize::new(0),
-            watching: AtomicBool::new(false),
-            notes: Mutex::new(Notes::default()),
-        }
-    }
-
-    fn notes(&self) -> std::sync::MutexGuard<'_, Notes> {
-        self.notes.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn is_leader(&self) -> bool {
-        self.leader.load(Ordering::Relaxed)
-    }
-
-    /// The mirror's readiness: an error saying why when the request budget
-    /// cannot keep every Ready node's Lease renewed in time.
-    pub fn readiness(&self) -> Result<(), String> {
-        match self.notes().plan.as_ref().and_then(Plan::shortfall) {
-            None => Ok(()),
-            Some(why) => Err(format!("mirror: {why}")),
-        }
-    }
-
-    /// The budget's plan last checked, if any.
-    pub fn plan(&self) -> Option<Plan> {
-        self.notes().plan.clone()
-    }
-
-    fn note(&self, result: Result<(), &str>) {
-        let mut notes = self.notes();
-        match result {
-            Ok(()) => notes.last_success = Some(Micros::now()),
-            Err(message) => {
-                notes.last_error = Some(ErrorNote {
-                    time: Micros::now(),
-                    message: message.to_string(),
-                })
-            }
-        }
-    }
-
-    fn note_throttled(&self, wait: Duration) {
-        self.throttled.fetch_add(1, Ordering::Relaxed);
-        self.notes().last_throttle = Some((Micros::now(), wait));
-    }
-
-    fn note_listed(&self) {
-        self.notes().last_list = Some(Micros::now());
-    }
-
-    fn set_watching(&self, watching: bool) {
-        self.watching.store(watching, Ordering::Relaxed);
-    }
-
-    fn set_drift(&self, missing: usize, differ: usize) {
-        self.missing_upstream.store(missing, Ordering::Relaxed);
-        self.differ_upstream.store(differ, Ordering::Relaxed);
-    }
-
-    fn set_plan(&self, plan: Plan) {
-        self.notes().plan = Some(plan);
-    }
-
-    /// The status, with the backlog read from the store.
-    pub fn status(&self, store: &Store) -> Result<MirrorStatus, crate::store::StoreError> {
-        let mut status = status_from_store(store)?;
-        let notes = self.notes();
-        status.running = true;
-        status.server = Some(self.server.clone());
-        status.identity = Some(self.identity.clone());
-        status.leader = self.is_leader();
-        status.last_error = notes.last_error.clone().or(status.last_error);
-        status.last_success = notes.last_success;
-        status.requests = self.requests.load(Ordering::Relaxed);
-        status.retries = self.retries.load(Ordering::Relaxed);
-        status.lease_renewals = self.lease_renewals.load(Ordering::Relaxed);
-        status.throttled = self.throttled.load(Ordering::Relaxed);
-        status.last_throttled = notes.last_throttle.map(|(time, wait)| Throttle {
-            time,
-            retry_after_seconds: wait.as_secs_f64(),
-        });
-        status.upstream = Some(UpstreamStatus {
-            missing: self.missing_upstream.load(Ordering::Relaxed),
-            differ: self.differ_upstream.load(Ordering::Relaxed),
-            watching: self.watching.load(Ordering::Relaxed),
-            last_list: notes.last_list,
-        });
-        status.budget = notes.plan.as_ref().map(BudgetStatus::from);
-        Ok(status)
-    }
-}
-
-/// What a store says about the mirror when no controller runs on it.
-pub fn status_from_store(store: &Store) -> Result<MirrorStatus, crate::store::StoreError> {
-    let mut entries: Vec<EntryStatus> = store
-        .outbox()?
-        .into_iter()
-        .map(|(key, e)| EntryStatus {
-            node: key.node().to_string(),
-            kind: key.kind().to_string(),
-            seq: e.seq,
-            enqueued: e.enqueued,
-        })
-        .collect();
-    let backlog = entries.len();
-    entries.sort_by_key(|e| (e.enqueued, e.seq));
-    entries.truncate(20);
-    Ok(MirrorStatus {
-        running: false,
-        server: None,
-        identity: None,
-        leader: false,
-        backlog,
-        oldest_entry: entries.first().map(|e| e.enqueued),
-        last_error: store
-            .meta_get(META_LAST_ERROR)?
-            .and_then(|b| serde_json::from_slice(&b).ok()),
-        last_success: None,
-        requests: 0,
-        retries: 0,
-        lease_renewals: 0,
-        throttled: 0,
-        last_throttled: None,
-        upstream: None,
-        budget: None,
-        entries,
-    })
-}
-
-const META_LAST_ERROR: &[u8] = b"mirror_last_error";
 
 /// A failed API call, as the mirror reasons about it.
 #[derive(Debug, Clone)]
@@ -491,247 +217,235 @@ impl Mirror {
     }
 
     /// Runs until `shutdown`. Writes only while leading (always, without
-    /// leader election).
+    /// leader election). The decisions are the [`Drain`]'s; this loop only
+    /// waits for the next event, hands it over and carries out its steps.
     pub async fn run(self, shutdown: CancellationToken) {
         let ctx = self.ctx;
-        let started = Instant::now();
-        let (leading_tx, mut leading) = tokio::sync::watch::channel(ctx.config.leader.is_none());
-        // Without election the mirror leads from the start: the first pass
-        // of the loop takes the initial value as a change.
-        leading.mark_changed();
-        let elector = ctx.config.leader.clone().map(|config| {
-            let client = ctx.client.clone();
-            let stop = shutdown.clone();
-            tokio::spawn(leader::run(client, config, leading_tx.clone(), stop))
-        });
-        // Held here, so the channel stays open while no elector runs.
-        let _leading_tx = leading_tx;
-        let mut elector_running = true;
-        let mut queue = Queue::new(
-            started,
-            ctx.config.node_lease_renew_interval,
-            ctx.config.backoff,
-        );
+        let mut elector = Elector::start(&ctx, &shutdown);
         let mut follow = ctx.view.subscribe();
-        let mut seen = ctx.store.durable_seq();
-        match ctx.store.outbox() {
-            Ok(entries) => {
-                // Waiting since before this start: the backlog.
-                for (key, _) in entries {
-                    queue.add(key, Priority::Backlog);
-                }
+        let seen = ctx.store.durable_seq();
+        let backlog = match ctx.store.outbox() {
+            Ok(entries) => entries.into_iter().map(|(key, _)| key).collect(),
+            Err(e) => {
+                tracing::error!("the outbox could not be read: {e}");
+                Vec::new()
             }
-            Err(e) => tracing::error!("the outbox could not be read: {e}"),
-        }
-        let ready_now = ctx
+        };
+        let ready = ctx
             .view
             .list()
             .iter()
             .filter(|(n, _)| n.ready() == ConditionStatus::True)
             .count();
-        let mut workers = check_budget(&ctx, ready_now, None);
-        let (reports_tx, mut reports) = mpsc::channel(REPORTS);
-        let mut watcher: Option<(JoinHandle<()>, CancellationToken)> = None;
-        let mut tasks: JoinSet<Outcome> = JoinSet::new();
-        let mut running: HashMap<Id, Job> = HashMap::new();
-        let mut is_leader = false;
-        let hold_until = started + ctx.config.eviction_hold;
+        let (mut drain, steps) = Drain::new(&ctx.config, Instant::now(), seen, backlog, ready);
+        let mut shell = Shell::new(ctx.clone(), shutdown.clone());
+        shell.apply(steps);
         loop {
-            let now = Instant::now();
-            ctx.metrics.mirror_backlog.set(queue.outbox_len() as i64);
-            if is_leader {
-                let missing = |name: &str| ctx.upstream().is_missing(name);
-                while let Some((job, priority)) =
-                    queue.next(now, hold_until, tasks.len(), workers, &missing)
-                {
-                    let task = {
-                        let ctx = ctx.clone();
-                        let job = job.clone();
-                        tasks.spawn(async move { jobs::work(&ctx, &job, priority).await })
-                    };
-                    running.insert(task.id(), job);
-                }
-            }
-            // At capacity, the next completion wakes the loop; a timer
-            // already due would only spin it.
-            let wake = if is_leader && tasks.len() < workers {
-                queue.next_due()
-            } else {
-                None
-            };
-            tokio::select! {
+            ctx.metrics.mirror_backlog.set(drain.backlog() as i64);
+            shell.start_due(&mut drain);
+            let wake = drain.wake();
+            let steps = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                changed = leading.changed(), if elector_running => {
-                    if changed.is_err() {
-                        // The elector ended: nobody vouches for leadership any more.
-                        elector_running = false;
-                        if is_leader {
-                            tracing::error!("leader election ended; writes to the API server stop");
-                            stop_leading(&ctx, &mut tasks, &mut watcher, &mut queue);
-                        }
-                        is_leader = false;
-                        ctx.state.leader.store(false, Ordering::Relaxed);
-                        ctx.metrics.mirror_leader.set(0);
-                        continue;
-                    }
-                    let now_leading = *leading.borrow_and_update();
-                    if now_leading && !is_leader {
-                        tracing::info!("leading: writing to the API server");
-                        queue.lead(Instant::now(), &ctx.view);
-                        workers = check_budget(&ctx, queue.ready_count(), None);
-                        let stop = shutdown.child_token();
-                        let handle = tokio::spawn(watch::watch_nodes(ctx.clone(), reports_tx.clone(), stop.clone()));
-                        watcher = Some((handle, stop));
-                    } else if !now_leading && is_leader {
-                        if shutdown.is_cancelled() {
-                            tracing::info!("stopping: leadership given up");
-                        } else {
-                            tracing::warn!("no longer leading: writes to the API server stop");
-                        }
-                        stop_leading(&ctx, &mut tasks, &mut watcher, &mut queue);
-                    }
-                    is_leader = now_leading;
-                    ctx.state.leader.store(is_leader, Ordering::Relaxed);
-                    ctx.metrics.mirror_leader.set(i64::from(is_leader));
-                }
+                news = elector.changed() => match news {
+                    Some(leading) => drain.leadership(leading, &ctx.view, Instant::now(), shutdown.is_cancelled()),
+                    None => drain.elector_ended(),
+                },
                 Ok(()) = follow.changed() => {
                     let durable = *follow.borrow_and_update();
-                    let before = ctx.state.plan();
-                    let (now_seen, ready_changed) = queue.follow(&ctx.store, &ctx.view, seen, durable, Instant::now());
-                    seen = now_seen;
-                    if ready_changed {
-                        workers = check_budget(&ctx, queue.ready_count(), before.as_ref());
-                    }
+                    drain.followed(&ctx.store, &ctx.view, durable, Instant::now())
                 }
-                Some(report) = reports.recv() => {
-                    on_report(&ctx, &mut queue, report, Instant::now());
-                }
-                Some(done) = tasks.join_next_with_id() => {
-                    let now = Instant::now();
-                    match done {
-                        Ok((id, outcome)) => {
-                            let Some(job) = running.remove(&id) else { continue };
-                            if matches!(outcome, queue::Outcome::Failed { .. }) {
-                                ctx.state.retries.fetch_add(1, Ordering::Relaxed);
-                                ctx.metrics.mirror_retries.inc();
-                            }
-                            let finished = queue.finished(job, outcome, now);
-                            if let Some(warning) = finished.warn {
-                                tracing::warn!("{warning}");
-                            }
-                            if finished.recovered {
-                                tracing::info!(backlog = queue.outbox_len(), "the API server answers again; draining the backlog");
-                            }
-                        }
-                        Err(e) => {
-                            // Aborted (leadership lost) or panicked: the work is still queued.
-                            if let Some(job) = running.remove(&e.id()) {
-                                queue.aborted(job, now);
-                            }
-                        }
-                    }
-                }
-                _ = sleep_until(wake) => {}
-            }
+                Some(report) = shell.reports.recv() => drain.report(report, Instant::now()),
+                Some(done) = shell.tasks.join_next_with_id() => shell.joined(&mut drain, done),
+                _ = sleep_until(wake) => Vec::new(),
+            };
+            shell.apply(steps);
         }
-        tasks.shutdown().await;
-        if let Some((handle, stop)) = watcher.take() {
-            stop.cancel();
-            let _ = handle.await;
-        }
-        if let Some(elector) = elector {
-            let _ = elector.await;
-        }
-        ctx.state.leader.store(false, Ordering::Relaxed);
-        ctx.metrics.mirror_leader.set(0);
+        shell.stop().await;
+        elector.stop().await;
+        shell.apply(drain.shutdown());
         if let Some(note) = ctx.state.notes().last_error.clone() {
             let _ = ctx.store.meta_put(
                 META_LAST_ERROR,
                 &serde_json::to_vec(&note).expect("a note serializes"),
             );
         }
-        tracing::info!(backlog = queue.outbox_len(), "mirror stopped");
+        tracing::info!(backlog = drain.backlog(), "mirror stopped");
     }
 }
 
-/// What the finished work's task gives back.
-type Outcome = queue::Outcome;
-
-/// Leadership ends: work in flight and the watch stop.
-fn stop_leading(
-    ctx: &Ctx,
-    tasks: &mut JoinSet<Outcome>,
-    watcher: &mut Option<(JoinHandle<()>, CancellationToken)>,
-    queue: &mut Queue,
-) {
-    tasks.abort_all();
-    if let Some((handle, stop)) = watcher.take() {
-        stop.cancel();
-        handle.abort();
-    }
-    ctx.state.set_watching(false);
-    ctx.upstream().incomplete();
-    queue.lost_lead();
+/// Who says whether the mirror leads: the elector's task, or nobody (then
+/// the mirror leads from the start).
+struct Elector {
+    task: Option<JoinHandle<()>>,
+    /// `None` once the elector ended.
+    leading: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Held, so the channel stays open while no elector runs.
+    _sender: tokio::sync::watch::Sender<bool>,
 }
 
-/// What the watcher saw, into the schedule (and the durable outbox).
-fn on_report(ctx: &Ctx, queue: &mut Queue, report: Report, now: Instant) {
-    let stale = match report {
-        Report::Failed {
-            message,
-            unreachable,
-        } => {
-            if unreachable {
-                queue.unreachable();
-            }
-            ctx.state.note(Err(&message));
-            tracing::debug!("{message}");
-            return;
+impl Elector {
+    fn start(ctx: &Ctx, shutdown: &CancellationToken) -> Elector {
+        let (sender, mut leading) = tokio::sync::watch::channel(ctx.config.leader.is_none());
+        // Without election the mirror leads from the start: the first wait
+        // takes the initial value as a change.
+        leading.mark_changed();
+        let task = ctx.config.leader.clone().map(|config| {
+            let client = ctx.client.clone();
+            tokio::spawn(leader::run(
+                client,
+                config,
+                sender.clone(),
+                shutdown.clone(),
+            ))
+        });
+        Elector {
+            task,
+            leading: Some(leading),
+            _sender: sender,
         }
-        Report::Listed(stale) => {
-            ctx.state.note(Ok(()));
-            if queue.answered(now) {
-                tracing::info!(
-                    backlog = queue.outbox_len(),
-                    "the API server answers again; draining the backlog"
-                );
-            }
-            if !stale.is_empty() {
-                let missing = stale.iter().filter(|(_, m)| *m).count();
-                tracing::info!(
-                    missing,
-                    differ = stale.len() - missing,
-                    "nodes missing or different on the API server; queued"
-                );
-            }
-            stale
-        }
-        Report::Changed(name, missing) => {
-            tracing::debug!(node = %name, missing, "node changed on the API server; queued");
-            vec![(name, missing)]
-        }
-    };
-    let keys: Vec<OutboxKey> = stale
-        .iter()
-        .map(|(name, _)| OutboxKey::Node(name.clone()))
-        .collect();
-    if let Err(e) = ctx.store.enqueue(&keys, Micros::now()) {
-        tracing::error!("could not queue the nodes that differ on the API server: {e}");
     }
-    for (name, missing) in stale {
-        queue.upstream_changed(&name, missing);
+
+    /// The next news: `Some(leading)`, or `None` once when the elector ends.
+    async fn changed(&mut self) -> Option<bool> {
+        let Some(leading) = self.leading.as_mut() else {
+            return std::future::pending().await;
+        };
+        match leading.changed().await {
+            Ok(()) => Some(*leading.borrow_and_update()),
+            Err(_) => {
+                self.leading = None;
+                None
+            }
+        }
+    }
+
+    async fn stop(self) {
+        if let Some(task) = self.task {
+            let _ = task.await;
+        }
     }
 }
 
-/// Checks the budget against the Leases of `ready` nodes; sizes it when no
+/// The drain's hands: the work in flight, the watcher, and the steps
+/// carried out against the shared state, the budget and the store.
+struct Shell {
+    ctx: Arc<Ctx>,
+    shutdown: CancellationToken,
+    tasks: JoinSet<Outcome>,
+    running: HashMap<Id, Job>,
+    watcher: Option<(JoinHandle<()>, CancellationToken)>,
+    reports_tx: mpsc::Sender<Report>,
+    reports: mpsc::Receiver<Report>,
+}
+
+impl Shell {
+    fn new(ctx: Arc<Ctx>, shutdown: CancellationToken) -> Shell {
+        let (reports_tx, reports) = mpsc::channel(REPORTS);
+        Shell {
+            ctx,
+            shutdown,
+            tasks: JoinSet::new(),
+            running: HashMap::new(),
+            watcher: None,
+            reports_tx,
+            reports,
+        }
+    }
+
+    /// Starts every job due now that a worker can take.
+    fn start_due(&mut self, drain: &mut Drain) {
+        let ctx = &self.ctx;
+        let missing = |name: &str| ctx.upstream().is_missing(name);
+        while let Some((job, priority)) = drain.next_job(Instant::now(), &missing) {
+            let task = {
+                let ctx = ctx.clone();
+                let job = job.clone();
+                self.tasks
+                    .spawn(async move { jobs::work(&ctx, &job, priority).await })
+            };
+            self.running.insert(task.id(), job);
+        }
+    }
+
+    /// A task ended: its outcome, or its abort, to the drain.
+    fn joined(
+        &mut self,
+        drain: &mut Drain,
+        done: Result<(Id, Outcome), tokio::task::JoinError>,
+    ) -> Vec<Step> {
+        let now = Instant::now();
+        match done {
+            Ok((id, outcome)) => match self.running.remove(&id) {
+                Some(job) => drain.finished(job, outcome, now),
+                None => Vec::new(),
+            },
+            // Aborted (leadership lost) or panicked: the work is still queued.
+            Err(e) => {
+                if let Some(job) = self.running.remove(&e.id()) {
+                    drain.aborted(job, now);
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    fn apply(&mut self, steps: Vec<Step>) {
+        let ctx = &self.ctx;
+        for step in steps {
+            match step {
+                Step::OpenWatch => {
+                    let stop = self.shutdown.child_token();
+                    let watching =
+                        watch::watch_nodes(ctx.clone(), self.reports_tx.clone(), stop.clone());
+                    self.watcher = Some((tokio::spawn(watching), stop));
+                }
+                Step::StopLeading => {
+                    self.tasks.abort_all();
+                    if let Some((handle, stop)) = self.watcher.take() {
+                        stop.cancel();
+                        handle.abort();
+                    }
+                    ctx.state.set_watching(false);
+                    ctx.upstream().incomplete();
+                }
+                Step::ShowLeading(leading) => {
+                    ctx.state.leader.store(leading, Ordering::Relaxed);
+                    ctx.metrics.mirror_leader.set(i64::from(leading));
+                }
+                Step::Budget { plan, before } => apply_plan(ctx, plan, before.as_ref()),
+                Step::Enqueue(keys) => {
+                    if let Err(e) = ctx.store.enqueue(&keys, Micros::now()) {
+                        tracing::error!(
+                            "could not queue the nodes that differ on the API server: {e}"
+                        );
+                    }
+                }
+                Step::Note(result) => ctx
+                    .state
+                    .note(result.as_ref().map(|_| ()).map_err(String::as_str)),
+                Step::CountRetry => {
+                    ctx.state.retries.fetch_add(1, Ordering::Relaxed);
+                    ctx.metrics.mirror_retries.inc();
+                }
+            }
+        }
+    }
+
+    /// Shutting down: the work in flight and the watch stop.
+    async fn stop(&mut self) {
+        self.tasks.shutdown().await;
+        if let Some((handle, stop)) = self.watcher.take() {
+            stop.cancel();
+            let _ = handle.await;
+        }
+    }
+}
+
+/// Applies the budget planned for the Ready nodes: sizes it when no
 /// `--kube-api-qps` was given; says so when it is short, and when that
-/// changes. Returns how many requests may be in flight.
-fn check_budget(ctx: &Ctx, ready: usize, before: Option<&Plan>) -> usize {
-    let plan = Plan::new(
-        ready,
-        ctx.config.node_lease_renew_interval,
-        ctx.config.budget,
-    );
+/// changes.
+fn apply_plan(ctx: &Ctx, plan: Plan, before: Option<&Plan>) {
+    let ready = plan.ready;
     if plan.sized && Some((plan.qps, plan.burst)) != before.map(|p| (p.qps, p.burst)) {
         ctx.budget.set_rate(plan.qps, plan.burst);
         // Said when it starts and when it moves by a quarter, not at every node.
@@ -769,9 +483,7 @@ fn check_budget(ctx: &Ctx, ready: usize, before: Option<&Plan>) -> usize {
     ctx.metrics
         .mirror_budget_sufficient
         .set(i64::from(plan.enough()));
-    let workers = plan.workers();
     ctx.state.set_plan(plan);
-    workers
 }
 
 async fn sleep_until(at: Option<Instant>) {

@@ -28,7 +28,7 @@ use super::budget::Priority;
 use super::jobs::{Ctx, PAGE};
 use super::upstream::Seen;
 use super::{mirror_patch, ApiError};
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, Retries};
 
 /// How often the nodes are listed again even while the watch works.
 pub(crate) const RESYNC_PERIOD: Duration = Duration::from_secs(30 * 60);
@@ -102,43 +102,13 @@ pub(crate) async fn watch_nodes(
             _ => {
                 // A restart noticed from here on makes this list stale too.
                 restarts.borrow_and_update();
-                let listed = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    listed = relist(&ctx) => listed,
-                };
-                match listed {
-                    Ok((rv, stale)) => {
-                        list_retries.reset();
+                match list_once(&ctx, &reports, &stop, &mut list_retries).await {
+                    Listing::Listed { version } => {
                         relist_at = Instant::now() + RESYNC_PERIOD;
-                        ctx.state.note_listed();
-                        if reports.send(Report::Listed(stale)).await.is_err() {
-                            return;
-                        }
-                        rv
+                        version
                     }
-                    Err(e) if e.is(429) => {
-                        // Throttled: the budget waits the Retry-After out;
-                        // not a failure.
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(e.retry_after.unwrap_or(Duration::from_secs(1))) => continue,
-                        }
-                    }
-                    Err(e) => {
-                        let unreachable = e.code.is_none_or(|c| c >= 500);
-                        let report = Report::Failed {
-                            message: format!("listing the API server's nodes: {e}"),
-                            unreachable,
-                        };
-                        if reports.send(report).await.is_err() {
-                            return;
-                        }
-                        let wait = list_retries.next_delay();
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(wait) => continue,
-                        }
-                    }
+                    Listing::Again => continue,
+                    Listing::Stopped => return,
                 }
             }
         };
@@ -181,6 +151,57 @@ pub(crate) async fn watch_nodes(
                 }
             }
         }
+    }
+}
+
+/// What one try to list the nodes came to.
+enum Listing {
+    /// Listed and reported: watch from this version.
+    Listed { version: String },
+    /// Failed or throttled, and waited: try again.
+    Again,
+    /// Stopped, or nobody listens to the reports any more.
+    Stopped,
+}
+
+/// Lists the nodes and reports what differs; on failure reports it and
+/// waits before the next try (the list's retries, for the backoff).
+async fn list_once(
+    ctx: &Ctx,
+    reports: &mpsc::Sender<Report>,
+    stop: &CancellationToken,
+    retries: &mut Retries,
+) -> Listing {
+    let listed = tokio::select! {
+        _ = stop.cancelled() => return Listing::Stopped,
+        listed = relist(ctx) => listed,
+    };
+    let wait = match listed {
+        Ok((version, stale)) => {
+            retries.reset();
+            ctx.state.note_listed();
+            if reports.send(Report::Listed(stale)).await.is_err() {
+                return Listing::Stopped;
+            }
+            return Listing::Listed { version };
+        }
+        // Throttled: the budget waits the Retry-After out; not a failure.
+        Err(e) if e.is(429) => e.retry_after.unwrap_or(Duration::from_secs(1)),
+        Err(e) => {
+            let unreachable = e.code.is_none_or(|c| c >= 500);
+            let report = Report::Failed {
+                message: format!("listing the API server's nodes: {e}"),
+                unreachable,
+            };
+            if reports.send(report).await.is_err() {
+                return Listing::Stopped;
+            }
+            retries.next_delay()
+        }
+    };
+    tokio::select! {
+        _ = stop.cancelled() => Listing::Stopped,
+        _ = tokio::time::sleep(wait) => Listing::Again,
     }
 }
 
