@@ -367,6 +367,8 @@ impl Controller {
 }
 
 #[cfg(test)]
+// Synchronous tests writing the files they read, outside any runtime.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 
