@@ -469,6 +469,16 @@ impl Metrics {
             mirror_budget_sufficient.clone(),
         );
         let zone_nodes = Family::<ZoneLabels, Gauge>::default();
+        // Served from the start, at 0 in the empty zone until the first
+        // monitor pass counts the nodes (an empty family is not served at all).
+        for status in [Status::True, Status::False, Status::Unknown] {
+            zone_nodes
+                .get_or_create(&ZoneLabels {
+                    zone: String::new(),
+                    status,
+                })
+                .set(0);
+        }
         registry.register(
             "zone_nodes",
             "Nodes by zone (topology.kubernetes.io/zone) and Ready status, as of the last monitor pass",
@@ -570,7 +580,7 @@ impl Metrics {
             lease_heartbeats,
             inflight,
             zone_nodes,
-            zones: Default::default(),
+            zones: std::sync::Mutex::new([String::new()].into()),
             hook_runs,
             hook_duration,
             hook_last_seq,
@@ -779,5 +789,31 @@ mod tests {
         ] {
             assert!(text.contains(&format!("\n{name} ")), "{name} in {text}");
         }
+    }
+
+    #[test]
+    fn zone_counts_are_served_before_the_first_pass_and_follow_the_zones() {
+        let m = Metrics::new();
+        let text = m.encode();
+        assert!(
+            text.contains("nodekeeper_zone_nodes{zone=\"\",status=\"True\"} 0"),
+            "{text}"
+        );
+        m.set_zone_counts(
+            [("a", ConditionStatus::True), ("a", ConditionStatus::False)].into_iter(),
+        );
+        let text = m.encode();
+        assert!(
+            text.contains("nodekeeper_zone_nodes{zone=\"a\",status=\"True\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("zone=\"\""), "the empty zone went: {text}");
+        m.set_zone_counts([("", ConditionStatus::Unknown)].into_iter());
+        let text = m.encode();
+        assert!(
+            text.contains("nodekeeper_zone_nodes{zone=\"\",status=\"Unknown\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("zone=\"a\""), "zone a went: {text}");
     }
 }
