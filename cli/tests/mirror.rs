@@ -225,6 +225,13 @@ async fn nodes_status_taints_and_leases_reach_the_api_server() {
     })
     .await;
 
+    // The eviction's entry leaves the outbox once its outcome is recorded,
+    // which comes just after the pods are gone upstream.
+    eventually("the outbox drained after c's eviction", || {
+        let status = json(&cli_ok(db, &["mirror", "status", "-o", "json"]));
+        async move { status["backlog"] == 0 }
+    })
+    .await;
     let status = json(&cli_ok(db, &["mirror", "status", "-o", "json"]));
     assert_eq!(status["running"], true);
     assert_eq!(status["leader"], true);
