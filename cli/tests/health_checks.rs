@@ -246,6 +246,16 @@ async fn after_a_kill_the_downtime_counts_from_the_liveness_stamp() {
     // edge-1 never pushes: Unknown after the startup grace, then nothing
     // more is written. Wait until the stamp is well past the last write.
     c.wait_ready("edge-1", "Unknown").await;
+    // The transition's taint is the last write; it may follow the transition.
+    eventually("edge-1 tainted unreachable", || async {
+        let (_, node) = c.get("/api/v1/nodes/edge-1").await;
+        node["spec"]["taints"].as_array().is_some_and(|taints| {
+            taints
+                .iter()
+                .any(|t| t["key"] == "node.kubernetes.io/unreachable")
+        })
+    })
+    .await;
     let last_write = |history: &Value| {
         let last = history.as_array().unwrap().last().unwrap()["time"].clone();
         jiff::Timestamp::from_str(last.as_str().unwrap()).unwrap()
