@@ -4,6 +4,10 @@
 //! the user having to say which. Writes take the same path either way: the
 //! API's checks ([`crate::server::node_writes::prepare`]) and the
 //! controller's fold ([`crate::controller::operator`]).
+//!
+//! This file (about 610 production lines) is at the ~600 the project aims
+//! for: each command is one method of [`Source`] for a stopped store and one
+//! for a running controller, kept side by side so that the two answer alike.
 
 use std::path::Path;
 use std::time::Duration;

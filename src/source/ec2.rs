@@ -31,6 +31,11 @@
 //! `running` is Running; `stopped` and `stopping` are Stopped; `pending`
 //! and the like are listed in their own words; `terminated` and
 //! `shutting-down` instances are not listed (their nodes go).
+//!
+//! This file (about 650 production lines) is over the ~600 the project aims
+//! for: the EC2 Query API client (signing, paging, errors) and the provider
+//! that maps instances to machines are read together; the client is what
+//! would move out if a second AWS API were needed.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
