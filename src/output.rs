@@ -64,6 +64,8 @@ pub fn nodes_table(nodes: &[model::Node], wide: bool, now: Micros) -> String {
 /// serves (so labels, quantities and heartbeats never disagree with JSON),
 /// followed by the node's history as its `Events:` (the events given, in
 /// `seq` order, newest last). `heartbeat` is as for [`kube::node`].
+/// Over 80 lines: kubectl's sections, one after another in its order, each a
+/// few lines; a function per section would only pass the same node around.
 pub fn describe(
     node: &model::Node,
     history: &[Event],

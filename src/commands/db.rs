@@ -48,6 +48,8 @@ pub async fn db(db: &Path, server: Option<&str>, command: &DbCommand) -> Outcome
     }
 }
 
+/// `db status` as text. Over 80 lines: one line or block per field, in the
+/// order shown.
 fn status_text(s: &StoreStatus, remote: bool) -> String {
     let time = |t: Option<crate::model::Micros>| t.map_or("-".to_string(), |t| t.rfc3339_seconds());
     let mut out = String::new();

@@ -66,6 +66,8 @@ fn budget_text(b: &BudgetStatus) -> String {
     }
 }
 
+/// `mirror status` as text. Over 80 lines: one line or block per field, in
+/// the order shown.
 fn status_text(s: &MirrorStatus, now: Micros) -> String {
     let mut out = String::new();
     let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16}{v}\n"));

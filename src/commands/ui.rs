@@ -21,6 +21,9 @@ fn usage(message: String) -> Failure {
     Failure { message, code: 2 }
 }
 
+/// `nodekeeper ui`: the console over a store, read-only unless asked.
+/// Over 80 lines: every flag is checked before the store is opened or a
+/// port bound, then the server is started, in that order.
 pub async fn ui(args: &UiArgs, db: &Path) -> Outcome {
     // Everything is checked before the store is opened or a port bound.
     let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {

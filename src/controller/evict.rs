@@ -15,6 +15,8 @@ use crate::store::Batch;
 impl Controller {
     /// Runs every monitor period: taints follow Ready, due nodes are evicted
     /// at their zone's rate.
+    /// Over 80 lines: the zones' states, the taints and the evictions are
+    /// decided from one look at every node and written as one batch.
     pub(super) async fn eviction_pass(&mut self) {
         let config = self.config.eviction.clone();
         if config.mode == EvictionMode::None {

@@ -69,6 +69,9 @@ impl Controller {
     /// Decides Ready for each answer and stores the transitions with their
     /// events. Returns after they are durable (and only then publishes
     /// them), so what readers see survives a crash.
+    ///
+    /// Over 80 lines: deciding, batching, committing and publishing share
+    /// the sweep's answers and the nodes sent ahead of the writer.
     pub(super) async fn apply_sweep(
         &mut self,
         answers: Vec<Answer>,

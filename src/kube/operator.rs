@@ -39,6 +39,9 @@ fn default_labels(node: &Node) -> [(&'static str, String); 2] {
 /// externalID, and (`check_conditions`, for a `PUT`) the conditions'
 /// statuses. Other status fields are the kubelet's and are not taken from
 /// here (as kube-apiserver keeps status on writes to the main resource).
+///
+/// Over 80 lines: one check per field, in the Node's order, each naming the
+/// field it refuses.
 pub fn operator_fields(
     current: &Node,
     object: &KubeNode,

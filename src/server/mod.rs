@@ -74,6 +74,7 @@ pub fn secured_router(state: AppState, tokens: Option<Arc<Tokens>>) -> Router {
 }
 
 /// [`secured_router`] with the given request budgets.
+/// Over 80 lines: it is the route table, one line per endpoint, read whole.
 pub fn limited_router(
     state: AppState,
     tokens: Option<Arc<Tokens>>,

@@ -168,6 +168,10 @@ fn line(kind: WatchEventType, object: Value) -> Bytes {
     Bytes::from(watch_line(kind, object))
 }
 
+/// Streams a watch: the backlog from the asked version, then live events,
+/// bookmarks and the end of the stream. Over 80 lines: one loop whose
+/// `select!` arms (a new event, the bookmark timer, the deadline, the store
+/// falling behind) share the stream's position.
 async fn stream_events(
     s: AppState,
     params: WatchParams,
