@@ -2,8 +2,6 @@
 //! simulated fleet) and their supervision: the first to fail or stop on its
 //! own ends the run, with the reason.
 
-use std::time::Duration;
-
 use crate::controller::ControllerError;
 
 /// The tasks `run` supervises.
@@ -141,7 +139,7 @@ impl Supervised {
 #[cfg(debug_assertions)]
 async fn panic_if_asked(task: Task) {
     if std::env::var("NODEKEEPER_TEST_PANIC_TASK").as_deref() == Ok(task.check()) {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         panic!("NODEKEEPER_TEST_PANIC_TASK={} asked for it", task.check());
     }
 }
