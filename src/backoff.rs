@@ -77,14 +77,6 @@ impl Backoff {
     }
 }
 
-impl Default for Backoff {
-    /// For requests to a remote server: 500 ms doubling to a minute, with
-    /// jitter (the mirror's requests to the API server).
-    fn default() -> Self {
-        Backoff::exponential(Duration::from_millis(500), Duration::from_secs(60)).with_jitter()
-    }
-}
-
 /// One retry loop's place in its [`Backoff`]: the failures in a row so far.
 /// A success calls [`Retries::reset`], so the next failure waits the first
 /// delay again.
@@ -140,11 +132,7 @@ mod tests {
 
     #[test]
     fn jitter_stays_between_half_and_all_of_the_wait_and_varies() {
-        let b = Backoff::default();
-        assert_eq!(
-            b,
-            Backoff::exponential(500 * MS, Duration::from_secs(60)).with_jitter()
-        );
+        let b = Backoff::exponential(500 * MS, Duration::from_secs(60)).with_jitter();
         for n in 0..40 {
             let full = (b.first() * 2u32.pow(n.min(MAX_DOUBLINGS))).min(b.max());
             for _ in 0..50 {

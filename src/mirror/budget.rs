@@ -10,7 +10,6 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 // The mirror's retries follow the crate's one backoff (re-exported with the budget).
-pub use crate::backoff::Backoff;
 use crate::token_bucket::TokenBucket;
 
 /// What a request is for; when tokens are short the lowest value goes first.

@@ -51,13 +51,19 @@ use jobs::Ctx;
 use queue::{Job, Outcome};
 use watch::Report;
 
+pub use crate::backoff::Backoff;
 use crate::controller::ControllerHandle;
 use crate::kube::mirror_patch;
 use crate::metrics::Metrics;
 use crate::model::{ConditionStatus, Micros};
 use crate::store::Store;
 use crate::view::View;
-pub use budget::{Backoff, Budget, Priority};
+pub use budget::{Budget, Priority};
+
+/// Failed requests to the API server are retried 500 ms, then doubling to a
+/// minute, with jitter so that many nodes' retries do not meet.
+pub const REQUEST_RETRY: Backoff =
+    Backoff::exponential(Duration::from_millis(500), Duration::from_secs(60)).with_jitter();
 pub use capacity::{BudgetFlags, Plan};
 pub use client::{ApiServer, ClientError, Connection};
 pub use jobs::NODE_LEASE_NAMESPACE;
@@ -91,6 +97,7 @@ pub struct MirrorConfig {
     /// How often a Ready node's Lease is renewed; `None` when node Leases
     /// are not mirrored (`--mirror-leases=false`).
     pub node_lease_renew_interval: Option<Duration>,
+    /// How failed requests are retried.
     pub backoff: Backoff,
     /// No pod is deleted before this long after the controller started: the
     /// controller must first see the nodes again.
@@ -107,7 +114,7 @@ impl MirrorConfig {
             request_timeout: Duration::from_secs(10),
             node_lease_duration: duration,
             node_lease_renew_interval: Some(duration / 3),
-            backoff: Backoff::default(),
+            backoff: REQUEST_RETRY,
             eviction_hold: Duration::from_secs(40),
             leader: None,
         }

@@ -25,7 +25,7 @@ fn view(ready: &[&str], down: &[&str]) -> View {
 }
 
 fn queue(now: Instant) -> Queue {
-    Queue::new(now, Some(RENEW), Backoff::default())
+    Queue::new(now, Some(RENEW), crate::mirror::REQUEST_RETRY)
 }
 
 fn node(n: &str) -> OutboxKey {
@@ -181,14 +181,14 @@ fn renewals_spread_over_the_interval_each_at_its_own_phase() {
     for (second, n) in slots.iter().enumerate() {
         assert!((60..=140).contains(n), "second {second}: {n} of 1000");
     }
-    let q = Queue::new(now, None, Backoff::default());
+    let q = Queue::new(now, None, crate::mirror::REQUEST_RETRY);
     assert_eq!(q.next_renewal("a", now), None);
 }
 
 #[test]
 fn without_lease_mirroring_no_lease_is_scheduled() {
     let now = Instant::now();
-    let mut q = Queue::new(now, None, Backoff::default());
+    let mut q = Queue::new(now, None, crate::mirror::REQUEST_RETRY);
     q.lead(now, &view(&["up"], &[]));
     assert_eq!(q.next_due(), None);
     assert_eq!(next(&mut q, now), None);
