@@ -463,10 +463,8 @@ async fn bad_pushes_get_the_status_kubectl_shows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hybrid_probes_a_silent_node_once_before_declaring_it_unknown() {
     let site = TestSite::start(1, Ipv4Addr::new(127, 82, 0, 1)).await;
-    let (fleet, db) = (&site.fleet, &site.db);
-    let mut args = site.args();
-    args.extend(["--node-status-mode", "hybrid"].map(String::from));
-    let c = Controller::start(db, &args);
+    let fleet = &site.fleet;
+    let c = site.controller_with(&["--node-status-mode", "hybrid"]);
     let name = fleet.name(0);
     c.wait_ready(&name, "True").await;
     let mut k = Kubelet {
@@ -630,10 +628,8 @@ async fn with_tokens_a_node_may_update_only_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_probe_mode_lease_renewals_do_not_keep_a_dead_kubelet_ready() {
     let site = TestSite::start(1, Ipv4Addr::new(127, 84, 0, 1)).await;
-    let (fleet, db) = (&site.fleet, &site.db);
-    let mut args = site.args();
-    args.extend(["--node-status-mode", "probe"].map(String::from));
-    let c = Controller::start(db, &args);
+    let fleet = &site.fleet;
+    let c = site.controller_with(&["--node-status-mode", "probe"]);
     let name = fleet.name(0);
     c.wait_ready(&name, "True").await;
     let mut k = Kubelet {
