@@ -528,7 +528,7 @@ fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, 
         leader.namespace = args.leader_elect_resource_namespace.clone();
         leader
             .validate()
-            .map_err(|reason| flag("--leader-elect-*", reason))?;
+            .map_err(|e| flag("--leader-elect-*", e.to_string()))?;
         config.leader = Some(leader);
     }
     Ok(Some(config))
