@@ -91,12 +91,12 @@
 //!
 //! # Layout
 //!
-//! One state behind one lock ([`state`]), changed by one request path:
-//! [`connection`] accepts and reads a request, [`routing`] names what it
-//! asks for, [`api`], [`list`] and [`delete`] answer it (with [`object`] and
-//! [`json_patch`] for the objects' shape and patches), and [`answer`] words
-//! it. Node watches are [`watch`]; the handle tests hold is [`handle`], and
-//! what it can break is [`faults`].
+//! One state behind one lock (`state`), changed by one request path:
+//! `connection` accepts and reads a request, `routing` names what it asks
+//! for, `api`, `list` and `delete` answer it (with `object` and `json_patch`
+//! for the objects' shape and patches), and `answer` words it. Node watches
+//! are `watch`; the handle tests hold is `handle`, and what it can break is
+//! `faults`.
 
 mod answer;
 mod api;
