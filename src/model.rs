@@ -21,7 +21,7 @@ pub mod validation;
 
 pub use detail::describe_changes;
 pub use eviction::{EvictionMode, UnknownEvictionMode};
-pub use name::{normalize_name, not_quite_ipv4};
+pub use name::{normalize_name, not_quite_ipv4, InvalidName};
 pub use operator::OperatorFields;
 pub use pushed::{PushedCondition, PushedStatus};
 pub use status::{SourceStatus, StoreHealth};

@@ -87,21 +87,70 @@ pub struct SizingInput {
     pub limits: ApiLimits,
 }
 
+/// Why [`size_api`] cannot fit the budgets asked for in the connections
+/// there are; each names the flags to change.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SizingError {
+    /// More connections than the open-file limit leaves room for.
+    #[error(
+        "--max-connections {asked}: this process may open {open_files} files and keeps {kept} \
+         for probes, the store and the rest, so at most {fits} connections fit; lower \
+         --max-connections or raise the hard limit (ulimit -Hn)"
+    )]
+    TooManyConnections {
+        asked: usize,
+        open_files: u64,
+        kept: u64,
+        fits: usize,
+    },
+    /// A budget of zero, which would refuse every request of its kind.
+    #[error("{flag} must be at least 1")]
+    ZeroBudget { flag: &'static str },
+    /// Watches, reads and health checks take every connection.
+    #[error(
+        "--max-connections {max_connections} leaves no room for writes once --max-watches \
+         {max_watches} and --max-requests-inflight {max_reads} (and {health_check_room} \
+         connections for health checks) are set aside; raise --max-connections or lower the others"
+    )]
+    NoRoomForWrites {
+        max_connections: usize,
+        max_watches: usize,
+        max_reads: usize,
+        health_check_room: usize,
+    },
+    /// The writes asked for do not fit beside watches, reads and health checks.
+    #[error(
+        "--max-mutating-requests-inflight {asked} with --max-watches {max_watches} and \
+         --max-requests-inflight {max_reads} needs more than the {max_connections} connections \
+         (--max-connections), {health_check_room} of which are kept for health checks; lower \
+         one of them or raise --max-connections"
+    )]
+    WritesDoNotFit {
+        asked: usize,
+        max_watches: usize,
+        max_reads: usize,
+        max_connections: usize,
+        health_check_room: usize,
+    },
+}
+
 /// Sizes the API: the connection cap from the open-file limit (less the
 /// files kept for probes, a simulated fleet and the store), then the
 /// budgets inside it, so that watches, reads and writes together always
 /// leave connections for health checks. Writes get what is left unless
 /// `--max-mutating-requests-inflight` says otherwise.
-pub fn size_api(input: SizingInput) -> Result<ApiSizing, String> {
+pub fn size_api(input: SizingInput) -> Result<ApiSizing, SizingError> {
     let kept = SPARE_FILES + input.probed_nodes as u64 + 3 * input.simulated_nodes as u64;
     let fits = input.open_files.saturating_sub(kept) as usize;
     let max_connections = match input.max_connections {
         0 => fits,
         asked if asked > fits => {
-            return Err(format!(
-                "--max-connections {asked}: this process may open {} files and keeps {kept} for probes, the store and the rest, so at most {fits} connections fit",
-                input.open_files
-            ))
+            return Err(SizingError::TooManyConnections {
+                asked,
+                open_files: input.open_files,
+                kept,
+                fits,
+            })
         }
         asked => asked,
     };
@@ -112,24 +161,29 @@ pub fn size_api(input: SizingInput) -> Result<ApiSizing, String> {
         ("--max-requests-inflight", limits.max_reads),
     ] {
         if value == 0 {
-            return Err(format!("{flag} must be at least 1"));
+            return Err(SizingError::ZeroBudget { flag });
         }
     }
     let taken = limits.max_watches + limits.max_reads + health_check_room;
     let left = max_connections.saturating_sub(taken);
     let max_mutating = match limits.max_mutating {
         0 if left == 0 => {
-            return Err(format!(
-                "--max-connections {max_connections} leaves no room for writes once --max-watches {} and --max-requests-inflight {} (and {health_check_room} connections for health checks) are set aside",
-                limits.max_watches, limits.max_reads
-            ))
+            return Err(SizingError::NoRoomForWrites {
+                max_connections,
+                max_watches: limits.max_watches,
+                max_reads: limits.max_reads,
+                health_check_room,
+            })
         }
         0 => left,
         asked if asked > left => {
-            return Err(format!(
-                "--max-mutating-requests-inflight {asked} with --max-watches {} and --max-requests-inflight {} needs more than the {max_connections} connections (--max-connections), {health_check_room} of which are kept for health checks",
-                limits.max_watches, limits.max_reads
-            ))
+            return Err(SizingError::WritesDoNotFit {
+                asked,
+                max_watches: limits.max_watches,
+                max_reads: limits.max_reads,
+                max_connections,
+                health_check_room,
+            })
         }
         asked => asked,
     };
@@ -153,6 +207,12 @@ pub enum RunError {
     Serving(String),
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// `--listen` off loopback without TLS or tokens.
+    #[error(transparent)]
+    InsecureListen(#[from] crate::server::InsecureListen),
+    /// The connection cap and request budgets do not fit.
+    #[error(transparent)]
+    Sizing(#[from] SizingError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -341,8 +401,7 @@ impl RunConfig {
             tls.is_some(),
             tokens.is_some(),
             args.insecure_listen,
-        )
-        .map_err(RunError::Serving)?;
+        )?;
         if args.insecure_listen && (tls.is_none() || tokens.is_none()) {
             tracing::warn!(
                 listen = %args.listen,
@@ -384,8 +443,7 @@ impl RunConfig {
                 max_mutating: args.max_mutating_requests_inflight,
                 body_timeout: args.request_body_timeout,
             },
-        })
-        .map_err(RunError::Serving)?;
+        })?;
         if args.node_status_mode != crate::controller::StatusMode::Probe
             && sizing.max_connections < known_nodes + READER_CONNECTIONS
         {
@@ -528,7 +586,7 @@ fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, 
         leader.namespace = args.leader_elect_resource_namespace.clone();
         leader
             .validate()
-            .map_err(|reason| flag("--leader-elect-*", reason))?;
+            .map_err(|e| flag("--leader-elect-*", e.to_string()))?;
         config.leader = Some(leader);
     }
     Ok(Some(config))
@@ -637,6 +695,11 @@ mod tests {
         too_many.max_connections = 5_000;
         let e = size_api(too_many).unwrap_err();
         assert!(
+            matches!(e, SizingError::TooManyConnections { fits: 768, .. }),
+            "{e:?}"
+        );
+        let e = e.to_string();
+        assert!(
             e.contains("--max-connections 5000") && e.contains("at most 768"),
             "{e}"
         );
@@ -644,18 +707,31 @@ mod tests {
         let mut no_room = small;
         no_room.limits.max_reads = 31;
         let e = size_api(no_room).unwrap_err();
-        assert!(e.contains("leaves no room for writes"), "{e}");
+        assert!(matches!(e, SizingError::NoRoomForWrites { .. }), "{e:?}");
+        assert!(e.to_string().contains("leaves no room for writes"), "{e}");
 
         let mut writes = small;
         writes.limits.max_mutating = 22;
         let e = size_api(writes).unwrap_err();
-        assert!(e.contains("--max-mutating-requests-inflight 22"), "{e}");
+        assert!(
+            matches!(e, SizingError::WritesDoNotFit { asked: 22, .. }),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains("--max-mutating-requests-inflight 22"),
+            "{e}"
+        );
 
         let mut no_watches = small;
         no_watches.limits.max_watches = 0;
+        let e = size_api(no_watches).unwrap_err();
         assert_eq!(
-            size_api(no_watches).unwrap_err(),
-            "--max-watches must be at least 1"
+            e,
+            SizingError::ZeroBudget {
+                flag: "--max-watches"
+            }
         );
+        assert_eq!(e.to_string(), "--max-watches must be at least 1");
     }
 }

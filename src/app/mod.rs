@@ -26,7 +26,9 @@ mod config;
 mod supervise;
 
 use config::SPARE_FILES;
-pub use config::{size_api, ApiSizing, RunConfig, RunError, SizingInput, READER_CONNECTIONS};
+pub use config::{
+    size_api, ApiSizing, RunConfig, RunError, SizingError, SizingInput, READER_CONNECTIONS,
+};
 use supervise::{Supervised, Task, TaskResult};
 
 /// Where a local client reaches a listener: a wildcard address becomes loopback.

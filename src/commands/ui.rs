@@ -52,7 +52,7 @@ pub async fn ui(args: &UiArgs, db: &Path) -> Outcome {
         tokens.is_some(),
         args.insecure_listen,
     )
-    .map_err(usage)?;
+    .map_err(|e| usage(e.to_string()))?;
     if !db.exists() {
         return Err(format!(
             "no store at {}: give the store of a site with --db PATH",

@@ -12,65 +12,97 @@ use serde_json::Value;
 /// The most operations one patch may carry (kube-apiserver allows 10,000).
 pub const MAX_OPERATIONS: usize = 10_000;
 
+/// Why a JSON patch was refused. Every variant names the operation (by its
+/// index) where that applies, so the writer can fix that one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum JsonPatchError {
+    /// The body is not an array: send `[{"op": ..., "path": ...}, ...]`.
+    #[error("a JSON patch is an array of operations")]
+    NotAnArray,
+    /// More operations than [`MAX_OPERATIONS`]: split the patch.
+    #[error("the JSON patch has {count} operations, more than the {MAX_OPERATIONS} allowed")]
+    TooManyOperations { count: usize },
+    /// An operation that is not one: an unknown `op`, a missing field, a
+    /// malformed pointer.
+    #[error("JSON patch operation {index}: {reason}")]
+    MalformedOperation { index: usize, reason: String },
+    /// A `test` operation found another value: the patch was written
+    /// against another version of the document.
+    #[error("JSON patch operation {index}: test failed: {path} is not {expected}")]
+    TestFailed {
+        index: usize,
+        path: String,
+        expected: Value,
+    },
+    /// A path, or a `move`'s or `copy`'s `from`, names nothing in the document.
+    #[error("JSON patch operation {index}: {detail}")]
+    NoSuchPath { index: usize, detail: String },
+    /// Any other operation that cannot apply (a move into its own child, ...).
+    #[error("JSON patch operation {index}: {detail}")]
+    CannotApply { index: usize, detail: String },
+}
+
 /// Applies `patch` (an array of operations) to `doc`, or says which
 /// operation failed and why.
-pub fn apply(doc: &mut Value, patch: &Value) -> Result<(), String> {
+pub fn apply(doc: &mut Value, patch: &Value) -> Result<(), JsonPatchError> {
     let Value::Array(ops) = patch else {
-        return Err("a JSON patch is an array of operations".into());
+        return Err(JsonPatchError::NotAnArray);
     };
     if ops.len() > MAX_OPERATIONS {
-        return Err(format!(
-            "the JSON patch has {} operations, more than the {MAX_OPERATIONS} allowed",
-            ops.len()
-        ));
+        return Err(JsonPatchError::TooManyOperations { count: ops.len() });
     }
     let ops = ops
         .iter()
         .enumerate()
-        .map(|(i, op)| {
-            PatchOperation::deserialize(op).map_err(|e| format!("JSON patch operation {i}: {e}"))
+        .map(|(index, op)| {
+            PatchOperation::deserialize(op).map_err(|e| JsonPatchError::MalformedOperation {
+                index,
+                reason: e.to_string(),
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     // On a copy: the crate's own rollback panics if an undo fails.
     let mut work = doc.clone();
-    json_patch::patch_unsafe(&mut work, &ops).map_err(|e| {
-        let op = &ops[e.operation];
-        format!(
-            "JSON patch operation {}: {}",
-            e.operation,
-            failure(op, &e.kind)
-        )
-    })?;
+    json_patch::patch_unsafe(&mut work, &ops)
+        .map_err(|e| failure(e.operation, &ops[e.operation], &e.kind))?;
     *doc = work;
     Ok(())
 }
 
-/// Why `op` could not be applied, naming its paths.
-fn failure(op: &PatchOperation, kind: &PatchErrorKind) -> String {
+/// Why operation `index`, `op`, could not be applied, naming its paths.
+fn failure(index: usize, op: &PatchOperation, kind: &PatchErrorKind) -> JsonPatchError {
     let path = shown(op.path());
+    let no_such_from = |verb: &str, from: &Pointer| JsonPatchError::NoSuchPath {
+        index,
+        detail: format!(
+            "{verb} from {} to {path}: {} does not exist",
+            shown(from),
+            shown(from)
+        ),
+    };
     match (op, kind) {
-        (PatchOperation::Test(t), PatchErrorKind::TestFailed) => {
-            format!("test failed: {path} is not {}", t.value)
-        }
+        (PatchOperation::Test(t), PatchErrorKind::TestFailed) => JsonPatchError::TestFailed {
+            index,
+            path,
+            expected: t.value.clone(),
+        },
         (PatchOperation::Move(m), PatchErrorKind::InvalidFromPointer) => {
-            format!(
-                "move from {} to {path}: {} does not exist",
-                shown(&m.from),
-                shown(&m.from)
-            )
+            no_such_from("move", &m.from)
         }
         (PatchOperation::Copy(c), PatchErrorKind::InvalidFromPointer) => {
-            format!(
-                "copy from {} to {path}: {} does not exist",
-                shown(&c.from),
-                shown(&c.from)
-            )
+            no_such_from("copy", &c.from)
         }
-        (_, PatchErrorKind::InvalidPointer) => format!(
-            "{} {path}: no such member or index (or its parent is not an object or array)",
-            op_name(op)
-        ),
-        (_, kind) => format!("{} {path}: {kind}", op_name(op)),
+        (_, PatchErrorKind::InvalidPointer) => JsonPatchError::NoSuchPath {
+            index,
+            detail: format!(
+                "{} {path}: no such member or index (or its parent is not an object or array)",
+                op_name(op)
+            ),
+        },
+        (_, kind) => JsonPatchError::CannotApply {
+            index,
+            detail: format!("{} {path}: {kind}", op_name(op)),
+        },
     }
 }
 
@@ -119,7 +151,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn patched(doc: Value, patch: Value) -> Result<Value, String> {
+    fn patched(doc: Value, patch: Value) -> Result<Value, JsonPatchError> {
         let mut doc = doc;
         apply(&mut doc, &patch).map(|()| doc)
     }
@@ -222,7 +254,11 @@ mod tests {
             &json!([{"op": "add", "path": "/b", "value": 2}, {"op": "remove", "path": "/nope"}]),
         )
         .unwrap_err();
-        assert!(e.starts_with("JSON patch operation 1:"), "{e}");
+        assert!(
+            matches!(e, JsonPatchError::NoSuchPath { index: 1, .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("JSON patch operation 1:"), "{e}");
         assert_eq!(doc, json!({"a": 1}));
         for bad in [
             json!({"op": "add"}),
@@ -241,7 +277,7 @@ mod tests {
     #[test]
     fn failures_name_the_operation_and_its_paths() {
         let mut doc = json!({"a": {"b": 1}, "l": [1]});
-        let fails = |patch: Value| apply(&mut doc.clone(), &patch).unwrap_err();
+        let fails = |patch: Value| apply(&mut doc.clone(), &patch).unwrap_err().to_string();
         assert_eq!(
             fails(
                 json!([{"op": "test", "path": "/a", "value": {"b": 1}}, {"op": "test", "path": "/a/b", "value": 2}])
@@ -283,6 +319,40 @@ mod tests {
         )
         .is_ok());
         assert_eq!(doc["l"], json!([1, 2]));
+    }
+
+    #[test]
+    fn failures_are_told_apart_by_variant() {
+        let doc = json!({"a": {"b": 1}});
+        let fails = |patch: Value| apply(&mut doc.clone(), &patch).unwrap_err();
+        assert_eq!(fails(json!({"op": "add"})), JsonPatchError::NotAnArray);
+        let many = vec![json!({"op": "test", "path": "/a", "value": 1}); MAX_OPERATIONS + 1];
+        assert_eq!(
+            fails(Value::Array(many)),
+            JsonPatchError::TooManyOperations {
+                count: MAX_OPERATIONS + 1
+            }
+        );
+        assert!(matches!(
+            fails(json!([{"op": "frobnicate", "path": "/a"}])),
+            JsonPatchError::MalformedOperation { index: 0, .. }
+        ));
+        assert_eq!(
+            fails(json!([{"op": "test", "path": "/a/b", "value": 2}])),
+            JsonPatchError::TestFailed {
+                index: 0,
+                path: "/a/b".into(),
+                expected: json!(2)
+            }
+        );
+        assert!(matches!(
+            fails(json!([{"op": "copy", "from": "/x", "path": "/y"}])),
+            JsonPatchError::NoSuchPath { index: 0, .. }
+        ));
+        assert!(matches!(
+            fails(json!([{"op": "move", "from": "/a", "path": "/a/b"}])),
+            JsonPatchError::CannotApply { index: 0, .. }
+        ));
     }
 
     #[test]

@@ -188,7 +188,7 @@ pub fn check_condition_types(node: &KubeNode) -> Result<(), FieldError> {
 pub fn node_registration(node: &KubeNode) -> Result<(NodeSpec, PushedStatus), Vec<FieldError>> {
     let raw = node.metadata.name.as_deref().unwrap_or_default();
     let name = crate::model::normalize_name(raw)
-        .map_err(|e| vec![FieldError::invalid("metadata.name", raw, &e)])?;
+        .map_err(|e| vec![FieldError::invalid("metadata.name", raw, &e.to_string())])?;
     let labels: BTreeMap<String, String> = node.metadata.labels.clone().unwrap_or_default();
     let mut errors = validation::labels(&labels);
     check_condition_types(node).map_err(|e| vec![e])?;

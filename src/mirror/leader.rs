@@ -48,21 +48,59 @@ impl LeaderConfig {
     }
 
     /// The durations must nest as kube-controller-manager requires.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), LeaderConfigError> {
         if self.lease_duration <= self.renew_deadline {
-            return Err(
-                "--leader-elect-lease-duration must be longer than --leader-elect-renew-deadline"
-                    .into(),
-            );
+            return Err(LeaderConfigError::LeaseNotLongerThanRenewDeadline {
+                lease_duration: self.lease_duration,
+                renew_deadline: self.renew_deadline,
+            });
         }
         if self.renew_deadline <= self.retry_period {
-            return Err(
-                "--leader-elect-renew-deadline must be longer than --leader-elect-retry-period"
-                    .into(),
-            );
+            return Err(LeaderConfigError::RenewDeadlineNotLongerThanRetry {
+                renew_deadline: self.renew_deadline,
+                retry_period: self.retry_period,
+            });
         }
         Ok(())
     }
+}
+
+/// Why a leader-election configuration is refused: its durations do not nest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaderConfigError {
+    #[error(
+        "--leader-elect-lease-duration must be longer than --leader-elect-renew-deadline \
+         ({lease_duration:?} is not longer than {renew_deadline:?})"
+    )]
+    LeaseNotLongerThanRenewDeadline {
+        lease_duration: Duration,
+        renew_deadline: Duration,
+    },
+    #[error(
+        "--leader-elect-renew-deadline must be longer than --leader-elect-retry-period \
+         ({renew_deadline:?} is not longer than {retry_period:?})"
+    )]
+    RenewDeadlineNotLongerThanRetry {
+        renew_deadline: Duration,
+        retry_period: Duration,
+    },
+}
+
+/// Why one try to acquire, renew or give up the lease failed.
+#[derive(Debug, thiserror::Error)]
+enum ElectionError {
+    /// The try was cut off at the renew deadline.
+    #[error(
+        "no answer from the API server within the renew deadline (--leader-elect-renew-deadline)"
+    )]
+    NoAnswer,
+    #[error("cannot read the lease: {0}")]
+    Read(#[source] ::kube::Error),
+    #[error("cannot write the lease: {0}")]
+    Write(#[source] ::kube::Error),
+    /// Deleted while we held it: there is nothing to give up.
+    #[error("the lease is gone")]
+    LeaseGone,
 }
 
 /// What we last saw of the lease, and when (on our clock).
@@ -111,7 +149,7 @@ pub async fn run(
         let result =
             tokio::time::timeout_at(deadline, try_acquire_or_renew(&api, &config, &mut observed))
                 .await
-                .unwrap_or_else(|_| Err("no answer from the API server".into()));
+                .unwrap_or(Err(ElectionError::NoAnswer));
         let now = Instant::now();
         match result {
             Ok(Tried::Holding) => {
@@ -141,7 +179,7 @@ pub async fn run(
                 );
             }
             Err(e) => {
-                if !step_down_past_deadline(&leading, last_renewal, now, &config, &e) {
+                if !step_down_past_deadline(&leading, last_renewal, now, &config, &e.to_string()) {
                     if last_warned.is_none_or(|t| now - t >= WARN_PERIOD) {
                         // An outage fails every try; say so now and then, not every retry period.
                         tracing::warn!("leader election: {e}");
@@ -161,7 +199,7 @@ pub async fn run(
         leading.send_replace(false);
         let released = tokio::time::timeout(config.renew_deadline, release(&api, &config))
             .await
-            .unwrap_or_else(|_| Err("no answer from the API server".into()));
+            .unwrap_or(Err(ElectionError::NoAnswer));
         if let Err(e) = released {
             tracing::warn!(
                 "could not give up the leader lease: {e}; the standby takes over when it expires"
@@ -192,7 +230,7 @@ async fn try_acquire_or_renew(
     api: &Api<Lease>,
     config: &LeaderConfig,
     observed: &mut Option<Observed>,
-) -> Result<Tried, String> {
+) -> Result<Tried, ElectionError> {
     let now = MicroTime(crate::model::Micros::now().timestamp());
     let mine = |acquire: Option<MicroTime>, transitions: Option<i32>, rv: Option<String>| Lease {
         metadata: ObjectMeta {
@@ -211,12 +249,15 @@ async fn try_acquire_or_renew(
         }),
     };
     let pp = PostParams::default();
-    let current = api.get_opt(&config.name).await.map_err(|e| e.to_string())?;
+    let current = api
+        .get_opt(&config.name)
+        .await
+        .map_err(ElectionError::Read)?;
     let Some(current) = current else {
         return match api.create(&pp, &mine(None, Some(0), None)).await {
             Ok(_) => Ok(Tried::Holding),
             Err(::kube::Error::Api(s)) if s.code == 409 => Ok(Tried::Conflict),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(ElectionError::Write(e)),
         };
     };
     let spec = current.spec.clone().unwrap_or_default();
@@ -256,17 +297,17 @@ async fn try_acquire_or_renew(
         Ok(_) => Ok(Tried::Holding),
         // Someone else wrote it first.
         Err(::kube::Error::Api(s)) if s.code == 409 => Ok(Tried::Conflict),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(ElectionError::Write(e)),
     }
 }
 
 /// Gives the lease up: no holder, so a standby acquires it on its next try.
-async fn release(api: &Api<Lease>, config: &LeaderConfig) -> Result<(), String> {
+async fn release(api: &Api<Lease>, config: &LeaderConfig) -> Result<(), ElectionError> {
     let mut current = api
         .get_opt(&config.name)
         .await
-        .map_err(|e| e.to_string())?
-        .ok_or("the lease is gone")?;
+        .map_err(ElectionError::Read)?
+        .ok_or(ElectionError::LeaseGone)?;
     let spec = current.spec.get_or_insert_with(LeaseSpec::default);
     if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
         return Ok(());
@@ -276,7 +317,7 @@ async fn release(api: &Api<Lease>, config: &LeaderConfig) -> Result<(), String> 
     spec.renew_time = Some(MicroTime(crate::model::Micros::now().timestamp()));
     api.replace(&config.name, &PostParams::default(), &current)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(ElectionError::Write)?;
     Ok(())
 }
 
@@ -366,6 +407,68 @@ mod tests {
                 "leaseTransitions": 3,
             }
         }));
+    }
+
+    #[test]
+    fn durations_that_do_not_nest_are_told_apart() {
+        let config = |lease, renew, retry| LeaderConfig {
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_secs(renew),
+            retry_period: Duration::from_secs(retry),
+            ..LeaderConfig::new("a".into())
+        };
+        assert_eq!(config(15, 10, 2).validate(), Ok(()));
+        let e = config(10, 10, 2).validate().unwrap_err();
+        assert!(
+            matches!(e, LeaderConfigError::LeaseNotLongerThanRenewDeadline { .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with(
+            "--leader-elect-lease-duration must be longer than --leader-elect-renew-deadline (10s"
+        ));
+        let e = config(15, 2, 2).validate().unwrap_err();
+        assert!(
+            matches!(e, LeaderConfigError::RenewDeadlineNotLongerThanRetry { .. }),
+            "{e:?}"
+        );
+    }
+
+    /// The lease API of a client for `server`.
+    async fn lease_api(server: &FakeApiServer) -> Api<Lease> {
+        crate::install_crypto_provider();
+        let connection = ApiServer::Master(server.url())
+            .connect(DEADLINE)
+            .await
+            .expect("a client for the in-process API server");
+        Api::namespaced(connection.client, "kube-system")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tries_fail_with_what_went_wrong() {
+        let server = FakeApiServer::start().await;
+        let api = lease_api(&server).await;
+        let config = LeaderConfig::new("me".into());
+        let e = release(&api, &config).await.unwrap_err();
+        assert!(matches!(e, ElectionError::LeaseGone), "{e:?}");
+        let mut observed = None;
+        assert!(matches!(
+            try_acquire_or_renew(&api, &config, &mut observed).await,
+            Ok(Tried::Holding)
+        ));
+        server.set_fault(Fault::Status(403));
+        let e = try_acquire_or_renew(&api, &config, &mut observed)
+            .await
+            .err()
+            .expect("a refused read fails the try");
+        assert!(matches!(e, ElectionError::Read(_)), "{e:?}");
+        let e = release(&api, &config).await.unwrap_err();
+        assert!(matches!(e, ElectionError::Read(_)), "{e:?}");
+        server.set_fault(Fault::None);
+        server.conflict_next(ObjectKey::lease("kube-system", "nodekeeper"), 1);
+        assert!(matches!(
+            try_acquire_or_renew(&api, &config, &mut observed).await,
+            Ok(Tried::Conflict)
+        ));
     }
 
     #[tokio::test(start_paused = true)]

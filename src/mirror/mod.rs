@@ -67,7 +67,7 @@ pub const REQUEST_RETRY: Backoff =
 pub use capacity::{BudgetFlags, Plan};
 pub use client::{ApiServer, ClientError, Connection};
 pub use jobs::NODE_LEASE_NAMESPACE;
-pub use leader::LeaderConfig;
+pub use leader::{LeaderConfig, LeaderConfigError};
 use status::META_LAST_ERROR;
 pub use status::{
     status_from_store, BudgetStatus, EntryStatus, ErrorNote, MirrorState, MirrorStatus, Throttle,

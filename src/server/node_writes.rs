@@ -140,7 +140,9 @@ pub fn prepare(
                     patch::apply_with_keys(PatchKind::Strategic, &mut current, body, node_merge_key)
                         .map_err(|e| e.to_string())
                 }
-                PatchFormat::Json => json_patch::apply(&mut current, body),
+                PatchFormat::Json => {
+                    json_patch::apply(&mut current, body).map_err(|e| e.to_string())
+                }
             };
             applied.map_err(|e| {
                 WriteError::Invalid(Invalid {

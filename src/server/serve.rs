@@ -491,6 +491,30 @@ pub fn tls_config(cert_file: &str, key_file: &str) -> Result<Arc<rustls::ServerC
     Ok(Arc::new(config))
 }
 
+/// Why the API may not be served on a non-loopback address as configured:
+/// what is missing, and the flags that would supply it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InsecureListen {
+    #[error(
+        "--listen {addr} is not a loopback address and the API would be served without TLS \
+         (give --tls-cert-file and --tls-private-key-file) and without authentication (give \
+         --token-file); pass --insecure-listen to serve it like this anyway"
+    )]
+    NoTlsNoTokens { addr: SocketAddr },
+    #[error(
+        "--listen {addr} is not a loopback address and the API would be served without TLS, so \
+         bearer tokens would cross the network in clear (give --tls-cert-file and \
+         --tls-private-key-file); pass --insecure-listen to serve it like this anyway"
+    )]
+    NoTls { addr: SocketAddr },
+    #[error(
+        "--listen {addr} is not a loopback address and the API would be served without \
+         authentication, so anyone who can connect could write (give --token-file); pass \
+         --insecure-listen to serve it like this anyway"
+    )]
+    NoTokens { addr: SocketAddr },
+}
+
 /// Refuses to serve on a non-loopback address without both TLS and bearer
 /// tokens, unless `--insecure-listen` says so.
 pub fn check_listen(
@@ -498,23 +522,15 @@ pub fn check_listen(
     tls: bool,
     tokens: bool,
     insecure_listen: bool,
-) -> Result<(), String> {
+) -> Result<(), InsecureListen> {
     if is_loopback(addr) || (tls && tokens) || insecure_listen {
         return Ok(());
     }
-    let missing = match (tls, tokens) {
-        (false, false) => {
-            "without TLS (give --tls-cert-file and --tls-private-key-file) and without authentication (give --token-file)"
-        }
-        (false, true) => {
-            "without TLS, so bearer tokens would cross the network in clear (give --tls-cert-file and --tls-private-key-file)"
-        }
-        _ => "without authentication, so anyone who can connect could write (give --token-file)",
-    };
-    Err(format!(
-        "--listen {addr} is not a loopback address and the API would be served {missing}; \
-         pass --insecure-listen to serve it like this anyway"
-    ))
+    Err(match (tls, tokens) {
+        (false, false) => InsecureListen::NoTlsNoTokens { addr },
+        (false, true) => InsecureListen::NoTls { addr },
+        _ => InsecureListen::NoTokens { addr },
+    })
 }
 
 /// 127.0.0.0/8 or ::1 (also as an IPv4-mapped address).
@@ -905,6 +921,8 @@ mod tests {
         assert_eq!(check_listen(open, true, true, false), Ok(()));
         assert_eq!(check_listen(open, false, false, true), Ok(()));
         let e = check_listen(open, false, false, false).unwrap_err();
+        assert_eq!(e, InsecureListen::NoTlsNoTokens { addr: open });
+        let e = e.to_string();
         assert!(
             e.contains("--tls-cert-file")
                 && e.contains("--token-file")
@@ -912,11 +930,15 @@ mod tests {
             "{e}"
         );
         let e = check_listen(addr("[::]:80"), false, true, false).unwrap_err();
+        assert!(matches!(e, InsecureListen::NoTls { .. }), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.contains("without TLS") && !e.contains("--token-file"),
             "{e}"
         );
         let e = check_listen(addr("10.0.0.1:80"), true, false, false).unwrap_err();
+        assert!(matches!(e, InsecureListen::NoTokens { .. }), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.contains("--token-file") && !e.contains("--tls-cert-file"),
             "{e}"

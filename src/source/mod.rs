@@ -42,7 +42,7 @@ pub enum SourceError {
     BadMachineName {
         provider: String,
         machine: String,
-        reason: String,
+        reason: crate::model::InvalidName,
     },
     /// Two listed machines that would become the same node.
     #[error("cloud provider {provider:?} failed to list instances: {first} and {second} would both be node {name:?}; nothing was changed — give them distinct names or exclude one with --match")]

@@ -58,7 +58,7 @@ pub fn parse_node_list(list: &str, capacity: Resources) -> Result<Vec<NodeSpec>,
         let origin = format!("--nodes entry {}", i + 1);
         let name = normalize_name(raw).map_err(|reason| SourceError::Invalid {
             origin: origin.clone(),
-            reason,
+            reason: reason.to_string(),
         })?;
         check_unique(&mut seen, &name, origin)?;
         specs.push(static_spec(name, None, BTreeMap::new(), capacity));
@@ -139,7 +139,7 @@ fn parse_lines(
         }
         let name = normalize_name(raw).map_err(|reason| SourceError::Invalid {
             origin: at.clone(),
-            reason,
+            reason: reason.to_string(),
         })?;
         if let Some(a) = address {
             check_address(a).map_err(|reason| SourceError::Invalid {
@@ -179,7 +179,7 @@ fn parse_structured(
         let at = format!("{origin}: entry {} ({:?})", i + 1, entry.name);
         let name = normalize_name(&entry.name).map_err(|reason| SourceError::Invalid {
             origin: at.clone(),
-            reason,
+            reason: reason.to_string(),
         })?;
         if let Some(a) = &entry.address {
             check_address(a).map_err(|reason| SourceError::Invalid {
