@@ -38,7 +38,6 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::Mutex;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
@@ -332,7 +331,10 @@ pub struct ProbeTarget {
     pub addr: SocketAddr,
     /// The Host header's value, formatted once.
     host: Box<str>,
-    connection: Mutex<Option<Stream>>,
+    /// Taken for a probe and put back after: a sweep probes each target
+    /// once, so no two probes wait for it (a rescue probe that meets an
+    /// empty slot connects anew). A plain lock, never held across an await.
+    connection: std::sync::Mutex<Option<Stream>>,
 }
 
 impl ProbeTarget {
@@ -340,13 +342,20 @@ impl ProbeTarget {
         ProbeTarget {
             addr,
             host: addr.to_string().into_boxed_str(),
-            connection: Mutex::new(None),
+            connection: std::sync::Mutex::new(None),
         }
     }
 
     /// Whether a connection is being kept for the next probe.
-    pub async fn has_connection(&self) -> bool {
-        self.connection.lock().await.is_some()
+    pub fn has_connection(&self) -> bool {
+        self.slot().is_some()
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Stream>> {
+        // A panic while the lock was held left at worst a stream or none.
+        self.connection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -415,11 +424,10 @@ impl Prober {
     /// Probes one kubelet. Never takes longer than the configured timeout,
     /// and a panic on the way is this probe's failure only.
     pub async fn probe(&self, target: &ProbeTarget) -> ProbeOutcome {
-        let mut slot = target.connection.lock().await;
-        let kept = slot.take();
+        let kept = target.slot().take();
         match self.bounded(self.exchange(target, kept)).await {
             Ok((answer, stream)) => {
-                *slot = stream.filter(|_| answer.reusable);
+                *target.slot() = stream.filter(|_| answer.reusable);
                 classify(answer.status, &answer.body, answer.complete)
             }
             Err(error) => ProbeOutcome::NoAnswer { error },
@@ -1044,7 +1052,7 @@ mod tests {
             1,
             "the kubelet's answer stands: no second connection asks again"
         );
-        assert!(!target.has_connection().await, "its connection is dropped");
+        assert!(!target.has_connection(), "its connection is dropped");
         // The next probe asks on a new connection.
         assert_eq!(prober.probe(&target).await, ProbeOutcome::Healthy);
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
@@ -1094,7 +1102,7 @@ mod tests {
         let prober = http_prober(Duration::from_secs(5));
         let target = ProbeTarget::new(addr);
         assert_eq!(prober.probe(&target).await, ProbeOutcome::Healthy);
-        assert!(target.has_connection().await);
+        assert!(target.has_connection());
         assert_eq!(prober.probe(&target).await, ProbeOutcome::Healthy);
     }
 
@@ -1164,7 +1172,7 @@ mod tests {
             ProbeOutcome::Unhealthy { status: 200, .. }
         ));
         assert!(
-            !target.has_connection().await,
+            !target.has_connection(),
             "a half-read connection is not kept"
         );
     }
@@ -1178,7 +1186,7 @@ mod tests {
         let target = ProbeTarget::new(addr);
         assert_eq!(prober.probe(&target).await, ProbeOutcome::Healthy);
         assert!(
-            target.has_connection().await,
+            target.has_connection(),
             "a complete chunked answer keeps the connection"
         );
         assert_eq!(prober.probe(&target).await, ProbeOutcome::Healthy);
@@ -1187,16 +1195,13 @@ mod tests {
         let addr = serve(vec![closing]).await;
         let target = ProbeTarget::new(addr);
         assert_eq!(prober.probe(&target).await, ProbeOutcome::Healthy);
-        assert!(
-            !target.has_connection().await,
-            "Connection: close is honoured"
-        );
+        assert!(!target.has_connection(), "Connection: close is honoured");
 
         let old = "HTTP/1.0 200 OK\r\n\r\nok";
         let addr = serve(vec![old]).await;
         let target = ProbeTarget::new(addr);
         assert_eq!(prober.probe(&target).await, ProbeOutcome::Healthy);
-        assert!(!target.has_connection().await);
+        assert!(!target.has_connection());
 
         let garbage = "SSH-2.0-OpenSSH_9.2\r\n";
         let addr = serve(vec![garbage]).await;
@@ -1243,10 +1248,12 @@ mod tests {
         assert_eq!(prober.probe(&target).await, ProbeOutcome::Healthy);
         stale_tx.send(()).unwrap();
         // Wait until the unasked answer has arrived on the kept stream.
-        match target.connection.lock().await.as_mut() {
+        let kept = target.slot().take();
+        match &kept {
             Some(Stream::Plain(tcp)) => tcp.readable().await.unwrap(),
             _ => panic!("the connection was not kept"),
         }
+        *target.slot() = kept;
         assert_eq!(prober.probe(&target).await, ProbeOutcome::Healthy);
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
     }

@@ -30,7 +30,7 @@ mod static_sync;
 mod sweep;
 mod writer;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,7 +171,7 @@ pub struct Controller {
     /// `None` in push mode, which never probes (and needs no kubelet credentials).
     prober: Option<Prober>,
     tracked: BTreeMap<String, Tracked>,
-    leases: BTreeMap<String, Lease>,
+    leases: HashMap<String, Lease>,
     /// Every write goes through it.
     writer: StoreWriter,
     /// What became of each write, in order.
@@ -186,8 +186,8 @@ pub struct Controller {
     beats_changed: bool,
     /// Nodes and leases whose heartbeat times are newer than their records
     /// (written into the records at a clean stop).
-    dirty_nodes: BTreeSet<String>,
-    dirty_leases: BTreeSet<String>,
+    dirty_nodes: HashSet<String>,
+    dirty_leases: HashSet<String>,
     /// Events that must not be lost (the start, what a hook did) and that
     /// the store refused so far: recorded at a later monitor pass.
     unrecorded: Vec<(Option<String>, EventKind)>,
@@ -294,7 +294,7 @@ impl Controller {
                 },
             );
         }
-        let mut leases: BTreeMap<String, Lease> = store
+        let mut leases: HashMap<String, Lease> = store
             .leases()?
             .into_iter()
             .map(|l| (l.name.clone(), l))
@@ -326,8 +326,8 @@ impl Controller {
             ahead_leases: HashMap::new(),
             epoch: 0,
             beats_changed: false,
-            dirty_nodes: BTreeSet::new(),
-            dirty_leases: BTreeSet::new(),
+            dirty_nodes: HashSet::new(),
+            dirty_leases: HashSet::new(),
             unrecorded,
             rescues: JoinSet::new(),
             evictor: eviction::Evictor::default(),
@@ -886,7 +886,7 @@ fn lease_key(name: &str) -> String {
 fn restore_heartbeats(
     checkpoint: &HeartbeatCheckpoint,
     tracked: &mut BTreeMap<String, Tracked>,
-    leases: &mut BTreeMap<String, Lease>,
+    leases: &mut HashMap<String, Lease>,
 ) {
     for beats in &checkpoint.nodes {
         if let Some(t) = tracked.get_mut(&beats.name) {
