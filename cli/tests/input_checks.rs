@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -150,10 +151,8 @@ fn a_dotted_quad_that_is_not_an_ipv4_address_is_refused_with_its_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pushed_memory_capacity_in_exponent_form_is_accepted() {
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = dir.path().join("nodes.txt");
-    std::fs::write(&nodes, "edge-1 127.81.2.1\n").unwrap();
-    let c = Controller::start(&dir.path().join("db"), &push_mode_args(&nodes, &[]));
+    let site = TestSite::named(&["edge-1"], Ipv4Addr::new(127, 81, 2, 1)).start();
+    let c = site.controller(&[]);
     let beat = format!("{:.6}", jiff::Timestamp::now());
     for (memory, cpu, bytes, millis) in [
         ("1e9", "2", "1000000000", "2"),
