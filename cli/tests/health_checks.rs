@@ -54,10 +54,15 @@ fn gauge(metrics: &str, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_names_what_keeps_the_controller_from_deciding() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 82, 1, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let inventory = dir.path().join("inventory.yaml");
+    // The inventory is the only source; one probe at a time, so hung
+    // kubelets make a sweep slow.
+    let site = TestSite::builder(2, Ipv4Addr::new(127, 82, 1, 1))
+        .without_nodes_file()
+        .flag("--kubelet-timeout", "2s")
+        .start()
+        .await;
+    let fleet = &site.fleet;
+    let inventory = site.path().join("inventory.yaml");
     let machines: String = fleet
         .fleet
         .nodes()
@@ -65,26 +70,16 @@ async fn readyz_names_what_keeps_the_controller_from_deciding() {
         .map(|n| format!("  - name: {}\n    address: {}\n", n.name, n.address.ip()))
         .collect();
     std::fs::write(&inventory, format!("machines:\n{machines}")).unwrap();
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
-    // The inventory is the only source; one probe at a time, so hung
-    // kubelets make a sweep slow.
-    args.drain(0..2);
-    args.extend(
-        [
-            "--cloud-provider",
-            "inventory",
-            "--cloud-config",
-            inventory.to_str().unwrap(),
-            "--node-status-mode",
-            "probe",
-            "--probe-concurrency",
-            "1",
-        ]
-        .map(String::from),
-    );
-    let timeout = args.iter().position(|a| a == "--kubelet-timeout").unwrap();
-    args[timeout + 1] = "2s".into();
-    let c = Controller::start(&db, &args);
+    let c = site.controller_with(&[
+        "--cloud-provider",
+        "inventory",
+        "--cloud-config",
+        inventory.to_str().unwrap(),
+        "--node-status-mode",
+        "probe",
+        "--probe-concurrency",
+        "1",
+    ]);
     let ready = wait_text(&c, "/readyz?verbose", 200, "readyz check passed").await;
     assert_eq!(
         ready,
@@ -163,7 +158,7 @@ async fn readyz_names_what_keeps_the_controller_from_deciding() {
     std::fs::write(&inventory, format!("machines:\n{machines}")).unwrap();
     wait_text(&c, "/readyz", 200, "ok").await;
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 /// Starts `run` with `env` set and waits for it to exit: its code and log.
@@ -179,20 +174,11 @@ fn run_until_exit(db: &std::path::Path, args: &[String], env: (&str, &str)) -> (
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the controller kept running after its task died: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = exited_in_time(&mut child) else {
+        panic!(
+            "the controller kept running after its task died: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
     };
     (
         status.code().unwrap_or(-1),

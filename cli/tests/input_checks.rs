@@ -9,7 +9,6 @@ mod common;
 
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
@@ -30,20 +29,11 @@ fn refused(args: &[&str]) -> String {
         .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{args:?} was not refused: the controller started\n{}",
-                std::fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = exited_in_time(&mut child) else {
+        panic!(
+            "{args:?} was not refused: the controller started\n{}",
+            std::fs::read_to_string(&err_path).unwrap_or_default()
+        );
     };
     let err = std::fs::read_to_string(&err_path).unwrap();
     assert_eq!(status.code(), Some(2), "{args:?} was not refused: {err}");

@@ -50,33 +50,8 @@ impl TestFleet {
         }
     }
 
-    /// Writes the fleet as a nodes file.
-    pub fn nodes_file(&self, dir: &Path) -> PathBuf {
-        self.nodes_file_with(dir, self.fleet.nodes().len(), None)
-    }
-
     pub fn name(&self, i: usize) -> String {
         self.fleet.nodes()[i].name.clone()
-    }
-
-    /// Writes a nodes file of only the first `count` nodes; the others are
-    /// unknown to a controller started with it.
-    pub fn nodes_file_of_first(&self, dir: &Path, count: usize) -> PathBuf {
-        self.nodes_file_with(dir, count, None)
-    }
-
-    /// Writes a nodes file of the first `count` nodes, node `i` with the
-    /// labels `labels(i)` if given.
-    pub fn nodes_file_with(
-        &self,
-        dir: &Path,
-        count: usize,
-        labels: Option<fn(usize) -> Value>,
-    ) -> PathBuf {
-        let nodes = self.fleet.nodes()[..count]
-            .iter()
-            .map(|n| (n.name.clone(), n.address.ip()));
-        write_nodes_file(dir, nodes, labels)
     }
 
     /// Makes the fleet push to `controller` every 200ms, changed by `tweak`.
@@ -851,12 +826,22 @@ fn signal(pid: u32, sig: &str) {
 }
 
 fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    exited_in_time(child).expect("process did not exit")
+}
+
+/// Waits up to [`DEADLINE`] for `child` to exit and returns how it did; one
+/// still running then is killed, and the answer is `None`.
+pub fn exited_in_time(child: &mut Child) -> Option<std::process::ExitStatus> {
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
-            return status;
+            return Some(status);
         }
-        assert!(started.elapsed() < DEADLINE, "process did not exit");
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
