@@ -76,7 +76,7 @@ async fn the_registry_follows_an_inventory_file() {
 
     // A machine leaves the inventory, another is shut down (and its kubelet
     // with it: a Ready node is never tainted).
-    write(&file, &inventory(&fleet, &[(0, "running"), (1, "stopped")]));
+    write(&file, &inventory(fleet, &[(0, "running"), (1, "stopped")]));
     fleet
         .handle
         .set(&b, nodekeeper_sim::KubeletState::Down)
@@ -125,7 +125,7 @@ async fn the_registry_follows_an_inventory_file() {
         new.iter().all(|e| e["kind"] != "Deleted"),
         "a failed listing deleted something: {new:?}"
     );
-    let described = cli_ok(&db, &["describe", &a]);
+    let described = cli_ok(db, &["describe", &a]);
     assert!(described.contains("failed listing"), "{described}");
     assert!(c
         .text("/metrics")
@@ -139,7 +139,7 @@ async fn the_registry_follows_an_inventory_file() {
         .unwrap();
     write(
         &file,
-        &inventory(&fleet, &[(0, "running"), (1, "running"), (2, "running")]),
+        &inventory(fleet, &[(0, "running"), (1, "running"), (2, "running")]),
     );
     c.wait_for("/api/v1/nodes", "the machine back", |l| names(l).len() == 3)
         .await;
@@ -164,6 +164,6 @@ async fn the_registry_follows_an_inventory_file() {
         .collect();
     assert_eq!(kinds, ["Registered", "Deleted", "Registered"], "{history}");
     assert!(c.stop().success());
-    assert!(cli_ok(&db, &["db", "verify"]).contains("ok:"));
+    assert!(cli_ok(db, &["db", "verify"]).contains("ok:"));
     site.stop().await;
 }

@@ -78,7 +78,7 @@ async fn over_tls_the_api_and_the_cli_work_and_plain_clients_do_not() {
     let node = site.name(0);
     let started = Instant::now();
     loop {
-        let (code, out, err) = cli(&db, &["--token", "operator-secret", "nodes"]);
+        let (code, out, err) = cli(db, &["--token", "operator-secret", "nodes"]);
         if code == 0 && out.contains(&node) {
             break;
         }
