@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -16,12 +17,10 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// A nodes file of one node, `edge-1`, on this file's loopback range (push
-/// mode never probes it).
-fn one_node(dir: &std::path::Path) -> std::path::PathBuf {
-    let file = dir.join("nodes.yaml");
-    std::fs::write(&file, "- name: edge-1\n  address: 127.82.10.1\n").unwrap();
-    file
+/// A site in push mode of one node, `edge-1`, on this file's loopback range
+/// (push mode never probes it).
+fn one_node() -> TestSite<()> {
+    TestSite::named(&["edge-1"], Ipv4Addr::new(127, 82, 10, 1)).start()
 }
 
 fn host_port(url: &str) -> String {
@@ -165,22 +164,15 @@ async fn still_answering(c: &Controller, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_watches_and_idle_connections_cannot_lock_out_the_api() {
     nodekeeper::app::raise_open_file_limit();
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let c = Controller::start(
-        &db,
-        &push_mode_args(
-            &one_node(dir.path()),
-            &[
-                "--max-connections",
-                "40",
-                "--max-watches",
-                "5",
-                "--max-requests-inflight",
-                "10",
-            ],
-        ),
-    );
+    let site = one_node();
+    let c = site.controller_with(&[
+        "--max-connections",
+        "40",
+        "--max-watches",
+        "5",
+        "--max-requests-inflight",
+        "10",
+    ]);
     registered(&c).await;
     let addr = host_port(&c.url);
 
@@ -239,9 +231,8 @@ async fn idle_watches_and_idle_connections_cannot_lock_out_the_api() {
 async fn at_the_default_caps_4200_idle_watches_leave_the_api_answering() {
     // The failure as seen: ~4,100 idle watches filled the 4,096-connection cap.
     nodekeeper::app::raise_open_file_limit();
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let c = Controller::start(&db, &push_mode_args(&one_node(dir.path()), &[]));
+    let site = one_node();
+    let c = site.controller(&[]);
     registered(&c).await;
     let addr = host_port(&c.url);
     let opened = futures_util::future::join_all((0..4200).map(|_| {
@@ -266,12 +257,8 @@ async fn at_the_default_caps_4200_idle_watches_leave_the_api_answering() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_that_dribble_in_are_cut_at_the_body_timeout() {
     nodekeeper::app::raise_open_file_limit();
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let c = Controller::start(
-        &db,
-        &push_mode_args(&one_node(dir.path()), &["--request-body-timeout", "1s"]),
-    );
+    let site = one_node();
+    let c = site.controller_with(&["--request-body-timeout", "1s"]);
     registered(&c).await;
     let addr = host_port(&c.url);
     // 1,000 status PUTs announce 100 bytes and send one.
@@ -329,17 +316,10 @@ async fn bodies_that_dribble_in_are_cut_at_the_body_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_file_only_health_checks_answer_without_a_token() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let tokens = dir.path().join("tokens");
+    let site = one_node();
+    let tokens = site.path().join("tokens");
     std::fs::write(&tokens, "reader-secret\nedge-1-secret,edge-1\n").unwrap();
-    let c = Controller::start(
-        &db,
-        &push_mode_args(
-            &one_node(dir.path()),
-            &["--token-file", tokens.to_str().unwrap()],
-        ),
-    );
+    let c = site.controller_with(&["--token-file", tokens.to_str().unwrap()]);
     let http = client();
     let unauthorized = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                               "message": "Unauthorized", "reason": "Unauthorized", "code": 401});
@@ -405,7 +385,7 @@ async fn with_a_token_file_only_health_checks_answer_without_a_token() {
     assert_eq!(heartbeat(&c, Some("edge-1-secret")).await, 200);
 
     // The CLI says what it needs, and reads with it.
-    let (code, _, err) = cli(&db, &["nodes"]);
+    let (code, _, err) = cli(&c.db, &["nodes"]);
     assert_eq!(code, 1);
     assert!(
         err.contains("401") && err.contains("NODEKEEPER_TOKEN"),
@@ -413,7 +393,7 @@ async fn with_a_token_file_only_health_checks_answer_without_a_token() {
     );
     let out = std::process::Command::new(BIN)
         .env("NODEKEEPER_TOKEN", "reader-secret")
-        .args(["--db", db.to_str().unwrap(), "nodes"])
+        .args(["--db", c.db.to_str().unwrap(), "nodes"])
         .output()
         .unwrap();
     assert!(
@@ -427,9 +407,8 @@ async fn with_a_token_file_only_health_checks_answer_without_a_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_error_is_a_status() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let c = Controller::start(&db, &push_mode_args(&one_node(dir.path()), &[]));
+    let site = one_node();
+    let c = site.controller(&[]);
     let addr = host_port(&c.url);
     let status_of = |answer: &Answer, code: u16, reason: &str| {
         assert_eq!(answer.code, code, "{answer:?}");
@@ -531,11 +510,8 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_in_clear_with_prior_knowledge_and_over_tls_by_alpn() {
-    let dir = tempfile::tempdir().unwrap();
-    let c = Controller::start(
-        &dir.path().join("db"),
-        &push_mode_args(&one_node(dir.path()), &[]),
-    );
+    let site = one_node();
+    let c = site.controller(&[]);
     // The API serves before the first registration is stored.
     c.wait_for("/api/v1/nodes/edge-1", "edge-1 registered", |n| {
         n["metadata"]["name"] == "edge-1"
@@ -555,23 +531,22 @@ async fn http2_in_clear_with_prior_knowledge_and_over_tls_by_alpn() {
 
     // Over TLS, ALPN offers h2 first; a client that asks only for
     // HTTP/1.1 gets it.
-    let (cert, key, pem) = self_signed_cert(dir.path(), &["127.0.0.1"]);
-    let tokens = dir.path().join("tokens");
+    let (cert, key, pem) = self_signed_cert(site.path(), &["127.0.0.1"]);
+    let tokens = site.path().join("tokens");
     std::fs::write(&tokens, "reader-secret\n").unwrap();
-    let c = Controller::start(
-        &dir.path().join("db-tls"),
-        &push_mode_args(
-            &one_node(dir.path()),
-            &[
-                "--tls-cert-file",
-                &cert,
-                "--tls-private-key-file",
-                &key,
-                "--token-file",
-                tokens.to_str().unwrap(),
-            ],
-        ),
+    let mut args = site.args();
+    args.extend(
+        [
+            "--tls-cert-file",
+            &cert,
+            "--tls-private-key-file",
+            &key,
+            "--token-file",
+            tokens.to_str().unwrap(),
+        ]
+        .map(String::from),
     );
+    let c = Controller::start(&site.path().join("db-tls"), &args);
     let connect = |alpn: &[&[u8]]| {
         let mut roots = rustls::RootCertStore::empty();
         for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(pem.as_bytes()) {
@@ -601,7 +576,7 @@ async fn http2_in_clear_with_prior_knowledge_and_over_tls_by_alpn() {
     let tls = connect(&[b"http/1.1"]).await;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
     // kubectl reads through it (offering h2, as it does to kube-apiserver).
-    let kubeconfig = dir.path().join("kubeconfig");
+    let kubeconfig = site.path().join("kubeconfig");
     std::fs::write(
         &kubeconfig,
         format!(
@@ -641,9 +616,8 @@ async fn ten_thousand_kept_alive_connections_all_fit() {
         limit >= 10_300,
         "this test needs 10,300 open files, the limit is {limit}"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let c = Controller::start(&db, &push_mode_args(&one_node(dir.path()), &[]));
+    let site = one_node();
+    let c = site.controller(&[]);
     registered(&c).await;
     let addr = host_port(&c.url);
     let mut kept = Vec::with_capacity(10_000);

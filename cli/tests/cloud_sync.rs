@@ -43,27 +43,23 @@ fn names(list: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_registry_follows_an_inventory_file() {
-    let fleet = TestFleet::start(3, Ipv4Addr::new(127, 121, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let file = dir.path().join("inventory.yaml");
+    // The inventory is the only source here.
+    let site = TestSite::builder(3, Ipv4Addr::new(127, 121, 0, 1))
+        .without_nodes_file()
+        .start()
+        .await;
+    let (fleet, db) = (&site.fleet, &site.db);
+    let file = site.path().join("inventory.yaml");
     write(
         &file,
-        &inventory(&fleet, &[(0, "running"), (1, "running"), (2, "running")]),
+        &inventory(fleet, &[(0, "running"), (1, "running"), (2, "running")]),
     );
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
-    // The inventory is the only source here.
-    args.drain(0..2);
-    args.extend(
-        [
-            "--cloud-provider",
-            "inventory",
-            "--cloud-config",
-            file.to_str().unwrap(),
-        ]
-        .map(String::from),
-    );
-    let c = Controller::start(&db, &args);
+    let c = site.controller_with(&[
+        "--cloud-provider",
+        "inventory",
+        "--cloud-config",
+        file.to_str().unwrap(),
+    ]);
     let (a, b, gone) = (fleet.name(0), fleet.name(1), fleet.name(2));
     for n in [&a, &b, &gone] {
         c.wait_ready(n, "True").await;
@@ -80,7 +76,7 @@ async fn the_registry_follows_an_inventory_file() {
 
     // A machine leaves the inventory, another is shut down (and its kubelet
     // with it: a Ready node is never tainted).
-    write(&file, &inventory(&fleet, &[(0, "running"), (1, "stopped")]));
+    write(&file, &inventory(fleet, &[(0, "running"), (1, "stopped")]));
     fleet
         .handle
         .set(&b, nodekeeper_sim::KubeletState::Down)
@@ -129,7 +125,7 @@ async fn the_registry_follows_an_inventory_file() {
         new.iter().all(|e| e["kind"] != "Deleted"),
         "a failed listing deleted something: {new:?}"
     );
-    let described = cli_ok(&db, &["describe", &a]);
+    let described = cli_ok(db, &["describe", &a]);
     assert!(described.contains("failed listing"), "{described}");
     assert!(c
         .text("/metrics")
@@ -143,7 +139,7 @@ async fn the_registry_follows_an_inventory_file() {
         .unwrap();
     write(
         &file,
-        &inventory(&fleet, &[(0, "running"), (1, "running"), (2, "running")]),
+        &inventory(fleet, &[(0, "running"), (1, "running"), (2, "running")]),
     );
     c.wait_for("/api/v1/nodes", "the machine back", |l| names(l).len() == 3)
         .await;
@@ -168,6 +164,6 @@ async fn the_registry_follows_an_inventory_file() {
         .collect();
     assert_eq!(kinds, ["Registered", "Deleted", "Registered"], "{history}");
     assert!(c.stop().success());
-    assert!(cli_ok(&db, &["db", "verify"]).contains("ok:"));
-    fleet.stop().await;
+    assert!(cli_ok(db, &["db", "verify"]).contains("ok:"));
+    site.stop().await;
 }

@@ -550,41 +550,17 @@ async fn in_a_browser_ten_thousand_nodes_stay_responsive() {
     check_prerequisites();
     let _one = BROWSER.lock().await;
     const NODES: usize = 10_000;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let zones = 8;
-    let entries: Vec<Value> = (0..NODES)
-        .map(|i| {
-            json!({
-                "name": format!("edge-{i:05}"),
-                // Never probed (push mode); loopback all the same.
-                "address": Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 88, 32, 1)) + i as u32).to_string(),
-                "labels": {"topology.kubernetes.io/zone": format!("zone-{}", (i * 7) % zones)},
-            })
-        })
-        .collect();
-    let nodes = dir.path().join("nodes.json");
-    std::fs::write(&nodes, serde_json::to_vec(&entries).unwrap()).unwrap();
-    let args: Vec<String> = [
-        "--nodes-file",
-        &nodes.display().to_string(),
-        "--node-status-mode",
-        "push",
-        "--kubelet-scheme",
-        "http",
-        "--node-monitor-period",
-        "1s",
-        "--node-monitor-grace-period",
-        "1h",
-        "--node-startup-grace-period",
-        "1h",
-        "--listen",
-        "127.0.0.1:0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let c = Controller::start(&db, &args);
+    const ZONES: usize = 8;
+    let names: Vec<String> = (0..NODES).map(|i| format!("edge-{i:05}")).collect();
+    let site = TestSite::named(&names, Ipv4Addr::new(127, 88, 32, 1))
+        .labels(|i| json!({"topology.kubernetes.io/zone": format!("zone-{}", (i * 7) % ZONES)}))
+        // The nodes file is re-read at the default period, not the tests' fast one.
+        .flag("--node-sync-period", "10s")
+        .flag("--node-monitor-period", "1s")
+        .grace("1h")
+        .flag("--node-startup-grace-period", "1h")
+        .start();
+    let c = site.controller(&[]);
     // Registration of 10,000 nodes takes a moment after the API is up.
     let registering = Instant::now();
     loop {
@@ -606,7 +582,7 @@ async fn in_a_browser_ten_thousand_nodes_stay_responsive() {
         "scale",
         &[
             ("NK_URL", c.url.clone()),
-            ("NK_DB", db.display().to_string()),
+            ("NK_DB", site.db.display().to_string()),
             ("NK_NODES", NODES.to_string()),
         ],
     );

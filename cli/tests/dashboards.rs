@@ -221,41 +221,22 @@ async fn a_fresh_controller_serves_every_family_and_the_readme_documents_each() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_dashboard_and_the_alerts_query_is_served() {
-    let fleet = TestFleet::start(4, Ipv4Addr::new(127, 92, 4, 1)).await;
-    let api = FakeApiServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
     // Two zones, so the per-zone series exist.
-    let entries: Vec<Value> = fleet
-        .fleet
-        .nodes()
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            serde_json::json!({
-                "name": n.name,
-                "address": n.address.ip().to_string(),
-                "labels": {"topology.kubernetes.io/zone": if i % 2 == 0 { "a" } else { "b" }},
-            })
-        })
-        .collect();
-    let nodes = dir.path().join("nodes.json");
-    std::fs::write(&nodes, serde_json::to_vec(&entries).unwrap()).unwrap();
-    let mut args = fast_args(&nodes, fleet.fleet.port());
-    args.extend(
-        [
-            "--master",
-            &api.url(),
-            "--kube-api-timeout",
-            "2s",
-            "--transition-hook",
-            "true",
-        ]
-        .map(String::from),
-    );
-    let c = Controller::start(&db, &args);
+    let site = TestSite::builder(4, Ipv4Addr::new(127, 92, 4, 1))
+        .labels(|i| serde_json::json!({"topology.kubernetes.io/zone": if i % 2 == 0 { "a" } else { "b" }}))
+        .start()
+        .await;
+    let api = FakeApiServer::start().await;
+    let c = site.controller_with(&[
+        "--master",
+        &api.url(),
+        "--kube-api-timeout",
+        "2s",
+        "--transition-hook",
+        "true",
+    ]);
     for i in 0..4 {
-        c.wait_ready(&fleet.name(i), "True").await;
+        c.wait_ready(&site.name(i), "True").await;
     }
     let seen = &c;
     eventually(
@@ -269,7 +250,7 @@ async fn every_metric_the_dashboard_and_the_alerts_query_is_served() {
     .await;
     let text = c.text("/metrics").await;
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
     let served = sample_names(&text);
 
     let dashboard: Value = serde_json::from_str(

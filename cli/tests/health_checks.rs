@@ -54,10 +54,15 @@ fn gauge(metrics: &str, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_names_what_keeps_the_controller_from_deciding() {
-    let fleet = TestFleet::start(2, Ipv4Addr::new(127, 82, 1, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let inventory = dir.path().join("inventory.yaml");
+    // The inventory is the only source; one probe at a time, so hung
+    // kubelets make a sweep slow.
+    let site = TestSite::builder(2, Ipv4Addr::new(127, 82, 1, 1))
+        .without_nodes_file()
+        .flag("--kubelet-timeout", "2s")
+        .start()
+        .await;
+    let fleet = &site.fleet;
+    let inventory = site.path().join("inventory.yaml");
     let machines: String = fleet
         .fleet
         .nodes()
@@ -65,26 +70,16 @@ async fn readyz_names_what_keeps_the_controller_from_deciding() {
         .map(|n| format!("  - name: {}\n    address: {}\n", n.name, n.address.ip()))
         .collect();
     std::fs::write(&inventory, format!("machines:\n{machines}")).unwrap();
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
-    // The inventory is the only source; one probe at a time, so hung
-    // kubelets make a sweep slow.
-    args.drain(0..2);
-    args.extend(
-        [
-            "--cloud-provider",
-            "inventory",
-            "--cloud-config",
-            inventory.to_str().unwrap(),
-            "--node-status-mode",
-            "probe",
-            "--probe-concurrency",
-            "1",
-        ]
-        .map(String::from),
-    );
-    let timeout = args.iter().position(|a| a == "--kubelet-timeout").unwrap();
-    args[timeout + 1] = "2s".into();
-    let c = Controller::start(&db, &args);
+    let c = site.controller_with(&[
+        "--cloud-provider",
+        "inventory",
+        "--cloud-config",
+        inventory.to_str().unwrap(),
+        "--node-status-mode",
+        "probe",
+        "--probe-concurrency",
+        "1",
+    ]);
     let ready = wait_text(&c, "/readyz?verbose", 200, "readyz check passed").await;
     assert_eq!(
         ready,
@@ -163,7 +158,7 @@ async fn readyz_names_what_keeps_the_controller_from_deciding() {
     std::fs::write(&inventory, format!("machines:\n{machines}")).unwrap();
     wait_text(&c, "/readyz", 200, "ok").await;
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }
 
 /// Starts `run` with `env` set and waits for it to exit: its code and log.
@@ -179,20 +174,11 @@ fn run_until_exit(db: &std::path::Path, args: &[String], env: (&str, &str)) -> (
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the controller kept running after its task died: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = exited_in_time(&mut child) else {
+        panic!(
+            "the controller kept running after its task died: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
     };
     (
         status.code().unwrap_or(-1),
@@ -203,9 +189,7 @@ fn run_until_exit(db: &std::path::Path, args: &[String], env: (&str, &str)) -> (
 #[cfg(debug_assertions)]
 #[test]
 fn a_task_that_dies_stops_the_controller_with_a_non_zero_exit() {
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = dir.path().join("nodes.yaml");
-    std::fs::write(&nodes, "- name: edge-1\n  address: 127.82.2.1\n").unwrap();
+    let site = TestSite::named(&["edge-1"], Ipv4Addr::new(127, 82, 2, 1)).start();
     for (task, said) in [
         ("server", "the HTTP server task failed: it panicked"),
         ("controller", "the controller task failed: it panicked"),
@@ -214,12 +198,8 @@ fn a_task_that_dies_stops_the_controller_with_a_non_zero_exit() {
             "the liveness stamp task failed: it panicked",
         ),
     ] {
-        let db = dir.path().join(task);
-        let (code, log) = run_until_exit(
-            &db,
-            &push_mode_args(&nodes, &[]),
-            ("NODEKEEPER_TEST_PANIC_TASK", task),
-        );
+        let db = site.path().join(task);
+        let (code, log) = run_until_exit(&db, &site.args(), ("NODEKEEPER_TEST_PANIC_TASK", task));
         assert_eq!(code, 1, "{task}: {log}");
         assert!(log.contains(said), "{task}: {log}");
         // The others stopped in order; the store is whole.
@@ -237,12 +217,8 @@ fn a_task_that_dies_stops_the_controller_with_a_non_zero_exit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_kill_the_downtime_counts_from_the_liveness_stamp() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = dir.path().join("nodes.yaml");
-    std::fs::write(&nodes, "- name: edge-1\n  address: 127.82.3.1\n").unwrap();
-    let args = push_mode_args(&nodes, &[]);
-    let c = Controller::start(&db, &args);
+    let site = TestSite::named(&["edge-1"], Ipv4Addr::new(127, 82, 3, 1)).start();
+    let c = site.controller(&[]);
     // edge-1 never pushes: Unknown after the startup grace, then nothing
     // more is written. Wait until the stamp is well past the last write.
     c.wait_ready("edge-1", "Unknown").await;
@@ -269,7 +245,7 @@ async fn after_a_kill_the_downtime_counts_from_the_liveness_stamp() {
     .await;
     // And the stamp with it, if the controller keeps one.
     eventually("the liveness stamp 5s past the last write", || async {
-        match std::fs::read(db.join("alive.json")) {
+        match std::fs::read(site.db.join("alive.json")) {
             Err(_) => true,
             Ok(bytes) => serde_json::from_slice::<Value>(&bytes)
                 .ok()
@@ -293,7 +269,7 @@ async fn after_a_kill_the_downtime_counts_from_the_liveness_stamp() {
     std::thread::sleep(Duration::from_millis(500));
     let restarted = Instant::now();
     let gap = restarted.duration_since(killed).as_secs_f64();
-    let c = Controller::start(&db, &args);
+    let c = site.controller(&[]);
     let history = c
         .wait_for("/v1/history", "the second start recorded", |h| {
             h.as_array()
@@ -328,23 +304,15 @@ async fn after_a_kill_the_downtime_counts_from_the_liveness_stamp() {
 async fn readyz_follows_the_mirrors_api_server() {
     use nodekeeper_sim::apiserver::{FakeApiServer, Fault};
     let api = FakeApiServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = dir.path().join("nodes.yaml");
-    std::fs::write(&nodes, "- name: edge-1\n  address: 127.82.9.1\n").unwrap();
+    let site = TestSite::named(&["edge-1"], Ipv4Addr::new(127, 82, 9, 1)).start();
     let url = api.url();
-    let c = Controller::start(
-        &dir.path().join("db"),
-        &push_mode_args(
-            &nodes,
-            &[
-                "--master",
-                &url,
-                "--kube-api-timeout",
-                "1s",
-                "--leader-elect=false",
-            ],
-        ),
-    );
+    let c = site.controller_with(&[
+        "--master",
+        &url,
+        "--kube-api-timeout",
+        "1s",
+        "--leader-elect=false",
+    ]);
     wait_text(
         &c,
         "/readyz?exclude=monitor-pass&verbose",

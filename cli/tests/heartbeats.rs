@@ -120,40 +120,12 @@ async fn send_raw(
     )
 }
 
-fn push_args(dir: &std::path::Path, mode: &str, extra: &[&str]) -> Vec<String> {
-    let file = dir.join("nodes.yaml");
-    std::fs::write(
-        &file,
-        "- name: edge-1\n  address: 127.81.0.1\n- name: edge-2\n  address: 127.81.0.2\n",
-    )
-    .unwrap();
-    let mut args: Vec<String> = [
-        "--nodes-file",
-        file.to_str().unwrap(),
-        "--kubelet-scheme",
-        "http",
-        "--kubelet-port",
-        "9",
-        "--kubelet-timeout",
-        "300ms",
-        "--node-status-mode",
-        mode,
-        "--node-sync-period",
-        "200ms",
-        "--node-monitor-period",
-        "100ms",
-        "--node-monitor-grace-period",
-        "2s",
-        "--node-startup-grace-period",
-        "1s",
-        "--listen",
-        "127.0.0.1:0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args
+/// A site in push mode of two nodes, `edge-1` and `edge-2`, on this file's
+/// loopback range: the test pushes their heartbeats, and one that never
+/// posts goes Unknown after a startup grace of 1 s.
+fn two_nodes() -> TestSiteBuilder<()> {
+    TestSite::named(&["edge-1", "edge-2"], Ipv4Addr::new(127, 81, 0, 1))
+        .flag("--node-startup-grace-period", "1s")
 }
 
 /// Waits until the nodes file's nodes are registered: registration runs
@@ -194,13 +166,10 @@ fn condition(node: &Value, kind: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_mode_heartbeats_keep_nodes_ready_and_silence_makes_them_unknown() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
     // A grace of 6 s against renewals every 150 ms: a stalled machine does
     // not let the node lapse between two renewals.
-    let mut args = push_args(dir.path(), "push", &[]);
-    set_flag(&mut args, "--node-monitor-grace-period", "6s");
-    let c = Controller::start(&db, &args);
+    let site = two_nodes().grace("6s").start();
+    let c = site.controller(&[]);
     wait_registered(&c, None).await;
     // The node's clock is five hours behind: it must not matter.
     let mut k = Kubelet {
@@ -300,9 +269,8 @@ async fn push_mode_heartbeats_keep_nodes_ready_and_silence_makes_them_unknown() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_pushes_get_the_status_kubectl_shows() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let c = Controller::start(&db, &push_args(dir.path(), "push", &[]));
+    let site = two_nodes().start();
+    let c = site.controller(&[]);
     let status_path = "/api/v1/nodes/edge-1/status";
     let (code, s) = send_raw(
         &c,
@@ -509,12 +477,8 @@ async fn hybrid_probes_a_silent_node_once_before_declaring_it_unknown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelets_may_register_themselves_when_allowed() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let c = Controller::start(
-        &db,
-        &push_args(dir.path(), "push", &["--allow-node-registration"]),
-    );
+    let site = two_nodes().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
     let body = json!({"apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "Newcomer", "labels": {"topology.kubernetes.io/zone": "z1"}},
         "status": {"addresses": [{"type": "InternalIP", "address": "127.83.0.1"}],
@@ -556,22 +520,14 @@ async fn kubelets_may_register_themselves_when_allowed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_tokens_a_node_may_update_only_itself() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let tokens = dir.path().join("tokens");
+    let site = two_nodes().start();
+    let tokens = site.path().join("tokens");
     std::fs::write(
         &tokens,
         "# operators and nodes\nop-secret\nedge-1-secret,edge-1\n",
     )
     .unwrap();
-    let c = Controller::start(
-        &db,
-        &push_args(
-            dir.path(),
-            "push",
-            &["--token-file", tokens.to_str().unwrap()],
-        ),
-    );
+    let c = site.controller_with(&["--token-file", tokens.to_str().unwrap()]);
     wait_registered(&c, Some("op-secret")).await;
     let patch = |token: Option<&'static str>, node: &'static str| {
         let mut request = client()
@@ -662,16 +618,13 @@ async fn in_probe_mode_lease_renewals_do_not_keep_a_dead_kubelet_ready() {
 /// the two nodes must end up alike, with the same history.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubelet_status_patch_reads_as_the_merge_would() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
     // The two nodes are compared after the same patches: no grace period may
     // run out between one's patch and the other's, however slow the machine.
-    let mut args = push_args(dir.path(), "push", &[]);
-    for flag in ["--node-monitor-grace-period", "--node-startup-grace-period"] {
-        let at = args.iter().position(|a| a == flag).unwrap();
-        args[at + 1] = "10m".into();
-    }
-    let c = Controller::start(&db, &args);
+    let site = two_nodes()
+        .grace("10m")
+        .flag("--node-startup-grace-period", "10m")
+        .start();
+    let c = site.controller(&[]);
     wait_registered(&c, None).await;
     let info = json!({"kubeletVersion": "v1.32.4", "osImage": "Debian GNU/Linux 12", "kernelVersion": "6.1.0",
         "containerRuntimeVersion": "containerd://1.7.24", "machineID": "m", "systemUUID": "s",

@@ -456,12 +456,10 @@ async fn unknown_nodes_and_conditions_are_named_deleted_nodes_keep_their_history
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_from_beyond_the_newest_version_is_answered_as_the_api_server_does() {
-    let fleet = TestFleet::start(1, std::net::Ipv4Addr::new(127, 84, 1, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = fleet.nodes_file(dir.path());
-    let c = Controller::start(&db, &fast_args(&nodes, fleet.fleet.port()));
-    let name = fleet.name(0);
+    let site = TestSite::start(1, std::net::Ipv4Addr::new(127, 84, 1, 1)).await;
+    let fleet = &site.fleet;
+    let c = site.controller(&[]);
+    let name = site.name(0);
     c.wait_ready(&name, "True").await;
     let (_, list) = c.get("/api/v1/nodes").await;
     let current: u64 = list["metadata"]["resourceVersion"]
@@ -522,5 +520,5 @@ async fn a_watch_from_beyond_the_newest_version_is_answered_as_the_api_server_do
         .unwrap();
     assert!(rv > next, "{event}");
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }

@@ -7,8 +7,8 @@
 
 mod common;
 
+use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
@@ -29,20 +29,11 @@ fn refused(args: &[&str]) -> String {
         .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{args:?} was not refused: the controller started\n{}",
-                std::fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = exited_in_time(&mut child) else {
+        panic!(
+            "{args:?} was not refused: the controller started\n{}",
+            std::fs::read_to_string(&err_path).unwrap_or_default()
+        );
     };
     let err = std::fs::read_to_string(&err_path).unwrap();
     assert_eq!(status.code(), Some(2), "{args:?} was not refused: {err}");
@@ -150,10 +141,8 @@ fn a_dotted_quad_that_is_not_an_ipv4_address_is_refused_with_its_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pushed_memory_capacity_in_exponent_form_is_accepted() {
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = dir.path().join("nodes.txt");
-    std::fs::write(&nodes, "edge-1 127.81.2.1\n").unwrap();
-    let c = Controller::start(&dir.path().join("db"), &push_mode_args(&nodes, &[]));
+    let site = TestSite::named(&["edge-1"], Ipv4Addr::new(127, 81, 2, 1)).start();
+    let c = site.controller(&[]);
     let beat = format!("{:.6}", jiff::Timestamp::now());
     for (memory, cpu, bytes, millis) in [
         ("1e9", "2", "1000000000", "2"),

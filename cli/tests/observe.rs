@@ -281,21 +281,20 @@ async fn the_transition_hook_gets_each_transition_once_across_a_kill() {
     assert!(want.len() >= 7, "and a and b back up: {want:?}");
     let got = hooked_seqs(&hooked);
     assert_eq!(&got, &want, "each transition once, in order");
-    let metrics = c.text("/metrics").await;
-    assert!(
-        metrics.contains(&format!(
-            "nodekeeper_transition_hook_last_seq {}",
-            want.last().unwrap()
-        )),
-        "{metrics}"
+    // A run's output is written before the controller records the run done.
+    let last_seq = format!(
+        "nodekeeper_transition_hook_last_seq {}",
+        want.last().unwrap()
     );
     let replayed = want.len() - before;
-    assert!(
-        metrics.contains(&format!(
-            "nodekeeper_transition_hook_runs_total{{result=\"Succeeded\"}} {replayed}"
-        )),
-        "{replayed}: {metrics}"
-    );
+    let succeeded =
+        format!("nodekeeper_transition_hook_runs_total{{result=\"Succeeded\"}} {replayed}");
+    let (last_seq, succeeded) = (&last_seq, &succeeded);
+    eventually(&format!("{last_seq} and {succeeded}"), || async move {
+        let metrics = seen.text("/metrics").await;
+        metrics.contains(last_seq) && metrics.contains(succeeded)
+    })
+    .await;
     assert!(c.stop().success());
 
     // After a clean restart the hook goes on after the last one it was

@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::net::Ipv4Addr;
+
 use common::*;
 
 #[test]
@@ -41,11 +43,8 @@ fn the_binary_says_which_build_it_is() {
 
 #[tokio::test]
 async fn metrics_carry_the_build_and_the_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let nodes = dir.path().join("nodes.txt");
-    std::fs::write(&nodes, "127.88.0.1\n").unwrap();
-    let controller = Controller::start(&db, &push_mode_args(&nodes, &[]));
+    let site = TestSite::named(&["edge-1"], Ipv4Addr::new(127, 88, 0, 1)).start();
+    let controller = site.controller(&[]);
     let text = client()
         .get(format!("{}/metrics", controller.url))
         .send()
@@ -54,7 +53,7 @@ async fn metrics_carry_the_build_and_the_process() {
         .text()
         .await
         .unwrap();
-    let commit = json(&cli_ok(&db, &["version", "-o", "json"]))["gitCommit"]
+    let commit = json(&cli_ok(&site.db, &["version", "-o", "json"]))["gitCommit"]
         .as_str()
         .unwrap()
         .to_string();

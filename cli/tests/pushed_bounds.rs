@@ -68,36 +68,19 @@ async fn settled(c: &Controller) {
     }
 }
 
-/// Push mode with a grace period long enough that nothing but these pushes writes.
-fn push_args(dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
-    let file = dir.join("nodes.txt");
-    std::fs::write(&file, "edge-1 127.83.10.1\nedge-2 127.83.10.2\n").unwrap();
-    let mut args: Vec<String> = [
-        "--nodes-file",
-        file.to_str().unwrap(),
-        "--node-status-mode",
-        "push",
-        "--kubelet-scheme",
-        "http",
-        "--node-monitor-grace-period",
-        "1h",
-        "--node-startup-grace-period",
-        "1h",
-        "--listen",
-        "127.0.0.1:0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args
+/// A site in push mode of `edge-1` and `edge-2` on this file's loopback
+/// range, with grace periods long enough that nothing but these pushes writes.
+fn two_nodes() -> TestSite<()> {
+    TestSite::named(&["edge-1", "edge-2"], Ipv4Addr::new(127, 83, 10, 1))
+        .grace("1h")
+        .flag("--node-startup-grace-period", "1h")
+        .start()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let c = Controller::start(&db, &push_args(dir.path(), &["--allow-node-registration"]));
+    let site = two_nodes();
+    let c = site.controller_with(&["--allow-node-registration"]);
     settled(&c).await;
     let (seq, types) = state(&c, "edge-1").await;
 
@@ -217,9 +200,8 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_patch_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let c = Controller::start(&db, &push_args(dir.path(), &[]));
+    let site = two_nodes();
+    let c = site.controller(&[]);
     settled(&c).await;
     async fn record(c: &Controller) -> Value {
         c.get("/v1/nodes/edge-1").await.1

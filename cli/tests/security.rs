@@ -19,41 +19,29 @@ use nodekeeper::server::{check_may_write_node, harden, serve_with, Caller, Serve
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-/// `fast_args` listening on `listen` instead of 127.0.0.1:0.
-fn args_listening_on(nodes_file: &std::path::Path, port: u16, listen: &str) -> Vec<String> {
-    let mut args = fast_args(nodes_file, port);
-    let at = args.iter().position(|a| a == "--listen").unwrap();
-    args[at + 1] = listen.to_string();
-    args
-}
-
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_the_api_and_the_cli_work_and_plain_clients_do_not() {
-    let fleet = TestFleet::start(1, Ipv4Addr::new(127, 90, 0, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let (cert, key, pem) = self_signed_cert(dir.path(), &["127.0.0.1"]);
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, "operator-secret\n").unwrap();
     // TLS and tokens together may listen beyond loopback without --insecure-listen.
-    let mut args = args_listening_on(
-        &fleet.nodes_file(dir.path()),
-        fleet.fleet.port(),
-        "0.0.0.0:0",
-    );
-    args.extend(strings(&[
+    let site = TestSite::builder(1, Ipv4Addr::new(127, 90, 0, 1))
+        .flag("--listen", "0.0.0.0:0")
+        .start()
+        .await;
+    let (dir, db) = (site.path(), &site.db);
+    let (cert, key, pem) = self_signed_cert(dir, &["127.0.0.1"]);
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "operator-secret\n").unwrap();
+    let c = site.controller_with(&[
         "--tls-cert-file",
         &cert,
         "--tls-private-key-file",
         &key,
         "--token-file",
         tokens.to_str().unwrap(),
-    ]));
-    let c = Controller::start(&db, &args);
+    ]);
     assert!(c.url.starts_with("https://127.0.0.1:"), "{}", c.url);
     let discovery: Value = json(&std::fs::read_to_string(db.join("controller.json")).unwrap());
     assert_eq!(
@@ -70,7 +58,7 @@ async fn over_tls_the_api_and_the_cli_work_and_plain_clients_do_not() {
     assert_eq!(health.status(), 200);
     assert_eq!(health.text().await.unwrap(), "ok");
     // Not trusted by a client that does not know the certificate, nor spoken in plain HTTP.
-    let elsewhere = dir.path().join("other");
+    let elsewhere = dir.join("other");
     std::fs::create_dir(&elsewhere).unwrap();
     let other = self_signed_cert(&elsewhere, &["127.0.0.1"]).2;
     assert!(client_trusting(other.as_bytes())
@@ -87,10 +75,10 @@ async fn over_tls_the_api_and_the_cli_work_and_plain_clients_do_not() {
         .unwrap_or(true));
 
     // The CLI finds the controller through its discovery file and trusts its certificate.
-    let node = fleet.name(0);
+    let node = site.name(0);
     let started = Instant::now();
     loop {
-        let (code, out, err) = cli(&db, &["--token", "operator-secret", "nodes"]);
+        let (code, out, err) = cli(db, &["--token", "operator-secret", "nodes"]);
         if code == 0 && out.contains(&node) {
             break;
         }
@@ -101,23 +89,19 @@ async fn over_tls_the_api_and_the_cli_work_and_plain_clients_do_not() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(c.stop().code(), Some(0));
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_and_reads_need_a_token() {
-    let fleet = TestFleet::start(1, Ipv4Addr::new(127, 90, 1, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let tokens = dir.path().join("tokens.csv");
+    let site = TestSite::start(1, Ipv4Addr::new(127, 90, 1, 1)).await;
+    let tokens = site.path().join("tokens.csv");
     std::fs::write(
         &tokens,
         "# operator\noperator-secret\nnode-secret,system:node:edge-1,uid-1,\"system:nodes\"\n",
     )
     .unwrap();
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
-    args.extend(strings(&["--token-file", tokens.to_str().unwrap()]));
-    let c = Controller::start(&db, &args);
+    let c = site.controller_with(&["--token-file", tokens.to_str().unwrap()]);
     let http = client();
     let nodes = format!("{}/api/v1/nodes", c.url);
 
@@ -157,9 +141,9 @@ async fn writes_and_reads_need_a_token() {
         .unwrap();
     assert_eq!(good_read.status(), 200);
     // The CLI reads with one.
-    assert!(cli(&db, &["--token", "operator-secret", "nodes"]).0 == 0);
+    assert!(cli(&site.db, &["--token", "operator-secret", "nodes"]).0 == 0);
     c.stop();
-    fleet.stop().await;
+    site.stop().await;
 }
 
 #[test]

@@ -23,11 +23,14 @@ fn tainted(node: &Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_machine_is_tainted_only_while_not_ready() {
-    let fleet = TestFleet::start(1, Ipv4Addr::new(127, 82, 8, 1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
+    // The inventory is the only source.
+    let site = TestSite::builder(1, Ipv4Addr::new(127, 82, 8, 1))
+        .without_nodes_file()
+        .start()
+        .await;
+    let fleet = &site.fleet;
     let node = fleet.fleet.nodes()[0].clone();
-    let inventory = dir.path().join("inventory.yaml");
+    let inventory = site.path().join("inventory.yaml");
     let write = |state: &str| {
         let tmp = inventory.with_extension("tmp");
         std::fs::write(
@@ -43,18 +46,12 @@ async fn a_stopped_machine_is_tainted_only_while_not_ready() {
         jiff::Timestamp::now()
     };
     write("running");
-    let mut args = fast_args(&fleet.nodes_file(dir.path()), fleet.fleet.port());
-    args.drain(0..2);
-    args.extend(
-        [
-            "--cloud-provider",
-            "inventory",
-            "--cloud-config",
-            inventory.to_str().unwrap(),
-        ]
-        .map(String::from),
-    );
-    let c = Controller::start(&db, &args);
+    let c = site.controller_with(&[
+        "--cloud-provider",
+        "inventory",
+        "--cloud-config",
+        inventory.to_str().unwrap(),
+    ]);
     let path = format!("/api/v1/nodes/{}", node.name);
     c.wait_ready(&node.name, "True").await;
 
@@ -86,5 +83,5 @@ async fn a_stopped_machine_is_tainted_only_while_not_ready() {
     })
     .await;
     assert!(c.stop().success());
-    fleet.stop().await;
+    site.stop().await;
 }

@@ -232,17 +232,12 @@ async fn a_controller_that_forbids_registration_is_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_push_registers_a_skewed_fleet_from_the_command_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = dir.path().join("none.json");
-    std::fs::write(&nodes, "[]").unwrap();
-    let c = Controller::start(
-        &dir.path().join("db"),
-        &push_mode_args(&nodes, &["--allow-node-registration"]),
-    );
-    let token = dir.path().join("token");
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let token = site.path().join("token");
     std::fs::write(&token, "t0k3n\n").unwrap();
     let sim = SimProcess::start(
-        dir.path(),
+        site.path(),
         &[
             "--nodes",
             "2",

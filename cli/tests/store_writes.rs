@@ -10,11 +10,12 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, Controller as Binary, DEADLINE};
+use common::{eventually, TestSite, DEADLINE};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use nodekeeper::controller::push::PushedCondition;
 use nodekeeper::controller::{
@@ -451,14 +452,9 @@ async fn heartbeat_times_survive_a_crash_in_the_checkpoint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answered_changes_survive_a_kill() {
     const NODES: usize = 200;
-    let dir = tempfile::tempdir().unwrap();
-    let entries: Vec<serde_json::Value> = (0..NODES)
-        .map(|i| serde_json::json!({"name": name(i), "address": format!("127.86.9.{}", i + 1)}))
-        .collect();
-    let nodes = dir.path().join("nodes.json");
-    std::fs::write(&nodes, serde_json::to_vec(&entries).unwrap()).unwrap();
-    let db = dir.path().join("db");
-    let c = Binary::start(&db, &common::push_mode_args(&nodes, &[]));
+    let names: Vec<String> = (0..NODES).map(name).collect();
+    let site = TestSite::named(&names, Ipv4Addr::new(127, 86, 9, 1)).start();
+    let c = site.controller(&[]);
     let client = common::client();
     // The API serves before the static nodes are registered.
     eventually("every node is registered", || {
@@ -494,7 +490,7 @@ async fn answered_changes_survive_a_kill() {
     let codes = futures_util::future::join_all(sends).await;
     assert!(codes.iter().all(|c| *c == 200), "{codes:?}");
     c.kill9();
-    let store = Store::open(&db, &StoreOptions::default()).unwrap();
+    let store = Store::open(&site.db, &StoreOptions::default()).unwrap();
     for i in 0..NODES {
         let node = store.node(&name(i)).unwrap().unwrap();
         assert_eq!(node.ready(), ConditionStatus::False, "{}", name(i));

@@ -175,50 +175,128 @@ impl ProcessMeter {
     }
 }
 
-/// A benchmark's run of processes, as [`wait_for_discovery`] watches it.
-pub trait Watched {
-    /// Fails, saying which and how, when a process of the run has exited.
-    fn check_alive(&mut self) -> Result<()>;
-    /// The last lines the controller logged, for an error message.
-    fn controller_log_tail(&self) -> String;
+/// A benchmark run's scratch directory and the processes it started there:
+/// a controller and `nodekeeper sim` processes. Dropping it kills whatever
+/// still runs and removes the directory, on success and on error alike.
+pub struct Processes {
+    pub dir: PathBuf,
+    pub controller: Option<Proc>,
+    pub sims: Vec<Proc>,
 }
 
-/// Waits up to `timeout` for the controller on `db` to write its discovery
-/// file naming `pid`, polling every `poll` and failing as soon as a process
-/// of `run` exits; returns the controller's API URL. Only `pid` and `url`
-/// are read, which every release writes, so a controller of an earlier
-/// release can be measured too.
-pub async fn wait_for_discovery(
-    run: &mut impl Watched,
-    db: &Path,
-    pid: u32,
-    timeout: Duration,
-    poll: Duration,
-) -> Result<String> {
-    let file = nodekeeper::discovery::Discovery::path(db);
-    let deadline = Instant::now() + timeout;
-    loop {
-        run.check_alive()?;
-        if let Ok(bytes) = fs::read(&file) {
-            let doc: serde_json::Value = serde_json::from_slice(&bytes)
-                .with_context(|| format!("{} is not JSON", file.display()))?;
-            let url = doc["url"]
-                .as_str()
-                .ok_or_else(|| anyhow!("{} has no \"url\"", file.display()))?;
-            let found = doc["pid"].as_u64();
-            if found != Some(u64::from(pid)) {
-                bail!("{} names pid {found:?}, not ours ({pid})", file.display());
+impl Processes {
+    /// No process yet, in `dir` emptied (or made) for the run.
+    pub fn in_fresh_dir(dir: PathBuf) -> Result<Processes> {
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Processes {
+            dir,
+            controller: None,
+            sims: Vec::new(),
+        })
+    }
+
+    /// Starts the controller, `bin ARGS`, its output in the directory.
+    pub fn start_controller(&mut self, bin: &Path, args: &[String]) -> Result<()> {
+        self.controller = Some(Proc::spawn(&self.dir, "controller", bin, args)?);
+        Ok(())
+    }
+
+    /// Starts a sim process, `bin ARGS` named `name`, its output in the directory.
+    pub fn start_sim(&mut self, name: &str, bin: &Path, args: &[String]) -> Result<&mut Proc> {
+        let sim = Proc::spawn(&self.dir, name, bin, args)?;
+        self.sims.push(sim);
+        Ok(self.sims.last_mut().expect("just pushed"))
+    }
+
+    /// The controller's process id.
+    pub fn controller_pid(&self) -> Result<u32> {
+        self.controller
+            .as_ref()
+            .map(|c| c.child.id())
+            .ok_or_else(|| anyhow!("no controller"))
+    }
+
+    /// Fails, saying which and how, when a process has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(c) = &mut self.controller {
+            c.check_alive()?;
+        }
+        self.sims.iter_mut().try_for_each(Proc::check_alive)
+    }
+
+    /// The last lines the controller logged, for an error message.
+    pub fn controller_log_tail(&self) -> String {
+        self.controller
+            .as_ref()
+            .map(|c| c.log_tail(15))
+            .unwrap_or_default()
+    }
+
+    /// Waits up to `timeout` for the controller to write its discovery file
+    /// (in `db` under the directory), polling every `poll` and failing as
+    /// soon as a process exits; returns the controller's API URL. Only `pid`
+    /// and `url` are read, which every release writes, so a controller of an
+    /// earlier release can be measured too.
+    pub async fn wait_for_discovery(
+        &mut self,
+        timeout: Duration,
+        poll: Duration,
+    ) -> Result<String> {
+        let pid = self.controller_pid()?;
+        let file = nodekeeper::discovery::Discovery::path(&self.dir.join("db"));
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_alive()?;
+            if let Ok(bytes) = fs::read(&file) {
+                let doc: serde_json::Value = serde_json::from_slice(&bytes)
+                    .with_context(|| format!("{} is not JSON", file.display()))?;
+                let url = doc["url"]
+                    .as_str()
+                    .ok_or_else(|| anyhow!("{} has no \"url\"", file.display()))?;
+                let found = doc["pid"].as_u64();
+                if found != Some(u64::from(pid)) {
+                    bail!("{} names pid {found:?}, not ours ({pid})", file.display());
+                }
+                return Ok(url.trim_end_matches('/').to_string());
             }
-            return Ok(url.trim_end_matches('/').to_string());
+            if Instant::now() > deadline {
+                bail!(
+                    "the controller did not write {} within {timeout:?}{}",
+                    file.display(),
+                    self.controller_log_tail()
+                );
+            }
+            tokio::time::sleep(poll).await;
         }
-        if Instant::now() > deadline {
-            bail!(
-                "the controller did not write {} within {timeout:?}{}",
-                file.display(),
-                run.controller_log_tail()
-            );
+    }
+
+    /// Stops the controller with SIGTERM (SIGKILL if it does not exit within
+    /// `timeout`) and says how it went, with the last `lines` lines of its
+    /// stderr if it wrote any; `None` when there is no controller.
+    pub async fn stop_controller(&mut self, timeout: Duration, lines: usize) -> Option<String> {
+        let c = self.controller.as_mut()?;
+        let mut report = c.terminate(timeout).await;
+        let tail = c.log_tail(lines);
+        if !tail.is_empty() {
+            let _ = write!(report, " (controller stderr not empty{tail})");
         }
-        tokio::time::sleep(poll).await;
+        Some(report)
+    }
+
+    /// Kills the sim processes that still run.
+    pub fn kill_sims(&mut self) {
+        self.sims.iter_mut().for_each(Proc::kill);
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.controller {
+            c.kill();
+        }
+        self.kill_sims();
+        let _ = fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -4,7 +4,8 @@
 // Tests drive real processes: they wait in real time and set up files with std::fs.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-use std::net::Ipv4Addr;
+use std::marker::PhantomData;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -49,44 +50,8 @@ impl TestFleet {
         }
     }
 
-    /// Writes the fleet as a nodes file.
-    pub fn nodes_file(&self, dir: &Path) -> PathBuf {
-        self.nodes_file_with(dir, self.fleet.nodes().len(), None)
-    }
-
     pub fn name(&self, i: usize) -> String {
         self.fleet.nodes()[i].name.clone()
-    }
-
-    /// Writes a nodes file of only the first `count` nodes; the others are
-    /// unknown to a controller started with it.
-    pub fn nodes_file_of_first(&self, dir: &Path, count: usize) -> PathBuf {
-        self.nodes_file_with(dir, count, None)
-    }
-
-    /// Writes a nodes file of the first `count` nodes, node `i` with the
-    /// labels `labels(i)` if given.
-    pub fn nodes_file_with(
-        &self,
-        dir: &Path,
-        count: usize,
-        labels: Option<fn(usize) -> Value>,
-    ) -> PathBuf {
-        let entries: Vec<Value> = self.fleet.nodes()[..count]
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let mut entry =
-                    serde_json::json!({"name": n.name, "address": n.address.ip().to_string()});
-                if let Some(labels) = labels {
-                    entry["labels"] = labels(i);
-                }
-                entry
-            })
-            .collect();
-        let path = dir.join("nodes.json");
-        std::fs::write(&path, serde_json::to_vec(&entries).unwrap()).unwrap();
-        path
     }
 
     /// Makes the fleet push to `controller` every 200ms, changed by `tweak`.
@@ -107,12 +72,17 @@ impl TestFleet {
     }
 }
 
-/// One test's site: a fleet of simulated kubelets in the test process on
-/// the test's own loopback range, a temporary directory with the fleet's
-/// nodes file and the store's path, and the controller's flags (fast
-/// periods, [`GRACE`], changed with [`TestSiteBuilder`]).
-pub struct TestSite {
-    pub fleet: TestFleet,
+/// One test's site: kubelets on the test's own loopback range, a temporary
+/// directory with their nodes file and the store's path, and the
+/// controller's flags (fast periods, [`GRACE`], changed with
+/// [`TestSiteBuilder`]).
+///
+/// `F` is what answers for the kubelets: by default a simulated fleet in the
+/// test process ([`TestSite::builder`]); `()` when nothing does
+/// ([`TestSite::named`]), for a controller in push mode whose heartbeats the
+/// test sends itself, or a `nodekeeper sim` process does.
+pub struct TestSite<F = TestFleet> {
+    pub fleet: F,
     pub dir: tempfile::TempDir,
     pub db: PathBuf,
     pub nodes_file: PathBuf,
@@ -120,66 +90,72 @@ pub struct TestSite {
 }
 
 /// Sets a [`TestSite`] up: `TestSite::builder(3, base_ip).grace("4s").start()`.
-pub struct TestSiteBuilder {
+pub struct TestSiteBuilder<F = TestFleet> {
     nodes: usize,
+    /// The nodes' names when nothing answers for them (a fleet names its own).
+    names: Vec<String>,
     base_ip: Ipv4Addr,
     flags: Vec<(String, String)>,
     push_mode: bool,
     listed: Option<usize>,
     labels: Option<fn(usize) -> Value>,
     no_nodes_file: bool,
+    fleet: PhantomData<F>,
 }
 
-impl TestSiteBuilder {
-    /// `--node-monitor-grace-period` (default [`GRACE`]).
-    pub fn grace(self, grace: &str) -> TestSiteBuilder {
+impl<F> TestSiteBuilder<F> {
+    fn new(nodes: usize, names: Vec<String>, base_ip: Ipv4Addr) -> TestSiteBuilder<F> {
+        TestSiteBuilder {
+            nodes,
+            names,
+            base_ip,
+            flags: Vec::new(),
+            push_mode: false,
+            listed: None,
+            labels: None,
+            no_nodes_file: false,
+            fleet: PhantomData,
+        }
+    }
+
+    /// `--node-monitor-grace-period` (default [`GRACE`]; 2s in push mode).
+    pub fn grace(self, grace: &str) -> TestSiteBuilder<F> {
         self.flag("--node-monitor-grace-period", grace)
     }
 
     /// Any other flag with a value, set in place of the default if it has one.
-    pub fn flag(mut self, flag: &str, value: &str) -> TestSiteBuilder {
+    pub fn flag(mut self, flag: &str, value: &str) -> TestSiteBuilder<F> {
         self.flags.push((flag.to_string(), value.to_string()));
         self
     }
 
-    /// The controller waits for pushed heartbeats ([`push_mode_args`]) instead
-    /// of probing; the fleet pushes once told to ([`TestFleet::push_to`]).
-    pub fn push_mode(mut self) -> TestSiteBuilder {
-        self.push_mode = true;
-        self
-    }
-
-    /// The nodes file lists only the first `count` nodes: the others are
-    /// unknown to the controller until they register themselves.
-    pub fn listing_first(mut self, count: usize) -> TestSiteBuilder {
-        self.listed = Some(count);
-        self
-    }
-
     /// Node `i` is listed in the nodes file with the labels `labels(i)`.
-    pub fn labels(mut self, labels: fn(usize) -> Value) -> TestSiteBuilder {
+    pub fn labels(mut self, labels: fn(usize) -> Value) -> TestSiteBuilder<F> {
         self.labels = Some(labels);
         self
     }
 
     /// The controller is not given the nodes file: the test names another
     /// source of nodes (an inventory, a cloud) among its own flags.
-    pub fn without_nodes_file(mut self) -> TestSiteBuilder {
+    pub fn without_nodes_file(mut self) -> TestSiteBuilder<F> {
         self.no_nodes_file = true;
         self
     }
 
-    pub async fn start(self) -> TestSite {
-        let fleet = TestFleet::start(self.nodes, self.base_ip).await;
+    /// Writes `nodes` as the nodes file in a new directory and sets the
+    /// controller's flags (`args` of the nodes file, then the test's): the
+    /// site, with `fleet` answering for the nodes.
+    fn build(
+        self,
+        fleet: F,
+        nodes: impl Iterator<Item = (String, IpAddr)>,
+        args: impl FnOnce(&Path) -> Vec<String>,
+    ) -> TestSite<F> {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("db");
-        let listed = self.listed.unwrap_or(self.nodes);
-        let nodes_file = fleet.nodes_file_with(dir.path(), listed, self.labels);
-        let mut args = if self.push_mode {
-            push_mode_args(&nodes_file, &[])
-        } else {
-            fast_args(&nodes_file, fleet.fleet.port())
-        };
+        let listed = nodes.take(self.listed.unwrap_or(self.nodes));
+        let nodes_file = write_nodes_file(dir.path(), listed, self.labels);
+        let mut args = args(&nodes_file);
         for (flag, value) in &self.flags {
             set_flag(&mut args, flag, value);
         }
@@ -197,34 +173,58 @@ impl TestSiteBuilder {
     }
 }
 
-impl TestSite {
-    /// A site of `nodes` kubelets from `base_ip` on; each test keeps a range
-    /// of its own, so tests running at once never share an address.
-    pub fn builder(nodes: usize, base_ip: Ipv4Addr) -> TestSiteBuilder {
-        TestSiteBuilder {
-            nodes,
-            base_ip,
-            flags: Vec::new(),
-            push_mode: false,
-            listed: None,
-            labels: None,
-            no_nodes_file: false,
-        }
+impl TestSiteBuilder {
+    /// The controller waits for pushed heartbeats ([`push_mode_args`]) instead
+    /// of probing; the fleet pushes once told to ([`TestFleet::push_to`]).
+    pub fn push_mode(mut self) -> TestSiteBuilder {
+        self.push_mode = true;
+        self
     }
 
-    /// [`TestSite::builder`] with the defaults.
-    pub async fn start(nodes: usize, base_ip: Ipv4Addr) -> TestSite {
-        TestSite::builder(nodes, base_ip).start().await
+    /// The nodes file lists only the first `count` nodes: the others are
+    /// unknown to the controller until they register themselves.
+    pub fn listing_first(mut self, count: usize) -> TestSiteBuilder {
+        self.listed = Some(count);
+        self
     }
 
+    pub async fn start(self) -> TestSite {
+        let fleet = TestFleet::start(self.nodes, self.base_ip).await;
+        let nodes: Vec<(String, IpAddr)> = fleet
+            .fleet
+            .nodes()
+            .iter()
+            .map(|n| (n.name.clone(), n.address.ip()))
+            .collect();
+        let port = fleet.fleet.port();
+        let push_mode = self.push_mode;
+        self.build(fleet, nodes.into_iter(), |file| {
+            if push_mode {
+                push_mode_args(file, &[])
+            } else {
+                fast_args(file, port)
+            }
+        })
+    }
+}
+
+impl TestSiteBuilder<()> {
+    /// The site, its nodes file written; nothing answers for the nodes.
+    pub fn start(mut self) -> TestSite<()> {
+        let names = std::mem::take(&mut self.names);
+        let base = u32::from(self.base_ip);
+        let nodes = names
+            .into_iter()
+            .enumerate()
+            .map(move |(i, name)| (name, IpAddr::V4(Ipv4Addr::from(base + i as u32))));
+        self.build((), nodes, |file| push_mode_args(file, &[]))
+    }
+}
+
+impl<F> TestSite<F> {
     /// The controller's flags for this site; tests add their own.
     pub fn args(&self) -> Vec<String> {
         self.args.clone()
-    }
-
-    /// Node `i`'s name.
-    pub fn name(&self, i: usize) -> String {
-        self.fleet.name(i)
     }
 
     /// Starts a controller on the site's store with its flags and `extra`.
@@ -244,6 +244,25 @@ impl TestSite {
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
+}
+
+impl TestSite {
+    /// A site of `nodes` simulated kubelets from `base_ip` on; each test
+    /// keeps a range of its own, so tests running at once never share an
+    /// address.
+    pub fn builder(nodes: usize, base_ip: Ipv4Addr) -> TestSiteBuilder {
+        TestSiteBuilder::new(nodes, Vec::new(), base_ip)
+    }
+
+    /// [`TestSite::builder`] with the defaults.
+    pub async fn start(nodes: usize, base_ip: Ipv4Addr) -> TestSite {
+        TestSite::builder(nodes, base_ip).start().await
+    }
+
+    /// Node `i`'s name.
+    pub fn name(&self, i: usize) -> String {
+        self.fleet.name(i)
+    }
 
     /// Stops the fleet; the directory goes when the site is dropped.
     pub async fn stop(self) {
@@ -256,6 +275,45 @@ impl TestSite {
         self.fleet.stop().await;
         self.dir
     }
+}
+
+impl TestSite<()> {
+    /// A site in push mode ([`push_mode_args`]) whose nodes file lists
+    /// `names`, at `base_ip` and the addresses after it (never probed, but
+    /// on the test's own range all the same). Nothing answers for them: the
+    /// test pushes their heartbeats, or leaves them silent.
+    pub fn named<S: AsRef<str>>(names: &[S], base_ip: Ipv4Addr) -> TestSiteBuilder<()> {
+        let names: Vec<String> = names.iter().map(|n| n.as_ref().to_string()).collect();
+        TestSiteBuilder::new(names.len(), names, base_ip)
+    }
+
+    /// A site in push mode whose nodes file lists no node: kubelets must
+    /// register themselves.
+    pub fn unlisted() -> TestSiteBuilder<()> {
+        TestSite::named::<&str>(&[], Ipv4Addr::LOCALHOST)
+    }
+}
+
+/// Writes `nodes` (name, address) as `dir/nodes.json`, node `i` with the
+/// labels `labels(i)` if given.
+fn write_nodes_file(
+    dir: &Path,
+    nodes: impl Iterator<Item = (String, IpAddr)>,
+    labels: Option<fn(usize) -> Value>,
+) -> PathBuf {
+    let entries: Vec<Value> = nodes
+        .enumerate()
+        .map(|(i, (name, address))| {
+            let mut entry = serde_json::json!({"name": name, "address": address.to_string()});
+            if let Some(labels) = labels {
+                entry["labels"] = labels(i);
+            }
+            entry
+        })
+        .collect();
+    let path = dir.join("nodes.json");
+    std::fs::write(&path, serde_json::to_vec(&entries).unwrap()).unwrap();
+    path
 }
 
 /// A watch stream (`?watch=true`), read event by event.
@@ -768,12 +826,22 @@ fn signal(pid: u32, sig: &str) {
 }
 
 fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    exited_in_time(child).expect("process did not exit")
+}
+
+/// Waits up to [`DEADLINE`] for `child` to exit and returns how it did; one
+/// still running then is killed, and the answer is `None`.
+pub fn exited_in_time(child: &mut Child) -> Option<std::process::ExitStatus> {
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
-            return status;
+            return Some(status);
         }
-        assert!(started.elapsed() < DEADLINE, "process did not exit");
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }

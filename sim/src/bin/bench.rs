@@ -20,9 +20,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 
 use nodekeeper_sim::bench::{
-    self, cpu_ticks, dir_size, load_average, memory_kib, memory_kinds_kib, parse_duration,
+    cpu_ticks, dir_size, load_average, memory_kib, memory_kinds_kib, parse_duration,
     scratch_filesystem, slope, table_header, table_row, write_preamble, written_bytes, Align,
-    BinArg, Machine, Proc, Watched,
+    BinArg, Machine, Proc, Processes,
 };
 
 /// One `nodekeeper sim` process holds about two open files per node, three
@@ -272,19 +272,17 @@ async fn bench_size(
     let (port, merged) = start_fleet(&mut run, &bins.sim, nodes, &mode.sim_args(listen)).await?;
     eprintln!(
         "   {} sim process(es) up on port {port} after {:.1}s",
-        run.sims.len(),
+        run.procs.sims.len(),
         started.elapsed().as_secs_f64()
     );
 
     let controller_started = Instant::now();
-    run.controller = Some(spawn_controller(
-        &run.dir,
-        &bins.controller,
-        &merged,
-        listen,
-        &mode.controller_args(port),
-    )?);
-    let url = wait_for_discovery(&mut run).await?;
+    let flags = controller_args(&run.procs.dir, &merged, listen, &mode.controller_args(port));
+    run.procs.start_controller(&bins.controller, &flags)?;
+    let url = run
+        .procs
+        .wait_for_discovery(CONTROLLER_START_TIMEOUT, POLL)
+        .await?;
     eprintln!("   controller serving {url}");
     wait_all_ready(&mut run, client, &url, nodes).await?;
     let ready_after = controller_started.elapsed();
@@ -304,11 +302,11 @@ async fn bench_size(
     eprintln!("   warming up {:?}", args.warmup);
 
     tokio::time::sleep(args.warmup).await;
-    run.check_alive()?;
+    run.procs.check_alive()?;
     let start = Sample::take(&run, client, &url, machine).await?;
     eprintln!("   measuring {:?}", args.measure);
     tokio::time::sleep(args.measure).await;
-    run.check_alive()?;
+    run.procs.check_alive()?;
     let end = Sample::take(&run, client, &url, machine).await?;
 
     let mut soak = Vec::new();
@@ -323,7 +321,7 @@ async fn bench_size(
         soak.push(previous.clone());
         while soak_started.elapsed() < length {
             tokio::time::sleep(args.sample_every).await;
-            run.check_alive()?;
+            run.procs.check_alive()?;
             let sample = Sample::take(&run, client, &url, machine).await?;
             eprintln!("   {}", soak_line(&soak[0], &previous, &sample));
             previous = sample.clone();
@@ -334,7 +332,7 @@ async fn bench_size(
     let mut bursts = Vec::new();
     if args.burst {
         for state in ["sick", "up"] {
-            run.check_alive()?;
+            run.procs.check_alive()?;
             let burst = status_burst(&run, client, &url, state).await?;
             eprintln!("   {}", burst.describe());
             bursts.push(burst);
@@ -347,7 +345,7 @@ async fn bench_size(
     eprintln!("   {stop}");
     Ok(Row {
         nodes,
-        sims: run.sims.len(),
+        sims: run.procs.sims.len(),
         ready_after,
         start,
         end,
@@ -473,19 +471,9 @@ async fn start_fleet(
     let mut port = 0;
     let mut entries = Vec::with_capacity(nodes);
     for (index, count) in split(nodes, MAX_NODES_PER_SIM).into_iter().enumerate() {
-        let file = run.dir.join(format!("nodes-{index}.json"));
-        let sim = spawn_sim(
-            &run.dir,
-            bin,
-            run.range(index)?,
-            index,
-            count,
-            port,
-            &file,
-            extra,
-        )?;
-        run.sims.push(sim);
-        let sim = run.sims.last_mut().expect("just pushed");
+        let file = run.procs.dir.join(format!("nodes-{index}.json"));
+        let args = sim_args(run.range(index)?, index, count, port, &file, extra);
+        let sim = run.procs.start_sim(&format!("sim-{index}"), bin, &args)?;
         let (banner, mut list) = wait_for_sim(sim, &file, count).await?;
         if port != 0 && banner.port != port {
             bail!("{} listens on port {}, not {port}", sim.name, banner.port);
@@ -494,7 +482,7 @@ async fn start_fleet(
         run.sim_controls.push(banner.control);
         entries.append(&mut list);
     }
-    let merged = run.dir.join("nodes.json");
+    let merged = run.procs.dir.join("nodes.json");
     fs::write(&merged, serde_json::to_vec(&entries)?)
         .with_context(|| format!("cannot write {}", merged.display()))?;
     Ok((port, merged))
@@ -508,17 +496,15 @@ fn split(total: usize, max: usize) -> Vec<usize> {
         .collect()
 }
 
-#[allow(clippy::too_many_arguments)]
-fn spawn_sim(
-    dir: &Path,
-    bin: &Path,
+/// Sim process `index`'s flags: `nodes` nodes from 127.`octet`.0.1 on.
+fn sim_args(
     octet: u8,
     index: usize,
     nodes: usize,
     port: u16,
     nodes_file: &Path,
     extra: &[String],
-) -> Result<Proc> {
+) -> Vec<String> {
     let mut args = vec![
         "--log".to_string(),
         "warn".into(),
@@ -537,7 +523,7 @@ fn spawn_sim(
         nodes_file.to_string_lossy().into_owned(),
     ];
     args.extend_from_slice(extra);
-    Proc::spawn(dir, &format!("sim-{index}"), bin, &args)
+    args
 }
 
 /// Waits for the sim's banner (printed after its nodes file is written);
@@ -598,13 +584,13 @@ fn read_node_list(file: &Path) -> Result<Vec<serde_json::Value>> {
         .with_context(|| format!("{} is not a JSON array of nodes", file.display()))
 }
 
-fn spawn_controller(
+/// The controller's flags, its store in `dir`.
+fn controller_args(
     dir: &Path,
-    bin: &Path,
     nodes_file: &Path,
     listen: SocketAddr,
     extra: &[String],
-) -> Result<Proc> {
+) -> Vec<String> {
     let mut args = vec![
         "run".to_string(),
         "--db".into(),
@@ -621,18 +607,7 @@ fn spawn_controller(
         "warn".into(),
     ];
     args.extend_from_slice(extra);
-    Proc::spawn(dir, "controller", bin, &args)
-}
-
-/// Waits for `db/controller.json` naming the run's controller; returns the API URL.
-async fn wait_for_discovery(run: &mut Run) -> Result<String> {
-    let pid = run
-        .controller
-        .as_ref()
-        .map(|c| c.child.id())
-        .ok_or_else(|| anyhow!("no controller"))?;
-    let db = run.dir.join("db");
-    bench::wait_for_discovery(run, &db, pid, CONTROLLER_START_TIMEOUT, POLL).await
+    args
 }
 
 async fn wait_all_ready(
@@ -643,7 +618,7 @@ async fn wait_all_ready(
 ) -> Result<()> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
-        run.check_alive()?;
+        run.procs.check_alive()?;
         let last = match scrape(client, url).await {
             Ok(m) if m.ready == nodes as f64 => return Ok(()),
             Ok(m) => format!(
@@ -656,7 +631,7 @@ async fn wait_all_ready(
         if Instant::now() > deadline {
             bail!(
                 "not all {nodes} nodes Ready within {READY_TIMEOUT:?} (last: {last}){}",
-                run.controller_log_tail()
+                run.procs.controller_log_tail()
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -668,7 +643,7 @@ async fn wait_settled(run: &mut Run, client: &reqwest::Client, url: &str) -> Res
     let deadline = Instant::now() + READY_TIMEOUT;
     let mut last: Option<(f64, Instant)> = None;
     loop {
-        run.check_alive()?;
+        run.procs.check_alive()?;
         let seq = scrape(client, url)
             .await?
             .store_seq
@@ -684,7 +659,7 @@ async fn wait_settled(run: &mut Run, client: &reqwest::Client, url: &str) -> Res
         if Instant::now() > deadline {
             bail!(
                 "the store kept changing for {READY_TIMEOUT:?} after every node was Ready{}",
-                run.controller_log_tail()
+                run.procs.controller_log_tail()
             );
         }
         tokio::time::sleep(POLL).await;
@@ -846,14 +821,9 @@ impl Sample {
         } else {
             SimPushes::default()
         };
-        let controller = run
-            .controller
-            .as_ref()
-            .ok_or_else(|| anyhow!("no controller"))?
-            .child
-            .id();
+        let controller = run.procs.controller_pid()?;
         let mut sim_ticks = 0;
-        for sim in &run.sims {
+        for sim in &run.procs.sims {
             sim_ticks += cpu_ticks(sim.child.id())?;
         }
         let (rss_kib, hwm_kib) = memory_kib(controller)?;
@@ -866,7 +836,7 @@ impl Sample {
             hwm_kib,
             anon_kib,
             file_kib,
-            store_bytes: dir_size(&run.dir.join("db"))?,
+            store_bytes: dir_size(&run.procs.dir.join("db"))?,
             written: written_bytes(controller)?,
             metrics,
             pushes,
@@ -880,13 +850,11 @@ impl Sample {
 /// One size's processes and scratch directory; dropping it kills whatever
 /// still runs and removes the directory, on success and on error alike.
 struct Run {
-    dir: PathBuf,
-    sims: Vec<Proc>,
-    /// Each sim's control endpoint, in the order of `sims`.
+    procs: Processes,
+    /// Each sim's control endpoint, in the order of `procs.sims`.
     sim_controls: Vec<String>,
     /// Whether the sims push (and count their pushes).
     pushing: bool,
-    controller: Option<Proc>,
     /// --ranges.
     ranges: Vec<u8>,
 }
@@ -895,14 +863,10 @@ impl Run {
     fn new(nodes: usize, mode: Mode, ranges: &[u8]) -> Result<Run> {
         let dir =
             std::env::temp_dir().join(format!("nodekeeper-bench-{}-{nodes}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         Ok(Run {
-            dir,
-            sims: Vec::new(),
+            procs: Processes::in_fresh_dir(dir)?,
             sim_controls: Vec::new(),
             pushing: matches!(mode, Mode::Push { .. }),
-            controller: None,
             ranges: ranges.to_vec(),
         })
     }
@@ -926,48 +890,9 @@ impl Run {
 
     /// Stops the controller gracefully, then the sims.
     async fn stop(&mut self) -> String {
-        let mut report = match &mut self.controller {
-            Some(c) => c.terminate(STOP_TIMEOUT).await,
-            None => String::new(),
-        };
-        for sim in &mut self.sims {
-            sim.kill();
-        }
-        if let Some(c) = &self.controller {
-            let tail = c.log_tail(15);
-            if !tail.is_empty() {
-                report.push_str(&format!(" (controller stderr not empty{tail})"));
-            }
-        }
-        report
-    }
-}
-
-impl Watched for Run {
-    fn check_alive(&mut self) -> Result<()> {
-        if let Some(c) = &mut self.controller {
-            c.check_alive()?;
-        }
-        self.sims.iter_mut().try_for_each(Proc::check_alive)
-    }
-
-    fn controller_log_tail(&self) -> String {
-        self.controller
-            .as_ref()
-            .map(|p| p.log_tail(15))
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.controller {
-            c.kill();
-        }
-        for sim in &mut self.sims {
-            sim.kill();
-        }
-        let _ = fs::remove_dir_all(&self.dir);
+        let report = self.procs.stop_controller(STOP_TIMEOUT, 15).await;
+        self.procs.kill_sims();
+        report.unwrap_or_default()
     }
 }
 

@@ -81,8 +81,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use nodekeeper_sim::bench::{
-    self, memory_kib, parse_duration, scratch_filesystem, table_header, table_row, write_preamble,
-    Align, BinArg, Machine, Proc, ProcessMeter, Watched,
+    memory_kib, parse_duration, scratch_filesystem, table_header, table_row, write_preamble, Align,
+    BinArg, Machine, ProcessMeter, Processes,
 };
 
 const CONTROLLER_START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -494,7 +494,7 @@ async fn drain(env: &Env<'_>, case: &DrainCase) -> Result<DrainRow> {
         .await
         .context("the fake API server did not go down")?;
 
-    let mut run = Run::new("drain", case.nodes)?;
+    let mut run = scratch("drain", case.nodes)?;
     let nodes_file = run.dir.join("nodes.json");
     write_nodes_file(&nodes_file, &backlog_nodes(case.nodes)?)?;
     let mut flags = strings(&[
@@ -515,8 +515,10 @@ async fn drain(env: &Env<'_>, case: &DrainCase) -> Result<DrainRow> {
     ]);
     flags.push(format!("--leader-elect={}", env.args.drain_leader_elect));
     let started = Instant::now();
-    run.spawn_controller(env.bin, &nodes_file, &flags)?;
-    let url = wait_for_discovery(&mut run).await?;
+    run.start_controller(env.bin, &controller_args(&run.dir, &nodes_file, &flags))?;
+    let url = run
+        .wait_for_discovery(CONTROLLER_START_TIMEOUT, POLL)
+        .await?;
     eprintln!("   controller serving {url}; the API server is down");
 
     // Every node's work queued while the API server is away.
@@ -621,7 +623,7 @@ async fn drain(env: &Env<'_>, case: &DrainCase) -> Result<DrainRow> {
     );
 
     let verified = verify_unknown(&api, case.nodes);
-    let stop = run.stop().await;
+    let stop = stop(&mut run).await;
     eprintln!("   {stop}");
     // Leader election has its own pace and takes nothing from the budget:
     // counted apart from the mirror's work.
@@ -894,7 +896,7 @@ async fn steady_state(env: &Env<'_>) -> Result<SteadyRow> {
     .context("cannot start the simulated fleet")?;
     // The fleet stops with the token; cancel it on every way out of here.
     let _stop_fleet = stop_fleet.clone().drop_guard();
-    let mut run = Run::new("steady", nodes)?;
+    let mut run = scratch("steady", nodes)?;
     let nodes_file = run.dir.join("nodes.json");
     let list: Vec<(String, Ipv4Addr)> = fleet
         .nodes()
@@ -921,8 +923,10 @@ async fn steady_state(env: &Env<'_>) -> Result<SteadyRow> {
         "none",
     ]);
     let started = Instant::now();
-    run.spawn_controller(env.bin, &nodes_file, &flags)?;
-    let url = wait_for_discovery(&mut run).await?;
+    run.start_controller(env.bin, &controller_args(&run.dir, &nodes_file, &flags))?;
+    let url = run
+        .wait_for_discovery(CONTROLLER_START_TIMEOUT, POLL)
+        .await?;
     let mut push = PushConfig::new(url.clone());
     push.lease_renew_interval = args.steady_interval;
     push.status_update_interval = args.steady_interval;
@@ -1025,7 +1029,7 @@ async fn steady_state(env: &Env<'_>) -> Result<SteadyRow> {
         None => None,
     };
 
-    let stop = run.stop().await;
+    let stop = stop(&mut run).await;
     eprintln!("   {stop}");
     stop_fleet.cancel();
     if tokio::time::timeout(FLEET_STOP_TIMEOUT, fleet.closed())
@@ -1356,7 +1360,7 @@ struct SiteRow {
 async fn site(env: &Env<'_>) -> Result<SiteRow> {
     let args = env.args;
     let n = args.site_nodes;
-    let mut run = Run::new("site", n)?;
+    let mut run = scratch("site", n)?;
     let (port, nodes_file, controls) = start_sims(&mut run, env.bin, env.args.base_ip, n).await?;
     eprintln!("   {} sim process(es) up on port {port}", run.sims.len());
     let api = FakeApiServer::start().await;
@@ -1375,8 +1379,10 @@ async fn site(env: &Env<'_>) -> Result<SiteRow> {
         flags.extend(strings(&["--kube-api-burst", &burst.to_string()]));
     }
     let started = Instant::now();
-    run.spawn_controller(env.bin, &nodes_file, &flags)?;
-    let url = wait_for_discovery(&mut run).await?;
+    run.start_controller(env.bin, &controller_args(&run.dir, &nodes_file, &flags))?;
+    let url = run
+        .wait_for_discovery(CONTROLLER_START_TIMEOUT, POLL)
+        .await?;
     let pid = run.controller_pid()?;
     eprintln!("   controller serving {url}; waiting for every node upstream with its Lease");
 
@@ -1593,7 +1599,7 @@ async fn site(env: &Env<'_>) -> Result<SiteRow> {
             "a Ready node's Lease {drain_max:.1}s old during the drain: lapsed (the duration is 40s)"
         ));
     }
-    let stop = run.stop().await;
+    let stop = stop(&mut run).await;
     eprintln!("   {stop}");
     Ok(SiteRow {
         nodes: n,
@@ -1647,7 +1653,7 @@ async fn set_kubelet(
 /// nodes files and merges them. Returns the port, the merged nodes file,
 /// and each node with its sim's control URL.
 async fn start_sims(
-    run: &mut Run,
+    run: &mut Processes,
     bin: &Path,
     base_ip: Ipv4Addr,
     nodes: usize,
@@ -1677,9 +1683,7 @@ async fn start_sims(
             "--write-nodes-file",
             &file.to_string_lossy(),
         ]);
-        run.sims
-            .push(Proc::spawn(&run.dir, &format!("sim-{index}"), bin, &args)?);
-        let sim = run.sims.last_mut().expect("just pushed");
+        let sim = run.start_sim(&format!("sim-{index}"), bin, &args)?;
         let deadline = Instant::now() + SIM_START_TIMEOUT;
         // The banner is printed once the nodes file is written:
         // `... (port 40123); control http://127.0.0.1:40000; ...`.
@@ -1874,110 +1878,40 @@ fn site_section(out: &mut String, row: &SiteRow, args: &Args) {
 // ---------------------------------------------------------------------------
 // The controller
 
-/// One phase's controller and scratch directory; dropping it kills the
-/// controller if it still runs and removes the directory, on success and on
-/// error alike.
-struct Run {
-    dir: PathBuf,
-    controller: Option<Proc>,
-    /// `nodekeeper sim` processes (the site phase).
-    sims: Vec<Proc>,
+/// One phase's processes in a fresh scratch directory.
+fn scratch(phase: &str, nodes: usize) -> Result<Processes> {
+    Processes::in_fresh_dir(std::env::temp_dir().join(format!(
+        "nodekeeper-mirror-bench-{}-{phase}-{nodes}",
+        std::process::id()
+    )))
 }
 
-impl Run {
-    fn new(phase: &str, nodes: usize) -> Result<Run> {
-        let dir = std::env::temp_dir().join(format!(
-            "nodekeeper-mirror-bench-{}-{phase}-{nodes}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        Ok(Run {
-            dir,
-            controller: None,
-            sims: Vec::new(),
-        })
-    }
-
-    /// `nodekeeper run` on a fresh store, on a free loopback port, with the
-    /// nodes file and `extra` flags.
-    fn spawn_controller(&mut self, bin: &Path, nodes_file: &Path, extra: &[String]) -> Result<()> {
-        let mut args = strings(&[
-            "--log",
-            "warn",
-            "run",
-            "--db",
-            &self.dir.join("db").to_string_lossy(),
-            "--listen",
-            "127.0.0.1:0",
-            "--nodes-file",
-            &nodes_file.to_string_lossy(),
-            "--kubelet-scheme",
-            "http",
-        ]);
-        args.extend_from_slice(extra);
-        self.controller = Some(Proc::spawn(&self.dir, "controller", bin, &args)?);
-        Ok(())
-    }
-
-    fn controller_pid(&self) -> Result<u32> {
-        self.controller
-            .as_ref()
-            .map(|c| c.child.id())
-            .ok_or_else(|| anyhow!("no controller"))
-    }
-
-    /// Stops the controller with SIGTERM (SIGKILL if it does not exit in
-    /// time); says how it went.
-    async fn stop(&mut self) -> String {
-        let Some(c) = &mut self.controller else {
-            return "no controller".into();
-        };
-        let mut report = c.terminate(STOP_TIMEOUT).await;
-        let tail = c.log_tail(1);
-        if !tail.is_empty() {
-            let _ = write!(report, " (controller stderr not empty{tail})");
-        }
-        report
-    }
+/// `nodekeeper run` on a fresh store in `dir`, on a free loopback port,
+/// with the nodes file and `extra` flags.
+fn controller_args(dir: &Path, nodes_file: &Path, extra: &[String]) -> Vec<String> {
+    let mut args = strings(&[
+        "--log",
+        "warn",
+        "run",
+        "--db",
+        &dir.join("db").to_string_lossy(),
+        "--listen",
+        "127.0.0.1:0",
+        "--nodes-file",
+        &nodes_file.to_string_lossy(),
+        "--kubelet-scheme",
+        "http",
+    ]);
+    args.extend_from_slice(extra);
+    args
 }
 
-impl Watched for Run {
-    fn check_alive(&mut self) -> Result<()> {
-        for sim in &mut self.sims {
-            sim.check_alive()?;
-        }
-        match &mut self.controller {
-            Some(c) => c.check_alive(),
-            None => Ok(()),
-        }
-    }
-
-    fn controller_log_tail(&self) -> String {
-        self.controller
-            .as_ref()
-            .map(|c| c.log_tail(15))
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.controller {
-            c.kill();
-        }
-        for sim in &mut self.sims {
-            sim.kill();
-        }
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Waits for `db/controller.json` naming our controller; returns its API URL.
-async fn wait_for_discovery(run: &mut Run) -> Result<String> {
-    let db = run.dir.join("db");
-    let pid = run.controller_pid()?;
-    bench::wait_for_discovery(run, &db, pid, CONTROLLER_START_TIMEOUT, POLL).await
+/// Stops the phase's controller with SIGTERM (SIGKILL if it does not exit
+/// in time); says how it went.
+async fn stop(run: &mut Processes) -> String {
+    run.stop_controller(STOP_TIMEOUT, 1)
+        .await
+        .unwrap_or_else(|| "no controller".into())
 }
 
 /// Writes a JSON nodes file: `[{"name": ..., "address": ...}, ...]`.
