@@ -54,7 +54,9 @@ pub fn raise_open_file_limit() -> u64 {
     }
 }
 
-/// Runs the controller until `shutdown`.
+/// Runs the controller until `shutdown`. Over 80 lines: it is the start-up
+/// sequence, in an order that matters, read top to bottom (see the module's
+/// opening comment).
 pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
     let limit = config.open_files;
     let sim_nodes = config.simulate.as_ref().map_or(0, |s| s.nodes);
