@@ -23,12 +23,12 @@ use crate::store::Store;
 use crate::view::View;
 
 mod config;
+mod sizing;
 mod supervise;
 
-use config::SPARE_FILES;
-pub use config::{
-    size_api, ApiSizing, RunConfig, RunError, SizingError, SizingInput, READER_CONNECTIONS,
-};
+pub use config::{RunConfig, RunError};
+use sizing::SPARE_FILES;
+pub use sizing::{size_api, ApiSizing, SizingError, SizingInput, READER_CONNECTIONS};
 use supervise::{Supervised, Task, TaskResult};
 
 /// Where a local client reaches a listener: a wildcard address becomes loopback.
