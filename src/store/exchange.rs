@@ -17,6 +17,10 @@
 //! Format 1 (a header with `nodes` and `events` counts, then `node` and
 //! `event` lines) is still read; its history is taken to start from an empty
 //! registry before its first event.
+//!
+//! This file (about 620 production lines) is just over the ~600 the project
+//! aims for: export and import share the line types above, and a change to
+//! the format is made to both at once, so they are kept side by side.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
