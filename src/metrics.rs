@@ -207,6 +207,8 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Registers every series. Over 80 lines: it is the catalogue of
+    /// metrics, one registration with its help text per series, read whole.
     pub fn new() -> Metrics {
         let mut root = Registry::default();
         // The standard process_* series carry no prefix; ours all do.

@@ -520,36 +520,7 @@ where
     stream.write_all(&buf).await.map_err(sending)?;
     stream.flush().await.map_err(sending)?;
     buf.clear();
-    let (status, head_len, framing, keep_alive) = loop {
-        if !buf.is_empty() {
-            let mut headers = [httparse::EMPTY_HEADER; 32];
-            let mut response = httparse::Response::new(&mut headers);
-            match response.parse(&buf) {
-                Ok(httparse::Status::Complete(len)) => {
-                    let status = response.code.unwrap_or(0);
-                    if (100..200).contains(&status) {
-                        // An interim answer: drop it and read the real one.
-                        buf.drain(..len);
-                        continue;
-                    }
-                    let (framing, keep_alive) = framing_of(&response)?;
-                    break (status, len, framing, keep_alive);
-                }
-                Ok(httparse::Status::Partial) if buf.len() >= HEAD_CAP => {
-                    return Err(AnswerError::HeadTooLarge)
-                }
-                Ok(httparse::Status::Partial) => {}
-                Err(e) => return Err(AnswerError::NotHttp(e.to_string())),
-            }
-        }
-        if read_more(stream, &mut buf, HEAD_CAP).await? == 0 {
-            return Err(if buf.is_empty() {
-                AnswerError::ClosedBeforeAnswer
-            } else {
-                AnswerError::ClosedInside(AnswerPart::Head)
-            });
-        }
-    };
+    let (status, head_len, framing, keep_alive) = read_head(stream, &mut buf).await?;
     buf.drain(..head_len);
     let mut raw = buf;
     // A status that has no body (RFC 9112 section 6.3) has none, whatever its headers say.
@@ -589,6 +560,44 @@ where
         // Kept only when the answer ended exactly where the stream does.
         reusable: keep_alive && complete && exact,
     })
+}
+
+/// Reads an answer's head into `buf`, skipping interim (1xx) answers, at
+/// most [`HEAD_CAP`] bytes: its status, length, framing and keep-alive.
+async fn read_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+) -> Result<(u16, usize, Framing, bool), AnswerError> {
+    loop {
+        if !buf.is_empty() {
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut response = httparse::Response::new(&mut headers);
+            match response.parse(buf) {
+                Ok(httparse::Status::Complete(len)) => {
+                    let status = response.code.unwrap_or(0);
+                    if (100..200).contains(&status) {
+                        // An interim answer: drop it and read the real one.
+                        buf.drain(..len);
+                        continue;
+                    }
+                    let (framing, keep_alive) = framing_of(&response)?;
+                    return Ok((status, len, framing, keep_alive));
+                }
+                Ok(httparse::Status::Partial) if buf.len() >= HEAD_CAP => {
+                    return Err(AnswerError::HeadTooLarge)
+                }
+                Ok(httparse::Status::Partial) => {}
+                Err(e) => return Err(AnswerError::NotHttp(e.to_string())),
+            }
+        }
+        if read_more(stream, buf, HEAD_CAP).await? == 0 {
+            return Err(if buf.is_empty() {
+                AnswerError::ClosedBeforeAnswer
+            } else {
+                AnswerError::ClosedInside(AnswerPart::Head)
+            });
+        }
+    }
 }
 
 /// How a response body is delimited.

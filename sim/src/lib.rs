@@ -350,6 +350,14 @@ pub struct Fleet {
     shutdown: CancellationToken,
 }
 
+/// Binds the control endpoint; returns it with the address it took.
+async fn bind_control(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), SimError> {
+    let bind_error = |source| SimError::ControlBind { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let local = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local))
+}
+
 impl Fleet {
     /// Binds every listener and the control endpoint, spawns their tasks, returns when all are listening.
     pub async fn start(
@@ -358,20 +366,7 @@ impl Fleet {
     ) -> Result<Fleet, SimError> {
         let ips = node_ips(config.base_ip, config.nodes)?;
         let (port, listeners) = bind_nodes(&ips, config.port)?;
-        let control_listener =
-            TcpListener::bind(config.control)
-                .await
-                .map_err(|source| SimError::ControlBind {
-                    addr: config.control,
-                    source,
-                })?;
-        let control_addr =
-            control_listener
-                .local_addr()
-                .map_err(|source| SimError::ControlBind {
-                    addr: config.control,
-                    source,
-                })?;
+        let (control_listener, control_addr) = bind_control(config.control).await?;
 
         let width = name_width(config.nodes);
         let mut nodes = Vec::with_capacity(ips.len());

@@ -1,11 +1,10 @@
 //! `run`'s configuration: every flag validated into a [`RunConfig`] before a
-//! port is bound or the store opened, and the HTTP API sized to the open
-//! files the process may hold.
+//! port is bound or the store opened; the HTTP API is sized by `sizing.rs`.
 //!
-//! `RunConfig::from_args` is long (about 290 lines) on purpose: it is the one
-//! list of every `run` flag's checks, in the order the help shows them, each
-//! a few lines naming its flag; split up, the checks that depend on one
-//! another (TLS and tokens, the mirror's flags, sizing) would be read apart.
+//! `RunConfig::from_args` reads as the list of steps, in the order the help
+//! shows the flags (so the first error names the first bad flag); each step
+//! is a function checking one concern: periods and rates, the node list, the
+//! cloud source, probing, serving, retention, the mirror, the API's sizing.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,12 +23,7 @@ use crate::source::cloud::{anchored, CloudProvider};
 use crate::source::{static_list, SourceError};
 use crate::store::{StoreError, StoreOptions};
 
-/// Open files kept for everything but probes and API connections: the
-/// store, the listener, logs, the mirror's client, name lookups.
-pub(super) const SPARE_FILES: u64 = 256;
-/// API connections wanted beyond one per pushing node: kubectl, the CLI,
-/// health checks and metrics scrapes.
-pub const READER_CONNECTIONS: usize = 256;
+use super::sizing::{size_api, ApiSizing, SizingError, SizingInput, READER_CONNECTIONS};
 
 /// Everything `run` needs, validated.
 pub struct RunConfig {
@@ -60,141 +54,6 @@ pub struct RunConfig {
     pub limits: ApiLimits,
     /// `--transition-hook`, if given.
     pub transition_hook: Option<crate::hook::transitions::TransitionHookConfig>,
-}
-
-/// The API's connection cap and request budgets, as sized by [`size_api`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ApiSizing {
-    pub max_connections: usize,
-    pub limits: ApiLimits,
-    /// Connections no budget can take: health checks always find one.
-    pub health_check_room: usize,
-}
-
-/// What [`size_api`] sizes from.
-#[derive(Debug, Clone, Copy)]
-pub struct SizingInput {
-    pub open_files: u64,
-    /// Nodes known at start (static, simulated).
-    pub nodes: usize,
-    /// Nodes that may be probed, each with a kept-alive connection.
-    pub probed_nodes: usize,
-    /// Nodes of a simulated fleet in this process (a listener, and both ends of a probe).
-    pub simulated_nodes: usize,
-    /// `--max-connections`, 0 for automatic.
-    pub max_connections: usize,
-    /// The budgets asked for; `max_mutating` 0 for automatic.
-    pub limits: ApiLimits,
-}
-
-/// Why [`size_api`] cannot fit the budgets asked for in the connections
-/// there are; each names the flags to change.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum SizingError {
-    /// More connections than the open-file limit leaves room for.
-    #[error(
-        "--max-connections {asked}: this process may open {open_files} files and keeps {kept} \
-         for probes, the store and the rest, so at most {fits} connections fit; lower \
-         --max-connections or raise the hard limit (ulimit -Hn)"
-    )]
-    TooManyConnections {
-        asked: usize,
-        open_files: u64,
-        kept: u64,
-        fits: usize,
-    },
-    /// A budget of zero, which would refuse every request of its kind.
-    #[error("{flag} must be at least 1")]
-    ZeroBudget { flag: &'static str },
-    /// Watches, reads and health checks take every connection.
-    #[error(
-        "--max-connections {max_connections} leaves no room for writes once --max-watches \
-         {max_watches} and --max-requests-inflight {max_reads} (and {health_check_room} \
-         connections for health checks) are set aside; raise --max-connections or lower the others"
-    )]
-    NoRoomForWrites {
-        max_connections: usize,
-        max_watches: usize,
-        max_reads: usize,
-        health_check_room: usize,
-    },
-    /// The writes asked for do not fit beside watches, reads and health checks.
-    #[error(
-        "--max-mutating-requests-inflight {asked} with --max-watches {max_watches} and \
-         --max-requests-inflight {max_reads} needs more than the {max_connections} connections \
-         (--max-connections), {health_check_room} of which are kept for health checks; lower \
-         one of them or raise --max-connections"
-    )]
-    WritesDoNotFit {
-        asked: usize,
-        max_watches: usize,
-        max_reads: usize,
-        max_connections: usize,
-        health_check_room: usize,
-    },
-}
-
-/// Sizes the API: the connection cap from the open-file limit (less the
-/// files kept for probes, a simulated fleet and the store), then the
-/// budgets inside it, so that watches, reads and writes together always
-/// leave connections for health checks. Writes get what is left unless
-/// `--max-mutating-requests-inflight` says otherwise.
-pub fn size_api(input: SizingInput) -> Result<ApiSizing, SizingError> {
-    let kept = SPARE_FILES + input.probed_nodes as u64 + 3 * input.simulated_nodes as u64;
-    let fits = input.open_files.saturating_sub(kept) as usize;
-    let max_connections = match input.max_connections {
-        0 => fits,
-        asked if asked > fits => {
-            return Err(SizingError::TooManyConnections {
-                asked,
-                open_files: input.open_files,
-                kept,
-                fits,
-            })
-        }
-        asked => asked,
-    };
-    let health_check_room = (max_connections / 64).clamp(4, 64);
-    let limits = input.limits;
-    for (flag, value) in [
-        ("--max-watches", limits.max_watches),
-        ("--max-requests-inflight", limits.max_reads),
-    ] {
-        if value == 0 {
-            return Err(SizingError::ZeroBudget { flag });
-        }
-    }
-    let taken = limits.max_watches + limits.max_reads + health_check_room;
-    let left = max_connections.saturating_sub(taken);
-    let max_mutating = match limits.max_mutating {
-        0 if left == 0 => {
-            return Err(SizingError::NoRoomForWrites {
-                max_connections,
-                max_watches: limits.max_watches,
-                max_reads: limits.max_reads,
-                health_check_room,
-            })
-        }
-        0 => left,
-        asked if asked > left => {
-            return Err(SizingError::WritesDoNotFit {
-                asked,
-                max_watches: limits.max_watches,
-                max_reads: limits.max_reads,
-                max_connections,
-                health_check_room,
-            })
-        }
-        asked => asked,
-    };
-    Ok(ApiSizing {
-        max_connections,
-        limits: ApiLimits {
-            max_mutating,
-            ..limits
-        },
-        health_check_room,
-    })
 }
 
 /// Failures of `run`, each naming the flag or resource at fault.
@@ -247,237 +106,22 @@ pub enum RunError {
 
 impl RunConfig {
     /// Validates the flags completely, before anything is opened or bound.
+    /// The steps run in the order the help shows the flags, so the first
+    /// error named is the first bad flag.
     pub fn from_args(args: &RunArgs, db: &Path) -> Result<RunConfig, RunError> {
-        let flag = |flag, reason: String| RunError::Flag { flag, reason };
-        let capacity = Resources {
-            cpu_millis: crate::quantity::parse_cpu(&args.node_cpu)
-                .map_err(|e| flag("--node-cpu", e.to_string()))?,
-            memory_bytes: crate::quantity::parse_memory(&args.node_memory)
-                .map_err(|e| flag("--node-memory", e.to_string()))?,
-        };
-        if args.node_sync_period.is_zero() {
-            return Err(flag("--node-sync-period", "must be more than zero".into()));
-        }
-        if args.node_monitor_grace_period.is_zero() {
-            return Err(flag(
-                "--node-monitor-grace-period",
-                "must be more than zero".into(),
-            ));
-        }
-        if args.kubelet_timeout.is_zero() {
-            return Err(flag("--kubelet-timeout", "must be more than zero".into()));
-        }
-        if args.node_monitor_period.is_zero() {
-            return Err(flag(
-                "--node-monitor-period",
-                "must be more than zero".into(),
-            ));
-        }
-        for (name, rate) in [
-            ("--node-eviction-rate", args.node_eviction_rate),
-            (
-                "--secondary-node-eviction-rate",
-                args.secondary_node_eviction_rate,
-            ),
-        ] {
-            if !(rate.is_finite() && rate >= 0.0) {
-                return Err(flag(
-                    name,
-                    format!("{rate} is not a rate: give evictions per second, 0 or more"),
-                ));
-            }
-        }
-        if !(args.unhealthy_zone_threshold > 0.0 && args.unhealthy_zone_threshold <= 1.0) {
-            return Err(flag(
-                "--unhealthy-zone-threshold",
-                "must be a share between 0 and 1, such as 0.55".into(),
-            ));
-        }
-        if args.kubelet_port == 0 {
-            return Err(flag(
-                "--kubelet-port",
-                "0 is not a port a kubelet listens on: give one from 1 to 65535 (kubelets serve on 10250)".into(),
-            ));
-        }
+        let capacity = node_capacity(args)?;
+        check_periods_and_rates(args)?;
         check_api_server_flags(args)?;
-        if args.probe_concurrency == 0 {
-            return Err(flag("--probe-concurrency", "must be at least 1".into()));
-        }
-        if args.node_monitor_grace_period < args.node_sync_period {
-            tracing::warn!(
-                "--node-monitor-grace-period ({:?}) is shorter than --node-sync-period ({:?}): one missed probe makes a node Unknown",
-                args.node_monitor_grace_period,
-                args.node_sync_period
-            );
-        }
-        let mut specs = Vec::new();
-        if let Some(list) = &args.nodes {
-            specs.extend(static_list::parse_node_list(list, capacity)?);
-        }
-        if let Some(path) = &args.nodes_file {
-            specs.extend(static_list::read_nodes_file(
-                &path.to_string_lossy(),
-                capacity,
-            )?);
-        }
-        let mut seen = std::collections::HashSet::new();
-        if let Some(dup) = specs.iter().find(|s| !seen.insert(s.name.clone())) {
-            return Err(SourceError::Duplicate {
-                name: dup.name.clone(),
-                first: "--nodes".into(),
-                second: "--nodes-file".into(),
-            }
-            .into());
-        }
-        let cloud = match &args.cloud_provider {
-            None => None,
-            Some(name) => {
-                let filter = anchored(args.node_match.as_deref().unwrap_or(".*"))
-                    .map_err(|e| flag("--match", e))?;
-                let provider: Arc<dyn CloudProvider> =
-                    crate::source::provider(name, args.cloud_config.as_deref())?.into();
-                if provider.instances().is_none() {
-                    return Err(SourceError::CloudInstance(provider.name().to_string()).into());
-                }
-                Some(CloudSource {
-                    provider,
-                    filter,
-                    sync_node_list: args.sync_node_list,
-                    fallback: capacity,
-                })
-            }
-        };
-        let mut probe = ProbeConfig {
-            scheme: args.kubelet_scheme,
-            port: args.kubelet_port,
-            timeout: args.kubelet_timeout,
-            ca_file: args.kubelet_ca.clone(),
-            client_cert_file: args.kubelet_client_cert.clone(),
-            client_key_file: args.kubelet_client_key.clone(),
-            token_file: args.kubelet_token_file.clone(),
-            insecure_skip_tls_verify: args.kubelet_insecure_skip_tls_verify,
-            ..ProbeConfig::default()
-        };
-        let simulate = args.simulate.map(|nodes| SimulateRequest {
-            nodes,
-            base_ip: args.simulate_base_ip,
-            control: args.simulate_control,
-        });
-        if simulate.is_some() {
-            // Simulated kubelets speak plain HTTP on a port of their choosing.
-            probe.scheme = Scheme::Http;
-        }
-        if probe.insecure_skip_tls_verify && probe.scheme == Scheme::Https {
-            tracing::warn!("--kubelet-insecure-skip-tls-verify: kubelet certificates are NOT verified; anyone on the path can impersonate a kubelet");
-        }
-        // Fail on bad certificates or tokens now, not at the first sweep.
-        if args.node_status_mode != crate::controller::StatusMode::Push {
-            crate::probe::Prober::new(&probe).map_err(|e| flag("kubelet access", e.to_string()))?;
-        }
-        let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
-            (None, None) => None,
-            (Some(cert), Some(key)) => {
-                Some(crate::server::tls_config(cert, key).map_err(RunError::Serving)?)
-            }
-            (Some(_), None) => {
-                return Err(flag(
-                    "--tls-cert-file",
-                    "needs --tls-private-key-file, the certificate's private key".into(),
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(flag(
-                    "--tls-private-key-file",
-                    "needs --tls-cert-file, the certificate it belongs to".into(),
-                ))
-            }
-        };
-        let tokens = match &args.token_file {
-            None => None,
-            Some(path) => Some(Arc::new(Tokens::load(path).map_err(RunError::Serving)?)),
-        };
-        crate::server::check_listen(
-            args.listen,
-            tls.is_some(),
-            tokens.is_some(),
-            args.insecure_listen,
-        )?;
-        if args.insecure_listen && (tls.is_none() || tokens.is_none()) {
-            tracing::warn!(
-                listen = %args.listen,
-                tls = tls.is_some(),
-                tokens = tokens.is_some(),
-                "--insecure-listen: the API may be reachable from the network without TLS or authentication"
-            );
-        }
-        let retention = crate::store::RetentionConfig {
-            max_age: (!args.history_retention.is_zero()).then_some(args.history_retention),
-            max_bytes: match crate::quantity::parse_memory(&args.history_max_bytes) {
-                Ok(0) => None,
-                Ok(bytes) => Some(bytes),
-                Err(e) => return Err(flag("--history-max-bytes", e.to_string())),
-            },
-        };
+        check_probing(args)?;
+        let specs = node_specs(args, capacity)?;
+        let cloud = cloud_source(args, capacity)?;
+        let (probe, simulate) = probe_config(args)?;
+        let (tls, tokens) = serving(args)?;
+        let retention = retention(args)?;
         let mirror = mirror_config(args)?;
-        if args.request_body_timeout.is_zero() {
-            return Err(flag(
-                "--request-body-timeout",
-                "must be more than zero".into(),
-            ));
-        }
-        let open_files = super::raise_open_file_limit();
-        let sim_nodes = args.simulate.unwrap_or(0);
-        let known_nodes = specs.len() + sim_nodes;
-        let sizing = size_api(SizingInput {
-            open_files,
-            nodes: known_nodes,
-            probed_nodes: match args.node_status_mode {
-                crate::controller::StatusMode::Push => 0,
-                _ => known_nodes,
-            },
-            simulated_nodes: sim_nodes,
-            max_connections: args.max_connections,
-            limits: ApiLimits {
-                max_watches: args.max_watches,
-                max_reads: args.max_requests_inflight,
-                max_mutating: args.max_mutating_requests_inflight,
-                body_timeout: args.request_body_timeout,
-            },
-        })?;
-        if args.node_status_mode != crate::controller::StatusMode::Probe
-            && sizing.max_connections < known_nodes + READER_CONNECTIONS
-        {
-            tracing::warn!(
-                "only {} API connections fit in the open-file limit ({open_files}): {known_nodes} nodes pushing over one connection each, and readers besides, need {}; connections beyond the cap close idle ones (raise ulimit -Hn, or use push mode, which keeps no probe connections)",
-                sizing.max_connections,
-                known_nodes + READER_CONNECTIONS
-            );
-        }
-        if mirror.is_none() && args.eviction_mode == crate::model::EvictionMode::DeletePods {
-            return Err(flag(
-                "--eviction-mode",
-                "delete-pods deletes pods on an API server, and none is configured: give --kubeconfig or --master, or use taint (with an --eviction-hook) when running alone".into(),
-            ));
-        }
-        let transition_hook = match &args.transition_hook {
-            None => None,
-            Some(command) if command.trim().is_empty() => {
-                return Err(flag(
-                    "--transition-hook",
-                    "the command is empty; give a command, or leave the flag out".into(),
-                ))
-            }
-            Some(_) if args.transition_hook_timeout.is_zero() => {
-                return Err(flag(
-                    "--transition-hook-timeout",
-                    "must be more than 0, e.g. 30s".into(),
-                ))
-            }
-            Some(command) => Some(crate::hook::transitions::TransitionHookConfig {
-                command: command.clone(),
-                timeout: args.transition_hook_timeout,
-            }),
-        };
+        let (open_files, sizing) = api_sizing(args, specs.len())?;
+        check_eviction_mode(args, mirror.is_some())?;
+        let transition_hook = transition_hook(args)?;
         Ok(RunConfig {
             transition_hook,
             mirror,
@@ -495,37 +139,7 @@ impl RunConfig {
                 cache_capacity: args.cache_capacity,
                 checkpoint_interval: args.history_checkpoint_interval,
             },
-            controller: ControllerConfig {
-                node_sync_period: args.node_sync_period,
-                node_monitor_grace_period: args.node_monitor_grace_period,
-                node_monitor_period: args.node_monitor_period,
-                node_startup_grace_period: args.node_startup_grace_period,
-                status_mode: args.node_status_mode,
-                allow_node_registration: args.allow_node_registration,
-                register_retry_count: args.register_retry_count,
-                probe,
-                probe_concurrency: args.probe_concurrency,
-                cloud,
-                // Followed as it changes on disk.
-                nodes_file: args
-                    .nodes_file
-                    .as_ref()
-                    .map(|path| crate::controller::NodesFile {
-                        path: path.clone(),
-                        capacity,
-                    }),
-                eviction: crate::controller::eviction::EvictionConfig {
-                    pod_eviction_timeout: args.pod_eviction_timeout,
-                    mode: args.eviction_mode,
-                    hook: args.eviction_hook.clone(),
-                    node_eviction_rate: args.node_eviction_rate,
-                    secondary_node_eviction_rate: args.secondary_node_eviction_rate,
-                    unhealthy_zone_threshold: args.unhealthy_zone_threshold,
-                    large_cluster_size_threshold: args.large_cluster_size_threshold,
-                    ..Default::default()
-                },
-                ..ControllerConfig::default()
-            },
+            controller: controller_config(args, capacity, probe, cloud),
             specs,
             simulate,
             simulator: None,
@@ -536,10 +150,335 @@ impl RunConfig {
     }
 }
 
+/// `RunError::Flag` for `flag`, with the reason it was refused.
+fn flag(flag: &'static str, reason: String) -> RunError {
+    RunError::Flag { flag, reason }
+}
+
+/// A node's capacity when its source gives none (`--node-cpu`, `--node-memory`).
+fn node_capacity(args: &RunArgs) -> Result<Resources, RunError> {
+    Ok(Resources {
+        cpu_millis: crate::quantity::parse_cpu(&args.node_cpu)
+            .map_err(|e| flag("--node-cpu", e.to_string()))?,
+        memory_bytes: crate::quantity::parse_memory(&args.node_memory)
+            .map_err(|e| flag("--node-memory", e.to_string()))?,
+    })
+}
+
+/// The controller's periods, eviction rates, zone threshold and kubelet port.
+fn check_periods_and_rates(args: &RunArgs) -> Result<(), RunError> {
+    if args.node_sync_period.is_zero() {
+        return Err(flag("--node-sync-period", "must be more than zero".into()));
+    }
+    if args.node_monitor_grace_period.is_zero() {
+        return Err(flag(
+            "--node-monitor-grace-period",
+            "must be more than zero".into(),
+        ));
+    }
+    if args.kubelet_timeout.is_zero() {
+        return Err(flag("--kubelet-timeout", "must be more than zero".into()));
+    }
+    if args.node_monitor_period.is_zero() {
+        return Err(flag(
+            "--node-monitor-period",
+            "must be more than zero".into(),
+        ));
+    }
+    for (name, rate) in [
+        ("--node-eviction-rate", args.node_eviction_rate),
+        (
+            "--secondary-node-eviction-rate",
+            args.secondary_node_eviction_rate,
+        ),
+    ] {
+        if !(rate.is_finite() && rate >= 0.0) {
+            return Err(flag(
+                name,
+                format!("{rate} is not a rate: give evictions per second, 0 or more"),
+            ));
+        }
+    }
+    if !(args.unhealthy_zone_threshold > 0.0 && args.unhealthy_zone_threshold <= 1.0) {
+        return Err(flag(
+            "--unhealthy-zone-threshold",
+            "must be a share between 0 and 1, such as 0.55".into(),
+        ));
+    }
+    if args.kubelet_port == 0 {
+        return Err(flag(
+            "--kubelet-port",
+            "0 is not a port a kubelet listens on: give one from 1 to 65535 (kubelets serve on 10250)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `--probe-concurrency`, and a warning when one missed probe makes a node Unknown.
+fn check_probing(args: &RunArgs) -> Result<(), RunError> {
+    if args.probe_concurrency == 0 {
+        return Err(flag("--probe-concurrency", "must be at least 1".into()));
+    }
+    if args.node_monitor_grace_period < args.node_sync_period {
+        tracing::warn!(
+            "--node-monitor-grace-period ({:?}) is shorter than --node-sync-period ({:?}): one missed probe makes a node Unknown",
+            args.node_monitor_grace_period,
+            args.node_sync_period
+        );
+    }
+    Ok(())
+}
+
+/// The nodes of `--nodes` and `--nodes-file`, each name given once across both.
+fn node_specs(args: &RunArgs, capacity: Resources) -> Result<Vec<NodeSpec>, RunError> {
+    let mut specs = Vec::new();
+    if let Some(list) = &args.nodes {
+        specs.extend(static_list::parse_node_list(list, capacity)?);
+    }
+    if let Some(path) = &args.nodes_file {
+        specs.extend(static_list::read_nodes_file(
+            &path.to_string_lossy(),
+            capacity,
+        )?);
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(dup) = specs.iter().find(|s| !seen.insert(s.name.clone())) {
+        return Err(SourceError::Duplicate {
+            name: dup.name.clone(),
+            first: "--nodes".into(),
+            second: "--nodes-file".into(),
+        }
+        .into());
+    }
+    Ok(specs)
+}
+
+/// The cloud provider to list nodes from (`--cloud-provider`, `--match`), if any.
+fn cloud_source(args: &RunArgs, capacity: Resources) -> Result<Option<CloudSource>, RunError> {
+    let Some(name) = &args.cloud_provider else {
+        return Ok(None);
+    };
+    let filter =
+        anchored(args.node_match.as_deref().unwrap_or(".*")).map_err(|e| flag("--match", e))?;
+    let provider: Arc<dyn CloudProvider> =
+        crate::source::provider(name, args.cloud_config.as_deref())?.into();
+    if provider.instances().is_none() {
+        return Err(SourceError::CloudInstance(provider.name().to_string()).into());
+    }
+    Ok(Some(CloudSource {
+        provider,
+        filter,
+        sync_node_list: args.sync_node_list,
+        fallback: capacity,
+    }))
+}
+
+/// How kubelets are probed, and the simulated fleet (`--simulate`), whose
+/// kubelets speak plain HTTP; the kubelet credentials are loaded now.
+fn probe_config(args: &RunArgs) -> Result<(ProbeConfig, Option<SimulateRequest>), RunError> {
+    let mut probe = ProbeConfig {
+        scheme: args.kubelet_scheme,
+        port: args.kubelet_port,
+        timeout: args.kubelet_timeout,
+        ca_file: args.kubelet_ca.clone(),
+        client_cert_file: args.kubelet_client_cert.clone(),
+        client_key_file: args.kubelet_client_key.clone(),
+        token_file: args.kubelet_token_file.clone(),
+        insecure_skip_tls_verify: args.kubelet_insecure_skip_tls_verify,
+        ..ProbeConfig::default()
+    };
+    let simulate = args.simulate.map(|nodes| SimulateRequest {
+        nodes,
+        base_ip: args.simulate_base_ip,
+        control: args.simulate_control,
+    });
+    if simulate.is_some() {
+        // Simulated kubelets speak plain HTTP on a port of their choosing.
+        probe.scheme = Scheme::Http;
+    }
+    if probe.insecure_skip_tls_verify && probe.scheme == Scheme::Https {
+        tracing::warn!("--kubelet-insecure-skip-tls-verify: kubelet certificates are NOT verified; anyone on the path can impersonate a kubelet");
+    }
+    // Fail on bad certificates or tokens now, not at the first sweep.
+    if args.node_status_mode != crate::controller::StatusMode::Push {
+        crate::probe::Prober::new(&probe).map_err(|e| flag("kubelet access", e.to_string()))?;
+    }
+    Ok((probe, simulate))
+}
+
+/// The API's serving TLS and write tokens, checked against `--listen`.
+type Serving = (Option<Arc<rustls::ServerConfig>>, Option<Arc<Tokens>>);
+
+/// Serving TLS (the certificate and key as a pair), the tokens, and the
+/// listen policy, with a warning when `--insecure-listen` is what allows it.
+fn serving(args: &RunArgs) -> Result<Serving, RunError> {
+    let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            Some(crate::server::tls_config(cert, key).map_err(RunError::Serving)?)
+        }
+        (Some(_), None) => {
+            return Err(flag(
+                "--tls-cert-file",
+                "needs --tls-private-key-file, the certificate's private key".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(flag(
+                "--tls-private-key-file",
+                "needs --tls-cert-file, the certificate it belongs to".into(),
+            ))
+        }
+    };
+    let tokens = match &args.token_file {
+        None => None,
+        Some(path) => Some(Arc::new(Tokens::load(path).map_err(RunError::Serving)?)),
+    };
+    crate::server::check_listen(
+        args.listen,
+        tls.is_some(),
+        tokens.is_some(),
+        args.insecure_listen,
+    )?;
+    if args.insecure_listen && (tls.is_none() || tokens.is_none()) {
+        tracing::warn!(
+            listen = %args.listen,
+            tls = tls.is_some(),
+            tokens = tokens.is_some(),
+            "--insecure-listen: the API may be reachable from the network without TLS or authentication"
+        );
+    }
+    Ok((tls, tokens))
+}
+
+/// How much history to keep (`--history-retention`, `--history-max-bytes`; 0 keeps all).
+fn retention(args: &RunArgs) -> Result<crate::store::RetentionConfig, RunError> {
+    Ok(crate::store::RetentionConfig {
+        max_age: (!args.history_retention.is_zero()).then_some(args.history_retention),
+        max_bytes: match crate::quantity::parse_memory(&args.history_max_bytes) {
+            Ok(0) => None,
+            Ok(bytes) => Some(bytes),
+            Err(e) => return Err(flag("--history-max-bytes", e.to_string())),
+        },
+    })
+}
+
+/// The open-file limit, raised, and the API sized inside it for the
+/// `static_nodes` and the simulated ones, with a warning when pushing
+/// nodes and readers will not all fit.
+fn api_sizing(args: &RunArgs, static_nodes: usize) -> Result<(u64, ApiSizing), RunError> {
+    if args.request_body_timeout.is_zero() {
+        return Err(flag(
+            "--request-body-timeout",
+            "must be more than zero".into(),
+        ));
+    }
+    let open_files = super::raise_open_file_limit();
+    let sim_nodes = args.simulate.unwrap_or(0);
+    let known_nodes = static_nodes + sim_nodes;
+    let sizing = size_api(SizingInput {
+        open_files,
+        nodes: known_nodes,
+        probed_nodes: match args.node_status_mode {
+            crate::controller::StatusMode::Push => 0,
+            _ => known_nodes,
+        },
+        simulated_nodes: sim_nodes,
+        max_connections: args.max_connections,
+        limits: ApiLimits {
+            max_watches: args.max_watches,
+            max_reads: args.max_requests_inflight,
+            max_mutating: args.max_mutating_requests_inflight,
+            body_timeout: args.request_body_timeout,
+        },
+    })?;
+    if args.node_status_mode != crate::controller::StatusMode::Probe
+        && sizing.max_connections < known_nodes + READER_CONNECTIONS
+    {
+        tracing::warn!(
+            "only {} API connections fit in the open-file limit ({open_files}): {known_nodes} nodes pushing over one connection each, and readers besides, need {}; connections beyond the cap close idle ones (raise ulimit -Hn, or use push mode, which keeps no probe connections)",
+            sizing.max_connections,
+            known_nodes + READER_CONNECTIONS
+        );
+    }
+    Ok((open_files, sizing))
+}
+
+/// `--eviction-mode delete-pods` needs an API server to delete pods on.
+fn check_eviction_mode(args: &RunArgs, mirrored: bool) -> Result<(), RunError> {
+    if !mirrored && args.eviction_mode == crate::model::EvictionMode::DeletePods {
+        return Err(flag(
+            "--eviction-mode",
+            "delete-pods deletes pods on an API server, and none is configured: give --kubeconfig or --master, or use taint (with an --eviction-hook) when running alone".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `--transition-hook` and its timeout, if the hook is given.
+fn transition_hook(
+    args: &RunArgs,
+) -> Result<Option<crate::hook::transitions::TransitionHookConfig>, RunError> {
+    match &args.transition_hook {
+        None => Ok(None),
+        Some(command) if command.trim().is_empty() => Err(flag(
+            "--transition-hook",
+            "the command is empty; give a command, or leave the flag out".into(),
+        )),
+        Some(_) if args.transition_hook_timeout.is_zero() => Err(flag(
+            "--transition-hook-timeout",
+            "must be more than 0, e.g. 30s".into(),
+        )),
+        Some(command) => Ok(Some(crate::hook::transitions::TransitionHookConfig {
+            command: command.clone(),
+            timeout: args.transition_hook_timeout,
+        })),
+    }
+}
+
+/// The controller's configuration from its flags and the validated parts.
+fn controller_config(
+    args: &RunArgs,
+    capacity: Resources,
+    probe: ProbeConfig,
+    cloud: Option<CloudSource>,
+) -> ControllerConfig {
+    ControllerConfig {
+        node_sync_period: args.node_sync_period,
+        node_monitor_grace_period: args.node_monitor_grace_period,
+        node_monitor_period: args.node_monitor_period,
+        node_startup_grace_period: args.node_startup_grace_period,
+        status_mode: args.node_status_mode,
+        allow_node_registration: args.allow_node_registration,
+        register_retry_count: args.register_retry_count,
+        probe,
+        probe_concurrency: args.probe_concurrency,
+        cloud,
+        // Followed as it changes on disk.
+        nodes_file: args
+            .nodes_file
+            .as_ref()
+            .map(|path| crate::controller::NodesFile {
+                path: path.clone(),
+                capacity,
+            }),
+        eviction: crate::controller::eviction::EvictionConfig {
+            pod_eviction_timeout: args.pod_eviction_timeout,
+            mode: args.eviction_mode,
+            hook: args.eviction_hook.clone(),
+            node_eviction_rate: args.node_eviction_rate,
+            secondary_node_eviction_rate: args.secondary_node_eviction_rate,
+            unhealthy_zone_threshold: args.unhealthy_zone_threshold,
+            large_cluster_size_threshold: args.large_cluster_size_threshold,
+            ..Default::default()
+        },
+        ..ControllerConfig::default()
+    }
+}
+
 /// The mirror's configuration, validated; `None` when running alone.
 fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, RunError> {
     use crate::mirror::{ApiServer, LeaderConfig, MirrorConfig};
-    let flag = |flag, reason: String| RunError::Flag { flag, reason };
     let Some(api_server) = ApiServer::from_flags(
         args.kubeconfig.clone(),
         args.master.clone(),
@@ -595,7 +534,6 @@ fn mirror_config(args: &RunArgs) -> Result<Option<crate::mirror::MirrorConfig>, 
 /// The API server client's flags, checked whether or not an API server is
 /// configured, as kube-controller-manager checks its flags.
 fn check_api_server_flags(args: &RunArgs) -> Result<(), RunError> {
-    let flag = |flag, reason: String| RunError::Flag { flag, reason };
     if let Some(qps) = args.kube_api_qps {
         if !(qps.is_finite() && qps > 0.0) {
             return Err(flag(
@@ -627,111 +565,4 @@ fn identity() -> String {
         host
     };
     format!("{host}_{}", uuid::Uuid::new_v4())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn input(open_files: u64, nodes: usize, probed_nodes: usize) -> SizingInput {
-        SizingInput {
-            open_files,
-            nodes,
-            probed_nodes,
-            simulated_nodes: 0,
-            max_connections: 0,
-            limits: ApiLimits {
-                max_mutating: 0,
-                ..ApiLimits::default()
-            },
-        }
-    }
-
-    #[test]
-    fn ten_thousand_pushing_kubelets_fit_with_room_for_readers() {
-        let sized = size_api(input(20_000, 10_000, 0)).unwrap();
-        assert_eq!(sized.max_connections, 19_744);
-        assert!(sized.max_connections >= 10_000 + READER_CONNECTIONS);
-        assert_eq!(sized.health_check_room, 64);
-        assert_eq!(sized.limits.max_watches, 100);
-        assert_eq!(sized.limits.max_reads, 400);
-        // Every node may have its heartbeat in flight at once.
-        assert_eq!(sized.limits.max_mutating, 19_180);
-        assert!(sized.limits.max_mutating >= 10_000);
-        // The budgets never take the last connections.
-        let l = sized.limits;
-        assert_eq!(
-            l.max_watches + l.max_reads + l.max_mutating + sized.health_check_room,
-            sized.max_connections
-        );
-    }
-
-    #[test]
-    fn probes_and_simulated_kubelets_keep_their_files() {
-        assert_eq!(
-            size_api(input(20_000, 10_000, 10_000))
-                .unwrap()
-                .max_connections,
-            9_744
-        );
-        let mut simulated = input(20_000, 100, 100);
-        simulated.simulated_nodes = 100;
-        // 256 spare, 100 probe connections, 300 for the simulated kubelets.
-        assert_eq!(size_api(simulated).unwrap().max_connections, 19_344);
-    }
-
-    #[test]
-    fn explicit_caps_are_checked_against_each_other_and_the_files() {
-        let mut small = input(20_000, 1, 0);
-        small.max_connections = 40;
-        small.limits.max_watches = 5;
-        small.limits.max_reads = 10;
-        let sized = size_api(small).unwrap();
-        assert_eq!(sized.max_connections, 40);
-        assert_eq!(sized.health_check_room, 4);
-        assert_eq!(sized.limits.max_mutating, 21);
-
-        let mut too_many = input(1_024, 0, 0);
-        too_many.max_connections = 5_000;
-        let e = size_api(too_many).unwrap_err();
-        assert!(
-            matches!(e, SizingError::TooManyConnections { fits: 768, .. }),
-            "{e:?}"
-        );
-        let e = e.to_string();
-        assert!(
-            e.contains("--max-connections 5000") && e.contains("at most 768"),
-            "{e}"
-        );
-
-        let mut no_room = small;
-        no_room.limits.max_reads = 31;
-        let e = size_api(no_room).unwrap_err();
-        assert!(matches!(e, SizingError::NoRoomForWrites { .. }), "{e:?}");
-        assert!(e.to_string().contains("leaves no room for writes"), "{e}");
-
-        let mut writes = small;
-        writes.limits.max_mutating = 22;
-        let e = size_api(writes).unwrap_err();
-        assert!(
-            matches!(e, SizingError::WritesDoNotFit { asked: 22, .. }),
-            "{e:?}"
-        );
-        assert!(
-            e.to_string()
-                .contains("--max-mutating-requests-inflight 22"),
-            "{e}"
-        );
-
-        let mut no_watches = small;
-        no_watches.limits.max_watches = 0;
-        let e = size_api(no_watches).unwrap_err();
-        assert_eq!(
-            e,
-            SizingError::ZeroBudget {
-                flag: "--max-watches"
-            }
-        );
-        assert_eq!(e.to_string(), "--max-watches must be at least 1");
-    }
 }

@@ -23,12 +23,12 @@ use crate::store::Store;
 use crate::view::View;
 
 mod config;
+mod sizing;
 mod supervise;
 
-use config::SPARE_FILES;
-pub use config::{
-    size_api, ApiSizing, RunConfig, RunError, SizingError, SizingInput, READER_CONNECTIONS,
-};
+pub use config::{RunConfig, RunError};
+use sizing::SPARE_FILES;
+pub use sizing::{size_api, ApiSizing, SizingError, SizingInput, READER_CONNECTIONS};
 use supervise::{Supervised, Task, TaskResult};
 
 /// Where a local client reaches a listener: a wildcard address becomes loopback.
@@ -54,7 +54,9 @@ pub fn raise_open_file_limit() -> u64 {
     }
 }
 
-/// Runs the controller until `shutdown`.
+/// Runs the controller until `shutdown`. Over 80 lines: it is the start-up
+/// sequence, in an order that matters, read top to bottom (see the module's
+/// opening comment).
 pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
     let limit = config.open_files;
     let sim_nodes = config.simulate.as_ref().map_or(0, |s| s.nodes);

@@ -369,11 +369,9 @@ impl Ctx {
         Ok(())
     }
 
-    /// Renews a Ready node's Lease: one PUT when its resourceVersion is
-    /// known, one POST when it is known absent, a read first otherwise.
-    pub(crate) async fn renew_lease(&self, name: &str) -> Result<(), ApiError> {
-        let api: Api<KubeLease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
-        let lease = |rv: Option<String>| KubeLease {
+    /// `name`'s Lease as renewed now, at `rv` (`None` to create it).
+    fn node_lease(&self, name: &str, rv: Option<String>) -> KubeLease {
+        KubeLease {
             metadata: ObjectMeta {
                 name: Some(name.to_string()),
                 namespace: Some(NODE_LEASE_NAMESPACE.to_string()),
@@ -386,7 +384,14 @@ impl Ctx {
                 renew_time: Some(MicroTime(Micros::now().timestamp())),
                 ..LeaseSpec::default()
             }),
-        };
+        }
+    }
+
+    /// Renews a Ready node's Lease: one PUT when its resourceVersion is
+    /// known, one POST when it is known absent, a read first otherwise.
+    pub(crate) async fn renew_lease(&self, name: &str) -> Result<(), ApiError> {
+        let api: Api<KubeLease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
+        let lease = |rv: Option<String>| self.node_lease(name, rv);
         enum Step {
             Update(String),
             Create,

@@ -270,7 +270,9 @@ fn compare(ctx: &Ctx, name: &str, current: &Value) -> Option<bool> {
     }
 }
 
-/// Watches from `from` until the watch ends, `stop`, or `relist_at`.
+/// Watches from `from` until the watch ends, `stop`, or `relist_at`. Over 80
+/// lines: one loop whose `select!` arms and event kinds share the watch's
+/// version, and each way out is a `WatchEnd` saying why.
 async fn watch_from(
     ctx: &Ctx,
     from: String,

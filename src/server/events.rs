@@ -108,6 +108,9 @@ pub(crate) async fn get_event(
     }
 }
 
+/// Lists events as an `EventList` or a `Table`, a page at a time, streamed
+/// from the history. Over 80 lines: the request's checks, the page's start and
+/// the two shapes share one query, one pinned history and one list tail.
 async fn list(
     s: AppState,
     namespace: Option<String>,

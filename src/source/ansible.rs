@@ -96,6 +96,9 @@ enum Section {
 }
 
 /// Parses an Ansible INI inventory named `origin`. Errors are `origin:LINE: …`.
+/// Over 80 lines: one pass over the lines, with one arm per section kind, each
+/// updating the hosts, groups and variables gathered so far and naming the line
+/// it refuses.
 pub fn parse_ini(origin: &str, text: &str) -> Result<Vec<Instance>, String> {
     let at = |line: usize, reason: String| format!("{origin}:{line}: {reason}");
     let mut hosts: Vec<(String, Host)> = Vec::new();
@@ -239,7 +242,9 @@ pub fn parse_ini(origin: &str, text: &str) -> Result<Vec<Instance>, String> {
         .map_err(|(line, reason)| at(line, reason))
 }
 
-/// Builds one host: its groups with their ancestors, and its variables by precedence.
+/// Builds one host: its groups with their ancestors, and its variables by
+/// precedence. Over 80 lines: the groups and the precedence, then one check per
+/// variable it reads, each naming the line the variable comes from.
 fn instance(
     name: String,
     host: Host,

@@ -186,6 +186,10 @@ pub struct Written {
     pub deleted: Vec<String>,
 }
 
+/// Outbox entries to write, by encoded key: the newest seq, its reason and
+/// when it was queued.
+type OutboxWork = std::collections::BTreeMap<Vec<u8>, (u64, Option<String>, Micros)>;
+
 /// A batch made ready to write: seqs and versions given, records encoded.
 struct Prepared {
     written: Written,
@@ -499,38 +503,8 @@ impl Store {
         if prepared.iter().all(|p| p.is_empty()) {
             return Ok(prepared.into_iter().map(|p| p.written).collect());
         }
-        let new_conditions: BTreeSet<&str> = {
-            let seen = self
-                .conditions_seen
-                .read()
-                .unwrap_or_else(|p| p.into_inner());
-            prepared
-                .iter()
-                .flat_map(|p| &p.written.events)
-                .filter_map(|e| match &e.kind {
-                    EventKind::ConditionChanged { condition, .. }
-                        if !seen.contains(condition.as_str()) =>
-                    {
-                        Some(condition.as_str())
-                    }
-                    _ => None,
-                })
-                .collect()
-        };
-        // The mirror's work for these changes, coalesced per node: the
-        // newest seq wins, queued at its batch's time.
-        let mut work: std::collections::BTreeMap<Vec<u8>, (u64, Option<String>, Micros)> =
-            std::collections::BTreeMap::new();
-        if self.mirroring.load(Ordering::Relaxed) {
-            for p in &prepared {
-                for e in &p.written.events {
-                    let Some(node) = &e.node else { continue };
-                    for (key, reason) in OutboxKey::for_event(node, &e.kind) {
-                        work.insert(key.encode(), (e.seq, reason, p.time));
-                    }
-                }
-            }
-        }
+        let new_conditions = self.new_conditions(&prepared);
+        let work = self.outbox_work(&prepared);
         (
             &self.nodes,
             &self.events,
@@ -582,6 +556,43 @@ impl Store {
                 .extend(new_conditions.iter().map(|c| c.to_string()));
         }
         Ok(prepared.into_iter().map(|p| p.written).collect())
+    }
+
+    /// The condition types `prepared` brings that the store has not seen yet.
+    fn new_conditions<'a>(&self, prepared: &'a [Prepared]) -> BTreeSet<&'a str> {
+        let seen = self
+            .conditions_seen
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        prepared
+            .iter()
+            .flat_map(|p| &p.written.events)
+            .filter_map(|e| match &e.kind {
+                EventKind::ConditionChanged { condition, .. }
+                    if !seen.contains(condition.as_str()) =>
+                {
+                    Some(condition.as_str())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The mirror's work for these changes, coalesced per node: the newest
+    /// seq wins, queued at its batch's time. None when nothing is mirrored.
+    fn outbox_work(&self, prepared: &[Prepared]) -> OutboxWork {
+        let mut work = OutboxWork::new();
+        if self.mirroring.load(Ordering::Relaxed) {
+            for p in prepared {
+                for e in &p.written.events {
+                    let Some(node) = &e.node else { continue };
+                    for (key, reason) in OutboxKey::for_event(node, &e.kind) {
+                        work.insert(key.encode(), (e.seq, reason, p.time));
+                    }
+                }
+            }
+        }
+        work
     }
 
     /// Puts node records without events: heartbeat times that change no
@@ -860,7 +871,9 @@ impl Store {
 
     /// Reads every record and checks that the registry agrees with its
     /// history (replayed from the horizon's checkpoint) and that every index
-    /// agrees with the log.
+    /// agrees with the log. Over 80 lines: one pass over the log checks each
+    /// event against both indexes and the checkpoints as the replay reaches
+    /// them, so the history is read once.
     pub fn verify(&self) -> Result<VerifyReport, StoreError> {
         let mut report = VerifyReport::default();
         let horizon = self.horizon();
@@ -948,6 +961,22 @@ impl Store {
                 Err(e) => report.problems.push(e.to_string()),
             }
         }
+        let stored = self.verify_records(horizon, &mut report)?;
+        report.problems.extend(checkpoint::verify_counts(self)?);
+        report
+            .problems
+            .extend(crate::history::compare(&stored, replayed.nodes()));
+        Ok(report)
+    }
+
+    /// The rest of [`Store::verify`]: the node index points only at events
+    /// that exist, and every registry, outbox and lease record decodes.
+    /// Returns the registry as stored.
+    fn verify_records(
+        &self,
+        horizon: u64,
+        report: &mut VerifyReport,
+    ) -> Result<std::collections::BTreeMap<String, Node>, StoreError> {
         for key in self.node_events.iter().keys() {
             let key = key?;
             let seq = seq_from_key(&key[key.len().saturating_sub(8)..])?;
@@ -985,11 +1014,7 @@ impl Store {
                 report.problems.push(e.to_string());
             }
         }
-        report.problems.extend(checkpoint::verify_counts(self)?);
-        report
-            .problems
-            .extend(crate::history::compare(&stored, replayed.nodes()));
-        Ok(report)
+        Ok(stored)
     }
 
     /// Writes every record as JSON lines (see [`exchange`]).

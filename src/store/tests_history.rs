@@ -611,3 +611,39 @@ fn an_import_interrupted_leaves_a_store_every_open_refuses() {
     assert!(matches!(err, StoreError::ImportIncomplete { .. }), "{err}");
     assert!(err.to_string().contains("db import"), "{err}");
 }
+
+#[test]
+fn an_import_names_the_line_of_outbox_work_or_a_checkpoint_node_it_refuses() {
+    let (_d, full) = open();
+    flapping(&full, 2, 4, 2);
+    let mut exported = Vec::new();
+    full.export(&mut exported).unwrap();
+    let text = String::from_utf8(exported).unwrap();
+    let header = text.lines().next().unwrap();
+    let node = text.lines().find(|l| l.starts_with(r#"{"node":"#)).unwrap();
+    let refused = |second: &str| {
+        let input = format!("{header}\n\n{second}\n");
+        let (_d, copy) = open();
+        let err = copy.import(&mut input.as_bytes()).unwrap_err();
+        assert!(copy.nodes().unwrap().is_empty() && all(&copy).is_empty());
+        match err {
+            StoreError::Import { line, reason } => (line, reason),
+            other => panic!("{other}"),
+        }
+    };
+    let (line, reason) = refused(
+        r#"{"outbox":{"kind":"Pods","node":"edge-1","seq":1,"enqueued":"2026-11-30T09:00:00Z"}}"#,
+    );
+    assert_eq!(line, 3);
+    assert!(
+        reason.contains(r#"outbox work of kind "Pods" is not one this build knows"#),
+        "{reason}"
+    );
+    let checkpoint_node = node.replacen(r#"{"node":"#, r#"{"checkpointNode":"#, 1);
+    let (line, reason) = refused(&checkpoint_node);
+    assert_eq!(line, 3);
+    assert_eq!(
+        reason,
+        "a checkpointNode line in an export without a horizon"
+    );
+}

@@ -1,0 +1,256 @@
+//! The HTTP API sized to the open files the process may hold: the
+//! connection cap, then the watch, read and write budgets inside it, with
+//! room kept for health checks.
+
+use thiserror::Error;
+
+use crate::server::ApiLimits;
+
+/// Open files kept for everything but probes and API connections: the
+/// store, the listener, logs, the mirror's client, name lookups.
+pub(super) const SPARE_FILES: u64 = 256;
+/// API connections wanted beyond one per pushing node: kubectl, the CLI,
+/// health checks and metrics scrapes.
+pub const READER_CONNECTIONS: usize = 256;
+
+/// The API's connection cap and request budgets, as sized by [`size_api`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiSizing {
+    pub max_connections: usize,
+    pub limits: ApiLimits,
+    /// Connections no budget can take: health checks always find one.
+    pub health_check_room: usize,
+}
+
+/// What [`size_api`] sizes from.
+#[derive(Debug, Clone, Copy)]
+pub struct SizingInput {
+    pub open_files: u64,
+    /// Nodes known at start (static, simulated).
+    pub nodes: usize,
+    /// Nodes that may be probed, each with a kept-alive connection.
+    pub probed_nodes: usize,
+    /// Nodes of a simulated fleet in this process (a listener, and both ends of a probe).
+    pub simulated_nodes: usize,
+    /// `--max-connections`, 0 for automatic.
+    pub max_connections: usize,
+    /// The budgets asked for; `max_mutating` 0 for automatic.
+    pub limits: ApiLimits,
+}
+
+/// Why [`size_api`] cannot fit the budgets asked for in the connections
+/// there are; each names the flags to change.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SizingError {
+    /// More connections than the open-file limit leaves room for.
+    #[error(
+        "--max-connections {asked}: this process may open {open_files} files and keeps {kept} \
+         for probes, the store and the rest, so at most {fits} connections fit; lower \
+         --max-connections or raise the hard limit (ulimit -Hn)"
+    )]
+    TooManyConnections {
+        asked: usize,
+        open_files: u64,
+        kept: u64,
+        fits: usize,
+    },
+    /// A budget of zero, which would refuse every request of its kind.
+    #[error("{flag} must be at least 1")]
+    ZeroBudget { flag: &'static str },
+    /// Watches, reads and health checks take every connection.
+    #[error(
+        "--max-connections {max_connections} leaves no room for writes once --max-watches \
+         {max_watches} and --max-requests-inflight {max_reads} (and {health_check_room} \
+         connections for health checks) are set aside; raise --max-connections or lower the others"
+    )]
+    NoRoomForWrites {
+        max_connections: usize,
+        max_watches: usize,
+        max_reads: usize,
+        health_check_room: usize,
+    },
+    /// The writes asked for do not fit beside watches, reads and health checks.
+    #[error(
+        "--max-mutating-requests-inflight {asked} with --max-watches {max_watches} and \
+         --max-requests-inflight {max_reads} needs more than the {max_connections} connections \
+         (--max-connections), {health_check_room} of which are kept for health checks; lower \
+         one of them or raise --max-connections"
+    )]
+    WritesDoNotFit {
+        asked: usize,
+        max_watches: usize,
+        max_reads: usize,
+        max_connections: usize,
+        health_check_room: usize,
+    },
+}
+
+/// Sizes the API: the connection cap from the open-file limit (less the
+/// files kept for probes, a simulated fleet and the store), then the
+/// budgets inside it, so that watches, reads and writes together always
+/// leave connections for health checks. Writes get what is left unless
+/// `--max-mutating-requests-inflight` says otherwise.
+pub fn size_api(input: SizingInput) -> Result<ApiSizing, SizingError> {
+    let kept = SPARE_FILES + input.probed_nodes as u64 + 3 * input.simulated_nodes as u64;
+    let fits = input.open_files.saturating_sub(kept) as usize;
+    let max_connections = match input.max_connections {
+        0 => fits,
+        asked if asked > fits => {
+            return Err(SizingError::TooManyConnections {
+                asked,
+                open_files: input.open_files,
+                kept,
+                fits,
+            })
+        }
+        asked => asked,
+    };
+    let health_check_room = (max_connections / 64).clamp(4, 64);
+    let limits = input.limits;
+    for (flag, value) in [
+        ("--max-watches", limits.max_watches),
+        ("--max-requests-inflight", limits.max_reads),
+    ] {
+        if value == 0 {
+            return Err(SizingError::ZeroBudget { flag });
+        }
+    }
+    let taken = limits.max_watches + limits.max_reads + health_check_room;
+    let left = max_connections.saturating_sub(taken);
+    let max_mutating = match limits.max_mutating {
+        0 if left == 0 => {
+            return Err(SizingError::NoRoomForWrites {
+                max_connections,
+                max_watches: limits.max_watches,
+                max_reads: limits.max_reads,
+                health_check_room,
+            })
+        }
+        0 => left,
+        asked if asked > left => {
+            return Err(SizingError::WritesDoNotFit {
+                asked,
+                max_watches: limits.max_watches,
+                max_reads: limits.max_reads,
+                max_connections,
+                health_check_room,
+            })
+        }
+        asked => asked,
+    };
+    Ok(ApiSizing {
+        max_connections,
+        limits: ApiLimits {
+            max_mutating,
+            ..limits
+        },
+        health_check_room,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(open_files: u64, nodes: usize, probed_nodes: usize) -> SizingInput {
+        SizingInput {
+            open_files,
+            nodes,
+            probed_nodes,
+            simulated_nodes: 0,
+            max_connections: 0,
+            limits: ApiLimits {
+                max_mutating: 0,
+                ..ApiLimits::default()
+            },
+        }
+    }
+
+    #[test]
+    fn ten_thousand_pushing_kubelets_fit_with_room_for_readers() {
+        let sized = size_api(input(20_000, 10_000, 0)).unwrap();
+        assert_eq!(sized.max_connections, 19_744);
+        assert!(sized.max_connections >= 10_000 + READER_CONNECTIONS);
+        assert_eq!(sized.health_check_room, 64);
+        assert_eq!(sized.limits.max_watches, 100);
+        assert_eq!(sized.limits.max_reads, 400);
+        // Every node may have its heartbeat in flight at once.
+        assert_eq!(sized.limits.max_mutating, 19_180);
+        assert!(sized.limits.max_mutating >= 10_000);
+        // The budgets never take the last connections.
+        let l = sized.limits;
+        assert_eq!(
+            l.max_watches + l.max_reads + l.max_mutating + sized.health_check_room,
+            sized.max_connections
+        );
+    }
+
+    #[test]
+    fn probes_and_simulated_kubelets_keep_their_files() {
+        assert_eq!(
+            size_api(input(20_000, 10_000, 10_000))
+                .unwrap()
+                .max_connections,
+            9_744
+        );
+        let mut simulated = input(20_000, 100, 100);
+        simulated.simulated_nodes = 100;
+        // 256 spare, 100 probe connections, 300 for the simulated kubelets.
+        assert_eq!(size_api(simulated).unwrap().max_connections, 19_344);
+    }
+
+    #[test]
+    fn explicit_caps_are_checked_against_each_other_and_the_files() {
+        let mut small = input(20_000, 1, 0);
+        small.max_connections = 40;
+        small.limits.max_watches = 5;
+        small.limits.max_reads = 10;
+        let sized = size_api(small).unwrap();
+        assert_eq!(sized.max_connections, 40);
+        assert_eq!(sized.health_check_room, 4);
+        assert_eq!(sized.limits.max_mutating, 21);
+
+        let mut too_many = input(1_024, 0, 0);
+        too_many.max_connections = 5_000;
+        let e = size_api(too_many).unwrap_err();
+        assert!(
+            matches!(e, SizingError::TooManyConnections { fits: 768, .. }),
+            "{e:?}"
+        );
+        let e = e.to_string();
+        assert!(
+            e.contains("--max-connections 5000") && e.contains("at most 768"),
+            "{e}"
+        );
+
+        let mut no_room = small;
+        no_room.limits.max_reads = 31;
+        let e = size_api(no_room).unwrap_err();
+        assert!(matches!(e, SizingError::NoRoomForWrites { .. }), "{e:?}");
+        assert!(e.to_string().contains("leaves no room for writes"), "{e}");
+
+        let mut writes = small;
+        writes.limits.max_mutating = 22;
+        let e = size_api(writes).unwrap_err();
+        assert!(
+            matches!(e, SizingError::WritesDoNotFit { asked: 22, .. }),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains("--max-mutating-requests-inflight 22"),
+            "{e}"
+        );
+
+        let mut no_watches = small;
+        no_watches.limits.max_watches = 0;
+        let e = size_api(no_watches).unwrap_err();
+        assert_eq!(
+            e,
+            SizingError::ZeroBudget {
+                flag: "--max-watches"
+            }
+        );
+        assert_eq!(e.to_string(), "--max-watches must be at least 1");
+    }
+}
