@@ -181,6 +181,9 @@ impl Evictor {
     /// each zone's rate, and hands out evictions the limiters allow. Each
     /// decision re-checks the node right before it is handed out, so a node
     /// that came back is never evicted on stale state.
+    ///
+    /// Over 80 lines: the zones' states, rates and limiters are decided in
+    /// one walk over the nodes, in order, as the ancestor's pass did.
     pub fn pass<'a>(
         &mut self,
         nodes: impl Iterator<Item = &'a Node>,

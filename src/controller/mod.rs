@@ -223,6 +223,9 @@ impl Controller {
     /// Opens the controller on a store: records the start (and the gap since
     /// the last controller), reads the registry back, and publishes it. Every
     /// node's grace period starts now.
+    ///
+    /// Over 80 lines: the restore reads, in order, what each later step
+    /// builds on (records, Leases, the heartbeat checkpoint, open evictions).
     pub async fn start(
         config: ControllerConfig,
         store: Arc<Store>,
@@ -631,6 +634,9 @@ impl Controller {
 
     /// Runs until `shutdown`: registers `specs` (with retries), then probes,
     /// monitors and answers pushes. Stops cleanly.
+    ///
+    /// Over 80 lines: one `select!` whose arms share the loop's timers and
+    /// the background work in flight (sweep, listing, lookups, nodes file).
     pub async fn run(
         mut self,
         specs: Vec<NodeSpec>,

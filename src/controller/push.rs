@@ -266,6 +266,9 @@ impl Controller {
     /// change is sent to the writer, which answers once it is durable; a
     /// heartbeat (times only) is kept in memory, checkpointed, and answered
     /// at once.
+    ///
+    /// Over 80 lines: the refusals, the fold and its three outcomes share the
+    /// tracked record and the one reply.
     fn apply_status(
         &mut self,
         name: &str,

@@ -4,6 +4,11 @@
 //! processes, the samples it takes and the report, whose columns the README
 //! quotes. What it shares with the other benchmarks is in
 //! `nodekeeper_sim::bench`; its `--history` mode is a module of its own.
+//!
+//! Some functions here run past ~80 lines: each is one phase of the run,
+//! read top to bottom as it happens (start, wait, measure, report), its
+//! steps sharing the processes and the figures they take; split, each part
+//! would need all of them passed in.
 
 // A benchmark measures real (never paused) time and writes its reports synchronously.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]

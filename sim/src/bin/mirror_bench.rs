@@ -60,6 +60,11 @@
 //! Run it with `cargo run --release --bin nodekeeper-mirror-bench` (add
 //! `-- --help` for the sizes, budgets and windows). It needs the
 //! `nodekeeper` binary next to it (`cargo build --release --bins`) or `--bin`.
+//!
+//! Some functions here run past ~80 lines: each is one phase of the run,
+//! read top to bottom as it happens (start, wait, measure, report), its
+//! steps sharing the processes and the figures they take; split, each part
+//! would need all of them passed in.
 
 // A benchmark measures real (never paused) time and writes its reports synchronously.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]

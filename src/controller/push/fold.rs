@@ -50,6 +50,10 @@ pub(crate) enum Fold {
 /// Folds `pushed` into `node` at wall time `wall`. `owner_of` names the
 /// other node that already has an address, if one does. A push that adds
 /// too many condition types is refused.
+///
+/// Over 80 lines: one pass over the pushed parts (conditions, addresses,
+/// info, capacity), each deciding against the node as the earlier parts
+/// left it, and the write-or-heartbeat verdict over all of them.
 pub(crate) fn fold_status(
     node: &Node,
     pushed: PushedStatus,

@@ -2,6 +2,11 @@
 //! controller's way: a batch, then a flush) while retention holds the
 //! history to `--history-max-bytes`; the store's size on disk is sampled as
 //! it goes, with what the process wrote to disk, and compacted at the end.
+//!
+//! Some functions here run past ~80 lines: each is one phase of the run,
+//! read top to bottom as it happens (start, wait, measure, report), its
+//! steps sharing the processes and the figures they take; split, each part
+//! would need all of them passed in.
 
 use std::fmt::Write as _;
 use std::path::Path;

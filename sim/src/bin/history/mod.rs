@@ -7,6 +7,11 @@
 //! A last run writes events into a store with a size limit and shows its
 //! size on disk as retention prunes it. Works with a binary of any release
 //! since format-1 exports (`--bin`), so figures can be compared.
+//!
+//! Some functions here run past ~80 lines: each is one phase of the run,
+//! read top to bottom as it happens (start, wait, measure, report), its
+//! steps sharing the processes and the figures they take; split, each part
+//! would need all of them passed in.
 
 mod churn;
 mod workload;

@@ -1,6 +1,9 @@
 //! A month of a flapping site's history, written as an export (format 1, so
 //! any release imports it): the nodes registered, then Ready flips, taints
 //! following them and probes that kept nodes Ready, spread evenly in time.
+//!
+//! `write_export` runs past ~80 lines: one pass over the month writing each
+//! kind of event as it falls due, all of them sharing the nodes' states.
 
 use std::collections::BTreeMap;
 use std::io::Write;
