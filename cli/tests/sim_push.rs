@@ -150,9 +150,21 @@ async fn unknown_nodes_register_themselves_when_asked_and_allowed() {
         .iter()
         .map(|e| e["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["Registered", "ConditionChanged"], "{history}");
+    // Registered, then the four conditions a kubelet reports, Ready last.
+    assert_eq!(
+        kinds,
+        [
+            "Registered",
+            "ConditionChanged",
+            "ConditionChanged",
+            "ConditionChanged",
+            "ConditionChanged"
+        ],
+        "{history}"
+    );
     assert_eq!(history[0]["record"]["source"], "kubelet");
-    assert_eq!(history[1]["reason"], "KubeletReady");
+    assert_eq!(history[4]["condition"], "Ready");
+    assert_eq!(history[4]["reason"], "KubeletReady");
     let (_, node) = c.get(&format!("/api/v1/nodes/{newcomer}")).await;
     let address = fleet.fleet.nodes()[1].address.ip().to_string();
     assert_eq!(

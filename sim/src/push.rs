@@ -10,7 +10,9 @@
 //! a change of the node's state is reported at once. A node pushes while
 //! `up`, `slow` or `sick` (Ready=False); a `down` or `hang` kubelet pushes
 //! nothing. Bodies are written as JSON by hand: they are what a kubelet puts
-//! on the wire, and a strategic-merge patch has no typed form.
+//! on the wire, and a strategic-merge patch has no typed form. What goes
+//! into a status patch (the kubelet's four conditions, as a two-way diff
+//! against the node it last saw) is `node_status`.
 //!
 //! This file (about 1,000 lines) is over the ~600 the project aims for: one
 //! simulated kubelet is its schedule, its one connection (`Link`: connect,
@@ -45,6 +47,9 @@ use tokio_util::task::TaskTracker;
 
 use super::kubelet::Node;
 use super::KubeletState;
+use node_status::NodeStatus;
+
+mod node_status;
 
 /// kubelet's default for both intervals (nodeStatusUpdateFrequency, and a
 /// quarter of the 40s Lease duration).
@@ -372,7 +377,7 @@ async fn node_loop(
     first_lease: Instant,
     first_status: Instant,
 ) {
-    let info = node_info(&node.name, &uuid::Uuid::new_v4().to_string());
+    let mut status = NodeStatus::new(node_info(&node.name, &uuid::Uuid::new_v4().to_string()));
     let mut link = Link::new(&pusher, &node);
     let mut lease_ticks = ticks(first_lease, pusher.config.lease_renew_interval);
     let mut status_ticks = ticks(first_status, pusher.config.status_update_interval);
@@ -398,17 +403,16 @@ async fn node_loop(
         };
         let current = *state.borrow_and_update();
         if !pushes(current) {
-            // Nothing to report until it pushes again; then it reports at once.
+            // A kubelet that comes back reads its node afresh: what it saw
+            // before is stale by then.
+            status.forget();
             continue;
         }
         if renew {
             link.renew_lease(&mut lease_created).await;
             continue;
         }
-        let Some(ready) = ready_condition(current, pusher.node_now()) else {
-            continue;
-        };
-        if link.update_status(ready, &info).await {
+        if link.update_status(&mut status, current).await {
             if let Some(at) = changed_at.take() {
                 pusher.change_reported(at.elapsed());
             }
@@ -794,29 +798,35 @@ impl<'a> Link<'a> {
         ));
     }
 
-    /// Patches the node's status; true if the controller accepted it.
-    async fn update_status(&mut self, ready: Value, info: &Value) -> bool {
+    /// Patches the node's status with what changed since the node was last
+    /// seen; true if the controller accepted it.
+    async fn update_status(&mut self, status: &mut NodeStatus, state: KubeletState) -> bool {
         let p = self.pusher;
+        let Some(write) = status.patch(state, p.node_now()) else {
+            return false;
+        };
         let path = format!("{NODES_PATH}/{}/status", self.node.name);
-        let patch = status_patch(&ready, info);
         let answer = match self
-            .send(Method::PATCH, path, STRATEGIC_MERGE, &patch)
+            .send(Method::PATCH, path, STRATEGIC_MERGE, &write.body)
             .await
         {
             Sent::Answered(a) => a,
             Sent::Failed(message) => {
+                status.forget();
                 p.failed(message);
                 return false;
             }
             Sent::Stopped => return false,
         };
+        if answer.status.is_success() {
+            status.accepted(&answer.body, write.conditions);
+            p.counters.statuses.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        status.forget();
         match answer.status {
-            s if s.is_success() => {
-                p.counters.statuses.fetch_add(1, Ordering::Relaxed);
-                return true;
-            }
             StatusCode::NOT_FOUND if p.config.register => {
-                return self.register(ready, info).await;
+                return self.register(status, state).await;
             }
             StatusCode::NOT_FOUND if !p.warned_unknown.swap(true, Ordering::Relaxed) => {
                 tracing::warn!(
@@ -834,12 +844,15 @@ impl<'a> Link<'a> {
 
     /// `POST /api/v1/nodes` with the node and its status, as a kubelet
     /// registers; true if it is registered now.
-    async fn register(&mut self, ready: Value, info: &Value) -> bool {
+    async fn register(&mut self, status: &mut NodeStatus, state: KubeletState) -> bool {
         let p = self.pusher;
         let node = self.node;
-        let body = registration(&node.name, &node.address.ip().to_string(), ready, info);
+        let ip = node.address.ip().to_string();
+        let Some(write) = status.registration(&node.name, &ip, state, p.node_now()) else {
+            return false;
+        };
         let answer = match self
-            .send(Method::POST, NODES_PATH.to_owned(), JSON, &body)
+            .send(Method::POST, NODES_PATH.to_owned(), JSON, &write.body)
             .await
         {
             Sent::Answered(a) => a,
@@ -852,6 +865,7 @@ impl<'a> Link<'a> {
         match answer.status {
             s if s.is_success() => {
                 tracing::debug!(node = %node.name, "simulated node registered");
+                status.accepted(&answer.body, write.conditions);
                 p.counters.registrations.fetch_add(1, Ordering::Relaxed);
                 true
             }
@@ -925,11 +939,6 @@ fn micro_time(t: Timestamp) -> String {
     format!("{t:.6}")
 }
 
-/// RFC 3339 in whole seconds: a Kubernetes `Time` (condition times).
-fn time(t: Timestamp) -> String {
-    format!("{t:.0}")
-}
-
 /// The Lease a kubelet writes on creation and at each renewal.
 fn lease_body(name: &str, renew: Timestamp) -> Value {
     json!({
@@ -940,40 +949,6 @@ fn lease_body(name: &str, renew: Timestamp) -> Value {
             "holderIdentity": name,
             "leaseDurationSeconds": LEASE_DURATION_SECONDS,
             "renewTime": micro_time(renew),
-        },
-    })
-}
-
-/// The Ready condition a kubelet in `state` posts, with its heartbeat at
-/// `now` on its clock; `None` when it posts nothing.
-fn ready_condition(state: KubeletState, now: Timestamp) -> Option<Value> {
-    let (status, reason, message) = match state {
-        KubeletState::Up | KubeletState::Slow => {
-            ("True", "KubeletReady", "kubelet is posting ready status")
-        }
-        KubeletState::Sick => (
-            "False",
-            "KubeletNotReady",
-            "PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s (simulated)",
-        ),
-        KubeletState::Down | KubeletState::Hang => return None,
-    };
-    Some(json!({
-        "type": "Ready",
-        "status": status,
-        "lastHeartbeatTime": time(now),
-        "reason": reason,
-        "message": message,
-    }))
-}
-
-/// The strategic-merge patch of `nodes/{name}/status` a kubelet sends.
-fn status_patch(ready: &Value, info: &Value) -> Value {
-    json!({
-        "status": {
-            "$setElementOrder/conditions": [{"type": "Ready"}],
-            "conditions": [ready],
-            "nodeInfo": info,
         },
     })
 }
@@ -991,31 +966,6 @@ fn node_info(name: &str, boot_id: &str) -> Value {
         "kubeProxyVersion": "",
         "operatingSystem": "linux",
         "architecture": std::env::consts::ARCH,
-    })
-}
-
-/// The Node a kubelet posts to register itself.
-fn registration(name: &str, ip: &str, ready: Value, info: &Value) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": std::env::consts::ARCH,
-            },
-        },
-        "status": {
-            "addresses": [
-                {"type": "InternalIP", "address": ip},
-                {"type": "Hostname", "address": name},
-            ],
-            "capacity": {"cpu": "1", "memory": "3Gi", "pods": "110"},
-            "conditions": [ready],
-            "nodeInfo": info,
-        },
     })
 }
 
@@ -1041,6 +991,7 @@ mod tests {
 
     #[test]
     fn times_are_kubernetes_time_and_micro_time() {
+        use super::node_status::time;
         let t: Timestamp = "2026-11-30T09:00:00.123456789Z".parse().unwrap();
         assert_eq!(micro_time(t), "2026-11-30T09:00:00.123456Z");
         assert_eq!(time(t), "2026-11-30T09:00:00Z");
@@ -1058,56 +1009,6 @@ mod tests {
                 "spec": {"holderIdentity": "edge-1", "leaseDurationSeconds": 40,
                          "renewTime": "2026-11-30T09:00:00.500000Z"}})
         );
-    }
-
-    #[test]
-    fn ready_follows_the_simulated_state() {
-        let t: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
-        let up = ready_condition(KubeletState::Up, t).unwrap();
-        assert_eq!(
-            (&up["status"], &up["reason"], &up["lastHeartbeatTime"]),
-            (
-                &json!("True"),
-                &json!("KubeletReady"),
-                &json!("2026-11-30T09:00:00Z")
-            )
-        );
-        assert_eq!(
-            ready_condition(KubeletState::Slow, t).unwrap()["status"],
-            "True"
-        );
-        let sick = ready_condition(KubeletState::Sick, t).unwrap();
-        assert_eq!(
-            (&sick["status"], &sick["reason"]),
-            (&json!("False"), &json!("KubeletNotReady"))
-        );
-        assert_eq!(ready_condition(KubeletState::Down, t), None);
-        assert_eq!(ready_condition(KubeletState::Hang, t), None);
-    }
-
-    #[test]
-    fn status_patches_and_registrations_carry_the_condition_and_node_info() {
-        let t: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
-        let ready = ready_condition(KubeletState::Up, t).unwrap();
-        let info = node_info("sim-00001", "boot");
-        let patch = status_patch(&ready, &info);
-        assert_eq!(patch["status"]["conditions"][0], ready);
-        assert_eq!(
-            patch["status"]["$setElementOrder/conditions"],
-            json!([{"type": "Ready"}])
-        );
-        assert_eq!(patch["status"]["nodeInfo"]["bootID"], "boot");
-        assert!(patch["status"]["nodeInfo"]["kubeletVersion"]
-            .as_str()
-            .unwrap()
-            .starts_with("v1."));
-        let node = registration("sim-00001", "127.101.0.2", ready.clone(), &info);
-        assert_eq!(node["metadata"]["name"], "sim-00001");
-        assert_eq!(
-            node["status"]["addresses"][0],
-            json!({"type": "InternalIP", "address": "127.101.0.2"})
-        );
-        assert_eq!(node["status"]["conditions"][0], ready);
     }
 
     #[test]

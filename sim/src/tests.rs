@@ -706,6 +706,18 @@ async fn pushes_are_what_a_kubelet_sends() {
             .all(|n| count(seen, "PUT", &lease(n)) >= 2 && count(seen, "PATCH", &status(n)) >= 3)
     })
     .await;
+    // Heartbeats are in whole seconds: a patch that carries one comes a second on.
+    api.wait_until(|seen| {
+        names.iter().all(|n| {
+            let mine = seen.iter().filter(|s| {
+                s.path == status(n)
+                    || (s.path == "/api/v1/nodes" && s.body["metadata"]["name"] == n.as_str())
+            });
+            mine.skip_while(|s| s.method != "POST")
+                .any(|s| s.method == "PATCH" && !s.body["status"]["conditions"].is_null())
+        })
+    })
+    .await;
     let seen = api.seen();
     assert!(seen.iter().all(|s| s.authorization == "Bearer t0k3n"));
     for name in &names {
@@ -736,13 +748,57 @@ async fn pushes_are_what_a_kubelet_sends() {
             .expect("a registration");
         assert!(first_patch < register);
         assert_eq!(count(&seen, "POST", "/api/v1/nodes"), names.len());
-        let patch = mine.iter().rfind(|s| s.method == "PATCH").expect("a PATCH");
-        assert_eq!(patch.content_type, "application/strategic-merge-patch+json");
-        let ready = &patch.body["status"]["conditions"][0];
+        // Registered with the four conditions a kubelet keeps, whole.
+        let registration = mine[register];
+        let conditions = registration.body["status"]["conditions"]
+            .as_array()
+            .expect("conditions");
+        let types: Vec<&str> = conditions
+            .iter()
+            .map(|c| c["type"].as_str().expect("type"))
+            .collect();
         assert_eq!(
-            (&ready["type"], &ready["status"]),
-            (&serde_json::json!("Ready"), &serde_json::json!("True"))
+            types,
+            ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
         );
+        let ready = &conditions[3];
+        assert_eq!(
+            (&ready["status"], &ready["reason"]),
+            (
+                &serde_json::json!("True"),
+                &serde_json::json!("KubeletReady")
+            )
+        );
+        // Then only what changed: each condition's heartbeat, by type.
+        let patches: Vec<&&Seen> = mine[register..]
+            .iter()
+            .filter(|s| s.method == "PATCH")
+            .collect();
+        assert!(patches.iter().any(|p| p.body != serde_json::json!({})));
+        // The first, before it knew the node, carried everything.
+        let first = &mine[first_patch].body["status"];
+        assert_eq!(first["conditions"].as_array().expect("conditions").len(), 4);
+        assert!(first["nodeInfo"]["kubeletVersion"].is_string(), "{first}");
+        for patch in &patches {
+            assert_eq!(patch.content_type, "application/strategic-merge-patch+json");
+            if patch.body == serde_json::json!({}) {
+                // Within the same second nothing changed.
+                continue;
+            }
+            let status = &patch.body["status"];
+            assert_eq!(
+                status["$setElementOrder/conditions"],
+                serde_json::json!(types
+                    .iter()
+                    .map(|t| serde_json::json!({"type": t}))
+                    .collect::<Vec<_>>()),
+                "{status}"
+            );
+            for c in status["conditions"].as_array().expect("conditions") {
+                let keys: Vec<&String> = c.as_object().expect("object").keys().collect();
+                assert_eq!(keys, ["lastHeartbeatTime", "type"], "{c}");
+            }
+        }
         // The node's clock is three hours ahead.
         let beat: jiff::Timestamp = ready["lastHeartbeatTime"]
             .as_str()

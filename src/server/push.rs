@@ -199,65 +199,95 @@ pub(super) fn current_node(
     name: &str,
     patch: &serde_json::Value,
 ) -> Result<serde_json::Value, Response> {
-    let status_named = |key: &str| match patch.get("status") {
-        _ if whole(patch) => true,
-        Some(serde_json::Value::Object(status)) => status.keys().any(|k| names_field(k, key)),
-        // Not an object: the merge decides what that means; render it all.
-        Some(_) => true,
-        None => false,
-    };
     // Rendered from the published node in place: no copy of it per push.
-    let rendered = s.view.with_node(name, |node, beat| {
-        let info = status_named("nodeInfo").then(|| serde_json::to_value(&node.node_info));
-        (crate::kube::node(node, beat), info)
-    });
-    let Some((mut kube, info)) = rendered else {
+    let rendered = s
+        .view
+        .with_node(name, |node, beat| Rendered::of(node, beat, patch));
+    let Some(rendered) = rendered else {
         return Err((
             StatusCode::NOT_FOUND,
             Json(crate::kube::not_found("nodes", name)),
         )
             .into_response());
     };
-    // A patch that is not an object, or has a directive at the top, gets it all.
-    let names = |key: &str| whole(patch) || patch.get(key).is_some();
-    if !names("metadata") {
-        // The name stays: the push checks it against the URL's.
-        kube.metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: kube.metadata.name.take(),
-            ..Default::default()
-        };
-    }
-    if !names("spec") {
-        kube.spec = None;
-    }
-    if let Some(status) = &mut kube.status {
-        if !status_named("addresses") {
-            status.addresses = None;
-        }
-        if !status_named("capacity") {
-            status.capacity = None;
-        }
-        if !status_named("allocatable") {
-            status.allocatable = None;
-        }
-        if !status_named("conditions") {
-            status.conditions = None;
-        }
-        if !status_named("daemonEndpoints") {
-            status.daemon_endpoints = None;
-        }
-        if !status_named("nodeInfo") {
-            status.node_info = None;
+    rendered.into_value(patch).map_err(super::internal)
+}
+
+/// The node as [`current_node`] renders it, before the parts the patch
+/// does not name are dropped (that is done outside the view's lock).
+struct Rendered {
+    kube: KubeNode,
+    info: Option<Result<serde_json::Value, serde_json::Error>>,
+}
+
+impl Rendered {
+    fn of(
+        node: &crate::model::Node,
+        beat: Option<crate::model::Micros>,
+        patch: &serde_json::Value,
+    ) -> Rendered {
+        let info = status_named(patch, "nodeInfo").then(|| serde_json::to_value(&node.node_info));
+        Rendered {
+            kube: crate::kube::node(node, beat),
+            info,
         }
     }
-    if !names("status") {
-        kube.status = None;
+
+    fn into_value(self, patch: &serde_json::Value) -> Result<serde_json::Value, serde_json::Error> {
+        let Rendered { mut kube, info } = self;
+        let status_named = |key: &str| status_named(patch, key);
+        // A patch that is not an object, or has a directive at the top, gets it all.
+        let names = |key: &str| whole(patch) || patch.get(key).is_some();
+        if !names("metadata") {
+            // The name stays: the push checks it against the URL's.
+            kube.metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: kube.metadata.name.take(),
+                ..Default::default()
+            };
+        }
+        if !names("spec") {
+            kube.spec = None;
+        }
+        if let Some(status) = &mut kube.status {
+            if !status_named("addresses") {
+                status.addresses = None;
+            }
+            if !status_named("capacity") {
+                status.capacity = None;
+            }
+            if !status_named("allocatable") {
+                status.allocatable = None;
+            }
+            if !status_named("conditions") {
+                status.conditions = None;
+            }
+            if !status_named("daemonEndpoints") {
+                status.daemon_endpoints = None;
+            }
+            if !status_named("nodeInfo") {
+                status.node_info = None;
+            }
+        }
+        if !names("status") {
+            kube.status = None;
+        }
+        let mut current = serde_json::to_value(kube)?;
+        if let Some(info) = info {
+            current["status"]["nodeInfo"] = info?;
+        }
+        Ok(current)
     }
-    let mut current = serde_json::to_value(kube).map_err(super::internal)?;
-    if let Some(info) = info {
-        current["status"]["nodeInfo"] = info.map_err(super::internal)?;
+}
+
+/// Whether `patch` may change the status field `key`, so that it must be rendered.
+fn status_named(patch: &serde_json::Value, key: &str) -> bool {
+    match patch.get("status") {
+        _ if whole(patch) => true,
+        Some(serde_json::Value::Object(status)) => status.keys().any(|k| names_field(k, key)),
+        // Not an object: the merge decides what that means; render it all.
+        Some(_) => true,
+        None => false,
     }
-    Ok(current)
 }
 
 /// A patch that is not an object, or has a directive at the top, gets the
@@ -326,26 +356,26 @@ impl PatchedFields {
     }
 }
 
-/// Pushes a node's status; `only` limits it to what a patch set.
-async fn write_status(
-    s: &AppState,
-    name: String,
+/// The status a node object pushes, and the version it expects; `only`
+/// limits it to what a patch set.
+fn status_to_write(
+    name: &str,
     node: KubeNode,
     only: Option<PatchedFields>,
-) -> Response {
+) -> Result<(PushedStatus, Option<u64>), Response> {
     if node.metadata.name.as_deref().is_some_and(|n| n != name) {
-        return status_error(
+        return Err(status_error(
             StatusCode::BAD_REQUEST,
             "BadRequest",
             format!(
                 "the name of the object ({}) does not match the name on the URL ({name})",
                 node.metadata.name.unwrap_or_default()
             ),
-        );
+        ));
     }
     if only.is_none() {
         if let Err(e) = crate::kube::check_condition_types(&node) {
-            return invalid_fields("Node", &name, vec![e]);
+            return Err(invalid_fields("Node", name, vec![e]));
         }
     }
     let status = match crate::kube::pushed_status(&node) {
@@ -355,13 +385,27 @@ async fn write_status(
             }
             status
         }
-        Err(causes) => return invalid_fields("Node", &name, causes),
+        Err(causes) => return Err(invalid_fields("Node", name, causes)),
     };
-    let expected = match crate::kube::expected_version(&node.metadata) {
-        Ok(v) => v,
-        Err(e) => return invalid("Node", &name, e),
-    };
-    push_status(s, name, status, expected).await
+    match crate::kube::expected_version(&node.metadata) {
+        Ok(expected) => Ok((status, expected)),
+        Err(e) => Err(invalid("Node", name, e)),
+    }
+}
+
+/// The status a patch pushes by the general merge onto `current` (the node
+/// as [`current_node`] renders it for that patch).
+fn merged_status(
+    headers: &HeaderMap,
+    patch: Result<&serde_json::Value, &serde_json::Error>,
+    current: serde_json::Value,
+    name: &str,
+    only: PatchedFields,
+) -> Result<(PushedStatus, Option<u64>), Response> {
+    let mut node: KubeNode = patched_with(headers, patch, current)?;
+    // The patch applies to the current object; its version is not a precondition.
+    node.metadata.resource_version = None;
+    status_to_write(name, node, Some(only))
 }
 
 async fn push_status(
@@ -376,30 +420,18 @@ async fn push_status(
     }
 }
 
-/// A kubelet's pushed conditions in the node's own order (a strategic merge
-/// keeps it; new conditions come after, in the patch's order; a JSON merge
-/// patch replaces the list). `None` if there is no such node.
-fn in_node_order(
+/// A kubelet's patch set against its node as published, in one read of
+/// the view: the fields a condition leaves out are the node's, and the
+/// conditions are in the node's order (see [`kubelet_patch`]). `None` if
+/// there is no such node, or the patch must take the general merge.
+fn kubelet_status(
     s: &AppState,
     name: &str,
-    kind: PatchKind,
-    mut pushed: PushedStatus,
-) -> Option<PushedStatus> {
-    let order: Vec<String> = s.view.with_node(name, |node, _| match kind {
-        PatchKind::Strategic if pushed.conditions.len() > 1 => {
-            node.conditions.iter().map(|c| c.kind.clone()).collect()
-        }
-        _ => Vec::new(),
-    })?;
-    if !order.is_empty() {
-        pushed.conditions.sort_by_key(|c| {
-            order
-                .iter()
-                .position(|k| *k == c.kind)
-                .unwrap_or(usize::MAX)
-        });
-    }
-    Some(pushed)
+    patch: kubelet_patch::KubeletPatch,
+) -> Option<kubelet_patch::KubeletStatus> {
+    s.view
+        .with_node(name, |node, _| patch.against(node))??
+        .into_status()
 }
 
 /// `PUT /api/v1/nodes/{name}/status`: the whole status, replaced.
@@ -413,8 +445,12 @@ pub(crate) async fn put_status(
     if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
-    match json_body::<KubeNode>(&headers, &body) {
-        Ok(node) => write_status(&s, name, node, None).await,
+    let node = match json_body::<KubeNode>(&headers, &body) {
+        Ok(node) => node,
+        Err(r) => return r,
+    };
+    match status_to_write(&name, node, None) {
+        Ok((status, expected)) => push_status(&s, name, status, expected).await,
         Err(r) => r,
     }
 }
@@ -431,11 +467,9 @@ pub(crate) async fn patch_status(
         return r;
     }
     // A kubelet's own patch, read without rendering the node and merging.
-    let kubelet = PatchKind::from_content_type(content_type(&headers)).and_then(|kind| {
-        let read = kubelet_patch::read(kind, &body)?;
-        Some((read.types, in_node_order(&s, &name, kind, read.status)?))
-    });
-    if let Some((types, status)) = kubelet {
+    let kubelet = PatchKind::from_content_type(content_type(&headers))
+        .and_then(|kind| kubelet_status(&s, &name, kubelet_patch::read(kind, &body)?));
+    if let Some(kubelet_patch::KubeletStatus { status, types }) = kubelet {
         // Bounded before merging, as below.
         if let Err(e) = crate::validation::extra_conditions([], types.iter().map(String::as_str)) {
             return invalid_fields("Node", &name, vec![e]);
@@ -455,12 +489,8 @@ pub(crate) async fn patch_status(
     {
         return invalid_fields("Node", &name, vec![e]);
     }
-    match patched_with::<KubeNode>(&headers, parsed.as_ref(), current) {
-        // The patch applies to the current object; its version is not a precondition.
-        Ok(mut node) => {
-            node.metadata.resource_version = None;
-            write_status(&s, name, node, Some(only)).await
-        }
+    match merged_status(&headers, parsed.as_ref(), current, &name, only) {
+        Ok((status, expected)) => push_status(&s, name, status, expected).await,
         Err(r) => r,
     }
 }

@@ -1,11 +1,16 @@
 //! A status patch as kubelets send it, thousands a second, read straight
-//! into typed fields: conditions given whole (each with its type, status,
-//! reason, message and heartbeat), `nodeInfo` given whole, and the
-//! ordering directive. Merged onto any node, such a patch keeps exactly
-//! these values, so the pushed status is the patch's own and the node need
-//! not be rendered and merged. Any other shape (another field, a `null`, a
-//! key twice, a value that is not a string) is not read here: it takes the
-//! general merge, which also answers what is refused.
+//! into typed fields: conditions keyed by type, `nodeInfo` given whole, and
+//! the ordering directive. A kubelet sends the two-way strategic merge patch
+//! between the node as it last saw it and the node it wants: each condition
+//! by its `type`, with its new `lastHeartbeatTime` and whichever of status,
+//! reason, message and `lastTransitionTime` changed. Those it leaves out are
+//! the node's own, as the merge by type would leave them, so such a patch is
+//! set against the node's current conditions ([`KubeletPatch::against`])
+//! and the node need not be rendered and merged. Any other shape (another
+//! field, a `null`, a key twice, a type given twice, a value that is not a
+//! string, a condition given in part that the node does not have, or in
+//! part in a JSON merge patch, which replaces the list) is not read here: it
+//! takes the general merge, which also answers what is refused.
 
 use k8s_openapi::api::core::v1::{Node as KubeNode, NodeCondition, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -13,12 +18,19 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
 
 use crate::kube::patch::PatchKind;
-use crate::model::PushedStatus;
+use crate::model::{self, PushedStatus};
 
 /// What a kubelet's patch pushes and the condition types it names.
 pub(super) struct KubeletStatus {
     pub status: PushedStatus,
     pub types: Vec<String>,
+}
+
+/// A kubelet's status patch as read, before it is set against its node.
+pub(super) struct KubeletPatch {
+    kind: PatchKind,
+    conditions: Vec<Condition>,
+    node_info: Option<Info>,
 }
 
 #[derive(Deserialize)]
@@ -42,14 +54,19 @@ struct Status {
     node_info: Option<Info>,
 }
 
+/// One condition of the patch: its type and heartbeat, and of the rest
+/// what changed (a kubelet's first patch gives them all).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Condition {
     #[serde(rename = "type")]
     kind: String,
-    status: String,
-    reason: String,
-    message: String,
+    #[serde(default, deserialize_with = "present")]
+    status: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    reason: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    message: Option<String>,
     last_heartbeat_time: Time,
     #[serde(default, deserialize_with = "present")]
     last_transition_time: Option<Time>,
@@ -80,10 +97,9 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Optio
     T::deserialize(d).map(Some)
 }
 
-/// The status a kubelet's patch `body` pushes, with the condition types it
-/// names; `None` when the patch is of any other shape, or is refused by the
-/// checks (the general path then says why).
-pub(super) fn read(kind: PatchKind, body: &[u8]) -> Option<KubeletStatus> {
+/// A kubelet's patch `body`, read; `None` when the patch is of any other
+/// shape (the general path then merges it, or says why not).
+pub(super) fn read(kind: PatchKind, body: &[u8]) -> Option<KubeletPatch> {
     let Patch { status } = serde_json::from_slice(body).ok()?;
     // Only a strategic merge patch has directives; in a JSON merge patch
     // the key would be a field of that name.
@@ -91,35 +107,109 @@ pub(super) fn read(kind: PatchKind, body: &[u8]) -> Option<KubeletStatus> {
         return None;
     }
     let conditions = status.conditions.unwrap_or_default();
-    let mut types: Vec<String> = Vec::with_capacity(conditions.len());
-    for c in &conditions {
-        if types.contains(&c.kind) {
+    for (i, c) in conditions.iter().enumerate() {
+        if conditions[..i].iter().any(|o| o.kind == c.kind) {
             return None;
         }
-        types.push(c.kind.clone());
+        // A JSON merge patch replaces the list: a condition in part is a
+        // condition without those fields, which the merge refuses.
+        if kind != PatchKind::Strategic && !c.is_whole() {
+            return None;
+        }
     }
-    let node = KubeNode {
-        status: Some(NodeStatus {
-            conditions: Some(conditions.into_iter().map(Condition::into_kube).collect()),
-            node_info: status.node_info.map(Info::into_kube),
-            ..NodeStatus::default()
-        }),
-        ..KubeNode::default()
-    };
-    let status = crate::kube::pushed_status(&node).ok()?;
-    Some(KubeletStatus { status, types })
+    Some(KubeletPatch {
+        kind,
+        conditions,
+        node_info: status.node_info,
+    })
+}
+
+impl KubeletPatch {
+    /// The patch set against `node` as a strategic merge by type would set
+    /// it: each field a condition leaves out is the node's, and the
+    /// conditions are in the node's order, types it does not have after
+    /// them in the patch's (a JSON merge patch keeps its own order).
+    /// `None` when the merge might come out otherwise: a type given in part
+    /// that the node does not have, a node that has a type twice, or one
+    /// whose other conditions the merge would refuse.
+    ///
+    /// Runs under the view's read lock: it only copies what it fills in.
+    pub fn against(mut self, node: &model::Node) -> Option<KubeletPatch> {
+        if self.kind != PatchKind::Strategic {
+            return Some(self);
+        }
+        let had = &node.conditions;
+        for (i, c) in had.iter().enumerate() {
+            if had[..i].iter().any(|o| o.kind == c.kind) {
+                return None;
+            }
+            // The merged list holds every condition of the node, and the
+            // merge checks them all; the fast path need only check those
+            // the patch does not name (the rest are checked when pushed).
+            let named = self.conditions.iter().any(|p| p.kind == c.kind);
+            if !named && !model::validation::condition(i, &c.kind, &c.reason, &c.message).is_empty()
+            {
+                return None;
+            }
+        }
+        for c in &mut self.conditions {
+            if c.is_whole() {
+                continue;
+            }
+            let current = had.iter().find(|h| h.kind == c.kind)?;
+            c.status
+                .get_or_insert_with(|| current.status.as_str().to_string());
+            c.reason.get_or_insert_with(|| current.reason.clone());
+            c.message.get_or_insert_with(|| current.message.clone());
+        }
+        if self.conditions.len() > 1 {
+            self.conditions.sort_by_key(|c| {
+                had.iter()
+                    .position(|h| h.kind == c.kind)
+                    .unwrap_or(usize::MAX)
+            });
+        }
+        Some(self)
+    }
+
+    /// What the patch pushes, once set [`against`](Self::against) its node;
+    /// `None` if a condition is still given in part, or the checks refuse
+    /// it (the general path then says why).
+    pub fn into_status(self) -> Option<KubeletStatus> {
+        let mut types: Vec<String> = Vec::with_capacity(self.conditions.len());
+        let mut conditions = Vec::with_capacity(self.conditions.len());
+        for c in self.conditions {
+            types.push(c.kind.clone());
+            conditions.push(c.into_kube()?);
+        }
+        let node = KubeNode {
+            status: Some(NodeStatus {
+                conditions: Some(conditions),
+                node_info: self.node_info.map(Info::into_kube),
+                ..NodeStatus::default()
+            }),
+            ..KubeNode::default()
+        };
+        let status = crate::kube::pushed_status(&node).ok()?;
+        Some(KubeletStatus { status, types })
+    }
 }
 
 impl Condition {
-    fn into_kube(self) -> NodeCondition {
-        NodeCondition {
+    /// Whether every field a pushed condition keeps is given.
+    fn is_whole(&self) -> bool {
+        self.status.is_some() && self.reason.is_some() && self.message.is_some()
+    }
+
+    fn into_kube(self) -> Option<NodeCondition> {
+        Some(NodeCondition {
             type_: self.kind,
-            status: self.status,
-            reason: Some(self.reason),
-            message: Some(self.message),
+            status: self.status?,
+            reason: Some(self.reason?),
+            message: Some(self.message?),
             last_heartbeat_time: Some(self.last_heartbeat_time),
             last_transition_time: self.last_transition_time,
-        }
+        })
     }
 }
 
@@ -143,9 +233,14 @@ impl Info {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use axum::http::{header, HeaderMap, HeaderValue};
+    use proptest::prelude::*;
     use serde_json::{json, Value};
 
     use super::*;
+    use crate::model::{ConditionStatus, Micros, NodeInfo, Resources};
 
     fn info() -> Value {
         json!({
@@ -172,8 +267,129 @@ mod tests {
         }})
     }
 
+    /// The patch a kubelet sends in the steady state: every condition's new
+    /// heartbeat, by type.
+    fn steady_patch(at: &str) -> Value {
+        let types = ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"];
+        json!({"status": {
+            "$setElementOrder/conditions": types.map(|t| json!({"type": t})),
+            "conditions": types.map(|t| json!({"lastHeartbeatTime": at, "type": t})),
+        }})
+    }
+
+    fn condition(
+        kind: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: &str,
+    ) -> model::Condition {
+        model::Condition {
+            kind: kind.into(),
+            status,
+            last_heartbeat: Micros(1_764_000_100_500_000),
+            last_transition: Micros(1_764_000_000_000_000),
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A node as a kubelet's first patch leaves it, with Ready in the middle
+    /// and a condition of another component first.
+    fn node() -> model::Node {
+        model::Node {
+            name: "edge-1".into(),
+            uid: "u-1".into(),
+            created: Micros(1_764_000_000_123_456),
+            resource_version: 42,
+            source: "static".into(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            external_id: String::new(),
+            provider_id: String::new(),
+            capacity: Resources::default(),
+            unschedulable: false,
+            taints: Vec::new(),
+            addresses: Vec::new(),
+            conditions: vec![
+                condition(
+                    "NetworkUnavailable",
+                    ConditionStatus::False,
+                    "RouteCreated",
+                    "routes",
+                ),
+                condition(
+                    "MemoryPressure",
+                    ConditionStatus::False,
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
+                condition(
+                    "Ready",
+                    ConditionStatus::True,
+                    "KubeletReady",
+                    "kubelet is posting ready status",
+                ),
+                condition(
+                    "DiskPressure",
+                    ConditionStatus::False,
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure",
+                ),
+                // Set by the controller when the node fell silent: no message.
+                condition(
+                    "PIDPressure",
+                    ConditionStatus::Unknown,
+                    "NodeStatusUnknown",
+                    "",
+                ),
+            ],
+            node_info: NodeInfo::default(),
+        }
+    }
+
+    /// The fast path: read, set against the node, pushed.
+    fn fast(kind: PatchKind, node: &model::Node, patch: &Value) -> Option<KubeletStatus> {
+        read(kind, &serde_json::to_vec(patch).unwrap())?
+            .against(node)?
+            .into_status()
+    }
+
+    /// The general path on the same node: rendered (with a heartbeat newer
+    /// than the node's held, as the view may have), merged, pushed.
+    fn merged(kind: PatchKind, node: &model::Node, patch: &Value) -> Result<PushedStatus, u16> {
+        let beat = Some(Micros(1_764_000_200_000_000));
+        let current = super::super::Rendered::of(node, beat, patch)
+            .into_value(patch)
+            .unwrap();
+        let mut headers = HeaderMap::new();
+        let media = match kind {
+            PatchKind::Merge => "application/merge-patch+json",
+            PatchKind::Strategic => "application/strategic-merge-patch+json",
+        };
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(media));
+        let only = super::super::PatchedFields::of(patch);
+        super::super::merged_status(&headers, Ok(patch), current, &node.name, only)
+            .map(|(status, expected)| {
+                assert_eq!(expected, None);
+                status
+            })
+            .map_err(|r| r.status().as_u16())
+    }
+
+    /// Both paths on the same node and patch: the fast one reads it, and
+    /// pushes exactly what the merge would.
+    fn same_as_the_merge(kind: PatchKind, node: &model::Node, patch: &Value) -> KubeletStatus {
+        let read = fast(kind, node, patch).unwrap_or_else(|| panic!("read: {patch}"));
+        assert_eq!(
+            Ok(read.status.clone()),
+            merged(kind, node, patch),
+            "{patch}"
+        );
+        read
+    }
+
     fn read_value(kind: PatchKind, patch: &Value) -> Option<KubeletStatus> {
-        read(kind, &serde_json::to_vec(patch).unwrap())
+        fast(kind, &node(), patch)
     }
 
     #[test]
@@ -187,6 +403,147 @@ mod tests {
     }
 
     #[test]
+    fn a_kubelets_steady_patch_takes_the_rest_from_the_node_as_the_merge_does() {
+        let node = node();
+        let patch = steady_patch("2026-12-02T03:10:00Z");
+        let read = same_as_the_merge(PatchKind::Strategic, &node, &patch);
+        // In the node's order, each with the node's status, reason and
+        // message and the patch's heartbeat.
+        let got: Vec<(&str, ConditionStatus, &str, &str)> = read
+            .status
+            .conditions
+            .iter()
+            .map(|c| {
+                (
+                    c.kind.as_str(),
+                    c.status,
+                    c.reason.as_str(),
+                    c.message.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "MemoryPressure",
+                    ConditionStatus::False,
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available"
+                ),
+                (
+                    "Ready",
+                    ConditionStatus::True,
+                    "KubeletReady",
+                    "kubelet is posting ready status"
+                ),
+                (
+                    "DiskPressure",
+                    ConditionStatus::False,
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure"
+                ),
+                (
+                    "PIDPressure",
+                    ConditionStatus::Unknown,
+                    "NodeStatusUnknown",
+                    ""
+                ),
+            ]
+        );
+        let beat: jiff::Timestamp = "2026-12-02T03:10:00Z".parse().unwrap();
+        assert!(read
+            .status
+            .conditions
+            .iter()
+            .all(|c| c.last_heartbeat == Some(Micros(beat.as_microsecond()))));
+        assert_eq!(
+            read.types,
+            ["MemoryPressure", "Ready", "DiskPressure", "PIDPressure"]
+        );
+        assert!(read.status.node_info.is_none());
+    }
+
+    #[test]
+    fn a_change_of_status_sends_its_fields_and_matches_the_merge() {
+        let node = node();
+        let patch = json!({"status": {
+            "$setElementOrder/conditions": [{"type": "MemoryPressure"}, {"type": "DiskPressure"},
+                                            {"type": "PIDPressure"}, {"type": "Ready"}],
+            "conditions": [
+                {"lastHeartbeatTime": "2026-12-02T03:10:04Z", "type": "MemoryPressure"},
+                {"lastHeartbeatTime": "2026-12-02T03:10:04Z", "type": "DiskPressure"},
+                {"lastHeartbeatTime": "2026-12-02T03:10:04Z", "lastTransitionTime": "2026-12-02T03:10:04Z",
+                 "message": "kubelet has sufficient PID available", "reason": "KubeletHasSufficientPID",
+                 "status": "False", "type": "PIDPressure"},
+                {"lastHeartbeatTime": "2026-12-02T03:10:04Z", "lastTransitionTime": "2026-12-02T03:10:04Z",
+                 "message": "PLEG is not healthy", "reason": "KubeletNotReady", "status": "False",
+                 "type": "Ready"},
+            ],
+        }});
+        let read = same_as_the_merge(PatchKind::Strategic, &node, &patch);
+        let ready = read
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.kind == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status, ready.reason.as_str()),
+            (ConditionStatus::False, "KubeletNotReady")
+        );
+        // A new type given whole comes after the node's, in the patch's order.
+        let patch = json!({"status": {"conditions": [
+            {"lastHeartbeatTime": "2026-12-02T03:10:05Z", "type": "Ready"},
+            {"lastHeartbeatTime": "2026-12-02T03:10:05Z", "type": "KernelDeadlock", "status": "False",
+             "reason": "KernelHasNoDeadlock", "message": "kernel has no deadlock"},
+            {"lastHeartbeatTime": "2026-12-02T03:10:05Z", "type": "MemoryPressure", "reason": "Fine"},
+        ]}});
+        let read = same_as_the_merge(PatchKind::Strategic, &node, &patch);
+        let order: Vec<&str> = read
+            .status
+            .conditions
+            .iter()
+            .map(|c| c.kind.as_str())
+            .collect();
+        assert_eq!(order, ["MemoryPressure", "Ready", "KernelDeadlock"]);
+        assert_eq!(read.status.conditions[0].reason, "Fine");
+    }
+
+    #[test]
+    fn every_part_of_a_condition_given_or_left_out_matches_the_merge() {
+        let node = node();
+        let fields = [
+            ("status", json!("False")),
+            ("reason", json!("SomethingElse")),
+            ("message", json!("")),
+            ("lastTransitionTime", json!("2026-12-02T03:00:00Z")),
+        ];
+        for kind in ["Ready", "PIDPressure", "NetworkUnavailable"] {
+            for given in 0..1u32 << fields.len() {
+                let mut c = json!({"type": kind, "lastHeartbeatTime": "2026-12-02T03:10:00Z"});
+                for (bit, (field, value)) in fields.iter().enumerate() {
+                    if given & (1 << bit) != 0 {
+                        c[*field] = value.clone();
+                    }
+                }
+                let patch = json!({"status": {"conditions": [c]}});
+                same_as_the_merge(PatchKind::Strategic, &node, &patch);
+                // A JSON merge patch replaces the list: only a whole condition is read.
+                let whole = given & 0b111 == 0b111;
+                assert_eq!(
+                    fast(PatchKind::Merge, &node, &patch).is_some(),
+                    whole,
+                    "{patch}"
+                );
+                if whole {
+                    same_as_the_merge(PatchKind::Merge, &node, &patch);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn conditions_alone_or_node_info_alone_are_read() {
         let conditions = json!({"status": {"conditions": [ready()]}});
         let read = read_value(PatchKind::Merge, &conditions).unwrap();
@@ -194,6 +551,7 @@ mod tests {
         let info = json!({"status": {"nodeInfo": info()}});
         let read = read_value(PatchKind::Strategic, &info).unwrap();
         assert!(read.status.conditions.is_empty() && read.types.is_empty());
+        same_as_the_merge(PatchKind::Strategic, &node(), &kubelets_patch());
     }
 
     #[test]
@@ -205,6 +563,7 @@ mod tests {
             &json!({"status": {"conditions": [with_transition]}})
         )
         .is_some());
+        let beat = "2026-12-02T03:10:00Z";
         let mut cases = vec![
             json!({"status": {"conditions": null}}),
             json!({"status": {"nodeInfo": null}}),
@@ -214,6 +573,19 @@ mod tests {
             json!({"status": {"conditions": [ready()]}, "metadata": {}}),
             json!({"status": {"$setElementOrder/conditions": [], "conditions": [ready()]}}),
             json!([1]),
+            // A condition in part: twice, without its heartbeat, of a type
+            // the node does not have, or with a directive.
+            json!({"status": {"conditions": [{"type": "Ready", "lastHeartbeatTime": beat},
+                                             {"type": "Ready", "lastHeartbeatTime": beat}]}}),
+            json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+            json!({"status": {"conditions": [{"type": "KernelDeadlock", "lastHeartbeatTime": beat}]}}),
+            json!({"status": {"conditions": [{"type": "Ready", "$patch": "delete"}]}}),
+            json!({"status": {"conditions": [{"type": "Ready", "lastHeartbeatTime": beat, "status": null}]}}),
+            // Directives other than the order of conditions.
+            json!({"status": {"$patch": "replace", "conditions": [ready()]}}),
+            json!({"status": {"$retainKeys": ["conditions"], "conditions": [ready()]}}),
+            json!({"status": {"$deleteFromPrimitiveList/conditions": [], "conditions": [ready()]}}),
+            json!({"$patch": "replace", "status": {"conditions": [ready()]}}),
         ];
         for (field, value) in [
             ("reason", Value::Null),
@@ -226,9 +598,6 @@ mod tests {
             c[field] = value;
             cases.push(json!({"status": {"conditions": [c]}}));
         }
-        let mut c = ready();
-        c.as_object_mut().unwrap().remove("message");
-        cases.push(json!({"status": {"conditions": [c]}}));
         let mut partial = info();
         partial.as_object_mut().unwrap().remove("bootID");
         cases.push(json!({"status": {"nodeInfo": partial}}));
@@ -249,5 +618,119 @@ mod tests {
         // A key given twice is left to the merge too.
         let twice = br#"{"status":{"conditions":[],"conditions":[]}}"#;
         assert!(read(PatchKind::Merge, twice).is_none());
+    }
+
+    #[test]
+    fn a_node_the_merge_would_refuse_is_left_to_it() {
+        let patch = steady_patch("2026-12-02T03:10:00Z");
+        // A type twice on the node.
+        let mut twice = node();
+        twice.conditions.push(twice.conditions[2].clone());
+        assert!(fast(PatchKind::Strategic, &twice, &patch).is_none());
+        assert!(merged(PatchKind::Strategic, &twice, &patch).is_err());
+        // A condition the patch does not name, with a reason the checks refuse.
+        let mut refused = node();
+        refused.conditions[0].reason = "not camel case".into();
+        assert!(fast(PatchKind::Strategic, &refused, &patch).is_none());
+        assert_eq!(merged(PatchKind::Strategic, &refused, &patch), Err(422));
+        // The same node, given a JSON merge patch (which replaces the list).
+        let whole = json!({"status": {"conditions": [ready()]}});
+        same_as_the_merge(PatchKind::Merge, &refused, &whole);
+    }
+
+    fn arbitrary_condition_status() -> impl Strategy<Value = ConditionStatus> {
+        prop_oneof![
+            Just(ConditionStatus::True),
+            Just(ConditionStatus::False),
+            Just(ConditionStatus::Unknown)
+        ]
+    }
+
+    const TYPES: [&str; 4] = ["Ready", "MemoryPressure", "DiskPressure", "KernelDeadlock"];
+    const REASONS: [&str; 3] = ["", "KubeletReady", "not camel"];
+
+    fn arbitrary_node() -> impl Strategy<Value = model::Node> {
+        proptest::collection::vec(
+            (
+                0..TYPES.len(),
+                arbitrary_condition_status(),
+                0..REASONS.len(),
+                "[a-z ]{0,4}",
+            ),
+            0..5,
+        )
+        .prop_map(|items| {
+            let mut n = node();
+            n.conditions = items
+                .into_iter()
+                .map(|(t, status, r, message)| condition(TYPES[t], status, REASONS[r], &message))
+                .collect();
+            n
+        })
+    }
+
+    /// A patch condition: its type, and each field given, left out or null.
+    fn arbitrary_patch() -> impl Strategy<Value = Value> {
+        let field = |values: Vec<Value>| proptest::option::of(proptest::sample::select(values));
+        let item = (
+            0..TYPES.len(),
+            field(vec![
+                json!("True"),
+                json!("False"),
+                json!("Maybe"),
+                Value::Null,
+            ]),
+            field(vec![
+                json!("KubeletReady"),
+                json!(""),
+                json!("not camel"),
+                Value::Null,
+            ]),
+            field(vec![json!("m"), json!(""), Value::Null]),
+            field(vec![
+                json!("2026-12-02T03:10:00Z"),
+                json!("soon"),
+                Value::Null,
+            ]),
+            field(vec![json!("2026-12-02T03:00:00Z"), Value::Null]),
+        )
+            .prop_map(|(t, status, reason, message, beat, transition)| {
+                let mut c = json!({"type": TYPES[t]});
+                for (key, value) in [
+                    ("status", status),
+                    ("reason", reason),
+                    ("message", message),
+                    ("lastHeartbeatTime", beat),
+                    ("lastTransitionTime", transition),
+                ] {
+                    if let Some(v) = value {
+                        c[key] = v;
+                    }
+                }
+                c
+            });
+        (proptest::collection::vec(item, 0..4), any::<bool>()).prop_map(|(items, order)| {
+            let mut status = json!({"conditions": items});
+            if order {
+                status["$setElementOrder/conditions"] = json!([{"type": "Ready"}]);
+            }
+            json!({"status": status})
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// Whatever the fast path reads, the merge gives the same.
+        #[test]
+        fn what_the_fast_path_reads_the_merge_gives_too(
+            node in arbitrary_node(),
+            patch in arbitrary_patch(),
+            strategic in any::<bool>(),
+        ) {
+            let kind = if strategic { PatchKind::Strategic } else { PatchKind::Merge };
+            if let Some(read) = fast(kind, &node, &patch) {
+                prop_assert_eq!(Ok(read.status), merged(kind, &node, &patch), "{}", patch);
+            }
+        }
     }
 }
