@@ -122,7 +122,12 @@ fn row_status(table: &str, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
-    let site = TestSite::start(2, Ipv4Addr::new(127, 83, 1, 1)).await;
+    // A grace no stalled machine outlasts between kubectl's read and its
+    // write: a healthy node going NotReady mid-test would add its taint.
+    let site = TestSite::builder(2, Ipv4Addr::new(127, 83, 1, 1))
+        .grace("20s")
+        .start()
+        .await;
     let (fleet, dir, db) = (&site.fleet, site.dir.path(), &site.db);
 
     let c = Controller::start(db, &site.args());
