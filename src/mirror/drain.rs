@@ -575,6 +575,58 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_change_written_after_the_work_cleared_its_entry_is_not_stranded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db"), &Default::default()).unwrap();
+        store.enable_outbox();
+        let mut n = sample_node();
+        n.conditions[0].status = ConditionStatus::Unknown;
+        let changed = |n: &crate::model::Node, at, from, to| {
+            let mut batch = Batch::new(Micros(at));
+            batch.record(
+                n.clone(),
+                [EventKind::ConditionChanged {
+                    condition: READY.into(),
+                    from: Some(from),
+                    to,
+                    reason: "probe".into(),
+                    message: "".into(),
+                }],
+            );
+            store.write(batch).unwrap();
+            store.flush_blocking().unwrap();
+        };
+        changed(&n, 1, ConditionStatus::True, ConditionStatus::Unknown);
+        let view = View::default();
+        view.publish([n.clone()], &[]);
+        let mut drain = leading(&[], &view);
+        drain.followed(&store, &view, store.durable_seq(), Instant::now());
+        let key = node(&n.name);
+        assert_eq!(start_due(&mut drain), [Job::Outbox(key.clone())]);
+
+        // The work sends the node and clears the entry it read...
+        let seq = store.outbox_entry(&key).unwrap().expect("queued").seq;
+        assert!(store.outbox_done(&key, seq).unwrap(), "nothing newer yet");
+        // ...then the node changes again (a new entry), and the log is
+        // followed before the work's end is seen.
+        changed(&n, 2, ConditionStatus::Unknown, ConditionStatus::False);
+        drain.followed(&store, &view, store.durable_seq(), Instant::now());
+        let ended = Outcome::Done {
+            created: false,
+            again: false,
+        };
+        drain.finished(Job::Outbox(key.clone()), ended, Instant::now());
+
+        assert!(store.outbox_entry(&key).unwrap().is_some(), "still owed");
+        assert_eq!(
+            start_due(&mut drain),
+            [Job::Outbox(key)],
+            "the new entry is worked"
+        );
+        assert_eq!(drain.backlog(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn pods_are_not_deleted_before_the_hold_after_a_start() {
         let pods = OutboxKey::EvictPods("a".into());
         let started = Instant::now();

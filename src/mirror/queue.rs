@@ -84,6 +84,10 @@ pub(crate) struct Queue {
     /// Keys whose node has work in flight, resumed when it finishes.
     parked: HashMap<String, Vec<OutboxKey>>,
     busy: HashSet<String>,
+    /// Outbox keys whose work is in flight, and whether they were queued
+    /// again meanwhile: the entry the work cleared may have been written
+    /// anew after it read it, so the work is done once more.
+    running: HashMap<OutboxKey, bool>,
     /// Nodes that changed upstream while busy: looked at again when done.
     dirty: HashMap<String, Priority>,
     leases_due: BTreeSet<(Instant, String)>,
@@ -112,6 +116,7 @@ impl Queue {
             delayed: BTreeSet::new(),
             parked: HashMap::new(),
             busy: HashSet::new(),
+            running: HashMap::new(),
             dirty: HashMap::new(),
             leases_due: BTreeSet::new(),
             lease_at: HashMap::new(),
@@ -140,6 +145,9 @@ impl Queue {
     /// A key now in the outbox (again): queued unless it already is; a
     /// queued key moves up when asked for at a higher priority.
     pub(crate) fn add(&mut self, key: OutboxKey, priority: Priority) {
+        if let Some(again) = self.running.get_mut(&key) {
+            *again = true;
+        }
         match self.queued.get(&key).copied() {
             None => {
                 self.queued.insert(key.clone(), priority);
@@ -381,6 +389,7 @@ impl Queue {
                 continue;
             }
             self.busy.insert(node);
+            self.running.insert(key.clone(), false);
             return Some((Job::Outbox(key), priority));
         }
         None
@@ -415,7 +424,7 @@ impl Queue {
     /// A job that was started ended, however: its node may take its next
     /// piece of work, and the outcome decides what comes next.
     pub(crate) fn finished(&mut self, job: Job, outcome: Outcome, now: Instant) -> Finished {
-        self.release(&job);
+        let queued_again = self.release(&job);
         let node = job.node().to_string();
         let mut result = Finished::default();
         match outcome {
@@ -428,7 +437,7 @@ impl Queue {
                         if created && self.ready_nodes.contains(&name) {
                             self.schedule_lease(&name, now);
                         }
-                        if again {
+                        if again || queued_again {
                             self.retry(job.clone(), now);
                         } else {
                             self.queued.remove(key);
@@ -507,7 +516,13 @@ impl Queue {
         true
     }
 
-    fn release(&mut self, job: &Job) {
+    /// The job's node is free again; returns whether its outbox key was
+    /// queued again while it ran.
+    fn release(&mut self, job: &Job) -> bool {
+        let queued_again = match job {
+            Job::Outbox(key) => self.running.remove(key).unwrap_or(false),
+            Job::Lease(_) => false,
+        };
         let node = job.node().to_string();
         self.busy.remove(&node);
         if let Some(parked) = self.parked.remove(&node) {
@@ -517,6 +532,7 @@ impl Queue {
                 }
             }
         }
+        queued_again
     }
 
     /// A node seen changed upstream while its work ran is queued again.

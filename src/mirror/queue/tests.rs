@@ -319,3 +319,21 @@ fn following_the_log_queues_mirror_work_and_renewals() {
     assert_eq!(q.lease_at.get("edge-1"), Some(&now));
     assert_eq!(q.ready_count(), 1);
 }
+
+#[test]
+fn an_entry_queued_again_while_its_work_runs_is_not_dropped_when_it_ends() {
+    // The job clears the outbox entry it read (so it reports no newer one);
+    // a change written just after recreates the entry, and the log is
+    // followed before the job's end is seen. The entry must be worked again.
+    let now = Instant::now();
+    let mut q = queue(now);
+    q.add(node("a"), Priority::Backlog);
+    assert_eq!(next(&mut q, now), Some(Job::Outbox(node("a"))));
+    q.add(node("a"), Priority::Change);
+    q.finished(Job::Outbox(node("a")), done(), now);
+    assert_eq!(q.outbox_len(), 1, "still owed");
+    assert_eq!(next(&mut q, now), Some(Job::Outbox(node("a"))));
+    q.finished(Job::Outbox(node("a")), done(), now);
+    assert_eq!(q.outbox_len(), 0);
+    assert_eq!(next(&mut q, now), None, "once is enough");
+}
