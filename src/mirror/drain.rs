@@ -285,6 +285,7 @@ impl Drain {
 mod tests {
     use super::*;
     use crate::mirror::client::ApiServer;
+    use crate::mirror::queue::tests::view;
     use crate::model::{ConditionStatus, EventKind, Micros, READY};
     use crate::store::records::tests::sample_node;
     use crate::store::Batch;
@@ -299,24 +300,6 @@ mod tests {
         config.node_lease_renew_interval = Some(RENEW);
         config.eviction_hold = HOLD;
         config
-    }
-
-    fn view(ready: &[&str], down: &[&str]) -> View {
-        let view = View::default();
-        let node = |name: &str, status| {
-            let mut n = sample_node();
-            n.name = name.into();
-            n.conditions[0].status = status;
-            n
-        };
-        view.publish(
-            ready
-                .iter()
-                .map(|n| node(n, ConditionStatus::True))
-                .chain(down.iter().map(|n| node(n, ConditionStatus::Unknown))),
-            &[],
-        );
-        view
     }
 
     fn node(n: &str) -> OutboxKey {

@@ -571,4 +571,4 @@ fn phase_of(name: &str) -> f64 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -6,7 +6,9 @@ use crate::store::records::tests::sample_node;
 
 const RENEW: Duration = Duration::from_secs(10);
 
-fn view(ready: &[&str], down: &[&str]) -> View {
+/// A view with `ready` nodes Ready and `down` nodes Unknown (the drain's
+/// tests use it too).
+pub(crate) fn view(ready: &[&str], down: &[&str]) -> View {
     let view = View::default();
     let node = |name: &str, status| {
         let mut n = sample_node();
