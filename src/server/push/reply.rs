@@ -124,24 +124,12 @@ impl Serialize for Spec<'_> {
             map.serialize_entry("providerID", &node.provider_id)?;
         }
         if !node.taints.is_empty() {
-            map.serialize_entry("taints", &Taints(&node.taints))?;
+            map.serialize_entry("taints", &Each(&node.taints, Taint))?;
         }
         if node.unschedulable {
             map.serialize_entry("unschedulable", &true)?;
         }
         map.end()
-    }
-}
-
-struct Taints<'a>(&'a [model::Taint]);
-
-impl Serialize for Taints<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for t in self.0 {
-            seq.serialize_element(&Taint(t))?;
-        }
-        seq.end()
     }
 }
 
@@ -174,24 +162,12 @@ impl Serialize for Status<'_> {
             memory: memory_quantity(node.capacity.memory_bytes).0,
         };
         let mut map = serializer.serialize_map(Some(5))?;
-        map.serialize_entry("addresses", &Addresses(&node.addresses))?;
+        map.serialize_entry("addresses", &Each(&node.addresses, Address))?;
         map.serialize_entry("allocatable", &resources)?;
         map.serialize_entry("capacity", &resources)?;
-        map.serialize_entry("conditions", &Conditions(&node.conditions))?;
+        map.serialize_entry("conditions", &Each(&node.conditions, Condition))?;
         map.serialize_entry("nodeInfo", &Info(&node.node_info))?;
         map.end()
-    }
-}
-
-struct Addresses<'a>(&'a [model::Address]);
-
-impl Serialize for Addresses<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for a in self.0 {
-            seq.serialize_element(&Address(a))?;
-        }
-        seq.end()
     }
 }
 
@@ -218,18 +194,6 @@ impl Serialize for Resources {
         map.serialize_entry("memory", &self.memory)?;
         map.serialize_entry("pods", MAX_PODS)?;
         map.end()
-    }
-}
-
-struct Conditions<'a>(&'a [model::Condition]);
-
-impl Serialize for Conditions<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for c in self.0 {
-            seq.serialize_element(&Condition(c))?;
-        }
-        seq.end()
     }
 }
 
@@ -337,6 +301,19 @@ impl Serialize for LeaseSpec<'_> {
             map.serialize_entry("renewTime", &MicroTime(t))?;
         }
         map.end()
+    }
+}
+
+/// A list written element by element through one of the wrappers here.
+struct Each<'a, T, W>(&'a [T], fn(&'a T) -> W);
+
+impl<'a, T, W: Serialize> Serialize for Each<'a, T, W> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for item in self.0 {
+            seq.serialize_element(&(self.1)(item))?;
+        }
+        seq.end()
     }
 }
 
