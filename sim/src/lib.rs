@@ -511,14 +511,30 @@ impl FleetHandle {
         let node = self
             .node(name)
             .ok_or_else(|| SimError::UnknownNode(name.to_owned()))?;
-        node.set(state);
+        self.set_timed(std::slice::from_ref(node), state);
         Ok(())
     }
 
     /// Sets every node's state, as a whole-site partition or recovery.
     pub fn set_all(&self, state: KubeletState) {
-        for node in &self.inner.nodes {
+        self.set_timed(&self.inner.nodes, state);
+    }
+
+    /// Sets `nodes` to `state`; a pushing fleet times the change from now
+    /// until every node it moved has reported it (`PushStats::last_change`).
+    fn set_timed(&self, nodes: &[Arc<Node>], state: KubeletState) {
+        let pusher = self.inner.pusher.get();
+        let requested = tokio::time::Instant::now();
+        if let Some(p) = pusher {
+            p.change_requested(requested);
+        }
+        let mut moved = 0;
+        for node in nodes {
+            moved += u64::from(*node.state.borrow() != state);
             node.set(state);
+        }
+        if let Some(p) = pusher {
+            p.change_made(requested, state, moved);
         }
     }
 
