@@ -11,12 +11,15 @@
 //! controller as well, as real kubelets do (`push.rs`).
 //!
 //! [`apiserver`] is the other side of the mirror: an in-process fake
-//! Kubernetes API server with fault injection, for tests and benchmarks.
+//! Kubernetes API server with fault injection, for tests and benchmarks;
+//! [`floor`] the least server of what pushing kubelets send, which the push
+//! benchmark measures in place of the controller.
 
 pub mod apiserver;
 pub mod bench;
 pub mod command;
 mod control;
+pub mod floor;
 mod kubelet;
 pub mod push;
 pub mod simulator;
