@@ -1,9 +1,10 @@
 //! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe, or with `--push` per pushed heartbeat (every simulated kubelet on a connection of its own); `--soak` follows store size and memory minute by minute, `--burst` times thousands of status changes at once, `--floor` measures the least server of the same requests in the controller's place. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000 [--push [--soak 1h] [--burst | --floor]]`.
 //!
-//! Long (about 1,300 lines): the run of one fleet size (`bench_size`), its
+//! Long (about 1,350 lines): the run of one fleet size (`bench_size`), its
 //! processes, the samples it takes and the report, whose columns the README
 //! quotes. What it shares with the other benchmarks is in
-//! `nodekeeper_sim::bench`; its `--history` mode is a module of its own.
+//! `nodekeeper_sim::bench`; its `--history` mode and its `--burst` are
+//! modules of their own.
 //!
 //! Some functions here run past ~80 lines: each is one phase of the run,
 //! read top to bottom as it happens (start, wait, measure, report), its
@@ -13,6 +14,7 @@
 // A benchmark measures real (never paused) time and writes its reports synchronously.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
+mod burst;
 mod history;
 
 use std::fmt::Write as _;
@@ -29,7 +31,7 @@ use nodekeeper_sim::bench::{
     parse_duration, scratch_filesystem, slope, table_header, table_row, write_preamble,
     written_bytes, Align, BinArg, Machine, Proc, Processes,
 };
-use nodekeeper_sim::push::{ChangeTiming, Percentiles};
+use nodekeeper_sim::push::ChangeTiming;
 
 /// One `nodekeeper sim` process holds about two open files per node, three
 /// when its nodes push (each its own connection); the hard limit is 20k.
@@ -44,12 +46,6 @@ const POLL: Duration = Duration::from_millis(250);
 /// the controller's monitor period (5 s), whose passes lift start-up taints.
 const SETTLED_FOR: Duration = Duration::from_secs(6);
 const GRACE_PERIOD: &str = "40s";
-/// How long a burst of status changes may take before the run fails.
-const BURST_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often a burst's progress is read: the sim's counters while it
-/// waits for the answers (the sim times them itself), then the
-/// controller's /metrics until the change is readable.
-const BURST_POLL: Duration = Duration::from_millis(50);
 /// A soak judges flatness over this much of its end.
 const SOAK_TAIL: Duration = Duration::from_secs(30 * 60);
 
@@ -295,7 +291,7 @@ struct Row {
     /// Samples every --sample-every after the window, with --soak.
     soak: Vec<Sample>,
     /// The status bursts, with --burst.
-    bursts: Vec<Burst>,
+    bursts: Vec<burst::Burst>,
     stop: String,
 }
 
@@ -398,7 +394,7 @@ async fn bench_size(
     if args.burst {
         for state in ["sick", "up"] {
             run.procs.check_alive()?;
-            let burst = status_burst(&run, client, &url, state).await?;
+            let burst = burst::status_burst(&run, client, &url, state).await?;
             eprintln!("   {}", burst.describe());
             bursts.push(burst);
             // Let the fleet settle back into its rhythm before the next burst.
@@ -417,154 +413,6 @@ async fn bench_size(
         soak,
         bursts,
         stop,
-    })
-}
-
-/// One burst of status changes: every node of the first sim process set to
-/// one state at once.
-#[derive(Debug, Clone)]
-struct Burst {
-    state: &'static str,
-    nodes: u64,
-    /// From the request reaching the sim's control endpoint to the last
-    /// change answered, as the sim timed it.
-    all_answered: Duration,
-    /// Each change's answer, timed by the sim from the request.
-    from_request: Percentiles,
-    /// Each change's answer, timed by the sim from the node's own notice of
-    /// its change (the old "slowest answer" is its maximum).
-    from_notice: Percentiles,
-    /// From the bench sending the request to the read of /metrics that
-    /// showed the new Ready count (readers see only durable state).
-    visible: Duration,
-    /// Whether that was the first read, made once every change was
-    /// answered: the count may have been right earlier.
-    visible_at_first_read: bool,
-    /// Condition transitions the controller counted during the burst.
-    transitions: f64,
-    /// Store flushes the controller made for them, if it reports flushes.
-    flushes: Option<f64>,
-}
-
-impl Burst {
-    fn describe(&self) -> String {
-        format!(
-            "burst to {}: {} nodes changed, all answered after {:.3}s (sim-timed from the request; \
-             each answer from the request p50/p99/max {} ms, from the node's notice {} ms), \
-             readable after {}s, {} transitions, {} flushes",
-            self.state,
-            self.nodes,
-            self.all_answered.as_secs_f64(),
-            millis(&self.from_request),
-            millis(&self.from_notice),
-            self.readable(),
-            self.transitions,
-            self.flushes.map_or("?".into(), |f| f.to_string())
-        )
-    }
-
-    /// "1.234", or "≤1.234" when the first read already showed the change.
-    fn readable(&self) -> String {
-        let bound = if self.visible_at_first_read {
-            "≤"
-        } else {
-            ""
-        };
-        format!("{bound}{:.3}", self.visible.as_secs_f64())
-    }
-}
-
-/// `p50 / p99 / max` in milliseconds.
-fn millis(p: &Percentiles) -> String {
-    let ms = |us: u64| us as f64 / 1000.0;
-    format!("{:.1} / {:.1} / {:.1}", ms(p.p50), ms(p.p99), ms(p.max))
-}
-
-/// Sets every node of the first sim to `state` and waits until each change
-/// is answered and readable. The sim times the answers itself, so while
-/// they come only its counters are read; the controller's /metrics is read
-/// before, then from the last answer on until it shows the new Ready count.
-async fn status_burst(
-    run: &Run,
-    client: &reqwest::Client,
-    url: &str,
-    state: &'static str,
-) -> Result<Burst> {
-    let control = run
-        .sim_controls
-        .first()
-        .ok_or_else(|| anyhow!("no sim to change"))?;
-    let first = std::slice::from_ref(control);
-    let nodes = sim_pushes(client, first).await?.nodes;
-    let metrics_before = scrape(client, url).await?;
-    let want_ready = if state == "up" {
-        metrics_before.ready + nodes as f64
-    } else {
-        metrics_before.ready - nodes as f64
-    };
-    let started = Instant::now();
-    client
-        .put(format!("{control}/nodes"))
-        .json(&serde_json::json!({ "state": state }))
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .with_context(|| format!("PUT {control}/nodes"))?;
-    // Ends once the sim saw every change answered, or at the timeout.
-    let timing = loop {
-        let now = sim_pushes(client, first).await?;
-        match now.last_change {
-            Some(t) if t.all_answered() => break t,
-            _ if started.elapsed() > BURST_TIMEOUT => bail!(
-                "setting {nodes} nodes {state}: after {BURST_TIMEOUT:?}, {} (last error: {})",
-                now.last_change
-                    .map_or("the sim reports no change".into(), |t| format!(
-                        "{} of {} changes answered",
-                        t.answered,
-                        t.requested.map_or("?".into(), |r| r.to_string())
-                    )),
-                now.last_error.as_deref().unwrap_or("none")
-            ),
-            _ => tokio::time::sleep(BURST_POLL).await,
-        }
-    };
-    if timing.requested != Some(nodes) {
-        bail!(
-            "setting {nodes} nodes {state}: the sim changed {:?} of them (some were {state} already?)",
-            timing.requested
-        );
-    }
-    let mut reads = 0;
-    // Ends when /metrics shows the new Ready count, or at the timeout.
-    let (visible, after) = loop {
-        let now = scrape(client, url).await?;
-        reads += 1;
-        if now.ready == want_ready {
-            break (started.elapsed(), now);
-        }
-        if started.elapsed() > BURST_TIMEOUT {
-            bail!(
-                "setting {nodes} nodes {state}: every change answered, but after {BURST_TIMEOUT:?} \
-                 /metrics shows {} Ready, not {want_ready}",
-                now.ready
-            );
-        }
-        tokio::time::sleep(BURST_POLL).await;
-    };
-    let sim_timed = |p: Option<Percentiles>| p.ok_or_else(|| anyhow!("the sim timed no answer"));
-    Ok(Burst {
-        state,
-        nodes,
-        all_answered: Duration::from_micros(timing.last_answer_us.unwrap_or(0)),
-        from_request: sim_timed(timing.from_request_us)?,
-        from_notice: sim_timed(timing.from_notice_us)?,
-        visible,
-        visible_at_first_read: reads == 1,
-        transitions: after.transitions - metrics_before.transitions,
-        flushes: after
-            .flushes
-            .zip(metrics_before.flushes)
-            .map(|(a, b)| a - b),
     })
 }
 
@@ -1188,43 +1036,7 @@ fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row])
         out.push_str(&soak_section(row));
     }
     for row in rows.iter().filter(|r| !r.bursts.is_empty()) {
-        let _ = writeln!(
-            out,
-            "\n### {} nodes: status bursts (every node of the first sim changes at once)\n",
-            row.nodes
-        );
-        let _ = writeln!(
-            out,
-            "| to | nodes | all answered after (s) | each answer from the request p50 / p99 / max (ms) | from the node's notice p50 / p99 / max (ms) | readable after (s) | transitions | store flushes |"
-        );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
-        for b in &row.bursts {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {:.3} | {} | {} | {} | {} | {} |",
-                b.state,
-                b.nodes,
-                b.all_answered.as_secs_f64(),
-                millis(&b.from_request),
-                millis(&b.from_notice),
-                b.readable(),
-                b.transitions,
-                b.flushes.map_or("?".into(), |f| f.to_string())
-            );
-        }
-        let _ = writeln!(
-            out,
-            "\n- all answered after: from the request reaching the sim's control endpoint to the last \
-             change answered (an accepted status update reporting it; the controller answers each only \
-             once it is on disk), timed by the sim itself.\n\
-             - each answer from the request: every change's answer, timed the same way; from the node's \
-             notice: from when the node's task woke to its change (a busy machine delays that), whose \
-             maximum is what this table called the slowest answer before.\n\
-             - readable after: from the bench sending the request to the read of /metrics that showed \
-             the new Ready count. /metrics is read only once the sim reports every change answered, \
-             then every {} ms; ≤ marks a count already right at that first read (readable then or earlier).",
-            BURST_POLL.as_millis()
-        );
+        out.push_str(&burst::section(row.nodes, &row.bursts));
     }
     let notes: Vec<String> = rows.iter().flat_map(|r| row_notes(r, mode)).collect();
     if !notes.is_empty() {
