@@ -198,7 +198,13 @@ impl Processes {
 
     /// Starts the controller, `bin ARGS`, its output in the directory.
     pub fn start_controller(&mut self, bin: &Path, args: &[String]) -> Result<()> {
-        self.controller = Some(Proc::spawn(&self.dir, "controller", bin, args)?);
+        self.start_server("controller", bin, args)
+    }
+
+    /// Starts another server in the controller's place (measured as it is),
+    /// `bin ARGS` named `name`, its output in the directory.
+    pub fn start_server(&mut self, name: &str, bin: &Path, args: &[String]) -> Result<()> {
+        self.controller = Some(Proc::spawn(&self.dir, name, bin, args)?);
         Ok(())
     }
 
@@ -340,6 +346,31 @@ pub fn memory_kib(pid: u32) -> Result<(u64, u64)> {
             .ok_or_else(|| anyhow!("{path}: no {name}"))
     };
     Ok((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Context switches of every thread of a process so far, voluntary (it
+/// waited: for a socket, a lock, work) and involuntary (preempted), from
+/// /proc/PID/task/*/status. Threads that have exited are no longer counted.
+pub fn context_switches(pid: u32) -> Result<(u64, u64)> {
+    let dir = format!("/proc/{pid}/task");
+    let mut total = (0, 0);
+    for task in fs::read_dir(&dir).with_context(|| format!("cannot list {dir}"))? {
+        let Ok(task) = task else { continue };
+        // A thread that ended meanwhile has no status any more.
+        let Ok(status) = fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        let field = |name: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        total.0 += field("voluntary_ctxt_switches:");
+        total.1 += field("nonvoluntary_ctxt_switches:");
+    }
+    Ok(total)
 }
 
 /// Bytes a process caused to be written to storage (`write_bytes` of

@@ -11,12 +11,15 @@
 //! controller as well, as real kubelets do (`push.rs`).
 //!
 //! [`apiserver`] is the other side of the mirror: an in-process fake
-//! Kubernetes API server with fault injection, for tests and benchmarks.
+//! Kubernetes API server with fault injection, for tests and benchmarks;
+//! [`floor`] the least server of what pushing kubelets send, which the push
+//! benchmark measures in place of the controller.
 
 pub mod apiserver;
 pub mod bench;
 pub mod command;
 mod control;
+pub mod floor;
 mod kubelet;
 pub mod push;
 pub mod simulator;
@@ -511,14 +514,30 @@ impl FleetHandle {
         let node = self
             .node(name)
             .ok_or_else(|| SimError::UnknownNode(name.to_owned()))?;
-        node.set(state);
+        self.set_timed(std::slice::from_ref(node), state);
         Ok(())
     }
 
     /// Sets every node's state, as a whole-site partition or recovery.
     pub fn set_all(&self, state: KubeletState) {
-        for node in &self.inner.nodes {
+        self.set_timed(&self.inner.nodes, state);
+    }
+
+    /// Sets `nodes` to `state`; a pushing fleet times the change from now
+    /// until every node it moved has reported it (`PushStats::last_change`).
+    fn set_timed(&self, nodes: &[Arc<Node>], state: KubeletState) {
+        let pusher = self.inner.pusher.get();
+        let requested = tokio::time::Instant::now();
+        if let Some(p) = pusher {
+            p.change_requested(requested);
+        }
+        let mut moved = 0;
+        for node in nodes {
+            moved += u64::from(*node.state.borrow() != state);
             node.set(state);
+        }
+        if let Some(p) = pusher {
+            p.change_made(requested, state, moved);
         }
     }
 

@@ -47,8 +47,11 @@ use tokio_util::task::TaskTracker;
 
 use super::kubelet::Node;
 use super::KubeletState;
+use change_timing::ChangeTimer;
+pub use change_timing::{ChangeTiming, Percentiles};
 use node_status::NodeStatus;
 
+mod change_timing;
 mod node_status;
 
 /// kubelet's default for both intervals (nodeStatusUpdateFrequency, and a
@@ -66,7 +69,8 @@ const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lea
 const NODES_PATH: &str = "/api/v1/nodes";
 const JSON: &str = "application/json";
 const STRATEGIC_MERGE: &str = "application/strategic-merge-patch+json";
-const SIM_KUBELET_VERSION: &str = concat!("v1.33.0-nodekeeper-sim.", env!("CARGO_PKG_VERSION"));
+pub(crate) const SIM_KUBELET_VERSION: &str =
+    concat!("v1.33.0-nodekeeper-sim.", env!("CARGO_PKG_VERSION"));
 const SIM_USER_AGENT: &str = concat!("nodekeeper-sim/", env!("CARGO_PKG_VERSION"));
 
 /// How a fleet pushes to a controller.
@@ -269,6 +273,9 @@ pub struct PushStats {
     /// status update that reported it, in milliseconds.
     #[serde(default)]
     pub change_latency_max_ms: u64,
+    /// How the last change of state asked of the fleet was answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change: Option<ChangeTiming>,
     /// The newest failure, as `METHOD path: what happened`.
     pub last_error: Option<String>,
 }
@@ -298,6 +305,8 @@ pub(super) struct Pusher {
     config: PushConfig,
     authorization: Option<HeaderValue>,
     counters: Counters,
+    /// The last change of state requested, and its answers.
+    change_timer: ChangeTimer,
     warned_unknown: AtomicBool,
     warned_refused: AtomicBool,
     /// Connection tasks run here, so the fleet waits for them on stop.
@@ -413,8 +422,8 @@ async fn node_loop(
             continue;
         }
         if link.update_status(&mut status, current).await {
-            if let Some(at) = changed_at.take() {
-                pusher.change_reported(at.elapsed());
+            if let Some(noticed) = changed_at.take() {
+                pusher.change_reported(noticed);
             }
         }
     }
@@ -531,6 +540,7 @@ impl Pusher {
             config,
             authorization,
             counters: Counters::default(),
+            change_timer: ChangeTimer::default(),
             warned_unknown: AtomicBool::new(false),
             warned_refused: AtomicBool::new(false),
             tracker,
@@ -551,6 +561,7 @@ impl Pusher {
             connections: c.connections.load(Ordering::Relaxed),
             changes: c.changes.load(Ordering::Relaxed),
             change_latency_max_ms: c.change_latency_max_ms.load(Ordering::Relaxed),
+            last_change: self.change_timer.timing(),
             last_error: c
                 .last_error
                 .lock()
@@ -582,11 +593,27 @@ impl Pusher {
         self.failed(answer.describe());
     }
 
-    fn change_reported(&self, after: Duration) {
+    /// A change of state noticed at `noticed` was reported by an accepted status update just now.
+    fn change_reported(&self, noticed: Instant) {
+        let now = Instant::now();
         let c = &self.counters;
         c.changes.fetch_add(1, Ordering::Relaxed);
-        let ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+        let ms =
+            u64::try_from(now.saturating_duration_since(noticed).as_millis()).unwrap_or(u64::MAX);
         c.change_latency_max_ms.fetch_max(ms, Ordering::Relaxed);
+        self.change_timer.answered(noticed, now);
+    }
+
+    /// A change of state is requested at `at`, before any node is set.
+    pub(super) fn change_requested(&self, at: Instant) {
+        self.change_timer.requested(at);
+    }
+
+    /// The change requested at `at` has moved `nodes` nodes into `state`;
+    /// those that push in it each owe an answer.
+    pub(super) fn change_made(&self, at: Instant, state: KubeletState, nodes: u64) {
+        let owed = if pushes(state) { nodes } else { 0 };
+        self.change_timer.expect(at, owed);
     }
 }
 

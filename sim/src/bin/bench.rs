@@ -1,9 +1,10 @@
-//! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe, or with `--push` per pushed heartbeat (every simulated kubelet on a connection of its own); `--soak` follows store size and memory minute by minute, `--burst` times thousands of status changes at once. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000 [--push [--soak 1h] [--burst]]`.
+//! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe, or with `--push` per pushed heartbeat (every simulated kubelet on a connection of its own); `--soak` follows store size and memory minute by minute, `--burst` times thousands of status changes at once, `--floor` measures the least server of the same requests in the controller's place. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000 [--push [--soak 1h] [--burst | --floor]]`.
 //!
-//! Long (about 1,300 lines): the run of one fleet size (`bench_size`), its
+//! Long (about 1,350 lines): the run of one fleet size (`bench_size`), its
 //! processes, the samples it takes and the report, whose columns the README
 //! quotes. What it shares with the other benchmarks is in
-//! `nodekeeper_sim::bench`; its `--history` mode is a module of its own.
+//! `nodekeeper_sim::bench`; its `--history` mode and its `--burst` are
+//! modules of their own.
 //!
 //! Some functions here run past ~80 lines: each is one phase of the run,
 //! read top to bottom as it happens (start, wait, measure, report), its
@@ -13,6 +14,7 @@
 // A benchmark measures real (never paused) time and writes its reports synchronously.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
+mod burst;
 mod history;
 
 use std::fmt::Write as _;
@@ -25,10 +27,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 
 use nodekeeper_sim::bench::{
-    cpu_ticks, dir_size, load_average, memory_kib, memory_kinds_kib, parse_duration,
-    scratch_filesystem, slope, table_header, table_row, write_preamble, written_bytes, Align,
-    BinArg, Machine, Proc, Processes,
+    context_switches, cpu_ticks, dir_size, load_average, memory_kib, memory_kinds_kib,
+    parse_duration, scratch_filesystem, slope, table_header, table_row, write_preamble,
+    written_bytes, Align, BinArg, Machine, Proc, Processes,
 };
+use nodekeeper_sim::push::ChangeTiming;
 
 /// One `nodekeeper sim` process holds about two open files per node, three
 /// when its nodes push (each its own connection); the hard limit is 20k.
@@ -43,8 +46,6 @@ const POLL: Duration = Duration::from_millis(250);
 /// the controller's monitor period (5 s), whose passes lift start-up taints.
 const SETTLED_FOR: Duration = Duration::from_secs(6);
 const GRACE_PERIOD: &str = "40s";
-/// How long a burst of status changes may take before the run fails.
-const BURST_TIMEOUT: Duration = Duration::from_secs(60);
 /// A soak judges flatness over this much of its end.
 const SOAK_TAIL: Duration = Duration::from_secs(30 * 60);
 
@@ -86,6 +87,15 @@ struct Args {
     /// answered (each answer comes only once the change is on disk).
     #[arg(long, requires = "push")]
     burst: bool,
+    /// Run the floor (nodekeeper-floor) in place of the controller: the
+    /// least server of the sims' requests on the controller's HTTP stack,
+    /// which says what this machine costs per heartbeat before any work of
+    /// the controller's. It has no Ready count, store or bursts.
+    #[arg(long, requires = "push", conflicts_with_all = ["burst", "soak", "controller_bin"])]
+    floor: bool,
+    /// The nodekeeper-floor binary (default: the one next to this executable).
+    #[arg(long, requires = "floor")]
+    floor_bin: Option<PathBuf>,
     #[command(flatten)]
     bin: BinArg,
     /// A different nodekeeper binary for the controller only (the sims stay
@@ -135,9 +145,27 @@ async fn real_main() -> Result<()> {
             controller_bin.display()
         );
     }
+    let floor = if args.floor {
+        let floor = match &args.floor_bin {
+            Some(given) => given.clone(),
+            None => std::env::current_exe()
+                .context("cannot find this executable's path")?
+                .with_file_name("nodekeeper-floor"),
+        };
+        if !floor.is_file() {
+            bail!(
+                "no nodekeeper-floor binary at {} (build it with `cargo build --release --bin nodekeeper-floor`, or give --floor-bin)",
+                floor.display()
+            );
+        }
+        Some(floor)
+    } else {
+        None
+    };
     let bins = Bins {
         sim: bin.clone(),
         controller: controller_bin,
+        floor,
     };
     let machine = Machine::probe(&bins.controller);
     let client = reqwest::Client::builder()
@@ -247,19 +275,23 @@ impl Mode {
 struct Bins {
     sim: PathBuf,
     controller: PathBuf,
+    /// With --floor: the server run in the controller's place.
+    floor: Option<PathBuf>,
 }
 
 /// Everything measured for one fleet size.
 struct Row {
     nodes: usize,
     sims: usize,
+    /// Until every node was Ready; with --floor, until every node's Lease
+    /// and status were answered once.
     ready_after: Duration,
     start: Sample,
     end: Sample,
     /// Samples every --sample-every after the window, with --soak.
     soak: Vec<Sample>,
     /// The status bursts, with --burst.
-    bursts: Vec<Burst>,
+    bursts: Vec<burst::Burst>,
     stop: String,
 }
 
@@ -272,6 +304,7 @@ async fn bench_size(
     nodes: usize,
 ) -> Result<Row> {
     let mut run = Run::new(nodes, mode, &args.ranges)?;
+    run.floor = bins.floor.is_some();
     let started = Instant::now();
     let listen = mode.controller_listen()?;
     let (port, merged) = start_fleet(&mut run, &bins.sim, nodes, &mode.sim_args(listen)).await?;
@@ -282,19 +315,42 @@ async fn bench_size(
     );
 
     let controller_started = Instant::now();
-    let flags = controller_args(&run.procs.dir, &merged, listen, &mode.controller_args(port));
-    run.procs.start_controller(&bins.controller, &flags)?;
-    let url = run
-        .procs
-        .wait_for_discovery(CONTROLLER_START_TIMEOUT, POLL)
-        .await?;
-    eprintln!("   controller serving {url}");
-    wait_all_ready(&mut run, client, &url, nodes).await?;
+    let url = match &bins.floor {
+        None => {
+            let flags =
+                controller_args(&run.procs.dir, &merged, listen, &mode.controller_args(port));
+            run.procs.start_controller(&bins.controller, &flags)?;
+            let url = run
+                .procs
+                .wait_for_discovery(CONTROLLER_START_TIMEOUT, POLL)
+                .await?;
+            eprintln!("   controller serving {url}");
+            wait_all_ready(&mut run, client, &url, nodes).await?;
+            eprintln!(
+                "   all {nodes} Ready after {:.1}s",
+                controller_started.elapsed().as_secs_f64()
+            );
+            url
+        }
+        Some(floor) => {
+            let flags = [
+                "--listen".to_string(),
+                listen.to_string(),
+                "--nodes-file".into(),
+                merged.to_string_lossy().into_owned(),
+            ];
+            run.procs.start_server("floor", floor, &flags)?;
+            let url = wait_for_floor(&mut run).await?;
+            eprintln!("   floor serving {url}");
+            wait_all_answered(&mut run, client, nodes).await?;
+            eprintln!(
+                "   every node's Lease and status answered after {:.1}s",
+                controller_started.elapsed().as_secs_f64()
+            );
+            url
+        }
+    };
     let ready_after = controller_started.elapsed();
-    eprintln!(
-        "   all {nodes} Ready after {:.1}s",
-        ready_after.as_secs_f64()
-    );
     if let Mode::Probe { .. } = mode {
         // The taints of the Unknown start are lifted at the monitor passes
         // after Ready; a window that caught them would count start-up writes.
@@ -338,7 +394,7 @@ async fn bench_size(
     if args.burst {
         for state in ["sick", "up"] {
             run.procs.check_alive()?;
-            let burst = status_burst(&run, client, &url, state).await?;
+            let burst = burst::status_burst(&run, client, &url, state).await?;
             eprintln!("   {}", burst.describe());
             bursts.push(burst);
             // Let the fleet settle back into its rhythm before the next burst.
@@ -358,111 +414,6 @@ async fn bench_size(
         bursts,
         stop,
     })
-}
-
-/// One burst of status changes: every node of the first sim process set to
-/// one state at once.
-#[derive(Debug, Clone)]
-struct Burst {
-    state: &'static str,
-    nodes: u64,
-    /// From the request that changed the nodes to the moment the bench saw
-    /// every change answered (polled every 50 ms, so up to 50 ms late).
-    all_answered: Duration,
-    /// The slowest change as the sim measured it: from the node's change of
-    /// state to the controller's answer.
-    slowest_ms: u64,
-    /// Until /metrics showed the new Ready count (readers see only durable state).
-    visible: Duration,
-    /// Condition transitions the controller counted during the burst.
-    transitions: f64,
-    /// Store flushes the controller made for them, if it reports flushes.
-    flushes: Option<f64>,
-}
-
-impl Burst {
-    fn describe(&self) -> String {
-        format!(
-            "burst to {}: {} nodes changed, all answered after {:.3}s (slowest {} ms as the sim measured), \
-             readable after {:.3}s, {} transitions, {} flushes",
-            self.state,
-            self.nodes,
-            self.all_answered.as_secs_f64(),
-            self.slowest_ms,
-            self.visible.as_secs_f64(),
-            self.transitions,
-            self.flushes.map_or("?".into(), |f| f.to_string())
-        )
-    }
-}
-
-/// Sets every node of the first sim to `state` and waits until each change
-/// is answered and readable.
-async fn status_burst(
-    run: &Run,
-    client: &reqwest::Client,
-    url: &str,
-    state: &'static str,
-) -> Result<Burst> {
-    let control = run
-        .sim_controls
-        .first()
-        .ok_or_else(|| anyhow!("no sim to change"))?;
-    let first = std::slice::from_ref(control);
-    let before = sim_pushes(client, first).await?;
-    let metrics_before = scrape(client, url).await?;
-    let nodes = before.nodes;
-    let want_ready = if state == "up" {
-        metrics_before.ready + nodes as f64
-    } else {
-        metrics_before.ready - nodes as f64
-    };
-    let started = Instant::now();
-    client
-        .put(format!("{control}/nodes"))
-        .json(&serde_json::json!({ "state": state }))
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .with_context(|| format!("PUT {control}/nodes"))?;
-    let mut answered = None;
-    let mut visible = None;
-    let mut now;
-    // Ends when both are seen, or at the timeout.
-    loop {
-        now = sim_pushes(client, first).await?;
-        if answered.is_none() && now.changes >= before.changes + nodes {
-            answered = Some(started.elapsed());
-        }
-        if visible.is_none() && scrape(client, url).await?.ready == want_ready {
-            visible = Some(started.elapsed());
-        }
-        if let (Some(answered), Some(visible)) = (answered, visible) {
-            let after = scrape(client, url).await?;
-            return Ok(Burst {
-                state,
-                nodes,
-                all_answered: answered,
-                slowest_ms: now.change_latency_max_ms,
-                visible,
-                transitions: after.transitions - metrics_before.transitions,
-                flushes: after
-                    .flushes
-                    .zip(metrics_before.flushes)
-                    .map(|(a, b)| a - b),
-            });
-        }
-        if started.elapsed() > BURST_TIMEOUT {
-            bail!(
-                "setting {nodes} nodes {state}: after {BURST_TIMEOUT:?}, {} of the changes answered, \
-                 Ready count {} of {want_ready} wanted (last error: {})",
-                now.changes - before.changes,
-                scrape(client, url).await?.ready,
-                now.last_error.as_deref().unwrap_or("none")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Starts the sim processes (the first picks the port, the others reuse it),
@@ -643,6 +594,59 @@ async fn wait_all_ready(
     }
 }
 
+/// Waits for the floor's banner (`nodekeeper-floor serving http://ADDR for
+/// N nodes`); returns its URL.
+async fn wait_for_floor(run: &mut Run) -> Result<String> {
+    let deadline = Instant::now() + CONTROLLER_START_TIMEOUT;
+    loop {
+        run.procs.check_alive()?;
+        let floor = run
+            .procs
+            .controller
+            .as_ref()
+            .ok_or_else(|| anyhow!("no floor"))?;
+        let banner = fs::read_to_string(&floor.stdout).unwrap_or_default();
+        if let Some(url) = banner
+            .split_whitespace()
+            .find(|word| word.starts_with("http://"))
+        {
+            return Ok(url.to_string());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the floor did not say where it serves within {CONTROLLER_START_TIMEOUT:?}{}",
+                floor.log_tail(15)
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// With the floor: waits until the sims had as many Leases and status
+/// updates answered as there are nodes (each node pushes both once in its
+/// first interval).
+async fn wait_all_answered(run: &mut Run, client: &reqwest::Client, nodes: usize) -> Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let nodes = nodes as u64;
+    loop {
+        run.procs.check_alive()?;
+        // Pushes made before the floor listened failed; they are retried.
+        let pushes = sim_pushes(client, &run.sim_controls).await?;
+        if pushes.leases >= nodes && pushes.statuses >= nodes {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the floor answered {} Leases and {} status updates of {nodes} nodes within {READY_TIMEOUT:?} (last error: {})",
+                pushes.leases,
+                pushes.statuses,
+                pushes.last_error.as_deref().unwrap_or("none")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Waits until no event was stored for [`SETTLED_FOR`].
 async fn wait_settled(run: &mut Run, client: &reqwest::Client, url: &str) -> Result<()> {
     let deadline = Instant::now() + READY_TIMEOUT;
@@ -675,7 +679,7 @@ async fn wait_settled(run: &mut Run, client: &reqwest::Client, url: &str) -> Res
 // Measurements
 
 /// What the controller's /metrics says that the benchmark needs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Scrape {
     /// The newest durable event: the store still settles while it moves.
     store_seq: Option<f64>,
@@ -758,9 +762,14 @@ struct SimPushes {
     sent: u64,
     failed: u64,
     refused: u64,
+    /// Lease creations and renewals accepted.
+    leases: u64,
+    /// Status updates accepted.
+    statuses: u64,
     connections: u64,
-    changes: u64,
-    change_latency_max_ms: u64,
+    /// How the last change of state asked of a sim was answered (of the
+    /// last sim asked, when summing several).
+    last_change: Option<ChangeTiming>,
     last_error: Option<String>,
 }
 
@@ -784,9 +793,12 @@ async fn sim_pushes(client: &reqwest::Client, controls: &[String]) -> Result<Sim
         total.sent += count("sent");
         total.failed += count("failed");
         total.refused += count("refused");
+        total.leases += count("leases");
+        total.statuses += count("statuses");
         total.connections += count("connections");
-        total.changes += count("changes");
-        total.change_latency_max_ms = total.change_latency_max_ms.max(count("changeLatencyMaxMs"));
+        if let Ok(Some(change)) = serde_json::from_value(pushes["lastChange"].clone()) {
+            total.last_change = Some(change);
+        }
         if let Some(e) = pushes["lastError"].as_str() {
             total.last_error = Some(e.to_string());
         }
@@ -805,10 +817,17 @@ struct Sample {
     /// Of the RSS: anonymous memory, and file-backed pages (the binary's code).
     anon_kib: u64,
     file_kib: u64,
-    store_bytes: u64,
+    /// The store's files; `None` with the floor, which has none.
+    store_bytes: Option<u64>,
     /// Bytes the controller had written to storage.
     written: u64,
-    metrics: Scrape,
+    /// Context switches of the controller's threads: voluntary, involuntary.
+    switches: (u64, u64),
+    /// The controller's /metrics; `None` with the floor, which has none.
+    metrics: Option<Scrape>,
+    /// Heartbeats accepted so far: the controller's count, or with the
+    /// floor the sims' (Leases and status updates answered).
+    heartbeats: f64,
     /// Push counters of the sims; empty unless they push.
     pushes: SimPushes,
 }
@@ -820,11 +839,19 @@ impl Sample {
         url: &str,
         machine: &Machine,
     ) -> Result<Sample> {
-        let metrics = scrape(client, url).await?;
+        let metrics = if run.floor {
+            None
+        } else {
+            Some(scrape(client, url).await?)
+        };
         let pushes = if run.pushing {
             sim_pushes(client, &run.sim_controls).await?
         } else {
             SimPushes::default()
+        };
+        let heartbeats = match &metrics {
+            Some(m) => m.lease_beats + m.status_beats,
+            None => (pushes.leases + pushes.statuses) as f64,
         };
         let controller = run.procs.controller_pid()?;
         let mut sim_ticks = 0;
@@ -841,9 +868,15 @@ impl Sample {
             hwm_kib,
             anon_kib,
             file_kib,
-            store_bytes: dir_size(&run.procs.dir.join("db"))?,
+            store_bytes: if run.floor {
+                None
+            } else {
+                Some(dir_size(&run.procs.dir.join("db"))?)
+            },
             written: written_bytes(controller)?,
+            switches: context_switches(controller)?,
             metrics,
+            heartbeats,
             pushes,
         })
     }
@@ -860,6 +893,8 @@ struct Run {
     sim_controls: Vec<String>,
     /// Whether the sims push (and count their pushes).
     pushing: bool,
+    /// Whether the floor serves in the controller's place.
+    floor: bool,
     /// --ranges.
     ranges: Vec<u8>,
 }
@@ -872,6 +907,7 @@ impl Run {
             procs: Processes::in_fresh_dir(dir)?,
             sim_controls: Vec::new(),
             pushing: matches!(mode, Mode::Push { .. }),
+            floor: false,
             ranges: ranges.to_vec(),
         })
     }
@@ -908,11 +944,23 @@ fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row])
     let mut out = String::new();
     let title = match mode {
         Mode::Probe { .. } => "nodekeeper scale benchmark",
+        Mode::Push { .. } if bins.floor.is_some() => {
+            "nodekeeper scale benchmark: pushed heartbeats, the floor in the controller's place"
+        }
         Mode::Push { .. } => "nodekeeper scale benchmark: pushed heartbeats",
     };
     write_preamble(&mut out, title, &bins.controller, machine);
     if bins.sim != bins.controller {
         let _ = writeln!(out, "sims:     {}", bins.sim.display());
+    }
+    if let Some(floor) = &bins.floor {
+        let _ = writeln!(
+            out,
+            "server:   {} in place of the controller: the least server of the sims' requests on its \
+             HTTP stack (Leases echoed, status patches answered with a node rendered at start); \
+             \"ctrl\" below is this floor, which has no Ready count, heartbeat ages or store",
+            floor.display()
+        );
     }
     let _ = writeln!(
         out,
@@ -970,6 +1018,7 @@ fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row])
             "disk written B/min",
             "heartbeat age p50/p99/max (s)",
             "sim CPU-s /10k heartbeats",
+            "ctrl context switches /heartbeat (voluntary + involuntary)",
         ],
     };
     table_header(&mut out, header, Align::Right);
@@ -987,29 +1036,7 @@ fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row])
         out.push_str(&soak_section(row));
     }
     for row in rows.iter().filter(|r| !r.bursts.is_empty()) {
-        let _ = writeln!(
-            out,
-            "\n### {} nodes: status bursts (every node of the first sim changes at once)\n",
-            row.nodes
-        );
-        let _ = writeln!(
-            out,
-            "| to | nodes | all answered after (s) | slowest answer (ms, sim-measured) | readable after (s) | transitions | store flushes |"
-        );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
-        for b in &row.bursts {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {:.3} | {} | {:.3} | {} | {} |",
-                b.state,
-                b.nodes,
-                b.all_answered.as_secs_f64(),
-                b.slowest_ms,
-                b.visible.as_secs_f64(),
-                b.transitions,
-                b.flushes.map_or("?".into(), |f| f.to_string())
-            );
-        }
+        out.push_str(&burst::section(row.nodes, &row.bursts));
     }
     let notes: Vec<String> = rows.iter().flat_map(|r| row_notes(r, mode)).collect();
     if !notes.is_empty() {
@@ -1027,8 +1054,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 fn soak_line(first: &Sample, previous: &Sample, sample: &Sample) -> String {
     let minutes = sample.at.duration_since(first.at).as_secs_f64() / 60.0;
     let secs = sample.at.duration_since(previous.at).as_secs_f64();
-    let beats = (sample.metrics.lease_beats + sample.metrics.status_beats)
-        - (previous.metrics.lease_beats + previous.metrics.status_beats);
+    let beats = sample.heartbeats - previous.heartbeats;
     let cpu = sample.controller_cpu - previous.controller_cpu;
     format!(
         "{minutes:6.1} min | {:6.0} heartbeats/s | refused {:4} | no answer {:4} | {} CPU-s/10k | RSS {:6.1} MiB (anon {:6.1}) | store {:7.2} MiB | written {:7.3} MiB/min | Ready {}",
@@ -1039,9 +1065,9 @@ fn soak_line(first: &Sample, previous: &Sample, sample: &Sample) -> String {
         per_10k(cpu, beats),
         sample.rss_kib as f64 / 1024.0,
         sample.anon_kib as f64 / 1024.0,
-        sample.store_bytes as f64 / MIB,
+        sample.store_bytes.unwrap_or(0) as f64 / MIB,
         (sample.written - previous.written) as f64 / MIB / secs * 60.0,
-        sample.metrics.ready
+        sample.metrics.map_or("n/a".into(), |m| m.ready.to_string())
     )
 }
 
@@ -1093,7 +1119,9 @@ fn soak_section(row: &Row) -> String {
         "\n- {}\n- {}\n- {}\n- disk written over the last {span:.0} min: {:.2} MiB ({:.3} MiB/min)",
         trend(
             "store files",
-            tail.iter().map(|s| s.store_bytes as f64 / MIB).collect()
+            tail.iter()
+                .map(|s| s.store_bytes.unwrap_or(0) as f64 / MIB)
+                .collect()
         ),
         trend(
             "controller RSS",
@@ -1114,7 +1142,8 @@ struct Window {
     secs: f64,
     ctrl_cpu: f64,
     sim_cpu: f64,
-    store_growth: i64,
+    /// `None` with the floor, which has no store.
+    store_growth: Option<i64>,
     written: u64,
 }
 
@@ -1125,7 +1154,10 @@ impl Window {
             secs: e.at.duration_since(s.at).as_secs_f64(),
             ctrl_cpu: e.controller_cpu - s.controller_cpu,
             sim_cpu: e.sim_cpu - s.sim_cpu,
-            store_growth: e.store_bytes as i64 - s.store_bytes as i64,
+            store_growth: e
+                .store_bytes
+                .zip(s.store_bytes)
+                .map(|(e, s)| e as i64 - s as i64),
             written: e.written - s.written,
         }
     }
@@ -1145,7 +1177,7 @@ impl Window {
                 row.end.anon_kib as f64 / 1024.0,
                 row.end.file_kib as f64 / 1024.0
             ),
-            self.store_growth.to_string(),
+            self.store_growth.map_or("n/a".into(), |g| g.to_string()),
             format!("{:.0}", self.written as f64 / self.secs * 60.0),
         ]
     }
@@ -1161,15 +1193,16 @@ fn per_10k(cpu: f64, work: f64) -> String {
 }
 
 fn probe_cells(row: &Row) -> Vec<String> {
-    let (s, e) = (&row.start, &row.end);
+    // A probe run always has a controller to read.
+    let (s, e) = (
+        row.start.metrics.unwrap_or_default(),
+        row.end.metrics.unwrap_or_default(),
+    );
     let w = Window::of(row);
-    let probes = e.metrics.probes - s.metrics.probes;
-    let sweeps = e.metrics.sweep_count - s.metrics.sweep_count;
+    let probes = e.probes - s.probes;
+    let sweeps = e.sweep_count - s.sweep_count;
     let sweep_mean = if sweeps > 0.0 {
-        format!(
-            "{:.1}",
-            (e.metrics.sweep_sum - s.metrics.sweep_sum) / sweeps * 1000.0
-        )
+        format!("{:.1}", (e.sweep_sum - s.sweep_sum) / sweeps * 1000.0)
     } else {
         "n/a".into()
     };
@@ -1187,21 +1220,33 @@ fn probe_cells(row: &Row) -> Vec<String> {
 }
 
 fn push_cells(row: &Row) -> Vec<String> {
-    let (s, e) = (&row.start.metrics, &row.end.metrics);
     let (sp, ep) = (&row.start.pushes, &row.end.pushes);
     let w = Window::of(row);
-    let leases = e.lease_beats - s.lease_beats;
-    let statuses = e.status_beats - s.status_beats;
-    let beats = leases + statuses;
+    let beats = row.end.heartbeats - row.start.heartbeats;
     let refused = ep.refused - sp.refused;
-    let ages = e
-        .heartbeat_age
-        .map(|q| q.map_or("?".into(), |v| format!("{v:.1}")))
-        .join("/");
+    let ages = row.end.metrics.map_or("n/a".into(), |m| {
+        m.heartbeat_age
+            .map(|q| q.map_or("?".into(), |v| format!("{v:.1}")))
+            .join("/")
+    });
+    let switches = |i: fn(&(u64, u64)) -> u64| i(&row.end.switches) - i(&row.start.switches);
+    let (voluntary, involuntary) = (switches(|s| s.0), switches(|s| s.1));
+    let per_beat = |n: u64| {
+        if beats > 0.0 {
+            format!("{:.2}", n as f64 / beats)
+        } else {
+            "n/a".into()
+        }
+    };
+    let ready_after = if row.end.metrics.is_some() {
+        format!("{:.1}", row.ready_after.as_secs_f64())
+    } else {
+        "n/a".into()
+    };
     let mut cells = vec![
         row.nodes.to_string(),
         row.sims.to_string(),
-        format!("{:.1}", row.ready_after.as_secs_f64()),
+        ready_after,
         format!("{:.0}", beats / w.secs),
         refused.to_string(),
         (ep.failed - sp.failed).saturating_sub(refused).to_string(),
@@ -1211,17 +1256,30 @@ fn push_cells(row: &Row) -> Vec<String> {
     costs.insert(costs.len(), ages);
     cells.extend(costs);
     cells.push(per_10k(w.sim_cpu, beats));
+    cells.push(format!(
+        "{} ({} + {})",
+        per_beat(voluntary + involuntary),
+        per_beat(voluntary),
+        per_beat(involuntary)
+    ));
     cells
 }
 
 /// Anything about a row a reader should not miss.
 fn row_notes(row: &Row, mode: Mode) -> Vec<String> {
     let mut notes = Vec::new();
-    if row.end.metrics.ready != row.nodes as f64 {
-        notes.push(format!(
+    match row.end.metrics {
+        Some(m) if m.ready != row.nodes as f64 => notes.push(format!(
             "{} nodes: only {} Ready at the end of the window",
-            row.nodes, row.end.metrics.ready
-        ));
+            row.nodes, m.ready
+        )),
+        Some(_) => {}
+        None => notes.push(format!(
+            "{} nodes: the floor served; heartbeats are the Leases and status updates the sims had \
+             answered, \"all Ready after\" is until every node's first ones were ({:.1} s)",
+            row.nodes,
+            row.ready_after.as_secs_f64()
+        )),
     }
     if let Mode::Push { .. } = mode {
         let (s, e) = (&row.start.pushes, &row.end.pushes);

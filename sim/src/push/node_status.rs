@@ -467,6 +467,34 @@ mod tests {
     }
 
     #[test]
+    fn the_floors_stored_node_brings_the_same_next_patch_as_the_controllers_answer() {
+        let first = status()
+            .patch(KubeletState::Up, at("2026-12-02T06:15:42Z"))
+            .unwrap();
+        let mut after_controller = status();
+        after_controller.accepted(
+            crate::floor::CONTROLLER_REPLY.as_bytes(),
+            first.conditions.clone(),
+        );
+        let node = crate::floor::FloorNode {
+            name: "sim-p0-00000".into(),
+            address: "127.72.0.1".into(),
+        };
+        let stored = crate::floor::stored_node(&node, at("2026-12-02T05:00:00Z"), 10_000);
+        let mut after_floor = status();
+        after_floor.accepted(stored.as_bytes(), first.conditions);
+        let now = at("2026-12-02T06:15:52Z");
+        let theirs = after_controller.patch(KubeletState::Up, now).unwrap();
+        let ours = after_floor.patch(KubeletState::Up, now).unwrap();
+        assert_eq!(ours.body.to_string(), theirs.body.to_string());
+        // Each condition's new heartbeat, Ready first as the answer lists it.
+        assert_eq!(
+            ours.body["status"]["conditions"][0],
+            json!({"lastHeartbeatTime": "2026-12-02T06:15:52Z", "type": "Ready"})
+        );
+    }
+
+    #[test]
     fn a_registration_carries_the_four_conditions_and_node_info() {
         let s = status();
         let write = s

@@ -1,0 +1,110 @@
+//! `nodekeeper-floor`: the least server of pushed heartbeats on the
+//! controller's stack (`nodekeeper_sim::floor`), which `nodekeeper-bench
+//! --push --floor` runs in place of the controller. Like the controller's
+//! binary it allocates with mimalloc under the same options and runs a
+//! multi-thread tokio runtime with the default worker count (one per core).
+//!
+//! `nodekeeper-floor --listen 127.0.0.1:PORT --nodes-file FILE` prints
+//! `nodekeeper-floor serving http://ADDR for N nodes` once it listens, and
+//! stops on SIGTERM or Ctrl-C.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+
+use nodekeeper_sim::floor;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "nodekeeper-floor",
+    about = "The least server of what pushing simulated kubelets send, for the push benchmark's floor"
+)]
+struct Args {
+    /// Where to listen (loopback only).
+    #[arg(long)]
+    listen: SocketAddr,
+    /// The nodes, as a sim's --write-nodes-file writes them (several merged).
+    #[arg(long)]
+    nodes_file: PathBuf,
+}
+
+/// The controller's mimalloc options (cli/src/main.rs, `tune_allocator`):
+/// freed pages go back to the OS at once, abandoned pages are not taken
+/// over on free. The environment still decides.
+fn tune_allocator() {
+    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    const PAGE_RECLAIM_ON_FREE: libmimalloc_sys::mi_option_t = 35;
+    for (option, variable, value) in [
+        (PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 0),
+        (PAGE_RECLAIM_ON_FREE, "MIMALLOC_PAGE_RECLAIM_ON_FREE", -1),
+    ] {
+        if std::env::var_os(variable).is_none() {
+            // SAFETY: mi_option_set stores an option's value (a plain store
+            // read by later allocations and frees); any thread may call it
+            // at any time.
+            unsafe { libmimalloc_sys::mi_option_set(option, value) };
+        }
+    }
+}
+
+fn main() {
+    tune_allocator();
+    let args = Args::parse();
+    if !args.listen.ip().is_loopback() {
+        eprintln!(
+            "nodekeeper-floor: --listen {}: the floor serves on loopback only (127.0.0.0/8 or ::1)",
+            args.listen
+        );
+        std::process::exit(2);
+    }
+    let nodes = match floor::read_nodes(&args.nodes_file) {
+        Ok(nodes) => nodes,
+        Err(e) => {
+            eprintln!("nodekeeper-floor: {e}");
+            std::process::exit(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("nodekeeper-floor: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = runtime.block_on(run(args.listen, &nodes)) {
+        eprintln!("nodekeeper-floor: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(listen: SocketAddr, nodes: &[floor::FloorNode]) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")))?;
+    let local = listener.local_addr()?;
+    let router = floor::router(nodes);
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        stop.cancel();
+    });
+    println!(
+        "nodekeeper-floor serving http://{local} for {} nodes",
+        nodes.len()
+    );
+    floor::serve(listener, router, shutdown).await;
+    Ok(())
+}
