@@ -14,11 +14,13 @@
 //! back the durable state of what it had sent ahead, sends [`Job::Resume`]:
 //! a job computed from a change that was refused must not be written.
 //!
-//! This file (about 630 production lines) is over the ~600 the project aims
+//! This file (about 700 production lines) is over the ~600 the project aims
 //! for: the writer's loop, its group commit and its full-disk refusal share
 //! one state (what is pending, what was refused, what to resume) and are kept
-//! together so that the refusal rule above is checked in one place.
+//! together so that the refusal rule above is checked in one place; the
+//! gauge moves of a group (`NodeCounts`) follow what it publishes.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
@@ -28,7 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::push::PushError;
 use crate::metrics::Metrics;
-use crate::model::{EventKind, Lease, Micros, Node, StoreHealth};
+use crate::model::{ConditionStatus, EventKind, Lease, Micros, Node, StoreHealth};
 use crate::store::heartbeats::HeartbeatCheckpoint;
 use crate::store::{Batch, Store, Written};
 use crate::view::View;
@@ -527,13 +529,22 @@ impl Writer {
                 return;
             }
         };
-        let mut changed_nodes = false;
+        let counts = NodeCounts::of_group(&pending, |name| self.view.shared(name));
+        // Deletions too, before readers following the durable seq
+        // (watches, the mirror) look: the view agrees with the log. One
+        // publish for the group unless it deletes (then in order).
+        if pending.iter().all(|p| p.written.deleted.is_empty()) {
+            self.view.publish(
+                pending.iter().flat_map(|p| p.written.nodes.iter().cloned()),
+                &[],
+            );
+        } else {
+            for p in &pending {
+                self.view
+                    .publish(p.written.nodes.iter().cloned(), &p.written.deleted);
+            }
+        }
         for p in &pending {
-            // Deletions too, before readers following the durable seq
-            // (watches, the mirror) look: the view agrees with the log.
-            self.view
-                .publish(p.written.nodes.iter().cloned(), &p.written.deleted);
-            changed_nodes |= !p.written.nodes.is_empty() || !p.written.deleted.is_empty();
             if !p.leases.is_empty() || !p.deleted_leases.is_empty() {
                 self.view
                     .publish_leases(p.leases.iter().cloned(), &p.deleted_leases);
@@ -550,10 +561,7 @@ impl Writer {
             }
         }
         self.view.advance(durable);
-        if changed_nodes {
-            self.view
-                .with_nodes(|nodes| self.metrics.set_node_counts(conditions_of(nodes)));
-        }
+        counts.apply(&self.metrics);
         self.metrics.store_events.set(durable as i64);
         for p in pending {
             self.answer(p.done, p.ahead, p.epoch, Ok(p.written));
@@ -616,11 +624,71 @@ impl Writer {
     }
 }
 
-/// Every condition of every node, for the node gauges.
-fn conditions_of<'a>(
-    nodes: impl Iterator<Item = &'a Node> + 'a,
-) -> impl Iterator<Item = (&'a str, crate::model::ConditionStatus)> + 'a {
-    nodes.flat_map(|n| n.conditions.iter().map(|c| (c.kind.as_str(), c.status)))
+/// How a group's writes move the node gauges (nodes by condition and
+/// status): the records they replace or delete count down, the new ones
+/// up. Counting the group's nodes instead of every node keeps a flush of a
+/// few changes at 10,000 nodes from a scan of 40,000 conditions before its
+/// answers.
+#[derive(Debug, Default)]
+struct NodeCounts {
+    /// By condition type and status; a handful of types, so a list.
+    moves: Vec<(String, ConditionStatus, i64)>,
+}
+
+impl NodeCounts {
+    /// What publishing `pending` in order does to the gauges; `shown` reads
+    /// the view's record of a node before the group.
+    fn of_group(pending: &[Pending], shown: impl Fn(&str) -> Option<Arc<Node>>) -> NodeCounts {
+        let mut counts = NodeCounts::default();
+        // The group's newest record of each node it wrote (`None`: deleted).
+        let mut newest: HashMap<&str, Option<&Node>> = HashMap::new();
+        for p in pending {
+            // As the view applies a publish: the records, then the deletions.
+            let records = p.written.nodes.iter().map(|n| (n.name.as_str(), Some(n)));
+            let deletions = p.written.deleted.iter().map(|name| (name.as_str(), None));
+            for (name, record) in records.chain(deletions) {
+                match newest.insert(name, record) {
+                    Some(Some(before)) => counts.count(before, -1),
+                    Some(None) => {}
+                    None => {
+                        if let Some(before) = shown(name) {
+                            counts.count(&before, -1);
+                        }
+                    }
+                }
+                if let Some(node) = record {
+                    counts.count(node, 1);
+                }
+            }
+        }
+        counts
+    }
+
+    fn count(&mut self, node: &Node, by: i64) {
+        for c in &node.conditions {
+            match self
+                .moves
+                .iter_mut()
+                .find(|(kind, status, _)| *status == c.status && *kind == c.kind)
+            {
+                Some((_, _, n)) => *n += by,
+                None => self.moves.push((c.kind.clone(), c.status, by)),
+            }
+        }
+    }
+
+    /// Moves the gauges; the controller set them from every node at start.
+    fn apply(self, metrics: &Metrics) {
+        for (condition, status, n) in self.moves {
+            if n != 0 {
+                let labels = crate::metrics::ConditionLabels {
+                    condition,
+                    status: status.into(),
+                };
+                metrics.nodes.get_or_create(&labels).inc_by(n);
+            }
+        }
+    }
 }
 
 /// Bytes for people: `12.0 MiB`.
@@ -777,6 +845,102 @@ mod tests {
             let settled = h.settled.try_recv().unwrap();
             assert_eq!((settled.refused, settled.versions.len()), (None, 1));
         }
+    }
+
+    /// The node gauges as a count of every published node would set them.
+    fn gauges_of(metrics: &Metrics) -> Vec<i64> {
+        [
+            ConditionStatus::True,
+            ConditionStatus::False,
+            ConditionStatus::Unknown,
+        ]
+        .into_iter()
+        .map(|status| {
+            let labels = crate::metrics::ConditionLabels {
+                condition: "Ready".into(),
+                status: status.into(),
+            };
+            metrics.nodes.get_or_create(&labels).get()
+        })
+        .collect()
+    }
+
+    #[test]
+    fn node_gauges_follow_each_group_as_a_count_of_every_node_would() {
+        let h = Harness::start();
+        let counted = |view: &View| {
+            let all = Metrics::new();
+            view.with_nodes(|nodes| {
+                all.set_node_counts(
+                    nodes.flat_map(|n| n.conditions.iter().map(|c| (c.kind.as_str(), c.status))),
+                )
+            });
+            gauges_of(&all)
+        };
+        let first: Vec<_> = [
+            ("node-a", ConditionStatus::True),
+            ("node-b", ConditionStatus::True),
+            ("node-c", ConditionStatus::False),
+        ]
+        .into_iter()
+        .map(|(name, status)| h.change(name, status, 0))
+        .collect();
+        block_on(async {
+            for answer in first {
+                answer.await.unwrap().unwrap();
+            }
+        });
+        assert_eq!(gauges_of(&h.metrics), vec![2, 1, 0]);
+        assert_eq!(gauges_of(&h.metrics), counted(&h.view));
+        // One group: a node changed twice, one deleted, one new.
+        let flushed = h.flushes();
+        let release = h.hold();
+        let twice = [
+            h.change("node-a", ConditionStatus::False, 0),
+            h.change("node-a", ConditionStatus::Unknown, 0),
+        ];
+        let mut batch = Batch::new(Micros::now());
+        batch.delete("node-b", "removed from the nodes file");
+        let (deleted, answer) = oneshot::channel();
+        h.writer
+            .send(Job::Commit {
+                change: Box::new(Change::of(batch)),
+                done: Done::Wait(deleted),
+                ahead: Vec::new(),
+                epoch: 0,
+            })
+            .unwrap();
+        let new = h.change("node-d", ConditionStatus::True, 0);
+        drop(release);
+        block_on(async {
+            for answer in twice {
+                answer.await.unwrap().unwrap();
+            }
+            answer.await.unwrap().unwrap();
+            new.await.unwrap().unwrap();
+        });
+        assert_eq!(h.flushes(), flushed + 1, "one group");
+        assert_eq!(gauges_of(&h.metrics), vec![1, 1, 1]);
+        assert_eq!(gauges_of(&h.metrics), counted(&h.view));
+        // One group without deletions (one publish): a node changed twice.
+        let release = h.hold();
+        let twice = [
+            h.change("node-c", ConditionStatus::True, 0),
+            h.change("node-c", ConditionStatus::Unknown, 0),
+        ];
+        drop(release);
+        block_on(async {
+            for answer in twice {
+                answer.await.unwrap().unwrap();
+            }
+        });
+        assert_eq!(h.flushes(), flushed + 2, "one group");
+        assert_eq!(gauges_of(&h.metrics), vec![1, 0, 2]);
+        assert_eq!(gauges_of(&h.metrics), counted(&h.view));
+        assert_eq!(
+            h.view.get("node-c").unwrap().0.conditions[0].status,
+            ConditionStatus::Unknown
+        );
     }
 
     #[test]

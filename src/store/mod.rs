@@ -19,6 +19,7 @@ pub mod checkpoint;
 pub mod compact;
 mod exchange;
 pub mod heartbeats;
+mod node_bytes;
 pub mod outbox;
 mod query;
 pub mod records;

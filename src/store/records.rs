@@ -298,8 +298,10 @@ pub(super) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_allocvec(value).expect("postcard encodes record types into a Vec")
 }
 
+/// `StoredNode::V3(NodeV3::from(node))`'s bytes, written from the node
+/// without that copy (see [`super::node_bytes`]).
 pub fn encode_node(node: &Node) -> Vec<u8> {
-    encode(&StoredNode::V3(Box::new(NodeV3::from(node))))
+    super::node_bytes::encode(node)
 }
 
 pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
@@ -431,7 +433,7 @@ pub fn decode_event(seq: u64, bytes: &[u8]) -> Result<Event, DecodeError> {
     })
 }
 
-fn status_code(s: ConditionStatus) -> u8 {
+pub(super) fn status_code(s: ConditionStatus) -> u8 {
     match s {
         ConditionStatus::True => 1,
         ConditionStatus::False => 2,
@@ -448,7 +450,7 @@ fn status_from(code: u8) -> Result<ConditionStatus, String> {
     }
 }
 
-fn address_code(k: AddressKind) -> u8 {
+pub(super) fn address_code(k: AddressKind) -> u8 {
     match k {
         AddressKind::InternalIP => 1,
         AddressKind::ExternalIP => 2,
@@ -1125,6 +1127,14 @@ mod round_trips {
         #[test]
         fn nodes_round_trip(n in node()) {
             prop_assert_eq!(decode_node(&encode_node(&n)).unwrap(), n);
+        }
+
+        #[test]
+        fn a_node_written_from_the_node_is_the_owned_record(n in node()) {
+            prop_assert_eq!(
+                encode_node(&n),
+                encode(&StoredNode::V3(Box::new(NodeV3::from(&n))))
+            );
         }
 
         #[test]
