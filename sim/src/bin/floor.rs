@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use nodekeeper_sim::floor;
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+// The controller's allocator and its options, from the same file.
+#[path = "../../../cli/src/allocator.rs"]
+mod allocator;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,27 +34,8 @@ struct Args {
     nodes_file: PathBuf,
 }
 
-/// The controller's mimalloc options (cli/src/main.rs, `tune_allocator`):
-/// freed pages go back to the OS at once, abandoned pages are not taken
-/// over on free. The environment still decides.
-fn tune_allocator() {
-    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-    const PAGE_RECLAIM_ON_FREE: libmimalloc_sys::mi_option_t = 35;
-    for (option, variable, value) in [
-        (PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 0),
-        (PAGE_RECLAIM_ON_FREE, "MIMALLOC_PAGE_RECLAIM_ON_FREE", -1),
-    ] {
-        if std::env::var_os(variable).is_none() {
-            // SAFETY: mi_option_set stores an option's value (a plain store
-            // read by later allocations and frees); any thread may call it
-            // at any time.
-            unsafe { libmimalloc_sys::mi_option_set(option, value) };
-        }
-    }
-}
-
 fn main() {
-    tune_allocator();
+    allocator::tune_allocator();
     let args = Args::parse();
     if !args.listen.ip().is_loopback() {
         eprintln!(
