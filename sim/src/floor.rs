@@ -235,7 +235,7 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: Cancellation
         };
         let tcp = match accepted {
             Ok((tcp, _)) => tcp,
-            Err(e) if is_connection_error(&e) => continue,
+            Err(e) if nodekeeper::server::is_connection_error(&e) => continue,
             Err(e) => {
                 eprintln!("nodekeeper-floor: accepting a connection failed: {e}");
                 tokio::time::sleep(ACCEPT_PAUSE).await;
@@ -262,16 +262,6 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: Cancellation
     drop(listener);
     connections.close();
     let _ = tokio::time::timeout(SHUTDOWN_GRACE * 2, connections.wait()).await;
-}
-
-/// An accept error of one client's making, not the server's.
-fn is_connection_error(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-    )
 }
 
 /// What the controller answered a status patch with (captured from a

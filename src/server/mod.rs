@@ -25,7 +25,8 @@ use std::sync::Arc;
 pub use auth::{authenticate, check_may_write_node, Caller, Identity, Tokens};
 pub use limits::{ApiLimits, Budgets};
 pub use serve::{
-    check_listen, serve, serve_with, tls_config, Http2Config, InsecureListen, ServeConfig,
+    check_listen, is_connection_error, serve, serve_with, tls_config, Http2Config, InsecureListen,
+    ServeConfig,
 };
 pub use v1::{HistoryParams, NodeEntry};
 

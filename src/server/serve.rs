@@ -438,8 +438,9 @@ async fn close_gracefully<C: ServedConnection>(
     }
 }
 
-/// Accept errors that concern one client only (hyper's old `is_connection_error`).
-fn is_connection_error(e: &io::Error) -> bool {
+/// Accept errors that concern one client only (hyper's old `is_connection_error`):
+/// an accept loop goes on at once after one.
+pub fn is_connection_error(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::ConnectionRefused
