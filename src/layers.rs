@@ -11,7 +11,7 @@ use std::path::Path;
 /// From the bottom up; a module may use the modules of the floors below.
 const FLOORS: &[&[&str]] = &[
     // The domain and its rules (model/duration, model/quantity, model/validation).
-    &["model", "version"],
+    &["model", "version", "serialize"],
     // What is read and shown of it: Kubernetes JSON, replayed history, the
     // published view, log lines, and small leaves.
     &[

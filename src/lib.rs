@@ -24,6 +24,7 @@ pub mod output;
 pub mod probe;
 pub mod process;
 pub mod readiness;
+mod serialize;
 pub mod server;
 pub mod simulate;
 pub mod source;

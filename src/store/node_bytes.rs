@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::records::{address_code, status_code};
 use crate::model::{Address, Condition, Node, NodeInfo, Taint};
+use crate::serialize::Each;
 
 /// `StoredNode`'s variant index of `V3`, the version written today.
 const STORED_NODE_V3: u32 = 2;
@@ -85,15 +86,6 @@ struct Pairs<'a>(&'a std::collections::BTreeMap<String, String>);
 impl Serialize for Pairs<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.0.iter())
-    }
-}
-
-/// A list written element by element through one of the mirrors here.
-struct Each<'a, T, W>(&'a [T], fn(&'a T) -> W);
-
-impl<'a, T, W: Serialize> Serialize for Each<'a, T, W> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().map(self.1))
     }
 }
 

@@ -7,13 +7,14 @@
 use std::cmp::Ordering;
 use std::fmt::{self, Write as _};
 
-use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
 use crate::kube::{
     cpu_quantity, go_arch, memory_quantity, HOSTNAME_LABEL, MAX_PODS, OS_LABEL, SOURCE_ANNOTATION,
 };
 use crate::model::{self, Micros, NODE_LEASE_NAMESPACE};
+use crate::serialize::Each;
 
 /// A node as `GET /api/v1/nodes/{name}` shows it with no heartbeat held
 /// beside it (`crate::kube::node(node, None)`), field for field in
@@ -301,19 +302,6 @@ impl Serialize for LeaseSpec<'_> {
             map.serialize_entry("renewTime", &MicroTime(t))?;
         }
         map.end()
-    }
-}
-
-/// A list written element by element through one of the wrappers here.
-struct Each<'a, T, W>(&'a [T], fn(&'a T) -> W);
-
-impl<'a, T, W: Serialize> Serialize for Each<'a, T, W> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for item in self.0 {
-            seq.serialize_element(&(self.1)(item))?;
-        }
-        seq.end()
     }
 }
 
