@@ -90,9 +90,17 @@ pub fn decode_checkpoint(seq: u64, bytes: &[u8]) -> Result<Checkpoint, DecodeErr
     })
 }
 
-/// What an event takes in the store: its record and its index entries.
-pub fn stored_event_bytes(record_len: usize, node: Option<&str>) -> u64 {
-    (8 + record_len + 16 + node.map_or(0, |n| n.len() + 9)) as u64
+/// What the event at `seq` takes in the store: its record, its node index
+/// entry and its share of the time index (the entries every stride of seqs
+/// hold; the one a write adds for its first event, at most one a write, is
+/// not counted).
+pub fn stored_event_bytes(seq: u64, record_len: usize, node: Option<&str>) -> u64 {
+    let time_entry = if super::time_index::indexed(seq, false) {
+        16
+    } else {
+        0
+    };
+    (8 + record_len + time_entry + node.map_or(0, |n| n.len() + 9)) as u64
 }
 
 /// The registry rebuilt as of a seq (`/v1/at?records=true` serves it as JSON).
@@ -343,7 +351,10 @@ impl Store {
             let (k, v) = entry?;
             let seq = seq_from_key(&k)?;
             let event = records::decode_event(seq, &v)?;
-            follower.apply(&event, stored_event_bytes(v.len(), event.node.as_deref()));
+            follower.apply(
+                &event,
+                stored_event_bytes(seq, v.len(), event.node.as_deref()),
+            );
             replayed += 1;
             if follower.due() {
                 written.push(follower.write(self)?);

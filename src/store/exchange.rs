@@ -561,9 +561,12 @@ impl<'a> Loader<'a> {
         if let EventKind::ConditionChanged { condition, .. } = &event.kind {
             self.conditions.insert(condition.clone());
         }
-        s.event_times
-            .insert(&time_key(self.effective, event.seq)[..], &[] as &[u8])?;
-        let bytes = stored_event_bytes(record.len(), event.node.as_deref());
+        // The first event loaded starts the (sparse) time index.
+        if super::time_index::indexed(event.seq, self.counts.events == 0) {
+            s.event_times
+                .insert(&time_key(self.effective, event.seq)[..], &[] as &[u8])?;
+        }
+        let bytes = stored_event_bytes(event.seq, record.len(), event.node.as_deref());
         s.events.insert(event.seq.to_be_bytes(), record)?;
         self.counts.events += 1;
         let due = {

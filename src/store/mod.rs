@@ -24,6 +24,7 @@ pub mod outbox;
 mod query;
 pub mod records;
 pub mod retention;
+mod time_index;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -411,12 +412,7 @@ impl Store {
             .map(|(k, _)| seq_from_key(&k))
             .transpose()?
             .unwrap_or(0);
-        let last_time = match store.event_times.last()? {
-            Some((k, _)) => {
-                migrations::v4_history_index::parse_time_key(&k).map_or(i64::MIN, |(t, _)| t)
-            }
-            None => i64::MIN,
-        };
+        let last_time = store.last_effective_time()?;
         // Pruning never goes past the newest checkpoint, so the horizon is a
         // seq that was handed out even when every event up to it is gone.
         let last = last_event.max(horizon);
@@ -528,6 +524,7 @@ impl Store {
                     };
                     outbox.insert(key.as_slice(), records::encode_outbox_entry(&entry))?;
                 }
+                let mut first = true;
                 for p in &prepared {
                     for (name, bytes) in &p.encoded_nodes {
                         nodes.insert(name.as_bytes(), bytes.as_slice())?;
@@ -537,7 +534,10 @@ impl Store {
                     }
                     for (e, bytes) in p.written.events.iter().zip(&p.encoded_events) {
                         log.insert(&e.seq.to_be_bytes(), bytes.as_slice())?;
-                        times.insert(&time_key(p.effective_time, e.seq), &[] as &[u8])?;
+                        if time_index::indexed(e.seq, first) {
+                            times.insert(&time_key(p.effective_time, e.seq), &[] as &[u8])?;
+                        }
+                        first = false;
                         if let Some(node) = &e.node {
                             index.insert(index_key(node, e.seq), &[] as &[u8])?;
                         }
@@ -891,17 +891,21 @@ impl Store {
                 }
             }
         });
-        let mut effective = i64::MIN;
         let mut due: std::collections::VecDeque<Checkpoint> = self
             .checkpoints_kept()?
             .into_iter()
             .filter(|c| c.seq > horizon)
             .collect();
-        let mut times = self
-            .event_times
-            .range(time_key(i64::MIN, horizon + 1)..)
-            .keys()
-            .peekable();
+        // The time index is checked from the first kept event, which may be
+        // below the horizon while a reader holds it.
+        let mut times = time_index::Check::new(self.event_times.iter().keys());
+        for entry in self.events.range(..=horizon.to_be_bytes()) {
+            let (key, bytes) = entry?;
+            if let Ok(seq) = seq_from_key(&key) {
+                let time = records::decode_event(seq, &bytes).ok().map(|e| e.time.0);
+                times.event(seq, time, &mut report.problems)?;
+            }
+        }
         for entry in self.events.range((horizon + 1).to_be_bytes()..) {
             let (key, bytes) = entry?;
             report.events += 1;
@@ -921,33 +925,7 @@ impl Store {
                             ));
                         }
                     }
-                    // Time keys of pruned events may linger until deleted; skip them.
-                    while let Some(Ok(k)) = times.peek() {
-                        match migrations::v4_history_index::parse_time_key(k) {
-                            Some((_, s)) if s < seq => {
-                                times.next();
-                            }
-                            _ => break,
-                        }
-                    }
-                    match times.next().transpose()? {
-                        Some(k) => match migrations::v4_history_index::parse_time_key(&k) {
-                            Some((t, s)) if s == seq => {
-                                if t < effective {
-                                    report.problems.push(format!(
-                                        "the time index puts event {seq} before the one it follows"
-                                    ));
-                                }
-                                effective = t;
-                            }
-                            _ => report
-                                .problems
-                                .push(format!("event {seq} is missing from the time index")),
-                        },
-                        None => report
-                            .problems
-                            .push(format!("event {seq} is missing from the time index")),
-                    }
+                    times.event(seq, Some(event.time.0), &mut report.problems)?;
                     replayed.apply(&event);
                     while due.front().is_some_and(|c| c.seq <= seq) {
                         let c = due.pop_front().expect("checked above");
@@ -959,7 +937,10 @@ impl Store {
                         }
                     }
                 }
-                Err(e) => report.problems.push(e.to_string()),
+                Err(e) => {
+                    times.event(seq, None, &mut report.problems)?;
+                    report.problems.push(e.to_string());
+                }
             }
         }
         let stored = self.verify_records(horizon, &mut report)?;

@@ -1,10 +1,9 @@
 //! Reading the history a page at a time, each page costing what it returns:
 //! a node's events through the per-node index, a time range through the
-//! time index, the rest as a range of seqs. Nothing reads the whole log to
+//! time index (see [`super::time_index`]), the rest as a range of seqs. Nothing reads the whole log to
 //! answer a question about part of it.
 
 use migrations::v2_node_index::index_key;
-use migrations::v4_history_index::{parse_time_key, time_key};
 
 use super::{records, seq_from_key, Store, StoreError};
 use crate::model::{Event, EventKind, Micros};
@@ -174,40 +173,6 @@ impl Store {
         Ok((lo <= hi).then_some((lo, hi)))
     }
 
-    /// The first kept seq whose effective time is at or after `time`.
-    pub fn first_seq_at_or_after(&self, time: Micros) -> Result<Option<u64>, StoreError> {
-        let horizon = self.horizon();
-        for key in self.event_times.range(time_key(time.0, 0)..).keys() {
-            let key = key?;
-            match parse_time_key(&key) {
-                // Index entries of pruned events may linger a moment.
-                Some((_, seq)) if seq <= horizon => continue,
-                Some((_, seq)) => return Ok(Some(seq)),
-                None => return Err(bad_time_key(&key)),
-            }
-        }
-        Ok(None)
-    }
-
-    /// The last seq whose effective time is at or before `time`, if any is
-    /// kept (pruned ones included: the answer may be at or below the horizon).
-    pub fn last_seq_at_or_before(&self, time: Micros) -> Result<Option<u64>, StoreError> {
-        match self
-            .event_times
-            .range(..=time_key(time.0, u64::MAX))
-            .keys()
-            .next_back()
-        {
-            Some(key) => {
-                let key = key?;
-                parse_time_key(&key)
-                    .map(|(_, seq)| Some(seq))
-                    .ok_or_else(|| bad_time_key(&key))
-            }
-            None => Ok(None),
-        }
-    }
-
     /// Refuses a query about a node or condition type the store has never
     /// heard of, instead of answering "no events".
     pub fn check_query(&self, query: &HistoryQuery) -> Result<(), StoreError> {
@@ -263,11 +228,4 @@ impl Store {
         }
         Ok(known.into_iter().collect())
     }
-}
-
-fn bad_time_key(key: &[u8]) -> StoreError {
-    StoreError::Decode(records::DecodeError {
-        what: "a time index key".into(),
-        reason: format!("{} bytes, not 16", key.len()),
-    })
 }

@@ -17,14 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use migrations::v2_node_index::index_key;
-use migrations::v4_history_index::parse_time_key;
+use migrations::v4_history_index::time_key;
 use serde::{Deserialize, Serialize};
 use sled::transaction::{ConflictableTransactionError, Transactional};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::checkpoint::{stored_event_bytes, Checkpoint, Follower};
-use super::{records, seq_from_key, Store, StoreError, META_HORIZON};
+use super::{records, seq_from_key, time_index, Store, StoreError, META_HORIZON};
 use crate::model::Micros;
 
 /// How long the history is kept unless `--history-retention` says otherwise.
@@ -228,7 +228,10 @@ impl Store {
         {
             let (k, v) = entry?;
             let event = records::decode_event(seq_from_key(&k)?, &v)?;
-            follower.apply(&event, stored_event_bytes(v.len(), event.node.as_deref()));
+            follower.apply(
+                &event,
+                stored_event_bytes(event.seq, v.len(), event.node.as_deref()),
+            );
         }
         let written = follower.write(self)?;
         if let Some(next) = self
@@ -363,35 +366,34 @@ impl Store {
                 let seq = seq_from_key(&k)?;
                 // A record that does not decode goes all the same; its index
                 // entry, if any, is swept with the keys of its node below.
-                let node = records::decode_event(seq, &v).ok().and_then(|e| e.node);
-                events.push((seq, node));
+                let event = records::decode_event(seq, &v).ok();
+                let time = event.as_ref().map(|e| e.time.0);
+                events.push((seq, event.and_then(|e| e.node), time));
             }
-            let mut times = Vec::new();
-            for key in self.event_times.iter().keys().take(PRUNE_BATCH) {
-                let key = key?;
-                match parse_time_key(&key) {
-                    Some((_, seq)) if seq <= upto => times.push(key),
-                    _ => break,
-                }
-            }
-            if events.is_empty() && times.is_empty() {
+            let through = events.last().map_or(upto, |(seq, _, _)| *seq);
+            let times = self.time_keys_through(through)?;
+            if events.is_empty() && times.keys.is_empty() {
                 break;
             }
-            if let Some((last, _)) = events.last() {
+            let anchor = self.first_kept_anchor(through, &events, &times)?;
+            if let Some((last, _, _)) = events.last() {
                 self.guard
                     .deleting_through
                     .fetch_max(*last, Ordering::AcqRel);
             }
             (&self.events, &self.node_events, &self.event_times).transaction(
                 |(log, index, time_index)| {
-                    for (seq, node) in &events {
+                    for (seq, node, _) in &events {
                         log.remove(&seq.to_be_bytes())?;
                         if let Some(node) = node {
                             index.remove(index_key(node, *seq))?;
                         }
                     }
-                    for key in &times {
+                    for key in &times.keys {
                         time_index.remove(key)?;
+                    }
+                    if let Some(key) = &anchor {
+                        time_index.insert(&key[..], &[] as &[u8])?;
                     }
                     Ok::<_, ConflictableTransactionError<StoreError>>(())
                 },
@@ -411,6 +413,77 @@ impl Store {
             return Ok((0, true));
         }
         Ok((0, false))
+    }
+}
+
+/// The time index's entries up to a seq, as [`Store::time_keys_through`]
+/// reads them for one batch of pruning.
+struct TimeKeys {
+    keys: Vec<sled::IVec>,
+    /// The last of them: the entry the events after it are timed from.
+    last: Option<time_index::Entry>,
+    /// The seq of the entry after them, when there is one and it was reached.
+    next: Option<u64>,
+    /// Whether every entry up to the seq was read (not cut off by the batch size).
+    complete: bool,
+}
+
+impl Store {
+    /// The time index's entries for events up to `through`, at most a
+    /// batch of them.
+    fn time_keys_through(&self, through: u64) -> Result<TimeKeys, StoreError> {
+        let mut times = TimeKeys {
+            keys: Vec::new(),
+            last: None,
+            next: None,
+            complete: true,
+        };
+        for key in self.event_times.iter().keys() {
+            let key = key?;
+            let (time, seq) = time_index::parse(&key)?;
+            if seq > through {
+                times.next = Some(seq);
+                return Ok(times);
+            }
+            if times.keys.len() == PRUNE_BATCH {
+                times.complete = false;
+                return Ok(times);
+            }
+            times.last = Some((time, seq));
+            times.keys.push(key);
+        }
+        Ok(times)
+    }
+
+    /// The time index entry the first event kept after `through` needs
+    /// once `events` and the entries `times` are gone, if it has none: the
+    /// index is sparse, and the events its effective time follows from are
+    /// being deleted (see [`time_index`]).
+    fn first_kept_anchor(
+        &self,
+        through: u64,
+        events: &[(u64, Option<String>, Option<i64>)],
+        times: &TimeKeys,
+    ) -> Result<Option<[u8; 16]>, StoreError> {
+        if !times.complete {
+            return Ok(None);
+        }
+        let Some(entry) = self.events.range((through + 1).to_be_bytes()..).next() else {
+            return Ok(None);
+        };
+        let (k, v) = entry?;
+        let seq = seq_from_key(&k)?;
+        if times.next == Some(seq) {
+            return Ok(None);
+        }
+        let (mut effective, from) = times.last.unwrap_or((i64::MIN, 0));
+        for (_, _, time) in events.iter().filter(|(s, _, _)| *s > from) {
+            effective = effective.max(time.unwrap_or(i64::MIN));
+        }
+        if let Ok(event) = records::decode_event(seq, &v) {
+            effective = effective.max(event.time.0);
+        }
+        Ok(Some(time_key(effective, seq)))
     }
 }
 
@@ -448,12 +521,8 @@ impl TailBytes {
         {
             let (k, v) = entry?;
             let seq = seq_from_key(&k)?;
-            let node_len = records::decode_event(seq, &v)
-                .ok()
-                .and_then(|e| e.node)
-                .map(|n| n.len() + 9)
-                .unwrap_or(0);
-            self.bytes += (8 + v.len() + 16 + node_len) as u64;
+            let node = records::decode_event(seq, &v).ok().and_then(|e| e.node);
+            self.bytes += stored_event_bytes(seq, v.len(), node.as_deref());
             self.upto = seq;
         }
         Ok(())
