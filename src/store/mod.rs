@@ -1123,3 +1123,5 @@ fn classify_open_error(path: &Path, source: sled::Error) -> StoreError {
 mod tests;
 #[cfg(test)]
 mod tests_history;
+#[cfg(test)]
+mod tests_time_index;
