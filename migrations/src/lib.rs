@@ -11,6 +11,7 @@ mod v1_layout;
 pub mod v2_node_index;
 mod v3_leases;
 pub mod v4_history_index;
+mod v5_sparse_indexes;
 
 use thiserror::Error;
 
@@ -20,7 +21,9 @@ pub mod trees {
     pub const NODES: &str = "nodes";
     /// Big-endian `seq` → event record: the history.
     pub const EVENTS: &str = "events";
-    /// Node name, `0x00`, big-endian `seq` → nothing: each node's history (schema 2).
+    /// Node name, `0x00`, big-endian `seq` → nothing: each node's history
+    /// (schema 2); since schema 5 the first seq of a run of the node's events
+    /// → the run's length (big-endian `u32`; nothing for one event).
     pub const NODE_EVENTS: &str = "node_events";
     /// Big-endian `seq` → mirror work waiting for the API server.
     pub const OUTBOX: &str = "outbox";
@@ -29,7 +32,8 @@ pub mod trees {
     /// Node name → the node's Lease in `kube-node-lease` (schema 3).
     pub const LEASES: &str = "leases";
     /// Effective time, seq (see [`crate::v4_history_index::time_key`]) →
-    /// nothing: the history by time (schema 4).
+    /// nothing: the history by time (schema 4); since schema 5 an entry for
+    /// the first event of each write and every 64th seq, not every event.
     pub const EVENT_TIMES: &str = "event_times";
     /// Condition type → nothing: every condition the history has seen change (schema 4).
     pub const CONDITION_TYPES: &str = "condition_types";
@@ -44,7 +48,7 @@ pub mod trees {
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
 
 /// The schema this build writes.
-pub const CURRENT: u32 = 4;
+pub const CURRENT: u32 = 5;
 
 /// One schema step: what it does and how.
 struct Step {
@@ -73,6 +77,11 @@ const STEPS: &[Step] = &[
         version: 4,
         description: v4_history_index::DESCRIPTION,
         run: v4_history_index::run,
+    },
+    Step {
+        version: 5,
+        description: v5_sparse_indexes::DESCRIPTION,
+        run: v5_sparse_indexes::run,
     },
 ];
 
@@ -180,7 +189,7 @@ mod tests {
             Report {
                 from: None,
                 to: CURRENT,
-                steps_run: vec![1, 2, 3, 4]
+                steps_run: vec![1, 2, 3, 4, 5]
             }
         );
         assert_eq!(schema_version(&db).unwrap(), Some(CURRENT));

@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 
-use migrations::v2_node_index::index_key;
 use migrations::v4_history_index::checkpoint_node_key;
 use serde::{Deserialize, Serialize};
 
@@ -90,10 +89,10 @@ pub fn decode_checkpoint(seq: u64, bytes: &[u8]) -> Result<Checkpoint, DecodeErr
     })
 }
 
-/// What the event at `seq` takes in the store: its record, its node index
-/// entry and its share of the time index (the entries every stride of seqs
-/// hold; the one a write adds for its first event, at most one a write, is
-/// not counted).
+/// What the event at `seq` takes in the store: its record, a node index
+/// entry (an event that continues its node's run in a write takes less) and
+/// its share of the time index (the entries every stride of seqs hold; the
+/// one a write adds for its first event, at most one a write, is not counted).
 pub fn stored_event_bytes(seq: u64, record_len: usize, node: Option<&str>) -> u64 {
     let time_entry = if super::time_index::indexed(seq, false) {
         16
@@ -267,13 +266,8 @@ impl Store {
             }
         }
         let mut replay = Replay::from_nodes(start);
-        for key in self
-            .node_events
-            .range(index_key(name, from + 1)..=index_key(name, seq))
-            .keys()
-        {
-            let key = key?;
-            let event_seq = seq_from_key(&key[key.len().saturating_sub(8)..])?;
+        for event_seq in self.node_seqs(name, from + 1, seq) {
+            let event_seq = event_seq?;
             if let Some(v) = self.events.get(event_seq.to_be_bytes())? {
                 replay.apply(&records::decode_event(event_seq, &v)?);
             }

@@ -20,6 +20,7 @@ pub mod compact;
 mod exchange;
 pub mod heartbeats;
 mod node_bytes;
+mod node_index;
 pub mod outbox;
 mod query;
 pub mod records;
@@ -502,6 +503,7 @@ impl Store {
         }
         let new_conditions = self.new_conditions(&prepared);
         let work = self.outbox_work(&prepared);
+        let node_runs = node_index::runs(prepared.iter().flat_map(|p| &p.written.events));
         (
             &self.nodes,
             &self.events,
@@ -538,10 +540,10 @@ impl Store {
                             times.insert(&time_key(p.effective_time, e.seq), &[] as &[u8])?;
                         }
                         first = false;
-                        if let Some(node) = &e.node {
-                            index.insert(index_key(node, e.seq), &[] as &[u8])?;
-                        }
                     }
+                }
+                for (node, (seq, len)) in &node_runs {
+                    index.insert(index_key(node, *seq), node_index::run_value(*len))?;
                 }
                 for condition in &new_conditions {
                     conditions.insert(condition.as_bytes(), &[] as &[u8])?;
@@ -919,10 +921,12 @@ impl Store {
             match records::decode_event(seq, &bytes) {
                 Ok(event) => {
                     if let Some(node) = &event.node {
-                        if !self.node_events.contains_key(index_key(node, seq))? {
-                            report.problems.push(format!(
+                        match self.node_index_has(node, seq) {
+                            Ok(true) => {}
+                            Ok(false) => report.problems.push(format!(
                                 "event {seq} is missing from the index of node {node}"
-                            ));
+                            )),
+                            Err(e) => report.problems.push(e.to_string()),
                         }
                     }
                     times.event(seq, Some(event.time.0), &mut report.problems)?;
@@ -959,13 +963,21 @@ impl Store {
         horizon: u64,
         report: &mut VerifyReport,
     ) -> Result<std::collections::BTreeMap<String, Node>, StoreError> {
-        for key in self.node_events.iter().keys() {
-            let key = key?;
-            let seq = seq_from_key(&key[key.len().saturating_sub(8)..])?;
-            if seq > horizon && !self.events.contains_key(seq.to_be_bytes())? {
-                report.problems.push(format!(
-                    "the node index points at event {seq}, which does not exist"
-                ));
+        for entry in self.node_events.iter() {
+            let (key, value) = entry?;
+            let (first, len) = match node_index::parse_run(&key, &value) {
+                Ok(run) => run,
+                Err(e) => {
+                    report.problems.push(e.to_string());
+                    continue;
+                }
+            };
+            for seq in first.max(horizon + 1)..first.saturating_add(len) {
+                if !self.events.contains_key(seq.to_be_bytes())? {
+                    report.problems.push(format!(
+                        "the node index points at event {seq}, which does not exist"
+                    ));
+                }
             }
         }
         let mut stored = std::collections::BTreeMap::new();
@@ -1123,5 +1135,7 @@ fn classify_open_error(path: &Path, source: sled::Error) -> StoreError {
 mod tests;
 #[cfg(test)]
 mod tests_history;
+#[cfg(test)]
+mod tests_node_index;
 #[cfg(test)]
 mod tests_time_index;

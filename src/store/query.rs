@@ -3,8 +3,6 @@
 //! time index (see [`super::time_index`]), the rest as a range of seqs. Nothing reads the whole log to
 //! answer a question about part of it.
 
-use migrations::v2_node_index::index_key;
-
 use super::{records, seq_from_key, Store, StoreError};
 use crate::model::{Event, EventKind, Micros};
 
@@ -90,13 +88,8 @@ impl Store {
         let mut scanned = 0usize;
         let mut last = lo - 1;
         if let Some(node) = &query.node {
-            for key in self
-                .node_events
-                .range(index_key(node, lo)..=index_key(node, hi))
-                .keys()
-            {
-                let key = key?;
-                let seq = seq_from_key(&key[key.len().saturating_sub(8)..])?;
+            for seq in self.node_seqs(node, lo, hi) {
+                let seq = seq?;
                 scanned += 1;
                 last = seq;
                 // An index entry whose event a concurrent prune just removed is skipped.
@@ -201,9 +194,10 @@ impl Store {
         let mut prefix = name.as_bytes().to_vec();
         prefix.push(0);
         let horizon = self.horizon();
-        for key in self.node_events.scan_prefix(&prefix).keys() {
-            let key = key?;
-            if seq_from_key(&key[key.len().saturating_sub(8)..])? > horizon {
+        for entry in self.node_events.scan_prefix(&prefix) {
+            let (key, value) = entry?;
+            let (first, len) = super::node_index::parse_run(&key, &value)?;
+            if first + len - 1 > horizon {
                 return Ok(true);
             }
         }

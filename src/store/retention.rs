@@ -376,6 +376,12 @@ impl Store {
                 break;
             }
             let anchor = self.first_kept_anchor(through, &events, &times)?;
+            // The run of the last event deleted may reach past it: its rest
+            // is keyed by the first event kept.
+            let rest = match events.last() {
+                Some((seq, Some(node), _)) => self.run_past(node, *seq)?,
+                _ => None,
+            };
             if let Some((last, _, _)) = events.last() {
                 self.guard
                     .deleting_through
@@ -391,6 +397,9 @@ impl Store {
                     }
                     for key in &times.keys {
                         time_index.remove(key)?;
+                    }
+                    if let Some((key, len)) = &rest {
+                        index.insert(key.as_slice(), len.as_slice())?;
                     }
                     if let Some(key) = &anchor {
                         time_index.insert(&key[..], &[] as &[u8])?;
