@@ -1,7 +1,8 @@
 //! Reading the history a page at a time, each page costing what it returns:
-//! a node's events through the per-node index, a time range through the
-//! time index (see [`super::time_index`]), the rest as a range of seqs. Nothing reads the whole log to
-//! answer a question about part of it.
+//! a node's events through the per-node index (see [`super::node_index`]),
+//! a time range through the time index (see [`super::time_index`]), the rest
+//! as a range of seqs. Nothing reads the whole log to answer a question
+//! about part of it.
 
 use super::{records, seq_from_key, Store, StoreError};
 use crate::model::{Event, EventKind, Micros};

@@ -51,7 +51,7 @@ impl Store {
             // The first kept event has an entry: nothing before it is kept.
             None => from.map(|(_, seq)| seq),
             Some(anchor) => {
-                let to = from.map_or(u64::MAX, |(_, seq)| seq - 1);
+                let to = from.map_or(u64::MAX, |(_, seq)| seq.saturating_sub(1));
                 let mut found = None;
                 for step in self.effective_times(anchor, to) {
                     let (seq, effective) = step?;
@@ -89,7 +89,7 @@ impl Store {
                 .range((Bound::Excluded(through), Bound::Unbounded))
                 .next(),
         )?;
-        let to = after.map_or(u64::MAX, |(_, seq)| seq - 1);
+        let to = after.map_or(u64::MAX, |(_, seq)| seq.saturating_sub(1));
         let mut last = anchor.1;
         for step in self.effective_times(anchor, to) {
             let (seq, effective) = step?;
