@@ -12,6 +12,9 @@ use crate::model::Event;
 /// A run of a node's events: its first seq and how many.
 pub(super) type Run = (u64, u64);
 
+/// A node index entry to write: its key and value.
+pub(super) type Entry = (Vec<u8>, Vec<u8>);
+
 /// The value of a run's entry: nothing for one event, else its length.
 pub(super) fn run_value(len: u64) -> Vec<u8> {
     if len == 1 {
@@ -77,14 +80,18 @@ impl Store {
             .node_events
             .range(index_key(node, lo)..=index_key(node, hi.max(lo)));
         before.into_iter().chain(from).flat_map(move |entry| {
-            let (range, err) = match entry
+            // An entry that does not read yields its error and no seqs.
+            let (seqs, err) = match entry
                 .map_err(StoreError::from)
                 .and_then(|(k, v)| parse_run(&k, &v))
             {
-                Ok((first, len)) => (first.max(lo)..=(first + len - 1).min(hi), None),
-                Err(e) => (1..=0, Some(Err(e))),
+                Ok((first, len)) => (
+                    first.max(lo)..first.saturating_add(len).min(hi.saturating_add(1)),
+                    None,
+                ),
+                Err(e) => (0..0, Some(Err(e))),
             };
-            err.into_iter().chain(range.map(Ok))
+            err.into_iter().chain(seqs.map(Ok))
         })
     }
 
@@ -107,11 +114,7 @@ impl Store {
     /// The entry of the run that holds event `seq` of `node` and reaches
     /// past it, with what is left of it after `seq`: when the events up to
     /// `seq` are pruned, that rest is keyed by the event after `seq`.
-    pub(super) fn run_past(
-        &self,
-        node: &str,
-        seq: u64,
-    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+    pub(super) fn run_past(&self, node: &str, seq: u64) -> Result<Option<Entry>, StoreError> {
         let Some(entry) = self
             .node_events
             .range(index_key(node, 0)..=index_key(node, seq))

@@ -160,14 +160,23 @@ fn a_store_with_an_entry_for_every_event_reads_the_same() {
     // changes nothing, and the old entries and the new sparse ones agree.
     drop(store);
     {
-        let db = sled::open(dir.path().join("db")).unwrap();
+        // sled's threads let go of the file lock a moment after the drop.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let db = loop {
+            match sled::open(dir.path().join("db")) {
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                other => break other.unwrap(),
+            }
+        };
         db.open_tree(trees::META)
             .unwrap()
             .insert(migrations::SCHEMA_VERSION_KEY, &4u32.to_be_bytes())
             .unwrap();
         db.flush().unwrap();
     }
-    let store = open_at(&dir.path().join("db"));
+    let store = super::tests::reopen(&dir.path().join("db"));
     assert_eq!(migrations::schema_version(&store.db).unwrap(), Some(5));
     assert_eq!(time_entries(&store).len(), times.len());
     assert_times_exact(&store, &times);
@@ -192,7 +201,7 @@ fn a_restart_takes_up_the_effective_time_of_events_after_the_last_entry() {
     store.flush_blocking().unwrap();
     assert_eq!(time_entries(&store), vec![(1_000, 1)]);
     drop(store);
-    let store = open_at(&dir.path().join("db"));
+    let store = super::tests::reopen(&dir.path().join("db"));
     // The clock stepped back across the restart: seq 5 counts at 2,000.
     write(&store, &[(500, 1)]);
     store.flush_blocking().unwrap();
@@ -236,7 +245,7 @@ fn retention_at_a_horizon_inside_a_write_keeps_times_exact() {
     assert_eq!(store.registry_at_time(Micros(12_000_000)).unwrap().seq, 180);
     // And after a restart the writer goes on from the right time.
     drop(store);
-    let store = open_at(&dir.path().join("db"));
+    let store = super::tests::reopen(&dir.path().join("db"));
     write(&store, &[(25_000_000, 2)]);
     store.flush_blocking().unwrap();
     let last = effective_times(&store).pop().unwrap();
