@@ -544,7 +544,9 @@ mod tests {
 
     async fn content_type_of(request: axum::http::Request<()>) -> String {
         let (mut parts, ()) = request.into_parts();
-        let ct = ContentType::from_request_parts(&mut parts, &()).await.unwrap();
+        let ct = ContentType::from_request_parts(&mut parts, &())
+            .await
+            .unwrap();
         ct.as_str().to_string()
     }
 
@@ -552,7 +554,10 @@ mod tests {
     async fn the_content_type_is_read_as_the_header_map_reads_it() {
         let with = |value: &'static [u8]| {
             axum::http::Request::builder()
-                .header(header::CONTENT_TYPE, HeaderValue::from_bytes(value).unwrap())
+                .header(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_bytes(value).unwrap(),
+                )
                 .body(())
                 .unwrap()
         };
