@@ -4,18 +4,20 @@
 //! construction.
 
 /// A multi-thread runtime with one worker thread, unless
-/// `TOKIO_WORKER_THREADS` asks for more (`0` is not allowed; tokio's
-/// default is one per core). Store work runs on threads of its own and
-/// blocking reads on the blocking pool either way.
+/// `TOKIO_WORKER_THREADS` asks for more (tokio's default is one per core).
+/// Store writes run on a thread of their own and blocking reads on the
+/// blocking pool either way.
 ///
-/// Why one: pushed heartbeats arrive spread out (2,000 a second at 10,000
-/// kubelets), each a few tens of microseconds of work. With a worker per
-/// core, each request woke a second worker that found nothing to do and
-/// parked again: 1.2–1.5 context switches and 0.6 futex calls per
-/// heartbeat. With one, 0.6–0.7, and the push benchmark's floor took
-/// 0.44–0.49 CPU-s per 10k heartbeats against 0.54–0.58 (README, "The
-/// floor under a pushed heartbeat"). A 10,000-node site needs a fifth of
-/// one core for it, and one worker keeps up with 10,000 probes a second.
+/// Why one: probes and pushed heartbeats come spread out (10,000 probes or
+/// 2,000 heartbeats a second at 10,000 nodes), each a few tens of
+/// microseconds of work. With a worker per core, nearly every one woke a
+/// second worker that found nothing to do and parked again: 1.2–1.5
+/// context switches per heartbeat against 0.6–0.7 with one. One worker
+/// took 0.16–0.18 CPU-s per 10k probes against 0.22–0.27, and the push
+/// benchmark's floor 0.44–0.49 CPU-s per 10k heartbeats against 0.54–0.58;
+/// the controller's own push CPU moved within the noise (README, "The
+/// floor under a pushed heartbeat"). A 10,000-node site needs about a
+/// fifth of one core.
 pub fn controller_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
