@@ -105,7 +105,7 @@ pub(super) fn content_type(headers: &HeaderMap) -> &str {
 
 /// A request's `Content-Type` (empty when absent or not text), taken
 /// without a copy of the request's headers: axum's `HeaderMap` extractor
-/// clones the whole map, twice a heartbeat at 2,000 heartbeats a second.
+/// clones the whole map, once a request: 2,000 a second at 10,000 kubelets.
 pub(crate) struct ContentType(Option<HeaderValue>);
 
 impl ContentType {
