@@ -15,8 +15,8 @@
 /// context switches per heartbeat against 0.6–0.7 with one. One worker
 /// took 0.16–0.18 CPU-s per 10k probes against 0.22–0.27, and the push
 /// benchmark's floor 0.44–0.49 CPU-s per 10k heartbeats against 0.54–0.58;
-/// the controller's own push CPU moved within the noise (README, "The
-/// floor under a pushed heartbeat"). A 10,000-node site needs about a
+/// the controller's own push CPU did not move beyond the noise (README,
+/// "The floor under a pushed heartbeat"). A 10,000-node site needs about a
 /// fifth of one core.
 pub fn controller_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
