@@ -7,6 +7,7 @@ use nodekeeper::commands::{self, Failure};
 use nodekeeper::inspect::Source;
 
 mod allocator;
+mod runtime;
 
 fn main() {
     allocator::tune_allocator();
@@ -31,10 +32,13 @@ fn main() {
         std::process::exit(2);
     });
     nodekeeper::logging::init(filter, cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match &cli.command {
+        Command::Run(_) => runtime::controller_runtime(),
+        _ => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+    };
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

@@ -8,12 +8,12 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 
-use super::push::{invalid, json_body, json_reply, patched, push_error};
+use super::push::{invalid, json_body, json_reply, patched, push_error, ContentType};
 use super::{status_error, AppState};
 use crate::model::NODE_LEASE_NAMESPACE;
 
@@ -88,13 +88,13 @@ pub(crate) async fn create_lease(
     State(s): State<AppState>,
     Path(namespace): Path<String>,
     caller: super::Caller,
-    headers: HeaderMap,
+    ct: ContentType,
     body: Bytes,
 ) -> Response {
     if let Err(r) = check_namespace(&namespace) {
         return r;
     }
-    let kube = match json_body::<KubeLease>(&headers, &body) {
+    let kube = match json_body::<KubeLease>(ct.as_str(), &body) {
         Ok(l) => l,
         Err(r) => return r,
     };
@@ -117,7 +117,7 @@ pub(crate) async fn put_lease(
     State(s): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
     caller: super::Caller,
-    headers: HeaderMap,
+    ct: ContentType,
     body: Bytes,
 ) -> Response {
     if let Err(r) =
@@ -125,7 +125,7 @@ pub(crate) async fn put_lease(
     {
         return r;
     }
-    match json_body::<KubeLease>(&headers, &body) {
+    match json_body::<KubeLease>(ct.as_str(), &body) {
         Ok(kube) => update_lease(&s, &name, kube, true).await,
         Err(r) => r,
     }
@@ -136,7 +136,7 @@ pub(crate) async fn patch_lease(
     State(s): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
     caller: super::Caller,
-    headers: HeaderMap,
+    ct: ContentType,
     body: Bytes,
 ) -> Response {
     if let Err(r) =
@@ -151,7 +151,7 @@ pub(crate) async fn patch_lease(
         Ok(v) => v,
         Err(e) => return super::internal(e),
     };
-    match patched::<KubeLease>(&headers, &body, current) {
+    match patched::<KubeLease>(ct.as_str(), &body, current) {
         Ok(kube) => update_lease(&s, &name, kube, false).await,
         Err(r) => r,
     }

@@ -308,7 +308,8 @@ pub(crate) async fn put_node(
     if let Err(r) = check_operator(&caller, &name) {
         return r;
     }
-    let object: KubeNode = match super::push::json_body(&headers, &body) {
+    let object: KubeNode = match super::push::json_body(super::push::content_type(&headers), &body)
+    {
         Ok(o) => o,
         Err(r) => return r,
     };

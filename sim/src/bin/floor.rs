@@ -1,8 +1,9 @@
 //! `nodekeeper-floor`: the least server of pushed heartbeats on the
 //! controller's stack (`nodekeeper_sim::floor`), which `nodekeeper-bench
 //! --push --floor` runs in place of the controller. Like the controller's
-//! binary it allocates with mimalloc under the same options and runs a
-//! multi-thread tokio runtime with the default worker count (one per core).
+//! binary it allocates with mimalloc under the same options and runs on the
+//! same tokio runtime (`cli/src/runtime.rs`: one worker thread unless
+//! `TOKIO_WORKER_THREADS` says otherwise).
 //!
 //! `nodekeeper-floor --listen 127.0.0.1:PORT --nodes-file FILE` prints
 //! `nodekeeper-floor serving http://ADDR for N nodes` once it listens, and
@@ -19,6 +20,9 @@ use nodekeeper_sim::floor;
 // The controller's allocator and its options, from the same file.
 #[path = "../../../cli/src/allocator.rs"]
 mod allocator;
+// The controller's runtime, from the same file.
+#[path = "../../../cli/src/runtime.rs"]
+mod runtime;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -51,10 +55,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime::controller_runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("nodekeeper-floor: cannot start the runtime: {e}");

@@ -235,7 +235,6 @@ impl Info {
 mod tests {
     use std::collections::BTreeMap;
 
-    use axum::http::{header, HeaderMap, HeaderValue};
     use proptest::prelude::*;
     use serde_json::{json, Value};
 
@@ -361,14 +360,12 @@ mod tests {
         let current = super::super::Rendered::of(node, beat, patch)
             .into_value(patch)
             .unwrap();
-        let mut headers = HeaderMap::new();
         let media = match kind {
             PatchKind::Merge => "application/merge-patch+json",
             PatchKind::Strategic => "application/strategic-merge-patch+json",
         };
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(media));
         let only = super::super::PatchedFields::of(patch);
-        super::super::merged_status(&headers, Ok(patch), current, &node.name, only)
+        super::super::merged_status(media, Ok(patch), current, &node.name, only)
             .map(|(status, expected)| {
                 assert_eq!(expected, None);
                 status
