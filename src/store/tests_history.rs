@@ -218,7 +218,8 @@ fn checkpoints_make_at_exact_and_bounded() {
     );
 }
 
-fn step_until_done(
+/// Runs retention steps until one says there is no more to do.
+pub(super) fn step_until_done(
     store: &Store,
     config: &RetentionConfig,
     now: Micros,

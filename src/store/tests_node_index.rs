@@ -6,7 +6,7 @@
 
 use migrations::v2_node_index::index_key;
 
-use super::retention::TailBytes;
+use super::tests_history::step_until_done;
 use super::*;
 use crate::store::records::tests::sample_node;
 
@@ -177,19 +177,11 @@ fn retention_at_a_horizon_inside_a_run_keeps_the_rest_of_it() {
         runs(&store),
         vec![("a".to_string(), 1, 300), ("a".to_string(), 301, 5)]
     );
-    let config = RetentionConfig {
+    let ten_seconds = RetentionConfig {
         max_age: Some(std::time::Duration::from_secs(10)),
         max_bytes: None,
     };
-    let mut tail = TailBytes::default();
-    for _ in 0..100 {
-        let report = store
-            .retention_step(&config, Micros(20_000_000), &mut tail)
-            .unwrap();
-        if !report.more {
-            break;
-        }
-    }
+    step_until_done(&store, &ten_seconds, Micros(20_000_000));
     assert_eq!(store.horizon(), 150);
     // The run's rest is keyed by the first event kept.
     assert_eq!(

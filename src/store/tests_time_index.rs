@@ -6,7 +6,7 @@
 
 use migrations::v4_history_index::{parse_time_key, time_key};
 
-use super::retention::TailBytes;
+use super::tests_history::step_until_done;
 use super::time_index::STRIDE;
 use super::*;
 use crate::store::records::tests::sample_node;
@@ -222,19 +222,11 @@ fn retention_at_a_horizon_inside_a_write_keeps_times_exact() {
     store.flush_blocking().unwrap();
     let times = effective_times(&store);
     // Everything up to 10 s old at 20 s: the horizon is seq 150, inside the write.
-    let config = RetentionConfig {
+    let ten_seconds = RetentionConfig {
         max_age: Some(std::time::Duration::from_secs(10)),
         max_bytes: None,
     };
-    let mut tail = TailBytes::default();
-    for _ in 0..100 {
-        let report = store
-            .retention_step(&config, Micros(20_000_000), &mut tail)
-            .unwrap();
-        if !report.more {
-            break;
-        }
-    }
+    step_until_done(&store, &ten_seconds, Micros(20_000_000));
     assert_eq!(store.horizon(), 150);
     let kept: Vec<(u64, i64)> = times.iter().copied().filter(|(s, _)| *s > 150).collect();
     assert_eq!(effective_times(&store).len(), kept.len());
@@ -262,19 +254,11 @@ fn retention_of_a_dense_index_inside_a_write_keeps_times_exact() {
     store.flush_blocking().unwrap();
     make_dense(&store);
     let times = effective_times(&store);
-    let config = RetentionConfig {
+    let ten_seconds = RetentionConfig {
         max_age: Some(std::time::Duration::from_secs(10)),
         max_bytes: None,
     };
-    let mut tail = TailBytes::default();
-    for _ in 0..100 {
-        let report = store
-            .retention_step(&config, Micros(20_000_000), &mut tail)
-            .unwrap();
-        if !report.more {
-            break;
-        }
-    }
+    step_until_done(&store, &ten_seconds, Micros(20_000_000));
     assert_eq!(store.horizon(), 150);
     let kept: Vec<(u64, i64)> = times.iter().copied().filter(|(s, _)| *s > 150).collect();
     assert_eq!(time_entries(&store).len(), kept.len());
