@@ -237,6 +237,20 @@ pub(super) fn step_until_done(
     panic!("retention never finished");
 }
 
+/// Retention by age alone, everything older than `max_age` seconds at
+/// `now`, run until it is done.
+pub(super) fn prune_older_than(
+    store: &Store,
+    max_age: u64,
+    now: Micros,
+) -> Vec<retention::StepReport> {
+    let config = RetentionConfig {
+        max_age: Some(std::time::Duration::from_secs(max_age)),
+        max_bytes: None,
+    };
+    step_until_done(store, &config, now)
+}
+
 #[test]
 fn retention_by_age_prunes_to_a_checkpoint_and_keeps_at_exact() {
     let (_d, store) = open_every(Some(1_000));
@@ -244,11 +258,7 @@ fn retention_by_age_prunes_to_a_checkpoint_and_keeps_at_exact() {
     let events = all(&store);
     // Writes are a second per event apart: keep the last 1,200 seconds.
     let now = Micros(4_500 * 1_000_000);
-    let config = RetentionConfig {
-        max_age: Some(std::time::Duration::from_secs(1_200)),
-        max_bytes: None,
-    };
-    let reports = step_until_done(&store, &config, now);
+    let reports = prune_older_than(&store, 1_200, now);
     // First to the periodic checkpoint before the cut-off, then (the events
     // after it cost more than a checkpoint) to one written at the cut-off.
     assert_eq!(reports[0].horizon, Some(3_000), "{reports:?}");
@@ -308,11 +318,7 @@ fn retention_writes_a_checkpoint_at_the_cutoff_when_none_is_near() {
     let (_d, store) = open();
     flapping(&store, 5, 3_000, 100);
     let events = all(&store);
-    let config = RetentionConfig {
-        max_age: Some(std::time::Duration::from_secs(1_000)),
-        max_bytes: None,
-    };
-    step_until_done(&store, &config, Micros(3_000 * 1_000_000));
+    prune_older_than(&store, 1_000, Micros(3_000 * 1_000_000));
     let horizon = store.horizon();
     assert!(horizon > 1_000, "{horizon}");
     // Exactly the events older than the retention are gone.
@@ -499,11 +505,7 @@ fn an_export_carries_every_tree_and_the_horizon() {
         .meta_put(b"mirror_last_error", b"{\"message\":\"refused\"}")
         .unwrap();
     store.meta_put(b"binary", &[0xff, 0x00]).unwrap();
-    let config = RetentionConfig {
-        max_age: Some(std::time::Duration::from_secs(1_000)),
-        max_bytes: None,
-    };
-    step_until_done(&store, &config, Micros(2_500 * 1_000_000));
+    prune_older_than(&store, 1_000, Micros(2_500 * 1_000_000));
     let horizon = store.horizon();
     assert!(horizon > 1_000, "{horizon}");
     let mut exported = Vec::new();

@@ -6,7 +6,7 @@
 
 use migrations::v2_node_index::index_key;
 
-use super::tests_history::step_until_done;
+use super::tests_history::prune_older_than;
 use super::*;
 use crate::store::records::tests::sample_node;
 
@@ -177,11 +177,7 @@ fn retention_at_a_horizon_inside_a_run_keeps_the_rest_of_it() {
         runs(&store),
         vec![("a".to_string(), 1, 300), ("a".to_string(), 301, 5)]
     );
-    let ten_seconds = RetentionConfig {
-        max_age: Some(std::time::Duration::from_secs(10)),
-        max_bytes: None,
-    };
-    step_until_done(&store, &ten_seconds, Micros(20_000_000));
+    prune_older_than(&store, 10, Micros(20_000_000));
     assert_eq!(store.horizon(), 150);
     // The run's rest is keyed by the first event kept.
     assert_eq!(

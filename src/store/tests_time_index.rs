@@ -6,7 +6,7 @@
 
 use migrations::v4_history_index::{parse_time_key, time_key};
 
-use super::tests_history::step_until_done;
+use super::tests_history::prune_older_than;
 use super::time_index::STRIDE;
 use super::*;
 use crate::store::records::tests::sample_node;
@@ -222,11 +222,7 @@ fn retention_at_a_horizon_inside_a_write_keeps_times_exact() {
     store.flush_blocking().unwrap();
     let times = effective_times(&store);
     // Everything up to 10 s old at 20 s: the horizon is seq 150, inside the write.
-    let ten_seconds = RetentionConfig {
-        max_age: Some(std::time::Duration::from_secs(10)),
-        max_bytes: None,
-    };
-    step_until_done(&store, &ten_seconds, Micros(20_000_000));
+    prune_older_than(&store, 10, Micros(20_000_000));
     assert_eq!(store.horizon(), 150);
     let kept: Vec<(u64, i64)> = times.iter().copied().filter(|(s, _)| *s > 150).collect();
     assert_eq!(effective_times(&store).len(), kept.len());
@@ -254,11 +250,7 @@ fn retention_of_a_dense_index_inside_a_write_keeps_times_exact() {
     store.flush_blocking().unwrap();
     make_dense(&store);
     let times = effective_times(&store);
-    let ten_seconds = RetentionConfig {
-        max_age: Some(std::time::Duration::from_secs(10)),
-        max_bytes: None,
-    };
-    step_until_done(&store, &ten_seconds, Micros(20_000_000));
+    prune_older_than(&store, 10, Micros(20_000_000));
     assert_eq!(store.horizon(), 150);
     let kept: Vec<(u64, i64)> = times.iter().copied().filter(|(s, _)| *s > 150).collect();
     assert_eq!(time_entries(&store).len(), kept.len());
