@@ -96,11 +96,14 @@ pub(super) fn json_reply<T: serde::Serialize>(value: &T) -> Response {
 /// Bytes a rendered node usually takes, with room to spare.
 const REPLY_CAPACITY: usize = 4096;
 
+/// A request's `Content-Type` read from its headers (see [`ContentType`]).
 pub(super) fn content_type(headers: &HeaderMap) -> &str {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
+    as_text(headers.get(header::CONTENT_TYPE))
+}
+
+/// A header's value as text: empty when absent or not text.
+fn as_text(value: Option<&HeaderValue>) -> &str {
+    value.and_then(|v| v.to_str().ok()).unwrap_or("")
 }
 
 /// A request's `Content-Type` (empty when absent or not text), taken
@@ -110,7 +113,7 @@ pub(crate) struct ContentType(Option<HeaderValue>);
 
 impl ContentType {
     pub fn as_str(&self) -> &str {
-        self.0.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("")
+        as_text(self.0.as_ref())
     }
 }
 

@@ -89,10 +89,11 @@ pub fn decode_checkpoint(seq: u64, bytes: &[u8]) -> Result<Checkpoint, DecodeErr
     })
 }
 
-/// What the event at `seq` takes in the store: its record, a node index
-/// entry (an event that continues its node's run in a write takes less) and
-/// its share of the time index (the entries every stride of seqs hold; the
-/// one a write adds for its first event, at most one a write, is not counted).
+/// What the event at `seq` takes in the store, as retention counts it: its
+/// record, a node index entry (counted for every event, though one that
+/// continues its node's run in a write has none of its own) and its share
+/// of the time index (the entries every stride of seqs hold; the one a write
+/// adds for its first event, at most one a write, is not counted).
 pub fn stored_event_bytes(seq: u64, record_len: usize, node: Option<&str>) -> u64 {
     let time_entry = if super::time_index::indexed(seq, false) {
         16

@@ -9,7 +9,7 @@
 //! Kept true by the writers: [`Store::write_all`] indexes the first event
 //! it writes (after a restart or a prune the one before may be gone),
 //! retention gives the first event it keeps an entry, and import indexes
-//! every event.
+//! the first event it loads and every stride after it.
 
 use std::ops::Bound;
 
