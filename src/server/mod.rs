@@ -45,9 +45,28 @@ use crate::view::View;
 /// Request bodies are small here; anything larger is refused.
 pub const BODY_LIMIT: usize = 1 << 20;
 
-/// What the handlers read.
+/// What the handlers read: one [`SharedState`] behind one reference, so
+/// the `State` extractor's copy for each request is one reference count
+/// (it was a count for each field, and a lock for the shutdown token's).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<SharedState>);
+
+impl AppState {
+    pub fn new(shared: SharedState) -> AppState {
+        AppState(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = SharedState;
+
+    fn deref(&self) -> &SharedState {
+        &self.0
+    }
+}
+
+/// The parts of an [`AppState`].
+pub struct SharedState {
     pub view: Arc<View>,
     pub store: Arc<Store>,
     pub metrics: Arc<Metrics>,
