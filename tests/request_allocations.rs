@@ -128,7 +128,7 @@ fn the_guard_allocates_little_in_process() {
 /// Allocations a request makes over a kept-alive loopback connection
 /// served by [`serve_with`] (its connection wrappers included), client and
 /// server on this one thread, on average over many requests.
-async fn per_request_served(router: Router) -> u64 {
+async fn per_request_served(router: Router) -> f64 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
@@ -170,7 +170,7 @@ async fn per_request_served(router: Router) -> u64 {
     for _ in 0..rounds {
         exchange(&mut tcp).await;
     }
-    let per_request = (allocations() - before).div_ceil(rounds);
+    let per_request = (allocations() - before) as f64 / rounds as f64;
     drop(tcp);
     stop.cancel();
     server.await.unwrap().unwrap();
@@ -185,9 +185,11 @@ fn the_guard_allocates_little_when_served() {
         .unwrap();
     let bare = runtime.block_on(per_request_served(routes()));
     let guarded = runtime.block_on(per_request_served(guarded()));
+    // The loopback's reads and the runtime's timers add the odd allocation
+    // on a busy machine: half of one a request is allowed for them.
     assert!(
-        guarded <= bare + GUARD_ALLOCATIONS,
-        "a served guarded request allocates {guarded} times, a bare one {bare}: the guard's \
-         own allocations went up from {GUARD_ALLOCATIONS}"
+        guarded - bare <= GUARD_ALLOCATIONS as f64 + 0.5,
+        "a served guarded request allocates {guarded:.2} times, a bare one {bare:.2}: the \
+         guard's own allocations went up from {GUARD_ALLOCATIONS}"
     );
 }
