@@ -17,7 +17,7 @@ use crate::controller::{Controller, ControllerError, ControllerHandle};
 use crate::discovery::Discovery;
 use crate::metrics::Metrics;
 use crate::model::{Micros, Resources};
-use crate::server::AppState;
+use crate::server::{AppState, SharedState};
 use crate::source::static_list;
 use crate::store::Store;
 use crate::view::View;
@@ -230,7 +230,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     );
 
     let server_shutdown = CancellationToken::new();
-    let state = AppState {
+    let state = AppState::new(SharedState {
         view,
         store: store.clone(),
         metrics: metrics.clone(),
@@ -239,7 +239,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         mirror: mirror.as_ref().map(|m| m.1.clone()),
         health: health.clone(),
         node_json: Default::default(),
-    };
+    });
     let budgets = crate::server::Budgets::new(config.limits, Some(metrics.clone()));
     let router = crate::server::limited_router(state, config.tokens.clone(), budgets);
     let serve_config = config.serve.clone().metrics(metrics);

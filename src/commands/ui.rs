@@ -13,7 +13,7 @@ use crate::cli::UiArgs;
 use crate::controller::ControllerHandle;
 use crate::discovery::Discovery;
 use crate::metrics::Metrics;
-use crate::server::{AppState, Tokens};
+use crate::server::{AppState, SharedState, Tokens};
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::view::View;
 
@@ -90,7 +90,7 @@ pub async fn ui(args: &UiArgs, db: &Path) -> Outcome {
     // No controller reads this channel: the router refuses writes before any reaches it.
     let (controller, _) = ControllerHandle::channel();
     let shutdown = CancellationToken::new();
-    let state = AppState {
+    let state = AppState::new(SharedState {
         view,
         store: store.clone(),
         metrics: Arc::new(Metrics::new()),
@@ -99,7 +99,7 @@ pub async fn ui(args: &UiArgs, db: &Path) -> Outcome {
         mirror: None,
         health: crate::readiness::Health::new(),
         node_json: Default::default(),
-    };
+    });
     let router = crate::server::console::read_only_router(state, tokens);
     let listener = TcpListener::bind(args.listen)
         .await

@@ -110,13 +110,19 @@ impl Tokens {
 
     /// The caller a token stands for, and its name.
     pub fn identify(&self, token: &str) -> Option<(Caller, Identity)> {
+        self.position(token)
+            .map(|i| (self.entries[i].1.clone(), Identity(self.users[i].clone())))
+    }
+
+    /// The index of a token's entry, every known token compared.
+    fn position(&self, token: &str) -> Option<usize> {
         let mut found = None;
         for (i, (known, _)) in self.entries.iter().enumerate() {
             if constant_time_eq(known, token.as_bytes()) {
                 found = Some(i);
             }
         }
-        found.map(|i| (self.entries[i].1.clone(), Identity(self.users[i].clone())))
+        found
     }
 
     pub fn len(&self) -> usize {
@@ -221,9 +227,36 @@ pub async fn authenticate(
     request: Request,
     next: Next,
 ) -> Response {
-    match identify(tokens.as_deref(), request) {
+    match identify(tokens.as_ref(), request) {
         Ok(request) => next.run(request).await,
         Err(refused) => refused,
+    }
+}
+
+/// Who a request comes from, as [`identify`] found it: one request
+/// extension, from which the [`Caller`] and [`Identity`] extractors make
+/// their values only when a handler asks (most heartbeats need the caller
+/// alone, and an anonymous one costs no copy).
+#[derive(Clone)]
+enum Authenticated {
+    Anonymous,
+    /// The entry of `--token-file` the request's token matched.
+    Token(Arc<Tokens>, usize),
+}
+
+impl Authenticated {
+    fn caller(&self) -> Caller {
+        match self {
+            Authenticated::Anonymous => Caller::Anonymous,
+            Authenticated::Token(tokens, i) => tokens.entries[*i].1.clone(),
+        }
+    }
+
+    fn identity(&self) -> Identity {
+        match self {
+            Authenticated::Anonymous => Identity(ANONYMOUS.into()),
+            Authenticated::Token(tokens, i) => Identity(tokens.users[*i].clone()),
+        }
     }
 }
 
@@ -234,21 +267,24 @@ pub async fn authenticate(
 /// and `/readyz`; a token presented there must be valid all the same.
 // The refusal is a ready 401, built once per refused request.
 #[allow(clippy::result_large_err)]
-pub(super) fn identify(tokens: Option<&Tokens>, mut request: Request) -> Result<Request, Response> {
-    let anonymous = || (Caller::Anonymous, Identity(ANONYMOUS.into()));
-    let (caller, identity) = match tokens {
-        None => anonymous(),
+pub(super) fn identify(
+    tokens: Option<&Arc<Tokens>>,
+    mut request: Request,
+) -> Result<Request, Response> {
+    let found = match tokens {
+        None => Authenticated::Anonymous,
         Some(tokens) => match bearer_token(request.headers()) {
-            Some(token) => match tokens.identify(token) {
-                Some(found) => found,
+            Some(token) => match tokens.position(token) {
+                Some(i) => Authenticated::Token(tokens.clone(), i),
                 None => return Err(unauthorized()),
             },
-            None if super::limits::is_health_check(request.uri().path()) => anonymous(),
+            None if super::limits::is_health_check(request.uri().path()) => {
+                Authenticated::Anonymous
+            }
             None => return Err(unauthorized()),
         },
     };
-    request.extensions_mut().insert(caller);
-    request.extensions_mut().insert(identity);
+    request.extensions_mut().insert(found);
     Ok(request)
 }
 
@@ -299,7 +335,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Identity {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Identity, Response> {
-        parts.extensions.get::<Identity>().cloned().ok_or_else(|| {
+        let found = parts.extensions.get::<Authenticated>();
+        found.map(Authenticated::identity).ok_or_else(|| {
             super::internal("the caller is unknown: the auth layer is not installed on this route")
         })
     }
@@ -311,7 +348,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Caller, Response> {
-        parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
+        let found = parts.extensions.get::<Authenticated>();
+        found.map(Authenticated::caller).ok_or_else(|| {
             super::internal("the caller is unknown: the auth layer is not installed on this route")
         })
     }

@@ -11,6 +11,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, Method, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
+use http_body_util::combinators::Collect;
 use http_body_util::{BodyExt, Limited};
 use tokio::sync::Semaphore;
 
@@ -122,69 +123,66 @@ pub fn classify(method: &Method, path: &str, query: Option<&str>) -> Option<Requ
 /// slot in a budget, and its count in the in-flight gauge.
 pub(super) struct Admitted {
     _permit: tokio::sync::OwnedSemaphorePermit,
-    _in_flight: InFlight,
+    in_flight: InFlight,
 }
 
-/// Admits a request against its budget (health checks count against none)
-/// and reads its body, within the deadline and the size cap, before the
-/// handler sees it. A refusal is the answer to send: 429, 408, 413 or 400.
-pub(super) async fn admit(
-    budgets: &Budgets,
-    request: Request,
-) -> Result<(Request, Option<Admitted>), Response> {
+/// Admits a request against its budget: `Ok(None)` for health checks,
+/// which count against none; a refusal is the 429 to answer. An admitted
+/// request's body is then read with [`read_body`] before the handler sees it.
+#[allow(clippy::result_large_err)]
+pub(super) fn admit(budgets: &Budgets, request: &Request) -> Result<Option<Admitted>, Response> {
     let Some(kind) = classify(
         request.method(),
         request.uri().path(),
         request.uri().query(),
     ) else {
-        return Ok((request, None));
+        return Ok(None);
     };
     let Ok(permit) = budgets.semaphore(&kind).clone().try_acquire_owned() else {
         budgets.rejected(kind, RejectReason::TooManyRequests);
         return Err(too_many_requests());
     };
-    let in_flight = InFlight::start(budgets.metrics.clone(), kind.clone());
-    let version = request.version();
-    let (parts, body) = request.into_parts();
-    let body = match read_body(body, budgets.limits.body_timeout).await {
-        Ok(body) => body,
-        Err(BodyError::TooLarge) => {
-            return Err(super::status_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestEntityTooLarge",
-                format!("Request entity too large: limit is {BODY_LIMIT}"),
-            ))
-        }
-        Err(BodyError::Failed(e)) => {
-            return Err(super::bad_request(format!(
-                "the request body could not be read: {e}"
-            )))
-        }
-        Err(BodyError::TimedOut) => {
-            budgets.rejected(kind, RejectReason::BodyTimeout);
-            return Err(body_timed_out(budgets.limits.body_timeout, version));
-        }
-    };
-    let admitted = Admitted {
+    Ok(Some(Admitted {
         _permit: permit,
-        _in_flight: in_flight,
-    };
-    Ok((Request::from_parts(parts, body), Some(admitted)))
+        in_flight: InFlight::start(budgets.metrics.clone(), kind),
+    }))
 }
 
-enum BodyError {
-    TooLarge,
-    TimedOut,
-    Failed(String),
+/// A request body being read whole, within the size cap and the deadline.
+pub(super) type BodyRead = tokio::time::Timeout<Collect<Limited<Body>>>;
+
+/// Reads an admitted request's body, within `budgets`' deadline and
+/// [`BODY_LIMIT`]; its outcome goes to [`body_read`].
+pub(super) fn read_body(budgets: &Budgets, body: Body) -> BodyRead {
+    tokio::time::timeout(
+        budgets.limits.body_timeout,
+        Limited::new(body, BODY_LIMIT).collect(),
+    )
 }
 
-async fn read_body(body: Body, timeout: Duration) -> Result<Body, BodyError> {
-    let read = Limited::new(body, BODY_LIMIT).collect();
-    match tokio::time::timeout(timeout, read).await {
-        Err(_) => Err(BodyError::TimedOut),
+/// The body a [`read_body`] read, for the handler; or the refusal to
+/// answer: 408, 413 or 400.
+#[allow(clippy::result_large_err)]
+pub(super) fn body_read(
+    budgets: &Budgets,
+    admitted: &Admitted,
+    read: <BodyRead as std::future::Future>::Output,
+    version: Version,
+) -> Result<Body, Response> {
+    match read {
         Ok(Ok(collected)) => Ok(Body::from(collected.to_bytes())),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
-        Ok(Err(e)) => Err(BodyError::Failed(e.to_string())),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(super::status_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {BODY_LIMIT}"),
+        )),
+        Ok(Err(e)) => Err(super::bad_request(format!(
+            "the request body could not be read: {e}"
+        ))),
+        Err(_) => {
+            budgets.rejected(admitted.in_flight.kind.clone(), RejectReason::BodyTimeout);
+            Err(body_timed_out(budgets.limits.body_timeout, version))
+        }
     }
 }
 

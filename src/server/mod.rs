@@ -7,6 +7,7 @@ mod connections;
 pub mod console;
 mod discovery;
 mod events;
+mod guard;
 mod health;
 mod leases;
 pub mod limits;
@@ -30,9 +31,7 @@ pub use serve::{
 };
 pub use v1::{HistoryParams, NodeEntry};
 
-use axum::extract::DefaultBodyLimit;
 use axum::http::{header, StatusCode};
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -46,9 +45,28 @@ use crate::view::View;
 /// Request bodies are small here; anything larger is refused.
 pub const BODY_LIMIT: usize = 1 << 20;
 
-/// What the handlers read.
+/// What the handlers read: one [`SharedState`] behind one reference, so
+/// the `State` extractor's copy for each request is one reference count
+/// (it was a count for each field, and a lock for the shutdown token's).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<SharedState>);
+
+impl AppState {
+    pub fn new(shared: SharedState) -> AppState {
+        AppState(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = SharedState;
+
+    fn deref(&self) -> &SharedState {
+        &self.0
+    }
+}
+
+/// The parts of an [`AppState`].
+pub struct SharedState {
     pub view: Arc<View>,
     pub store: Arc<Store>,
     pub metrics: Arc<Metrics>,
@@ -173,6 +191,8 @@ pub fn harden<S: Clone + Send + Sync + 'static>(
 /// check, so an unauthorized request is refused before anything else; the
 /// request budgets and the body deadline; the body cap; and every error
 /// answered as a `Status`. A method a path does not serve is a 405 `Status`.
+/// (The guard reads every admitted body whole, within [`BODY_LIMIT`], before
+/// the handler; health checks read none.)
 pub fn harden_with<S: Clone + Send + Sync + 'static>(
     routes: Router<S>,
     tokens: Option<Arc<Tokens>>,
@@ -180,42 +200,7 @@ pub fn harden_with<S: Clone + Send + Sync + 'static>(
 ) -> Router<S> {
     routes
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(middleware::from_fn_with_state(
-            Arc::new(Guard { tokens, budgets }),
-            guard,
-        ))
-}
-
-/// What [`guard`] checks requests against.
-struct Guard {
-    tokens: Option<Arc<Tokens>>,
-    budgets: Arc<Budgets>,
-}
-
-/// One layer rather than three: each `from_fn` layer boxes the request's
-/// future and the rest of the stack again, thousands of times a second
-/// under heartbeats.
-async fn guard(
-    axum::extract::State(guard): axum::extract::State<Arc<Guard>>,
-    request: axum::extract::Request,
-    next: middleware::Next,
-) -> Response {
-    let health = limits::is_health_check(request.uri().path());
-    let request = match auth::identify(guard.tokens.as_deref(), request) {
-        Ok(request) => request,
-        Err(refused) => return refused,
-    };
-    let (request, admitted) = match limits::admit(&guard.budgets, request).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
-    };
-    let response = errors_as_status(health, next.run(request).await).await;
-    match admitted {
-        // A watch holds its slot for as long as it streams.
-        Some(admitted) => limits::hold_until_sent(response, admitted),
-        None => response,
-    }
+        .layer(guard::GuardLayer::new(tokens, budgets))
 }
 
 /// Error answers that are not JSON (axum's rejections are plain text, its
@@ -223,17 +208,10 @@ async fn guard(
 /// their headers (`Allow`, `Retry-After`, …). Health checks answer in
 /// plain text, as Kubernetes components do.
 async fn errors_as_status(health: bool, response: Response) -> Response {
+    if !is_plain_error(health, &response) {
+        return response;
+    }
     let code = response.status();
-    if health || !(code.is_client_error() || code.is_server_error()) {
-        return response;
-    }
-    let is_json = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if is_json {
-        return response;
-    }
     let (mut parts, body) = response.into_parts();
     // axum's rejection texts say what was wrong; keep them (they are short).
     let text = match axum::body::to_bytes(body, 4096).await {
@@ -253,6 +231,20 @@ async fn errors_as_status(health: bool, response: Response) -> Response {
     let (new_parts, body) = status.into_parts();
     parts.headers.extend(new_parts.headers);
     Response::from_parts(parts, body)
+}
+
+/// An error answer [`errors_as_status`] rewrites: not a health check's,
+/// and not JSON already.
+fn is_plain_error(health: bool, response: &Response) -> bool {
+    let code = response.status();
+    if health || !(code.is_client_error() || code.is_server_error()) {
+        return false;
+    }
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    !is_json
 }
 
 /// The `reason` Kubernetes gives a status code.

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::*;
 use crate::controller::ControllerHandle;
 use crate::model::{Condition, ConditionStatus, Resources, READY};
-use crate::server::AppState;
+use crate::server::{AppState, SharedState};
 use crate::store::{Store, StoreOptions};
 use crate::view::View;
 
@@ -179,7 +179,7 @@ fn deleted_nodes_are_forgotten() {
 fn state(dir: &tempfile::TempDir) -> AppState {
     let store = Store::open(&dir.path().join("db"), &StoreOptions::default()).unwrap();
     let (controller, _) = ControllerHandle::channel();
-    AppState {
+    AppState::new(SharedState {
         view: Arc::new(View::default()),
         store: Arc::new(store),
         metrics: Arc::new(crate::metrics::Metrics::new()),
@@ -188,7 +188,7 @@ fn state(dir: &tempfile::TempDir) -> AppState {
         mirror: None,
         health: crate::readiness::Health::new(),
         node_json: Default::default(),
-    }
+    })
 }
 
 /// `GET /api/v1/nodes?{query}` through the handler.
