@@ -22,6 +22,7 @@ use crate::controller::{PushError, PushedStatus};
 
 mod kubelet_patch;
 pub(super) mod reply;
+mod text;
 
 /// A refused write, as a Kubernetes `Status`.
 pub(crate) fn push_error(e: PushError) -> Response {
@@ -448,11 +449,9 @@ async fn push_status(
 fn kubelet_status(
     s: &AppState,
     name: &str,
-    patch: kubelet_patch::KubeletPatch,
+    patch: kubelet_patch::KubeletPatch<'_>,
 ) -> Option<kubelet_patch::KubeletStatus> {
-    s.view
-        .with_node(name, |node, _| patch.against(node))??
-        .into_status()
+    s.view.with_node(name, |node, _| patch.against(node))?
 }
 
 /// `PUT /api/v1/nodes/{name}/status`: the whole status, replaced.
@@ -490,12 +489,12 @@ pub(crate) async fn patch_status(
     // A kubelet's own patch, read without rendering the node and merging.
     let kubelet = PatchKind::from_content_type(ct.as_str())
         .and_then(|kind| kubelet_status(&s, &name, kubelet_patch::read(kind, &body)?));
-    if let Some(kubelet_patch::KubeletStatus { status, types }) = kubelet {
+    if let Some(kubelet) = kubelet {
         // Bounded before merging, as below.
-        if let Err(e) = crate::validation::extra_conditions([], types.iter().map(String::as_str)) {
+        if let Err(e) = crate::validation::extra_conditions([], kubelet.types()) {
             return invalid_fields("Node", &name, vec![e]);
         }
-        return push_status(&s, name, status, None).await;
+        return push_status(&s, name, kubelet.status, None).await;
     }
     let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&body);
     let patch = parsed.as_ref().unwrap_or(&serde_json::Value::Null);
