@@ -21,6 +21,7 @@ use super::{status_error, AppState};
 use crate::controller::{PushError, PushedStatus};
 
 mod kubelet_patch;
+pub(super) mod lease_renewal;
 pub(super) mod reply;
 mod text;
 
@@ -131,6 +132,12 @@ impl<S: Send + Sync> FromRequestParts<S> for ContentType {
 
 /// Parses a JSON body of a `PUT` or `POST` sent as `ct`.
 pub(crate) fn json_body<T: DeserializeOwned>(ct: &str, body: &Bytes) -> Result<T, Response> {
+    check_json(ct)?;
+    serde_json::from_slice(body).map_err(|e| malformed(&e))
+}
+
+/// Refuses a body of a `PUT` or `POST` sent as `ct` unless it is JSON.
+pub(super) fn check_json(ct: &str) -> Result<(), Response> {
     let media = ct.split(';').next().unwrap_or("").trim();
     if !(media == "application/json" || media.is_empty()) {
         return Err(status_error(
@@ -139,7 +146,7 @@ pub(crate) fn json_body<T: DeserializeOwned>(ct: &str, body: &Bytes) -> Result<T
             format!("the body of the request was in an unknown format - accepted media types include: application/json (got {ct:?})"),
         ));
     }
-    serde_json::from_slice(body).map_err(|e| malformed(&e))
+    Ok(())
 }
 
 pub(super) fn malformed(e: &serde_json::Error) -> Response {
