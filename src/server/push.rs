@@ -77,13 +77,23 @@ pub(crate) fn push_error(e: PushError) -> Response {
     }
 }
 
-/// A 200 with `value` as JSON, written into a buffer sized for a node at
-/// once (axum's `Json` starts at 128 bytes and grows, copying, to the
-/// kilobytes a node takes: thousands of times a second here).
+/// A 200 with `value` as JSON. It is written into this thread's reply
+/// buffer, then copied into a body of its exact size: axum's `Json` starts
+/// at 128 bytes and grows, copying, to the kilobytes a node takes, and a
+/// body with room to spare costs hyper's `Bytes` one more allocation to
+/// share it (thousands of times a second here).
 pub(super) fn json_reply<T: serde::Serialize>(value: &T) -> Response {
-    let mut body = Vec::with_capacity(REPLY_CAPACITY);
-    match serde_json::to_writer(&mut body, value) {
-        Ok(()) => (
+    let body = REPLY_BUFFER.with_borrow_mut(|buffer| {
+        buffer.clear();
+        let written = serde_json::to_writer(&mut *buffer, value).map(|()| buffer.to_vec());
+        // A reply far larger than a node's does not stay held by the thread.
+        if buffer.capacity() > 4 * REPLY_CAPACITY {
+            *buffer = Vec::with_capacity(REPLY_CAPACITY);
+        }
+        written
+    });
+    match body {
+        Ok(body) => (
             [(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
@@ -93,6 +103,12 @@ pub(super) fn json_reply<T: serde::Serialize>(value: &T) -> Response {
             .into_response(),
         Err(e) => super::internal(e),
     }
+}
+
+thread_local! {
+    /// Where [`json_reply`] writes: one per runtime worker, reused.
+    static REPLY_BUFFER: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(Vec::with_capacity(REPLY_CAPACITY));
 }
 
 /// Bytes a rendered node usually takes, with room to spare.

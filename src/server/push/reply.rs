@@ -10,9 +10,9 @@ use std::fmt::{self, Write as _};
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
-use crate::kube::{
-    cpu_quantity, go_arch, memory_quantity, HOSTNAME_LABEL, MAX_PODS, OS_LABEL, SOURCE_ANNOTATION,
-};
+#[cfg(doc)]
+use crate::kube::{cpu_quantity, memory_quantity};
+use crate::kube::{go_arch, HOSTNAME_LABEL, MAX_PODS, OS_LABEL, SOURCE_ANNOTATION};
 use crate::model::{self, Micros, NODE_LEASE_NAMESPACE};
 use crate::serialize::Each;
 
@@ -158,10 +158,7 @@ impl Serialize for Status<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let node = self.0;
         // Nothing is reserved for system daemons: allocatable equals capacity.
-        let resources = Resources {
-            cpu: cpu_quantity(node.capacity.cpu_millis).0,
-            memory: memory_quantity(node.capacity.memory_bytes).0,
-        };
+        let resources = Resources(&node.capacity);
         let mut map = serializer.serialize_map(Some(5))?;
         map.serialize_entry("addresses", &Each(&node.addresses, Address))?;
         map.serialize_entry("allocatable", &resources)?;
@@ -183,18 +180,53 @@ impl Serialize for Address<'_> {
     }
 }
 
-struct Resources {
-    cpu: String,
-    memory: String,
-}
+/// Capacity as [`cpu_quantity`] and [`memory_quantity`] write it, without
+/// a `String` for each.
+struct Resources<'a>(&'a model::Resources);
 
-impl Serialize for Resources {
+impl Serialize for Resources<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(3))?;
-        map.serialize_entry("cpu", &self.cpu)?;
-        map.serialize_entry("memory", &self.memory)?;
+        map.serialize_entry("cpu", &Cpu(self.0.cpu_millis))?;
+        map.serialize_entry("memory", &Memory(self.0.memory_bytes))?;
         map.serialize_entry("pods", MAX_PODS)?;
         map.end()
+    }
+}
+
+/// Millicores as [`cpu_quantity`] writes them (`1`, `1500m`).
+struct Cpu(u64);
+
+impl Serialize for Cpu {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let millis = self.0;
+        if millis.is_multiple_of(1000) {
+            serializer.collect_str(&(millis / 1000))
+        } else {
+            serializer.collect_str(&format_args!("{millis}m"))
+        }
+    }
+}
+
+/// Bytes as [`memory_quantity`] writes them: in the largest binary suffix
+/// that divides them exactly (`3Gi`, `1536Mi`, `1000`).
+struct Memory(u64);
+
+impl Serialize for Memory {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+        let mut value = self.0;
+        let mut suffix = "";
+        if value != 0 {
+            for s in SUFFIXES {
+                if !value.is_multiple_of(1024) {
+                    break;
+                }
+                value /= 1024;
+                suffix = s;
+            }
+        }
+        serializer.collect_str(&format_args!("{value}{suffix}"))
     }
 }
 
@@ -518,6 +550,27 @@ mod tests {
             lease.acquire_time = Some(Micros(1_764_000_000_000_000));
             lease.renew_time = Some(Micros(1_764_000_100_000_007));
             lease.lease_transitions = Some(2);
+        }
+    }
+
+    #[test]
+    fn quantities_are_written_as_the_kubernetes_object_writes_them() {
+        let mut n = node();
+        for (cpu_millis, memory_bytes) in [
+            (0, 0),
+            (1, 1),
+            (999, 1023),
+            (1000, 1024),
+            (1500, 1536 << 20),
+            (64_000, 3 << 30),
+            (u64::MAX, u64::MAX),
+            (1000 * (u64::MAX / 1000), 1 << 60),
+        ] {
+            n.capacity = Resources {
+                cpu_millis,
+                memory_bytes,
+            };
+            same_as_the_kubernetes_object(&n);
         }
     }
 
