@@ -362,6 +362,15 @@ fn reason(field: &str, reason: &str) -> Vec<FieldError> {
 
 /// One pushed condition: its type, reason and message.
 pub fn condition(index: usize, kind: &str, reason_text: &str, message: &str) -> Vec<FieldError> {
+    // Every heartbeat checks each condition: the fields' paths are written
+    // only for one that has an error (the checks allocate nothing when fine).
+    if !kind.is_empty()
+        && qualified_name("", kind).is_empty()
+        && reason("", reason_text).is_empty()
+        && message.len() <= MAX_MESSAGE
+    {
+        return Vec::new();
+    }
     let at = format!("status.conditions[{index}]");
     let mut errors = Vec::new();
     if kind.is_empty() {

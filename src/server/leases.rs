@@ -13,9 +13,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 
-use super::push::{invalid, json_body, json_reply, patched, push_error, ContentType};
+use super::push::{
+    check_json, invalid, json_body, json_reply, lease_renewal, patched, push_error, ContentType,
+};
 use super::{status_error, AppState};
-use crate::model::NODE_LEASE_NAMESPACE;
+use crate::model::{Lease, NODE_LEASE_NAMESPACE};
 
 fn check_namespace(namespace: &str) -> Result<(), Response> {
     if namespace == NODE_LEASE_NAMESPACE {
@@ -125,10 +127,25 @@ pub(crate) async fn put_lease(
     {
         return r;
     }
-    match json_body::<KubeLease>(ct.as_str(), &body) {
-        Ok(kube) => update_lease(&s, &name, kube, true).await,
+    match renewal(ct.as_str(), &body, &name) {
+        Ok((lease, expected)) => update_lease(&s, lease, expected).await,
         Err(r) => r,
     }
+}
+
+/// The Lease a `PUT` of `body` (sent as `ct`) writes and the version it
+/// expects: a kubelet's renewal read straight into the domain, any other
+/// body through k8s-openapi's Lease, which says what is refused.
+fn renewal(ct: &str, body: &Bytes, name: &str) -> Result<(Lease, Option<u64>), Response> {
+    check_json(ct)?;
+    if let Some(read) = lease_renewal::read(body, name) {
+        return Ok(read);
+    }
+    let kube = json_body::<KubeLease>(ct, body)?;
+    let lease = crate::kube::lease(&kube, name).map_err(|e| invalid("Lease", name, e))?;
+    let expected =
+        crate::kube::expected_version(&kube.metadata).map_err(|e| invalid("Lease", name, e))?;
+    Ok((lease, expected))
 }
 
 /// `PATCH .../leases/{name}`.
@@ -151,30 +168,18 @@ pub(crate) async fn patch_lease(
         Ok(v) => v,
         Err(e) => return super::internal(e),
     };
-    match patched::<KubeLease>(ct.as_str(), &body, current) {
-        Ok(kube) => update_lease(&s, &name, kube, false).await,
-        Err(r) => r,
+    let kube = match patched::<KubeLease>(ct.as_str(), &body, current) {
+        Ok(kube) => kube,
+        Err(r) => return r,
+    };
+    // The patch applies to the current Lease; its version is not a precondition.
+    match crate::kube::lease(&kube, &name) {
+        Ok(lease) => update_lease(&s, lease, None).await,
+        Err(e) => invalid("Lease", &name, e),
     }
 }
 
-async fn update_lease(
-    s: &AppState,
-    name: &str,
-    kube: KubeLease,
-    version_is_precondition: bool,
-) -> Response {
-    let lease = match crate::kube::lease(&kube, name) {
-        Ok(l) => l,
-        Err(e) => return invalid("Lease", name, e),
-    };
-    let expected = if version_is_precondition {
-        match crate::kube::expected_version(&kube.metadata) {
-            Ok(v) => v,
-            Err(e) => return invalid("Lease", name, e),
-        }
-    } else {
-        None
-    };
+async fn update_lease(s: &AppState, lease: Lease, expected: Option<u64>) -> Response {
     match s.controller.update_lease(lease, expected).await {
         Ok(lease) => json_reply(&super::push::reply::LeaseReply(&lease)),
         Err(e) => push_error(e),

@@ -21,7 +21,9 @@ use super::{status_error, AppState};
 use crate::controller::{PushError, PushedStatus};
 
 mod kubelet_patch;
+pub(super) mod lease_renewal;
 pub(super) mod reply;
+mod text;
 
 /// A refused write, as a Kubernetes `Status`.
 pub(crate) fn push_error(e: PushError) -> Response {
@@ -75,13 +77,23 @@ pub(crate) fn push_error(e: PushError) -> Response {
     }
 }
 
-/// A 200 with `value` as JSON, written into a buffer sized for a node at
-/// once (axum's `Json` starts at 128 bytes and grows, copying, to the
-/// kilobytes a node takes: thousands of times a second here).
+/// A 200 with `value` as JSON. It is written into this thread's reply
+/// buffer, then copied into a body of its exact size: axum's `Json` starts
+/// at 128 bytes and grows, copying, to the kilobytes a node takes, and a
+/// body with room to spare costs hyper's `Bytes` one more allocation to
+/// share it (thousands of times a second here).
 pub(super) fn json_reply<T: serde::Serialize>(value: &T) -> Response {
-    let mut body = Vec::with_capacity(REPLY_CAPACITY);
-    match serde_json::to_writer(&mut body, value) {
-        Ok(()) => (
+    let body = REPLY_BUFFER.with_borrow_mut(|buffer| {
+        buffer.clear();
+        let written = serde_json::to_writer(&mut *buffer, value).map(|()| buffer.to_vec());
+        // A reply far larger than a node's does not stay held by the thread.
+        if buffer.capacity() > 4 * REPLY_CAPACITY {
+            *buffer = Vec::with_capacity(REPLY_CAPACITY);
+        }
+        written
+    });
+    match body {
+        Ok(body) => (
             [(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
@@ -91,6 +103,12 @@ pub(super) fn json_reply<T: serde::Serialize>(value: &T) -> Response {
             .into_response(),
         Err(e) => super::internal(e),
     }
+}
+
+thread_local! {
+    /// Where [`json_reply`] writes: one per runtime worker, reused.
+    static REPLY_BUFFER: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(Vec::with_capacity(REPLY_CAPACITY));
 }
 
 /// Bytes a rendered node usually takes, with room to spare.
@@ -130,6 +148,12 @@ impl<S: Send + Sync> FromRequestParts<S> for ContentType {
 
 /// Parses a JSON body of a `PUT` or `POST` sent as `ct`.
 pub(crate) fn json_body<T: DeserializeOwned>(ct: &str, body: &Bytes) -> Result<T, Response> {
+    check_json(ct)?;
+    serde_json::from_slice(body).map_err(|e| malformed(&e))
+}
+
+/// Refuses a body of a `PUT` or `POST` sent as `ct` unless it is JSON.
+pub(super) fn check_json(ct: &str) -> Result<(), Response> {
     let media = ct.split(';').next().unwrap_or("").trim();
     if !(media == "application/json" || media.is_empty()) {
         return Err(status_error(
@@ -138,7 +162,7 @@ pub(crate) fn json_body<T: DeserializeOwned>(ct: &str, body: &Bytes) -> Result<T
             format!("the body of the request was in an unknown format - accepted media types include: application/json (got {ct:?})"),
         ));
     }
-    serde_json::from_slice(body).map_err(|e| malformed(&e))
+    Ok(())
 }
 
 pub(super) fn malformed(e: &serde_json::Error) -> Response {
@@ -448,11 +472,9 @@ async fn push_status(
 fn kubelet_status(
     s: &AppState,
     name: &str,
-    patch: kubelet_patch::KubeletPatch,
+    patch: kubelet_patch::KubeletPatch<'_>,
 ) -> Option<kubelet_patch::KubeletStatus> {
-    s.view
-        .with_node(name, |node, _| patch.against(node))??
-        .into_status()
+    s.view.with_node(name, |node, _| patch.against(node))?
 }
 
 /// `PUT /api/v1/nodes/{name}/status`: the whole status, replaced.
@@ -490,12 +512,12 @@ pub(crate) async fn patch_status(
     // A kubelet's own patch, read without rendering the node and merging.
     let kubelet = PatchKind::from_content_type(ct.as_str())
         .and_then(|kind| kubelet_status(&s, &name, kubelet_patch::read(kind, &body)?));
-    if let Some(kubelet_patch::KubeletStatus { status, types }) = kubelet {
+    if let Some(kubelet) = kubelet {
         // Bounded before merging, as below.
-        if let Err(e) = crate::validation::extra_conditions([], types.iter().map(String::as_str)) {
+        if let Err(e) = crate::validation::extra_conditions([], kubelet.types()) {
             return invalid_fields("Node", &name, vec![e]);
         }
-        return push_status(&s, name, status, None).await;
+        return push_status(&s, name, kubelet.status, None).await;
     }
     let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&body);
     let patch = parsed.as_ref().unwrap_or(&serde_json::Value::Null);

@@ -11,84 +11,108 @@
 //! string, a condition given in part that the node does not have, or in
 //! part in a JSON merge patch, which replaces the list) is not read here: it
 //! takes the general merge, which also answers what is refused.
+//!
+//! The patch's strings are borrowed from the body, and the pushed status is
+//! written from them and the node at once: the only copies are the strings
+//! the pushed status keeps.
 
-use k8s_openapi::api::core::v1::{Node as KubeNode, NodeCondition, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
 
+use super::text::Text;
 use crate::kube::patch::PatchKind;
-use crate::model::{self, PushedStatus};
+use crate::model::{self, validation, ConditionStatus, NodeInfo, PushedCondition, PushedStatus};
 
-/// What a kubelet's patch pushes and the condition types it names.
+/// What a kubelet's patch pushes.
 pub(super) struct KubeletStatus {
     pub status: PushedStatus,
-    pub types: Vec<String>,
 }
 
-/// A kubelet's status patch as read, before it is set against its node.
-pub(super) struct KubeletPatch {
+impl KubeletStatus {
+    /// The condition types the patch names, in the order they are pushed.
+    pub fn types(&self) -> impl Iterator<Item = &str> {
+        self.status.conditions.iter().map(|c| c.kind.as_str())
+    }
+}
+
+/// A kubelet's status patch as read, borrowing its body, before it is set
+/// against its node.
+pub(super) struct KubeletPatch<'a> {
     kind: PatchKind,
-    conditions: Vec<Condition>,
-    node_info: Option<Info>,
+    conditions: Vec<Condition<'a>>,
+    node_info: Option<Info<'a>>,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Patch {
-    status: Status,
+#[serde(deny_unknown_fields, bound(deserialize = "'de: 'a"))]
+struct Patch<'a> {
+    status: Status<'a>,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Status {
+#[serde(deny_unknown_fields, bound(deserialize = "'de: 'a"))]
+struct Status<'a> {
     #[serde(default, deserialize_with = "present")]
-    conditions: Option<Vec<Condition>>,
+    conditions: Option<Vec<Condition<'a>>>,
+    /// A list (of anything: the merge reads it, not this path); a list of a
+    /// type without size is read without allocating.
     #[serde(
         rename = "$setElementOrder/conditions",
         default,
         deserialize_with = "present"
     )]
-    order: Option<IgnoredAny>,
+    order: Option<Vec<IgnoredAny>>,
     #[serde(rename = "nodeInfo", default, deserialize_with = "present")]
-    node_info: Option<Info>,
+    node_info: Option<Info<'a>>,
 }
 
 /// One condition of the patch: its type and heartbeat, and of the rest
 /// what changed (a kubelet's first patch gives them all).
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Condition {
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    bound(deserialize = "'de: 'a")
+)]
+struct Condition<'a> {
     #[serde(rename = "type")]
-    kind: String,
+    kind: Text<'a>,
     #[serde(default, deserialize_with = "present")]
-    status: Option<String>,
+    status: Option<Text<'a>>,
     #[serde(default, deserialize_with = "present")]
-    reason: Option<String>,
+    reason: Option<Text<'a>>,
     #[serde(default, deserialize_with = "present")]
-    message: Option<String>,
+    message: Option<Text<'a>>,
     last_heartbeat_time: Time,
+    /// Not pushed (the controller keeps its own), but read as the merge
+    /// reads it: a time that is not one takes the general path.
     #[serde(default, deserialize_with = "present")]
+    #[allow(dead_code)]
     last_transition_time: Option<Time>,
 }
 
 /// `status.nodeInfo` with every field a node records, and no other.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Info {
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    bound(deserialize = "'de: 'a")
+)]
+struct Info<'a> {
     #[serde(rename = "machineID")]
-    machine_id: String,
+    machine_id: Text<'a>,
     #[serde(rename = "systemUUID")]
-    system_uuid: String,
+    system_uuid: Text<'a>,
     #[serde(rename = "bootID")]
-    boot_id: String,
-    kernel_version: String,
-    os_image: String,
-    container_runtime_version: String,
-    kubelet_version: String,
-    kube_proxy_version: String,
-    operating_system: String,
-    architecture: String,
+    boot_id: Text<'a>,
+    kernel_version: Text<'a>,
+    os_image: Text<'a>,
+    container_runtime_version: Text<'a>,
+    kubelet_version: Text<'a>,
+    kube_proxy_version: Text<'a>,
+    operating_system: Text<'a>,
+    architecture: Text<'a>,
 }
 
 /// A field that, when given, must hold a value: `null` is refused (and so
@@ -99,7 +123,7 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Optio
 
 /// A kubelet's patch `body`, read; `None` when the patch is of any other
 /// shape (the general path then merges it, or says why not).
-pub(super) fn read(kind: PatchKind, body: &[u8]) -> Option<KubeletPatch> {
+pub(super) fn read(kind: PatchKind, body: &[u8]) -> Option<KubeletPatch<'_>> {
     let Patch { status } = serde_json::from_slice(body).ok()?;
     // Only a strategic merge patch has directives; in a JSON merge patch
     // the key would be a field of that name.
@@ -124,110 +148,124 @@ pub(super) fn read(kind: PatchKind, body: &[u8]) -> Option<KubeletPatch> {
     })
 }
 
-impl KubeletPatch {
-    /// The patch set against `node` as a strategic merge by type would set
-    /// it: each field a condition leaves out is the node's, and the
-    /// conditions are in the node's order, types it does not have after
-    /// them in the patch's (a JSON merge patch keeps its own order).
-    /// `None` when the merge might come out otherwise: a type given in part
-    /// that the node does not have, a node that has a type twice, or one
-    /// whose other conditions the merge would refuse.
+impl KubeletPatch<'_> {
+    /// What the patch pushes, set against `node` as a strategic merge by
+    /// type would set it: each field a condition leaves out is the node's,
+    /// and the conditions are in the node's order, types it does not have
+    /// after them in the patch's (a JSON merge patch keeps its own order).
+    /// `None` when the merge might come out otherwise, or the checks refuse
+    /// what it pushes (the general path then says why): a type given in
+    /// part that the node does not have, a node that has a type twice, or
+    /// one whose other conditions the merge would refuse.
     ///
-    /// Runs under the view's read lock: it only copies what it fills in.
-    pub fn against(mut self, node: &model::Node) -> Option<KubeletPatch> {
-        if self.kind != PatchKind::Strategic {
-            return Some(self);
-        }
+    /// Runs under the view's read lock: it copies only the strings the
+    /// pushed status keeps.
+    pub fn against(mut self, node: &model::Node) -> Option<KubeletStatus> {
         let had = &node.conditions;
-        for (i, c) in had.iter().enumerate() {
-            if had[..i].iter().any(|o| o.kind == c.kind) {
-                return None;
+        if self.kind == PatchKind::Strategic {
+            for (i, c) in had.iter().enumerate() {
+                if had[..i].iter().any(|o| o.kind == c.kind) {
+                    return None;
+                }
+                // The merged list holds every condition of the node, and the
+                // merge checks them all; the fast path need only check those
+                // the patch does not name (the rest are checked when pushed).
+                let named = self.conditions.iter().any(|p| p.kind.as_str() == c.kind);
+                if !named && !validation::condition(i, &c.kind, &c.reason, &c.message).is_empty() {
+                    return None;
+                }
             }
-            // The merged list holds every condition of the node, and the
-            // merge checks them all; the fast path need only check those
-            // the patch does not name (the rest are checked when pushed).
-            let named = self.conditions.iter().any(|p| p.kind == c.kind);
-            if !named && !model::validation::condition(i, &c.kind, &c.reason, &c.message).is_empty()
-            {
-                return None;
+            if self.conditions.len() > 1 {
+                self.conditions.sort_by_key(|c| {
+                    had.iter()
+                        .position(|h| h.kind == c.kind.as_str())
+                        .unwrap_or(usize::MAX)
+                });
             }
         }
-        for c in &mut self.conditions {
-            if c.is_whole() {
-                continue;
+        let mut conditions = Vec::with_capacity(self.conditions.len());
+        for (i, c) in self.conditions.into_iter().enumerate() {
+            // Only a strategic merge patch gives a condition in part (see `read`).
+            let current = || had.iter().find(|h| h.kind == c.kind.as_str());
+            let status = match &c.status {
+                Some(given) => given.as_str().parse::<ConditionStatus>().ok()?,
+                None => current()?.status,
+            };
+            let reason = match c.reason {
+                Some(given) => given.into_owned(),
+                None => current()?.reason.clone(),
+            };
+            let message = match c.message {
+                Some(given) => given.into_owned(),
+                None => current()?.message.clone(),
+            };
+            // The checks a pushed status takes (`crate::kube::pushed_status`).
+            if !validation::condition(i, c.kind.as_str(), &reason, &message).is_empty() {
+                return None;
             }
-            let current = had.iter().find(|h| h.kind == c.kind)?;
-            c.status
-                .get_or_insert_with(|| current.status.as_str().to_string());
-            c.reason.get_or_insert_with(|| current.reason.clone());
-            c.message.get_or_insert_with(|| current.message.clone());
-        }
-        if self.conditions.len() > 1 {
-            self.conditions.sort_by_key(|c| {
-                had.iter()
-                    .position(|h| h.kind == c.kind)
-                    .unwrap_or(usize::MAX)
+            conditions.push(PushedCondition {
+                kind: c.kind.into_owned(),
+                status,
+                last_heartbeat: Some(model::Micros(c.last_heartbeat_time.0.as_microsecond())),
+                reason,
+                message,
             });
         }
-        Some(self)
-    }
-
-    /// What the patch pushes, once set [`against`](Self::against) its node;
-    /// `None` if a condition is still given in part, or the checks refuse
-    /// it (the general path then says why).
-    pub fn into_status(self) -> Option<KubeletStatus> {
-        let mut types: Vec<String> = Vec::with_capacity(self.conditions.len());
-        let mut conditions = Vec::with_capacity(self.conditions.len());
-        for c in self.conditions {
-            types.push(c.kind.clone());
-            conditions.push(c.into_kube()?);
-        }
-        let node = KubeNode {
-            status: Some(NodeStatus {
-                conditions: Some(conditions),
-                node_info: self.node_info.map(Info::into_kube),
-                ..NodeStatus::default()
-            }),
-            ..KubeNode::default()
+        let node_info = match self.node_info {
+            Some(info) => Some(info.into_node_info()?),
+            None => None,
         };
-        let status = crate::kube::pushed_status(&node).ok()?;
-        Some(KubeletStatus { status, types })
-    }
-}
-
-impl Condition {
-    /// Whether every field a pushed condition keeps is given.
-    fn is_whole(&self) -> bool {
-        self.status.is_some() && self.reason.is_some() && self.message.is_some()
-    }
-
-    fn into_kube(self) -> Option<NodeCondition> {
-        Some(NodeCondition {
-            type_: self.kind,
-            status: self.status?,
-            reason: Some(self.reason?),
-            message: Some(self.message?),
-            last_heartbeat_time: Some(self.last_heartbeat_time),
-            last_transition_time: self.last_transition_time,
+        Some(KubeletStatus {
+            status: PushedStatus {
+                conditions,
+                addresses: None,
+                node_info,
+                capacity: None,
+            },
         })
     }
 }
 
-impl Info {
-    fn into_kube(self) -> NodeSystemInfo {
-        NodeSystemInfo {
-            machine_id: self.machine_id,
-            system_uuid: self.system_uuid,
-            boot_id: self.boot_id,
-            kernel_version: self.kernel_version,
-            os_image: self.os_image,
-            container_runtime_version: self.container_runtime_version,
-            kubelet_version: self.kubelet_version,
-            kube_proxy_version: self.kube_proxy_version,
-            operating_system: self.operating_system,
-            architecture: self.architecture,
-            ..NodeSystemInfo::default()
+impl Condition<'_> {
+    /// Whether every field a pushed condition keeps is given.
+    fn is_whole(&self) -> bool {
+        self.status.is_some() && self.reason.is_some() && self.message.is_some()
+    }
+}
+
+impl Info<'_> {
+    /// The node info pushed; `None` if a field is past its bound.
+    fn into_node_info(self) -> Option<NodeInfo> {
+        let fields = [
+            ("machineID", &self.machine_id),
+            ("systemUUID", &self.system_uuid),
+            ("bootID", &self.boot_id),
+            ("kernelVersion", &self.kernel_version),
+            ("osImage", &self.os_image),
+            ("containerRuntimeVersion", &self.container_runtime_version),
+            ("kubeletVersion", &self.kubelet_version),
+            ("kubeProxyVersion", &self.kube_proxy_version),
+            ("operatingSystem", &self.operating_system),
+            ("architecture", &self.architecture),
+        ];
+        if fields
+            .iter()
+            .any(|(name, value)| !validation::node_info_field(name, value.as_str()).is_empty())
+        {
+            return None;
         }
+        Some(NodeInfo {
+            machine_id: self.machine_id.into_owned(),
+            system_uuid: self.system_uuid.into_owned(),
+            boot_id: self.boot_id.into_owned(),
+            kernel_version: self.kernel_version.into_owned(),
+            os_image: self.os_image.into_owned(),
+            container_runtime_version: self.container_runtime_version.into_owned(),
+            kubelet_version: self.kubelet_version.into_owned(),
+            kube_proxy_version: self.kube_proxy_version.into_owned(),
+            operating_system: self.operating_system.into_owned(),
+            architecture: self.architecture.into_owned(),
+        })
     }
 }
 
@@ -238,8 +276,10 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::{json, Value};
 
+    use k8s_openapi::api::core::v1::Node as KubeNode;
+
     use super::*;
-    use crate::model::{ConditionStatus, Micros, NodeInfo, Resources};
+    use crate::model::{Micros, Resources};
 
     fn info() -> Value {
         json!({
@@ -348,9 +388,7 @@ mod tests {
 
     /// The fast path: read, set against the node, pushed.
     fn fast(kind: PatchKind, node: &model::Node, patch: &Value) -> Option<KubeletStatus> {
-        read(kind, &serde_json::to_vec(patch).unwrap())?
-            .against(node)?
-            .into_status()
+        read(kind, &serde_json::to_vec(patch).unwrap())?.against(node)
     }
 
     /// The general path on the same node: rendered (with a heartbeat newer
@@ -395,7 +433,7 @@ mod tests {
         let read = read_value(PatchKind::Strategic, &patch).expect("a kubelet's patch is read");
         let node: KubeNode = serde_json::from_value(patch).unwrap();
         assert_eq!(read.status, crate::kube::pushed_status(&node).unwrap());
-        assert_eq!(read.types, ["Ready"]);
+        assert_eq!(read.types().collect::<Vec<_>>(), ["Ready"]);
         assert_eq!(read.status.node_info.unwrap().boot_id, "b");
     }
 
@@ -455,7 +493,7 @@ mod tests {
             .iter()
             .all(|c| c.last_heartbeat == Some(Micros(beat.as_microsecond()))));
         assert_eq!(
-            read.types,
+            read.types().collect::<Vec<_>>(),
             ["MemoryPressure", "Ready", "DiskPressure", "PIDPressure"]
         );
         assert!(read.status.node_info.is_none());
@@ -541,13 +579,46 @@ mod tests {
     }
 
     #[test]
+    fn escaped_strings_are_read_as_the_merge_reads_them() {
+        let node = node();
+        // Escapes in a type, a message and nodeInfo: unescaped, not borrowed.
+        let body = br#"{"status": {"conditions": [
+            {"type": "Read\u0079", "lastHeartbeatTime": "2026-12-02T03:10:00Z",
+             "message": "say \"hi\"\n\u00e9"},
+            {"type": "MemoryPressure", "lastHeartbeatTime": "2026-12-02T03:10:00Z"}],
+            "nodeInfo": {"machineID": "m\/1", "systemUUID": "u", "bootID": "b",
+                "kernelVersion": "6.1", "osImage": "Debian \"12\"",
+                "containerRuntimeVersion": "containerd://2.0", "kubeletVersion": "v1.33.0",
+                "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}}}"#;
+        let patch: Value = serde_json::from_slice(body).unwrap();
+        let read = read(PatchKind::Strategic, body)
+            .unwrap()
+            .against(&node)
+            .unwrap();
+        assert_eq!(
+            Ok(read.status.clone()),
+            merged(PatchKind::Strategic, &node, &patch)
+        );
+        let ready = &read.status.conditions[1];
+        assert_eq!(
+            (ready.kind.as_str(), ready.message.as_str()),
+            ("Ready", "say \"hi\"\né")
+        );
+        let info = read.status.node_info.unwrap();
+        assert_eq!(
+            (info.machine_id.as_str(), info.os_image.as_str()),
+            ("m/1", "Debian \"12\"")
+        );
+    }
+
+    #[test]
     fn conditions_alone_or_node_info_alone_are_read() {
         let conditions = json!({"status": {"conditions": [ready()]}});
         let read = read_value(PatchKind::Merge, &conditions).unwrap();
         assert!(read.status.node_info.is_none());
         let info = json!({"status": {"nodeInfo": info()}});
         let read = read_value(PatchKind::Strategic, &info).unwrap();
-        assert!(read.status.conditions.is_empty() && read.types.is_empty());
+        assert!(read.status.conditions.is_empty() && read.types().next().is_none());
         same_as_the_merge(PatchKind::Strategic, &node(), &kubelets_patch());
     }
 

@@ -5,14 +5,14 @@
 //! were most of a heartbeat's allocations, thousands of times a second).
 
 use std::cmp::Ordering;
-use std::fmt::{self, Write as _};
+use std::fmt;
 
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
-use crate::kube::{
-    cpu_quantity, go_arch, memory_quantity, HOSTNAME_LABEL, MAX_PODS, OS_LABEL, SOURCE_ANNOTATION,
-};
+#[cfg(doc)]
+use crate::kube::{cpu_quantity, memory_quantity};
+use crate::kube::{go_arch, HOSTNAME_LABEL, MAX_PODS, OS_LABEL, SOURCE_ANNOTATION};
 use crate::model::{self, Micros, NODE_LEASE_NAMESPACE};
 use crate::serialize::Each;
 
@@ -158,10 +158,7 @@ impl Serialize for Status<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let node = self.0;
         // Nothing is reserved for system daemons: allocatable equals capacity.
-        let resources = Resources {
-            cpu: cpu_quantity(node.capacity.cpu_millis).0,
-            memory: memory_quantity(node.capacity.memory_bytes).0,
-        };
+        let resources = Resources(&node.capacity);
         let mut map = serializer.serialize_map(Some(5))?;
         map.serialize_entry("addresses", &Each(&node.addresses, Address))?;
         map.serialize_entry("allocatable", &resources)?;
@@ -183,18 +180,53 @@ impl Serialize for Address<'_> {
     }
 }
 
-struct Resources {
-    cpu: String,
-    memory: String,
-}
+/// Capacity as [`cpu_quantity`] and [`memory_quantity`] write it, without
+/// a `String` for each.
+struct Resources<'a>(&'a model::Resources);
 
-impl Serialize for Resources {
+impl Serialize for Resources<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(3))?;
-        map.serialize_entry("cpu", &self.cpu)?;
-        map.serialize_entry("memory", &self.memory)?;
+        map.serialize_entry("cpu", &Cpu(self.0.cpu_millis))?;
+        map.serialize_entry("memory", &Memory(self.0.memory_bytes))?;
         map.serialize_entry("pods", MAX_PODS)?;
         map.end()
+    }
+}
+
+/// Millicores as [`cpu_quantity`] writes them (`1`, `1500m`).
+struct Cpu(u64);
+
+impl Serialize for Cpu {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let millis = self.0;
+        if millis.is_multiple_of(1000) {
+            serializer.collect_str(&(millis / 1000))
+        } else {
+            serializer.collect_str(&format_args!("{millis}m"))
+        }
+    }
+}
+
+/// Bytes as [`memory_quantity`] writes them: in the largest binary suffix
+/// that divides them exactly (`3Gi`, `1536Mi`, `1000`).
+struct Memory(u64);
+
+impl Serialize for Memory {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+        let mut value = self.0;
+        let mut suffix = "";
+        if value != 0 {
+            for s in SUFFIXES {
+                if !value.is_multiple_of(1024) {
+                    break;
+                }
+                value /= 1024;
+                suffix = s;
+            }
+        }
+        serializer.collect_str(&format_args!("{value}{suffix}"))
     }
 }
 
@@ -322,7 +354,7 @@ impl Serialize for Time {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let kube = crate::kube::time(self.0);
         match Rfc3339::of(kube.0, false) {
-            Some(shown) => serializer.collect_str(&shown),
+            Some(shown) => serializer.serialize_str(shown.as_str()),
             None => kube.serialize(serializer),
         }
     }
@@ -335,7 +367,7 @@ impl Serialize for MicroTime {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let t = self.0.timestamp();
         match Rfc3339::of(t, true) {
-            Some(shown) => serializer.collect_str(&shown),
+            Some(shown) => serializer.serialize_str(shown.as_str()),
             None => {
                 k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(t).serialize(serializer)
             }
@@ -343,40 +375,50 @@ impl Serialize for MicroTime {
     }
 }
 
-/// A UTC time as Kubernetes writes it, with or without microseconds.
+/// A UTC time as Kubernetes writes it, with or without microseconds,
+/// written digit by digit: a reply holds a dozen times, and the formatting
+/// machinery cost more than the rest of a condition.
 struct Rfc3339 {
-    civil: jiff::civil::DateTime,
-    micros: bool,
+    text: [u8; 27],
+    len: usize,
 }
 
 impl Rfc3339 {
     /// `None` for a year not of four digits: k8s-openapi's own formatting
     /// then decides.
     fn of(t: jiff::Timestamp, micros: bool) -> Option<Rfc3339> {
-        let civil = jiff::tz::Offset::UTC.to_datetime(t);
-        (0..=9999)
-            .contains(&civil.year())
-            .then_some(Rfc3339 { civil, micros })
-    }
-}
-
-impl fmt::Display for Rfc3339 {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let d = self.civil;
-        write!(
-            f,
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
-            d.year(),
-            d.month(),
-            d.day(),
-            d.hour(),
-            d.minute(),
-            d.second()
-        )?;
-        if self.micros {
-            write!(f, ".{:06}", d.subsec_nanosecond() / 1000)?;
+        let d = jiff::tz::Offset::UTC.to_datetime(t);
+        let year = u32::try_from(d.year()).ok().filter(|y| *y <= 9999)?;
+        // Each part of a civil date and time is within its range: no casts lose anything.
+        let parts = [
+            (year, 4, b'-'),
+            (d.month() as u32, 2, b'-'),
+            (d.day() as u32, 2, b'T'),
+            (d.hour() as u32, 2, b':'),
+            (d.minute() as u32, 2, b':'),
+            (d.second() as u32, 2, b'.'),
+            (d.subsec_nanosecond() as u32 / 1000, 6, b'Z'),
+        ];
+        let mut text = [0u8; 27];
+        let mut len = 0;
+        let used = if micros { &parts[..] } else { &parts[..6] };
+        for &(value, digits, after) in used {
+            let mut rest = value;
+            for i in (0..digits).rev() {
+                text[len + i] = b'0' + (rest % 10) as u8;
+                rest /= 10;
+            }
+            text[len + digits] = after;
+            len += digits + 1;
         }
-        f.write_char('Z')
+        if !micros {
+            text[len - 1] = b'Z';
+        }
+        Some(Rfc3339 { text, len })
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.text[..self.len]).expect("digits and separators are ASCII")
     }
 }
 
@@ -518,6 +560,58 @@ mod tests {
             lease.acquire_time = Some(Micros(1_764_000_000_000_000));
             lease.renew_time = Some(Micros(1_764_000_100_000_007));
             lease.lease_transitions = Some(2);
+        }
+    }
+
+    #[test]
+    fn quantities_are_written_as_the_kubernetes_object_writes_them() {
+        let mut n = node();
+        for (cpu_millis, memory_bytes) in [
+            (0, 0),
+            (1, 1),
+            (999, 1023),
+            (1000, 1024),
+            (1500, 1536 << 20),
+            (64_000, 3 << 30),
+            (u64::MAX, u64::MAX),
+            (1000 * (u64::MAX / 1000), 1 << 60),
+        ] {
+            n.capacity = Resources {
+                cpu_millis,
+                memory_bytes,
+            };
+            same_as_the_kubernetes_object(&n);
+        }
+    }
+
+    #[test]
+    fn times_are_written_as_kubernetes_writes_them() {
+        for micros in [
+            0,
+            -1,
+            -1_500_000,
+            1_764_000_100_500_000,
+            1_764_000_100_000_007,
+            1_709_164_799_999_999,
+            253_402_300_799_999_999,
+            253_402_300_800_000_000,
+            -62_167_219_200_000_000,
+            -62_167_219_200_000_001,
+        ] {
+            let t = Micros(micros);
+            assert_eq!(
+                serde_json::to_string(&Time(t)).unwrap(),
+                serde_json::to_string(&crate::kube::time(t)).unwrap(),
+                "{micros}"
+            );
+            assert_eq!(
+                serde_json::to_string(&MicroTime(t)).unwrap(),
+                serde_json::to_string(&k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                    t.timestamp()
+                ))
+                .unwrap(),
+                "{micros}"
+            );
         }
     }
 
