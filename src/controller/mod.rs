@@ -68,6 +68,11 @@ pub const HEARTBEAT_WRITE_PERIOD: Duration = Duration::from_secs(60);
 /// share the writer's flushes.
 const WRITE_CHUNK: usize = 256;
 
+/// Pushes taken from the queue at one turn of the controller's loop: at
+/// thousands of heartbeats a second, several wait at each wake-up, and
+/// each turn polls every timer and task of the loop.
+const PUSHES_PER_TURN: usize = 64;
+
 /// How a node's health is learned (`--node-status-mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StatusMode {
@@ -693,15 +698,29 @@ impl Controller {
             task,
             reason: e.to_string(),
         };
+        // Taken once: a fresh one per turn of the loop would join (and
+        // leave) the token's waiters every time.
+        let cancelled = shutdown.cancelled();
+        tokio::pin!(cancelled);
+        let mut queued = Vec::with_capacity(PUSHES_PER_TURN);
         loop {
             tokio::select! {
                 // What the writer did first (a refusal must be settled before
                 // more is built on it), then queued pushes: a heartbeat waiting
                 // in the queue must not look like silence to the monitor pass.
                 biased;
-                _ = shutdown.cancelled() => break,
+                _ = &mut cancelled => break,
                 Some(settled) = self.settled.recv() => self.settle(settled),
-                Some(push) = pushes.recv() => self.handle_push(push).await,
+                1.. = pushes.recv_many(&mut queued, PUSHES_PER_TURN) => {
+                    for push in queued.drain(..) {
+                        // As the arms above come first for each push.
+                        if shutdown.is_cancelled() {
+                            break;
+                        }
+                        self.settle_reported();
+                        self.handle_push(push).await;
+                    }
+                }
                 _ = sweep_ticks.tick(), if sweep.is_none() => {
                     if lookups.is_none() {
                         lookups = self.start_address_lookups();
