@@ -154,7 +154,6 @@ impl Controller {
                 for name in &plan.delete {
                     self.tracked.remove(name);
                     self.leases.remove(name);
-                    self.dirty_nodes.remove(name);
                     self.dirty_leases.remove(name);
                 }
                 self.update_gauges();

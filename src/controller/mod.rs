@@ -49,7 +49,7 @@ use crate::view::{SharedNode, View};
 pub use cloud_sync::{CloudSource, SourceStatus, TAINT_SHUTDOWN};
 use conditions::Health;
 pub use operator::{OperatorFields, Preconditions, SourceListing, MANAGED_TAINTS};
-pub use push::{ControllerHandle, Push, PushError, PushedStatus};
+pub use push::{ControllerHandle, Push, PushError, PushedStatus, StatusAnswer};
 pub use static_sync::NodesFile;
 pub use sweep::SweepReport;
 use writer::{Change, Done, Job, Mark, Settled, StoreWriter};
@@ -67,6 +67,11 @@ pub const HEARTBEAT_WRITE_PERIOD: Duration = Duration::from_secs(60);
 /// the pages afterwards; chunks of this size keep that small, and still
 /// share the writer's flushes.
 const WRITE_CHUNK: usize = 256;
+
+/// Pushes taken from the queue at one turn of the controller's loop: at
+/// thousands of heartbeats a second, several wait at each wake-up, and
+/// each turn polls every timer and task of the loop.
+const PUSHES_PER_TURN: usize = 64;
 
 /// How a node's health is learned (`--node-status-mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -160,6 +165,9 @@ struct Tracked {
     node: SharedNode,
     target: Option<Arc<ProbeTarget>>,
     health: Health,
+    /// Its heartbeat times are newer than its stored record (written into
+    /// the record at a clean stop; checkpointed meanwhile).
+    beats_unwritten: bool,
 }
 
 /// The controller's state. Owned by one task; readers see [`View`].
@@ -184,9 +192,8 @@ pub struct Controller {
     epoch: u64,
     /// Heartbeat times changed since the last checkpoint.
     beats_changed: bool,
-    /// Nodes and leases whose heartbeat times are newer than their records
-    /// (written into the records at a clean stop).
-    dirty_nodes: HashSet<String>,
+    /// Leases whose renewals are newer than their records (written into
+    /// the records at a clean stop); for nodes, [`Tracked::beats_unwritten`].
     dirty_leases: HashSet<String>,
     /// Events that must not be lost (the start, what a hook did) and that
     /// the store refused so far: recorded at a later monitor pass.
@@ -294,6 +301,7 @@ impl Controller {
                     node: node.into(),
                     target,
                     health,
+                    beats_unwritten: false,
                 },
             );
         }
@@ -329,7 +337,6 @@ impl Controller {
             ahead_leases: HashMap::new(),
             epoch: 0,
             beats_changed: false,
-            dirty_nodes: HashSet::new(),
             dirty_leases: HashSet::new(),
             unrecorded,
             rescues: JoinSet::new(),
@@ -384,10 +391,10 @@ impl Controller {
                 let shared = self.shared_with_view(node);
                 if let Some(t) = self.tracked.get_mut(&node.name) {
                     t.node = shared;
+                    // The durable record now carries any quiet heartbeat update.
+                    t.beats_unwritten = false;
                 }
             }
-            // The durable record now carries any quiet heartbeat update.
-            self.dirty_nodes.remove(&node.name);
         }
         Ok(written)
     }
@@ -691,15 +698,29 @@ impl Controller {
             task,
             reason: e.to_string(),
         };
+        // Taken once: a fresh one per turn of the loop would join (and
+        // leave) the token's waiters every time.
+        let cancelled = shutdown.cancelled();
+        tokio::pin!(cancelled);
+        let mut queued = Vec::with_capacity(PUSHES_PER_TURN);
         loop {
             tokio::select! {
                 // What the writer did first (a refusal must be settled before
                 // more is built on it), then queued pushes: a heartbeat waiting
                 // in the queue must not look like silence to the monitor pass.
                 biased;
-                _ = shutdown.cancelled() => break,
+                _ = &mut cancelled => break,
                 Some(settled) = self.settled.recv() => self.settle(settled),
-                Some(push) = pushes.recv() => self.handle_push(push).await,
+                1.. = pushes.recv_many(&mut queued, PUSHES_PER_TURN) => {
+                    for push in queued.drain(..) {
+                        // As the arms above come first for each push.
+                        if shutdown.is_cancelled() {
+                            break;
+                        }
+                        self.settle_reported();
+                        self.handle_push(push).await;
+                    }
+                }
                 _ = sweep_ticks.tick(), if sweep.is_none() => {
                     if lookups.is_none() {
                         lookups = self.start_address_lookups();
@@ -808,7 +829,7 @@ impl Controller {
         // The records get the newest heartbeat times, for readers of the stopped store.
         for t in self.tracked.values() {
             let mut node = t.node.clone();
-            let mut newer = self.dirty_nodes.contains(&node.name);
+            let mut newer = t.beats_unwritten;
             if let (Some(at), Some(ready)) = (t.health.last_answer, node.condition_mut(READY)) {
                 if ready.last_heartbeat < at {
                     ready.last_heartbeat = at;

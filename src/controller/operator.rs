@@ -319,7 +319,6 @@ impl Controller {
         for name in gone {
             self.tracked.remove(name);
             self.leases.remove(name);
-            self.dirty_nodes.remove(name);
             self.dirty_leases.remove(name);
             if let Err(e) = self.store.delete_lease(name) {
                 tracing::warn!(node = %name, "its lease could not be removed: {e}");

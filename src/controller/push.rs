@@ -5,12 +5,14 @@
 //! writer after the flush that holds it for any other change, so changes
 //! that arrive together share one flush and the controller does not wait.
 
+use std::sync::Arc;
+
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 mod fold;
 
-use fold::{fold_status, Fold, FoldRules};
+use fold::{fold_status, heartbeat_only, ready_beat, set_heartbeat_times, Fold, FoldRules};
 
 use super::conditions::never_probed;
 use super::operator::{OperatorFields, Preconditions};
@@ -25,6 +27,15 @@ pub const QUEUE: usize = 4096;
 
 pub use crate::model::{PushedCondition, PushedStatus};
 
+/// How a node status update is answered: a heartbeat at once, with the
+/// node as the controller holds it (shared, not copied: thousands a
+/// second), a change once the write that holds it is durable.
+pub enum StatusAnswer {
+    Now(Arc<Node>),
+    /// The store writer answers with the node as written.
+    Durable(oneshot::Receiver<Result<Node, PushError>>),
+}
+
 /// What the server asks of the controller.
 pub enum Push {
     /// A node status update (PUT or PATCH of `nodes/{name}/status`).
@@ -33,7 +44,7 @@ pub enum Push {
         status: PushedStatus,
         /// `metadata.resourceVersion` the writer based its update on, if it gave one.
         expected_version: Option<u64>,
-        reply: oneshot::Sender<Result<Node, PushError>>,
+        reply: oneshot::Sender<Result<StatusAnswer, PushError>>,
     },
     /// Create a node's Lease.
     CreateLease {
@@ -133,19 +144,41 @@ impl ControllerHandle {
         answer.await.map_err(|_| PushError::Stopped)?
     }
 
+    /// A node status update; answers the node as it now is (a copy of
+    /// its own; see [`ControllerHandle::status_shared`]).
     pub async fn status(
         &self,
         name: String,
         status: PushedStatus,
         expected_version: Option<u64>,
     ) -> Result<Node, PushError> {
-        self.ask(|reply| Push::Status {
-            name,
-            status,
-            expected_version,
-            reply,
-        })
-        .await
+        self.status_shared(name, status, expected_version)
+            .await
+            .map(Arc::unwrap_or_clone)
+    }
+
+    /// A node status update; answers the node as it now is, shared with
+    /// the controller's record for a heartbeat (only read it).
+    pub async fn status_shared(
+        &self,
+        name: String,
+        status: PushedStatus,
+        expected_version: Option<u64>,
+    ) -> Result<Arc<Node>, PushError> {
+        let answer = self
+            .ask(|reply| Push::Status {
+                name,
+                status,
+                expected_version,
+                reply,
+            })
+            .await?;
+        match answer {
+            StatusAnswer::Now(node) => Ok(node),
+            StatusAnswer::Durable(written) => {
+                written.await.map_err(|_| PushError::Stopped)?.map(Arc::new)
+            }
+        }
     }
 
     pub async fn create_lease(&self, lease: Lease) -> Result<Lease, PushError> {
@@ -222,7 +255,7 @@ impl Controller {
                 status,
                 expected_version,
                 reply,
-            } => self.apply_status(&name, status, expected_version, reply),
+            } => self.apply_status(&name, status, expected_version, StatusReply::Push(reply)),
             Push::CreateLease { lease, reply } => self.create_lease(lease, reply),
             Push::UpdateLease {
                 lease,
@@ -266,32 +299,66 @@ impl Controller {
     /// change is sent to the writer, which answers once it is durable; a
     /// heartbeat (times only) is kept in memory, checkpointed, and answered
     /// at once.
-    ///
-    /// Over 80 lines: the refusals, the fold and its three outcomes share the
-    /// tracked record and the one reply.
     fn apply_status(
         &mut self,
         name: &str,
         pushed: PushedStatus,
         expected: Option<u64>,
-        reply: oneshot::Sender<Result<Node, PushError>>,
+        reply: StatusReply,
     ) {
         let ahead = self.is_ahead(name);
-        let Some(tracked) = self.tracked.get(name) else {
-            let _ = reply.send(Err(PushError::NotFound {
+        let mode = self.config.status_mode;
+        let Some(tracked) = self.tracked.get_mut(name) else {
+            return reply.refuse(PushError::NotFound {
                 kind: "nodes",
                 name: name.into(),
-            }));
-            return;
+            });
         };
         // A write on its way gets a newer version than any a client has seen.
         if expected.is_some_and(|v| ahead || v != tracked.node.resource_version) {
-            let _ = reply.send(Err(PushError::Conflict {
+            return reply.refuse(PushError::Conflict {
                 kind: "nodes",
                 name: name.into(),
-            }));
-            return;
+            });
         }
+        let wall = Micros::now();
+        if !heartbeat_only(&tracked.node, &pushed, mode) {
+            return self.apply_status_change(name, pushed, ahead, wall, reply);
+        }
+        // The common case, thousands a second: times only, set in place
+        // (what `fold_status` folds a heartbeat to; it adds no condition,
+        // so it cannot add too many).
+        if ready_beat(&tracked.node, &pushed, mode, wall) {
+            tracked.health.heartbeat(Instant::now());
+        }
+        set_heartbeat_times(&mut tracked.node, &pushed, mode, wall);
+        self.metrics.heartbeat_counter(Via::Status).inc();
+        // A node with a write on its way shows once that write is durable.
+        if !ahead {
+            self.view.publish_heartbeats(&tracked.node);
+        }
+        self.beats_changed = true;
+        tracked.beats_unwritten = true;
+        reply.answer(tracked.node.share());
+    }
+
+    /// [`Controller::apply_status`] for a push that is more than a
+    /// heartbeat: folded by [`fold_status`], and written unless it changes
+    /// times only after all (pushed addresses that were not taken, say).
+    fn apply_status_change(
+        &mut self,
+        name: &str,
+        pushed: PushedStatus,
+        ahead: bool,
+        wall: Micros,
+        reply: StatusReply,
+    ) {
+        let Some(tracked) = self.tracked.get(name) else {
+            return reply.refuse(PushError::NotFound {
+                kind: "nodes",
+                name: name.into(),
+            });
+        };
         let eviction = self.config.eviction.mode;
         let rules = FoldRules {
             mode: self.config.status_mode,
@@ -304,13 +371,9 @@ impl Controller {
                 .find(|t| t.node.name != name && t.node.addresses.iter().any(|a| a.address == ip))
                 .map(|t| t.node.name.clone())
         };
-        let wall = Micros::now();
         let folded = match fold_status(&tracked.node, pushed, &rules, wall, owner_of) {
             Ok(folded) => folded,
-            Err(invalid) => {
-                let _ = reply.send(Err(invalid.into()));
-                return;
-            }
+            Err(invalid) => return reply.refuse(invalid.into()),
         };
         self.metrics.heartbeat_counter(Via::Status).inc();
         if let Some(why) = &folded.addresses_ignored {
@@ -334,37 +397,30 @@ impl Controller {
                 tracked.node = node.clone().into();
                 let mut batch = Batch::new(wall);
                 batch.record(node, events);
-                return self.commit_ahead(
-                    Change::of(batch),
-                    vec![name.to_string()],
-                    &[],
-                    Done::Node(reply),
-                );
+                let done = reply.when_durable();
+                return self.commit_ahead(Change::of(batch), vec![name.to_string()], &[], done);
             }
             Fold::Beats(beats) => {
-                // The common case, thousands a second: times only, in place.
                 for (index, beat) in beats {
                     tracked.node.conditions[index].last_heartbeat = beat;
                 }
-                // A node with a write on its way shows once that write is durable.
                 if !ahead {
                     self.view.publish_heartbeats(&tracked.node);
                 }
-                Node::clone(&tracked.node)
+                tracked.node.share()
             }
             Fold::Quiet(node) => {
+                let node = Arc::new(node);
                 tracked.node = node.clone().into();
                 if !ahead {
-                    self.view.publish([node.clone()], &[]);
+                    self.view.publish_shared([node.clone()], &[]);
                 }
                 node
             }
         };
         self.beats_changed = true;
-        if !self.dirty_nodes.contains(name) {
-            self.dirty_nodes.insert(name.to_string());
-        }
-        let _ = reply.send(Ok(node));
+        tracked.beats_unwritten = true;
+        reply.answer(node);
     }
 
     fn create_lease(&mut self, mut lease: Lease, reply: oneshot::Sender<Result<Lease, PushError>>) {
@@ -397,7 +453,7 @@ impl Controller {
         expected: Option<u64>,
         reply: oneshot::Sender<Result<Lease, PushError>>,
     ) {
-        let Some(current) = self.leases.get(&lease.name) else {
+        let Some(current) = self.leases.get_mut(&lease.name) else {
             let _ = reply.send(Err(PushError::NotFound {
                 kind: "leases.coordination.k8s.io",
                 name: lease.name,
@@ -417,23 +473,23 @@ impl Controller {
         lease.created = current.created;
         lease.generation = current.generation + 1;
         let times_only = same_but_renewal(&lease, current);
+        if times_only {
+            // A renewal is not history: kept in memory and checkpointed.
+            current.renew_time = lease.renew_time;
+            current.generation = lease.generation;
+        }
         if renewed {
             self.lease_heartbeat(&lease.name);
         }
         if !times_only {
             return self.write_lease(lease, reply);
         }
-        // A renewal is not history: kept in memory and checkpointed.
         self.beats_changed = true;
         if !self.dirty_leases.contains(&lease.name) {
             self.dirty_leases.insert(lease.name.clone());
         }
         if !self.ahead_leases.contains_key(&lease.name) {
             self.view.publish_renewal(&lease);
-        }
-        if let Some(kept) = self.leases.get_mut(&lease.name) {
-            kept.renew_time = lease.renew_time;
-            kept.generation = lease.generation;
         }
         let _ = reply.send(Ok(lease));
     }
@@ -511,6 +567,7 @@ impl Controller {
                 node: node.clone().into(),
                 target,
                 health: super::conditions::Health::watching_from(Instant::now()),
+                beats_unwritten: false,
             },
         );
         self.update_gauges();
@@ -518,7 +575,52 @@ impl Controller {
             let _ = reply.send(Ok(node));
             return;
         }
-        self.apply_status(&name, status, None, reply);
+        self.apply_status(&name, status, None, StatusReply::Register(reply));
+    }
+}
+
+/// Who hears how a pushed status was taken.
+enum StatusReply {
+    /// A status update (see [`StatusAnswer`]).
+    Push(oneshot::Sender<Result<StatusAnswer, PushError>>),
+    /// A registration's first status: a node of its own.
+    Register(oneshot::Sender<Result<Node, PushError>>),
+}
+
+impl StatusReply {
+    fn refuse(self, e: PushError) {
+        match self {
+            StatusReply::Push(reply) => {
+                let _ = reply.send(Err(e));
+            }
+            StatusReply::Register(reply) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// Answers now, with the node as it is.
+    fn answer(self, node: Arc<Node>) {
+        match self {
+            StatusReply::Push(reply) => {
+                let _ = reply.send(Ok(StatusAnswer::Now(node)));
+            }
+            StatusReply::Register(reply) => {
+                let _ = reply.send(Ok(Arc::unwrap_or_clone(node)));
+            }
+        }
+    }
+
+    /// What the store writer answers once the write is durable.
+    fn when_durable(self) -> Done {
+        match self {
+            StatusReply::Push(reply) => {
+                let (written, answer) = oneshot::channel();
+                let _ = reply.send(Ok(StatusAnswer::Durable(answer)));
+                Done::Node(written)
+            }
+            StatusReply::Register(reply) => Done::Node(reply),
+        }
     }
 }
 

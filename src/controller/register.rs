@@ -137,6 +137,7 @@ impl Controller {
                     node,
                     target,
                     health: Health::watching_from(started),
+                    beats_unwritten: false,
                 },
             );
         }

@@ -71,27 +71,12 @@ pub(crate) fn fold_status(
             causes: vec![e],
         });
     }
-    // In probe mode the kubelet's word on Ready is not what decides it.
-    let folded = |kind: &str| !(kind == READY && rules.mode == StatusMode::Probe);
-    // A heartbeat is a change of the kubelet's own timestamp; it is stamped
-    // on our clock and never compared with it.
-    let ready_beat = pushed.conditions.iter().any(|pc| {
-        pc.kind == READY
-            && folded(&pc.kind)
-            && node.condition(READY).is_none_or(|c| {
-                c.last_heartbeat != pc.last_heartbeat.unwrap_or(wall)
-                    || c.reason == REASON_NEVER_UPDATED
-            })
-    });
+    let ready_beat = ready_beat(node, &pushed, rules.mode, wall);
     if heartbeat_only(node, &pushed, rules.mode) {
         let beats = pushed
             .conditions
             .iter()
-            .filter(|pc| folded(&pc.kind))
-            .filter_map(|pc| {
-                let index = node.conditions.iter().position(|c| c.kind == pc.kind)?;
-                Some((index, pc.last_heartbeat.unwrap_or(wall)))
-            })
+            .filter_map(|pc| heartbeat_time(node, pc, rules.mode, wall))
             .collect();
         return Ok(Folded {
             fold: Fold::Beats(beats),
@@ -101,7 +86,11 @@ pub(crate) fn fold_status(
     }
     let mut next = node.clone();
     let mut events = Vec::new();
-    for pc in pushed.conditions.into_iter().filter(|pc| folded(&pc.kind)) {
+    for pc in pushed
+        .conditions
+        .into_iter()
+        .filter(|pc| folded(&pc.kind, rules.mode))
+    {
         let beat = pc.last_heartbeat.unwrap_or(wall);
         match next.condition_mut(&pc.kind) {
             Some(c) if c.status == pc.status => {
@@ -171,6 +160,61 @@ pub(crate) fn fold_status(
         ready_beat,
         addresses_ignored,
     })
+}
+
+/// Whether the pushed condition `kind` is folded into the node: in probe
+/// mode the kubelet's word on Ready is not what decides it.
+fn folded(kind: &str, mode: StatusMode) -> bool {
+    !(kind == READY && mode == StatusMode::Probe)
+}
+
+/// Whether `pushed` is a Ready heartbeat: a change of the kubelet's own
+/// timestamp (stamped on our clock and never compared with it), or the
+/// first word of a node that never posted.
+pub(crate) fn ready_beat(
+    node: &Node,
+    pushed: &PushedStatus,
+    mode: StatusMode,
+    wall: Micros,
+) -> bool {
+    pushed.conditions.iter().any(|pc| {
+        pc.kind == READY
+            && folded(&pc.kind, mode)
+            && node.condition(READY).is_none_or(|c| {
+                c.last_heartbeat != pc.last_heartbeat.unwrap_or(wall)
+                    || c.reason == REASON_NEVER_UPDATED
+            })
+    })
+}
+
+/// Where a pushed condition's heartbeat goes: the index of the node's
+/// condition of its type, and the time; `None` if it is not folded.
+fn heartbeat_time(
+    node: &Node,
+    pc: &crate::model::PushedCondition,
+    mode: StatusMode,
+    wall: Micros,
+) -> Option<(usize, Micros)> {
+    if !folded(&pc.kind, mode) {
+        return None;
+    }
+    let index = node.conditions.iter().position(|c| c.kind == pc.kind)?;
+    Some((index, pc.last_heartbeat.unwrap_or(wall)))
+}
+
+/// Folds a push for which [`heartbeat_only`] holds into `node` in place:
+/// what [`Fold::Beats`] says, without a list of it.
+pub(crate) fn set_heartbeat_times(
+    node: &mut Node,
+    pushed: &PushedStatus,
+    mode: StatusMode,
+    wall: Micros,
+) {
+    for pc in &pushed.conditions {
+        if let Some((index, beat)) = heartbeat_time(node, pc, mode, wall) {
+            node.conditions[index].last_heartbeat = beat;
+        }
+    }
 }
 
 /// Whether folding `pushed` into `node` changes heartbeat times at most:
