@@ -5,13 +5,8 @@
 //! timed, so the count is a test; the CPU per heartbeat is printed by the
 //! ignored `heartbeat_cpu` (run it in a release build, see README's
 //! "Where a pushed heartbeat's CPU and memory go").
-// The counting allocator is the one place of unsafe code: a GlobalAlloc
-// that forwards to the system's and counts per thread.
-#![allow(unsafe_code)]
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,42 +22,12 @@ use nodekeeper::store::{Store, StoreOptions};
 use nodekeeper::view::View;
 use tokio_util::sync::CancellationToken;
 
-/// Counts the allocations (and reallocations) made on each thread.
-struct Counting;
+mod common;
 
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    // No allocation and no destructor: safe inside the allocator.
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use common::allocations;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
+static ALLOCATOR: common::Counting = common::Counting;
 
 /// The four conditions a kubelet keeps, in its order.
 const CONDITIONS: [(&str, ConditionStatus, &str, &str); 4] = [
