@@ -220,7 +220,7 @@ impl Fleet {
         costs.renewal_cpu_ns = between - cpu;
         for (name, status) in statuses {
             let before = allocations();
-            let node = self.handle.status_shared(name, status, None).await.unwrap();
+            let node = self.handle.status(name, status, None).await.unwrap();
             costs.statuses += allocations() - before;
             assert_eq!(node.conditions[3].last_heartbeat, Micros(beat));
         }

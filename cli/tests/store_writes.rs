@@ -78,7 +78,10 @@ async fn push_status(
         conditions: vec![ready],
         ..PushedStatus::default()
     };
-    handle.status(name(i), pushed, None).await
+    handle
+        .status(name(i), pushed, None)
+        .await
+        .map(std::sync::Arc::unwrap_or_clone)
 }
 
 /// A Ready heartbeat of node `i`.

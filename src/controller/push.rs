@@ -144,22 +144,9 @@ impl ControllerHandle {
         answer.await.map_err(|_| PushError::Stopped)?
     }
 
-    /// A node status update; answers the node as it now is (a copy of
-    /// its own; see [`ControllerHandle::status_shared`]).
-    pub async fn status(
-        &self,
-        name: String,
-        status: PushedStatus,
-        expected_version: Option<u64>,
-    ) -> Result<Node, PushError> {
-        self.status_shared(name, status, expected_version)
-            .await
-            .map(Arc::unwrap_or_clone)
-    }
-
     /// A node status update; answers the node as it now is, shared with
     /// the controller's record for a heartbeat (only read it).
-    pub async fn status_shared(
+    pub async fn status(
         &self,
         name: String,
         status: PushedStatus,

@@ -459,7 +459,7 @@ async fn push_status(
     status: PushedStatus,
     expected: Option<u64>,
 ) -> Response {
-    match s.controller.status_shared(name, status, expected).await {
+    match s.controller.status(name, status, expected).await {
         Ok(node) => json_reply(&reply::NodeReply(&node)),
         Err(e) => push_error(e),
     }
