@@ -68,7 +68,9 @@ where
     type Future = GuardFuture<S, S::Future>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // Routes are always ready; the inner one is readied where it is called.
+        // What this wraps is axum's `Route`: always ready (its `poll_ready`
+        // reserves nothing), and its `call` readies the service behind it
+        // itself (a oneshot), so the clone is called without asking first.
         Poll::Ready(Ok(()))
     }
 
