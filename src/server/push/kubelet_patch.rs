@@ -18,9 +18,9 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::de::IgnoredAny;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
-use super::text::Text;
+use super::text::{present, Text};
 use crate::kube::patch::PatchKind;
 use crate::model::{self, validation, ConditionStatus, NodeInfo, PushedCondition, PushedStatus};
 
@@ -113,12 +113,6 @@ struct Info<'a> {
     kube_proxy_version: Text<'a>,
     operating_system: Text<'a>,
     architecture: Text<'a>,
-}
-
-/// A field that, when given, must hold a value: `null` is refused (and so
-/// left to the general merge, where it deletes), not read as absent.
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
 }
 
 /// A kubelet's patch `body`, read; `None` when the patch is of any other

@@ -7,9 +7,9 @@
 //! [`crate::kube::lease`]), which also says what is refused.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
-use super::text::Text;
+use super::text::{present, Text};
 use crate::model::{Lease, Micros, NODE_LEASE_NAMESPACE};
 
 #[derive(Deserialize)]
@@ -67,11 +67,6 @@ struct Spec<'a> {
     renew_time: Option<MicroTime>,
     #[serde(default, deserialize_with = "present")]
     lease_transitions: Option<i32>,
-}
-
-/// A field that, when given, must hold a value: `null` takes the general path.
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
 }
 
 /// The Lease a renewal `body` of the Lease `path_name` writes, and the

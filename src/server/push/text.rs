@@ -1,7 +1,8 @@
 //! A JSON string read from a request body without a copy when it can be:
 //! borrowed from the body unless it has escapes. The heartbeat readers
 //! take a kubelet's condition types, reasons and Lease fields this way,
-//! and copy only what is kept.
+//! and copy only what is kept. Also what both readers mean by a field
+//! that is given ([`present`]).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -49,6 +50,15 @@ impl<'de> Visitor<'de> for TextVisitor {
     fn visit_string<E: Error>(self, v: String) -> Result<Text<'de>, E> {
         Ok(Text(Cow::Owned(v)))
     }
+}
+
+/// For `deserialize_with`: a field that, when given, must hold a value.
+/// `null` is refused, and so left to the general path (where, in a merge
+/// patch, it deletes), not read as absent.
+pub(super) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 #[cfg(test)]
