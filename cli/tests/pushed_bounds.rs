@@ -1,7 +1,8 @@
 //! What nodes push is bounded and cannot lie about others: made-up
 //! condition types beyond a small number, oversized reasons, messages and
-//! labels are refused with a 422 naming the field and write nothing; an
-//! empty patch changes nothing; and a node's token cannot move its node's
+//! labels are refused with a 422 naming the field and write nothing; a
+//! patch that is not JSON where only the merge reads it is refused with a
+//! 400 and writes nothing; an empty patch changes nothing; and a node's token cannot move its node's
 //! address onto another node's kubelet.
 // Tests set up files with std::fs and time real processes: clippy.toml's
 // runtime rules are for the product.
@@ -241,6 +242,56 @@ async fn an_empty_patch_changes_nothing() {
     let after = record(&c).await;
     assert_eq!(after["node"]["nodeInfo"]["kubeletVersion"], "v1.32.4");
     assert_eq!(after["node"]["nodeInfo"]["operatingSystem"], "", "{after}");
+    assert!(c.stop().success());
+}
+
+/// A kubelet's patch whose `$setElementOrder/conditions` is not JSON the
+/// merge can read (a number out of range, a lone surrogate, nesting past
+/// the parser's depth) is refused with a 400 and writes nothing, as any
+/// other such body is; the same patch with a kubelet's order is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patch_whose_order_is_not_json_is_refused_and_writes_nothing() {
+    let site = two_nodes();
+    let c = site.controller(&[]);
+    settled(&c).await;
+    let patch = |order: &str| {
+        format!(
+            r#"{{"status":{{"$setElementOrder/conditions":{order},"conditions":[{{"type":"Ready","status":"True","reason":"KubeletReady","message":"kubelet is posting ready status","lastHeartbeatTime":"2026-12-02T03:10:00Z"}}]}}}}"#
+        )
+    };
+    let before = state(&c, "edge-1").await;
+    let deep = format!("[{}1{}]", "[".repeat(200), "]".repeat(200));
+    for order in ["[1e400]", r#"[{"type":"\ud800"}]"#, &deep] {
+        let (code, status) = send_as(
+            &c,
+            "PATCH",
+            "/api/v1/nodes/edge-1/status",
+            "application/strategic-merge-patch+json",
+            &patch(order),
+            None,
+        )
+        .await;
+        assert_eq!(code, 400, "{order}: {status}");
+        assert_eq!(status["reason"], "BadRequest", "{status}");
+    }
+    assert_eq!(state(&c, "edge-1").await, before, "nothing was written");
+    let (code, node) = send_as(
+        &c,
+        "PATCH",
+        "/api/v1/nodes/edge-1/status",
+        "application/strategic-merge-patch+json",
+        &patch(r#"[{"type":"Ready"}]"#),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{node}");
+    let ready = node["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .cloned();
+    assert_eq!(ready.unwrap()["status"], "True", "{node}");
     assert!(c.stop().success());
 }
 

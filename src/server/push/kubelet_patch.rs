@@ -16,8 +16,10 @@
 //! written from them and the node at once: the only copies are the strings
 //! the pushed status keeps.
 
+use std::fmt;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use serde::de::IgnoredAny;
+use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::text::{present, Text};
@@ -55,14 +57,13 @@ struct Patch<'a> {
 struct Status<'a> {
     #[serde(default, deserialize_with = "present")]
     conditions: Option<Vec<Condition<'a>>>,
-    /// A list (of anything: the merge reads it, not this path); a list of a
-    /// type without size is read without allocating.
+    /// Checked ([`Order`]), not kept: the merge reads it, not this path.
     #[serde(
         rename = "$setElementOrder/conditions",
         default,
         deserialize_with = "present"
     )]
-    order: Option<Vec<IgnoredAny>>,
+    order: Option<Order>,
     #[serde(rename = "nodeInfo", default, deserialize_with = "present")]
     node_info: Option<Info<'a>>,
 }
@@ -90,6 +91,45 @@ struct Condition<'a> {
     #[serde(default, deserialize_with = "present")]
     #[allow(dead_code)]
     last_transition_time: Option<Time>,
+}
+
+/// `$setElementOrder/conditions` as a kubelet sends it: a list of
+/// `{"type": ...}`, each entry read as the merge reads it (its string
+/// valid UTF-8 without lone surrogates) and then dropped, so that nothing
+/// the merge would refuse as JSON is answered here. Skipping the entries
+/// unread would not check them: serde_json skips a value without checking
+/// its strings, the range of its numbers or its depth. Any other entry
+/// takes the general path. Read without allocating.
+struct Order;
+
+impl<'de> Deserialize<'de> for Order {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Order, D::Error> {
+        deserializer.deserialize_seq(OrderVisitor)
+    }
+}
+
+struct OrderVisitor;
+
+impl<'de> Visitor<'de> for OrderVisitor {
+    type Value = Order;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of condition types")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut entries: A) -> Result<Order, A::Error> {
+        // Bounded by the body, which the guard has capped.
+        while entries.next_element::<OrderEntry<'de>>()?.is_some() {}
+        Ok(Order)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, bound(deserialize = "'de: 'a"))]
+struct OrderEntry<'a> {
+    #[serde(rename = "type")]
+    #[allow(dead_code)]
+    kind: Text<'a>,
 }
 
 /// `status.nodeInfo` with every field a node records, and no other.
@@ -680,6 +720,42 @@ mod tests {
         // A key given twice is left to the merge too.
         let twice = br#"{"status":{"conditions":[],"conditions":[]}}"#;
         assert!(read(PatchKind::Merge, twice).is_none());
+    }
+
+    #[test]
+    fn an_order_that_is_not_json_the_merge_reads_is_left_to_it() {
+        let patch = |order: &[u8]| {
+            let mut body = br#"{"status":{"$setElementOrder/conditions":"#.to_vec();
+            body.extend_from_slice(order);
+            body.extend_from_slice(
+                br#","conditions":[{"type":"Ready","lastHeartbeatTime":"2026-12-02T03:10:00Z"}]}}"#,
+            );
+            body
+        };
+        assert!(read(PatchKind::Strategic, &patch(br#"[{"type":"Ready"}]"#)).is_some());
+        let deep = format!("[{}1{}]", "[".repeat(200), "]".repeat(200));
+        // Not JSON to the merge (out of range, a lone surrogate, not UTF-8,
+        // too deep): it answers 400, and so must this path not read them.
+        let not_json = [
+            &b"[1e400]"[..],
+            br#"["\ud800"]"#,
+            br#"[{"type":"\ud800"}]"#,
+            b"[{\"type\":\"Rea\xffy\"}]",
+            deep.as_bytes(),
+        ];
+        // JSON of another shape: the merge decides.
+        let other = [&b"[1]"[..], br#"[{"type":"Ready","x":1}]"#];
+        for order in not_json {
+            assert!(serde_json::from_slice::<Value>(&patch(order)).is_err());
+        }
+        for order in not_json.into_iter().chain(other) {
+            let body = patch(order);
+            assert!(
+                read(PatchKind::Strategic, &body).is_none(),
+                "{}",
+                String::from_utf8_lossy(&body)
+            );
+        }
     }
 
     #[test]
