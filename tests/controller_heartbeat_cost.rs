@@ -281,8 +281,8 @@ fn thread_cpu_ns() -> u64 {
 }
 
 /// Prints the CPU a heartbeat costs the controller's thread at 10,000
-/// nodes: `cargo test --release -p nodekeeper-cli --test heartbeat_costs
-/// -- --ignored --nocapture`. Figures only, never asserted.
+/// nodes: `cargo test --release --test controller_heartbeat_cost --
+/// --ignored --nocapture`. Figures only, never asserted.
 #[tokio::test]
 #[ignore = "a benchmark: prints CPU per heartbeat, run it in a release build"]
 async fn heartbeat_cpu() {
