@@ -2,8 +2,8 @@
 //! condition types beyond a small number, oversized reasons, messages and
 //! labels are refused with a 422 naming the field and write nothing; a
 //! patch that is not JSON where only the merge reads it is refused with a
-//! 400 and writes nothing; an empty patch changes nothing; and a node's token cannot move its node's
-//! address onto another node's kubelet.
+//! 400 and writes nothing; an empty patch changes nothing; and a node's
+//! token cannot move its node's address onto another node's kubelet.
 // Tests set up files with std::fs and time real processes: clippy.toml's
 // runtime rules are for the product.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
