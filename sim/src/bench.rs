@@ -466,6 +466,31 @@ pub struct Proc {
     pub stderr: PathBuf,
 }
 
+/// A benchmark stopped by a signal it cannot catch (SIGKILL, or SIGTERM sent
+/// to it alone) runs no destructor, and would leave its controller and
+/// simulated fleet running, holding their addresses and the machine's
+/// CPU. The kernel sends each child SIGTERM when the thread that started
+/// it ends instead (`PR_SET_PDEATHSIG`): the benchmarks start their
+/// processes on their main thread or a runtime worker, never on a blocking
+/// pool's thread (which ends when idle), so that is when the benchmark ends.
+fn end_with_this_thread(command: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    let parent = rustix::process::getpid();
+    // SAFETY: the closure runs in the forked child before exec and makes
+    // only two system calls (prctl, getppid), both async-signal-safe; it
+    // allocates nothing and takes no lock.
+    unsafe {
+        command.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))?;
+            // The parent may have ended between fork and prctl.
+            if rustix::process::getppid() != Some(parent) {
+                return Err(rustix::io::Errno::SRCH.into());
+            }
+            Ok(())
+        })
+    };
+}
+
 impl Proc {
     pub fn spawn(dir: &Path, name: &str, bin: &Path, args: &[String]) -> Result<Proc> {
         let stdout = dir.join(format!("{name}.out"));
@@ -473,11 +498,14 @@ impl Proc {
         let open = |path: &Path| {
             fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))
         };
-        let child = Command::new(bin)
+        let mut command = Command::new(bin);
+        command
             .args(args)
             .stdin(Stdio::null())
             .stdout(open(&stdout)?)
-            .stderr(open(&stderr)?)
+            .stderr(open(&stderr)?);
+        end_with_this_thread(&mut command);
+        let child = command
             .spawn()
             .with_context(|| format!("cannot start {} ({name})", bin.display()))?;
         Ok(Proc {
@@ -548,5 +576,38 @@ impl Proc {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt as _;
+    use std::sync::mpsc;
+
+    /// A benchmark killed outright must not leave its fleet behind: each
+    /// process it started ends when the thread that started it does.
+    #[test]
+    fn a_process_ends_with_the_thread_that_started_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_owned();
+        let proc = std::thread::spawn(move || {
+            Proc::spawn(&path, "sleeper", Path::new("sleep"), &["600".to_string()]).unwrap()
+        })
+        .join()
+        .unwrap();
+        let pid = proc.child.id();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut proc = proc;
+            let _ = tx.send(proc.child.wait());
+        });
+        let Ok(status) = rx.recv_timeout(Duration::from_secs(60)) else {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("the child outlived the thread that started it by a minute");
+        };
+        assert_eq!(status.unwrap().signal(), Some(15), "ended by SIGTERM");
     }
 }
