@@ -1,45 +1,74 @@
-//! The allocator of nodekeeper's binaries: mimalloc under the options the
+//! The allocator of nodekeeper's binaries: jemalloc under the options the
 //! controller is measured with. One file for the `nodekeeper` binary and
 //! for `nodekeeper-floor` (which includes it by path), so the benchmark's
 //! floor runs under exactly the controller's allocator.
 
-/// mimalloc: a push fleet allocates and frees per request on every worker
+/// jemalloc: a push fleet allocates and frees per request on every worker
 /// thread; glibc's malloc spent a quarter of the controller's CPU on it and
-/// let RSS creep (README, Scale benchmark).
+/// let RSS creep. mimalloc, used before, cost the same CPU but its RSS rose
+/// 0.05–0.08 MiB a minute for as long as any soak ran, with the bytes held
+/// flat, as it touched more and more of the memory it had committed
+/// (README, Scale benchmark).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// mimalloc hands freed pages back to the OS a while after they are freed
-/// (`purge_delay`, 1 s), and only when the thread that owns them next frees
-/// or allocates: pages freed by a burst (the start-up registration and
-/// checkpoint, a list of every node) on threads that then go quiet stayed
-/// resident, ~20 MiB of 166 at 10,000 probed nodes. With no delay they go
-/// back at once; the CPU this costs is measured in the README (Scale
-/// benchmark).
+/// jemalloc's options, read before `main` (its `malloc_conf`):
+/// - `background_thread`: pages freed are handed back to the OS by
+///   jemalloc's own threads, on time, not only when the thread that freed
+///   them next allocates (a thread that goes quiet after a burst, the
+///   start-up registration say, would keep them);
+/// - `dirty_decay_ms:1000`: freed pages go back within about a second
+///   (the default is 10 s), `muzzy_decay_ms:0` at once after that: memory
+///   follows what is held, at a cost in CPU the README measures.
 ///
-/// A page whose thread ended or let it go is *abandoned*; by default a
-/// thread that frees into such a page may take it over and fill its holes.
-/// At 10,000 probed nodes most live pages were abandoned ones (1.2 K of
-/// 1.5 K, `mi_stats_print`), and taking them over on free kept 12–15 MiB
-/// more resident; taking them over on every free doubled RSS. Never on
-/// free (`page_reclaim_on_free` -1): allocation still takes them over.
-///
-/// The environment (`MIMALLOC_PURGE_DELAY`, `MIMALLOC_PAGE_RECLAIM_ON_FREE`)
-/// still decides.
+/// `_RJEM_MALLOC_CONF` in the environment is read after these and wins,
+/// e.g. `_RJEM_MALLOC_CONF=dirty_decay_ms:10000` to spend memory for CPU.
+#[export_name = "_rjem_malloc_conf"]
+static MALLOC_CONF: Option<&'static std::ffi::c_char> = Some(
+    // SAFETY: the pointer is the first byte of a static, NUL-terminated
+    // string, which is what jemalloc reads through it.
+    unsafe { &*c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr() },
+);
+
+/// Kept for the binaries' `main`: jemalloc takes its options from
+/// [`MALLOC_CONF`] before `main` runs, so there is nothing left to set here;
+/// touching the static keeps it in a binary whose linker would drop it.
 pub fn tune_allocator() {
-    // Of mimalloc.h's `mi_option_e` in the crate's default (v3) mimalloc;
-    // the crate names only some options.
-    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-    const PAGE_RECLAIM_ON_FREE: libmimalloc_sys::mi_option_t = 35;
-    for (option, variable, value) in [
-        (PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 0),
-        (PAGE_RECLAIM_ON_FREE, "MIMALLOC_PAGE_RECLAIM_ON_FREE", -1),
-    ] {
-        if std::env::var_os(variable).is_none() {
-            // SAFETY: mi_option_set stores an option's value (a plain store
-            // read by later allocations and frees); any thread may call it
-            // at any time.
-            unsafe { libmimalloc_sys::mi_option_set(option, value) };
+    std::hint::black_box(&MALLOC_CONF);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::{c_void, CStr};
+
+    /// jemalloc's value of a `mallctl` option.
+    fn option<T: Default>(name: &CStr) -> T {
+        let mut value = T::default();
+        let mut len = std::mem::size_of::<T>();
+        // SAFETY: `value` is a T of `len` bytes, the type the option has;
+        // nothing is written (null new value).
+        let rc = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                name.as_ptr(),
+                (&mut value as *mut T).cast::<c_void>(),
+                &mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        assert_eq!(rc, 0, "mallctl {name:?}");
+        value
+    }
+
+    /// The options are jemalloc's, not only written down: a misspelt
+    /// symbol would leave its defaults (no background thread, 10 s decay).
+    #[test]
+    fn jemalloc_runs_under_the_options_given() {
+        if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
+            return; // the environment decides, by design
         }
+        assert!(option::<bool>(c"opt.background_thread"));
+        assert_eq!(option::<isize>(c"opt.dirty_decay_ms"), 1000);
+        assert_eq!(option::<isize>(c"opt.muzzy_decay_ms"), 0);
     }
 }

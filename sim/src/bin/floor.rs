@@ -1,7 +1,7 @@
 //! `nodekeeper-floor`: the least server of pushed heartbeats on the
 //! controller's stack (`nodekeeper_sim::floor`), which `nodekeeper-bench
 //! --push --floor` runs in place of the controller. Like the controller's
-//! binary it allocates with mimalloc under the same options and runs on the
+//! binary it allocates with jemalloc under the same options and runs on the
 //! same tokio runtime (`cli/src/runtime.rs`: one worker thread unless
 //! `TOKIO_WORKER_THREADS` says otherwise).
 //!
