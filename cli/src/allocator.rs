@@ -19,7 +19,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 ///   start-up registration say, would keep them);
 /// - `dirty_decay_ms:1000`: freed pages go back within about a second
 ///   (the default is 10 s), `muzzy_decay_ms:0` at once after that: memory
-///   follows what is held, at a cost in CPU the README measures.
+///   follows what is held (the README compares its CPU with mimalloc's).
 ///
 /// `_RJEM_MALLOC_CONF` in the environment is read after these and wins,
 /// e.g. `_RJEM_MALLOC_CONF=dirty_decay_ms:10000` to spend memory for CPU.
@@ -29,13 +29,6 @@ static MALLOC_CONF: Option<&'static std::ffi::c_char> = Some(
     // string, which is what jemalloc reads through it.
     unsafe { &*c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr() },
 );
-
-/// Kept for the binaries' `main`: jemalloc takes its options from
-/// [`MALLOC_CONF`] before `main` runs, so there is nothing left to set here;
-/// touching the static keeps it in a binary whose linker would drop it.
-pub fn tune_allocator() {
-    std::hint::black_box(&MALLOC_CONF);
-}
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,6 @@ mod allocator;
 mod runtime;
 
 fn main() {
-    allocator::tune_allocator();
     nodekeeper::process::mark_started();
     nodekeeper::install_crypto_provider();
     let (cli, settings) = match nodekeeper::config::parse_args(std::env::args_os().collect()) {

@@ -39,7 +39,6 @@ struct Args {
 }
 
 fn main() {
-    allocator::tune_allocator();
     let args = Args::parse();
     if !args.listen.ip().is_loopback() {
         eprintln!(
