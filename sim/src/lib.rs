@@ -21,6 +21,7 @@ pub mod command;
 mod control;
 pub mod floor;
 mod kubelet;
+pub mod latency;
 pub mod push;
 pub mod simulator;
 #[cfg(test)]

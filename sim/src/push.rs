@@ -278,6 +278,10 @@ pub struct PushStats {
     pub last_change: Option<ChangeTiming>,
     /// The newest failure, as `METHOD path: what happened`.
     pub last_error: Option<String>,
+    /// How long answered requests took, from sending to the whole answer,
+    /// as counts by bucket of [`crate::latency`].
+    #[serde(default)]
+    pub latency: Vec<u64>,
 }
 
 #[derive(Default)]
@@ -292,6 +296,7 @@ struct Counters {
     changes: AtomicU64,
     change_latency_max_ms: AtomicU64,
     last_error: Mutex<Option<String>>,
+    latency: crate::latency::Histogram,
 }
 
 /// What every node's pushing shares: configuration, where to connect, counters.
@@ -567,6 +572,7 @@ impl Pusher {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
+            latency: c.latency.counts(),
         }
     }
 
@@ -706,6 +712,7 @@ impl<'a> Link<'a> {
         let p = self.pusher;
         p.counters.sent.fetch_add(1, Ordering::Relaxed);
         let body = Bytes::from(body.to_string());
+        let sent_at = Instant::now();
         let exchange = async {
             let reused = self.sender.as_ref().is_some_and(|s| !s.is_closed());
             match self
@@ -727,6 +734,7 @@ impl<'a> Link<'a> {
         };
         let failure = match result {
             Ok(Ok((status, body, reusable))) => {
+                p.counters.latency.record(sent_at.elapsed());
                 if !reusable {
                     self.sender = None;
                 }

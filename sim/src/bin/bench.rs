@@ -16,6 +16,7 @@
 
 mod burst;
 mod history;
+mod readers;
 
 use std::fmt::Write as _;
 use std::fs;
@@ -32,6 +33,7 @@ use nodekeeper_sim::bench::{
     written_bytes, Align, BinArg, Machine, Proc, Processes,
 };
 use nodekeeper_sim::push::ChangeTiming;
+use readers::{reader_window, ReaderWindow};
 
 /// One `nodekeeper sim` process holds about two open files per node, three
 /// when its nodes push (each its own connection); the hard limit is 20k.
@@ -45,7 +47,6 @@ const POLL: Duration = Duration::from_millis(250);
 /// The store is settled once no event was stored for this long: more than
 /// the controller's monitor period (5 s), whose passes lift start-up taints.
 const SETTLED_FOR: Duration = Duration::from_secs(6);
-const GRACE_PERIOD: &str = "40s";
 /// A soak judges flatness over this much of its end.
 const SOAK_TAIL: Duration = Duration::from_secs(30 * 60);
 
@@ -102,6 +103,16 @@ struct Args {
     /// --bin's), to compare controllers against the same fleet.
     #[arg(long)]
     controller_bin: Option<PathBuf>,
+    /// The controller's --node-monitor-grace-period.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    grace: Duration,
+    /// Reader loads to measure in turn after the warm-up, each for one
+    /// window on the same fleet: LISTERS or LISTERS+WATCHES (e.g.
+    /// `0,1,4+50`). Listers list every node back to back; watches are held
+    /// as an informer holds them; small reads of one node are timed
+    /// throughout.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["soak", "burst", "floor"])]
+    readers: Vec<readers::Readers>,
     /// The 127.X.0.0/16 ranges of the sim processes, one per process
     /// (default 10, 20, 30 …): runs side by side need ranges of their own.
     #[arg(long, value_delimiter = ',')]
@@ -292,6 +303,8 @@ struct Row {
     soak: Vec<Sample>,
     /// The status bursts, with --burst.
     bursts: Vec<burst::Burst>,
+    /// One window per reader load, with --readers.
+    reader_windows: Vec<ReaderWindow>,
     stop: String,
 }
 
@@ -317,8 +330,13 @@ async fn bench_size(
     let controller_started = Instant::now();
     let url = match &bins.floor {
         None => {
-            let flags =
-                controller_args(&run.procs.dir, &merged, listen, &mode.controller_args(port));
+            let flags = controller_args(
+                &run.procs.dir,
+                &merged,
+                listen,
+                args.grace,
+                &mode.controller_args(port),
+            );
             run.procs.start_controller(&bins.controller, &flags)?;
             let url = run
                 .procs
@@ -364,9 +382,25 @@ async fn bench_size(
 
     tokio::time::sleep(args.warmup).await;
     run.procs.check_alive()?;
+    let mut reader_windows = Vec::new();
+    if !args.readers.is_empty() {
+        let node = first_node(&merged)?;
+        for (i, &load) in args.readers.iter().enumerate() {
+            if i > 0 {
+                // What the last load left behind (queued work, nodes it
+                // made Unknown) settles before the next is measured.
+                tokio::time::sleep(args.warmup).await;
+            }
+            let window = reader_window(&run, client, &url, machine, args, load, &node).await?;
+            eprintln!("   {}", window.describe(mode));
+            reader_windows.push(window);
+        }
+    }
     let start = Sample::take(&run, client, &url, machine).await?;
-    eprintln!("   measuring {:?}", args.measure);
-    tokio::time::sleep(args.measure).await;
+    if args.readers.is_empty() {
+        eprintln!("   measuring {:?}", args.measure);
+        tokio::time::sleep(args.measure).await;
+    }
     run.procs.check_alive()?;
     let end = Sample::take(&run, client, &url, machine).await?;
 
@@ -412,6 +446,7 @@ async fn bench_size(
         end,
         soak,
         bursts,
+        reader_windows,
         stop,
     })
 }
@@ -442,6 +477,14 @@ async fn start_fleet(
     fs::write(&merged, serde_json::to_vec(&entries)?)
         .with_context(|| format!("cannot write {}", merged.display()))?;
     Ok((port, merged))
+}
+
+/// The name of the first node in a nodes file.
+fn first_node(file: &Path) -> Result<String> {
+    read_node_list(file)?
+        .first()
+        .and_then(|n| n["name"].as_str().map(str::to_owned))
+        .ok_or_else(|| anyhow!("{} names no node", file.display()))
 }
 
 /// `total` split into the fewest near-equal parts of at most `max`.
@@ -545,6 +588,7 @@ fn controller_args(
     dir: &Path,
     nodes_file: &Path,
     listen: SocketAddr,
+    grace: Duration,
     extra: &[String],
 ) -> Vec<String> {
     let mut args = vec![
@@ -558,7 +602,7 @@ fn controller_args(
         "--kubelet-scheme".into(),
         "http".into(),
         "--node-monitor-grace-period".into(),
-        GRACE_PERIOD.into(),
+        nodekeeper::duration::format(grace),
         "--log".into(),
         "warn".into(),
     ];
@@ -771,6 +815,8 @@ struct SimPushes {
     /// last sim asked, when summing several).
     last_change: Option<ChangeTiming>,
     last_error: Option<String>,
+    /// Answered requests' latency, counts by bucket of `nodekeeper_sim::latency`.
+    latency: Vec<u64>,
 }
 
 /// Asks every sim's control endpoint for its push counters.
@@ -801,6 +847,14 @@ async fn sim_pushes(client: &reqwest::Client, controls: &[String]) -> Result<Sim
         }
         if let Some(e) = pushes["lastError"].as_str() {
             total.last_error = Some(e.to_string());
+        }
+        let latency: Vec<u64> =
+            serde_json::from_value(pushes["latency"].clone()).unwrap_or_default();
+        if total.latency.len() < latency.len() {
+            total.latency.resize(latency.len(), 0);
+        }
+        for (sum, n) in total.latency.iter_mut().zip(latency) {
+            *sum += n;
         }
     }
     Ok(total)
@@ -970,11 +1024,13 @@ fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row])
     );
     let how = match mode {
         Mode::Probe { period } => format!(
-            "sync period {}, grace {GRACE_PERIOD}, http kubelets",
-            nodekeeper::duration::format(period)
+            "sync period {}, grace {}, http kubelets",
+            nodekeeper::duration::format(period),
+            nodekeeper::duration::format(args.grace)
         ),
         Mode::Push { interval } => format!(
-            "--node-status-mode push, nodes file, grace {GRACE_PERIOD}, every node renews its Lease and patches its status every {} over a kept-alive connection of its own",
+            "--node-status-mode push, nodes file, grace {}, every node renews its Lease and patches its status every {} over a kept-alive connection of its own",
+            nodekeeper::duration::format(args.grace),
             nodekeeper::duration::format(interval)
         ),
     };
@@ -1034,6 +1090,9 @@ fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row])
     }
     for row in rows.iter().filter(|r| !r.soak.is_empty()) {
         out.push_str(&soak_section(row));
+    }
+    for row in rows.iter().filter(|r| !r.reader_windows.is_empty()) {
+        out.push_str(&readers::section(row.nodes, mode, &row.reader_windows));
     }
     for row in rows.iter().filter(|r| !r.bursts.is_empty()) {
         out.push_str(&burst::section(row.nodes, &row.bursts));
