@@ -17,6 +17,17 @@ pub fn mark_started() {
     STARTED.get_or_init(|| crate::model::Micros::now().0 as f64 / 1e6);
 }
 
+/// Lowers the scheduling priority of the calling thread (alone, not the
+/// whole process) by `niceness` steps, as `nice` does for a process: the
+/// threads that serve readers yield the CPU to the controller's own.
+pub fn lower_thread_priority(niceness: i32) -> std::io::Result<()> {
+    let thread = rustix::thread::gettid();
+    let current = rustix::process::getpriority_process(Some(thread))?;
+    // Linux applies PRIO_PROCESS to the one thread whose id it is given.
+    rustix::process::setpriority_process(Some(thread), (current + niceness).min(19))?;
+    Ok(())
+}
+
 /// Clock ticks per second in `/proc/*/stat` (USER_HZ: 100 on every Linux
 /// architecture this builds for).
 const TICKS_PER_SECOND: f64 = 100.0;

@@ -31,20 +31,26 @@ fn main() {
         std::process::exit(2);
     });
     nodekeeper::logging::init(filter, cli.log_format);
-    let runtime = match &cli.command {
-        Command::Run(_) => runtime::controller_runtime(),
+    let runtimes = match &cli.command {
+        Command::Run(_) => runtime::controller_runtime()
+            .and_then(|controller| Ok((controller, Some(runtime::api_runtime()?)))),
         _ => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
-            .build(),
+            .build()
+            .map(|rt| (rt, None)),
     };
-    let runtime = match runtime {
-        Ok(rt) => rt,
+    let (runtime, api) = match runtimes {
+        Ok(runtimes) => runtimes,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
             std::process::exit(1);
         }
     };
-    let outcome = runtime.block_on(dispatch(&cli, &settings));
+    let outcome = runtime.block_on(dispatch(
+        &cli,
+        &settings,
+        api.as_ref().map(|rt| rt.handle().clone()),
+    ));
     let printed = match &outcome {
         Ok(text) => {
             let mut out = commands::stdout();
@@ -66,12 +72,16 @@ fn main() {
     }
 }
 
-async fn dispatch(cli: &Cli, settings: &[nodekeeper::config::Setting]) -> commands::Outcome {
+async fn dispatch(
+    cli: &Cli,
+    settings: &[nodekeeper::config::Setting],
+    api: Option<tokio::runtime::Handle>,
+) -> commands::Outcome {
     let source = || Source::open_with_token(&cli.db, cli.server.as_deref(), cli.token.as_deref());
     match &cli.command {
         Command::Run(args) => {
             let simulator = std::sync::Arc::new(nodekeeper_sim::simulator::InProcess);
-            commands::run::run(args, &cli.db, Some(simulator)).await
+            commands::run::run(args, &cli.db, Some(simulator), api).await
         }
         Command::Nodes { output } => commands::nodes::nodes(&source()?, *output).await,
         Command::Describe { node } => commands::describe::describe(&source()?, node).await,

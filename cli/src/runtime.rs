@@ -1,29 +1,56 @@
-//! The async runtime of the controller (`nodekeeper run`). One file for the
-//! `nodekeeper` binary and for `nodekeeper-floor` (which includes it by
-//! path), so the push benchmark's floor runs on the controller's runtime by
-//! construction.
+//! The async runtimes of the controller (`nodekeeper run`): one for the
+//! controller's own work and one for the API. One file for the `nodekeeper`
+//! binary and for `nodekeeper-floor` (which includes it by path), so the
+//! push benchmark's floor serves on the API's runtime by construction.
+//!
+//! The controller's work (probe sweeps, heartbeat folding, the monitor
+//! pass, the mirror) never queues behind a reader: readers are served on
+//! threads of their own, which also run at a lower priority, so that a
+//! machine busy with readers still gives the controller's thread the CPU
+//! it needs first (docs/decisions/runtimes.md).
 
-/// A multi-thread runtime with one worker thread, unless
+/// How much lower the API's threads run than the controller's (nice steps).
+pub const API_NICENESS: i32 = 10;
+
+/// The controller's runtime: a multi-thread runtime with one worker, unless
 /// `TOKIO_WORKER_THREADS` asks for more (tokio's default is one per core).
 /// Store writes run on a thread of their own and blocking reads on the
-/// blocking pool either way.
-///
-/// Why one: probes and pushed heartbeats come spread out (10,000 probes or
-/// 2,000 heartbeats a second at 10,000 nodes), each a few tens of
-/// microseconds of work. With a worker per core, nearly every one woke a
-/// second worker that found nothing to do and parked again: 1.2–1.5
-/// context switches per heartbeat against 0.6–0.7 with one. One worker
-/// took 0.16–0.18 CPU-s per 10k probes against 0.22–0.27, and the push
-/// benchmark's floor 0.44–0.49 CPU-s per 10k heartbeats against 0.54–0.58;
-/// the controller's own push CPU did not move beyond the noise (README,
-/// "The floor under a pushed heartbeat"). A 10,000-node site needs about a
-/// fifth of one core.
+/// blocking pool either way. Probes and heartbeats come spread out, each a
+/// few tens of microseconds of work: with a worker per core, nearly every
+/// one woke a second worker that found nothing to do and parked again
+/// (docs/decisions/runtimes.md).
 pub fn controller_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
         builder.worker_threads(1);
     }
-    builder.enable_all().build()
+    builder.thread_name("nodekeeper").enable_all().build()
+}
+
+/// The API's runtime: a worker per core, at [`API_NICENESS`] below the
+/// controller's priority, blocking reads included.
+pub fn api_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    let niceness = std::env::var("NODEKEEPER_API_NICENESS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(API_NICENESS);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("nodekeeper-api")
+        .on_thread_start(move || {
+            if niceness > 0 {
+                // Without it the API competes on equal terms, as before; say so once.
+                if let Err(e) = nodekeeper::process::lower_thread_priority(niceness) {
+                    static WARNED: std::sync::Once = std::sync::Once::new();
+                    WARNED.call_once(|| {
+                        tracing::warn!("cannot lower the API threads' priority: {e}")
+                    });
+                }
+            }
+        })
+        .enable_all()
+        .build()
 }
 
 #[cfg(test)]
@@ -43,5 +70,25 @@ mod tests {
             spawned.await.unwrap() + blocking.await.unwrap()
         });
         assert_eq!(answer, 42);
+    }
+
+    #[test]
+    fn the_api_runs_below_the_controllers_priority() {
+        let own = rustix::process::getpriority_process(None).expect("a priority");
+        let runtime = super::api_runtime().expect("a runtime");
+        let (worker, blocking) = runtime.block_on(async {
+            let worker = tokio::spawn(async {
+                rustix::process::getpriority_process(Some(rustix::thread::gettid()))
+            });
+            let blocking = tokio::task::spawn_blocking(|| {
+                rustix::process::getpriority_process(Some(rustix::thread::gettid()))
+            });
+            (worker.await.unwrap(), blocking.await.unwrap())
+        });
+        let expected = (own + super::API_NICENESS).min(19);
+        assert_eq!(worker.unwrap(), expected);
+        assert_eq!(blocking.unwrap(), expected);
+        // The thread that built it keeps its own.
+        assert_eq!(rustix::process::getpriority_process(None).unwrap(), own);
     }
 }

@@ -42,6 +42,10 @@ pub struct RunConfig {
     /// What starts them: the binary's simulator (`nodekeeper-sim`). Without
     /// one, `run` refuses `--simulate`.
     pub simulator: Option<Arc<dyn Simulator>>,
+    /// Where the API is served: a runtime apart from the controller's, so
+    /// that readers never delay its work. `None` serves it on the runtime
+    /// `run` runs on.
+    pub api_runtime: Option<tokio::runtime::Handle>,
     /// Where to mirror, if an API server is configured.
     pub mirror: Option<crate::mirror::MirrorConfig>,
     /// How much history to keep (`--history-retention`, `--history-max-bytes`).
@@ -143,6 +147,7 @@ impl RunConfig {
             specs,
             simulate,
             simulator: None,
+            api_runtime: None,
             open_files,
             serve: crate::server::ServeConfig::default().max_connections(sizing.max_connections),
             limits: sizing.limits,

@@ -258,7 +258,8 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         &health,
         controller.run(config.specs, pushes, controller_stop.clone()),
     );
-    supervised.spawn(Task::Server, &health, {
+    let api_runtime = config.api_runtime.take();
+    supervised.spawn_on(api_runtime.as_ref(), Task::Server, &health, {
         let stop = server_shutdown.clone();
         let tls = config.tls.clone();
         async move {

@@ -85,13 +85,28 @@ impl Supervised {
         health: &crate::readiness::Health,
         future: impl std::future::Future<Output = R> + Send + 'static,
     ) {
+        self.spawn_on(None, task, health, future)
+    }
+
+    /// [`Supervised::spawn`] on `runtime` (the current one if `None`).
+    pub(super) fn spawn_on<R: IntoTaskResult>(
+        &mut self,
+        runtime: Option<&tokio::runtime::Handle>,
+        task: Task,
+        health: &crate::readiness::Health,
+        future: impl std::future::Future<Output = R> + Send + 'static,
+    ) {
         let running = health.live.register(task.check());
         self.running.push(task);
-        let inner = tokio::spawn(async move {
+        let future = async move {
             #[cfg(debug_assertions)]
             panic_if_asked(task).await;
             future.await
-        });
+        };
+        let inner = match runtime {
+            Some(runtime) => runtime.spawn(future),
+            None => tokio::spawn(future),
+        };
         self.tasks.spawn(async move {
             let result = match inner.await {
                 Ok(result) => result.into_result(),

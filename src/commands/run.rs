@@ -12,13 +12,20 @@ use crate::discovery::Discovery;
 use crate::simulate::Simulator;
 use crate::store::StoreError;
 
-/// Runs the controller; `simulator` starts the kubelets of `--simulate`.
-pub async fn run(args: &RunArgs, db: &Path, simulator: Option<Arc<dyn Simulator>>) -> Outcome {
+/// Runs the controller; `simulator` starts the kubelets of `--simulate`, and
+/// the API is served on `api` (the runtime this runs on, without one).
+pub async fn run(
+    args: &RunArgs,
+    db: &Path,
+    simulator: Option<Arc<dyn Simulator>>,
+    api: Option<tokio::runtime::Handle>,
+) -> Outcome {
     let mut config = RunConfig::from_args(args, db).map_err(|e| Failure {
         message: e.to_string(),
         code: 2,
     })?;
     config.simulator = simulator;
+    config.api_runtime = api;
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     match app::run(config, shutdown).await {

@@ -1,9 +1,8 @@
 //! `nodekeeper-floor`: the least server of pushed heartbeats on the
 //! controller's stack (`nodekeeper_sim::floor`), which `nodekeeper-bench
 //! --push --floor` runs in place of the controller. Like the controller's
-//! binary it allocates with jemalloc under the same options and runs on the
-//! same tokio runtime (`cli/src/runtime.rs`: one worker thread unless
-//! `TOKIO_WORKER_THREADS` says otherwise).
+//! binary it allocates with jemalloc under the same options and serves on
+//! the runtime the controller serves its API on (`cli/src/runtime.rs`).
 //!
 //! `nodekeeper-floor --listen 127.0.0.1:PORT --nodes-file FILE` prints
 //! `nodekeeper-floor serving http://ADDR for N nodes` once it listens, and
@@ -20,7 +19,9 @@ use nodekeeper_sim::floor;
 // The controller's allocator and its options, from the same file.
 #[path = "../../../cli/src/allocator.rs"]
 mod allocator;
-// The controller's runtime, from the same file.
+// The controller's runtimes, from the same file (the floor has no
+// controller: it serves on the API's runtime alone).
+#[allow(dead_code)]
 #[path = "../../../cli/src/runtime.rs"]
 mod runtime;
 
@@ -54,7 +55,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let runtime = match runtime::controller_runtime() {
+    let runtime = match runtime::api_runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("nodekeeper-floor: cannot start the runtime: {e}");
