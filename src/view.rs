@@ -2,9 +2,10 @@
 //! already durable, plus in-memory heartbeat times, and whether the store
 //! takes writes.
 
-use std::collections::{btree_map, BTreeMap, HashMap};
+use std::collections::{btree_map, BTreeMap};
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 use tokio::sync::watch;
 
@@ -51,19 +52,31 @@ impl DerefMut for SharedNode {
 }
 
 /// The published nodes, in name order (see [`View::with_nodes`]).
-pub type Nodes<'a> =
-    std::iter::Map<btree_map::Values<'a, String, Arc<Node>>, fn(&Arc<Node>) -> &Node>;
+pub type Nodes<'a> = std::iter::Map<btree_map::Values<'a, String, Shown>, fn(&Shown) -> &Node>;
 
-fn as_node(node: &Arc<Node>) -> &Node {
-    node
+fn as_node(shown: &Shown) -> &Node {
+    &shown.node
+}
+
+/// A published node as readers take it: the record (shared, not copied),
+/// its newest heartbeat, and the stamp of the last change to either.
+#[derive(Debug, Clone)]
+pub struct Shown {
+    pub node: Arc<Node>,
+    /// The newest heartbeat held in memory (not durable, not history).
+    pub beat: Option<Micros>,
+    /// Taken from [`View::stamp`] at each change of the record or its
+    /// heartbeat: equal stamps, equal contents.
+    pub stamp: u64,
 }
 
 /// The published registry. The controller publishes changes after each
 /// flush; heartbeat times (not history) as they arrive.
 pub struct View {
     /// Shared with the controller's tracked records where they agree.
-    nodes: RwLock<BTreeMap<String, Arc<Node>>>,
-    heartbeats: RwLock<HashMap<String, Micros>>,
+    nodes: RwLock<BTreeMap<String, Shown>>,
+    /// The stamp of the newest change to `nodes`, bumped under its write lock.
+    stamp: AtomicU64,
     leases: RwLock<BTreeMap<String, Lease>>,
     source: RwLock<Option<SourceStatus>>,
     /// The newest durable event seq, for watchers.
@@ -76,7 +89,7 @@ impl Default for View {
     fn default() -> Self {
         View {
             nodes: RwLock::default(),
-            heartbeats: RwLock::default(),
+            stamp: AtomicU64::new(0),
             leases: RwLock::default(),
             source: RwLock::default(),
             durable: watch::channel(0).0,
@@ -126,7 +139,7 @@ impl View {
     /// Runs `f` over every published node, in name order, without copying them.
     pub fn with_nodes<R>(&self, f: impl FnOnce(Nodes<'_>) -> R) -> R {
         let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
-        f(nodes.values().map(as_node as fn(&Arc<Node>) -> &Node))
+        f(nodes.values().map(as_node as fn(&Shown) -> &Node))
     }
 
     /// One published node record as it is held, for the controller to share.
@@ -135,7 +148,37 @@ impl View {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(name)
+            .map(|shown| shown.node.clone())
+    }
+
+    /// The stamp of the newest change to a published node or heartbeat:
+    /// while it stays the same, so do they.
+    pub fn stamp(&self) -> u64 {
+        self.stamp.load(Ordering::Acquire)
+    }
+
+    /// Every published node, in name order, and the [`View::stamp`] they
+    /// are as of: shared records, taken in one short hold of the lock.
+    pub fn shown(&self) -> (u64, Vec<Shown>) {
+        let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
+        // Changes are stamped under the write lock: this one is stable here.
+        (self.stamp(), nodes.values().cloned().collect())
+    }
+
+    /// One published node as [`View::shown`] gives them.
+    pub fn shown_node(&self, name: &str) -> Option<Shown> {
+        self.nodes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
             .cloned()
+    }
+
+    /// The write lock on the nodes, and the stamp for the changes made under it.
+    fn change(&self) -> (RwLockWriteGuard<'_, BTreeMap<String, Shown>>, u64) {
+        let nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+        let stamp = self.stamp.fetch_add(1, Ordering::AcqRel) + 1;
+        (nodes, stamp)
     }
 
     /// How the cloud or inventory source is doing, if there is one.
@@ -197,29 +240,17 @@ impl View {
 
     /// Every node with its newest heartbeat, by name.
     pub fn list(&self) -> Vec<(Node, Option<Micros>)> {
-        let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
-        let beats = self.heartbeats.read().unwrap_or_else(|p| p.into_inner());
-        nodes
-            .values()
-            .map(|n| (Node::clone(n), beats.get(&n.name).copied()))
+        self.shown()
+            .1
+            .into_iter()
+            .map(|s| (Node::clone(&s.node), s.beat))
             .collect()
     }
 
     /// One node with its newest heartbeat.
     pub fn get(&self, name: &str) -> Option<(Node, Option<Micros>)> {
-        let node = self
-            .nodes
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .map(|n| Node::clone(n))?;
-        let beat = self
-            .heartbeats
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .copied();
-        Some((node, beat))
+        self.shown_node(name)
+            .map(|s| (Node::clone(&s.node), s.beat))
     }
 
     /// Runs `f` over one node and its newest heartbeat without copying the
@@ -230,14 +261,8 @@ impl View {
         f: impl FnOnce(&Node, Option<Micros>) -> R,
     ) -> Option<R> {
         let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
-        let node = nodes.get(name)?;
-        let beat = self
-            .heartbeats
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .copied();
-        Some(f(node, beat))
+        let shown = nodes.get(name)?;
+        Some(f(&shown.node, shown.beat))
     }
 
     /// Publishes durable changes.
@@ -247,19 +272,25 @@ impl View {
 
     /// Publishes durable changes as records shared with the controller.
     pub fn publish_shared(&self, changed: impl IntoIterator<Item = Arc<Node>>, deleted: &[String]) {
-        let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+        let (mut nodes, stamp) = self.change();
         for node in changed {
-            nodes.insert(node.name.clone(), node);
+            match nodes.get_mut(&node.name) {
+                Some(shown) => {
+                    shown.node = node;
+                    shown.stamp = stamp;
+                }
+                None => {
+                    let shown = Shown {
+                        node,
+                        beat: None,
+                        stamp,
+                    };
+                    nodes.insert(shown.node.name.clone(), shown);
+                }
+            }
         }
         for name in deleted {
             nodes.remove(name);
-        }
-        drop(nodes);
-        if !deleted.is_empty() {
-            let mut beats = self.heartbeats.write().unwrap_or_else(|p| p.into_inner());
-            for name in deleted {
-                beats.remove(name);
-            }
         }
     }
 
@@ -267,16 +298,19 @@ impl View {
     /// heartbeat times at most: the times are copied in place, without a
     /// copy of the node (thousands a second at 10k pushing nodes).
     pub fn publish_heartbeats(&self, node: &Node) {
-        let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+        let (mut nodes, stamp) = self.change();
         match nodes.get_mut(&node.name) {
-            Some(shown)
-                if shown.resource_version == node.resource_version
-                    && shown.conditions.len() == node.conditions.len()
-                    && shown
-                        .conditions
-                        .iter()
-                        .zip(&node.conditions)
-                        .all(|(a, b)| a.kind == b.kind) =>
+            Some(Shown {
+                node: shown,
+                stamp: shown_stamp,
+                ..
+            }) if shown.resource_version == node.resource_version
+                && shown.conditions.len() == node.conditions.len()
+                && shown
+                    .conditions
+                    .iter()
+                    .zip(&node.conditions)
+                    .all(|(a, b)| a.kind == b.kind) =>
             {
                 // Copied first if the controller still shares it (once per
                 // node after each write, not per heartbeat).
@@ -284,24 +318,31 @@ impl View {
                 for (shown, beat) in shown.conditions.iter_mut().zip(&node.conditions) {
                     shown.last_heartbeat = beat.last_heartbeat;
                 }
+                *shown_stamp = stamp;
             }
-            Some(shown) => *shown = Arc::new(node.clone()),
+            Some(shown) => {
+                shown.node = Arc::new(node.clone());
+                shown.stamp = stamp;
+            }
             None => {
-                nodes.insert(node.name.clone(), Arc::new(node.clone()));
+                let shown = Shown {
+                    node: Arc::new(node.clone()),
+                    beat: None,
+                    stamp,
+                };
+                nodes.insert(node.name.clone(), shown);
             }
         }
     }
 
-    /// Records heartbeat times (not durable; not history).
+    /// Records heartbeat times of published nodes (not durable; not
+    /// history), in place: no allocation per heartbeat.
     pub fn beat<'a>(&self, beats: impl IntoIterator<Item = (&'a str, Micros)>) {
-        let mut map = self.heartbeats.write().unwrap_or_else(|p| p.into_inner());
+        let (mut nodes, stamp) = self.change();
         for (name, at) in beats {
-            // Updating in place: no allocation per heartbeat on the hot path.
-            match map.get_mut(name) {
-                Some(slot) => *slot = at,
-                None => {
-                    map.insert(name.to_string(), at);
-                }
+            if let Some(shown) = nodes.get_mut(name) {
+                shown.beat = Some(at);
+                shown.stamp = stamp;
             }
         }
     }

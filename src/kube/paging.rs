@@ -70,49 +70,50 @@ impl ContinueToken {
 #[error("invalid continue token: continue key is not valid: {0}")]
 pub struct InvalidContinueToken(pub String);
 
-/// One page of a list.
+/// One page of a list: where it lies in the items, and its metadata.
 #[derive(Debug)]
-pub struct Page<T> {
-    pub items: Vec<T>,
+pub struct Page {
+    pub range: std::ops::Range<usize>,
     pub metadata: ListMeta,
 }
 
-/// Cuts a page from `items` (sorted by key, already filtered). `continue_from`
-/// is a decoded token; `rv` the registry's resourceVersion now.
-/// `count_remaining` follows the API server, which reports
+/// Cuts a page from `items`, sorted by `key` (and already filtered).
+/// `continue_from` is a decoded token; `rv` the registry's resourceVersion
+/// now. `count_remaining` follows the API server, which reports
 /// `remainingItemCount` only for lists without selectors.
 pub fn page<T>(
-    items: Vec<(String, T)>,
+    items: &[T],
+    key: impl Fn(&T) -> &str,
     limit: Option<i64>,
     continue_from: Option<&ContinueToken>,
     rv: u64,
     count_remaining: bool,
-) -> Page<T> {
+) -> Page {
     let rv = continue_from.map_or(rv, |t| t.rv);
-    let mut rest: Vec<(String, T)> = match continue_from {
-        Some(t) => items
-            .into_iter()
-            .filter(|(key, _)| key.as_str() >= t.start.as_str())
-            .collect(),
-        None => items,
+    let start = match continue_from {
+        Some(t) => items.partition_point(|item| key(item) < t.start.as_str()),
+        None => 0,
     };
     let mut metadata = ListMeta {
         resource_version: Some(rv.to_string()),
         ..ListMeta::default()
     };
+    let rest = items.len() - start;
     // A limit of zero or less means no limit, as in Kubernetes.
     let limit = limit.filter(|&l| l > 0).map(|l| l as usize);
-    if let Some(limit) = limit.filter(|&l| l < rest.len()) {
-        let remaining = rest.split_off(limit);
-        if let Some((last, _)) = rest.last() {
-            metadata.continue_ = Some(ContinueToken::after(rv, last).encode());
+    let end = match limit.filter(|&l| l < rest) {
+        Some(limit) => {
+            let end = start + limit;
+            metadata.continue_ = Some(ContinueToken::after(rv, key(&items[end - 1])).encode());
+            if count_remaining {
+                metadata.remaining_item_count = Some((items.len() - end) as i64);
+            }
+            end
         }
-        if count_remaining {
-            metadata.remaining_item_count = Some(remaining.len() as i64);
-        }
-    }
+        None => items.len(),
+    };
     Page {
-        items: rest.into_iter().map(|(_, item)| item).collect(),
+        range: start..end,
         metadata,
     }
 }
@@ -184,11 +185,16 @@ mod tests {
             .contains("resourceVersion"));
     }
 
-    fn keyed(names: &[&str]) -> Vec<(String, String)> {
-        names
-            .iter()
-            .map(|n| (n.to_string(), n.to_string()))
-            .collect()
+    /// A page of `names`, which are their own keys.
+    fn page_of<'a>(
+        names: &[&'a str],
+        limit: Option<i64>,
+        token: Option<&ContinueToken>,
+        rv: u64,
+        count: bool,
+    ) -> (Vec<&'a str>, ListMeta) {
+        let p = page(names, |n| n, limit, token, rv, count);
+        (names[p.range].to_vec(), p.metadata)
     }
 
     #[test]
@@ -198,18 +204,18 @@ mod tests {
         let mut token: Option<ContinueToken> = None;
         let mut pages = 0;
         loop {
-            let p = page(keyed(&names), Some(2), token.as_ref(), 9, true);
+            let (items, metadata) = page_of(&names, Some(2), token.as_ref(), 9, true);
             pages += 1;
-            assert_eq!(p.metadata.resource_version.as_deref(), Some("9"));
-            seen.extend(p.items);
-            match p.metadata.continue_ {
+            assert_eq!(metadata.resource_version.as_deref(), Some("9"));
+            seen.extend(items);
+            match metadata.continue_ {
                 Some(c) => {
                     let left = names.len() - seen.len();
-                    assert_eq!(p.metadata.remaining_item_count, Some(left as i64));
+                    assert_eq!(metadata.remaining_item_count, Some(left as i64));
                     token = Some(ContinueToken::decode(&c).unwrap());
                 }
                 None => {
-                    assert_eq!(p.metadata.remaining_item_count, None);
+                    assert_eq!(metadata.remaining_item_count, None);
                     break;
                 }
             }
@@ -220,29 +226,23 @@ mod tests {
 
     #[test]
     fn continued_pages_keep_the_first_resource_version_and_skip_nothing_new() {
-        let first = page(keyed(&["a", "c", "e"]), Some(1), None, 5, false);
-        assert_eq!(first.metadata.remaining_item_count, None);
-        let token = ContinueToken::decode(&first.metadata.continue_.unwrap()).unwrap();
+        let (_, first) = page_of(&["a", "c", "e"], Some(1), None, 5, false);
+        assert_eq!(first.remaining_item_count, None);
+        let token = ContinueToken::decode(&first.continue_.unwrap()).unwrap();
         // "b" was added after the first page: it sorts after "a", so it is served.
-        let second = page(
-            keyed(&["a", "b", "c", "e"]),
-            Some(10),
-            Some(&token),
-            7,
-            false,
-        );
-        assert_eq!(second.items, ["b", "c", "e"]);
-        assert_eq!(second.metadata.resource_version.as_deref(), Some("5"));
-        assert_eq!(second.metadata.continue_, None);
+        let (items, second) = page_of(&["a", "b", "c", "e"], Some(10), Some(&token), 7, false);
+        assert_eq!(items, ["b", "c", "e"]);
+        assert_eq!(second.resource_version.as_deref(), Some("5"));
+        assert_eq!(second.continue_, None);
     }
 
     #[test]
     fn no_limit_or_a_large_one_is_one_page() {
         for limit in [None, Some(0), Some(-1), Some(3), Some(500)] {
-            let p = page(keyed(&["a", "b", "c"]), limit, None, 1, true);
-            assert_eq!(p.items.len(), 3);
-            assert_eq!(p.metadata.continue_, None);
-            assert_eq!(p.metadata.remaining_item_count, None);
+            let (items, metadata) = page_of(&["a", "b", "c"], limit, None, 1, true);
+            assert_eq!(items.len(), 3);
+            assert_eq!(metadata.continue_, None);
+            assert_eq!(metadata.remaining_item_count, None);
         }
     }
 }
@@ -286,12 +286,11 @@ mod properties {
             limit in -2i64..12,
         ) {
             let names: Vec<String> = names.into_iter().collect();
-            let keyed: Vec<(String, String)> = names.iter().map(|n| (n.clone(), n.clone())).collect();
             let mut seen = Vec::new();
             let mut token = None;
             for _ in 0..=names.len() + 1 {
-                let p = page(keyed.clone(), Some(limit), token.as_ref(), 7, true);
-                seen.extend(p.items);
+                let p = page(&names, String::as_str, Some(limit), token.as_ref(), 7, true);
+                seen.extend(names[p.range].iter().cloned());
                 match p.metadata.continue_ {
                     Some(c) => token = Some(ContinueToken::decode(&c).map_err(|e| TestCaseError::fail(e.to_string()))?),
                     None => break,

@@ -78,7 +78,7 @@ pub struct SharedState {
     /// The checks behind `/livez` and `/readyz`.
     pub health: Arc<crate::readiness::Health>,
     /// Each node's list JSON, reused while the node is unchanged.
-    pub node_json: Arc<node_json::NodeJsonCache>,
+    pub node_json: Arc<node_json::NodeJson>,
 }
 
 /// The router without `--token-file`: every caller is [`Caller::Anonymous`].

@@ -1,144 +1,139 @@
-//! The JSON of `GET /api/v1/nodes`: each node serialized once and kept until
-//! it or its heartbeat changes, so a list of 10,000 nodes costs a copy of
-//! bytes rather than 10,000 conversions (the console, kubectl and the CLI all
-//! list the whole site).
+//! The JSON of nodes as `/api/v1/nodes` serves them. Each node is encoded
+//! once per change (by its [`View`] stamp) and kept; a list is assembled
+//! from those pieces. The list of every node is a snapshot shared by all
+//! the requests that come while nothing changed, and every list goes out
+//! as a stream of chunks the connection pulls as the client reads, so a
+//! list of 10,000 nodes costs neither a conversion per node nor a copy of
+//! the whole body per request (the console, kubectl and informers all list
+//! the whole site).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
+use hyper::body::{Frame, SizeHint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
-use crate::model::{Micros, Node};
-use crate::view::View;
+use crate::view::{Shown, View};
 
-/// One node's JSON and what it was made from.
+/// Nodes encoded between two yields to the runtime: a list that finds
+/// thousands changed (every probed node's heartbeat moves each sweep) shares
+/// its worker with the small requests queued behind it.
+const ENCODES_PER_TURN: usize = 64;
+/// The most a list body hands the connection at once.
+const CHUNK: usize = 64 << 10;
+
+/// One node's JSON, and its name (the key lists are paged by).
+#[derive(Clone)]
+pub struct Item {
+    pub name: Arc<str>,
+    pub json: Bytes,
+}
+
+/// Encoded nodes in name order, as of one [`View::stamp`].
+pub struct Encoded {
+    pub stamp: u64,
+    pub items: Vec<Item>,
+}
+
+/// One node's kept JSON, and the stamp of the node it was made from.
 struct Entry {
-    made_from: Made,
-    json: Bytes,
+    stamp: u64,
+    item: Item,
 }
 
-/// What a node's JSON was made from, without a copy of the node (which took
-/// as much memory again as the JSON). Every change to a published node takes
-/// a new resourceVersion except the folding in of heartbeat times (see
-/// `View::publish_heartbeats`), so the version, the condition heartbeat times
-/// and the newest heartbeat decide; a digest of every field besides guards
-/// against a change made some other way.
-struct Made {
-    resource_version: u64,
-    heartbeat: Option<Micros>,
-    condition_beats: Box<[Micros]>,
-    digest: u64,
-}
-
-impl Made {
-    fn of(node: &Node, heartbeat: Option<Micros>) -> Made {
-        Made {
-            resource_version: node.resource_version,
-            heartbeat,
-            condition_beats: node.conditions.iter().map(|c| c.last_heartbeat).collect(),
-            digest: digest(node),
-        }
-    }
-
-    fn matches(&self, node: &Node, heartbeat: Option<Micros>) -> bool {
-        self.resource_version == node.resource_version
-            && self.heartbeat == heartbeat
-            && self
-                .condition_beats
-                .iter()
-                .copied()
-                .eq(node.conditions.iter().map(|c| c.last_heartbeat))
-            && self.digest == digest(node)
-    }
-}
-
-/// A 64-bit digest of every field of `node` (its compact encoding, hashed).
-fn digest(node: &Node) -> u64 {
-    struct Hashing(std::collections::hash_map::DefaultHasher);
-    impl std::io::Write for Hashing {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.write(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    use std::hash::Hasher;
-    let mut hashing = Hashing(Default::default());
-    // Writing into a hasher cannot fail; nor can encoding a Node.
-    let _ = postcard::to_io(node, &mut hashing);
-    hashing.0.finish()
-}
-
-/// Serialized nodes, by name. An entry is reused only while the node's
-/// version, heartbeat times and newest heartbeat are those it was made from,
-/// so a change can never be served stale.
+/// The nodes' JSON: kept per node while the node is unchanged, and the
+/// newest list of every node.
 #[derive(Default)]
-pub struct NodeJsonCache {
+pub struct NodeJson {
     entries: Mutex<HashMap<String, Entry>>,
+    /// The newest list of every node; held across its rebuild, so requests
+    /// that come meanwhile wait for it and share it.
+    all: tokio::sync::Mutex<Option<Arc<Encoded>>>,
 }
 
-/// How a list was answered, for tests and the benchmark's reasoning.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Reuse {
-    /// Nodes whose JSON was reused.
-    pub reused: usize,
-    /// Nodes serialized for this list.
-    pub serialized: usize,
-}
+impl NodeJson {
+    /// Every published node, as of now: the snapshot of the last call while
+    /// the view has not changed since, else a new one built from the nodes'
+    /// kept JSON (only the nodes changed since are encoded).
+    pub async fn all(&self, view: &View) -> Arc<Encoded> {
+        let mut all = self.all.lock().await;
+        if let Some(current) = all.as_ref().filter(|a| a.stamp == view.stamp()) {
+            return current.clone();
+        }
+        let (stamp, shown) = view.shown();
+        let items = self.encode(&shown).await;
+        self.forget_all_but(&shown);
+        let encoded = Arc::new(Encoded { stamp, items });
+        *all = Some(encoded.clone());
+        encoded
+    }
 
-impl NodeJsonCache {
-    /// The `NodeList` for `nodes` (already filtered, paged and in order), as
-    /// the bytes `Json(List { items, metadata })` would be, and how many
-    /// nodes were serialized for it.
-    pub fn list(&self, nodes: Vec<(Node, Option<Micros>)>, metadata: &ListMeta) -> (Bytes, Reuse) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let mut reuse = Reuse::default();
-        let mut items = Vec::with_capacity(nodes.len());
-        for (node, heartbeat) in nodes {
-            match entries.get_mut(&node.name) {
-                Some(e) if e.made_from.matches(&node, heartbeat) => {
-                    reuse.reused += 1;
-                    items.push(e.json.clone());
-                }
-                found => {
-                    reuse.serialized += 1;
-                    let json = serialize(&node, heartbeat);
-                    items.push(json.clone());
-                    let entry = Entry {
-                        made_from: Made::of(&node, heartbeat),
-                        json,
-                    };
-                    match found {
-                        Some(e) => *e = entry,
-                        None => {
-                            entries.insert(node.name, entry);
-                        }
+    /// The JSON of `shown` (in their order): kept, or encoded now and kept.
+    pub async fn encode(&self, shown: &[Shown]) -> Vec<Item> {
+        let mut items: Vec<Option<Item>> = Vec::with_capacity(shown.len());
+        let mut missing = Vec::new();
+        {
+            let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+            for (i, s) in shown.iter().enumerate() {
+                match entries.get(s.node.name.as_str()) {
+                    Some(e) if e.stamp == s.stamp => items.push(Some(e.item.clone())),
+                    _ => {
+                        items.push(None);
+                        missing.push(i);
                     }
                 }
             }
         }
-        drop(entries);
-        (envelope(&items, metadata), reuse)
+        let mut made = Vec::with_capacity(missing.len());
+        for (n, &i) in missing.iter().enumerate() {
+            if n > 0 && n % ENCODES_PER_TURN == 0 {
+                tokio::task::yield_now().await;
+            }
+            let item = encode(&shown[i]);
+            items[i] = Some(item.clone());
+            made.push((shown[i].stamp, item));
+        }
+        if !made.is_empty() {
+            let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+            for (stamp, item) in made {
+                // A request that read the view earlier must not put back an older node.
+                match entries.get_mut(&*item.name) {
+                    Some(e) if e.stamp >= stamp => {}
+                    Some(e) => *e = Entry { stamp, item },
+                    None => {
+                        entries.insert(item.name.to_string(), Entry { stamp, item });
+                    }
+                }
+            }
+        }
+        items.into_iter().flatten().collect()
     }
 
-    /// Drops the JSON of nodes deleted from `view`. Entries are made only
-    /// for listed nodes, so after a list of every node there are more of
-    /// them than nodes exactly when some node was deleted; what is kept
-    /// never outnumbers the registry for long.
-    pub fn forget_deleted(&self, view: &View) {
+    /// One node's JSON.
+    pub async fn one(&self, shown: Shown) -> Bytes {
+        self.encode(std::slice::from_ref(&shown))
+            .await
+            .pop()
+            .map(|i| i.json)
+            .unwrap_or_default()
+    }
+
+    /// Drops the JSON of nodes no longer in `shown` (every published node):
+    /// what is kept never outnumbers the registry for long.
+    fn forget_all_but(&self, shown: &[Shown]) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        view.with_nodes(|nodes| {
-            if entries.len() <= nodes.len() {
-                return;
-            }
-            let present: HashSet<&str> = nodes.map(|n| n.name.as_str()).collect();
-            entries.retain(|name, _| present.contains(name.as_str()));
-        });
+        if entries.len() <= shown.len() {
+            return;
+        }
+        let present: HashSet<&str> = shown.iter().map(|s| s.node.name.as_str()).collect();
+        entries.retain(|name, _| present.contains(name.as_str()));
     }
 
     /// How many nodes' JSON is kept.
@@ -152,44 +147,133 @@ impl NodeJsonCache {
     }
 }
 
-fn serialize(node: &Node, heartbeat: Option<Micros>) -> Bytes {
+fn encode(shown: &Shown) -> Item {
     // A Node of k8s-openapi types always serializes.
-    let mut json = serde_json::to_vec(&crate::kube::node(node, heartbeat)).unwrap_or_default();
+    let mut json =
+        serde_json::to_vec(&crate::kube::node(&shown.node, shown.beat)).unwrap_or_default();
     // Kept for as long as the node is unchanged: not the growth's spare room
     // (up to as much again).
     json.shrink_to_fit();
-    Bytes::from(json)
-}
-
-/// `{"apiVersion":"v1","kind":"NodeList","items":[…],"metadata":{…}}`, the
-/// key order `k8s_openapi::List` serializes in.
-fn envelope(items: &[Bytes], metadata: &ListMeta) -> Bytes {
-    let metadata = serde_json::to_vec(metadata).unwrap_or_else(|_| b"{}".to_vec());
-    let size = items.iter().map(|i| i.len() + 1).sum::<usize>() + metadata.len() + 64;
-    let mut out = Vec::with_capacity(size);
-    out.extend_from_slice(br#"{"apiVersion":"v1","kind":"NodeList","items":["#);
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(item);
+    Item {
+        name: Arc::from(shown.node.name.as_str()),
+        json: Bytes::from(json),
     }
-    out.extend_from_slice(br#"],"metadata":"#);
-    out.extend_from_slice(&metadata);
-    out.push(b'}');
-    Bytes::from(out)
 }
 
-/// The list as a JSON response.
-pub fn response(body: Bytes) -> Response {
+/// The items `range` of `encoded` as a `NodeList` response:
+/// `{"apiVersion":"v1","kind":"NodeList","items":[…],"metadata":{…}}`, the
+/// key order `k8s_openapi::List` serializes in, streamed.
+pub fn list_response(encoded: Arc<Encoded>, range: Range<usize>, metadata: &ListMeta) -> Response {
+    let body = ListBody::new(encoded, range, metadata);
     (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        body,
+        Body::new(body),
     )
         .into_response()
+}
+
+/// One node's JSON as a response.
+pub fn response(json: Bytes) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        json,
+    )
+        .into_response()
+}
+
+/// A list's body: its head, the items in chunks of up to [`CHUNK`] as the
+/// connection asks for them, then its tail. It holds the snapshot, not a
+/// copy: a connection's memory is one chunk however long the list.
+pub struct ListBody {
+    encoded: Arc<Encoded>,
+    head: Option<Bytes>,
+    /// The first item, the next one, and the end of the range served.
+    start: usize,
+    next: usize,
+    end: usize,
+    tail: Option<Bytes>,
+    remaining: u64,
+}
+
+impl ListBody {
+    pub fn new(encoded: Arc<Encoded>, range: Range<usize>, metadata: &ListMeta) -> ListBody {
+        let head = Bytes::from_static(br#"{"apiVersion":"v1","kind":"NodeList","items":["#);
+        let metadata = serde_json::to_vec(metadata).unwrap_or_else(|_| b"{}".to_vec());
+        let mut tail = Vec::with_capacity(metadata.len() + 16);
+        tail.extend_from_slice(br#"],"metadata":"#);
+        tail.extend_from_slice(&metadata);
+        tail.push(b'}');
+        let items = &encoded.items[range.clone()];
+        let remaining = (head.len() + tail.len()) as u64
+            + items.iter().map(|i| i.json.len() as u64).sum::<u64>()
+            + items.len().saturating_sub(1) as u64;
+        ListBody {
+            start: range.start,
+            next: range.start,
+            end: range.end,
+            encoded,
+            head: Some(head),
+            tail: Some(Bytes::from(tail)),
+            remaining,
+        }
+    }
+
+    /// The next chunk: whole items up to [`CHUNK`] bytes (an item larger
+    /// than that alone); `None` at the end.
+    fn next_chunk(&mut self) -> Option<Bytes> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let mut chunk = BytesMut::with_capacity(CHUNK.min(self.remaining as usize));
+        if let Some(head) = self.head.take() {
+            chunk.extend_from_slice(&head);
+        }
+        while self.next < self.end {
+            let item = &self.encoded.items[self.next].json;
+            let comma = self.next > self.start;
+            if !chunk.is_empty() && chunk.len() + usize::from(comma) + item.len() > CHUNK {
+                break;
+            }
+            if comma {
+                chunk.extend_from_slice(b",");
+            }
+            chunk.extend_from_slice(item);
+            self.next += 1;
+        }
+        if self.next == self.end {
+            if let Some(tail) = self.tail.take() {
+                chunk.extend_from_slice(&tail);
+            }
+        }
+        self.remaining -= chunk.len() as u64;
+        Some(chunk.freeze())
+    }
+}
+
+impl hyper::body::Body for ListBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Poll::Ready(self.get_mut().next_chunk().map(|c| Ok(Frame::data(c))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use super::node_writes::{self, NodeWrite, PatchFormat, WriteError};
 use super::params::{wants_table, ListParams};
 use super::{bad_request, paging, status_error, table, AppState, Caller, Identity};
 use crate::controller::{Preconditions, PushError};
-use crate::model::Micros;
+use crate::model::{Micros, Node};
 
 /// How often a patch is applied again when the node changed under it.
 const PATCH_RETRIES: usize = 5;
@@ -47,9 +47,25 @@ pub(crate) async fn list_nodes(
     // the view itself: the store's durable seq can be ahead of the view for
     // a moment, and a list+watch from there would miss that change.
     let version = s.view.published();
-    let mut nodes = s.view.list();
+    let table = wants_table(&headers);
+    if query.unfiltered() && !table {
+        // Every node: the snapshot shared by all lists while nothing changes.
+        let all = s.node_json.all(&s.view).await;
+        let page = paging::page(
+            &all.items,
+            |i| &i.name,
+            params.limit,
+            query.continue_from.as_ref(),
+            version,
+            true,
+        );
+        return node_json::list_response(all, page.range, &page.metadata);
+    }
+    // The view is in name order, as etcd keys are: pages follow it.
+    let (stamp, mut shown) = s.view.shown();
     if !query.unfiltered() {
-        nodes.retain(|(node, _)| {
+        shown.retain(|s| {
+            let node = &s.node;
             let unschedulable = if node.unschedulable { "true" } else { "false" };
             query.fields.matches(|field| match field {
                 "metadata.name" => Some(node.name.as_str()),
@@ -58,25 +74,30 @@ pub(crate) async fn list_nodes(
             }) && (query.labels.is_empty() || query.labels.matches(&crate::kube::node_labels(node)))
         });
     }
-    // Pages follow name order, as etcd keys do (the view is a BTreeMap by
-    // name, so this finds them sorted).
-    nodes.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-    let keyed = nodes.into_iter().map(|n| (n.0.name.clone(), n)).collect();
     let page = paging::page(
-        keyed,
+        &shown,
+        |s| &s.node.name,
         params.limit,
         query.continue_from.as_ref(),
         version,
         query.unfiltered(),
     );
-
-    if wants_table(&headers) {
-        let table = table::node_table(&page.items, page.metadata, query.include, Micros::now());
+    let shown = &shown[page.range];
+    if table {
+        let rows: Vec<_> = shown
+            .iter()
+            .map(|s| (Node::clone(&s.node), s.beat))
+            .collect();
+        let table = table::node_table(&rows, page.metadata, query.include, Micros::now());
         return Json(table).into_response();
     }
-    let (body, _) = s.node_json.list(page.items, &page.metadata);
-    s.node_json.forget_deleted(&s.view);
-    node_json::response(body)
+    let items = s.node_json.encode(shown).await;
+    let count = items.len();
+    node_json::list_response(
+        std::sync::Arc::new(node_json::Encoded { stamp, items }),
+        0..count,
+        &page.metadata,
+    )
 }
 
 pub(crate) async fn get_node(
@@ -89,7 +110,7 @@ pub(crate) async fn get_node(
         Ok(include) => include,
         Err(e) => return bad_request(e.to_string()),
     };
-    let Some((node, beat)) = s.view.get(&name) else {
+    let Some(shown) = s.view.shown_node(&name) else {
         return (
             StatusCode::NOT_FOUND,
             Json(crate::kube::not_found("nodes", &name)),
@@ -99,13 +120,14 @@ pub(crate) async fn get_node(
     if wants_table(&headers) {
         // A single object's Table carries the object's resourceVersion.
         let metadata = ListMeta {
-            resource_version: Some(node.resource_version.to_string()),
+            resource_version: Some(shown.node.resource_version.to_string()),
             ..ListMeta::default()
         };
-        let table = table::node_table(&[(node, beat)], metadata, include, Micros::now());
+        let row = (Node::clone(&shown.node), shown.beat);
+        let table = table::node_table(&[row], metadata, include, Micros::now());
         return Json(table).into_response();
     }
-    Json(crate::kube::node(&node, beat)).into_response()
+    node_json::response(s.node_json.one(shown).await)
 }
 
 /// `?watch=true`: the same selectors and representation as the list, as a stream.

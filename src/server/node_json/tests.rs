@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::*;
 use crate::controller::ControllerHandle;
 use crate::model::{Condition, ConditionStatus, Resources, READY};
+use crate::model::{Micros, Node};
 use crate::server::{AppState, SharedState};
 use crate::store::{Store, StoreOptions};
 use crate::view::View;
@@ -42,137 +43,143 @@ fn node(name: &str, zone: &str, rv: u64) -> Node {
     }
 }
 
-fn items(body: &[u8]) -> Vec<Value> {
-    let list: Value = serde_json::from_slice(body).expect("the list is JSON");
-    list["items"].as_array().expect("items").clone()
+/// The body of a list of `range` of `encoded`, chunk by chunk.
+async fn chunks(
+    encoded: Arc<Encoded>,
+    range: std::ops::Range<usize>,
+    meta: &ListMeta,
+) -> Vec<Bytes> {
+    let mut body = ListBody::new(encoded, range, meta);
+    let total = hyper::body::Body::size_hint(&body).exact().unwrap();
+    let mut chunks = Vec::new();
+    while let Some(frame) = body.frame().await {
+        chunks.push(frame.unwrap().into_data().unwrap());
+    }
+    assert!(hyper::body::Body::is_end_stream(&body));
+    assert_eq!(
+        chunks.iter().map(|c| c.len() as u64).sum::<u64>(),
+        total,
+        "as announced"
+    );
+    chunks
 }
 
-#[test]
-fn the_list_is_byte_for_byte_what_a_kubernetes_list_serializes_to() {
-    let cache = NodeJsonCache::default();
-    let nodes = vec![
-        (node("a", "z1", 3), None),
-        (node("b", "z2", 4), Some(Micros(9_000_000))),
-    ];
+fn joined(chunks: &[Bytes]) -> Vec<u8> {
+    chunks.iter().flat_map(|c| c.iter().copied()).collect()
+}
+
+#[tokio::test]
+async fn the_list_is_byte_for_byte_what_a_kubernetes_list_serializes_to() {
+    let view = View::default();
+    // Enough nodes for several chunks.
+    let nodes: Vec<Node> = (0..300)
+        .map(|i| node(&format!("n{i:03}"), "z1", i + 1))
+        .collect();
+    view.publish(nodes.clone(), &[]);
+    view.beat([("n001", Micros(9_000_000))]);
+    let json = NodeJson::default();
+    let all = json.all(&view).await;
     let metadata = ListMeta {
         resource_version: Some("7".into()),
         continue_: Some("token".into()),
         remaining_item_count: Some(5),
         ..ListMeta::default()
     };
-    let expected = serde_json::to_vec(&List::<KubeNode> {
-        items: nodes
-            .iter()
-            .map(|(n, beat)| crate::kube::node(n, *beat))
-            .collect(),
-        metadata: metadata.clone(),
-    })
-    .unwrap();
-    // Made fresh, then again from what was kept.
-    assert_eq!(cache.list(nodes.clone(), &metadata).0, expected);
-    assert_eq!(cache.list(nodes, &metadata).0, expected);
-
+    let expected = |range: std::ops::Range<usize>, metadata: &ListMeta| {
+        serde_json::to_vec(&List::<KubeNode> {
+            items: nodes[range]
+                .iter()
+                .map(|n| crate::kube::node(n, (n.name == "n001").then_some(Micros(9_000_000))))
+                .collect(),
+            metadata: metadata.clone(),
+        })
+        .unwrap()
+    };
+    let whole = chunks(all.clone(), 0..300, &metadata).await;
+    assert!(whole.len() > 3, "{} chunks", whole.len());
+    assert!(whole.iter().all(|c| c.len() <= CHUNK + 200));
+    assert_eq!(joined(&whole), expected(0..300, &metadata));
+    // A page of it, and nothing.
+    assert_eq!(
+        joined(&chunks(all.clone(), 10..12, &metadata).await),
+        expected(10..12, &metadata)
+    );
     let empty = ListMeta {
         resource_version: Some("7".into()),
         ..ListMeta::default()
     };
-    let expected = serde_json::to_vec(&List::<KubeNode> {
-        items: vec![],
-        metadata: empty.clone(),
-    })
-    .unwrap();
-    assert_eq!(cache.list(vec![], &empty).0, expected);
+    assert_eq!(
+        joined(&chunks(all, 5..5, &empty).await),
+        expected(5..5, &empty)
+    );
 }
 
-#[test]
-fn a_node_is_serialized_again_after_any_change_even_without_a_new_version() {
-    let cache = NodeJsonCache::default();
-    let meta = ListMeta::default();
-    let nodes = vec![(node("a", "z1", 3), None), (node("b", "z1", 4), None)];
-    let (_, reuse) = cache.list(nodes.clone(), &meta);
-    assert_eq!(
-        reuse,
-        Reuse {
-            reused: 0,
-            serialized: 2
-        }
+#[tokio::test]
+async fn a_node_is_encoded_again_after_any_change_and_only_then() {
+    let view = View::default();
+    view.publish([node("a", "z1", 3), node("b", "z1", 4)], &[]);
+    let json = NodeJson::default();
+    let first = json.all(&view).await;
+    let again = json.all(&view).await;
+    assert!(
+        Arc::ptr_eq(&first, &again),
+        "nothing changed: the same snapshot"
     );
-    let (_, reuse) = cache.list(nodes.clone(), &meta);
-    assert_eq!(
-        reuse,
-        Reuse {
-            reused: 2,
-            serialized: 0
-        }
-    );
+    let same =
+        |a: &Encoded, b: &Encoded, i: usize| a.items[i].json.as_ptr() == b.items[i].json.as_ptr();
 
     // A label changed under the same resourceVersion: still not served stale.
-    let mut relabelled = nodes.clone();
-    relabelled[1].0.labels.insert("rack".into(), "r9".into());
-    let (body, reuse) = cache.list(relabelled.clone(), &meta);
-    assert_eq!(
-        reuse,
-        Reuse {
-            reused: 1,
-            serialized: 1
-        }
-    );
-    assert_eq!(items(&body)[1]["metadata"]["labels"]["rack"], "r9");
+    let mut relabelled = node("b", "z1", 4);
+    relabelled.labels.insert("rack".into(), "r9".into());
+    view.publish([relabelled], &[]);
+    let next = json.all(&view).await;
+    assert!(same(&first, &next, 0) && !same(&first, &next, 1));
+    let item: Value = serde_json::from_slice(&next.items[1].json).unwrap();
+    assert_eq!(item["metadata"]["labels"]["rack"], "r9");
 
     // A newer heartbeat shows in the Ready condition.
-    relabelled[0].1 = Some(Micros(60_000_000));
-    let (body, reuse) = cache.list(relabelled.clone(), &meta);
+    view.beat([("a", Micros(60_000_000))]);
+    let beat = json.all(&view).await;
+    assert!(!same(&next, &beat, 0) && same(&next, &beat, 1));
+    let item: Value = serde_json::from_slice(&beat.items[0].json).unwrap();
     assert_eq!(
-        reuse,
-        Reuse {
-            reused: 1,
-            serialized: 1
-        }
-    );
-    assert_eq!(
-        items(&body)[0]["status"]["conditions"][0]["lastHeartbeatTime"],
+        item["status"]["conditions"][0]["lastHeartbeatTime"],
         "1970-01-01T00:01:00Z"
     );
 
-    // A condition's own heartbeat (the controller's probe) too.
-    relabelled[1].0.conditions[0].last_heartbeat = Micros(120_000_000);
-    let (body, reuse) = cache.list(relabelled, &meta);
+    // A condition's own heartbeat (a pushed status) too.
+    let mut pushed = node("b", "z1", 4);
+    pushed.labels.insert("rack".into(), "r9".into());
+    pushed.conditions[0].last_heartbeat = Micros(120_000_000);
+    view.publish_heartbeats(&pushed);
+    let pushed_list = json.all(&view).await;
+    assert!(same(&beat, &pushed_list, 0) && !same(&beat, &pushed_list, 1));
+    let item: Value = serde_json::from_slice(&pushed_list.items[1].json).unwrap();
     assert_eq!(
-        reuse,
-        Reuse {
-            reused: 1,
-            serialized: 1
-        }
-    );
-    assert_eq!(
-        items(&body)[1]["status"]["conditions"][0]["lastHeartbeatTime"],
+        item["status"]["conditions"][0]["lastHeartbeatTime"],
         "1970-01-01T00:02:00Z"
     );
+
+    // A single node's JSON is the kept one.
+    let one = json.one(view.shown_node("a").unwrap()).await;
+    assert_eq!(one.as_ptr(), pushed_list.items[0].json.as_ptr());
 }
 
-#[test]
-fn deleted_nodes_are_forgotten() {
-    let cache = NodeJsonCache::default();
+#[tokio::test]
+async fn deleted_nodes_are_forgotten() {
+    let json = NodeJson::default();
     let view = View::default();
-    let all = vec![(node("a", "z1", 1), None), (node("b", "z1", 2), None)];
-    view.publish(all.iter().map(|(n, _)| n.clone()), &[]);
-    cache.list(all.clone(), &ListMeta::default());
-    cache.forget_deleted(&view);
-    assert_eq!(cache.len(), 2);
+    view.publish([node("a", "z1", 1), node("b", "z1", 2)], &[]);
+    json.all(&view).await;
+    assert_eq!(json.len(), 2);
     // Deleted, and another node added in its place.
     view.publish([node("c", "z1", 3)], &["a".to_string()]);
-    cache.forget_deleted(&view);
+    json.all(&view).await;
     assert_eq!(
-        cache.len(),
+        json.len(),
         2,
-        "nothing to tell yet: as many entries as nodes"
+        "a's JSON is dropped once every node is listed"
     );
-    cache.list(
-        vec![(node("b", "z1", 2), None), (node("c", "z1", 3), None)],
-        &ListMeta::default(),
-    );
-    cache.forget_deleted(&view);
-    assert_eq!(cache.len(), 2, "a's JSON is dropped once c is listed");
 }
 
 /// A server state over a view the test publishes to (no controller runs).
