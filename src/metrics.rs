@@ -139,6 +139,9 @@ pub struct Metrics {
     pub mirror_configured: Gauge,
     pub last_sweep: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub last_monitor_pass: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// The controller's lateness (see `controller::clock`).
+    pub controller_lag: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub controller_away: Counter<f64, std::sync::atomic::AtomicU64>,
     pub http_connections: Gauge,
     pub http_connections_evicted: Counter,
     pub http_inflight: Family<RequestKindLabels, Gauge>,
@@ -410,6 +413,18 @@ impl Metrics {
             "When the last monitor pass (silence check and eviction) finished (Unix seconds; 0 before the first)",
             last_monitor_pass.clone(),
         );
+        let controller_lag = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "controller_lag_seconds",
+            "The longest the controller went without running (starved of CPU, stopped or suspended) within the last 30 seconds; 0 while it runs on time. Grace periods are extended by as much",
+            controller_lag.clone(),
+        );
+        let controller_away = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "controller_away_seconds",
+            "Time the controller went without running, in all: what its own clock leaves out of every grace period",
+            controller_away.clone(),
+        );
         let http_connections = Gauge::default();
         registry.register(
             "http_connections",
@@ -590,6 +605,8 @@ impl Metrics {
             hook_lag,
             last_sweep,
             last_monitor_pass,
+            controller_lag,
+            controller_away,
             http_connections,
             http_connections_evicted,
             http_inflight,

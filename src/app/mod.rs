@@ -176,6 +176,12 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     .await?;
     let health = crate::readiness::Health::new();
     controller.report_passes(&health.ready);
+    {
+        let clock = controller.clock();
+        health
+            .ready
+            .register_computed("controller-lag", move || clock.readiness());
+    }
     register_checks(
         &health,
         &store,

@@ -22,7 +22,7 @@ impl Controller {
         if config.mode == EvictionMode::None {
             return;
         }
-        let now = Instant::now();
+        let now = self.clock.now();
         let wall = Micros::now();
         self.resume_interrupted(now, &config).await;
         let pass = self.evictor.pass(

@@ -18,6 +18,7 @@
 //! `sweep`, `monitor`, `push`, `cloud_sync`, `evict`); the state's
 //! bookkeeping would be the next to move out, with the planned refactor.
 
+mod clock;
 mod cloud_sync;
 pub mod conditions;
 mod evict;
@@ -46,6 +47,7 @@ use crate::probe::{ProbeConfig, ProbeConfigError, ProbeOutcome, ProbeTarget, Pro
 use crate::store::heartbeats::{HeartbeatCheckpoint, LeaseBeat, NodeBeats};
 use crate::store::{Batch, Store, StoreError, Written};
 use crate::view::{SharedNode, View};
+pub use clock::Clock;
 pub use cloud_sync::{CloudSource, SourceStatus, TAINT_SHUTDOWN};
 use conditions::Health;
 pub use operator::{OperatorFields, Preconditions, SourceListing, MANAGED_TAINTS};
@@ -213,6 +215,8 @@ pub struct Controller {
     static_list: static_sync::StaticList,
     /// The run's shutdown, for waits inside the controller task.
     shutdown: CancellationToken,
+    /// The controller's own clock, which every grace period is measured on.
+    clock: Clock,
     started: Instant,
     instance: String,
     /// Finished sweeps and monitor passes, for `/readyz` (see [`Controller::report_passes`]).
@@ -290,7 +294,8 @@ impl Controller {
         };
         view.advance(store.durable_seq());
 
-        let started = Instant::now();
+        let clock = Clock::new();
+        let started = clock.now();
         let mut tracked = BTreeMap::new();
         for node in store.nodes()? {
             let target = target_for(&node, config.probe.port);
@@ -347,6 +352,7 @@ impl Controller {
             source_status: SourceStatus::default(),
             static_list: static_sync::StaticList::new(nodes_file),
             shutdown: CancellationToken::new(),
+            clock,
             started,
             instance,
             passes: Passes::default(),
@@ -598,6 +604,11 @@ impl Controller {
         &self.instance
     }
 
+    /// The controller's clock, for `/readyz`.
+    pub fn clock(&self) -> Clock {
+        self.clock.clone()
+    }
+
     /// Reports finished passes to `/readyz`: a probe sweep (unless in push
     /// mode) within three sync periods plus the kubelet timeout, and a
     /// monitor pass within three monitor periods.
@@ -651,6 +662,25 @@ impl Controller {
         shutdown: CancellationToken,
     ) -> Result<(), ControllerError> {
         self.shutdown = shutdown.clone();
+        // The clock is read every tick, so a gap in its readings is the
+        // controller's own absence (see `clock`).
+        let ticking = CancellationToken::new();
+        tokio::spawn(self.clock.clone().tick(
+            {
+                let metrics = self.metrics.clone();
+                let reported = std::sync::atomic::AtomicU64::new(0);
+                move |clock: &Clock| {
+                    metrics.controller_lag.set(clock.recent_lag().as_secs_f64());
+                    let away = clock.away().as_micros() as u64;
+                    let before = reported.swap(away, std::sync::atomic::Ordering::Relaxed);
+                    if away > before {
+                        metrics.controller_away.inc_by((away - before) as f64 / 1e6);
+                    }
+                }
+            },
+            ticking.clone(),
+        ));
+        let _stop_ticking = ticking.drop_guard();
         if let Some(source) = self.config.cloud.clone() {
             // The initial list: static nodes and the source's machines together.
             let listing = tokio::select! {

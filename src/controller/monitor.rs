@@ -1,8 +1,6 @@
 //! Watching pushing nodes for silence: the ancestor's `MonitorNodeStatus`,
 //! and the hybrid mode's one probe before a node is declared Unknown.
 
-use tokio::time::Instant;
-
 use super::conditions::{
     after_probe, declare_unknown, monitor, MonitorAction, MESSAGE_STOPPED_POSTING, REASON_UNKNOWN,
 };
@@ -14,7 +12,7 @@ use crate::store::Batch;
 impl Controller {
     /// Checks every node once; runs every `--node-monitor-period`.
     pub(super) async fn monitor_pass(&mut self) {
-        let now = Instant::now();
+        let now = self.clock.now();
         let wall = Micros::now();
         let config = &self.config;
         let mut batch = Batch::new(wall);
@@ -85,7 +83,7 @@ impl Controller {
     /// says why, once); anything else makes it Unknown. Either way the node
     /// is probed from now on, until it pushes again.
     pub(super) async fn after_rescue(&mut self, name: &str, outcome: ProbeOutcome) {
-        let now = Instant::now();
+        let now = self.clock.now();
         let wall = Micros::now();
         let grace = self.config.node_monitor_grace_period;
         let Some(t) = self.tracked.get_mut(name) else {

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
 
 mod fold;
 
@@ -316,7 +315,7 @@ impl Controller {
         // (what `fold_status` folds a heartbeat to; it adds no condition,
         // so it cannot add too many).
         if ready_beat(&tracked.node, &pushed, mode, wall) {
-            tracked.health.heartbeat(Instant::now());
+            tracked.health.heartbeat(self.clock.now());
         }
         set_heartbeat_times(&mut tracked.node, &pushed, mode, wall);
         self.metrics.heartbeat_counter(Via::Status).inc();
@@ -368,7 +367,7 @@ impl Controller {
         }
         let tracked = self.tracked.get_mut(name).expect("found above");
         if folded.ready_beat {
-            tracked.health.heartbeat(Instant::now());
+            tracked.health.heartbeat(self.clock.now());
         }
         let node = match folded.fold {
             Fold::Write {
@@ -488,7 +487,7 @@ impl Controller {
             return;
         }
         if let Some(t) = self.tracked.get_mut(name) {
-            t.health.heartbeat(Instant::now());
+            t.health.heartbeat(self.clock.now());
         }
     }
 
@@ -553,7 +552,7 @@ impl Controller {
             Tracked {
                 node: node.clone().into(),
                 target,
-                health: super::conditions::Health::watching_from(Instant::now()),
+                health: super::conditions::Health::watching_from(self.clock.now()),
                 beats_unwritten: false,
             },
         );

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 
 use futures_util::stream::{self, StreamExt};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::conditions::{never_probed, Health};
@@ -127,7 +126,7 @@ impl Controller {
             batch.record(node, events);
         }
         let written = self.commit(batch).await?;
-        let started = Instant::now();
+        let started = self.clock.now();
         for node in written.nodes {
             let target = target_for(&node, self.config.probe.port);
             let node = self.shared_with_view(&node);
@@ -292,7 +291,7 @@ mod tests {
             Default::default(),
             Default::default(),
         );
-        let start = Instant::now();
+        let start = tokio::time::Instant::now();
         let e = c
             .register_nodes(vec![spec], &CancellationToken::new())
             .await
@@ -302,6 +301,6 @@ mod tests {
             "{e}"
         );
         // Three passes, two waits of one sync period between them.
-        assert_eq!(Instant::now() - start, Duration::from_secs(20));
+        assert_eq!(tokio::time::Instant::now() - start, Duration::from_secs(20));
     }
 }

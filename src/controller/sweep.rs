@@ -60,7 +60,8 @@ impl Controller {
             return tokio::spawn(async { Vec::new() });
         };
         let concurrency = self.config.probe_concurrency.max(1);
-        tokio::spawn(probe_all(targets, concurrency, move |target| {
+        let clock = self.clock.clone();
+        tokio::spawn(probe_all(targets, concurrency, clock, move |target| {
             let prober = prober.clone();
             async move { prober.probe(&target).await }
         }))
@@ -189,11 +190,13 @@ impl Controller {
 }
 
 /// Probes every target with `probe`, a bounded number at a time; answers
-/// sorted by name. A probe that panics is that node's failed probe, with
-/// the panic as its reason; the others go on.
+/// sorted by name, each timed on the controller's `clock`. A probe that
+/// panics is that node's failed probe, with the panic as its reason; the
+/// others go on.
 async fn probe_all<P, F>(
     targets: Vec<(String, Option<Arc<ProbeTarget>>)>,
     concurrency: usize,
+    clock: super::Clock,
     probe: P,
 ) -> Vec<Answer>
 where
@@ -201,7 +204,7 @@ where
     F: Future<Output = ProbeOutcome>,
 {
     let sweep_started = Instant::now();
-    let probe = &probe;
+    let (probe, clock) = (&probe, &clock);
     let mut answers: Vec<Answer> = stream::iter(targets)
         .map(|(name, target)| async move {
             let begun = Instant::now();
@@ -218,13 +221,12 @@ where
                     error: ProbeError::NoAddress,
                 },
             };
-            let at = Instant::now();
             Answer {
                 name,
                 outcome,
-                latency: at - begun,
+                latency: begun.elapsed(),
                 wall: Micros::now(),
-                at,
+                at: clock.now(),
                 sweep_started,
             }
         })
@@ -254,14 +256,19 @@ mod tests {
             ("c".to_string(), target(3)),
             ("d".to_string(), None),
         ];
-        let answers = probe_all(targets, 2, |t: Arc<ProbeTarget>| async move {
-            if t.addr.ip() == std::net::Ipv4Addr::new(127, 0, 0, 2) {
-                // What a chunk size near 2^64 once did to the reader.
-                panic!("attempt to add with overflow");
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            ProbeOutcome::Healthy
-        })
+        let answers = probe_all(
+            targets,
+            2,
+            crate::controller::Clock::new(),
+            |t: Arc<ProbeTarget>| async move {
+                if t.addr.ip() == std::net::Ipv4Addr::new(127, 0, 0, 2) {
+                    // What a chunk size near 2^64 once did to the reader.
+                    panic!("attempt to add with overflow");
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                ProbeOutcome::Healthy
+            },
+        )
         .await;
         let outcomes: Vec<(&str, &ProbeOutcome)> = answers
             .iter()
