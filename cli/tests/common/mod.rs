@@ -815,7 +815,7 @@ impl Drop for Controller {
     }
 }
 
-fn signal(pid: u32, sig: &str) {
+pub fn signal(pid: u32, sig: &str) {
     let ok = Command::new("kill")
         .arg(sig)
         .arg(pid.to_string())
