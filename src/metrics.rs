@@ -144,6 +144,7 @@ pub struct Metrics {
     pub controller_away: Counter<f64, std::sync::atomic::AtomicU64>,
     pub http_connections: Gauge,
     pub http_connections_evicted: Counter,
+    pub http_connections_stalled: Counter,
     pub http_inflight: Family<RequestKindLabels, Gauge>,
     pub http_rejected: Family<RejectedLabels, Counter>,
     /// Handles into `heartbeats` and `http_inflight`, taken once: counting
@@ -188,6 +189,8 @@ pub struct RequestKindLabels {
 pub enum RejectReason {
     /// Its budget was full (429).
     TooManyRequests,
+    /// Its client held its share of the budget already (429).
+    ClientShare,
     /// Its body did not arrive in time (408).
     BodyTimeout,
 }
@@ -437,6 +440,12 @@ impl Metrics {
             "Idle API connections closed to make room for new ones (the connection cap was reached)",
             http_connections_evicted.clone(),
         );
+        let http_connections_stalled = Counter::default();
+        registry.register(
+            "http_connections_stalled",
+            "API connections closed because their clients took nothing of the responses they were given for the stall timeout",
+            http_connections_stalled.clone(),
+        );
         let http_inflight = Family::<RequestKindLabels, Gauge>::default();
         registry.register(
             "http_inflight_requests",
@@ -560,7 +569,11 @@ impl Metrics {
         }
         for kind in [RequestKind::Watch, RequestKind::Read, RequestKind::Mutating] {
             let _ = http_inflight.get_or_create(&RequestKindLabels { kind: kind.clone() });
-            for reason in [RejectReason::TooManyRequests, RejectReason::BodyTimeout] {
+            for reason in [
+                RejectReason::TooManyRequests,
+                RejectReason::ClientShare,
+                RejectReason::BodyTimeout,
+            ] {
                 let _ = http_rejected.get_or_create(&RejectedLabels {
                     kind: kind.clone(),
                     reason,
@@ -609,6 +622,7 @@ impl Metrics {
             controller_away,
             http_connections,
             http_connections_evicted,
+            http_connections_stalled,
             http_inflight,
             http_rejected,
             mirror_throttled,

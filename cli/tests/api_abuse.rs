@@ -666,3 +666,87 @@ async fn ten_thousand_kept_alive_connections_all_fit() {
     drop(kept);
     assert!(c.stop().success());
 }
+
+/// Issue 26's lock-out: two HTTP/2 connections of one token's user, each
+/// with 250 lists and a window of zero (`SETTINGS_INITIAL_WINDOW_SIZE=0`),
+/// held as long as the attacker answers pings. That client may hold a
+/// quarter of the read budget, no more; every other client reads on. On
+/// b93b77f the two connections held all 400 reads and 295 of 304 other
+/// reads were refused with 429.
+#[tokio::test]
+async fn a_client_holding_lists_on_windows_of_zero_leaves_other_clients_reading() {
+    let site = one_node();
+    let tokens = site.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        "reader-secret,reader,2\nattacker-secret,attacker,1\n",
+    )
+    .unwrap();
+    let c = site.controller_with(&[
+        "--token-file",
+        tokens.to_str().unwrap(),
+        "--max-requests-inflight",
+        "400",
+    ]);
+    let addr = host_port(&c.url);
+
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..2 {
+        let tcp = TcpStream::connect(&addr).await.unwrap();
+        let (sender, connection) =
+            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .initial_stream_window_size(0)
+                .max_concurrent_reset_streams(0)
+                .handshake(hyper_util::rt::TokioIo::new(tcp))
+                .await
+                .unwrap();
+        held.push(tokio::spawn(connection));
+        let requests = (0..250).map(|_| {
+            let mut sender = sender.clone();
+            let request = hyper::Request::get("http://nodekeeper/api/v1/nodes")
+                .header("authorization", "Bearer attacker-secret")
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap();
+            async move { sender.send_request(request).await }
+        });
+        for response in futures_util::future::join_all(requests).await {
+            let response = response.expect("every stream is answered a head");
+            match response.status().as_u16() {
+                // Its body waits on the window that never opens.
+                200 => held.push(tokio::spawn(async move {
+                    let _body = response;
+                    std::future::pending::<()>().await;
+                    Ok(())
+                })),
+                429 => refused += 1,
+                other => panic!("the attacker got {other}"),
+            }
+        }
+    }
+    // A quarter of the 400 reads at most: the rest were refused.
+    assert_eq!(refused, 500 - 100, "the attacker's streams refused");
+    // Every other client reads on.
+    nodekeeper::install_crypto_provider();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    for _ in 0..50 {
+        let answer = client
+            .get(format!("{}/api/v1/nodes", c.url))
+            .bearer_auth("reader-secret")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+    }
+    let metrics = c.text("/metrics").await;
+    assert!(
+        metrics.contains(
+            "nodekeeper_http_rejected_requests_total{kind=\"Read\",reason=\"ClientShare\"} 400"
+        ),
+        "{metrics}"
+    );
+    for task in held {
+        task.abort();
+    }
+    assert!(c.stop().success());
+}

@@ -39,6 +39,9 @@ pub struct Tokens {
     entries: Vec<(Box<[u8]>, Caller)>,
     /// Who each entry is, by the same index.
     users: Vec<String>,
+    /// Each entry's client, for the request budgets' fairness: the index of
+    /// the first entry for the same user.
+    clients: Vec<u32>,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -99,7 +102,17 @@ impl Tokens {
                 "--token-file {origin} holds no tokens: no request could ever be authorized; add a line `TOKEN` or `TOKEN,NODE`"
             ));
         }
-        Ok(Tokens { entries, users })
+        let mut first: std::collections::HashMap<&str, u32> = Default::default();
+        let clients = users
+            .iter()
+            .enumerate()
+            .map(|(i, user)| *first.entry(user.as_str()).or_insert(i as u32))
+            .collect();
+        Ok(Tokens {
+            entries,
+            users,
+            clients,
+        })
     }
 
     /// The caller a token stands for. Every known token is compared, each in
@@ -257,6 +270,16 @@ impl Authenticated {
             Authenticated::Anonymous => Identity(ANONYMOUS.into()),
             Authenticated::Token(tokens, i) => Identity(tokens.users[*i].clone()),
         }
+    }
+}
+
+/// The user a request's token names, as a number: the index of the first
+/// entry of `--token-file` for that user (so a user's several tokens are
+/// one client). `None` for a request without a token.
+pub(super) fn user_of(request: &Request) -> Option<u64> {
+    match request.extensions().get::<Authenticated>()? {
+        Authenticated::Anonymous => None,
+        Authenticated::Token(tokens, i) => Some(u64::from(tokens.clients[*i])),
     }
 }
 

@@ -31,6 +31,11 @@ pub(crate) struct Connections {
     metrics: Option<Arc<Metrics>>,
 }
 
+/// The connection a request came on (a request extension): who a caller
+/// without a token is, for the request budgets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConnectionId(pub u64);
+
 /// One connection's state, shared by its task, its IO and its requests.
 pub(crate) struct Connection {
     id: u64,
@@ -45,7 +50,14 @@ pub(crate) struct Connection {
     head_started: AtomicU64,
     http2: AtomicBool,
     evicted: AtomicBool,
-    /// Cancelled to close the connection gracefully (evicted).
+    /// Response bodies that wait for the client to take what they gave
+    /// (see [`Sending`]).
+    waiting: AtomicUsize,
+    /// When a response body was last asked for more, in ms since `epoch`.
+    progress: AtomicU64,
+    /// Closed for taking nothing of its responses for too long.
+    stalled: AtomicBool,
+    /// Cancelled to close the connection gracefully (evicted or stalled).
     pub close: CancellationToken,
     table: Arc<Connections>,
 }
@@ -108,6 +120,9 @@ impl Connections {
             head_started: AtomicU64::new(now + 1),
             http2: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
+            waiting: AtomicUsize::new(0),
+            progress: AtomicU64::new(now),
+            stalled: AtomicBool::new(false),
             close: CancellationToken::new(),
             table: self.clone(),
         });
@@ -148,6 +163,36 @@ impl Connections {
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
     }
+
+    /// Closes (gracefully, so cut after the shutdown grace) every connection
+    /// whose responses have waited on the client for longer than `limit`
+    /// without it taking anything: a reader that does not read loses what
+    /// it holds (its requests' places in the budgets, the lists they pin).
+    /// Returns how many it closed.
+    pub fn close_stalled(&self, limit: Duration) -> usize {
+        let now = self.now_ms();
+        let limit = limit.as_millis() as u64;
+        let mut closed = 0;
+        for c in self.table().values() {
+            let stalled = c.waiting.load(Ordering::Relaxed) > 0
+                && now.saturating_sub(c.progress.load(Ordering::Relaxed)) > limit;
+            if stalled && !c.stalled.swap(true, Ordering::Relaxed) {
+                c.close.cancel();
+                closed += 1;
+            }
+        }
+        if closed > 0 {
+            if let Some(m) = &self.metrics {
+                m.http_connections_stalled.inc_by(closed as u64);
+            }
+            tracing::info!(
+                connections = closed,
+                "closing connections whose clients took nothing of their responses for {}s",
+                limit / 1000
+            );
+        }
+        closed
+    }
 }
 
 impl Connection {
@@ -180,6 +225,10 @@ impl Connection {
 
     pub fn is_http2(&self) -> bool {
         self.http2.load(Ordering::Relaxed)
+    }
+
+    pub fn id(&self) -> ConnectionId {
+        ConnectionId(self.id)
     }
 
     /// A request arrived: counted until the returned guard drops with its
@@ -238,6 +287,75 @@ impl Drop for Slot {
 /// Keeps a request counted on its connection; dropped with its response body.
 pub(crate) struct RequestActivity {
     connection: Arc<Connection>,
+}
+
+/// A response body on its way to the client: keeps its request counted on
+/// the connection until it is sent or dropped, and tells the connection
+/// whether it waits on the client (it gave a chunk the connection has not
+/// asked past yet: the client's window or socket is full) or on the server
+/// (a watch between events), so a client that takes nothing can be told
+/// from one that waits for news.
+pub(crate) struct Sending {
+    body: axum::body::Body,
+    activity: RequestActivity,
+    waiting: bool,
+}
+
+impl Sending {
+    pub fn new(body: axum::body::Body, activity: RequestActivity) -> Sending {
+        // Handed out with its head: the client's to take from now.
+        activity.connection.waiting.fetch_add(1, Ordering::Relaxed);
+        Sending {
+            body,
+            activity,
+            waiting: true,
+        }
+    }
+
+    fn set_waiting(&mut self, waiting: bool) {
+        if self.waiting != waiting {
+            self.waiting = waiting;
+            let c = &self.activity.connection.waiting;
+            if waiting {
+                c.fetch_add(1, Ordering::Relaxed);
+            } else {
+                c.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl hyper::body::Body for Sending {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let c = &self.activity.connection;
+        c.progress.store(c.now_ms(), Ordering::Relaxed);
+        self.set_waiting(false);
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = &frame {
+            self.set_waiting(true);
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        self.set_waiting(false);
+    }
 }
 
 impl Drop for RequestActivity {

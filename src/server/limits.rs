@@ -1,10 +1,14 @@
 //! Request budgets, kept the way kube-apiserver's max-in-flight filter keeps
 //! them: watches, other reads and writes each have their own, so a flood of
 //! one kind cannot starve the others, and health checks count against none.
-//! A request beyond its budget is answered at once with a 429 `Status` and
+//! Within a budget, one client (a token's user; a connection for callers
+//! without a token) may hold a quarter at most, so that no client can take
+//! it all, as kube-apiserver's priority and fairness keeps clients apart. A
+//! request beyond its budget is answered at once with a 429 `Status` and
 //! `Retry-After`. Request bodies must arrive within a deadline (408).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -54,12 +58,27 @@ impl Default for ApiLimits {
     }
 }
 
+/// The part of a budget one client may hold: a quarter.
+const CLIENT_SHARE: usize = 4;
+
+/// Who a request is from, for the budgets: a token's user, or the
+/// connection of a caller without a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Client {
+    User(u64),
+    Connection(u64),
+}
+
+/// Requests in flight by kind and client.
+type InFlightByClient = Arc<Mutex<HashMap<(RequestKind, Client), usize>>>;
+
 /// The budgets of one server, shared by all its connections.
 pub struct Budgets {
     limits: ApiLimits,
     watches: Arc<Semaphore>,
     reads: Arc<Semaphore>,
     mutating: Arc<Semaphore>,
+    clients: InFlightByClient,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -70,7 +89,33 @@ impl Budgets {
             watches: Arc::new(Semaphore::new(limits.max_watches)),
             reads: Arc::new(Semaphore::new(limits.max_reads)),
             mutating: Arc::new(Semaphore::new(limits.max_mutating)),
+            clients: Arc::default(),
             metrics,
+        })
+    }
+
+    /// How many requests of `kind` one client may have in flight.
+    fn client_share(&self, kind: &RequestKind) -> usize {
+        let budget = match kind {
+            RequestKind::Watch => self.limits.max_watches,
+            RequestKind::Read => self.limits.max_reads,
+            RequestKind::Mutating => self.limits.max_mutating,
+        };
+        (budget / CLIENT_SHARE).max(1)
+    }
+
+    /// Counts a request of `client` against its share; `None` when the
+    /// client holds its share already.
+    fn take_share(&self, kind: &RequestKind, client: Client) -> Option<ClientSeat> {
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        let held = clients.entry((kind.clone(), client)).or_insert(0);
+        if *held >= self.client_share(kind) {
+            return None;
+        }
+        *held += 1;
+        Some(ClientSeat {
+            clients: self.clients.clone(),
+            key: (kind.clone(), client),
         })
     }
 
@@ -120,10 +165,42 @@ pub fn classify(method: &Method, path: &str, query: Option<&str>) -> Option<Requ
 }
 
 /// What an admitted request holds until its answer has been sent: its
-/// slot in a budget, and its count in the in-flight gauge.
+/// slot in a budget and in its client's share, and its count in the
+/// in-flight gauge.
 pub(super) struct Admitted {
     _permit: tokio::sync::OwnedSemaphorePermit,
+    _seat: Option<ClientSeat>,
     in_flight: InFlight,
+}
+
+/// A request's place in its client's share of a budget.
+struct ClientSeat {
+    clients: InFlightByClient,
+    key: (RequestKind, Client),
+}
+
+impl Drop for ClientSeat {
+    fn drop(&mut self) {
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(held) = clients.get_mut(&self.key) {
+            *held -= 1;
+            if *held == 0 {
+                clients.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// Who `request` is from: the user of its token, else its connection (set
+/// by the server); `None` for neither (a router driven without a server).
+fn client_of(request: &Request) -> Option<Client> {
+    if let Some(user) = super::auth::user_of(request) {
+        return Some(Client::User(user));
+    }
+    request
+        .extensions()
+        .get::<super::connections::ConnectionId>()
+        .map(|c| Client::Connection(c.0))
 }
 
 /// Admits a request against its budget: `Ok(None)` for health checks,
@@ -142,8 +219,19 @@ pub(super) fn admit(budgets: &Budgets, request: &Request) -> Result<Option<Admit
         budgets.rejected(kind, RejectReason::TooManyRequests);
         return Err(too_many_requests());
     };
+    let seat = match client_of(request) {
+        None => None,
+        Some(client) => match budgets.take_share(&kind, client) {
+            Some(seat) => Some(seat),
+            None => {
+                budgets.rejected(kind, RejectReason::ClientShare);
+                return Err(too_many_requests());
+            }
+        },
+    };
     Ok(Some(Admitted {
         _permit: permit,
+        _seat: seat,
         in_flight: InFlight::start(budgets.metrics.clone(), kind),
     }))
 }

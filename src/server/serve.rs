@@ -22,7 +22,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::connections::{Connection, Connections, Slot, WatchedIo};
+use super::connections::{Connection, Connections, Sending, Slot, WatchedIo};
 use crate::backoff::Backoff;
 use crate::metrics::Metrics;
 
@@ -43,6 +43,9 @@ pub struct ServeConfig {
     pub tls_handshake_timeout: Duration,
     /// After shutdown, how long in-flight requests (watches included) may go on.
     pub shutdown_grace: Duration,
+    /// How long a client may take nothing of a response it was given (its
+    /// HTTP/2 window or its socket full) before its connection is closed.
+    pub stall_timeout: Duration,
     pub http2: Http2Config,
     /// Where connection counts go, if anywhere.
     pub metrics: Option<Arc<Metrics>>,
@@ -81,6 +84,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("idle_timeout", &self.idle_timeout)
             .field("tls_handshake_timeout", &self.tls_handshake_timeout)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("stall_timeout", &self.stall_timeout)
             .field("http2", &self.http2)
             .finish_non_exhaustive()
     }
@@ -96,6 +100,9 @@ impl Default for ServeConfig {
             idle_timeout: Duration::from_secs(90),
             tls_handshake_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(5),
+            // Half kube-apiserver's one-minute request timeout: a reader that
+            // takes nothing for this long holds its budget for nobody.
+            stall_timeout: Duration::from_secs(30),
             http2: Http2Config::default(),
             metrics: None,
         }
@@ -125,6 +132,11 @@ impl ServeConfig {
 
     pub fn shutdown_grace(mut self, d: Duration) -> Self {
         self.shutdown_grace = d;
+        self
+    }
+
+    pub fn stall_timeout(mut self, d: Duration) -> Self {
+        self.stall_timeout = d;
         self
     }
 
@@ -164,6 +176,11 @@ pub async fn serve_with(
     let connections = Connections::new(config.max_connections, config.metrics.clone());
     let config = Arc::new(config);
     let tasks = TaskTracker::new();
+    tasks.spawn(close_stalled(
+        connections.clone(),
+        config.stall_timeout,
+        shutdown.clone(),
+    ));
     let mut backoff = ACCEPT_BACKOFF.retries();
     loop {
         let accepted = tokio::select! {
@@ -218,6 +235,24 @@ pub async fn serve_with(
         );
     }
     Ok(())
+}
+
+/// Closes the connections that took nothing of their responses for
+/// `limit`, looking every second (at a tenth of it, if shorter).
+async fn close_stalled(
+    connections: Arc<Connections>,
+    limit: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut ticks = tokio::time::interval((limit / 10).min(Duration::from_secs(1)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        connections.close_stalled(limit);
+    }
 }
 
 /// The HTTP/2 connection preface a client speaking it with prior knowledge
@@ -390,12 +425,14 @@ fn counted_service(
     Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
 > + Clone {
     let router = TowerToHyperService::new(router);
-    hyper::service::service_fn(move |request| {
+    let id = connection.id();
+    hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        request.extensions_mut().insert(id);
         let activity = connection.begin_request();
         let answer = hyper::service::Service::call(&router, request);
         async move {
             let response = answer.await?;
-            Ok(super::limits::hold_until_sent(response, activity))
+            Ok(response.map(|body| axum::body::Body::new(Sending::new(body, activity))))
         }
     })
 }
@@ -560,6 +597,7 @@ mod tests {
     fn app(entered: Arc<tokio::sync::Semaphore>) -> Router {
         Router::new()
             .route("/healthz", get(|| async { "ok" }))
+            .route("/big", get(|| async { vec![b'x'; 1 << 20] }))
             .route(
                 "/forever",
                 get(move || async move {
@@ -804,6 +842,84 @@ mod tests {
             answers.push((code, String::from_utf8_lossy(&body).into_owned()));
         }
         answers
+    }
+
+    /// An HTTP/2 connection that announces a window of zero (it takes no
+    /// data), and the head of a response to a GET of `path` on it.
+    async fn h2_window_zero(
+        addr: SocketAddr,
+        path: &str,
+    ) -> (
+        tokio::task::JoinHandle<()>,
+        hyper::Response<hyper::body::Incoming>,
+    ) {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .initial_stream_window_size(0)
+            .handshake(TokioIo::new(tcp))
+            .await
+            .unwrap();
+        let conn = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let request = hyper::Request::get(format!("http://x{path}"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = tokio::time::timeout(DEADLINE, sender.send_request(request))
+            .await
+            .expect("the head comes without a window")
+            .unwrap();
+        (conn, response)
+    }
+
+    #[tokio::test]
+    async fn a_client_that_takes_nothing_of_its_response_is_disconnected() {
+        let server = start(
+            ServeConfig::default()
+                .stall_timeout(Duration::from_millis(300))
+                .shutdown_grace(Duration::from_millis(100)),
+            None,
+        )
+        .await;
+        let (conn, response) = h2_window_zero(server.addr, "/big").await;
+        assert_eq!(response.status(), 200);
+        // Its window stays shut: the server closes the connection.
+        tokio::time::timeout(DEADLINE, conn)
+            .await
+            .expect("the stalled connection is closed")
+            .unwrap();
+        // A client that reads is served as ever.
+        let mut h1 = TcpStream::connect(server.addr).await.unwrap();
+        assert!(healthz(&mut h1).await.starts_with("HTTP/1.1 200"));
+        server.shutdown.cancel();
+        server.done.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_response_that_waits_on_the_server_is_not_a_stall() {
+        let server = start(
+            ServeConfig::default().stall_timeout(Duration::from_millis(100)),
+            None,
+        )
+        .await;
+        // `/forever` never answers: as a watch between events, it waits on
+        // the server, whatever the client's window.
+        let tcp = TcpStream::connect(server.addr).await.unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .unwrap();
+        let mut conn = tokio::spawn(conn);
+        let request = hyper::Request::get("http://x/forever")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let _pending = tokio::spawn(sender.send_request(request));
+        server.forever_reached().await;
+        // Ten stall timeouts later the connection is still open.
+        let open = tokio::time::timeout(Duration::from_secs(1), &mut conn).await;
+        assert!(open.is_err(), "the connection was closed: {open:?}");
+        server.shutdown.cancel();
+        server.done.await.unwrap().unwrap();
     }
 
     #[tokio::test]
