@@ -280,6 +280,12 @@ pub struct RunArgs {
     /// a slower one is answered 408 and its connection closed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub request_body_timeout: Duration,
+    /// The bytes a second that lists of nodes share as they go out (a
+    /// quantity such as 64Mi), taken in turns chunk by chunk, so readers
+    /// listing back to back leave the CPU to heartbeats and small
+    /// requests. 0: as fast as clients read.
+    #[arg(long, default_value = "64Mi", value_name = "BYTES")]
+    pub list_bytes_per_second: String,
 
     /// Static nodes, comma-separated names or IPs.
     #[arg(long, help_heading = "Nodes and sources")]

@@ -46,6 +46,8 @@ pub struct RunConfig {
     /// that readers never delay its work. `None` serves it on the runtime
     /// `run` runs on.
     pub api_runtime: Option<tokio::runtime::Handle>,
+    /// `--list-bytes-per-second` (0: no limit).
+    pub list_bytes_per_second: u64,
     /// Where to mirror, if an API server is configured.
     pub mirror: Option<crate::mirror::MirrorConfig>,
     /// How much history to keep (`--history-retention`, `--history-max-bytes`).
@@ -126,6 +128,8 @@ impl RunConfig {
         let (open_files, sizing) = api_sizing(args, specs.len())?;
         check_eviction_mode(args, mirror.is_some())?;
         let transition_hook = transition_hook(args)?;
+        let list_bytes_per_second = bytes_or_zero(&args.list_bytes_per_second)
+            .map_err(|e| flag("--list-bytes-per-second", e.to_string()))?;
         Ok(RunConfig {
             transition_hook,
             mirror,
@@ -148,6 +152,7 @@ impl RunConfig {
             simulate,
             simulator: None,
             api_runtime: None,
+            list_bytes_per_second,
             open_files,
             serve: crate::server::ServeConfig::default().max_connections(sizing.max_connections),
             limits: sizing.limits,
@@ -356,11 +361,19 @@ fn serving(args: &RunArgs) -> Result<Serving, RunError> {
     Ok((tls, tokens))
 }
 
+/// A number of bytes (a quantity such as 512Mi), where 0 stands for no limit.
+fn bytes_or_zero(s: &str) -> Result<u64, crate::quantity::QuantityError> {
+    match s.trim() {
+        "0" => Ok(0),
+        given => crate::quantity::parse_memory(given),
+    }
+}
+
 /// How much history to keep (`--history-retention`, `--history-max-bytes`; 0 keeps all).
 fn retention(args: &RunArgs) -> Result<crate::store::RetentionConfig, RunError> {
     Ok(crate::store::RetentionConfig {
         max_age: (!args.history_retention.is_zero()).then_some(args.history_retention),
-        max_bytes: match crate::quantity::parse_memory(&args.history_max_bytes) {
+        max_bytes: match bytes_or_zero(&args.history_max_bytes) {
             Ok(0) => None,
             Ok(bytes) => Some(bytes),
             Err(e) => return Err(flag("--history-max-bytes", e.to_string())),

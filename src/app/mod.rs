@@ -244,7 +244,9 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         shutdown: server_shutdown.clone(),
         mirror: mirror.as_ref().map(|m| m.1.clone()),
         health: health.clone(),
-        node_json: Default::default(),
+        node_json: Arc::new(crate::server::node_json::NodeJson::with_list_rate(
+            config.list_bytes_per_second,
+        )),
     });
     let budgets = crate::server::Budgets::new(config.limits, Some(metrics.clone()));
     let router = crate::server::limited_router(state, config.tokens.clone(), budgets);

@@ -14,6 +14,7 @@ pub mod limits;
 pub mod node_json;
 pub(crate) mod node_writes;
 mod nodes;
+mod pace;
 mod params;
 pub mod pods;
 mod push;

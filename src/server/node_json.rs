@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -20,6 +21,7 @@ use bytes::BytesMut;
 use hyper::body::{Frame, SizeHint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
+use super::pace::Pacer;
 use crate::view::{Shown, View};
 
 /// Nodes encoded between two yields to the runtime: a list that finds
@@ -56,9 +58,20 @@ pub struct NodeJson {
     /// The newest list of every node; held across its rebuild, so requests
     /// that come meanwhile wait for it and share it.
     all: tokio::sync::Mutex<Option<Arc<Encoded>>>,
+    /// The byte rate lists share as they go out.
+    pacer: Arc<Pacer>,
 }
 
 impl NodeJson {
+    /// Node JSON whose lists go out at `bytes_per_second` in all (0: as
+    /// fast as the connections take them).
+    pub fn with_list_rate(bytes_per_second: u64) -> NodeJson {
+        NodeJson {
+            pacer: Arc::new(Pacer::new(bytes_per_second)),
+            ..NodeJson::default()
+        }
+    }
+
     /// Every published node, as of now: the snapshot of the last call while
     /// the view has not changed since, else a new one built from the nodes'
     /// kept JSON (only the nodes changed since are encoded).
@@ -145,6 +158,27 @@ impl NodeJson {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The items `range` of `encoded` as a `NodeList` response:
+    /// `{"apiVersion":"v1","kind":"NodeList","items":[…],"metadata":{…}}`,
+    /// the key order `k8s_openapi::List` serializes in, streamed at the
+    /// lists' shared rate.
+    pub fn list_response(
+        &self,
+        encoded: Arc<Encoded>,
+        range: Range<usize>,
+        metadata: &ListMeta,
+    ) -> Response {
+        let body = ListBody::new(encoded, range, metadata).paced(self.pacer.clone());
+        (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            Body::new(body),
+        )
+            .into_response()
+    }
 }
 
 fn encode(shown: &Shown) -> Item {
@@ -158,21 +192,6 @@ fn encode(shown: &Shown) -> Item {
         name: Arc::from(shown.node.name.as_str()),
         json: Bytes::from(json),
     }
-}
-
-/// The items `range` of `encoded` as a `NodeList` response:
-/// `{"apiVersion":"v1","kind":"NodeList","items":[…],"metadata":{…}}`, the
-/// key order `k8s_openapi::List` serializes in, streamed.
-pub fn list_response(encoded: Arc<Encoded>, range: Range<usize>, metadata: &ListMeta) -> Response {
-    let body = ListBody::new(encoded, range, metadata);
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        Body::new(body),
-    )
-        .into_response()
 }
 
 /// One node's JSON as a response.
@@ -192,6 +211,9 @@ pub fn response(json: Bytes) -> Response {
 /// copy: a connection's memory is one chunk however long the list.
 pub struct ListBody {
     encoded: Arc<Encoded>,
+    /// The rate it shares with other lists, and a chunk waiting for its slot.
+    pacer: Option<Arc<Pacer>>,
+    held: Option<(Bytes, Pin<Box<tokio::time::Sleep>>)>,
     head: Option<Bytes>,
     /// The first item, the next one, and the end of the range served.
     start: usize,
@@ -214,6 +236,8 @@ impl ListBody {
             + items.iter().map(|i| i.json.len() as u64).sum::<u64>()
             + items.len().saturating_sub(1) as u64;
         ListBody {
+            pacer: None,
+            held: None,
             start: range.start,
             next: range.start,
             end: range.end,
@@ -222,6 +246,12 @@ impl ListBody {
             tail: Some(Bytes::from(tail)),
             remaining,
         }
+    }
+
+    /// The body at `pacer`'s rate.
+    pub fn paced(mut self, pacer: Arc<Pacer>) -> ListBody {
+        self.pacer = Some(pacer);
+        self
     }
 
     /// The next chunk: whole items up to [`CHUNK`] bytes (an item larger
@@ -251,8 +281,36 @@ impl ListBody {
                 chunk.extend_from_slice(&tail);
             }
         }
-        self.remaining -= chunk.len() as u64;
         Some(chunk.freeze())
+    }
+
+    /// The next chunk once its slot has come.
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let chunk = match self.held.take() {
+            Some((chunk, mut slot)) => {
+                if slot.as_mut().poll(cx).is_pending() {
+                    self.held = Some((chunk, slot));
+                    return Poll::Pending;
+                }
+                chunk
+            }
+            None => {
+                let Some(chunk) = self.next_chunk() else {
+                    return Poll::Ready(None);
+                };
+                let at = self.pacer.as_ref().and_then(|p| p.slot(chunk.len()));
+                if let Some(at) = at {
+                    let mut slot = Box::pin(tokio::time::sleep_until(at));
+                    if slot.as_mut().poll(cx).is_pending() {
+                        self.held = Some((chunk, slot));
+                        return Poll::Pending;
+                    }
+                }
+                chunk
+            }
+        };
+        self.remaining -= chunk.len() as u64;
+        Poll::Ready(Some(chunk))
     }
 }
 
@@ -262,9 +320,11 @@ impl hyper::body::Body for ListBody {
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        Poll::Ready(self.get_mut().next_chunk().map(|c| Ok(Frame::data(c))))
+        self.get_mut()
+            .poll_chunk(cx)
+            .map(|c| c.map(|c| Ok(Frame::data(c))))
     }
 
     fn is_end_stream(&self) -> bool {

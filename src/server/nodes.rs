@@ -59,7 +59,7 @@ pub(crate) async fn list_nodes(
             version,
             true,
         );
-        return node_json::list_response(all, page.range, &page.metadata);
+        return s.node_json.list_response(all, page.range, &page.metadata);
     }
     // The view is in name order, as etcd keys are: pages follow it.
     let (stamp, mut shown) = s.view.shown();
@@ -93,7 +93,7 @@ pub(crate) async fn list_nodes(
     }
     let items = s.node_json.encode(shown).await;
     let count = items.len();
-    node_json::list_response(
+    s.node_json.list_response(
         std::sync::Arc::new(node_json::Encoded { stamp, items }),
         0..count,
         &page.metadata,

@@ -103,6 +103,10 @@ struct Args {
     /// --bin's), to compare controllers against the same fleet.
     #[arg(long)]
     controller_bin: Option<PathBuf>,
+    /// A flag for the controller besides the benchmark's own, once per
+    /// word: `--controller-arg=--list-bytes-per-second --controller-arg=0`.
+    #[arg(long = "controller-arg", value_name = "ARG", allow_hyphen_values = true)]
+    controller_args: Vec<String>,
     /// The controller's --node-monitor-grace-period.
     #[arg(long, default_value = "40s", value_parser = parse_duration)]
     grace: Duration,
@@ -330,13 +334,9 @@ async fn bench_size(
     let controller_started = Instant::now();
     let url = match &bins.floor {
         None => {
-            let flags = controller_args(
-                &run.procs.dir,
-                &merged,
-                listen,
-                args.grace,
-                &mode.controller_args(port),
-            );
+            let mut extra = mode.controller_args(port);
+            extra.extend(args.controller_args.iter().cloned());
+            let flags = controller_args(&run.procs.dir, &merged, listen, args.grace, &extra);
             run.procs.start_controller(&bins.controller, &flags)?;
             let url = run
                 .procs
@@ -1077,13 +1077,19 @@ fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row])
             "ctrl context switches /heartbeat (voluntary + involuntary)",
         ],
     };
-    table_header(&mut out, header, Align::Right);
-    for row in rows {
-        let cells = match mode {
-            Mode::Probe { .. } => probe_cells(row),
-            Mode::Push { .. } => push_cells(row),
-        };
-        table_row(&mut out, &cells);
+    if !args.controller_args.is_empty() {
+        let _ = writeln!(out, "controller flags: {}", args.controller_args.join(" "));
+    }
+    // With --readers each load has a window and a table of its own.
+    if args.readers.is_empty() {
+        table_header(&mut out, header, Align::Right);
+        for row in rows {
+            let cells = match mode {
+                Mode::Probe { .. } => probe_cells(row),
+                Mode::Push { .. } => push_cells(row),
+            };
+            table_row(&mut out, &cells);
+        }
     }
     if rows.is_empty() {
         let _ = writeln!(out, "\n(no size completed)");
