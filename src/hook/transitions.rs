@@ -38,6 +38,11 @@ pub const BATCH_MAX: usize = 1000;
 /// 32 KiB), so what a run is given stays bounded in memory.
 pub const BATCH_BYTES: usize = 1 << 20;
 
+/// A hook run one transition at a time this many events behind is warned
+/// about (at most every [`BEHIND_WARNING_EVERY`]).
+const BEHIND_WARNING: u64 = 1000;
+const BEHIND_WARNING_EVERY: Duration = Duration::from_secs(600);
+
 /// Waits before trying a failed store read or write again: 1 s doubling to 30 s.
 const STORE_RETRY: Backoff = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(30));
 
@@ -69,6 +74,8 @@ pub struct TransitionHook {
     metrics: Arc<Metrics>,
     /// The seq of the last event the hook is done with.
     cursor: u64,
+    /// When a hook run one transition at a time was last said to be behind.
+    warned_behind: Option<Instant>,
 }
 
 /// What the history holds after the cursor, read for the hook's mode.
@@ -131,6 +138,7 @@ impl TransitionHook {
             durable,
             metrics,
             cursor,
+            warned_behind: None,
         })
     }
 
@@ -154,6 +162,7 @@ impl TransitionHook {
             // this wakes the wait below.
             self.durable.borrow_and_update();
             let durable = self.store.durable_seq();
+            self.pass_over_pruned();
             let pending = durable.saturating_sub(self.cursor);
             self.metrics.hook_pending.set(pending as i64);
             if self.cursor >= durable {
@@ -171,14 +180,16 @@ impl TransitionHook {
                 continue;
             }
             let read = match self.config.mode {
-                TransitionHookMode::Each => self
-                    .store
-                    .history(&HistoryQuery {
-                        after_seq: Some(self.cursor),
-                        limit: Some(PAGE),
-                        ..HistoryQuery::default()
-                    })
-                    .map(Waiting::Each),
+                TransitionHookMode::Each => {
+                    self.warn_if_behind(pending);
+                    self.store
+                        .history(&HistoryQuery {
+                            after_seq: Some(self.cursor),
+                            limit: Some(PAGE),
+                            ..HistoryQuery::default()
+                        })
+                        .map(Waiting::Each)
+                }
                 TransitionHookMode::Batch => self.read_batch().map(Waiting::Batch),
             };
             let waiting = match read {
@@ -209,6 +220,38 @@ impl TransitionHook {
                 return Ok(());
             }
         }
+    }
+
+    /// History pruned before the hook saw it is passed over, and said so.
+    fn pass_over_pruned(&mut self) {
+        let horizon = self.store.horizon();
+        if self.cursor >= horizon {
+            return;
+        }
+        tracing::error!(
+            "the history from seq {} to {horizon} was pruned before the transition hook saw it, and the transitions in it are not handed over; keep more history (--history-retention, --history-max-bytes), or let a slow hook take the waiting transitions in one run (--transition-hook-mode batch)",
+            self.cursor + 1
+        );
+        self.cursor = horizon;
+        // Kept with the next flush: passing over it again after a crash says it again.
+        let _ = self.store.meta_put(CURSOR_KEY, &self.cursor.to_be_bytes());
+    }
+
+    /// Says, now and then, that a hook run one transition at a time is far
+    /// behind, and what would let it keep up.
+    fn warn_if_behind(&mut self, pending: u64) {
+        if pending < BEHIND_WARNING
+            || self
+                .warned_behind
+                .is_some_and(|at| at.elapsed() < BEHIND_WARNING_EVERY)
+        {
+            return;
+        }
+        self.warned_behind = Some(Instant::now());
+        tracing::warn!(
+            pending,
+            "the transition hook is {pending} events behind, running one transition at a time; a hook that cannot keep up can take all that are waiting in one run: --transition-hook-mode batch (docs/guide/hooks.md)"
+        );
     }
 
     /// The transitions after the cursor, up to [`BATCH_MAX`] or
@@ -514,6 +557,21 @@ mod tests {
                 .collect()
         }
 
+        /// Writes `count` events that are not transitions, durably.
+        async fn others(&self, count: usize) {
+            let mut changes = Changes::new(Micros::now());
+            for _ in 0..count {
+                changes.node_event(
+                    "edge-0",
+                    EventKind::AddressLookupFailed {
+                        message: "not a transition".into(),
+                    },
+                );
+            }
+            self.store.write(changes).unwrap();
+            self.durable.send_replace(self.store.flush().await.unwrap());
+        }
+
         async fn hook(&self, command: String, mode: TransitionHookMode) -> TransitionHook {
             let config = TransitionHookConfig {
                 command,
@@ -538,6 +596,49 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
+    }
+
+    /// Runs `hook` until it is done with `seq`; what it logged, as text.
+    async fn logged_while(hook: TransitionHook, site: &Site, seq: u64) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let stop = CancellationToken::new();
+        let until_done = async {
+            site.hooked_through(seq).await;
+            stop.cancel();
+        };
+        let (ran, ()) = tracing::instrument::WithSubscriber::with_subscriber(
+            async { tokio::join!(hook.run(stop.clone()), until_done) },
+            subscriber,
+        )
+        .await;
+        ran.unwrap();
+        let text = sink.0.lock().unwrap().clone();
+        String::from_utf8(text).unwrap()
+    }
+
+    /// An each-mode hook that appends the event it is given, a line each.
+    fn each_recorder(dir: &Path) -> String {
+        // `:` takes the arguments sh -c passes on.
+        format!(
+            "cat >> {d}/events; echo >> {d}/events; :",
+            d = dir.display()
+        )
     }
 
     /// A batch hook that takes `sleep` seconds a run, then appends each
@@ -662,5 +763,59 @@ mod tests {
             want,
             "each once, in order"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn history_pruned_before_the_hook_saw_it_is_passed_over_and_said_so() {
+        let site = Site::new();
+        let hook = site
+            .hook(each_recorder(site.dir.path()), TransitionHookMode::Each)
+            .await;
+        // An hour old, then pruned by a retention of ten minutes.
+        let old = site
+            .transitions(3, Micros(Micros::now().0 - 3_600_000_000))
+            .await;
+        let config = crate::store::RetentionConfig {
+            max_age: Some(Duration::from_secs(600)),
+            max_bytes: None,
+        };
+        let mut tail = crate::store::retention::TailBytes::default();
+        while site
+            .store
+            .retention_step(&config, Micros::now(), &mut tail)
+            .unwrap()
+            .more
+        {}
+        assert!(site.store.horizon() >= *old.last().unwrap());
+        let kept = site.transitions(2, Micros::now()).await;
+
+        let log = logged_while(hook, &site, *kept.last().unwrap()).await;
+        assert_eq!(recorded_seqs(&site.path("events")), kept);
+        assert!(
+            log.contains(&format!(
+                "the history from seq 1 to {} was pruned before the transition hook saw it",
+                site.store.horizon()
+            )),
+            "{log}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hook_far_behind_one_transition_at_a_time_says_what_would_keep_up() {
+        let site = Site::new();
+        let hook = site
+            .hook(each_recorder(site.dir.path()), TransitionHookMode::Each)
+            .await;
+        site.others(1_500).await;
+        let want = site.transitions(3, Micros::now()).await;
+        let log = logged_while(hook, &site, *want.last().unwrap()).await;
+        assert_eq!(recorded_seqs(&site.path("events")), want);
+        // Read a page at a time, it is behind by 1,000 or more twice: said once.
+        assert_eq!(log.matches("events behind").count(), 1, "{log}");
+        assert!(
+            log.contains("the transition hook is 1506 events behind"),
+            "{log}"
+        );
+        assert!(log.contains("--transition-hook-mode batch"), "{log}");
     }
 }
