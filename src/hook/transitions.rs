@@ -5,7 +5,9 @@
 //! The last seq handed over is kept in the store (flushed after the command
 //! returns), so a restart resumes where the hook stopped and replays what
 //! happened while it was down or still running. The history is read a page
-//! at a time: a backlog costs disk, not memory.
+//! at a time: a backlog costs disk, not memory. docs/guide/hooks.md is the
+//! hook author's guide; docs/decisions/transition-hook-batches.md says why
+//! batches.
 
 use std::sync::Arc;
 use std::time::Duration;
