@@ -380,12 +380,18 @@ pub struct RunArgs {
     pub eviction_hook: Option<String>,
     /// A command run (with `sh -c`) for every condition transition, once, in
     /// order, resumed after a restart: node, condition, from, to, reason and
-    /// seq as $1…$6 and NODEKEEPER_* variables, the event as JSON on stdin.
+    /// seq as $1…$6 and NODEKEEPER_* variables, the event as JSON on stdin
+    /// (or many at a time: --transition-hook-mode batch).
     #[arg(long, help_heading = "Hooks", value_hint = ValueHint::CommandString)]
     pub transition_hook: Option<String>,
     /// How long one --transition-hook run may take before its process group is killed.
     #[arg(long, default_value = "30s", value_parser = parse_duration, help_heading = "Hooks")]
     pub transition_hook_timeout: Duration,
+    /// One --transition-hook run a transition, or one run for all that are
+    /// waiting (up to 1,000), one event a line on stdin: a slow hook keeps up
+    /// with a burst.
+    #[arg(long, value_enum, default_value_t = crate::hook::transitions::TransitionHookMode::Each, help_heading = "Hooks")]
+    pub transition_hook_mode: crate::hook::transitions::TransitionHookMode,
     /// Evictions per second in a healthy zone.
     #[arg(long, default_value_t = 0.1, help_heading = "Eviction")]
     pub node_eviction_rate: f64,

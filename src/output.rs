@@ -1,4 +1,5 @@
 //! What the CLI prints: kubectl-like node tables, `describe` text and history tables.
+//! Every cell is escaped on its way in ([`escape`]).
 //!
 //! Every function returns a `String` and takes `now` where ages are shown, so
 //! the output is deterministic and testable. Column layout reproduces Go's
@@ -9,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::kube;
 use crate::kube::table::{node_status, roles};
+use crate::logging::terminal::escape;
 use crate::model::{self, Event, Micros};
 
 /// kubectl's `get` tab writer: minimum cell width 6, 3 spaces of padding.
@@ -217,19 +219,24 @@ pub fn history_table(events: &[Event]) -> String {
     if events.is_empty() {
         return "No events found\n".to_string();
     }
-    let mut rows = vec![["SEQ", "TIME", "NODE", "KIND", "DETAIL"]
-        .map(str::to_string)
-        .to_vec()];
-    for e in events {
-        rows.push(vec![
-            e.seq.to_string(),
-            e.time.rfc3339_seconds(),
-            e.node.clone().unwrap_or_else(|| "-".to_string()),
-            e.kind.name().to_string(),
-            e.kind.detail(),
-        ]);
-    }
+    let mut rows = vec![HISTORY_HEADER.map(str::to_string).to_vec()];
+    rows.extend(events.iter().map(|e| history_row(e).to_vec()));
     table(&rows)
+}
+
+/// The history table's columns.
+pub const HISTORY_HEADER: [&str; 5] = ["SEQ", "TIME", "NODE", "KIND", "DETAIL"];
+
+/// One event as a history table row, its cells escaped ([`escape`]):
+/// `nodekeeper history` prints these a page at a time.
+pub fn history_row(e: &Event) -> [String; 5] {
+    [
+        e.seq.to_string(),
+        e.time.rfc3339_seconds(),
+        escape(e.node.as_deref().unwrap_or("-")).into_owned(),
+        e.kind.name().to_string(),
+        escape(&e.kind.detail()).into_owned(),
+    ]
 }
 
 /// Go's `time.RFC1123Z` in UTC (`Mon, 30 Nov 2026 09:23:09 +0000`), as kubectl describe shows times.
@@ -257,15 +264,16 @@ fn multiline(w: &mut String, title: &str, values: impl Iterator<Item = String>) 
     }
 }
 
-/// Appends one tab-separated line. Control characters inside cells (user
-/// data: tabs, newlines, form feeds) would end cells or lines and break the
-/// layout, so they become spaces.
+/// Appends one tab-separated line. Cells hold text from the network (a
+/// pushed message, an annotation, a kubelet's version): their control
+/// characters are escaped ([`escape`]), so none ends a cell or a line or
+/// reaches the terminal.
 fn line(w: &mut String, cells: &[&str]) {
     for (i, cell) in cells.iter().enumerate() {
         if i > 0 {
             w.push('\t');
         }
-        w.extend(cell.chars().map(|c| if c.is_control() { ' ' } else { c }));
+        w.push_str(&escape(cell));
     }
     w.push('\n');
 }
@@ -518,8 +526,55 @@ d                  Unknown                       <none>               0s     <no
         assert_eq!(
             history_table(&[e]),
             "SEQ   TIME                   NODE   KIND      DETAIL\n\
-             1     2026-11-30T10:00:00Z   n 1    Deleted   gone from source \n"
+             1     2026-11-30T10:00:00Z   n\\t1   Deleted   gone\\tfrom\\nsource\\x0c\n"
         );
+    }
+
+    /// ESC with CSI (clear the screen) and OSC (set the title, ended by
+    /// BEL), a carriage return, a line feed starting a forged row, and
+    /// C1's CSI, as a node may push them in a condition message.
+    const HOSTILE: &str =
+        "ok\x1b[2J\x1b]0;pwned\x07\r\n99  2026-11-30T10:00:00Z  n1  Deleted  forged\u{9b}31m";
+    const SHOWN: &str =
+        "ok\\x1b[2J\\x1b]0;pwned\\x07\\r\\n99  2026-11-30T10:00:00Z  n1  Deleted  forged\\u{9b}31m";
+
+    fn inert(text: &str) -> bool {
+        !text.chars().any(|c| c.is_control() && c != '\n')
+    }
+
+    #[test]
+    fn pushed_control_characters_are_shown_escaped_in_every_table() {
+        let now = at(NOW);
+        let mut n = node("n1", "2026-11-30T09:00:00Z", Some(ConditionStatus::False));
+        n.conditions[0].message = HOSTILE.into();
+        n.annotations.insert("note".into(), HOSTILE.into());
+        n.node_info.kubelet_version = "v1.32.4\x1b]8;;http://x\x1b\\".into();
+        let e = event(
+            5,
+            "2026-11-30T10:00:00Z",
+            Some("n1"),
+            changed(
+                Some(ConditionStatus::True),
+                ConditionStatus::False,
+                "KubeletNotReady",
+                HOSTILE,
+            ),
+        );
+
+        let history = history_table(std::slice::from_ref(&e));
+        assert!(inert(&history), "{history:?}");
+        assert_eq!(history.lines().count(), 2, "{history}");
+        assert!(history.contains(SHOWN), "{history}");
+
+        let describe = describe(&n, &[e], None, now);
+        assert!(inert(&describe), "{describe:?}");
+        // The annotation, the condition's message and the event.
+        assert!(describe.contains(&format!("note: {SHOWN}\n")), "{describe}");
+        assert_eq!(describe.matches(SHOWN).count(), 3, "{describe}");
+
+        let nodes = nodes_table(&[n], true, now);
+        assert!(inert(&nodes), "{nodes:?}");
+        assert!(nodes.contains("v1.32.4\\x1b]8;;http://x\\x1b\\"), "{nodes}");
     }
 
     fn registered() -> EventKind {

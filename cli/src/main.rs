@@ -67,7 +67,11 @@ fn main() {
         std::process::exit(1);
     }
     if let Err(Failure { message, code }) = outcome {
-        eprintln!("error: {message}");
+        // It may quote a controller's or an API server's answer.
+        eprintln!(
+            "error: {}",
+            nodekeeper::logging::terminal::escape_lines(&message)
+        );
         std::process::exit(code);
     }
 }

@@ -380,6 +380,10 @@ fn a_bad_hook_flag_is_refused_before_anything_starts() {
             ],
             "--transition-hook-timeout",
         ),
+        (
+            vec!["--transition-hook", "true", "--transition-hook-mode", "all"],
+            "possible values: each, batch",
+        ),
     ] {
         let mut all = vec![
             "run",

@@ -433,7 +433,7 @@ fn check_eviction_mode(args: &RunArgs, mirrored: bool) -> Result<(), RunError> {
     Ok(())
 }
 
-/// `--transition-hook` and its timeout, if the hook is given.
+/// `--transition-hook`, its timeout and mode, if the hook is given.
 fn transition_hook(
     args: &RunArgs,
 ) -> Result<Option<crate::hook::transitions::TransitionHookConfig>, RunError> {
@@ -450,6 +450,7 @@ fn transition_hook(
         Some(command) => Ok(Some(crate::hook::transitions::TransitionHookConfig {
             command: command.clone(),
             timeout: args.transition_hook_timeout,
+            mode: args.transition_hook_mode,
         })),
     }
 }

@@ -7,6 +7,7 @@ use std::path::Path;
 use super::{Failure, Outcome};
 use crate::cli::DbCommand;
 use crate::inspect::Source;
+use crate::logging::terminal::escape;
 use crate::store::{compact, Store, StoreOptions, StoreStatus};
 
 /// Runs a `db` command on the store at `db` (or through `server`).
@@ -53,7 +54,8 @@ pub async fn db(db: &Path, server: Option<&str>, command: &DbCommand) -> Outcome
 fn status_text(s: &StoreStatus, remote: bool) -> String {
     let time = |t: Option<crate::model::Micros>| t.map_or("-".to_string(), |t| t.rfc3339_seconds());
     let mut out = String::new();
-    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16}{v}\n"));
+    // Read from a running controller, it is text from the network: escaped.
+    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16}{}\n", escape(&v)));
     line("Path:", s.path.display().to_string());
     line(
         "Schema:",
@@ -114,13 +116,13 @@ fn status_text(s: &StoreStatus, remote: bool) -> String {
         for t in &s.trees {
             out.push_str(&format!(
                 "  {:<18}{:>12}  {:>10}\n",
-                t.name,
+                escape(&t.name),
                 t.records,
                 human_bytes(t.bytes)
             ));
         }
     }
-    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16}{v}\n"));
+    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16}{}\n", escape(&v)));
     line(
         "Controller:",
         s.last_instance.clone().unwrap_or_else(|| "-".into()),
@@ -169,7 +171,8 @@ fn verify(store: &Store) -> Outcome {
         return Ok(text);
     }
     for p in &report.problems {
-        text.push_str(&format!("problem: {p}\n"));
+        // A problem quotes what the store holds, which came from the network.
+        text.push_str(&format!("problem: {}\n", escape(&p.to_string())));
     }
     Err(Failure {
         message: format!("{text}{} problems found", report.problems.len()),

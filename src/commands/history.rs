@@ -7,6 +7,7 @@ use super::{Failure, Outcome};
 use crate::cli::{HistoryArgs, ListFormat};
 use crate::inspect::{InspectError, Source};
 use crate::model::Event;
+use crate::output::{history_row, HISTORY_HEADER as HEADER};
 use crate::server::HistoryParams;
 
 pub async fn history(source: &Source, args: &HistoryArgs) -> Outcome {
@@ -48,7 +49,8 @@ fn closed_or_failed(e: std::io::Error) -> InspectError {
     }
 }
 
-/// Prints pages as a table whose columns only ever widen, or as one JSON array.
+/// Prints pages as a table whose columns only ever widen, with the rows of
+/// [`history_row`] (escaped), or as one JSON array (exact: JSON escapes).
 struct Printer {
     format: ListFormat,
     widths: [usize; 4],
@@ -60,7 +62,6 @@ struct Printer {
 /// As `nodekeeper nodes` (kubectl's printer): columns at least 6 wide, 3 apart.
 const MIN_WIDTH: usize = 6;
 const PADDING: usize = 3;
-const HEADER: [&str; 5] = ["SEQ", "TIME", "NODE", "KIND", "DETAIL"];
 
 impl Printer {
     fn new(format: ListFormat) -> Printer {
@@ -90,18 +91,7 @@ impl Printer {
                 }
             }
             ListFormat::Table => {
-                let rows: Vec<[String; 5]> = events
-                    .iter()
-                    .map(|e| {
-                        [
-                            e.seq.to_string(),
-                            e.time.rfc3339_seconds(),
-                            e.node.clone().unwrap_or_else(|| "-".to_string()),
-                            e.kind.name().to_string(),
-                            e.kind.detail(),
-                        ]
-                    })
-                    .collect();
+                let rows: Vec<[String; 5]> = events.iter().map(history_row).collect();
                 if self.printed == 0 {
                     self.widen(HEADER.iter().copied());
                 }
@@ -178,6 +168,43 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             crate::output::history_table(&events)
+        );
+    }
+
+    #[test]
+    fn control_characters_are_escaped_in_the_table_and_exact_in_json() {
+        // ESC with CSI and OSC (ended by BEL), CR, LF forging a row, C1's CSI.
+        let hostile =
+            "gone\x1b[2J\x1b]0;pwned\x07\r\n99    2026-11-30   n1   Deleted   forged\u{9b}31m";
+        let mut e = event(7, "n1");
+        e.kind = EventKind::Deleted {
+            reason: hostile.into(),
+        };
+        let mut out = Vec::new();
+        let mut p = Printer::new(ListFormat::Table);
+        p.page(std::slice::from_ref(&e), &mut out).unwrap();
+        p.finish(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(
+            text.ends_with("gone\\x1b[2J\\x1b]0;pwned\\x07\\r\\n99    2026-11-30   n1   Deleted   forged\\u{9b}31m\n"),
+            "{text}"
+        );
+
+        let mut out = Vec::new();
+        let mut p = Printer::new(ListFormat::Json);
+        p.page(&[e], &mut out).unwrap();
+        p.finish(&mut out).unwrap();
+        let all: Vec<Event> = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            all[0].kind,
+            EventKind::Deleted {
+                reason: hostile.into()
+            }
         );
     }
 

@@ -3,6 +3,7 @@
 use super::Outcome;
 use crate::cli::{ListFormat, MirrorCommand};
 use crate::inspect::Source;
+use crate::logging::terminal::escape;
 use crate::mirror::{BudgetStatus, MirrorStatus, UpstreamStatus};
 use crate::model::Micros;
 
@@ -67,10 +68,11 @@ fn budget_text(b: &BudgetStatus) -> String {
 }
 
 /// `mirror status` as text. Over 80 lines: one line or block per field, in
-/// the order shown.
+/// the order shown. Values are escaped ([`escape`]): the last error is the
+/// API server's words.
 fn status_text(s: &MirrorStatus, now: Micros) -> String {
     let mut out = String::new();
-    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16}{v}\n"));
+    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16}{}\n", escape(&v)));
     let age = |t: Micros| {
         format!(
             "{} ({} ago)",
@@ -154,8 +156,8 @@ fn status_text(s: &MirrorStatus, now: Micros) -> String {
         for e in &s.entries {
             out.push_str(&format!(
                 "{:<10}{:<40}{:<10}{}\n",
-                e.kind,
-                e.node,
+                escape(&e.kind),
+                escape(&e.node),
                 e.seq,
                 e.enqueued.rfc3339_seconds()
             ));
@@ -233,5 +235,28 @@ mod tests {
         let standby = status_text(&status(8, false), Micros(3_000_000));
         assert!(standby.contains("Backlog:        0 entries\n"), "{standby}");
         assert!(standby.contains("not leading"), "{standby}");
+    }
+
+    #[test]
+    fn the_api_servers_words_are_shown_escaped() {
+        let mut s = status(0, true);
+        // ESC with CSI and OSC (ended by BEL), CR, LF forging a line, C1's CSI.
+        s.last_error = Some(crate::mirror::ErrorNote {
+            time: Micros(1_000_000),
+            message: "denied\x1b[2J\x1b]0;pwned\x07\r\nLast success:   now\u{9b}31m".into(),
+        });
+        let text = status_text(&s, Micros(3_000_000));
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        let lines = |start: &str| text.lines().filter(|l| l.starts_with(start)).count();
+        assert_eq!(lines("Last success:"), 1, "{text}");
+        assert!(
+            text.contains(
+                "(2s ago): denied\\x1b[2J\\x1b]0;pwned\\x07\\r\\nLast success:   now\\u{9b}31m\n"
+            ),
+            "{text}"
+        );
     }
 }

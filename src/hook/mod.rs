@@ -8,7 +8,7 @@ pub mod transitions;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// What a hook printed that is kept (in logs and history) at most, in characters.
 pub const OUTPUT_LIMIT: usize = 500;
@@ -28,7 +28,7 @@ pub struct HookRun {
 /// How a hook run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HookOutcome {
-    /// Exit status 0; what it printed (stdout then stderr, trimmed, capped).
+    /// Exit status 0; what it printed (see [`kept_text`]).
     Succeeded { output: String },
     /// Another exit status (`None`: a signal).
     Exited { code: Option<i32>, output: String },
@@ -64,6 +64,8 @@ impl std::fmt::Display for HookOutcome {
 
 /// Runs `sh -c "COMMAND \"$@\""` with `run`'s arguments, environment and
 /// stdin, and waits at most `timeout` for it (and for its output to close).
+/// Its stdin is written while its output is read, so a command that prints
+/// before it reads cannot stall on a full pipe.
 pub async fn run(command: &str, run: HookRun, timeout: Duration) -> HookOutcome {
     let mut child = tokio::process::Command::new("sh");
     child
@@ -91,15 +93,18 @@ pub async fn run(command: &str, run: HookRun, timeout: Duration) -> HookOutcome 
         }
     };
     let group = child.id();
-    let stdin = child.stdin.take();
+    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let input = run.stdin;
     let finished = async move {
-        if let (Some(mut pipe), Some(input)) = (stdin, input) {
-            // A command that does not read its stdin closes it: not an error.
-            let _ = pipe.write_all(&input).await;
-            drop(pipe);
-        }
-        child.wait_with_output().await
+        let feed = async move {
+            if let (Some(mut pipe), Some(input)) = (stdin, input) {
+                // A command that does not read its stdin closes it: not an error.
+                let _ = pipe.write_all(&input).await;
+            }
+        };
+        let (_, out, err) = tokio::join!(feed, read_kept(stdout), read_kept(stderr));
+        let status = child.wait().await?;
+        std::io::Result::Ok((status, out?, err?))
     };
     match tokio::time::timeout(timeout, finished).await {
         Err(_) => {
@@ -112,16 +117,55 @@ pub async fn run(command: &str, run: HookRun, timeout: Duration) -> HookOutcome 
         Ok(Err(e)) => HookOutcome::Failed {
             reason: e.to_string(),
         },
-        Ok(Ok(out)) => {
-            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-            text.push_str(&String::from_utf8_lossy(&out.stderr));
-            let output: String = text.trim().chars().take(OUTPUT_LIMIT).collect();
-            match out.status.code() {
+        Ok(Ok((status, out, err))) => {
+            let output = kept_text(&out, &err);
+            match status.code() {
                 Some(0) => HookOutcome::Succeeded { output },
                 code => HookOutcome::Exited { code, output },
             }
         }
     }
+}
+
+/// Bytes of one stream kept: [`OUTPUT_LIMIT`] characters of UTF-8 at most.
+const KEPT_BYTES: usize = OUTPUT_LIMIT * 4;
+
+/// Reads `pipe` to its end and keeps its first [`KEPT_BYTES`] after any
+/// leading whitespace; the rest is discarded as it comes, so a command that
+/// prints gigabytes costs this buffer and one read's, not what it printed.
+async fn read_kept(pipe: Option<impl AsyncRead + Unpin>) -> std::io::Result<Vec<u8>> {
+    let mut kept = Vec::new();
+    let Some(mut pipe) = pipe else {
+        return Ok(kept);
+    };
+    let mut chunk = vec![0; 8192];
+    loop {
+        let read = pipe.read(&mut chunk).await?;
+        if read == 0 {
+            return Ok(kept);
+        }
+        let mut new = &chunk[..read];
+        if kept.is_empty() {
+            new = new.trim_ascii_start();
+        }
+        let room = KEPT_BYTES - kept.len();
+        kept.extend_from_slice(&new[..new.len().min(room)]);
+    }
+}
+
+/// What a run printed, as its outcome keeps it: stdout then stderr, each
+/// trimmed, a line apart, at most [`OUTPUT_LIMIT`] characters.
+fn kept_text(stdout: &[u8], stderr: &[u8]) -> String {
+    let (out, err) = (
+        String::from_utf8_lossy(stdout),
+        String::from_utf8_lossy(stderr),
+    );
+    let text = match (out.trim(), err.trim()) {
+        (out, "") => out.to_string(),
+        ("", err) => err.to_string(),
+        (out, err) => format!("{out}\n{err}"),
+    };
+    text.chars().take(OUTPUT_LIMIT).collect()
 }
 
 #[cfg(test)]
@@ -165,6 +209,68 @@ mod tests {
             }
         );
         assert_eq!(outcome.to_string(), "hook exited with 3: nope");
+    }
+
+    #[tokio::test]
+    async fn output_is_kept_from_the_start_of_each_stream_capped() {
+        // 10 MB on stdout after blank lines: its first characters are kept, up to the limit.
+        let outcome = run(
+            "printf '\\n  '; yes abc | head -c 10000000; echo oops >&2; exit 1",
+            HookRun::default(),
+            Duration::from_secs(30),
+        )
+        .await;
+        let HookOutcome::Exited {
+            code: Some(1),
+            output,
+        } = outcome
+        else {
+            panic!("{outcome:?}");
+        };
+        assert!(output.starts_with("abc\nabc\n"), "{output:?}");
+        assert_eq!(output.chars().count(), OUTPUT_LIMIT);
+        // Each stream trimmed, a line apart.
+        let outcome = run(
+            "printf ' out '; printf '\\n err\\n' >&2",
+            HookRun::default(),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(
+            outcome,
+            HookOutcome::Succeeded {
+                output: "out\nerr".into()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stream_is_read_to_its_end_but_only_its_start_is_held() {
+        let endless = tokio::io::repeat(b'y').take(300_000_000);
+        let kept = read_kept(Some(endless)).await.unwrap();
+        assert_eq!(kept.len(), KEPT_BYTES);
+        assert!(kept.capacity() <= 2 * KEPT_BYTES, "{}", kept.capacity());
+        // Leading whitespace is passed over across reads.
+        let spaced = (&b" \n\t"[..]).chain(&b"  \r\nx y"[..]);
+        assert_eq!(read_kept(Some(spaced)).await.unwrap(), b"x y");
+    }
+
+    #[tokio::test]
+    async fn a_command_that_prints_before_reading_its_stdin_does_not_stall() {
+        // More than a pipe holds, both ways.
+        let outcome = run(
+            "head -c 1000000 /dev/zero >&2; wc -c",
+            HookRun {
+                stdin: Some(vec![b'x'; 1_000_000]),
+                ..HookRun::default()
+            },
+            Duration::from_secs(10),
+        )
+        .await;
+        let HookOutcome::Succeeded { output } = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert!(output.starts_with("1000000\n"), "{output:.20?}");
     }
 
     #[tokio::test]

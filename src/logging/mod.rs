@@ -1,13 +1,17 @@
-//! Where logs go and how they look: human text, or JSON lines with stable
-//! field names for log pipelines; and the one log line every condition
-//! transition gets.
+//! Where logs go and how they look: human text (every value escaped, so a
+//! log line is one line and text from the network cannot forge another or
+//! drive a terminal), or JSON lines with stable field names for log
+//! pipelines; and the one log line every condition transition gets. The
+//! escaping ([`terminal`]) is the CLI's too.
 
 pub mod probe_failures;
+pub mod terminal;
 
 use std::fmt;
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
@@ -41,6 +45,7 @@ pub fn init(filter: tracing_subscriber::EnvFilter, format: LogFormat) {
     match format {
         LogFormat::Text => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .fmt_fields(TextFields)
             .init(),
         LogFormat::Json => builder.with_ansi(false).event_format(JsonLines).init(),
     }
@@ -77,6 +82,76 @@ pub fn status_name(status: Option<ConditionStatus>) -> &'static str {
         Some(ConditionStatus::True) => "True",
         Some(ConditionStatus::False) => "False",
         Some(ConditionStatus::Unknown) => "Unknown",
+    }
+}
+
+/// The text format's fields, as tracing-subscriber's default writes them
+/// (the message, then `name=value` pairs, a space apart; strings quoted),
+/// with every control character of every value escaped
+/// ([`terminal::escape`]). The default escapes ESC, BEL and C1 in
+/// the message only: a line feed in a pushed condition message wrote a
+/// second, forged line, and a carriage return hid the start of the real one.
+pub struct TextFields;
+
+impl<'writer> FormatFields<'writer> for TextFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
+        let mut visitor = TextVisitor {
+            writer,
+            result: Ok(()),
+            first: true,
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+struct TextVisitor<'writer> {
+    writer: Writer<'writer>,
+    result: fmt::Result,
+    first: bool,
+}
+
+impl TextVisitor<'_> {
+    fn write(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        // A record from the `log` crate carries its metadata as fields; the
+        // line shows it already.
+        if self.result.is_err() || field.name().starts_with("log.") {
+            return;
+        }
+        let text = format!("{value:?}");
+        let text = terminal::escape(&text);
+        let separator = if std::mem::take(&mut self.first) {
+            ""
+        } else {
+            " "
+        };
+        self.result = match field.name() {
+            "message" => write!(self.writer, "{separator}{text}"),
+            name if self.writer.has_ansi_escapes() => {
+                // tracing-subscriber's styles: the name in italics, `=` dimmed.
+                write!(
+                    self.writer,
+                    "{separator}\x1b[3m{name}\x1b[0m\x1b[2m=\x1b[0m{text}"
+                )
+            }
+            name => write!(self.writer, "{separator}{name}={text}"),
+        };
+    }
+}
+
+impl Visit for TextVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.write(field, &format_args!("{value}"));
+        } else {
+            self.write(field, &value);
+        }
+    }
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.write(field, &format_args!("{value}"));
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.write(field, value);
     }
 }
 
@@ -293,6 +368,70 @@ mod tests {
         assert_eq!(line["ratio"], 0.5);
         assert_eq!(line["field.time"], "x");
         assert!(line["time"].as_str().unwrap().ends_with('Z'), "{line}");
+    }
+
+    /// What the text format writes for one closure's events, without colour.
+    fn capture_text(log: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .without_time()
+            .fmt_fields(TextFields)
+            .finish();
+        tracing::subscriber::with_default(subscriber, log);
+        let bytes = sink.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_text_line_escapes_control_characters_in_every_value() {
+        // ESC with CSI and OSC (ended by BEL), CR, LF starting a forged
+        // line, tab, and C1's CSI.
+        let hostile = "ok\x1b[2J\x1b]0;pwned\x07\r\n ERROR nodekeeper: forged\t\u{9b}31m";
+        let shown = "ok\\x1b[2J\\x1b]0;pwned\\x07\\r\\n ERROR nodekeeper: forged\\t\\u{9b}31m";
+        let text = capture_text(|| {
+            transition(
+                7,
+                Some("n1"),
+                &EventKind::ConditionChanged {
+                    condition: "Ready".into(),
+                    from: Some(ConditionStatus::True),
+                    to: ConditionStatus::False,
+                    reason: "KubeletNotReady".into(),
+                    message: hostile.into(),
+                },
+            );
+            tracing::warn!(detail = %hostile, quoted = hostile, "hook said {hostile}");
+        });
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text:?}");
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert_eq!(
+            lines[0],
+            format!(" INFO nodekeeper::transitions: {shown} node=\"n1\" condition=\"Ready\" from=\"True\" to=\"False\" reason=\"KubeletNotReady\" seq=7")
+        );
+        // A Display value and a string (Debug, quoted, as Rust escapes it).
+        assert!(
+            lines[1].starts_with(&format!(" WARN nodekeeper::logging::tests: hook said {shown} detail={shown} quoted=\"ok\\u{{1b}}[2J")),
+            "{}",
+            lines[1]
+        );
     }
 
     #[test]
