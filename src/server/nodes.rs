@@ -213,6 +213,11 @@ fn write_error(e: WriteError) -> Response {
     match e {
         WriteError::BadRequest(m) => bad_request(m),
         WriteError::Conflict(m) => status_error(StatusCode::CONFLICT, "Conflict", m),
+        WriteError::TooLarge(m) => status_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: {m}"),
+        ),
         WriteError::Invalid(i) => (
             StatusCode::UNPROCESSABLE_ENTITY,
             Json(crate::kube::invalid(&i)),
