@@ -9,6 +9,8 @@ use json_patch::{PatchErrorKind, PatchOperation};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::validation::json_len;
+
 /// The most operations one patch may carry (kube-apiserver allows 10,000).
 pub const MAX_OPERATIONS: usize = 10_000;
 
@@ -105,28 +107,6 @@ pub fn apply(doc: &mut Value, patch: &Value) -> Result<(), JsonPatchError> {
     }
     *doc = work;
     Ok(())
-}
-
-/// The bytes `value` takes as compact JSON, counted without writing them.
-pub(crate) fn json_len(value: &Value) -> usize {
-    let mut counter = ByteCounter(0);
-    // Writing to a counter cannot fail, nor can serializing a `Value`.
-    let _ = serde_json::to_writer(&mut counter, value);
-    counter.0
-}
-
-/// An `io::Write` that keeps only the number of bytes written.
-pub(crate) struct ByteCounter(pub usize);
-
-impl std::io::Write for ByteCounter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0 += bytes.len();
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// Why operation `index`, `op`, could not be applied, naming its paths.

@@ -380,7 +380,7 @@ mod tests {
 #[cfg(test)]
 mod properties {
     use super::*;
-    use crate::kube::json_patch::json_len;
+    use crate::validation::json_len;
     use proptest::prelude::*;
     use serde_json::json;
 

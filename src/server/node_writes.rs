@@ -334,6 +334,40 @@ mod tests {
         assert_eq!(json_patch::MAX_COPIED_BYTES, super::super::BODY_LIMIT);
     }
 
+    /// The bound leaves room for the node as the Kubernetes API shows it
+    /// (defaults added, a name of the longest kind) within one request
+    /// body, so any node can be sent back whole with a PUT.
+    #[test]
+    fn a_node_at_its_bound_can_be_put_back_whole() {
+        let mut node = sample_node();
+        let part = "n".repeat(63);
+        node.name = format!("{part}.{part}.{part}.{}", "n".repeat(61));
+        assert_eq!(node.name.len(), 253);
+        // The smallest labels there are (`"5":""`): the most room per byte of
+        // record. Added in rounds sized by the room left, then one by one.
+        let mut i = 0;
+        loop {
+            let room = crate::validation::MAX_NODE_BYTES - crate::validation::node_bytes(&node);
+            let round = room / 16;
+            if round == 0 {
+                break;
+            }
+            node.labels
+                .extend((i..i + round).map(|k| (format!("{k:x}"), String::new())));
+            i += round;
+        }
+        assert!(crate::validation::node_bytes(&node) > crate::validation::MAX_NODE_BYTES - 16);
+        let object = crate::kube::node(&node, Some(Micros(1)));
+        let body = serde_json::to_vec(&object).unwrap();
+        assert!(
+            body.len() <= super::super::BODY_LIMIT,
+            "{} bytes",
+            body.len()
+        );
+        let p = prepare(&node, None, &NodeWrite::Replace(Box::new(object))).unwrap();
+        assert_eq!(p.fields.labels, node.labels);
+    }
+
     #[test]
     fn a_put_of_the_node_as_read_is_a_no_op_write() {
         let node = sample_node();

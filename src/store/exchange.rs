@@ -352,6 +352,20 @@ impl<'a> Loader<'a> {
             let v1 = h.version == 1;
             match record {
                 Line::Node(node) => {
+                    // Bounded as a write through the API is, whatever wrote the export.
+                    let refused = crate::validation::node(&node);
+                    if !refused.is_empty() {
+                        return Err(bad(format!(
+                            "{}; bring the node within bounds in the store it was exported from \
+                             (`nodekeeper label {name} KEY-`, or kubectl) and export it again",
+                            crate::validation::Invalid {
+                                kind: "Node",
+                                name: node.name.clone(),
+                                causes: refused,
+                            },
+                            name = node.name,
+                        )));
+                    }
                     self.store
                         .nodes
                         .insert(node.name.as_bytes(), records::encode_node(&node))?;
