@@ -4,7 +4,7 @@
 //! whole (960 KiB as its record's JSON), whichever way it is written:
 //! patches, PUT, a kubelet's status or registration, `db import`. A refused
 //! write stores nothing; a node stored past the bound before there was one
-//! still loads, and may shrink.
+//! still loads, and may shrink. An import leaves room for the seqs after it.
 // Tests set up files with std::fs and time real processes: clippy.toml's
 // runtime rules are for the product.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
@@ -395,4 +395,38 @@ async fn a_node_stored_past_its_bound_still_loads_and_may_shrink() {
         short(&node)
     );
     assert!(c.stop().success());
+}
+
+/// An export that ends at seq 2^64-1 left a store whose next write wrapped
+/// around onto seq 0 and event 1: it is refused, and the store it was to
+/// fill is left empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_that_leaves_no_seq_to_write_is_refused() {
+    let site = one_node();
+    let c = site.controller(&[]);
+    registered(&c).await;
+    assert!(c.stop().success());
+    let export = cli_ok(&site.db, &["db", "export"]);
+    let last: String = export
+        .lines()
+        .map(|line| {
+            let mut v: Value = serde_json::from_str(line).unwrap();
+            if v.get("format").is_some() {
+                v["lastSeq"] = json!(u64::MAX);
+            }
+            v.to_string() + "\n"
+        })
+        .collect();
+    let file = site.path().join("export.jsonl");
+    std::fs::write(&file, last).unwrap();
+    let copy = site.path().join("copy");
+    let (code, _, err) = cli(&copy, &["db", "import", "--input", file.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("import failed at line 1: seq 18446744073709551615 is past 9007199254740991, the last seq a store can write")
+            && err.contains("the store was left empty"),
+        "{err}"
+    );
+    let (code, out, err) = cli(&copy, &["history", "-o", "json"]);
+    assert_eq!((code, out.trim()), (0, "[]"), "{err}");
 }
