@@ -1,5 +1,6 @@
 //! What the API answers, with the real binary, where it follows
-//! kube-apiserver: concurrent patches without a precondition all apply.
+//! kube-apiserver: concurrent patches without a precondition all apply;
+//! every answer says `X-Content-Type-Options: nosniff`.
 // Tests set up files with std::fs and time real processes: clippy.toml's
 // runtime rules are for the product.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
@@ -66,5 +67,66 @@ async fn concurrent_patches_without_a_precondition_all_apply() {
         .filter(|i| labels.get(&format!("writer-{i}")) == Some(&json!("done")))
         .count();
     assert_eq!(written, WRITERS, "every patch is in the node");
+    assert!(c.stop().success());
+}
+
+/// kube-apiserver tells browsers not to sniff its answers
+/// (k8s.io/apiserver pkg/server/filters/content_type.go:25,
+/// pkg/endpoints/handlers/responsewriters/errors.go:41 for every error,
+/// pkg/server/healthz/healthz.go:323); nodekeeper says so on every answer:
+/// objects, lists, watches, errors of every kind, health and metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_says_nosniff() {
+    let site = one_node();
+    let c = site.controller(&[]);
+    registered(&c).await;
+    let url = |path: &str| format!("{}{path}", c.url);
+    let requests = [
+        client().get(url("/api/v1/nodes")),
+        client().get(url("/api/v1/nodes/edge-1")),
+        client().get(url("/api/v1/nodes/nope")),
+        client().get(url("/api")),
+        client().get(url("/version")),
+        client().get(url("/v1/history")),
+        client().get(url("/metrics")),
+        client().get(url("/healthz")),
+        client().get(url("/no/such/path")),
+        client().get(url("/api/v1/nodes?limit=lots")),
+        client().delete(url("/version")),
+        client()
+            .patch(url("/api/v1/nodes/edge-1"))
+            .header("content-type", "text/plain")
+            .body("x"),
+        client()
+            .patch(url("/api/v1/nodes/edge-1"))
+            .header("content-type", "application/merge-patch+json")
+            .body(r#"{"spec": {"unschedulable": true}}"#),
+        client()
+            .patch(url("/api/v1/nodes/edge-1"))
+            .header("content-type", "application/merge-patch+json")
+            .body(vec![b' '; (1 << 20) + 1]),
+    ];
+    for request in requests {
+        let request = request.build().unwrap();
+        let what = format!("{} {}", request.method(), request.url());
+        let response = client().execute(request).await.unwrap();
+        assert_eq!(
+            response
+                .headers()
+                .get("x-content-type-options")
+                .map(|v| v.to_str().unwrap()),
+            Some("nosniff"),
+            "{what}: {}",
+            response.status()
+        );
+    }
+    // A watch, as it starts to stream.
+    let watch = client()
+        .get(url("/api/v1/nodes?watch=true&timeoutSeconds=1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(watch.status(), 200);
+    assert_eq!(watch.headers()["x-content-type-options"], "nosniff");
     assert!(c.stop().success());
 }
