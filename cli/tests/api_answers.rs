@@ -1,13 +1,16 @@
 //! What the API answers, with the real binary, where it follows
 //! kube-apiserver: concurrent patches without a precondition all apply;
-//! every answer says `X-Content-Type-Options: nosniff`.
+//! every answer says `X-Content-Type-Options: nosniff`. `/metrics` answers
+//! in the format asked for, as Prometheus client libraries do.
 // Tests set up files with std::fs and time real processes: clippy.toml's
 // runtime rules are for the product.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod common;
 
+use std::io::Write;
 use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
 
 use common::*;
 use serde_json::{json, Value};
@@ -128,5 +131,81 @@ async fn every_answer_says_nosniff() {
         .unwrap();
     assert_eq!(watch.status(), 200);
     assert_eq!(watch.headers()["x-content-type-options"], "nosniff");
+    assert!(c.stop().success());
+}
+
+/// `promtool check metrics` on `text`: its exit code and what it printed.
+fn promtool_check(text: &str) -> (i32, String) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("promtool cannot run ({e}): install it (Debian: apt-get install prometheus)")
+        });
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), said)
+}
+
+/// `/metrics` in the format `accept` asks for: its content type and text.
+async fn metrics(c: &Controller, accept: Option<&str>) -> (String, String) {
+    let mut request = client().get(format!("{}/metrics", c.url));
+    if let Some(accept) = accept {
+        request = request.header("accept", accept);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    (content_type, response.text().await.unwrap())
+}
+
+/// Prometheus client libraries answer the text format 0.0.4 unless
+/// OpenMetrics is asked for (prometheus/common expfmt/encode.go,
+/// `NegotiateIncludingOpenMetrics`, lines 96-131 before d2417e2, as
+/// client_golang's promhttp uses it): `curl URL/metrics | promtool check
+/// metrics` parses, and Prometheus' own scrape still gets OpenMetrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_answered_in_the_format_asked_for() {
+    let site = one_node();
+    let c = site.controller(&[]);
+    registered(&c).await;
+    let text_type = "text/plain; version=0.0.4; charset=utf-8";
+    for accept in [Some("*/*"), None, Some("text/plain;version=0.0.4")] {
+        let (content_type, text) = metrics(&c, accept).await;
+        assert_eq!(content_type, text_type, "{accept:?}");
+        assert!(!text.contains("# EOF"), "{accept:?}");
+        let (code, said) = promtool_check(&text);
+        // 0: clean; 3: read, with lint findings; 1: not read at all.
+        assert!(code == 0 || code == 3, "promtool ({code}): {said}");
+        // The one finding: the heartbeat age gauge's `quantile` label,
+        // which promtool keeps for summaries (the dashboards query it so).
+        let findings: Vec<&str> = said
+            .lines()
+            .filter(|l| !l.contains("nodekeeper_heartbeat_age_seconds non-summary metrics should not have \"quantile\" label"))
+            .collect();
+        assert!(findings.is_empty(), "promtool: {said}");
+    }
+    let scrape = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                  version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let (content_type, text) = metrics(&c, Some(scrape)).await;
+    assert_eq!(
+        content_type,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    assert!(text.contains("# TYPE nodekeeper_build info"), "{text}");
     assert!(c.stop().success());
 }
