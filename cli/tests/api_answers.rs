@@ -1,7 +1,8 @@
 //! What the API answers, with the real binary, where it follows
 //! kube-apiserver: concurrent patches without a precondition all apply;
 //! every answer says `X-Content-Type-Options: nosniff`. `/metrics` answers
-//! in the format asked for, as Prometheus client libraries do.
+//! in the format asked for, as Prometheus client libraries do. A probed
+//! node has the Lease its probes renew, as `kubectl describe node` reads it.
 // Tests set up files with std::fs and time real processes: clippy.toml's
 // runtime rules are for the product.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
@@ -208,4 +209,94 @@ async fn metrics_are_answered_in_the_format_asked_for() {
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(text.contains("# TYPE nodekeeper_build info"), "{text}");
     assert!(c.stop().success());
+}
+
+/// `kubectl describe node NAME` against `c`, with nothing from the environment.
+async fn kubectl_describe_node(c: &Controller, dir: &std::path::Path, name: &str) -> String {
+    std::fs::write(dir.join("kubeconfig"), "").unwrap();
+    let out = tokio::process::Command::new("kubectl")
+        .args(["--server", &c.url, "--request-timeout=10s", "--cache-dir"])
+        .arg(dir.join("cache"))
+        .args(["describe", "node", name])
+        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .env("HOME", dir)
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .env("NO_PROXY", "127.0.0.1")
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot run kubectl ({e}): these tests need it on PATH"));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl describe: {said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    said
+}
+
+/// `kubectl describe node` reads the node's Lease
+/// (kubernetes/kubectl pkg/describe/describe.go:3513-3516, "Failed to get
+/// lease" when it cannot; describeNodeLease, line 3649). kube-apiserver holds
+/// one for every node whose kubelet is alive (kubelet renews it: holder the
+/// node, 40 s, k8s.io/component-helpers apimachinery/lease/controller.go); a
+/// probed node's kubelet keeps none here, so the one its probe answers make
+/// is served. A kubelet that then writes it back keeps its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probed_node_is_described_with_the_lease_its_answers_renew() {
+    let site = TestSite::start(1, Ipv4Addr::new(127, 162, 1, 1)).await;
+    let c = site.controller(&[]);
+    let name = site.name(0);
+    c.wait_ready(&name, "True").await;
+
+    let described = kubectl_describe_node(&c, site.path(), &name).await;
+    assert!(!described.contains("Failed to get lease"), "{described}");
+    let lease: Vec<&str> = described
+        .split("Lease:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Lease section: {described}"))
+        .lines()
+        .take(4)
+        .collect();
+    assert!(
+        lease[1]
+            .split_whitespace()
+            .eq(["HolderIdentity:", name.as_str()]),
+        "{lease:?}"
+    );
+    assert!(lease[3].trim().starts_with("RenewTime:"), "{lease:?}");
+    assert!(!lease[3].contains("<unset>"), "{lease:?}");
+
+    // A kubelet that starts keeping a Lease reads this one and writes it back.
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}");
+    let (code, mut served) = c.get(&path).await;
+    assert_eq!(code, 200, "{served}");
+    assert_eq!(served["spec"]["leaseDurationSeconds"], 40);
+    served["spec"]["renewTime"] = json!("2030-01-01T00:00:00.000000Z");
+    let (code, own) = send_as(
+        &c,
+        "PUT",
+        &path,
+        "application/json",
+        &served.to_string(),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{own}");
+    let (_, now) = c.get(&path).await;
+    assert_eq!(
+        now["spec"]["renewTime"], "2030-01-01T00:00:00.000000Z",
+        "{now}"
+    );
+    assert!(
+        now["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty()),
+        "{now}"
+    );
+    assert_eq!(now["metadata"]["resourceVersion"], "1", "{now}");
+    assert!(c.stop().success());
+    site.stop().await;
 }
