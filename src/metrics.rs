@@ -15,6 +15,10 @@ use prometheus_client::registry::Registry;
 
 use crate::model::ConditionStatus;
 
+mod exposition;
+
+pub use exposition::Exposition;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Status {
     True,
@@ -735,12 +739,20 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition.
+    /// The OpenMetrics exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// The exposition in `format`.
+    pub fn encode_as(&self, format: Exposition) -> String {
+        match format {
+            Exposition::OpenMetrics { .. } => self.encode(),
+            Exposition::Text => exposition::text_format(&self.encode()),
+        }
     }
 
     /// Sets the node gauges from the statuses of every node's condition.

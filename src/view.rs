@@ -203,6 +203,15 @@ impl View {
             .collect()
     }
 
+    /// Whether node `name` has a Lease of its own, without a copy of it
+    /// (asked on every renewal).
+    pub fn has_lease(&self, name: &str) -> bool {
+        self.leases
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(name)
+    }
+
     /// One node's Lease.
     pub fn lease(&self, name: &str) -> Option<Lease> {
         self.leases

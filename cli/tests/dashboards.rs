@@ -142,14 +142,15 @@ fn sample_names(text: &str) -> BTreeSet<String> {
 }
 
 /// Each family of an exposition under the name it is queried by: counters
-/// with `_total`, info metrics with `_info`, the others as they are.
+/// with `_total`, info metrics with `_info`, the others as they are (the
+/// text format names them so already; OpenMetrics does not).
 fn families(text: &str) -> BTreeSet<String> {
     text.lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .map(|l| {
             let (name, kind) = l.split_once(' ').unwrap();
             match kind {
-                "counter" => format!("{name}_total"),
+                "counter" if !name.ends_with("_total") => format!("{name}_total"),
                 "info" => format!("{name}_info"),
                 _ => name.to_string(),
             }

@@ -487,12 +487,21 @@ async fn a_watch_from_beyond_the_newest_version_is_answered_as_the_api_server_do
     // version listed before it.
     let message = s["message"].as_str().unwrap();
     let prefix = format!("Timeout: Too large resource version: {far}, current: ");
-    let answered: u64 = message
+    let (answered, advice) = message
         .strip_prefix(&prefix)
-        .unwrap_or_else(|| panic!("{message}"))
-        .parse()
-        .unwrap();
+        .and_then(|rest| rest.split_once(": "))
+        .unwrap_or_else(|| panic!("{message}"));
+    let answered: u64 = answered.parse().unwrap();
     assert!((current..far).contains(&answered), "{message}");
+    // And what to do, beyond kube-apiserver's words.
+    assert_eq!(
+        advice,
+        format!(
+            "this store has written no version past {answered}, so {far} comes from another \
+             store; list the nodes again and watch from the resourceVersion the list answers"
+        ),
+        "{message}"
+    );
     assert_eq!(s["details"]["retryAfterSeconds"], 1, "{s}");
     assert_eq!(
         s["details"]["causes"][0]["reason"], "ResourceVersionTooLarge",

@@ -15,6 +15,7 @@ use super::{Controller, PushError};
 pub use crate::model::{is_managed_taint, OperatorFields, MANAGED_TAINTS};
 use crate::model::{EventKind, Micros, Node, NodeChange, Taint};
 use crate::store::{Batch, Store};
+use crate::validation::Invalid;
 
 /// Preconditions of a delete (`DeleteOptions.preconditions`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -180,7 +181,9 @@ pub fn fold(node: &Node, fields: OperatorFields, now: Micros) -> Option<(Node, V
 }
 
 /// Checks an operator write against the node it is based on and folds it:
-/// the batch to commit, or `None` when the write changes nothing.
+/// the batch to commit, or `None` when the write changes nothing. A write
+/// that would take the node past [`crate::validation::MAX_NODE_BYTES`] is
+/// refused.
 pub fn plan_edit(
     node: &Node,
     fields: OperatorFields,
@@ -197,6 +200,11 @@ pub fn plan_edit(
     let Some((next, changes)) = fold(node, fields, now) else {
         return Ok(None);
     };
+    crate::validation::node_size(&next, Some(node)).map_err(|e| Invalid {
+        kind: "Node",
+        name: node.name.clone(),
+        causes: vec![e],
+    })?;
     let mut batch = Batch::new(now);
     batch.record(
         next,
@@ -520,6 +528,35 @@ mod tests {
         assert!(plan_edit(&n, fields_of(&n), None, "a", Micros(1))
             .unwrap()
             .is_none());
+    }
+
+    #[test]
+    fn an_edit_that_takes_a_node_past_its_bound_is_refused() {
+        let n = node();
+        let mut f = fields_of(&n);
+        f.labels
+            .extend((0..30_000).map(|i| (format!("example.com/k-{i:08}"), "v".repeat(20))));
+        let Err(PushError::Rejected(invalid)) = plan_edit(&n, f, None, "a", Micros(1)) else {
+            panic!("a node past the bound was written");
+        };
+        assert_eq!(invalid.causes[0].reason, "FieldValueTooLong");
+        // A node stored past it before the bound may still shrink.
+        let mut big = n.clone();
+        big.labels = (0..30_000)
+            .map(|i| (format!("example.com/k-{i:08}"), "v".repeat(20)))
+            .collect();
+        let mut f = fields_of(&big);
+        f.labels.pop_first();
+        assert!(plan_edit(&big, f.clone(), None, "a", Micros(1))
+            .unwrap()
+            .is_some());
+        // But not grow: a label more is refused until it is back under it.
+        let mut more = fields_of(&big);
+        more.labels.insert("another".into(), "label".into());
+        assert!(matches!(
+            plan_edit(&big, more, None, "a", Micros(1)),
+            Err(PushError::Rejected(_))
+        ));
     }
 
     #[test]

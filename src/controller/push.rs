@@ -528,6 +528,14 @@ impl Controller {
         let wall = Micros::now();
         let mut node = super::register::new_node(&spec, wall);
         node.conditions = vec![never_probed(wall)];
+        if let Err(e) = crate::validation::node_size(&node, None) {
+            let _ = reply.send(Err(PushError::Rejected(crate::validation::Invalid {
+                kind: "Node",
+                name: node.name,
+                causes: vec![e],
+            })));
+            return;
+        }
         let mut batch = Batch::new(wall);
         batch.record(
             node.clone(),

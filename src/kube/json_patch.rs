@@ -9,8 +9,18 @@ use json_patch::{PatchErrorKind, PatchOperation};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::validation::json_len;
+
 /// The most operations one patch may carry (kube-apiserver allows 10,000).
 pub const MAX_OPERATIONS: usize = 10_000;
+
+/// The most bytes (as JSON) the `copy` operations of one patch may add in
+/// all. Each copy can double a value, so without a bound 23 of them in a
+/// 2.5 KB patch build gigabytes. kube-apiserver bounds them the same way,
+/// to what a request body may carry (`JSONPatchMaxCopyBytes` =
+/// `MaxRequestBodyBytes`); this is the API's body limit,
+/// [`crate::server::BODY_LIMIT`].
+pub const MAX_COPIED_BYTES: usize = 1 << 20;
 
 /// Why a JSON patch was refused. Every variant names the operation (by its
 /// index) where that applies, so the writer can fix that one.
@@ -40,6 +50,18 @@ pub enum JsonPatchError {
     /// Any other operation that cannot apply (a move into its own child, ...).
     #[error("JSON patch operation {index}: {detail}")]
     CannotApply { index: usize, detail: String },
+    /// The copies up to operation `index` add more than [`MAX_COPIED_BYTES`].
+    #[error(
+        "JSON patch operation {index}: copy from {from} to {path}: the patch's copies would add \
+         {copied} bytes, more than the {MAX_COPIED_BYTES} one patch may copy; send the values \
+         with add operations instead"
+    )]
+    CopiesTooLarge {
+        index: usize,
+        from: String,
+        path: String,
+        copied: usize,
+    },
 }
 
 /// Applies `patch` (an array of operations) to `doc`, or says which
@@ -63,8 +85,26 @@ pub fn apply(doc: &mut Value, patch: &Value) -> Result<(), JsonPatchError> {
         .collect::<Result<Vec<_>, _>>()?;
     // On a copy: the crate's own rollback panics if an undo fails.
     let mut work = doc.clone();
-    json_patch::patch_unsafe(&mut work, &ops)
-        .map_err(|e| failure(e.operation, &ops[e.operation], &e.kind))?;
+    let mut copied = 0;
+    for (index, op) in ops.iter().enumerate() {
+        // A copy is measured before it is made, so none that passes the
+        // bound is ever built; the crate finds `from` the same way.
+        if let PatchOperation::Copy(c) = op {
+            if let Some(value) = work.pointer(c.from.as_str()) {
+                copied += json_len(value);
+                if copied > MAX_COPIED_BYTES {
+                    return Err(JsonPatchError::CopiesTooLarge {
+                        index,
+                        from: shown(&c.from),
+                        path: shown(&c.path),
+                        copied,
+                    });
+                }
+            }
+        }
+        json_patch::patch_unsafe(&mut work, std::slice::from_ref(op))
+            .map_err(|e| failure(index, op, &e.kind))?;
+    }
     *doc = work;
     Ok(())
 }
@@ -353,6 +393,59 @@ mod tests {
             fails(json!([{"op": "move", "from": "/a", "path": "/a/b"}])),
             JsonPatchError::CannotApply { index: 0, .. }
         ));
+    }
+
+    /// The patch of the report that one 2.5 KB request took gigabytes: each
+    /// copy doubles `/metadata/x`. kube-apiserver bounds the bytes a patch's
+    /// copies add (k8s.io/apiserver pkg/server/config.go:464,
+    /// `JSONPatchMaxCopyBytes: 3 MiB`, armed at config.go:889-899 as
+    /// json-patch's `AccumulatedCopySizeLimit`, checked per copy in
+    /// evanphx/json-patch patch.go:738-741) and refuses it with a 422
+    /// (pkg/endpoints/handlers/patch.go:423-425).
+    fn doubling_copies(copies: usize) -> Value {
+        let mut ops =
+            vec![json!({"op": "add", "path": "/metadata/x", "value": {"s": "y".repeat(1000)}})];
+        ops.extend((0..copies).map(
+            |i| json!({"op": "copy", "from": "/metadata/x", "path": format!("/metadata/x/c{i}")}),
+        ));
+        Value::Array(ops)
+    }
+
+    #[test]
+    fn copies_are_bounded_in_the_bytes_they_add() {
+        let doc = json!({"metadata": {"name": "edge-1"}});
+        // 12 doublings would build 4 MB; the copy that passes 1 MiB is refused.
+        let mut work = doc.clone();
+        let e = apply(&mut work, &doubling_copies(12)).unwrap_err();
+        let JsonPatchError::CopiesTooLarge { index, copied, .. } = &e else {
+            panic!("not refused for its copies: {e:?}");
+        };
+        assert!(
+            *copied > MAX_COPIED_BYTES && *copied < 2 * MAX_COPIED_BYTES,
+            "{e}"
+        );
+        assert_eq!(*index, 11, "the copy that passes the bound: {e}");
+        assert_eq!(work, doc, "a refused patch changes nothing");
+        assert!(
+            e.to_string().starts_with(
+                "JSON patch operation 11: copy from /metadata/x to /metadata/x/c10: the patch's \
+                 copies would add"
+            ),
+            "{e}"
+        );
+        // The report's 23 doublings are refused at the same copy.
+        let e = apply(&mut doc.clone(), &doubling_copies(23)).unwrap_err();
+        assert!(
+            matches!(e, JsonPatchError::CopiesTooLarge { index: 11, .. }),
+            "{e:?}"
+        );
+        // Copies within the bound apply as before.
+        let mut work = doc.clone();
+        apply(&mut work, &doubling_copies(5)).unwrap();
+        assert_eq!(
+            work["metadata"]["x"]["c4"]["c3"]["c2"]["c1"]["c0"]["s"],
+            "y".repeat(1000)
+        );
     }
 
     #[test]

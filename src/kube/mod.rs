@@ -30,7 +30,7 @@ use crate::model::Micros;
 
 pub use event::node_event;
 pub use kubelet::{check_condition_types, node_registration, pushed_status};
-pub use lease::{kube_lease, lease};
+pub use lease::{heartbeat_lease, kube_lease, lease, KUBELET_LEASE_SECONDS};
 pub use node::{cpu_quantity, go_arch, memory_quantity, node, node_labels, node_list};
 pub use operator::{conditions_forbidden, operator_fields, ObjectError};
 pub use status::{invalid, not_found, status_error};

@@ -380,6 +380,7 @@ mod tests {
 #[cfg(test)]
 mod properties {
     use super::*;
+    use crate::validation::json_len;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -498,6 +499,21 @@ mod properties {
             if let (Value::Object(p), Value::Object(result)) = (&patch, &once) {
                 for (k, v) in p {
                     prop_assert!(!v.is_null() || !result.contains_key(k), "{k} was to be removed");
+                }
+            }
+        }
+
+        /// A merge or strategic merge patch builds no more than it carries:
+        /// the result is at most the target and the patch together, so a
+        /// request body bounds what they add (JSON patch copies, which can
+        /// double a value, are bounded in `json_patch`).
+        #[test]
+        fn a_merge_adds_no_more_than_the_patch_carries(target in json_value(), patch in json_value()) {
+            let bound = json_len(&target) + json_len(&patch);
+            for kind in [PatchKind::Merge, PatchKind::Strategic] {
+                let mut doc = target.clone();
+                if apply(kind, &mut doc, &patch).is_ok() {
+                    prop_assert!(json_len(&doc) <= bound, "{kind:?}: {doc} from {target} and {patch}");
                 }
             }
         }

@@ -36,7 +36,8 @@ pub fn invalid(e: &crate::model::validation::Invalid) -> Status {
         .causes
         .iter()
         .map(|c| StatusCause {
-            field: Some(c.field.clone()),
+            // The whole object's errors have no field, as upstream omits it.
+            field: non_empty(&c.field),
             message: Some(c.message.clone()),
             reason: Some(c.reason.to_string()),
         })

@@ -64,12 +64,18 @@ pub fn too_old_version(requested: u64, horizon: u64) -> Status {
 
 /// kube-apiserver's answer to a version it does not have yet
 /// (`storage.NewTooLargeResourceVersionError`): a `504 Timeout` that tells
-/// the client when to retry.
+/// the client when to retry, and (beyond kube-apiserver's words) a person
+/// what to do: versions here are one store's seqs, so one this far ahead
+/// was handed out by another store, and only a new list helps.
 pub fn too_large_version(requested: u64, current: u64, retry_after_seconds: i32) -> Status {
     let mut status = status_error(
         504,
         "Timeout",
-        &format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        &format!(
+            "Timeout: Too large resource version: {requested}, current: {current}: this store has \
+             written no version past {current}, so {requested} comes from another store; list the \
+             nodes again and watch from the resourceVersion the list answers"
+        ),
         None,
         None,
     );
@@ -125,8 +131,17 @@ mod tests {
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                    "message": "too old resource version: 3 (10)", "reason": "Expired", "code": 410})
         );
+        // k8s.io/apiserver pkg/storage/errors.go:233-242: the words, the
+        // cause clients recognise it by, the retry hint; then what to do.
         let large = serde_json::to_value(too_large_version(12, 10, 1)).unwrap();
         assert_eq!(large["code"], 504);
+        assert!(
+            large["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Timeout: Too large resource version: 12, current: 10: "),
+            "{large}"
+        );
         assert_eq!(large["details"]["retryAfterSeconds"], 1);
         assert_eq!(
             large["details"]["causes"][0]["reason"],

@@ -1,12 +1,13 @@
 //! Kubernetes' own bounds on what clients write to nodes: label, annotation
-//! and taint syntax and sizes, and what a kubelet may push as conditions.
+//! and taint syntax and sizes, what a kubelet may push as conditions, and
+//! the size of the whole node.
 //! Pure checks; each failure names the field, as kube-apiserver's
 //! `field.Error` does, so a refusal reads like the API server's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::model::Taint;
+use crate::model::{Node, Taint};
 
 /// The node conditions Kubernetes defines.
 pub const KNOWN_CONDITIONS: [&str; 5] = [
@@ -38,6 +39,12 @@ pub const MAX_NODE_INFO_FIELD: usize = 1024;
 pub const MAX_TAINTS: usize = 64;
 /// The effects a taint may have.
 pub const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+/// The most a node may take, as its record's JSON (what `/v1/nodes/NAME`
+/// and `db export` show). etcd keeps a Kubernetes object to 1.5 MiB; this
+/// is less, so that any node can be sent back whole in one request (the
+/// API's body limit is 1 MiB, and the node as the Kubernetes API shows it
+/// takes at most a few hundred bytes more than its record).
+pub const MAX_NODE_BYTES: usize = 960 * 1024;
 
 /// One refused field, as kube-apiserver reports it in `details.causes`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +59,10 @@ pub struct FieldError {
 
 impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // An error about the whole object has no field (upstream's empty path).
+        if self.field.is_empty() {
+            return f.write_str(&self.message);
+        }
         write!(f, "{}: {}", self.field, self.message)
     }
 }
@@ -331,6 +342,73 @@ pub fn taints(taints: &[Taint]) -> Vec<FieldError> {
             ));
         }
     }
+    errors
+}
+
+/// The bytes `node` takes as its record's JSON, the measure of
+/// [`MAX_NODE_BYTES`].
+pub fn node_bytes(node: &Node) -> usize {
+    json_len(node)
+}
+
+/// The bytes `value` takes as compact JSON, counted without writing them:
+/// the measure of what a node holds and of what a patch builds.
+pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    let mut counter = ByteCounter(0);
+    // A counter takes every write, and what is measured here (the domain's
+    // types, `serde_json::Value`s) always serializes.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
+}
+
+/// An `io::Write` that keeps only the number of bytes written.
+struct ByteCounter(usize);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The size of the whole node a write leaves (`next`), against
+/// [`MAX_NODE_BYTES`], as kube-apiserver's store refuses an object too large
+/// for etcd. A node that was already past the bound (`before`, stored by a
+/// build without it) may still be written as long as it does not grow, so
+/// that it can be brought back under it.
+pub fn node_size(next: &Node, before: Option<&Node>) -> Result<(), FieldError> {
+    let bytes = node_bytes(next);
+    if bytes <= MAX_NODE_BYTES || before.is_some_and(|b| bytes <= node_bytes(b)) {
+        return Ok(());
+    }
+    let part = |map: &BTreeMap<String, String>| -> usize {
+        map.iter().map(|(k, v)| k.len() + v.len()).sum()
+    };
+    Err(FieldError {
+        // Upstream's empty path: the error is about the whole object (as
+        // ValidateConfigMap's TooLong for data past 1 MiB).
+        field: String::new(),
+        reason: "FieldValueTooLong",
+        message: format!(
+            "Too long: the node would take {bytes} bytes (its labels {} and annotations {} of \
+             them), more than the {MAX_NODE_BYTES} a node may hold; remove labels or annotations",
+            part(&next.labels),
+            part(&next.annotations),
+        ),
+    })
+}
+
+/// The bounds of a whole node read from outside the API (`db import`): its
+/// labels, annotations and taints as kube-apiserver validates them, and its size.
+pub fn node(node: &Node) -> Vec<FieldError> {
+    let mut errors = labels(&node.labels);
+    errors.extend(annotations(&node.annotations));
+    errors.extend(taints(&node.taints));
+    errors.extend(node_size(node, None).err());
     errors
 }
 
@@ -615,6 +693,54 @@ mod tests {
         // Long values are cut in messages.
         let e = FieldError::invalid("f", &"v".repeat(1000), "bad");
         assert!(e.message.len() < 200, "{e}");
+    }
+
+    /// A node with `count` labels of about 40 bytes each.
+    fn labelled(count: usize) -> Node {
+        let mut node = crate::store::records::tests::sample_node();
+        node.labels = (0..count)
+            .map(|i| (format!("example.com/key-{i:08}"), format!("value-{i:08}")))
+            .collect();
+        node
+    }
+
+    /// kube-apiserver keeps an object within etcd's limit, whichever write
+    /// made it; a whole-object error has no field, as ValidateConfigMap's
+    /// `field.TooLong(field.NewPath(""), ...)` for data past 1 MiB
+    /// (kubernetes pkg/apis/core/validation/validation.go).
+    #[test]
+    fn a_node_is_bounded_as_a_whole() {
+        let small = labelled(10);
+        assert!(node_size(&small, None).is_ok());
+        let big = labelled(30_000);
+        assert!(node_bytes(&big) > MAX_NODE_BYTES);
+        let e = node_size(&big, Some(&small)).unwrap_err();
+        assert_eq!(e.reason, "FieldValueTooLong");
+        assert_eq!(e.field, "");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "Too long: the node would take {} bytes (its labels ",
+                node_bytes(&big)
+            )) && e
+                .message
+                .contains("more than the 983040 a node may hold; remove labels"),
+            "{e}"
+        );
+        assert!(node(&big).iter().any(|e| e.reason == "FieldValueTooLong"));
+        // A node stored past the bound before there was one may shrink, or
+        // change without growing, but not grow.
+        let mut smaller = big.clone();
+        smaller.labels.pop_first();
+        assert!(node_size(&smaller, Some(&big)).is_ok());
+        assert!(node_size(&big, Some(&big)).is_ok());
+        assert!(node_size(&big, Some(&smaller)).is_err());
+        // What `db import` checks: the syntax of every part, too.
+        let mut bad = small.clone();
+        bad.labels.insert("a b".into(), "c".into());
+        bad.annotations
+            .insert("k".into(), "v".repeat(MAX_ANNOTATIONS_BYTES));
+        let fields: Vec<String> = node(&bad).into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["metadata.labels", "metadata.annotations"]);
     }
 
     #[test]

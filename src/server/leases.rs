@@ -1,6 +1,12 @@
 //! Node Leases as kubelets keep them (`kube-node-lease/leases/{name}`):
 //! read, listed, created, replaced and patched. Each write is checked here
 //! and decided by the controller; errors are the Statuses kubectl shows.
+//!
+//! A node whose kubelet keeps no Lease (a probed node) is served the one its
+//! heartbeats make ([`crate::kube::heartbeat_lease`]), as kube-apiserver
+//! would hold one for every node whose kubelet is alive: `kubectl describe
+//! node` reads it. A kubelet that writes it back (`PUT`, `PATCH`) makes a
+//! Lease of its own in its place.
 
 // Checks return a ready response as their error, built once per refused
 // request: its size does not matter.
@@ -17,6 +23,7 @@ use super::push::{
     check_json, invalid, json_body, json_reply, lease_renewal, patched, push_error, ContentType,
 };
 use super::{status_error, AppState};
+use crate::controller::PushError;
 use crate::model::{Lease, NODE_LEASE_NAMESPACE};
 
 fn check_namespace(namespace: &str) -> Result<(), Response> {
@@ -46,10 +53,22 @@ pub(crate) async fn get_lease(
     if let Err(r) = check_namespace(&namespace) {
         return r;
     }
-    match s.view.lease(&name) {
-        Some(lease) => Json(crate::kube::kube_lease(&lease)).into_response(),
+    match served_lease(&s, &name) {
+        Some((lease, _)) => Json(crate::kube::kube_lease(&lease)).into_response(),
         None => lease_not_found(&name),
     }
+}
+
+/// The Lease served for `name`, and whether it is the kubelet's own: its
+/// stored Lease, else the one its node's heartbeats make, if the node is
+/// registered.
+fn served_lease(s: &AppState, name: &str) -> Option<(Lease, bool)> {
+    if let Some(lease) = s.view.lease(name) {
+        return Some((lease, true));
+    }
+    s.view
+        .with_node(name, crate::kube::heartbeat_lease)
+        .map(|lease| (lease, false))
 }
 
 /// `GET /apis/coordination.k8s.io/v1/leases`: every namespace, which is one here.
@@ -69,12 +88,18 @@ pub(crate) async fn list_leases(
 }
 
 fn lease_list(s: &AppState) -> Response {
-    let items: Vec<KubeLease> = s
+    let mut leases: std::collections::BTreeMap<String, Lease> = s
         .view
         .leases()
-        .iter()
-        .map(crate::kube::kube_lease)
+        .into_iter()
+        .map(|lease| (lease.name.clone(), lease))
         .collect();
+    for (node, beat) in s.view.list() {
+        if !leases.contains_key(&node.name) {
+            leases.insert(node.name.clone(), crate::kube::heartbeat_lease(&node, beat));
+        }
+    }
+    let items: Vec<KubeLease> = leases.values().map(crate::kube::kube_lease).collect();
     let list = k8s_openapi::List::<KubeLease> {
         items,
         metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta {
@@ -128,8 +153,26 @@ pub(crate) async fn put_lease(
         return r;
     }
     match renewal(ct.as_str(), &body, &name) {
+        Ok((lease, _))
+            if !s.view.has_lease(&name) && s.view.with_node(&name, |_, _| ()).is_some() =>
+        {
+            replace_served(&s, lease).await
+        }
         Ok((lease, expected)) => update_lease(&s, lease, expected).await,
         Err(r) => r,
+    }
+}
+
+/// A kubelet's write of the Lease its node's heartbeats made: the kubelet's
+/// own Lease from now on. If another write made one first, the writer reads
+/// that one and writes again, as after any conflict.
+async fn replace_served(s: &AppState, lease: Lease) -> Response {
+    match s.controller.create_lease(lease).await {
+        Ok(lease) => Json(crate::kube::kube_lease(&lease)).into_response(),
+        Err(PushError::AlreadyExists { kind, name }) => {
+            push_error(PushError::Conflict { kind, name })
+        }
+        Err(e) => push_error(e),
     }
 }
 
@@ -161,7 +204,7 @@ pub(crate) async fn patch_lease(
     {
         return r;
     }
-    let Some(current) = s.view.lease(&name) else {
+    let Some((current, own)) = served_lease(&s, &name) else {
         return lease_not_found(&name);
     };
     let current = match serde_json::to_value(crate::kube::kube_lease(&current)) {
@@ -174,6 +217,7 @@ pub(crate) async fn patch_lease(
     };
     // The patch applies to the current Lease; its version is not a precondition.
     match crate::kube::lease(&kube, &name) {
+        Ok(lease) if !own => replace_served(&s, lease).await,
         Ok(lease) => update_lease(&s, lease, None).await,
         Err(e) => invalid("Lease", &name, e),
     }

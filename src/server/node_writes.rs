@@ -69,6 +69,10 @@ pub enum WriteError {
     BadRequest(String),
     #[error("{0}")]
     Conflict(String),
+    /// A request kube-apiserver refuses as too large (413): a JSON patch of
+    /// more than [`json_patch::MAX_OPERATIONS`] operations.
+    #[error("{0}")]
+    TooLarge(String),
     #[error(transparent)]
     Invalid(#[from] Invalid),
 }
@@ -140,9 +144,16 @@ pub fn prepare(
                     patch::apply_with_keys(PatchKind::Strategic, &mut current, body, node_merge_key)
                         .map_err(|e| e.to_string())
                 }
-                PatchFormat::Json => {
-                    json_patch::apply(&mut current, body).map_err(|e| e.to_string())
-                }
+                PatchFormat::Json => match json_patch::apply(&mut current, body) {
+                    // kube-apiserver's words (apiserver pkg/endpoints/handlers/patch.go:418-422).
+                    Err(json_patch::JsonPatchError::TooManyOperations { count }) => {
+                        return Err(WriteError::TooLarge(format!(
+                            "The allowed maximum operations in a JSON patch is {}, got {count}",
+                            json_patch::MAX_OPERATIONS
+                        )))
+                    }
+                    applied => applied.map_err(|e| e.to_string()),
+                },
             };
             applied.map_err(|e| {
                 WriteError::Invalid(Invalid {
@@ -292,6 +303,69 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, WriteError::Invalid(_)), "a failed test op: {e}");
+    }
+
+    #[test]
+    fn json_patches_are_bounded_as_kube_apiserver_bounds_them() {
+        let node = sample_node();
+        // apiserver pkg/endpoints/handlers/patch.go:418-422: a 413, not a 422.
+        let many = vec![
+            json!({"op": "test", "path": "/spec", "value": {}});
+            json_patch::MAX_OPERATIONS + 1
+        ];
+        assert_eq!(
+            prepare(&node, None, &patch(PatchFormat::Json, Value::Array(many))),
+            Err(WriteError::TooLarge(
+                "The allowed maximum operations in a JSON patch is 10000, got 10001".into()
+            ))
+        );
+        let mut ops = vec![json!({"op": "add", "path": "/metadata/x", "value": "y".repeat(1000)})];
+        ops.extend((0..1100).map(
+            |i| json!({"op": "copy", "from": "/metadata/x", "path": format!("/metadata/c{i}")}),
+        ));
+        let e = prepare(&node, None, &patch(PatchFormat::Json, Value::Array(ops))).unwrap_err();
+        assert!(
+            matches!(&e, WriteError::Invalid(i) if i.causes[0].field == "patch"
+                && i.causes[0].message.contains("copies would add")),
+            "{e}"
+        );
+        // A patch may copy what a request may carry (as kube-apiserver's
+        // JSONPatchMaxCopyBytes is its MaxRequestBodyBytes).
+        assert_eq!(json_patch::MAX_COPIED_BYTES, super::super::BODY_LIMIT);
+    }
+
+    /// The bound leaves room for the node as the Kubernetes API shows it
+    /// (defaults added, a name of the longest kind) within one request
+    /// body, so any node can be sent back whole with a PUT.
+    #[test]
+    fn a_node_at_its_bound_can_be_put_back_whole() {
+        let mut node = sample_node();
+        let part = "n".repeat(63);
+        node.name = format!("{part}.{part}.{part}.{}", "n".repeat(61));
+        assert_eq!(node.name.len(), 253);
+        // The smallest labels there are (`"5":""`): the most room per byte of
+        // record. Added in rounds sized by the room left, then one by one.
+        let mut i = 0;
+        loop {
+            let room = crate::validation::MAX_NODE_BYTES - crate::validation::node_bytes(&node);
+            let round = room / 16;
+            if round == 0 {
+                break;
+            }
+            node.labels
+                .extend((i..i + round).map(|k| (format!("{k:x}"), String::new())));
+            i += round;
+        }
+        assert!(crate::validation::node_bytes(&node) > crate::validation::MAX_NODE_BYTES - 16);
+        let object = crate::kube::node(&node, Some(Micros(1)));
+        let body = serde_json::to_vec(&object).unwrap();
+        assert!(
+            body.len() <= super::super::BODY_LIMIT,
+            "{} bytes",
+            body.len()
+        );
+        let p = prepare(&node, None, &NodeWrite::Replace(Box::new(object))).unwrap();
+        assert_eq!(p.fields.labels, node.labels);
     }
 
     #[test]

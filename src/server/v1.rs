@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -13,6 +13,7 @@ use serde::Deserialize;
 use super::{bad_request, internal, AppState};
 use tokio::sync::mpsc;
 
+use crate::metrics::Exposition;
 use crate::model::{Event, Micros};
 use crate::store::{HistoryQuery, ReadPin, Store, StoreError};
 
@@ -271,7 +272,8 @@ pub(crate) async fn store_status(State(s): State<AppState>) -> Response {
     }
 }
 
-pub(crate) async fn metrics(State(s): State<AppState>) -> Response {
+/// `GET /metrics`, in the format `Accept` asks for (see [`Exposition`]).
+pub(crate) async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
     s.metrics.store_size.set(s.store.size_on_disk() as i64);
     if s.mirror.is_some() {
         let oldest = s
@@ -282,12 +284,11 @@ pub(crate) async fn metrics(State(s): State<AppState>) -> Response {
         let age = oldest.map_or(0.0, |t| crate::model::Micros::now().since(t).as_secs_f64());
         s.metrics.mirror_oldest_age.set(age);
     }
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Exposition::negotiate(accept);
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        s.metrics.encode(),
+        [(header::CONTENT_TYPE, format.content_type())],
+        s.metrics.encode_as(format),
     )
         .into_response()
 }

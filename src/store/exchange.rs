@@ -31,8 +31,8 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{stored_event_bytes, Checkpoint, Follower};
 use super::{
-    records, seq_from_key, OutboxEntry, OutboxKey, Store, StoreError, WriterState, META_CLEAN_STOP,
-    META_CREATED, META_HORIZON, META_IMPORT_INCOMPLETE, META_INSTANCE,
+    records, seq_from_key, OutboxEntry, OutboxKey, Store, StoreError, WriterState, MAX_SEQ,
+    META_CLEAN_STOP, META_CREATED, META_HORIZON, META_IMPORT_INCOMPLETE, META_INSTANCE,
 };
 use crate::model::{Event, EventKind, Lease, Micros, Node};
 
@@ -277,6 +277,15 @@ pub(super) fn import(store: &Store, input: &mut dyn BufRead) -> Result<ImportSum
     }
 }
 
+/// Why an export whose seqs reach past [`MAX_SEQ`] is refused: the store
+/// could write nothing after it, and a seq that went on would wrap around.
+fn past_max_seq(seq: u64) -> String {
+    format!(
+        "seq {seq} is past {MAX_SEQ}, the last seq a store can write (no seq could follow \
+         it); this export was not made by `nodekeeper db export` from a working store"
+    )
+}
+
 /// An import under way, and the registry followed from the horizon so
 /// periodic checkpoints are written as the events go by.
 ///
@@ -352,6 +361,20 @@ impl<'a> Loader<'a> {
             let v1 = h.version == 1;
             match record {
                 Line::Node(node) => {
+                    // Bounded as a write through the API is, whatever wrote the export.
+                    let refused = crate::validation::node(&node);
+                    if !refused.is_empty() {
+                        return Err(bad(format!(
+                            "{}; bring the node within bounds in the store it was exported from \
+                             (`nodekeeper label {name} KEY-`, or kubectl) and export it again",
+                            crate::validation::Invalid {
+                                kind: "Node",
+                                name: node.name.clone(),
+                                causes: refused,
+                            },
+                            name = node.name,
+                        )));
+                    }
                     self.store
                         .nodes
                         .insert(node.name.as_bytes(), records::encode_node(&node))?;
@@ -396,6 +419,10 @@ impl<'a> Loader<'a> {
                 "not a nodekeeper export header ({e}); was this made by `nodekeeper db export`?"
             )
         })?;
+        let seqs = [Some(h.last_seq), h.horizon.as_ref().map(|h| h.seq)];
+        if let Some(seq) = seqs.into_iter().flatten().find(|s| *s > MAX_SEQ) {
+            return Err(past_max_seq(seq));
+        }
         if h.format != FORMAT || h.version == 0 || h.version > EXPORT_FORMAT_VERSION {
             return Err(format!(
                 "format {:?} version {} is not one this build reads ({FORMAT} 1 to {EXPORT_FORMAT_VERSION}); export with a build that matches, or upgrade this one",
@@ -525,6 +552,12 @@ impl<'a> Loader<'a> {
     }
 
     fn event(&mut self, event: Event) -> Result<(), StoreError> {
+        if event.seq > MAX_SEQ {
+            return Err(StoreError::Import {
+                line: 0,
+                reason: past_max_seq(event.seq),
+            });
+        }
         if event.seq <= self.last_seq {
             return Err(StoreError::Import {
                 line: 0,

@@ -57,6 +57,13 @@ const META_HORIZON: &[u8] = b"history_horizon";
 /// Present while an import loads the store: what it was loading, since when.
 const META_IMPORT_INCOMPLETE: &[u8] = b"import_incomplete";
 
+/// The last seq a store writes. Seqs are resourceVersions and `seq` numbers
+/// in `/v1/history`'s JSON; this is the largest integer every JSON reader
+/// (a browser's, the console's) reads exactly, and still leaves more than
+/// 280 years of a million events a second. An import past it is refused,
+/// so no seq ever wraps around onto the first events.
+pub const MAX_SEQ: u64 = (1 << 53) - 1;
+
 /// Failures of the store, each saying what the user can do.
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -76,6 +83,12 @@ pub enum StoreError {
     Import { line: usize, reason: String },
     #[error("export failed: {0}")]
     Export(std::io::Error),
+    #[error(
+        "the store has written seq {last}, and {wanted} more would pass {MAX_SEQ}, the last seq a \
+         store can write: nothing was written. Only an import made by an earlier build leaves a \
+         store here; start the controller on a new store"
+    )]
+    SeqExhausted { last: u64, wanted: u64 },
     #[error(
         "the store at {path} holds an import that did not finish ({detail}): its contents are incomplete \
          and nothing uses it. Remove it (`rm -r {path}`) and run `nodekeeper db import` again"
@@ -485,6 +498,13 @@ impl Store {
     /// transaction, not thousands. All or none are written.
     pub fn write_all(&self, batches: Vec<Batch>) -> Result<Vec<Written>, StoreError> {
         let mut writer = self.lock_writer();
+        let wanted: usize = batches.iter().map(|b| b.events.len()).sum();
+        if (wanted as u64) > MAX_SEQ.saturating_sub(writer.last_seq) {
+            return Err(StoreError::SeqExhausted {
+                last: writer.last_seq,
+                wanted: wanted as u64,
+            });
+        }
         let mut last_seq = writer.last_seq;
         let mut last_time = writer.last_time;
         let prepared: Vec<Prepared> = batches

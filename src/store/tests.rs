@@ -328,6 +328,97 @@ fn a_broken_import_names_the_line_and_leaves_the_store_empty() {
     assert!(err.to_string().contains("line 1"), "{err}");
 }
 
+/// An export of two registered nodes, its lines.
+fn export_lines() -> Vec<String> {
+    let (_d, store) = open();
+    register(&store, "a");
+    register(&store, "b");
+    store.flush_blocking().unwrap();
+    let mut exported = Vec::new();
+    store.export(&mut exported).unwrap();
+    String::from_utf8(exported)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// `lines` with the first line holding `key` changed by `change`.
+fn changed(lines: &[String], key: &str, change: impl Fn(&mut serde_json::Value)) -> String {
+    let mut done = false;
+    let mut text = String::new();
+    for line in lines {
+        let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if !done && v.get(key).is_some() {
+            change(&mut v);
+            done = true;
+        }
+        text += &(v.to_string() + "\n");
+    }
+    text
+}
+
+#[test]
+fn an_import_that_leaves_no_seq_to_write_is_refused() {
+    let lines = export_lines();
+    // Header, meta, the two nodes, their events, the end line.
+    for (text, line) in [
+        (
+            changed(&lines, "format", |h| h["lastSeq"] = u64::MAX.into()),
+            1,
+        ),
+        (
+            changed(
+                &lines,
+                "format",
+                |h| {
+                    h["horizon"] =
+                        serde_json::json!({"seq": MAX_SEQ + 1, "time": "2026-01-01T00:00:00Z"})
+                },
+            ),
+            1,
+        ),
+        (
+            changed(&lines, "event", |e| {
+                e["event"]["seq"] = (MAX_SEQ + 1).into()
+            }),
+            5,
+        ),
+    ] {
+        let (_d, copy) = open();
+        let err = copy.import(&mut text.as_bytes()).unwrap_err();
+        let StoreError::Import { line: at, reason } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(*at, line, "{err}");
+        assert!(
+            reason.contains("past 9007199254740991, the last seq a store can write"),
+            "{err}"
+        );
+        assert!(copy.nodes().unwrap().is_empty());
+        assert_eq!(copy.last_seq(), 0);
+    }
+    // At the last seq there can be, it imports; the next write is refused.
+    let (_d, copy) = open();
+    let text = changed(&lines, "format", |h| h["lastSeq"] = MAX_SEQ.into());
+    assert_eq!(copy.import(&mut text.as_bytes()).unwrap().last_seq, MAX_SEQ);
+    let before = copy.history(&HistoryQuery::default()).unwrap();
+    let mut b = Batch::new(Micros(500));
+    b.record(
+        node("c"),
+        [EventKind::Registered {
+            node: Box::new(node("c")),
+        }],
+    );
+    let err = copy.write(b).unwrap_err();
+    assert!(
+        matches!(err, StoreError::SeqExhausted { last: MAX_SEQ, .. }),
+        "{err}"
+    );
+    assert_eq!(copy.history(&HistoryQuery::default()).unwrap(), before);
+    assert!(copy.node("c").unwrap().is_none());
+}
+
 #[test]
 fn changes_queue_mirror_work_only_when_mirroring() {
     let (_d, store) = open();

@@ -49,7 +49,8 @@ pub(crate) enum Fold {
 
 /// Folds `pushed` into `node` at wall time `wall`. `owner_of` names the
 /// other node that already has an address, if one does. A push that adds
-/// too many condition types is refused.
+/// too many condition types, or that would take the node past
+/// [`crate::validation::MAX_NODE_BYTES`], is refused.
 ///
 /// Over 80 lines: one pass over the pushed parts (conditions, addresses,
 /// info, capacity), each deciding against the node as the earlier parts
@@ -150,6 +151,14 @@ pub(crate) fn fold_status(
                 to: taints,
             });
         }
+    }
+    // Checked only for a write: heartbeats change no size.
+    if let Err(e) = crate::validation::node_size(&next, Some(node)) {
+        return Err(Invalid {
+            kind: "Node",
+            name: node.name.clone(),
+            causes: vec![e],
+        });
     }
     Ok(Folded {
         fold: Fold::Write {
@@ -519,6 +528,26 @@ mod tests {
             fold(&node, untimed, &PUSH).fold,
             Fold::Beats(vec![(0, WALL)])
         );
+    }
+
+    #[test]
+    fn a_push_that_takes_a_node_past_its_bound_is_refused() {
+        let mut node = ready_node();
+        node.labels = (0..19_000)
+            .map(|i| (format!("example.com/k-{i:08}"), "v".repeat(20)))
+            .collect();
+        let size = crate::validation::node_bytes(&node);
+        assert!(size < crate::validation::MAX_NODE_BYTES, "{size}");
+        // A transition whose message takes the node past the bound.
+        let mut push = pushed(READY, ConditionStatus::False, "KubeletNotReady", 7);
+        push.conditions[0].message = "m".repeat(crate::validation::MAX_NODE_BYTES - size);
+        let e = fold_status(&node, push, &PUSH, WALL, |_| None).unwrap_err();
+        assert_eq!(e.causes[0].reason, "FieldValueTooLong");
+        // Within it, the same transition is written.
+        let mut push = pushed(READY, ConditionStatus::False, "KubeletNotReady", 7);
+        push.conditions[0].message = "m".repeat(1000);
+        let folded = fold_status(&node, push, &PUSH, WALL, |_| None).unwrap();
+        assert!(matches!(folded.fold, Fold::Write { .. }));
     }
 
     #[test]
