@@ -8,8 +8,8 @@
 //! the whole site).
 
 use std::collections::{HashMap, HashSet};
-use std::ops::Range;
 use std::future::Future;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};

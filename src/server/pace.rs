@@ -72,9 +72,7 @@ mod tests {
         assert_eq!(at_once, 6, "50 ms of a line of 10 ms chunks, and now");
         assert_eq!(first_wait, Duration::from_millis(10));
         // Then a slot every 10 ms, whoever asks.
-        let slots: Vec<Duration> = (0..3)
-            .map(|_| pacer.slot(chunk).unwrap() - now)
-            .collect();
+        let slots: Vec<Duration> = (0..3).map(|_| pacer.slot(chunk).unwrap() - now).collect();
         assert_eq!(slots, [20, 30, 40].map(Duration::from_millis));
         // Idle again for a while: a burst again.
         tokio::time::advance(Duration::from_secs(1)).await;

@@ -105,7 +105,11 @@ struct Args {
     controller_bin: Option<PathBuf>,
     /// A flag for the controller besides the benchmark's own, once per
     /// word: `--controller-arg=--list-bytes-per-second --controller-arg=0`.
-    #[arg(long = "controller-arg", value_name = "ARG", allow_hyphen_values = true)]
+    #[arg(
+        long = "controller-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true
+    )]
     controller_args: Vec<String>,
     /// The controller's --node-monitor-grace-period.
     #[arg(long, default_value = "40s", value_parser = parse_duration)]
