@@ -9,8 +9,9 @@
 //! `i * interval / N` so a large fleet pushes evenly instead of in bursts, and
 //! a change of the node's state is reported at once. A node pushes while
 //! `up`, `slow` or `sick` (Ready=False); a `down` or `hang` kubelet pushes
-//! nothing. Bodies are written as JSON by hand: they are what a kubelet puts
-//! on the wire, and a strategic-merge patch has no typed form. What goes
+//! nothing. Bodies are written as JSON by hand, and the Lease and the
+//! registration sent in protobuf, as a kubelet sends its creates and
+//! updates (`protobuf`); a strategic-merge patch stays JSON. What goes
 //! into a status patch (the kubelet's four conditions, as a two-way diff
 //! against the node it last saw) is `node_status`.
 //!
@@ -47,6 +48,7 @@ use tokio_util::task::TaskTracker;
 
 use super::kubelet::Node;
 use super::KubeletState;
+use crate::protobuf::{self, PROTOBUF};
 use change_timing::ChangeTimer;
 pub use change_timing::{ChangeTiming, Percentiles};
 use node_status::NodeStatus;
@@ -67,7 +69,9 @@ const REPORT_EVERY: Duration = Duration::from_secs(10);
 
 const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
 const NODES_PATH: &str = "/api/v1/nodes";
-const JSON: &str = "application/json";
+/// What a kubelet accepts (`cmd/kubelet/app/server.go:1221`): answers in
+/// either encoding; nodekeeper answers JSON.
+const KUBELET_ACCEPT: &str = "application/vnd.kubernetes.protobuf,application/json";
 const STRATEGIC_MERGE: &str = "application/strategic-merge-patch+json";
 pub(crate) const SIM_KUBELET_VERSION: &str =
     concat!("v1.33.0-nodekeeper-sim.", env!("CARGO_PKG_VERSION"));
@@ -707,11 +711,10 @@ impl<'a> Link<'a> {
         method: Method,
         path: String,
         content_type: &str,
-        body: &Value,
+        body: Bytes,
     ) -> Sent {
         let p = self.pusher;
         p.counters.sent.fetch_add(1, Ordering::Relaxed);
-        let body = Bytes::from(body.to_string());
         let sent_at = Instant::now();
         let exchange = async {
             let reused = self.sender.as_ref().is_some_and(|s| !s.is_closed());
@@ -776,7 +779,7 @@ impl<'a> Link<'a> {
             .uri(format!("{}{path}", p.endpoint.prefix))
             .header(HOST, p.authority.clone())
             .header(USER_AGENT, SIM_USER_AGENT)
-            .header(ACCEPT, JSON)
+            .header(ACCEPT, KUBELET_ACCEPT)
             .header(CONTENT_TYPE, content_type);
         if let Some(auth) = &p.authorization {
             request = request.header(AUTHORIZATION, auth.clone());
@@ -804,7 +807,8 @@ impl<'a> Link<'a> {
     async fn renew_lease(&mut self, created: &mut bool) {
         let p = self.pusher;
         let name = &self.node.name;
-        let body = lease_body(name, p.node_now());
+        // In protobuf, as a kubelet sends its Lease (see `protobuf`).
+        let body = Bytes::from(protobuf::encode(&lease_body(name, p.node_now())));
         // At most: renew (404) → create (409) → renew.
         for _ in 0..3 {
             let (method, path) = if *created {
@@ -812,7 +816,7 @@ impl<'a> Link<'a> {
             } else {
                 (Method::POST, LEASES_PATH.to_owned())
             };
-            let answer = match self.send(method, path, JSON, &body).await {
+            let answer = match self.send(method, path, PROTOBUF, body.clone()).await {
                 Sent::Answered(a) => a,
                 Sent::Failed(message) => return p.failed(message),
                 Sent::Stopped => return,
@@ -842,7 +846,12 @@ impl<'a> Link<'a> {
         };
         let path = format!("{NODES_PATH}/{}/status", self.node.name);
         let answer = match self
-            .send(Method::PATCH, path, STRATEGIC_MERGE, &write.body)
+            .send(
+                Method::PATCH,
+                path,
+                STRATEGIC_MERGE,
+                Bytes::from(write.body.to_string()),
+            )
             .await
         {
             Sent::Answered(a) => a,
@@ -887,7 +896,12 @@ impl<'a> Link<'a> {
             return false;
         };
         let answer = match self
-            .send(Method::POST, NODES_PATH.to_owned(), JSON, &write.body)
+            .send(
+                Method::POST,
+                NODES_PATH.to_owned(),
+                PROTOBUF,
+                Bytes::from(protobuf::encode(&write.body)),
+            )
             .await
         {
             Sent::Answered(a) => a,

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use super::patch::{self, PatchKind};
 use super::{status_error, AppState};
 use crate::controller::{PushError, PushedStatus};
+use crate::kube::protobuf::ProtobufError;
 
 mod kubelet_patch;
 pub(super) mod lease_renewal;
@@ -146,23 +147,45 @@ impl<S: Send + Sync> FromRequestParts<S> for ContentType {
     }
 }
 
-/// Parses a JSON body of a `PUT` or `POST` sent as `ct`.
+/// Parses the body of a `PUT` or `POST` sent as `ct`: JSON, or Kubernetes
+/// protobuf as kubelets send it.
 pub(crate) fn json_body<T: DeserializeOwned>(ct: &str, body: &Bytes) -> Result<T, Response> {
-    check_json(ct)?;
-    serde_json::from_slice(body).map_err(|e| malformed(&e))
+    let json = body_json(ct, body)?;
+    serde_json::from_slice(&json).map_err(|e| malformed(&e))
 }
 
-/// Refuses a body of a `PUT` or `POST` sent as `ct` unless it is JSON.
-pub(super) fn check_json(ct: &str) -> Result<(), Response> {
+/// The body of a `PUT` or `POST` sent as `ct`, as JSON: a JSON body as it
+/// is, a protobuf one read into the Kubernetes JSON of its object
+/// ([`crate::kube::protobuf`]); any other type is refused (415), as
+/// kube-apiserver refuses a type it has no serializer for.
+pub(crate) fn body_json(ct: &str, body: &Bytes) -> Result<Bytes, Response> {
+    if crate::kube::protobuf::is_protobuf(ct) {
+        return crate::kube::protobuf::to_json(body)
+            .and_then(|object| {
+                serde_json::to_vec(&object).map_err(|e| ProtobufError::Wire(e.to_string()))
+            })
+            .map(Bytes::from)
+            .map_err(|e| {
+                status_error(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    format!("the request body could not be decoded: {e}"),
+                )
+            });
+    }
     let media = ct.split(';').next().unwrap_or("").trim();
     if !(media == "application/json" || media.is_empty()) {
         return Err(status_error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json (got {ct:?})"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: \
+                 application/json, {} (got {ct:?})",
+                crate::kube::protobuf::MEDIA_TYPE
+            ),
         ));
     }
-    Ok(())
+    Ok(body.clone())
 }
 
 pub(super) fn malformed(e: &serde_json::Error) -> Response {
