@@ -79,7 +79,8 @@ impl Replay {
             | EventKind::ControllerStopped { .. }
             | EventKind::ProbeKeptReady { .. }
             | EventKind::EvictionStarted { .. }
-            | EventKind::EvictionDone { .. } => {}
+            | EventKind::EvictionDone { .. }
+            | EventKind::ObjectChanged { .. } => {}
         }
     }
 

@@ -183,3 +183,197 @@ async fn bodies_that_cannot_be_read_get_the_status_that_says_why() {
     assert_eq!(code, 415, "{s}");
     assert!(s["message"].as_str().unwrap().contains(PROTOBUF), "{s}");
 }
+
+const CSINODES: &str = "/apis/storage.k8s.io/v1/csinodes";
+
+/// The CSINode a kubelet creates at start (kubernetes
+/// `pkg/volume/csi/nodeinfomanager/nodeinfomanager.go` `CreateCSINode`:
+/// an owner reference to its Node, no drivers, the migrated-plugins
+/// annotation set by `setMigrationAnnotation`).
+fn csinode(name: &str, node_uid: &str) -> Value {
+    json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+        "metadata": {
+            "name": name,
+            "annotations": {"storage.alpha.kubernetes.io/migrated-plugins": "kubernetes.io/aws-ebs,kubernetes.io/gce-pd"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": node_uid}],
+        },
+        "spec": {"drivers": []},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_initialises_its_csinode_and_it_is_kept_with_the_node() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let (code, _, n) = kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &node("edge-7")).await;
+    assert_eq!(code, 201, "{n}");
+
+    // csi_plugin.go:986: wait until the API answers, 404 included.
+    let (code, _, s) = kubelet(
+        &c,
+        "GET",
+        &format!("{CSINODES}/edge-7?resourceVersion=0"),
+        "",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 404, "{s}");
+    assert_eq!(s["reason"], "NotFound");
+    // nodeinfomanager.go:433, :459, :483: get (404), get the node, create.
+    let (code, _, _) = kubelet(&c, "GET", &format!("{CSINODES}/edge-7"), "", &Value::Null).await;
+    assert_eq!(code, 404);
+    let (code, _, n) = kubelet(&c, "GET", "/api/v1/nodes/edge-7", "", &Value::Null).await;
+    assert_eq!(code, 200);
+    let uid = n["metadata"]["uid"].as_str().unwrap().to_string();
+    let (code, _, created) =
+        kubelet(&c, "POST", CSINODES, PROTOBUF, &csinode("edge-7", &uid)).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["kind"], "CSINode");
+    assert_eq!(
+        created["metadata"]["ownerReferences"][0]["uid"],
+        uid.as_str()
+    );
+    assert_eq!(created["spec"]["drivers"], json!([]));
+    assert_eq!(created["metadata"]["resourceVersion"], "1");
+    assert!(created["metadata"]["uid"]
+        .as_str()
+        .is_some_and(|u| !u.is_empty()));
+    // Created again (a second kubelet start racing the first): 409.
+    let (code, _, s) = kubelet(&c, "POST", CSINODES, PROTOBUF, &csinode("edge-7", &uid)).await;
+    assert_eq!(code, 409, "{s}");
+    assert_eq!(s["reason"], "AlreadyExists");
+
+    // A driver registers (nodeinfomanager.go installDriverToCSINode): the
+    // object read, a driver added, replaced with its resourceVersion.
+    let mut with_driver = created.clone();
+    with_driver["spec"]["drivers"] = json!([{"name": "csi.example.com", "nodeID": "edge-7", "topologyKeys": ["topology.example.com/zone"]}]);
+    let (code, _, updated) = kubelet(
+        &c,
+        "PUT",
+        &format!("{CSINODES}/edge-7"),
+        PROTOBUF,
+        &with_driver,
+    )
+    .await;
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(updated["metadata"]["resourceVersion"], "2");
+    assert_eq!(updated["metadata"]["uid"], created["metadata"]["uid"]);
+    assert_eq!(updated["spec"]["drivers"][0]["nodeID"], "edge-7");
+    // The same write from the stale version: a conflict, as kube-apiserver's.
+    let (code, _, s) = kubelet(
+        &c,
+        "PUT",
+        &format!("{CSINODES}/edge-7"),
+        PROTOBUF,
+        &with_driver,
+    )
+    .await;
+    assert_eq!(code, 409, "{s}");
+    assert_eq!(s["reason"], "Conflict");
+    // Refused as kube-apiserver's validation refuses it.
+    let mut no_id = updated.clone();
+    no_id["spec"]["drivers"][0]["nodeID"] = json!("");
+    let (code, _, s) = kubelet(
+        &c,
+        "PUT",
+        &format!("{CSINODES}/edge-7"),
+        "application/json",
+        &no_id,
+    )
+    .await;
+    assert_eq!(code, 422, "{s}");
+    // Only for a registered node: nodekeeper keeps it with its node.
+    let (code, _, s) = kubelet(
+        &c,
+        "POST",
+        CSINODES,
+        "application/json",
+        &csinode("stranger", "x"),
+    )
+    .await;
+    assert_eq!(code, 403, "{s}");
+
+    // In the node's history.
+    let event = c.wait_event("edge-7", "ObjectChanged").await;
+    assert_eq!(event["resource"], "csinodes.storage.k8s.io");
+    assert_eq!(event["action"], "created");
+    let (_, history) = c.get("/v1/history?node=edge-7").await;
+    let changes: Vec<String> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "ObjectChanged")
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["action"].as_str().unwrap(),
+                e["summary"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            "created no CSI drivers",
+            "updated CSI drivers csi.example.com"
+        ]
+    );
+    // Listed, and discovered.
+    let (code, list) = c.get(CSINODES).await;
+    assert_eq!(code, 200);
+    assert_eq!(list["kind"], "CSINodeList");
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    let (_, storage) = c.get("/apis/storage.k8s.io/v1").await;
+    assert_eq!(storage["resources"][0]["name"], "csinodes");
+
+    // Durable: a restart serves it as it was.
+    drop(c);
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let (code, again) = c.get(&format!("{CSINODES}/edge-7")).await;
+    assert_eq!(code, 200, "{again}");
+    assert_eq!(again, updated);
+
+    // Deleted with its node.
+    let response = client()
+        .delete(format!("{}/api/v1/nodes/edge-7", c.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let (code, _) = c.get(&format!("{CSINODES}/edge-7")).await;
+    assert_eq!(code, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csinode_is_deleted_on_its_own() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let (code, _, n) = kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &node("edge-6")).await;
+    assert_eq!(code, 201, "{n}");
+    let uid = n["metadata"]["uid"].as_str().unwrap();
+    let (code, _, _) = kubelet(&c, "POST", CSINODES, PROTOBUF, &csinode("edge-6", uid)).await;
+    assert_eq!(code, 201);
+    let (code, _, gone) = kubelet(
+        &c,
+        "DELETE",
+        &format!("{CSINODES}/edge-6"),
+        "",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200, "{gone}");
+    assert_eq!(gone["metadata"]["name"], "edge-6");
+    let (code, _, s) = kubelet(
+        &c,
+        "DELETE",
+        &format!("{CSINODES}/edge-6"),
+        "",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 404, "{s}");
+    // The node stays.
+    let (code, _) = c.get("/api/v1/nodes/edge-6").await;
+    assert_eq!(code, 200);
+}

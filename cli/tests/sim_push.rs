@@ -143,6 +143,13 @@ async fn unknown_nodes_register_themselves_when_asked_and_allowed() {
     let newcomer = fleet.name(1);
     c.wait_ready(&fleet.name(0), "True").await;
     c.wait_ready(&newcomer, "True").await;
+    // Registered, then the four conditions a kubelet reports, Ready last;
+    // then its CSINode, created once its node exists.
+    eventually("the newcomer's CSINode exists", || async {
+        let path = format!("/apis/storage.k8s.io/v1/csinodes/{newcomer}");
+        c.get(&path).await.0 == 200
+    })
+    .await;
     let (_, history) = c.get(&format!("/v1/history?node={newcomer}")).await;
     let kinds: Vec<&str> = history
         .as_array()
@@ -150,7 +157,6 @@ async fn unknown_nodes_register_themselves_when_asked_and_allowed() {
         .iter()
         .map(|e| e["kind"].as_str().unwrap())
         .collect();
-    // Registered, then the four conditions a kubelet reports, Ready last.
     assert_eq!(
         kinds,
         [
@@ -158,10 +164,12 @@ async fn unknown_nodes_register_themselves_when_asked_and_allowed() {
             "ConditionChanged",
             "ConditionChanged",
             "ConditionChanged",
-            "ConditionChanged"
+            "ConditionChanged",
+            "ObjectChanged"
         ],
         "{history}"
     );
+    assert_eq!(history[5]["resource"], "csinodes.storage.k8s.io");
     assert_eq!(history[0]["record"]["source"], "kubelet");
     assert_eq!(history[4]["condition"], "Ready");
     assert_eq!(history[4]["reason"], "KubeletReady");

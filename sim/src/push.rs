@@ -69,6 +69,7 @@ const REPORT_EVERY: Duration = Duration::from_secs(10);
 
 const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
 const NODES_PATH: &str = "/api/v1/nodes";
+const CSINODES_PATH: &str = "/apis/storage.k8s.io/v1/csinodes";
 /// What a kubelet accepts (`cmd/kubelet/app/server.go:1221`): answers in
 /// either encoding; nodekeeper answers JSON.
 const KUBELET_ACCEPT: &str = "application/vnd.kubernetes.protobuf,application/json";
@@ -267,6 +268,9 @@ pub struct PushStats {
     pub statuses: u64,
     /// Nodes registered by the fleet.
     pub registrations: u64,
+    /// Nodes whose CSINode is initialised (found, or created).
+    #[serde(default)]
+    pub csinodes: u64,
     /// Connections opened to the controller (one per node while they stay up).
     #[serde(default)]
     pub connections: u64,
@@ -296,6 +300,7 @@ struct Counters {
     leases: AtomicU64,
     statuses: AtomicU64,
     registrations: AtomicU64,
+    csinodes: AtomicU64,
     connections: AtomicU64,
     changes: AtomicU64,
     change_latency_max_ms: AtomicU64,
@@ -402,6 +407,7 @@ async fn node_loop(
     let mut state = node.state.subscribe();
     state.mark_unchanged();
     let mut lease_created = false;
+    let mut csinode_ready = false;
     // When the state last changed, until a status update reports it.
     let mut changed_at: Option<Instant> = None;
     // Ends on shutdown; each turn is one renewal, one update, or one change.
@@ -433,6 +439,11 @@ async fn node_loop(
         if link.update_status(&mut status, current).await {
             if let Some(noticed) = changed_at.take() {
                 pusher.change_reported(noticed);
+            }
+            // Once its node exists, as the kubelet's CSI plugin retries
+            // until it does (see `Link::init_csinode`).
+            if !csinode_ready {
+                csinode_ready = link.init_csinode().await;
             }
         }
     }
@@ -567,6 +578,7 @@ impl Pusher {
             leases: c.leases.load(Ordering::Relaxed),
             statuses: c.statuses.load(Ordering::Relaxed),
             registrations: c.registrations.load(Ordering::Relaxed),
+            csinodes: c.csinodes.load(Ordering::Relaxed),
             connections: c.connections.load(Ordering::Relaxed),
             changes: c.changes.load(Ordering::Relaxed),
             change_latency_max_ms: c.change_latency_max_ms.load(Ordering::Relaxed),
@@ -835,6 +847,89 @@ impl<'a> Link<'a> {
         p.failed(format!(
             "lease {name}: created and deleted again while renewing"
         ));
+    }
+
+    /// A kubelet's CSINode initialisation at start, request by request
+    /// (kubernetes `pkg/volume/csi/csi_plugin.go:975-1000`, then
+    /// `pkg/volume/csi/nodeinfomanager/nodeinfomanager.go`
+    /// `tryInitializeCSINodeWithAnnotation` and `CreateCSINode`): get it
+    /// (any answer but an error will do for the wait), get it again, get
+    /// the node for its uid, create it with an owner reference to the node
+    /// and no drivers, in protobuf. True once it exists.
+    async fn init_csinode(&mut self) -> bool {
+        let p = self.pusher;
+        let name = self.node.name.clone();
+        let path = format!("{CSINODES_PATH}/{name}");
+        let Some(waited) = self.get(format!("{path}?resourceVersion=0")).await else {
+            return false;
+        };
+        if waited.status.is_server_error() {
+            p.refused(&waited);
+            return false;
+        }
+        let Some(found) = self.get(path).await else {
+            return false;
+        };
+        match found.status {
+            s if s.is_success() => {
+                p.counters.csinodes.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            StatusCode::NOT_FOUND => {}
+            _ => {
+                p.refused(&found);
+                return false;
+            }
+        }
+        let Some(node) = self.get(format!("{NODES_PATH}/{name}")).await else {
+            return false;
+        };
+        let uid = serde_json::from_slice::<Value>(&node.body)
+            .ok()
+            .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_owned));
+        let (true, Some(uid)) = (node.status.is_success(), uid) else {
+            p.refused(&node);
+            return false;
+        };
+        let csinode = json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSINode",
+            "metadata": {
+                "name": name,
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}],
+            },
+            "spec": {"drivers": []},
+        });
+        let body = Bytes::from(protobuf::encode(&csinode));
+        let created = match self
+            .send(Method::POST, CSINODES_PATH.to_owned(), PROTOBUF, body)
+            .await
+        {
+            Sent::Answered(a) => a,
+            Sent::Failed(message) => {
+                p.failed(message);
+                return false;
+            }
+            Sent::Stopped => return false,
+        };
+        if created.status.is_success() || created.status == StatusCode::CONFLICT {
+            p.counters.csinodes.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        p.refused(&created);
+        false
+    }
+
+    /// A `GET`; `None` (the failure counted) without an answer.
+    async fn get(&mut self, path: String) -> Option<Answer> {
+        match self.send(Method::GET, path, "", Bytes::new()).await {
+            Sent::Answered(a) => Some(a),
+            Sent::Failed(message) => {
+                self.pusher.failed(message);
+                None
+            }
+            Sent::Stopped => None,
+        }
     }
 
     /// Patches the node's status with what changed since the node was last

@@ -619,7 +619,9 @@ impl FakeApi {
             .expect("body");
         // Protobuf bodies read by the controller's own reader: two
         // implementations of upstream's field numbers, checked against each other.
-        let body: serde_json::Value = if content_type == crate::protobuf::PROTOBUF {
+        let body: serde_json::Value = if bytes.is_empty() {
+            serde_json::Value::Null
+        } else if content_type == crate::protobuf::PROTOBUF {
             nodekeeper::kube::protobuf::to_json(&bytes).expect("a protobuf body")
         } else {
             serde_json::from_slice(&bytes).expect("JSON body")

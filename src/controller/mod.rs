@@ -51,7 +51,7 @@ pub use clock::Clock;
 pub use cloud_sync::{CloudSource, SourceStatus, TAINT_SHUTDOWN};
 use conditions::Health;
 pub use operator::{OperatorFields, Preconditions, SourceListing, MANAGED_TAINTS};
-pub use push::{ControllerHandle, Push, PushError, PushedStatus, StatusAnswer};
+pub use push::{ControllerHandle, ObjectWrite, Push, PushError, PushedStatus, StatusAnswer};
 pub use static_sync::NodesFile;
 pub use sweep::SweepReport;
 use writer::{Change, Done, Job, Mark, Settled, StoreWriter};
@@ -322,6 +322,7 @@ impl Controller {
         }
         view.publish_shared(tracked.values().map(|t| t.node.share()), &[]);
         view.publish_leases(leases.values().cloned(), &[]);
+        view.publish_objects(store.node_objects()?, &[], &[]);
         view.with_nodes(|nodes| {
             metrics.set_node_counts(
                 nodes.flat_map(|n| n.conditions.iter().map(|c| (c.kind.as_str(), c.status))),

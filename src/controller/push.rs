@@ -18,7 +18,7 @@ use super::operator::{OperatorFields, Preconditions};
 use super::writer::{Change, Done};
 use super::{Controller, StatusMode, Tracked};
 use crate::metrics::Via;
-use crate::model::{EventKind, EvictionMode, Lease, Micros, Node, NodeSpec};
+use crate::model::{EventKind, EvictionMode, Lease, Micros, Node, NodeObject, NodeSpec};
 use crate::store::{Batch, StoreError};
 
 /// Pushes waiting for the controller at most; senders wait beyond that.
@@ -77,6 +77,16 @@ pub enum Push {
         by: String,
         reply: oneshot::Sender<Result<Node, PushError>>,
     },
+    /// A kubelet's write of an object kept with its node (its CSINode).
+    WriteObject {
+        object: NodeObject,
+        write: ObjectWrite,
+        /// The resource as errors name it (`csinodes.storage.k8s.io`).
+        kind: &'static str,
+        /// What the object holds, for its history.
+        summary: String,
+        reply: oneshot::Sender<Result<NodeObject, PushError>>,
+    },
     /// An operator deleting a node (`DELETE nodes/{name}`).
     Delete {
         name: String,
@@ -84,6 +94,15 @@ pub enum Push {
         by: String,
         reply: oneshot::Sender<Result<Node, PushError>>,
     },
+}
+
+/// What a write of an object kept with a node does; `expected` is the
+/// generation the writer read, if it gave one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectWrite {
+    Create,
+    Replace { expected: Option<u64> },
+    Delete { expected: Option<u64> },
 }
 
 /// Why a push was refused.
@@ -184,6 +203,25 @@ impl ControllerHandle {
         .await
     }
 
+    /// Writes an object kept with its node; answers it as stored (a
+    /// deleted one as it was).
+    pub async fn write_object(
+        &self,
+        object: NodeObject,
+        write: ObjectWrite,
+        kind: &'static str,
+        summary: String,
+    ) -> Result<NodeObject, PushError> {
+        self.ask(|reply| Push::WriteObject {
+            object,
+            write,
+            kind,
+            summary,
+            reply,
+        })
+        .await
+    }
+
     /// Records `kind` in the node's history, durably.
     pub async fn record(&self, name: String, kind: EventKind) -> Result<(), PushError> {
         self.ask(|reply| Push::Record { name, kind, reply }).await
@@ -272,6 +310,15 @@ impl Controller {
                 reply,
             } => {
                 let _ = reply.send(self.operator_delete(&name, preconditions, &by).await);
+            }
+            Push::WriteObject {
+                object,
+                write,
+                kind,
+                summary,
+                reply,
+            } => {
+                let _ = reply.send(self.write_object(object, write, kind, summary).await);
             }
             Push::Record { name, kind, reply } => {
                 let mut batch = Batch::new(Micros::now());
@@ -570,6 +617,78 @@ impl Controller {
             return;
         }
         self.apply_status(&name, status, None, StatusReply::Register(reply));
+    }
+}
+
+impl Controller {
+    /// A kubelet's write of an object kept with its node: checked against
+    /// the object as published, recorded in the node's history, answered
+    /// once durable. Rare (a CSINode is written at a kubelet's start and
+    /// when its drivers change): awaited, so the next write is checked
+    /// against this one.
+    async fn write_object(
+        &mut self,
+        mut object: NodeObject,
+        write: ObjectWrite,
+        kind: &'static str,
+        summary: String,
+    ) -> Result<NodeObject, PushError> {
+        if !self.tracked.contains_key(&object.node) {
+            return Err(PushError::Forbidden(format!(
+                "{kind} {:?} is forbidden: no node {:?} is registered, and nodekeeper keeps \
+                 this object with its node",
+                object.name, object.node
+            )));
+        }
+        let key = object.key();
+        let current = self.view.node_object(&key);
+        let stale = |expected: Option<u64>, current: &NodeObject| {
+            expected.is_some_and(|g| g != current.generation)
+        };
+        let name = object.name.clone();
+        let (action, mut change) = match (write, current) {
+            (ObjectWrite::Create, Some(_)) => return Err(PushError::AlreadyExists { kind, name }),
+            (ObjectWrite::Create, None) => {
+                object.generation = 1;
+                ("created", Change::default())
+            }
+            (ObjectWrite::Replace { .. } | ObjectWrite::Delete { .. }, None) => {
+                return Err(PushError::NotFound { kind, name })
+            }
+            (ObjectWrite::Replace { expected } | ObjectWrite::Delete { expected }, Some(c))
+                if stale(expected, &c) =>
+            {
+                return Err(PushError::Conflict { kind, name })
+            }
+            (ObjectWrite::Replace { .. }, Some(c)) => {
+                object.generation = c.generation + 1;
+                ("updated", Change::default())
+            }
+            (ObjectWrite::Delete { .. }, Some(c)) => {
+                object = c;
+                let change = Change {
+                    deleted_objects: vec![key],
+                    ..Change::default()
+                };
+                ("deleted", change)
+            }
+        };
+        if action != "deleted" {
+            change.objects = vec![object.clone()];
+        }
+        let mut batch = Batch::new(Micros::now());
+        batch.node_event(
+            &object.node,
+            EventKind::ObjectChanged {
+                resource: object.resource.clone(),
+                name: object.name.clone(),
+                action: action.to_string(),
+                summary,
+            },
+        );
+        change.batch = batch;
+        self.commit_change(change).await?;
+        Ok(object)
     }
 }
 

@@ -79,6 +79,12 @@ impl EventKind {
             EventKind::OperatorChanged { by, changes } => {
                 format!("by {by}: {}", describe_changes(changes))
             }
+            EventKind::ObjectChanged {
+                resource,
+                name,
+                action,
+                summary,
+            } => format!("{resource} {name} {action}: {summary}"),
         }
     }
 }

@@ -15,6 +15,8 @@ use k8s_openapi::apimachinery::pkg::version::Info;
 
 const COORDINATION: &str = "coordination.k8s.io";
 const COORDINATION_V1: &str = "coordination.k8s.io/v1";
+const STORAGE: &str = "storage.k8s.io";
+const STORAGE_V1: &str = "storage.k8s.io/v1";
 
 /// The Kubernetes release whose API (and node JSON) we serve.
 const KUBE_MAJOR: &str = "1";
@@ -124,27 +126,53 @@ fn core_v1_resources() -> APIResourceList {
 /// `/apis`: the named groups.
 pub(crate) async fn apis() -> Response {
     Json(APIGroupList {
-        groups: vec![coordination_group()],
+        groups: vec![group(COORDINATION), group(STORAGE)],
     })
     .into_response()
 }
 
-fn coordination_group() -> APIGroup {
+/// A named group served at `v1` only.
+fn group(name: &str) -> APIGroup {
     let v1 = GroupVersionForDiscovery {
-        group_version: COORDINATION_V1.to_string(),
+        group_version: format!("{name}/v1"),
         version: "v1".to_string(),
     };
     APIGroup {
-        name: COORDINATION.to_string(),
+        name: name.to_string(),
         versions: vec![v1.clone()],
         preferred_version: Some(v1),
         server_address_by_client_cidrs: None,
     }
 }
 
+fn coordination_group() -> APIGroup {
+    group(COORDINATION)
+}
+
 /// `/apis/coordination.k8s.io`.
 pub(crate) async fn coordination() -> Response {
     Json(coordination_group()).into_response()
+}
+
+/// `/apis/storage.k8s.io`.
+pub(crate) async fn storage() -> Response {
+    Json(group(STORAGE)).into_response()
+}
+
+/// `/apis/storage.k8s.io/v1`: the nodes' CSINodes.
+pub(crate) async fn storage_v1() -> Response {
+    Json(APIResourceList {
+        group_version: STORAGE_V1.to_string(),
+        resources: vec![resource(
+            "csinodes",
+            "csinode",
+            "CSINode",
+            false,
+            &["create", "delete", "get", "list", "patch", "update"],
+            &[],
+        )],
+    })
+    .into_response()
 }
 
 /// `/apis/coordination.k8s.io/v1`: node leases (heartbeats).

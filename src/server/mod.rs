@@ -5,6 +5,7 @@
 mod auth;
 mod connections;
 pub mod console;
+mod csinodes;
 mod discovery;
 mod events;
 mod guard;
@@ -162,6 +163,19 @@ pub fn limited_router(
             get(leases::get_lease)
                 .put(leases::put_lease)
                 .patch(leases::patch_lease),
+        )
+        .route("/apis/storage.k8s.io", get(discovery::storage))
+        .route("/apis/storage.k8s.io/v1", get(discovery::storage_v1))
+        .route(
+            "/apis/storage.k8s.io/v1/csinodes",
+            get(csinodes::list_csinodes).post(csinodes::create_csinode),
+        )
+        .route(
+            "/apis/storage.k8s.io/v1/csinodes/{name}",
+            get(csinodes::get_csinode)
+                .put(csinodes::put_csinode)
+                .patch(csinodes::patch_csinode)
+                .delete(csinodes::delete_csinode),
         )
         .route("/v1/nodes", get(v1::list_node_records))
         .route("/v1/nodes/{name}", get(v1::get_node_record))
