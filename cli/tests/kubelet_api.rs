@@ -377,3 +377,171 @@ async fn a_csinode_is_deleted_on_its_own() {
     let (code, _) = c.get("/api/v1/nodes/edge-6").await;
     assert_eq!(code, 200);
 }
+
+/// A reflector's first list and its watch, as client-go makes them
+/// (`tools/cache/reflector.go`, `tools/pager/pager.go`): `limit=500&resourceVersion=0`,
+/// then `allowWatchBookmarks=true&resourceVersion=RV&timeoutSeconds=…&watch=true`.
+async fn list_then_watch(c: &Controller, path: &str, selector: &str, list_kind: &str) {
+    let sep = if selector.is_empty() { "" } else { "&" };
+    let (code, _, list) = kubelet(
+        c,
+        "GET",
+        &format!("{path}?{selector}{sep}limit=500&resourceVersion=0"),
+        "",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200, "{path}: {list}");
+    assert_eq!(list["kind"], list_kind);
+    assert_eq!(list["items"], json!([]));
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(rv.parse::<u64>().is_ok(), "{list}");
+    // A watch from the list's version runs to its timeout, with nothing to send.
+    let started = tokio::time::Instant::now();
+    let response = client()
+        .get(format!(
+            "{}{path}?{selector}{sep}allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds=1&watch=true",
+            c.url
+        ))
+        .header("accept", ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200, "{path}");
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "application/json"
+    );
+    let body = response.text().await.unwrap();
+    assert_eq!(body, "", "{path}: nothing of it is kept");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelets_reflectors_list_and_watch_what_it_needs() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    // pkg/kubelet/kubelet.go:538-546: services with a cluster IP.
+    list_then_watch(
+        &c,
+        "/api/v1/services",
+        "fieldSelector=spec.clusterIP%21%3DNone",
+        "ServiceList",
+    )
+    .await;
+    // pkg/kubelet/config/apiserver.go:38: the pods bound to the node.
+    list_then_watch(
+        &c,
+        "/api/v1/pods",
+        "fieldSelector=spec.nodeName%3Dedge-5",
+        "PodList",
+    )
+    .await;
+    // pkg/kubelet/volume_host.go:70-73, runtimeclass_manager.go:38-39.
+    list_then_watch(
+        &c,
+        "/apis/storage.k8s.io/v1/csidrivers",
+        "",
+        "CSIDriverList",
+    )
+    .await;
+    list_then_watch(
+        &c,
+        "/apis/node.k8s.io/v1/runtimeclasses",
+        "",
+        "RuntimeClassList",
+    )
+    .await;
+    // Field selectors are the resource's own, as kube-apiserver checks them.
+    let (code, _, s) = kubelet(
+        &c,
+        "GET",
+        "/api/v1/services?fieldSelector=spec.nodeName%3Dx",
+        "",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 400, "{s}");
+    assert_eq!(s["message"], "field label not supported: spec.nodeName");
+    for (path, resource) in [
+        ("/api/v1/namespaces/default/services/kubernetes", "services"),
+        (
+            "/apis/storage.k8s.io/v1/csidrivers/csi.example.com",
+            "csidrivers.storage.k8s.io",
+        ),
+        (
+            "/apis/node.k8s.io/v1/runtimeclasses/runc",
+            "runtimeclasses.node.k8s.io",
+        ),
+    ] {
+        let (code, _, s) = kubelet(&c, "GET", path, "", &Value::Null).await;
+        assert_eq!(code, 404, "{path}: {s}");
+        assert_eq!(s["details"]["kind"], resource);
+    }
+    // Discovered: /apis names node.k8s.io, each group its resources.
+    let (_, apis) = c.get("/apis").await;
+    let groups: Vec<&str> = apis["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        groups,
+        ["coordination.k8s.io", "storage.k8s.io", "node.k8s.io"]
+    );
+    let (_, node_v1) = c.get("/apis/node.k8s.io/v1").await;
+    assert_eq!(node_v1["resources"][0]["name"], "runtimeclasses");
+}
+
+/// What a client with client-go's `WatchListClient` gate on sends first
+/// (`tools/cache/reflector.go` `watchList`), refused as a v1.33
+/// kube-apiserver refuses it with its `WatchList` gate at its default
+/// (apimachinery `pkg/apis/meta/internalversion/validation/validation.go`
+/// `validateWatchOptions`), so the client falls back to list and watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_lists_are_refused_so_clients_fall_back() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let streaming = "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
+    for path in [
+        "/api/v1/nodes",
+        "/api/v1/pods",
+        "/api/v1/services",
+        "/apis/storage.k8s.io/v1/csidrivers",
+        "/apis/node.k8s.io/v1/runtimeclasses",
+    ] {
+        let (code, _, s) =
+            kubelet(&c, "GET", &format!("{path}?{streaming}"), "", &Value::Null).await;
+        assert_eq!(code, 422, "{path}: {s}");
+        assert_eq!(
+            s,
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                "reason": "Invalid",
+                "details": {"group": "meta.k8s.io", "kind": "ListOptions", "causes": [{
+                    "reason": "FieldValueForbidden",
+                    "message": "Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                    "field": "sendInitialEvents",
+                }]},
+                "code": 422,
+            }),
+            "{path}"
+        );
+    }
+    // resourceVersionMatch on a plain watch is refused too.
+    let (code, _, s) = kubelet(
+        &c,
+        "GET",
+        "/api/v1/nodes?watch=true&resourceVersionMatch=NotOlderThan",
+        "",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 422, "{s}");
+    assert_eq!(s["details"]["causes"][0]["field"], "resourceVersionMatch");
+}

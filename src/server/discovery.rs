@@ -17,6 +17,9 @@ const COORDINATION: &str = "coordination.k8s.io";
 const COORDINATION_V1: &str = "coordination.k8s.io/v1";
 const STORAGE: &str = "storage.k8s.io";
 const STORAGE_V1: &str = "storage.k8s.io/v1";
+const NODE: &str = "node.k8s.io";
+/// What can be read of a resource nodekeeper serves empty.
+const READ: &[&str] = &["get", "list", "watch"];
 
 /// The Kubernetes release whose API (and node JSON) we serve.
 const KUBE_MAJOR: &str = "1";
@@ -118,7 +121,9 @@ fn core_v1_resources() -> APIResourceList {
             // The nodes' history, as events in `default` like the node controller's.
             resource("events", "event", "Event", true, &["get", "list"], &["ev"]),
             // There are no pods; listing them answers an empty list (kubectl describe node asks).
-            resource("pods", "pod", "Pod", true, &["get", "list"], &["po"]),
+            resource("pods", "pod", "Pod", true, READ, &["po"]),
+            // None kept: listed and watched empty, as kubelets do.
+            resource("services", "service", "Service", true, READ, &["svc"]),
         ],
     }
 }
@@ -126,7 +131,7 @@ fn core_v1_resources() -> APIResourceList {
 /// `/apis`: the named groups.
 pub(crate) async fn apis() -> Response {
     Json(APIGroupList {
-        groups: vec![group(COORDINATION), group(STORAGE)],
+        groups: vec![group(COORDINATION), group(STORAGE), group(NODE)],
     })
     .into_response()
 }
@@ -163,12 +168,37 @@ pub(crate) async fn storage() -> Response {
 pub(crate) async fn storage_v1() -> Response {
     Json(APIResourceList {
         group_version: STORAGE_V1.to_string(),
+        resources: vec![
+            resource(
+                "csinodes",
+                "csinode",
+                "CSINode",
+                false,
+                &["create", "delete", "get", "list", "patch", "update"],
+                &[],
+            ),
+            // None kept: listed and watched empty, as kubelets do.
+            resource("csidrivers", "csidriver", "CSIDriver", false, READ, &[]),
+        ],
+    })
+    .into_response()
+}
+
+/// `/apis/node.k8s.io`.
+pub(crate) async fn node() -> Response {
+    Json(group(NODE)).into_response()
+}
+
+/// `/apis/node.k8s.io/v1`: RuntimeClasses, none kept.
+pub(crate) async fn node_v1() -> Response {
+    Json(APIResourceList {
+        group_version: format!("{NODE}/v1"),
         resources: vec![resource(
-            "csinodes",
-            "csinode",
-            "CSINode",
+            "runtimeclasses",
+            "runtimeclass",
+            "RuntimeClass",
             false,
-            &["create", "delete", "get", "list", "patch", "update"],
+            READ,
             &[],
         )],
     })

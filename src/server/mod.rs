@@ -7,6 +7,7 @@ mod connections;
 pub mod console;
 mod csinodes;
 mod discovery;
+mod empty;
 mod events;
 mod guard;
 mod health;
@@ -144,6 +145,15 @@ pub fn limited_router(
             "/api/v1/namespaces/{namespace}/events/{name}",
             get(events::get_event),
         )
+        .route("/api/v1/services", get(empty::list_services))
+        .route(
+            "/api/v1/namespaces/{namespace}/services",
+            get(empty::list_services),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/services/{name}",
+            get(empty::get_service),
+        )
         .route("/api/v1/pods", get(pods::list_pods))
         .route("/api/v1/namespaces/{namespace}/pods", get(pods::list_pods))
         .route(
@@ -176,6 +186,24 @@ pub fn limited_router(
                 .put(csinodes::put_csinode)
                 .patch(csinodes::patch_csinode)
                 .delete(csinodes::delete_csinode),
+        )
+        .route(
+            "/apis/storage.k8s.io/v1/csidrivers",
+            get(empty::list_csi_drivers),
+        )
+        .route(
+            "/apis/storage.k8s.io/v1/csidrivers/{name}",
+            get(empty::get_csi_driver),
+        )
+        .route("/apis/node.k8s.io", get(discovery::node))
+        .route("/apis/node.k8s.io/v1", get(discovery::node_v1))
+        .route(
+            "/apis/node.k8s.io/v1/runtimeclasses",
+            get(empty::list_runtime_classes),
+        )
+        .route(
+            "/apis/node.k8s.io/v1/runtimeclasses/{name}",
+            get(empty::get_runtime_class),
         )
         .route("/v1/nodes", get(v1::list_node_records))
         .route("/v1/nodes/{name}", get(v1::get_node_record))
