@@ -80,7 +80,8 @@ impl Replay {
             | EventKind::ProbeKeptReady { .. }
             | EventKind::EvictionStarted { .. }
             | EventKind::EvictionDone { .. }
-            | EventKind::ObjectChanged { .. } => {}
+            | EventKind::ObjectChanged { .. }
+            | EventKind::KubeletEvent { .. } => {}
         }
     }
 

@@ -449,6 +449,16 @@ pub enum EventKind {
         action: String,
         summary: String,
     },
+    /// An Event the node's kubelet (its `component`) posted about the node
+    /// or an object on it (`object`: `Kind/name` or `Kind/namespace/name`).
+    KubeletEvent {
+        component: String,
+        #[serde(rename = "type")]
+        event_type: String,
+        reason: String,
+        message: String,
+        object: String,
+    },
 }
 
 /// One change an operator made to a node, in the fields operators own.
@@ -529,6 +539,7 @@ impl EventKind {
             EventKind::EvictionDone { .. } => "EvictionDone",
             EventKind::OperatorChanged { .. } => "OperatorChanged",
             EventKind::ObjectChanged { .. } => "ObjectChanged",
+            EventKind::KubeletEvent { .. } => "KubeletEvent",
         }
     }
 }

@@ -491,7 +491,12 @@ async fn a_kubelets_reflectors_list_and_watch_what_it_needs() {
         .collect();
     assert_eq!(
         groups,
-        ["coordination.k8s.io", "storage.k8s.io", "node.k8s.io"]
+        [
+            "coordination.k8s.io",
+            "storage.k8s.io",
+            "node.k8s.io",
+            "events.k8s.io"
+        ]
     );
     let (_, node_v1) = c.get("/apis/node.k8s.io/v1").await;
     assert_eq!(node_v1["resources"][0]["name"], "runtimeclasses");
@@ -544,4 +549,223 @@ async fn streaming_lists_are_refused_so_clients_fall_back() {
     .await;
     assert_eq!(code, 422, "{s}");
     assert_eq!(s["details"]["causes"][0]["field"], "resourceVersionMatch");
+}
+
+/// A Node event as the kubelet's recorder posts it (client-go
+/// `tools/record/event.go` `makeEvent`; the node reference of
+/// `pkg/kubelet/kubelet.go:554-559`: uid = the node's name).
+fn node_event(node: &str, reason: &str, message: &str, nanos: u64) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": format!("{node}.{nanos:x}"), "namespace": "default"},
+        "involvedObject": {"kind": "Node", "name": node, "uid": node},
+        "reason": reason, "message": message,
+        "source": {"component": "kubelet", "host": node},
+        "firstTimestamp": "2026-11-30T09:00:00Z", "lastTimestamp": "2026-11-30T09:00:00Z",
+        "count": 1, "type": "Normal",
+        "reportingComponent": "kubelet", "reportingInstance": node,
+    })
+}
+
+/// kubectl (v1.32 here) with nothing from the environment.
+async fn kubectl(c: &Controller, dir: &std::path::Path, args: &[&str]) -> String {
+    tokio::fs::write(dir.join("kubeconfig"), "").await.unwrap();
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--server")
+        .arg(&c.url)
+        .arg("--request-timeout=10s")
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .args(args)
+        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .env("HOME", dir)
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .output()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run kubectl ({e}): these tests need the real kubectl on PATH; \
+                 install Debian's `kubernetes-client` package (CI installs it)"
+            )
+        });
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelets_events_are_kept_in_its_nodes_history_and_shown_by_kubectl() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let (code, _, n) = kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &node("edge-4")).await;
+    assert_eq!(code, 201, "{n}");
+    let events = "/api/v1/namespaces/default/events";
+    let (code, _, sent) = kubelet(
+        &c,
+        "POST",
+        events,
+        PROTOBUF,
+        &node_event("edge-4", "Starting", "Starting kubelet.", 1),
+    )
+    .await;
+    assert_eq!(code, 201, "{sent}");
+    assert_eq!(sent["reason"], "Starting");
+    // A repeat is patched first (events_cache.go); 404 makes it a new post.
+    let (code, _, s) = kubelet(
+        &c,
+        "PATCH",
+        &format!("{events}/edge-4.1"),
+        "application/strategic-merge-patch+json",
+        &json!({"count": 2, "lastTimestamp": "2026-11-30T09:01:00Z"}),
+    )
+    .await;
+    assert_eq!(code, 404, "{s}");
+    assert_eq!(s["reason"], "NotFound");
+    // An event about a pod on the node, in its namespace.
+    let mut pod_event = node_event(
+        "edge-4",
+        "Pulled",
+        "Container image \"pause:3.10\" already present on machine",
+        2,
+    );
+    pod_event["metadata"]["namespace"] = json!("kube-system");
+    pod_event["involvedObject"] =
+        json!({"kind": "Pod", "namespace": "kube-system", "name": "etcd-edge-4", "uid": "p-1"});
+    let (code, _, s) = kubelet(
+        &c,
+        "POST",
+        "/api/v1/namespaces/kube-system/events",
+        PROTOBUF,
+        &pod_event,
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+    // events.k8s.io/v1, as newer recorders post them.
+    let (code, _, s) = kubelet(
+        &c,
+        "POST",
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+        "application/json",
+        &json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "edge-4.3", "namespace": "default"},
+            "eventTime": "2026-11-30T09:00:00.000000Z",
+            "reportingController": "kubelet", "reportingInstance": "edge-4",
+            "action": "Starting", "reason": "NodeAllocatableEnforced",
+            "regarding": {"kind": "Node", "name": "edge-4", "uid": "edge-4"},
+            "note": "Updated Node Allocatable limit across pods", "type": "Normal",
+        }),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+
+    // In the node's history, marked as the kubelet's.
+    let history = c
+        .wait_for("/v1/history?node=edge-4", "three kubelet events", |h| {
+            h.as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["kind"] == "KubeletEvent")
+                .count()
+                == 3
+        })
+        .await;
+    let posted: Vec<&Value> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "KubeletEvent")
+        .collect();
+    assert_eq!(posted[0]["component"], "kubelet");
+    assert_eq!(posted[0]["type"], "Normal");
+    assert_eq!(posted[0]["reason"], "Starting");
+    assert_eq!(posted[0]["object"], "Node/edge-4");
+    assert_eq!(posted[1]["object"], "Pod/kube-system/etcd-edge-4");
+    assert_eq!(posted[2]["reason"], "NodeAllocatableEnforced");
+
+    // kubectl shows them: get events, and describe node.
+    let dir = site.path();
+    let listed = kubectl(&c, dir, &["get", "events", "-A"]).await;
+    assert!(listed.contains("Starting kubelet."), "{listed}");
+    assert!(listed.contains("pod/etcd-edge-4"), "{listed}");
+    let described = kubectl(&c, dir, &["describe", "node", "edge-4"]).await;
+    let events_part = described.split("Events:").nth(1).unwrap_or_default();
+    assert!(events_part.contains("Starting kubelet."), "{described}");
+    assert!(
+        events_part.contains("NodeAllocatableEnforced"),
+        "{described}"
+    );
+    assert!(events_part.contains("kubelet"), "{described}");
+
+    // Another node's events, and a node's token, are its own.
+    let (code, _, s) = kubelet(
+        &c,
+        "POST",
+        events,
+        "application/json",
+        &node_event("ghost", "Starting", "x", 4),
+    )
+    .await;
+    assert_eq!(code, 403, "{s}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_that_floods_events_is_held_to_its_budget() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let (code, _, n) = kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &node("edge-3")).await;
+    assert_eq!(code, 201, "{n}");
+    let (mut created, mut refused) = (0, 0);
+    let mut retry_after = None;
+    for i in 0..60u64 {
+        let response = client()
+            .post(format!("{}/api/v1/namespaces/default/events", c.url))
+            .header("content-type", PROTOBUF)
+            .body(encode(&node_event("edge-3", "Flood", &"x".repeat(4000), i)))
+            .send()
+            .await
+            .unwrap();
+        match response.status().as_u16() {
+            201 => created += 1,
+            429 => {
+                refused += 1;
+                retry_after = response
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().to_string());
+                let s: Value = response.json().await.unwrap();
+                assert_eq!(s["reason"], "TooManyRequests");
+            }
+            other => panic!("{other}"),
+        }
+    }
+    // 50 at once, and one more for each 5 s the loop took.
+    assert!((50..=52).contains(&created), "{created}");
+    assert_eq!(created + refused, 60);
+    assert!(retry_after.is_some_and(|r| r.parse::<u64>().unwrap() >= 1));
+    // Messages are cut to 1 kB.
+    let history = c
+        .wait_for("/v1/history?node=edge-3", "the flood", |h| {
+            h.as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["kind"] == "KubeletEvent")
+                .count()
+                == created
+        })
+        .await;
+    let kept = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "KubeletEvent")
+        .unwrap();
+    assert_eq!(kept["message"].as_str().unwrap().len(), 1024);
 }

@@ -202,6 +202,8 @@ pub struct Controller {
     unrecorded: Vec<(Option<String>, EventKind)>,
     /// Single probes of nodes whose heartbeats stopped (hybrid mode).
     rescues: JoinSet<(String, ProbeOutcome)>,
+    /// Each node's budget of Events its kubelet may post (see `push.rs`).
+    event_budgets: HashMap<String, crate::token_bucket::TokenBucket>,
     evictor: eviction::Evictor,
     /// Eviction hooks running.
     hooks: JoinSet<(String, String)>,
@@ -346,6 +348,7 @@ impl Controller {
             dirty_leases: HashSet::new(),
             unrecorded,
             rescues: JoinSet::new(),
+            event_budgets: HashMap::new(),
             evictor: eviction::Evictor::default(),
             hooks: JoinSet::new(),
             probe_failures: Default::default(),

@@ -56,6 +56,13 @@ pub enum Push {
         expected_generation: Option<u64>,
         reply: oneshot::Sender<Result<Lease, PushError>>,
     },
+    /// An Event a node's kubelet posted (`POST .../events`), kept in the
+    /// node's history within the node's budget.
+    KubeletEvent {
+        name: String,
+        kind: EventKind,
+        reply: oneshot::Sender<Result<(), PushError>>,
+    },
     /// An event about a node from outside the controller (what the mirror did).
     Record {
         name: String,
@@ -124,6 +131,9 @@ pub enum PushError {
     /// A delete's precondition does not hold.
     #[error("{0}")]
     PreconditionFailed(String),
+    /// Over a budget; may be tried again after `retry_after` seconds.
+    #[error("{message}")]
+    TooManyRequests { message: String, retry_after: u64 },
     /// A source still lists the node: deleting it would not last.
     #[error("{0}")]
     StillListed(String),
@@ -220,6 +230,12 @@ impl ControllerHandle {
             reply,
         })
         .await
+    }
+
+    /// Keeps an Event a node's kubelet posted in the node's history.
+    pub async fn kubelet_event(&self, name: String, kind: EventKind) -> Result<(), PushError> {
+        self.ask(|reply| Push::KubeletEvent { name, kind, reply })
+            .await
     }
 
     /// Records `kind` in the node's history, durably.
@@ -319,6 +335,15 @@ impl Controller {
                 reply,
             } => {
                 let _ = reply.send(self.write_object(object, write, kind, summary).await);
+            }
+            Push::KubeletEvent { name, kind, reply } => {
+                if let Err(e) = self.take_event_budget(&name) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                let mut batch = Batch::new(Micros::now());
+                batch.node_event(&name, kind);
+                self.commit_ahead(Change::of(batch), Vec::new(), &[], Done::Unit(reply));
             }
             Push::Record { name, kind, reply } => {
                 let mut batch = Batch::new(Micros::now());
@@ -620,7 +645,48 @@ impl Controller {
     }
 }
 
+/// Events a node's kubelet may post at once, and how many a second after:
+/// a kubelet sends about a dozen at start and a few an hour after, and
+/// limits itself (client-go `tools/record/events_cache.go`: 25 at once per
+/// object, then one per 5 minutes), so this holds a kubelet that misbehaves
+/// without touching one that does not.
+const EVENT_BURST: u32 = 50;
+const EVENTS_PER_SECOND: f64 = 0.2;
+
 impl Controller {
+    /// Takes one of node `name`'s Event tokens: only a registered node has
+    /// a budget (its history is where its Events are kept).
+    fn take_event_budget(&mut self, name: &str) -> Result<(), PushError> {
+        if !self.tracked.contains_key(name) {
+            self.event_budgets.remove(name);
+            return Err(PushError::Forbidden(format!(
+                "events are kept in a node's history, and no node {name:?} is registered"
+            )));
+        }
+        let now = self.clock.now();
+        // Budgets of nodes gone since are dropped as the map grows.
+        if self.event_budgets.len() > self.tracked.len() {
+            let tracked = &self.tracked;
+            self.event_budgets.retain(|n, _| tracked.contains_key(n));
+        }
+        let bucket = self
+            .event_budgets
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                crate::token_bucket::TokenBucket::new(EVENTS_PER_SECOND, EVENT_BURST, now)
+            });
+        bucket.try_acquire(now).map_err(|wait| {
+            let retry_after = wait.map_or(60, |w| w.as_secs().max(1));
+            PushError::TooManyRequests {
+                message: format!(
+                    "node {name:?} posted more than {EVENT_BURST} events at once; nodekeeper \
+                     keeps {EVENTS_PER_SECOND} a second after that"
+                ),
+                retry_after,
+            }
+        })
+    }
+
     /// A kubelet's write of an object kept with its node: checked against
     /// the object as published, recorded in the node's history, answered
     /// once durable. Rare (a CSINode is written at a kubelet's start and

@@ -85,6 +85,13 @@ impl EventKind {
                 action,
                 summary,
             } => format!("{resource} {name} {action}: {summary}"),
+            EventKind::KubeletEvent {
+                component,
+                event_type,
+                reason,
+                message,
+                object,
+            } => format!("{component}: {event_type} {reason} on {object}: {message}"),
         }
     }
 }

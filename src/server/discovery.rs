@@ -18,6 +18,7 @@ const COORDINATION_V1: &str = "coordination.k8s.io/v1";
 const STORAGE: &str = "storage.k8s.io";
 const STORAGE_V1: &str = "storage.k8s.io/v1";
 const NODE: &str = "node.k8s.io";
+const EVENTS: &str = "events.k8s.io";
 /// What can be read of a resource nodekeeper serves empty.
 const READ: &[&str] = &["get", "list", "watch"];
 
@@ -119,7 +120,16 @@ fn core_v1_resources() -> APIResourceList {
                 &[],
             ),
             // The nodes' history, as events in `default` like the node controller's.
-            resource("events", "event", "Event", true, &["get", "list"], &["ev"]),
+            // Kubelets' Events are posted into it; a repeat's patch is a 404,
+            // which makes recorders post it again.
+            resource(
+                "events",
+                "event",
+                "Event",
+                true,
+                &["create", "get", "list", "patch"],
+                &["ev"],
+            ),
             // There are no pods; listing them answers an empty list (kubectl describe node asks).
             resource("pods", "pod", "Pod", true, READ, &["po"]),
             // None kept: listed and watched empty, as kubelets do.
@@ -131,7 +141,12 @@ fn core_v1_resources() -> APIResourceList {
 /// `/apis`: the named groups.
 pub(crate) async fn apis() -> Response {
     Json(APIGroupList {
-        groups: vec![group(COORDINATION), group(STORAGE), group(NODE)],
+        groups: vec![
+            group(COORDINATION),
+            group(STORAGE),
+            group(NODE),
+            group(EVENTS),
+        ],
     })
     .into_response()
 }
@@ -180,6 +195,27 @@ pub(crate) async fn storage_v1() -> Response {
             // None kept: listed and watched empty, as kubelets do.
             resource("csidrivers", "csidriver", "CSIDriver", false, READ, &[]),
         ],
+    })
+    .into_response()
+}
+
+/// `/apis/events.k8s.io`.
+pub(crate) async fn events() -> Response {
+    Json(group(EVENTS)).into_response()
+}
+
+/// `/apis/events.k8s.io/v1`: Events may be posted (kept in the node's history).
+pub(crate) async fn events_v1() -> Response {
+    Json(APIResourceList {
+        group_version: format!("{EVENTS}/v1"),
+        resources: vec![resource(
+            "events",
+            "event",
+            "Event",
+            true,
+            &["create", "patch"],
+            &["ev"],
+        )],
     })
     .into_response()
 }

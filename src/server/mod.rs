@@ -19,6 +19,7 @@ mod nodes;
 mod pace;
 mod params;
 pub mod pods;
+mod posted_events;
 mod push;
 mod serve;
 mod v1;
@@ -139,11 +140,21 @@ pub fn limited_router(
         .route("/api/v1/events", get(events::list_events))
         .route(
             "/api/v1/namespaces/{namespace}/events",
-            get(events::list_namespaced_events),
+            get(events::list_namespaced_events).post(posted_events::post_core_event),
         )
         .route(
             "/api/v1/namespaces/{namespace}/events/{name}",
-            get(events::get_event),
+            get(events::get_event).patch(posted_events::patch_event),
+        )
+        .route("/apis/events.k8s.io", get(discovery::events))
+        .route("/apis/events.k8s.io/v1", get(discovery::events_v1))
+        .route(
+            "/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+            axum::routing::post(posted_events::post_events_event),
+        )
+        .route(
+            "/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}",
+            axum::routing::patch(posted_events::patch_event),
         )
         .route("/api/v1/services", get(empty::list_services))
         .route(

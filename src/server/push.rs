@@ -56,6 +56,17 @@ pub(crate) fn push_error(e: PushError) -> Response {
             Json(crate::kube::invalid(&invalid)),
         )
             .into_response(),
+        PushError::TooManyRequests {
+            message,
+            retry_after,
+        } => {
+            let mut response =
+                status_error(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", message);
+            if let Ok(value) = HeaderValue::from_str(&retry_after.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            response
+        }
         PushError::PreconditionFailed(message) | PushError::StillListed(message) => {
             status_error(StatusCode::CONFLICT, "Conflict", message)
         }

@@ -170,6 +170,13 @@ pub enum EventKindV1 {
         action: String,
         summary: String,
     },
+    KubeletEvent {
+        component: String,
+        event_type: String,
+        reason: String,
+        message: String,
+        object: String,
+    },
 }
 
 /// One operator change. Append-only: postcard stores the variant index.
@@ -735,6 +742,19 @@ impl From<&EventKind> for EventKindV1 {
                 action: action.clone(),
                 summary: summary.clone(),
             },
+            EventKind::KubeletEvent {
+                component,
+                event_type,
+                reason,
+                message,
+                object,
+            } => EventKindV1::KubeletEvent {
+                component: component.clone(),
+                event_type: event_type.clone(),
+                reason: reason.clone(),
+                message: message.clone(),
+                object: object.clone(),
+            },
             EventKind::OperatorChanged { by, changes } => EventKindV1::OperatorChanged {
                 by: by.clone(),
                 changes: changes.iter().map(node_change_v1).collect(),
@@ -814,6 +834,19 @@ impl TryFrom<EventKindV1> for EventKind {
                 name,
                 action,
                 summary,
+            },
+            EventKindV1::KubeletEvent {
+                component,
+                event_type,
+                reason,
+                message,
+                object,
+            } => EventKind::KubeletEvent {
+                component,
+                event_type,
+                reason,
+                message,
+                object,
             },
             EventKindV1::OperatorChanged { by, changes } => EventKind::OperatorChanged {
                 by,
@@ -1022,6 +1055,22 @@ pub(crate) mod tests {
         let bytes = encode_event(&event);
         assert_eq!(hex(&bytes), "000201016e0f0172016e01610173");
         assert_eq!(decode_event(11, &bytes).unwrap(), event);
+
+        let posted = Event {
+            seq: 12,
+            time: Micros(1),
+            node: Some("n".into()),
+            kind: EventKind::KubeletEvent {
+                component: "k".into(),
+                event_type: "N".into(),
+                reason: "r".into(),
+                message: "m".into(),
+                object: "o".into(),
+            },
+        };
+        let bytes = encode_event(&posted);
+        assert_eq!(hex(&bytes), "000201016e10016b014e0172016d016f");
+        assert_eq!(decode_event(12, &bytes).unwrap(), posted);
     }
 
     #[test]
