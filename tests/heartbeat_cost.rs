@@ -260,7 +260,7 @@ async fn allocations_of(router: &Router, make: fn() -> Request<Body>) -> u64 {
 const STATUS_PATCH_ALLOCATIONS: u64 = 41;
 const LEASE_PUT_ALLOCATIONS: u64 = 32;
 // A protobuf body is read into JSON first (docs/decisions/protobuf-bodies.md).
-const PROTOBUF_LEASE_PUT_ALLOCATIONS: u64 = 64;
+const PROTOBUF_LEASE_PUT_ALLOCATIONS: u64 = 37;
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_heartbeat_allocates_no_more_than_it_did() {

@@ -622,7 +622,8 @@ impl FakeApi {
         let body: serde_json::Value = if bytes.is_empty() {
             serde_json::Value::Null
         } else if content_type == crate::protobuf::PROTOBUF {
-            nodekeeper::kube::protobuf::to_json(&bytes).expect("a protobuf body")
+            let json = nodekeeper::kube::protobuf::to_json(&bytes).expect("a protobuf body");
+            serde_json::from_slice(&json).expect("JSON from protobuf")
         } else {
             serde_json::from_slice(&bytes).expect("JSON body")
         };

@@ -14,13 +14,12 @@
 //! names, as in every message here (`DaemonEndpoint.Port` included).
 //!
 //! What Go's JSON would omit is left out: empty strings, zero numbers,
-//! `false`, empty lists and maps, and a zero time (an empty `Time`
+//! `false`, empty lists, maps and objects, and a zero time (an empty `Time`
 //! message). Fields a schema does not list are skipped, as Go's decoder
-//! skips unknown ones.
+//! skips unknown ones; a field sent twice takes its last value.
 
 use bytes::Buf;
 use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
-use serde_json::{Map, Value};
 
 /// The magic every protobuf-encoded object starts with.
 pub const MAGIC: &[u8] = b"k8s\0";
@@ -59,66 +58,139 @@ pub fn is_protobuf(content_type: &str) -> bool {
     content_type.split(';').next().unwrap_or("").trim() == MEDIA_TYPE
 }
 
-/// Reads a protobuf-encoded object into its Kubernetes JSON, with its
-/// `apiVersion` and `kind`.
-pub fn to_json(body: &[u8]) -> Result<Value, ProtobufError> {
+/// Reads a protobuf-encoded object into its Kubernetes JSON (bytes), with
+/// its `apiVersion` and `kind`. The JSON is written as the message is
+/// walked, into one buffer: a kubelet's Lease renewal comes this way every
+/// 10 s.
+pub fn to_json(body: &[u8]) -> Result<Vec<u8>, ProtobufError> {
     let envelope = Envelope::read(body)?;
-    if !envelope.content_encoding.is_empty() {
-        return Err(ProtobufError::Encoding(envelope.content_encoding));
+    let encoding = text(envelope.content_encoding, "contentEncoding")?;
+    if !encoding.is_empty() {
+        return Err(ProtobufError::Encoding(encoding.to_string()));
     }
-    let text = |key: &str| {
-        envelope
-            .type_meta
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
+    let type_meta = |tag| -> Result<&str, ProtobufError> {
+        match last(envelope.type_meta, tag)? {
+            Some((WireType::LengthDelimited, Occurrence::Bytes(b))) => text(b, "typeMeta"),
+            Some(_) => Err(ProtobufError::Wire(
+                "typeMeta holds a field of another type".into(),
+            )),
+            None => Ok(""),
+        }
     };
-    let (api_version, kind) = (text("apiVersion"), text("kind"));
-    let Some(schema) = schema_of(&api_version, &kind) else {
-        return Err(ProtobufError::UnknownKind { api_version, kind });
+    let (api_version, kind) = (type_meta(1)?, type_meta(2)?);
+    let Some(schema) = schema_of(api_version, kind) else {
+        return Err(ProtobufError::UnknownKind {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+        });
     };
-    let mut raw = envelope.raw;
-    let mut object = read_message(&mut raw, schema)?;
-    let mut out = Map::with_capacity(object.len() + 2);
-    out.insert("apiVersion".into(), Value::String(api_version));
-    out.insert("kind".into(), Value::String(kind));
-    out.append(&mut object);
-    Ok(Value::Object(out))
+    let mut out = Vec::with_capacity(2 * envelope.raw.len() + 64);
+    out.extend_from_slice(b"{\"apiVersion\":");
+    write_str(&mut out, api_version);
+    out.extend_from_slice(b",\"kind\":");
+    write_str(&mut out, kind);
+    write_fields(envelope.raw, schema, &mut out, false)?;
+    out.push(b'}');
+    Ok(out)
 }
 
 /// k8s.io/apimachinery `pkg/runtime/generated.proto` `Unknown`: the
 /// object's `TypeMeta` (1), its message (2), its content encoding (3).
 struct Envelope<'a> {
-    type_meta: Map<String, Value>,
+    type_meta: &'a [u8],
     raw: &'a [u8],
-    content_encoding: String,
+    content_encoding: &'a [u8],
 }
 
 impl<'a> Envelope<'a> {
     fn read(body: &'a [u8]) -> Result<Envelope<'a>, ProtobufError> {
-        let mut buf = body.strip_prefix(MAGIC).ok_or(ProtobufError::NoMagic)?;
-        let mut envelope = Envelope {
-            type_meta: Map::new(),
-            raw: &[],
-            content_encoding: String::new(),
-        };
-        while buf.has_remaining() {
-            let (tag, wire) = decode_key(&mut buf)?;
-            match (tag, wire) {
-                (1, WireType::LengthDelimited) => {
-                    envelope.type_meta = read_message(&mut delimited(&mut buf)?, &TYPE_META)?;
-                }
-                (2, WireType::LengthDelimited) => envelope.raw = delimited(&mut buf)?,
-                (3, WireType::LengthDelimited) => {
-                    envelope.content_encoding = String::from_utf8(delimited(&mut buf)?.to_vec())
-                        .map_err(|_| ProtobufError::Utf8("contentEncoding"))?;
-                }
-                _ => skip_field(wire, tag, &mut buf, DecodeContext::default())?,
+        let buf = body.strip_prefix(MAGIC).ok_or(ProtobufError::NoMagic)?;
+        check(buf)?;
+        let bytes = |tag| -> Result<&'a [u8], ProtobufError> {
+            match last(buf, tag)? {
+                Some((WireType::LengthDelimited, Occurrence::Bytes(b))) => Ok(b),
+                Some(_) => Err(ProtobufError::Wire(format!(
+                    "field {tag} of the envelope is not length-delimited"
+                ))),
+                None => Ok(&[]),
             }
-        }
-        Ok(envelope)
+        };
+        Ok(Envelope {
+            type_meta: bytes(1)?,
+            raw: bytes(2)?,
+            content_encoding: bytes(3)?,
+        })
     }
+}
+
+/// One occurrence of a field: a varint, or the bytes of a length-delimited field.
+#[derive(Clone, Copy)]
+enum Occurrence<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+}
+
+/// Every occurrence of field `tag` in a message, in order; the message
+/// must have passed [`check`]. Fields of other numbers, and of fixed
+/// widths, are skipped.
+fn occurrences(
+    mut buf: &[u8],
+    tag: u32,
+) -> impl Iterator<Item = Result<(WireType, Occurrence<'_>), ProtobufError>> {
+    std::iter::from_fn(move || loop {
+        if !buf.has_remaining() {
+            return None;
+        }
+        let (found, wire) = match decode_key(&mut buf) {
+            Ok(key) => key,
+            Err(e) => return Some(Err(e.into())),
+        };
+        let occurrence = match wire {
+            WireType::Varint => decode_varint(&mut buf)
+                .map(Occurrence::Varint)
+                .map_err(ProtobufError::from),
+            WireType::LengthDelimited => delimited(&mut buf).map(Occurrence::Bytes),
+            _ => match skip_field(wire, found, &mut buf, DecodeContext::default()) {
+                Ok(()) => continue,
+                Err(e) => return Some(Err(e.into())),
+            },
+        };
+        if found == tag || occurrence.is_err() {
+            return Some(occurrence.map(|o| (wire, o)));
+        }
+    })
+}
+
+/// The last occurrence of field `tag`: a field sent twice takes its last
+/// value, as protobuf's readers take it.
+fn last(buf: &[u8], tag: u32) -> Result<Option<(WireType, Occurrence<'_>)>, ProtobufError> {
+    let mut found = None;
+    for o in occurrences(buf, tag) {
+        found = Some(o?);
+    }
+    Ok(found)
+}
+
+/// Checks that a message is well formed throughout (every key, length and
+/// value within its bytes), so that a field missed by the schema cannot
+/// hide a cut body.
+fn check(mut buf: &[u8]) -> Result<(), ProtobufError> {
+    while buf.has_remaining() {
+        let (tag, wire) = decode_key(&mut buf)?;
+        skip_field(wire, tag, &mut buf, DecodeContext::default())?;
+    }
+    Ok(())
+}
+
+/// Bytes as UTF-8 text.
+fn text<'a>(bytes: &'a [u8], field: &'static str) -> Result<&'a str, ProtobufError> {
+    std::str::from_utf8(bytes).map_err(|_| ProtobufError::Utf8(field))
+}
+
+/// A JSON string, escaped.
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    // Writing a str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 /// The schema of an object kind a kubelet sends.
@@ -157,8 +229,6 @@ enum Kind {
     Time,
     /// `meta.v1.MicroTime`: RFC 3339 to the microsecond.
     MicroTime,
-    /// `resource.Quantity`: its string.
-    Quantity,
     /// `map<string, string>`.
     StringMap,
     /// `map<string, resource.Quantity>`.
@@ -183,63 +253,189 @@ const fn many(tag: u32, name: &'static str, kind: Kind) -> Field {
     }
 }
 
-fn read_message(buf: &mut &[u8], message: &Message) -> Result<Map<String, Value>, ProtobufError> {
-    let mut out = Map::new();
-    while buf.has_remaining() {
-        let (tag, wire) = decode_key(buf)?;
-        let Some(field) = message.fields.iter().find(|f| f.tag == tag) else {
-            skip_field(wire, tag, buf, DecodeContext::default())?;
-            continue;
+/// Writes the fields of `message` found in `bytes` as `,"name":value`
+/// pairs (without the braces), each in schema order; what Go's JSON omits
+/// is left out. `first` says whether no pair precedes them.
+fn write_fields(
+    bytes: &[u8],
+    message: &Message,
+    out: &mut Vec<u8>,
+    mut first: bool,
+) -> Result<bool, ProtobufError> {
+    check(bytes)?;
+    for field in message.fields {
+        let mark = out.len();
+        out.extend_from_slice(if first { b"\"" } else { b",\"" });
+        out.extend_from_slice(field.name.as_bytes());
+        out.extend_from_slice(b"\":");
+        let body = out.len();
+        let written = if field.repeated {
+            write_repeated(bytes, field, out)?
+        } else {
+            match last(bytes, field.tag)? {
+                Some((wire, o)) => write_value(field, wire, o, out)?,
+                None => false,
+            }
         };
-        let value = read_value(buf, field, wire)?;
-        if field.repeated || matches!(field.kind, Kind::StringMap | Kind::QuantityMap) {
-            merge_repeated(&mut out, field, value);
-        } else if let Some(value) = value.filter(|v| !is_empty(v)) {
-            out.insert(field.name.into(), value);
+        if written && out.len() > body {
+            first = false;
+        } else {
+            out.truncate(mark);
         }
     }
-    Ok(out)
+    Ok(!first)
 }
 
-/// Adds one occurrence of a repeated field (or map entry) to `out`.
-fn merge_repeated(out: &mut Map<String, Value>, field: &Field, value: Option<Value>) {
-    let Some(value) = value else { return };
+/// A repeated field as a JSON array, or a map field as an object; false
+/// (nothing kept) when it has no occurrence.
+fn write_repeated(bytes: &[u8], field: &Field, out: &mut Vec<u8>) -> Result<bool, ProtobufError> {
+    let map = matches!(field.kind, Kind::StringMap | Kind::QuantityMap);
+    out.push(if map { b'{' } else { b'[' });
+    let mut count = 0;
+    for o in occurrences(bytes, field.tag) {
+        let (wire, o) = o?;
+        if count > 0 {
+            out.push(b',');
+        }
+        if map {
+            expect(field, wire, WireType::LengthDelimited)?;
+            let Occurrence::Bytes(entry) = o else {
+                unreachable!("length-delimited")
+            };
+            write_entry(entry, field, out)?;
+        } else {
+            let mark = out.len();
+            // An element is never left out: `null` stands for an empty one.
+            if !write_value(field, wire, o, out)? {
+                out.truncate(mark);
+                out.extend_from_slice(b"null");
+            }
+        }
+        count += 1;
+    }
+    out.push(if map { b'}' } else { b']' });
+    Ok(count > 0)
+}
+
+/// A map entry (`key` 1, `value` 2) as `"key":value`.
+fn write_entry(entry: &[u8], field: &Field, out: &mut Vec<u8>) -> Result<(), ProtobufError> {
+    check(entry)?;
+    let key = match last(entry, 1)? {
+        Some((WireType::LengthDelimited, Occurrence::Bytes(k))) => text(k, field.name)?,
+        _ => "",
+    };
+    write_str(out, key);
+    out.push(b':');
+    let value = match last(entry, 2)? {
+        Some((WireType::LengthDelimited, Occurrence::Bytes(v))) => v,
+        _ => &[],
+    };
     match field.kind {
-        Kind::StringMap | Kind::QuantityMap => {
-            let Value::Array(mut entry) = value else {
-                return;
-            };
-            let (Some(value), Some(Value::String(key))) = (entry.pop(), entry.pop()) else {
-                return;
-            };
-            let map = out
-                .entry(field.name)
-                .or_insert_with(|| Value::Object(Map::new()));
-            if let Value::Object(map) = map {
-                map.insert(key, value);
-            }
-        }
+        Kind::QuantityMap => write_quantity(value, field, out),
         _ => {
-            let list = out
-                .entry(field.name)
-                .or_insert_with(|| Value::Array(vec![]));
-            if let Value::Array(list) = list {
-                list.push(value);
-            }
+            write_str(out, text(value, field.name)?);
+            Ok(())
         }
     }
 }
 
-/// What Go's `omitempty` leaves out.
-fn is_empty(v: &Value) -> bool {
-    match v {
-        Value::Null => true,
-        Value::String(s) => s.is_empty(),
-        Value::Bool(b) => !b,
-        Value::Number(n) => n.as_i64() == Some(0),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
+/// `resource.Quantity` as its string (`0` when empty).
+fn write_quantity(bytes: &[u8], field: &Field, out: &mut Vec<u8>) -> Result<(), ProtobufError> {
+    check(bytes)?;
+    match last(bytes, 1)? {
+        Some((WireType::LengthDelimited, Occurrence::Bytes(s))) => {
+            write_str(out, text(s, field.name)?)
+        }
+        _ => write_str(out, "0"),
     }
+    Ok(())
+}
+
+/// One value; false when it is one Go's JSON omits.
+fn write_value(
+    field: &Field,
+    wire: WireType,
+    o: Occurrence<'_>,
+    out: &mut Vec<u8>,
+) -> Result<bool, ProtobufError> {
+    let varint = || match (wire, o) {
+        (WireType::Varint, Occurrence::Varint(v)) => Ok(v),
+        _ => Err(ProtobufError::WireType {
+            field: field.name,
+            got: wire,
+            expected: WireType::Varint,
+        }),
+    };
+    let bytes = || match (wire, o) {
+        (WireType::LengthDelimited, Occurrence::Bytes(b)) => Ok(b),
+        _ => Err(ProtobufError::WireType {
+            field: field.name,
+            got: wire,
+            expected: WireType::LengthDelimited,
+        }),
+    };
+    let number = |out: &mut Vec<u8>, n: i64| {
+        if n == 0 {
+            return false;
+        }
+        let _ = serde_json::to_writer(&mut *out, &n);
+        true
+    };
+    Ok(match field.kind {
+        Kind::Bool => {
+            let v = varint()? != 0;
+            if v {
+                out.extend_from_slice(b"true");
+            }
+            v
+        }
+        // int32 is sign-extended to 64 bits on the wire.
+        Kind::Int32 => number(out, i64::from(varint()? as i64 as i32)),
+        Kind::Int64 => number(out, varint()? as i64),
+        Kind::String => {
+            let s = text(bytes()?, field.name)?;
+            if !s.is_empty() {
+                write_str(out, s);
+            }
+            !s.is_empty()
+        }
+        Kind::Message(m) => {
+            out.push(b'{');
+            let written = write_fields(bytes()?, m, out, true)?;
+            out.push(b'}');
+            written
+        }
+        Kind::Time | Kind::MicroTime => write_time(bytes()?, field, out)?,
+        Kind::StringMap | Kind::QuantityMap => unreachable!("maps are repeated"),
+    })
+}
+
+/// A `Time` or `MicroTime` as Kubernetes JSON writes it; nothing for the
+/// zero time, which Go encodes as an empty message
+/// (apimachinery `pkg/apis/meta/v1/time_proto.go`, `micro_time_proto.go`).
+fn write_time(bytes: &[u8], field: &Field, out: &mut Vec<u8>) -> Result<bool, ProtobufError> {
+    if bytes.is_empty() {
+        return Ok(false);
+    }
+    check(bytes)?;
+    let part = |tag| -> Result<i64, ProtobufError> {
+        match last(bytes, tag)? {
+            Some((WireType::Varint, Occurrence::Varint(v))) => Ok(v as i64),
+            Some(_) => Err(ProtobufError::Wire(format!("{}: not a time", field.name))),
+            None => Ok(0),
+        }
+    };
+    let (seconds, nanos) = (part(1)?, part(2)? as i32);
+    let at = jiff::Timestamp::from_second(seconds)
+        .map_err(|e| ProtobufError::Wire(format!("{}: {e}", field.name)))?;
+    let utc = at.strftime("%Y-%m-%dT%H:%M:%S");
+    let text = match field.kind {
+        // Go's `Time` unmarshal keeps the seconds only.
+        Kind::MicroTime => format!("{utc}.{:06}Z", nanos.clamp(0, 999_999_999) / 1000),
+        _ => format!("{utc}Z"),
+    };
+    write_str(out, &text);
+    Ok(true)
 }
 
 fn expect(field: &Field, got: WireType, expected: WireType) -> Result<(), ProtobufError> {
@@ -265,96 +461,8 @@ fn delimited<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], ProtobufError> {
     Ok(field)
 }
 
-fn read_value(
-    buf: &mut &[u8],
-    field: &Field,
-    wire: WireType,
-) -> Result<Option<Value>, ProtobufError> {
-    let varint = |buf: &mut &[u8]| -> Result<u64, ProtobufError> {
-        expect(field, wire, WireType::Varint)?;
-        Ok(decode_varint(buf)?)
-    };
-    let text = |bytes: &[u8]| -> Result<String, ProtobufError> {
-        String::from_utf8(bytes.to_vec()).map_err(|_| ProtobufError::Utf8(field.name))
-    };
-    Ok(Some(match field.kind {
-        Kind::Bool => Value::Bool(varint(buf)? != 0),
-        // int32 is sign-extended to 64 bits on the wire.
-        Kind::Int32 => Value::from(varint(buf)? as i64 as i32),
-        Kind::Int64 => Value::from(varint(buf)? as i64),
-        _ => {
-            expect(field, wire, WireType::LengthDelimited)?;
-            let mut bytes = delimited(buf)?;
-            match field.kind {
-                Kind::String => Value::String(text(bytes)?),
-                Kind::Message(m) => Value::Object(read_message(&mut bytes, m)?),
-                Kind::Time | Kind::MicroTime => return time(bytes, field),
-                Kind::Quantity => read_message(&mut bytes, &QUANTITY)?
-                    .remove("string")
-                    .unwrap_or_else(|| Value::String("0".into())),
-                Kind::StringMap | Kind::QuantityMap => {
-                    let entry = read_message(
-                        &mut bytes,
-                        if matches!(field.kind, Kind::StringMap) {
-                            &STRING_ENTRY
-                        } else {
-                            &QUANTITY_ENTRY
-                        },
-                    )?;
-                    let key = entry.get("key").cloned().unwrap_or(Value::from(""));
-                    let value = entry.get("value").cloned().unwrap_or(Value::from(""));
-                    Value::Array(vec![key, value])
-                }
-                Kind::Bool | Kind::Int32 | Kind::Int64 => unreachable!("read as varints"),
-            }
-        }
-    }))
-}
-
-/// A `Time` or `MicroTime` as Kubernetes JSON writes it; `None` for the
-/// zero time, which Go encodes as an empty message
-/// (apimachinery `pkg/apis/meta/v1/time_proto.go`, `micro_time_proto.go`).
-fn time(mut bytes: &[u8], field: &Field) -> Result<Option<Value>, ProtobufError> {
-    if bytes.is_empty() {
-        return Ok(None);
-    }
-    let parts = read_message(&mut bytes, &TIMESTAMP)?;
-    let seconds = parts.get("seconds").and_then(Value::as_i64).unwrap_or(0);
-    let nanos = parts.get("nanos").and_then(Value::as_i64).unwrap_or(0);
-    let at = jiff::Timestamp::from_second(seconds)
-        .map_err(|e| ProtobufError::Wire(format!("{}: {e}", field.name)))?;
-    let utc = at.strftime("%Y-%m-%dT%H:%M:%S");
-    Ok(Some(Value::String(match field.kind {
-        // Go's `Time` unmarshal keeps the seconds only.
-        Kind::MicroTime => format!("{utc}.{:06}Z", nanos.clamp(0, 999_999_999) / 1000),
-        _ => format!("{utc}Z"),
-    })))
-}
-
 // The schemas. Each lists its upstream message; field numbers and names
 // are upstream's.
-
-/// k8s.io/apimachinery `pkg/runtime/generated.proto` `TypeMeta`.
-static TYPE_META: Message = Message {
-    fields: &[
-        one(1, "apiVersion", Kind::String),
-        one(2, "kind", Kind::String),
-    ],
-};
-/// `meta/v1` `Time` and `MicroTime` (the same two fields).
-static TIMESTAMP: Message = Message {
-    fields: &[one(1, "seconds", Kind::Int64), one(2, "nanos", Kind::Int32)],
-};
-/// `api/resource` `Quantity`.
-static QUANTITY: Message = Message {
-    fields: &[one(1, "string", Kind::String)],
-};
-static STRING_ENTRY: Message = Message {
-    fields: &[one(1, "key", Kind::String), one(2, "value", Kind::String)],
-};
-static QUANTITY_ENTRY: Message = Message {
-    fields: &[one(1, "key", Kind::String), one(2, "value", Kind::Quantity)],
-};
 
 /// `meta/v1` `ObjectMeta` (managedFields left out: servers set them).
 static OBJECT_META: Message = Message {

@@ -19,7 +19,6 @@ use serde::de::DeserializeOwned;
 use super::patch::{self, PatchKind};
 use super::{status_error, AppState};
 use crate::controller::{PushError, PushedStatus};
-use crate::kube::protobuf::ProtobufError;
 
 mod kubelet_patch;
 pub(super) mod lease_renewal;
@@ -172,9 +171,6 @@ pub(crate) fn json_body<T: DeserializeOwned>(ct: &str, body: &Bytes) -> Result<T
 pub(crate) fn body_json(ct: &str, body: &Bytes) -> Result<Bytes, Response> {
     if crate::kube::protobuf::is_protobuf(ct) {
         return crate::kube::protobuf::to_json(body)
-            .and_then(|object| {
-                serde_json::to_vec(&object).map_err(|e| ProtobufError::Wire(e.to_string()))
-            })
             .map(Bytes::from)
             .map_err(|e| {
                 status_error(

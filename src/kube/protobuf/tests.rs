@@ -3,6 +3,11 @@ use serde_json::json;
 
 use super::*;
 
+/// [`to_json`], read back as a `Value`.
+fn to_value(body: &[u8]) -> Result<serde_json::Value, ProtobufError> {
+    to_json(body).map(|json| serde_json::from_slice(&json).expect("valid JSON"))
+}
+
 /// Protobuf fields, written by hand from the `.proto` definitions.
 fn text(tag: u32, s: &str) -> Vec<u8> {
     bytes_field(tag, s.as_bytes())
@@ -76,7 +81,7 @@ fn a_kubelet_lease_reads_as_its_json() {
     );
     let body = envelope("coordination.k8s.io/v1", "Lease", &[meta, spec].concat());
     assert_eq!(
-        to_json(&body).unwrap(),
+        to_value(&body).unwrap(),
         json!({
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -148,7 +153,7 @@ fn a_node_reads_with_its_maps_lists_and_times() {
         ],
     );
     let body = envelope("v1", "Node", &[meta, spec, status].concat());
-    let node = to_json(&body).unwrap();
+    let node = to_value(&body).unwrap();
     assert_eq!(
         node,
         json!({
@@ -184,7 +189,7 @@ fn a_node_reads_with_its_maps_lists_and_times() {
 fn negative_int32_values_are_sign_extended() {
     let spec = message(2, &[varint(2, (-1i64) as u64)]);
     let body = envelope("coordination.k8s.io/v1", "Lease", &spec);
-    assert_eq!(to_json(&body).unwrap()["spec"]["leaseDurationSeconds"], -1);
+    assert_eq!(to_value(&body).unwrap()["spec"]["leaseDurationSeconds"], -1);
 }
 
 #[test]
@@ -193,16 +198,16 @@ fn unknown_fields_are_skipped_and_bad_bodies_refused() {
     let meta = message(1, &[text(1, "n"), varint(99, 7), text(98, "x")]);
     let body = envelope("storage.k8s.io/v1", "CSINode", &meta);
     assert_eq!(
-        to_json(&body).unwrap(),
+        to_value(&body).unwrap(),
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "n"}})
     );
     assert_eq!(
-        to_json(b"{\"kind\":\"Lease\"}"),
+        to_value(b"{\"kind\":\"Lease\"}"),
         Err(ProtobufError::NoMagic)
     );
     let secret = envelope("v1", "Secret", &[]);
     assert_eq!(
-        to_json(&secret).unwrap_err().to_string(),
+        to_value(&secret).unwrap_err().to_string(),
         "no kind \"Secret\" is registered for version \"v1\" in protobuf; send it as application/json"
     );
     // A length past the end.
@@ -211,14 +216,14 @@ fn unknown_fields_are_skipped_and_bad_bodies_refused() {
     cut.extend(bytes_field(2, &message(1, &[text(1, "n")])));
     cut.truncate(cut.len() - 2);
     assert!(
-        matches!(to_json(&cut), Err(ProtobufError::Wire(_))),
+        matches!(to_value(&cut), Err(ProtobufError::Wire(_))),
         "{:?}",
-        to_json(&cut)
+        to_value(&cut)
     );
     // A string where a message is expected.
     let wrong = envelope("v1", "Node", &varint(1, 5));
     assert!(matches!(
-        to_json(&wrong),
+        to_value(&wrong),
         Err(ProtobufError::WireType {
             field: "metadata",
             ..
@@ -227,9 +232,9 @@ fn unknown_fields_are_skipped_and_bad_bodies_refused() {
     let mut gzip = MAGIC.to_vec();
     gzip.extend(message(1, &[text(1, "v1"), text(2, "Node")]));
     gzip.extend(text(3, "gzip"));
-    assert_eq!(to_json(&gzip), Err(ProtobufError::Encoding("gzip".into())));
+    assert_eq!(to_value(&gzip), Err(ProtobufError::Encoding("gzip".into())));
     let not_utf8 = envelope("v1", "Node", &message(1, &[bytes_field(1, &[0xff, 0xfe])]));
-    assert_eq!(to_json(&not_utf8), Err(ProtobufError::Utf8("name")));
+    assert_eq!(to_value(&not_utf8), Err(ProtobufError::Utf8("name")));
 }
 
 #[test]
@@ -239,4 +244,22 @@ fn the_media_type_is_read_without_its_parameters() {
         "application/vnd.kubernetes.protobuf; charset=binary"
     ));
     assert!(!is_protobuf("application/json"));
+}
+
+#[test]
+fn strings_are_escaped_and_a_field_sent_twice_takes_its_last_value() {
+    let meta = message(
+        1,
+        &[
+            text(1, "first"),
+            text(1, "edge-\"1\"\n"),
+            message(12, &[text(1, "a"), text(2, "1")]),
+            message(12, &[text(1, "b"), text(2, "\\")]),
+        ],
+    );
+    let body = envelope("v1", "Node", &meta);
+    assert_eq!(
+        to_value(&body).unwrap()["metadata"],
+        json!({"name": "edge-\"1\"\n", "annotations": {"a": "1", "b": "\\"}})
+    );
 }
