@@ -54,6 +54,17 @@ async fn pushing_kubelets_are_ready_and_their_states_show() {
     for name in [&steady, &silent, &sick] {
         c.wait_ready(name, "True").await;
     }
+    // Each initialises its CSINode as a kubelet does at start, and is not
+    // refused on the way (kubernetes pkg/volume/csi/csi_plugin.go:375-414).
+    eventually("every simulated kubelet's CSINode initialised", || async {
+        fleet.push_stats().csinodes == 3
+    })
+    .await;
+    let (code, csinodes) = c.get("/apis/storage.k8s.io/v1/csinodes").await;
+    assert_eq!(code, 200);
+    assert_eq!(csinodes["items"].as_array().unwrap().len(), 3, "{csinodes}");
+    let last_error = fleet.push_stats().last_error.unwrap_or_default();
+    assert!(!last_error.contains("csinodes"), "{last_error}");
     assert_eq!(
         ready_changes(&c, &steady).await,
         [("True".to_string(), "KubeletReady".to_string())]
