@@ -27,10 +27,13 @@ pub fn controller_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     builder.thread_name("nodekeeper").enable_all().build()
 }
 
-/// The API's runtime: a worker per core, at [`API_NICENESS`] below the
-/// controller's priority, blocking reads included.
+/// The API's runtime: a worker for each core but the controller's (one at
+/// least), at [`API_NICENESS`] below the controller's priority, blocking
+/// reads included. A worker more than the cores left would wake for work
+/// another worker already took (docs/decisions/runtimes.md).
 pub fn api_runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let workers = cores.saturating_sub(1).max(1);
     let niceness = std::env::var("NODEKEEPER_API_NICENESS")
         .ok()
         .and_then(|n| n.parse().ok())
