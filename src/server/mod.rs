@@ -8,6 +8,7 @@ pub mod console;
 mod discovery;
 mod events;
 mod guard;
+pub mod handoff;
 mod health;
 mod leases;
 pub mod limits;
