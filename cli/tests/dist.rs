@@ -134,7 +134,7 @@ fn unit_for_this_build(dir: &Path) -> PathBuf {
     assert_eq!(
         unit.matches("ExecStart=/usr/local/bin/nodekeeper ").count(),
         1,
-        "ExecStart runs /usr/local/bin/nodekeeper, as the README installs it"
+        "ExecStart runs /usr/local/bin/nodekeeper, as the README and docs/guide/install.md install it"
     );
     let path = dir.join("nodekeeper.service");
     std::fs::write(
@@ -392,14 +392,14 @@ fn rbac_rules(object: &serde_json::Value) -> Vec<(String, String, Vec<String>)> 
     rules
 }
 
-/// The ClusterRole the README's mirror section gives: the permissions the
-/// mirror's calls need, kept with the mirror's code.
-fn readme_cluster_role() -> serde_json::Value {
-    let readme = std::fs::read_to_string(Path::new(REPO).join("README.md")).unwrap();
-    let after = readme
+/// The ClusterRole the mirror guide gives: the permissions the mirror's
+/// calls need, kept with the mirror's code.
+fn guide_cluster_role() -> serde_json::Value {
+    let guide = std::fs::read_to_string(Path::new(REPO).join("docs/guide/mirror.md")).unwrap();
+    let after = guide
         .split("The account nodekeeper uses needs these permissions (RBAC):")
         .nth(1)
-        .expect("the README gives the mirror's RBAC");
+        .expect("docs/guide/mirror.md gives the mirror's RBAC");
     let block = after
         .split("```yaml\n")
         .nth(1)
@@ -408,15 +408,15 @@ fn readme_cluster_role() -> serde_json::Value {
     serde_json::to_value(serde_yaml_ng::from_str::<serde_yaml_ng::Value>(block).unwrap()).unwrap()
 }
 
-/// The manifest grants what the mirror calls, as the README lists it
+/// The manifest grants what the mirror calls, as the mirror guide lists it
 /// (nodes get, list, watch, create, patch, delete; nodes/status patch; pods
 /// list, delete; Leases get, create, update, delete), and nothing else; the
 /// Leases only in `kube-node-lease` and the leader Lease's namespace.
 #[test]
 fn rbac_grants_exactly_what_the_mirror_calls() {
     let docs = manifest_documents();
-    let readme = rbac_rules(&readme_cluster_role());
-    let (leases, core): (Vec<_>, Vec<_>) = readme
+    let guide = rbac_rules(&guide_cluster_role());
+    let (leases, core): (Vec<_>, Vec<_>) = guide
         .into_iter()
         .partition(|(group, _, _)| group == "coordination.k8s.io");
     assert_eq!(
@@ -429,11 +429,11 @@ fn rbac_grants_exactly_what_the_mirror_calls() {
         "{core:?}"
     );
     let [(_, resource, lease_verbs)] = leases.as_slice() else {
-        panic!("the README's RBAC has one rule for Leases: {leases:?}")
+        panic!("the guide's RBAC has one rule for Leases: {leases:?}")
     };
     assert_eq!(resource, "leases");
 
-    // Node Leases: everything the README grants on Leases.
+    // Node Leases: everything the guide grants on Leases.
     let node_leases = document(&docs, "Role", "nodekeeper-node-leases");
     assert_eq!(node_leases["metadata"]["namespace"], "kube-node-lease");
     assert_eq!(
