@@ -2,8 +2,8 @@
 //! labels: a 10k-node site must not mean 10k series.
 //!
 //! `Metrics::new` is long (about 400 lines) on purpose: it is the one list of
-//! every metric, its help text and its registration, which the README's
-//! metrics table documents (`cli/tests/dashboards.rs` checks that every
+//! every metric, its help text and its registration, which the metrics
+//! table of docs/guide/operations.md documents (`cli/tests/dashboards.rs` checks that every
 //! family served is in it).
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};

@@ -55,7 +55,7 @@ fn check_prerequisites() {
 }
 
 /// Where the scripts save screenshots: `docs/` when
-/// `NODEKEEPER_SCREENSHOTS=docs` (to refresh the README's), else under target/.
+/// `NODEKEEPER_SCREENSHOTS=docs` (to refresh the console guide's), else under target/.
 fn screenshot_dir() -> PathBuf {
     let root = Path::new(REPO);
     let dir = match std::env::var("NODEKEEPER_SCREENSHOTS").as_deref() {
