@@ -126,6 +126,7 @@ pub struct Metrics {
     pub store_flush_duration: Histogram,
     pub store_group_size: Histogram,
     pub registered: Gauge,
+    pub unregistered: Gauge,
     pub heartbeats: Family<HeartbeatLabels, Counter>,
     pub heartbeat_age: Family<QuantileLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub pushing: Gauge,
@@ -312,6 +313,12 @@ impl Metrics {
             "registered_nodes",
             "Nodes in the registry",
             registered.clone(),
+        );
+        let unregistered = Gauge::default();
+        registry.register(
+            "unregistered_nodes",
+            "Nodes a source names that are not registered yet (registration is tried again until they are)",
+            unregistered.clone(),
         );
         let heartbeats = Family::<HeartbeatLabels, Counter>::default();
         registry.register(
@@ -663,6 +670,7 @@ impl Metrics {
             store_flush_duration,
             store_group_size,
             registered,
+            unregistered,
         }
     }
 

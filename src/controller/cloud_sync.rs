@@ -90,12 +90,14 @@ impl Controller {
         self.source_status.consecutive_failures = 0;
         self.metrics.source_machines.set(machines.len() as i64);
 
+        // Machines gone from the source are not waited for.
+        let listed: std::collections::HashSet<&str> =
+            machines.iter().map(|m| m.spec.name.as_str()).collect();
+        self.unregistered
+            .retain(|s| s.source != source_name || listed.contains(s.name.as_str()));
         let mut plan = self.plan_listing(&machines, &source_name, now);
         if !plan.register.is_empty() {
-            let shutdown = self.shutdown.clone();
-            if let Err(e) = self.register_nodes(plan.register, &shutdown).await {
-                tracing::error!("{e}");
-            }
+            self.register_nodes(plan.register).await;
             // Machines registered just now follow their state at once.
             plan = self.plan_listing(&machines, &source_name, now);
         }

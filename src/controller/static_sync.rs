@@ -284,12 +284,11 @@ impl Controller {
             .into_iter()
             .filter(|s| !self.tracked.contains_key(&s.name))
             .collect();
-        if !new.is_empty() {
-            let shutdown = self.shutdown.clone();
-            if let Err(e) = self.register_nodes(new, &shutdown).await {
-                tracing::error!("{e}");
-            }
-        }
+        // Nodes the file no longer lists are not waited for.
+        let names = self.static_list.names();
+        self.unregistered
+            .retain(|s| s.source != STATIC_SOURCE || names.contains(&s.name));
+        self.register_nodes(new).await;
         self.save_source_listing().await;
     }
 
