@@ -80,10 +80,12 @@ impl Controller {
         let machines = match listing {
             Ok(machines) => machines,
             Err(e) => {
-                self.listing_failed(&e, now);
+                self.listing_failed(&e, now, &source_name).await;
                 return;
             }
         };
+        self.metrics
+            .set_source_failing(crate::metrics::NodeSource::Cloud, false);
         self.source_status.source = source_name.clone();
         self.source_status.last_success = Some(now);
         self.source_status.machines = machines.len();
@@ -112,10 +114,11 @@ impl Controller {
         plan_listing(machines, registry, source_name, now)
     }
 
-    /// A listing that failed changes nothing; it is counted and shown.
-    /// One that will fail the same way until someone acts (refused
-    /// credentials, a malformed listing) is an error, not a warning.
-    fn listing_failed(&mut self, e: &SourceError, now: Micros) {
+    /// A listing that failed changes nothing; it is counted and shown, and
+    /// the first of a run of them is recorded in the history. One that will
+    /// fail the same way until someone acts (refused credentials, a
+    /// malformed inventory) is an error, not a warning.
+    async fn listing_failed(&mut self, e: &SourceError, now: Micros, source_name: &str) {
         let status = &mut self.source_status;
         status.consecutive_failures += 1;
         status.last_error = Some(e.to_string());
@@ -128,6 +131,15 @@ impl Controller {
             tracing::error!(failures, "{e}; the registry is left as it is");
         }
         self.view.set_source_status(self.source_status.clone());
+        self.metrics
+            .set_source_failing(crate::metrics::NodeSource::Cloud, true);
+        if failures == 1 {
+            let event = crate::model::EventKind::SourceFailed {
+                source: source_name.to_string(),
+                message: e.to_string(),
+            };
+            self.record_events(vec![(None, event)]).await;
+        }
     }
 
     /// Writes a plan's deletions and updates in one change.

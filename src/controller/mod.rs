@@ -226,13 +226,14 @@ pub struct Controller {
     readiness: Readiness,
 }
 
-/// What the controller reports to `/readyz`: finished passes, and the
-/// nodes it cannot register.
+/// What the controller reports to `/readyz`: finished passes, the nodes
+/// it cannot register, and a nodes file it cannot follow.
 #[derive(Default)]
 struct Readiness {
     sweep: Option<crate::readiness::Recurring>,
     monitor: Option<crate::readiness::Recurring>,
     registration: Option<crate::readiness::Check>,
+    nodes_file: Option<crate::readiness::Check>,
 }
 
 impl Controller {
@@ -619,8 +620,10 @@ impl Controller {
 
     /// Reports to `/readyz`: finished passes (a probe sweep, unless in push
     /// mode, within three sync periods plus the kubelet timeout, and a
-    /// monitor pass within three monitor periods), and `registration`,
-    /// which fails while a node the sources name is not registered.
+    /// monitor pass within three monitor periods); `registration`, which
+    /// fails while a node the sources name is not registered; and, with
+    /// `--nodes-file`, `nodes-file`, which fails while the file cannot be
+    /// read or parsed.
     pub fn report_readiness(&mut self, ready: &crate::readiness::Checks) {
         let config = &self.config;
         if config.status_mode != StatusMode::Push {
@@ -637,6 +640,9 @@ impl Controller {
         ));
         self.readiness.registration = Some(ready.register("registration"));
         self.report_unregistered();
+        if self.config.nodes_file.is_some() {
+            self.readiness.nodes_file = Some(ready.register("nodes-file"));
+        }
     }
 
     fn sweep_finished(&self) {

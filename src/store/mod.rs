@@ -365,6 +365,11 @@ pub struct Store {
     checkpoint_interval: Option<u64>,
 }
 
+/// Whether `path` holds a store: a controller ran on it, or an import made it.
+pub fn exists(path: &Path) -> bool {
+    path.join("db").is_file()
+}
+
 impl Store {
     /// Opens (or creates) the store at `path` and brings it to the current
     /// schema. A store an interrupted compaction or import left is refused.
