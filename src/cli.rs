@@ -209,7 +209,8 @@ pub enum MirrorCommand {
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Print the effective configuration of `run` (the same flags and
-    /// `--config`) as YAML, each value with where it came from.
+    /// `--config`) as YAML, each value with where it came from; refused
+    /// (exit 2) when a file it names cannot be read.
     Print(Box<RunArgs>),
 }
 

@@ -53,6 +53,9 @@ pub enum ConfigError {
     TooLarge { path: PathBuf },
     #[error("--config {}:{line}: lists or mappings nested more than {} deep; a config maps flag names to values or to lists of values, such as `nodes: [a, b]`", path.display(), MAX_CONFIG_NESTING)]
     TooDeep { path: PathBuf, line: usize },
+    /// Files the settings name that cannot be read, one line each.
+    #[error("{}", .0.join("\n"))]
+    Unreadable(Vec<String>),
 }
 
 /// Where a setting's value came from.
@@ -332,6 +335,47 @@ fn nested_too_deep(text: &str) -> Option<usize> {
         previous = c;
     }
     None
+}
+
+/// What `config print` checks beyond parsing: every file a setting names
+/// (the nodes file, certificates, keys, token files, the kubeconfig, the
+/// cloud config) can be opened and read, as `run` would need it.
+pub fn check_files(settings: &[Setting]) -> Result<(), ConfigError> {
+    let command = command();
+    let files: Vec<String> = run_args(&command)
+        .iter()
+        .filter(|a| a.get_value_hint() == ValueHint::FilePath)
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect();
+    let mut problems = Vec::new();
+    for setting in settings.iter().filter(|s| files.contains(&s.key)) {
+        for value in setting.values.iter().filter(|v| !v.is_empty()) {
+            if let Err(e) = readable(Path::new(value)) {
+                problems.push(format!(
+                    "--{} {value} ({}): cannot read it: {e}; give a file that exists and that the controller's user may read",
+                    setting.key,
+                    setting.origin.as_str()
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Unreadable(problems))
+    }
+}
+
+/// Whether `path` is a file this process may read (a byte of it, if any).
+fn readable(path: &Path) -> std::io::Result<()> {
+    use std::io::Read;
+    // One-shot check of `config print`, before any runtime work.
+    #[allow(clippy::disallowed_methods)]
+    let mut file = std::fs::File::open(path)?;
+    if file.metadata()?.is_dir() {
+        return Err(std::io::Error::other("it is a directory"));
+    }
+    file.read(&mut [0u8; 1]).map(|_| ())
 }
 
 /// A usage error about a value that came from the file names the file and

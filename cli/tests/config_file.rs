@@ -123,3 +123,51 @@ fn deep_nesting_is_refused_before_it_is_parsed() {
     // Refused, but by the value's own check, not for nesting.
     assert!(!err.contains("nested"), "{code:?} {err}");
 }
+
+#[test]
+fn config_print_checks_the_files_the_config_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "nodes-file: nodes.txt\nkubelet-ca: ca.pem\ntoken-file: tokens\nnode-sync-period: 5s\n",
+    )
+    .unwrap();
+    // The token "file" is a directory; the others are missing.
+    std::fs::create_dir(dir.path().join("tokens")).unwrap();
+    let print = |extra: &[&str]| {
+        let mut args = vec!["config", "print", "--config", config.to_str().unwrap()];
+        args.extend(extra);
+        capped(dir.path(), &args)
+    };
+    let missing = dir.path().join("elsewhere.crt");
+    let (code, out, err) = print(&["--tls-cert-file", missing.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(out.is_empty(), "{out}");
+    for (flag, file, origin, why) in [
+        ("--nodes-file", "nodes.txt", "config file", "No such file"),
+        ("--kubelet-ca", "ca.pem", "config file", "No such file"),
+        ("--token-file", "tokens", "config file", "a directory"),
+        (
+            "--tls-cert-file",
+            "elsewhere.crt",
+            "command line",
+            "No such file",
+        ),
+    ] {
+        let path = dir.path().join(file);
+        let line = format!("{flag} {} ({origin}): cannot read it: ", path.display());
+        assert!(
+            err.lines().any(|l| l.contains(&line) && l.contains(why)),
+            "{line} … {why} in:\n{err}"
+        );
+    }
+
+    std::fs::write(dir.path().join("nodes.txt"), "edge-1 127.160.3.1\n").unwrap();
+    std::fs::write(dir.path().join("ca.pem"), "not checked here\n").unwrap();
+    std::fs::remove_dir(dir.path().join("tokens")).unwrap();
+    std::fs::write(dir.path().join("tokens"), "t0k3n\n").unwrap();
+    let (code, out, err) = print(&[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\nnode-sync-period: 5s "), "{out}");
+}
