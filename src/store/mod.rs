@@ -40,7 +40,9 @@ use thiserror::Error;
 
 use crate::model::{Event, EventKind, Lease, Micros, Node};
 pub use checkpoint::{Checkpoint, RegistryAt};
-pub use exchange::{ExportSummary, ImportSummary, EXPORT_FORMAT_VERSION};
+pub use exchange::{
+    ExportSummary, ImportProgress, ImportSummary, EXPORT_FORMAT_VERSION, MAX_LINE_BYTES,
+};
 pub use outbox::{OutboxEntry, OutboxKey};
 pub use query::{HistoryPage, HistoryQuery};
 use records::DecodeError;
@@ -1103,7 +1105,16 @@ impl Store {
 
     /// Loads an export into this (empty) store and flushes it.
     pub fn import(&self, input: &mut dyn std::io::BufRead) -> Result<ImportSummary, StoreError> {
-        exchange::import(self, input)
+        exchange::import(self, input, &mut |_| {})
+    }
+
+    /// [`Store::import`], telling `progress` how far it got as it goes.
+    pub fn import_reporting(
+        &self,
+        input: &mut dyn std::io::BufRead,
+        progress: &mut dyn FnMut(ImportProgress),
+    ) -> Result<ImportSummary, StoreError> {
+        exchange::import(self, input, progress)
     }
 
     /// Closes the store and opens it once more, so that sled writes down
