@@ -407,6 +407,11 @@ pub enum EventKind {
         by: String,
         changes: Vec<NodeChange>,
     },
+    /// A source of nodes could not be followed (a nodes file with a typo, an
+    /// inventory that does not parse): the registry is left as it is until
+    /// it is fixed. Controller-wide; `source` as nodes from it record theirs
+    /// (`static`, `cloud/inventory`).
+    SourceFailed { source: String, message: String },
 }
 
 /// One change an operator made to a node, in the fields operators own.
@@ -486,6 +491,7 @@ impl EventKind {
             EventKind::EvictionStarted { .. } => "EvictionStarted",
             EventKind::EvictionDone { .. } => "EvictionDone",
             EventKind::OperatorChanged { .. } => "OperatorChanged",
+            EventKind::SourceFailed { .. } => "SourceFailed",
         }
     }
 }

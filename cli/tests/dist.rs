@@ -259,6 +259,13 @@ fn the_systemd_unit_runs_what_the_binary_takes() {
     );
     let config = args.iter().position(|a| a == "--config").unwrap();
     assert_eq!(args[config + 1], "/etc/nodekeeper/config.yaml");
+    // The README's example config is the file the unit reads.
+    let readme = std::fs::read_to_string(format!("{REPO}/README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("```yaml\n# {}\n", args[config + 1])),
+        "the README's example config is not named {}",
+        args[config + 1]
+    );
     // The binary takes these arguments: `config print` parses the same
     // command line as `run` (with a config file of our own).
     let dir = tempfile::tempdir().unwrap();
@@ -493,8 +500,31 @@ fn write_configmap(docs: &[serde_json::Value], dir: &Path) {
         .as_object()
         .unwrap()
     {
-        std::fs::write(dir.join(name), text.as_str().unwrap()).unwrap();
+        let mut text = text.as_str().unwrap().to_string();
+        if name == "config.yaml" {
+            text = with_stand_ins(&text, dir);
+        }
+        std::fs::write(dir.join(name), text).unwrap();
     }
+}
+
+/// `config.yaml` with each absolute path it names (files other volumes
+/// mount, such as the serving Secret's) moved under `dir/mounted/`, where
+/// an empty stand-in is made: `config print` checks that the files exist.
+/// That they are mounted where the config says is checked apart.
+fn with_stand_ins(config: &str, dir: &Path) -> String {
+    config
+        .lines()
+        .map(|line| match line.split_once(": /") {
+            Some((key, path)) => {
+                let stand_in = dir.join("mounted").join(path);
+                std::fs::create_dir_all(stand_in.parent().unwrap()).unwrap();
+                std::fs::write(&stand_in, "").unwrap();
+                format!("{key}: {}\n", stand_in.display())
+            }
+            None => format!("{line}\n"),
+        })
+        .collect()
 }
 
 #[test]

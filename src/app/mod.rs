@@ -175,7 +175,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     )
     .await?;
     let health = crate::readiness::Health::new();
-    controller.report_passes(&health.ready);
+    controller.report_readiness(&health.ready);
     {
         let clock = controller.clock();
         health

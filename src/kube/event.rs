@@ -69,7 +69,9 @@ fn event_type(kind: &model::EventKind) -> &'static str {
             (condition == model::READY, to),
             (_, S::Unknown) | (true, S::False) | (false, S::True)
         ),
-        K::AddressLookupFailed { .. } | K::RegistrationFailed { .. } => true,
+        K::AddressLookupFailed { .. } | K::RegistrationFailed { .. } | K::SourceFailed { .. } => {
+            true
+        }
         _ => false,
     };
     if warning {
