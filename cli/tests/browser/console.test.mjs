@@ -9,7 +9,7 @@
 
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
-import { launch, newPage, cli, getJSON, assert, assertEqual, tiles, readyPairs } from './lib.mjs';
+import { launch, newPage, cli, getJSON, assert, assertEqual, tiles, readyPairs, pixelAt, cssColour, sameColour } from './lib.mjs';
 
 const env = process.env;
 const URL_BASE = env.NK_URL;
@@ -369,6 +369,31 @@ async function scenarioStopped() {
     assertEqual(await tiles(page), readyPairs(stored), 'the tiles are the stored nodes');
     assertEqual(await page.getAttribute('#conn', 'data-state'), 'stopped', 'says it is a stopped store');
     await page.waitForSelector('#mirror-health dl', { timeout: WAIT });
+
+    step('the time since the controller stopped is grey on the strip, over the status');
+    const readiness = await getJSON(`${URL_BASE}/v1/readiness?buckets=100`);
+    const open = readiness.gaps.at(-1);
+    assert(open && open.to === null, `/v1/readiness has the open gap of the stopped controller: ${JSON.stringify(readiness.gaps)}`);
+    await page.waitForSelector('svg.strip path', { timeout: WAIT });
+    const strip = await page.locator('svg.strip').boundingBox();
+    const gaps = await page.$$eval('svg.strip rect.gap', (els) => els.map((el) => el.getBoundingClientRect().toJSON()));
+    assert(gaps.length > 0, 'the strip draws the gap');
+    const gap = gaps.at(-1);
+    assert(Math.abs(gap.right - (strip.x + strip.width)) <= 2, `the open gap reaches the end of the strip: gap ${JSON.stringify(gap)}, strip ${JSON.stringify(strip)}`);
+    assert(gap.width >= 4, `the gap is wide enough to see: ${gap.width}px`);
+    await page.mouse.move(0, 0);
+    const grey = await cssColour(page, 'var(--gap)');
+    const middle = gap.left + gap.width / 2;
+    // The bottom is where the Ready area is drawn: the gap must cover it.
+    for (const [where, y] of [['bottom', strip.y + strip.height - 3], ['middle', strip.y + strip.height / 2], ['top', strip.y + 3]]) {
+      const seen = await pixelAt(page, middle, y);
+      assert(sameColour(seen, grey), `the gap is grey at its ${where}: rgb(${seen}), not the gap's rgb(${grey})`);
+    }
+    await page.mouse.move(middle, strip.y + strip.height / 2);
+    const tip = await page.textContent('#tip');
+    assert(/no controller/i.test(tip) && tip.includes('still stopped'), `hovering the gap says no controller ran: ${tip}`);
+    await page.screenshot({ path: join(env.NK_SHOTS, 'console-stopped.png') });
+    await page.mouse.move(0, 0);
     const name = stored.items[0].metadata.name;
     await page.goto(`${URL_BASE}/ui/nodes/${name}`);
     await page.waitForSelector('html[data-rendered="node"]', { timeout: WAIT });
