@@ -294,6 +294,32 @@ async fn the_console_is_served_and_the_readiness_strip_counts_the_history() {
     );
     assert_eq!(strip["from"], history[0]["time"]);
 
+    // The instant `/v1/at` shows, resolved from an age by the server's clock.
+    let asked = unix_now();
+    let at = c.request("/v1/at?time=1m").send().await.unwrap();
+    let answered = unix_now();
+    assert_eq!(at.status(), 200);
+    let resolved = at.headers()["nodekeeper-at"].to_str().unwrap().to_string();
+    let seconds = resolved
+        .parse::<jiff::Timestamp>()
+        .unwrap_or_else(|e| panic!("Nodekeeper-At: {resolved:?} is RFC 3339: {e}"))
+        .as_microsecond() as f64
+        / 1e6;
+    assert!(
+        (asked - 60.0..=answered - 60.0).contains(&seconds),
+        "1m before {asked}..{answered}: {resolved}"
+    );
+    let exact = c
+        .request("/v1/at?time=2026-11-30T09:00:00.5%2B01:00")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        exact.headers()["nodekeeper-at"],
+        "2026-11-30T08:00:00.5Z",
+        "an RFC 3339 time is the instant it names, in UTC"
+    );
+
     for (query, what) in [
         ("buckets=0", "buckets=0"),
         ("buckets=100000", "between 1 and 4000"),
