@@ -9,6 +9,7 @@
 import { h, rfc3339, showTime, debounce } from './dom.js';
 import { getJSON, NodeWatch, token, setToken, askForToken, ApiError } from './api.js';
 import { Overview } from './overview.js';
+import { Problems } from './problems.js';
 import { SiteStrip } from './strip.js';
 import { Health } from './health.js';
 import { NodePage } from './node.js';
@@ -61,13 +62,18 @@ function markRendered(name) {
 
 async function overviewPage(about, nodes) {
   document.title = 'Overview · nodekeeper';
+  const problemsEl = h('section');
   const stripEl = h('section', { class: 'strip-box', 'aria-label': 'Site timeline' });
   const healthEl = h('div', { class: 'health' });
   const overviewEl = h('section', { class: 'overview', 'aria-labelledby': 'overview-title' });
-  main.replaceChildren(stripEl, healthEl, overviewEl);
+  main.replaceChildren(problemsEl, stripEl, healthEl, overviewEl);
+  const problems = new Problems(problemsEl, { title: about.readOnly ? 'Not Ready, as the store last recorded' : 'Not Ready', live: !about.readOnly });
   const strip = new SiteStrip(stripEl, { onPick: travelTo });
   const health = new Health(healthEl);
-  const overview = new Overview(overviewEl, { caption: about.readOnly ? 'Nodes (stopped store)' : 'Nodes' });
+  const overview = new Overview(overviewEl, {
+    caption: about.readOnly ? 'Nodes (stopped store)' : 'Nodes',
+    onNodes: (records) => problems.set(records),
+  });
 
   const list = await nodes;
   performance.mark('list-fetched');

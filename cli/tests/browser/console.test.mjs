@@ -479,7 +479,144 @@ async function scenarioScale() {
   assertEqual(errors, [], 'no errors in the page');
 }
 
-const scenarios = { fleet: scenarioFleet, token: scenarioToken, stopped: scenarioStopped, scale: scenarioScale };
+/** A Kubernetes node's Ready condition, or null. */
+function readyCondition(node) {
+  return (node.status?.conditions || []).find((c) => c.type === 'Ready') || null;
+}
+
+/** A time as the console shows it: UTC, to the second. */
+function shownTime(time) {
+  return new Date(Date.parse(time)).toISOString().slice(0, 19).replace('T', ' ') + 'Z';
+}
+
+/** Pushes a node's Ready condition with a reason and a message. */
+async function pushStatus(node, status, reason, message) {
+  const body = { status: { conditions: [{ type: 'Ready', status, reason, message, lastHeartbeatTime: new Date().toISOString() }] } };
+  const response = await fetch(`${URL_BASE}/api/v1/nodes/${node}/status`, {
+    method: 'PATCH',
+    headers: { 'content-type': 'application/strategic-merge-patch+json' },
+    body: JSON.stringify(body),
+  });
+  assert(response.ok, `push ${node} Ready=${status}: ${response.status} ${await response.text()}`);
+}
+
+/** Waits until `check` holds for the node list, and returns it. */
+async function waitForList(what, check) {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const list = await getJSON(`${URL_BASE}/api/v1/nodes`);
+    if (check(list)) return list;
+    assert(Date.now() < deadline, `never: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+/** The nodes not Ready in a NodeList as the problems list must show them: longest first. */
+function expectedProblems(list) {
+  return list.items
+    .map((n) => ({ n, c: readyCondition(n) }))
+    .filter(({ c }) => !c || c.status !== 'True')
+    .map(({ n, c }) => ({ name: n.metadata.name, status: c?.status ?? 'Unknown', reason: c?.reason ?? '', since: c?.lastTransitionTime ?? n.metadata.creationTimestamp }))
+    .sort((a, b) => Date.parse(a.since) - Date.parse(b.since) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+async function shownProblems(page) {
+  return page.$$eval('#problems [data-problem]', (rows) =>
+    rows.map((r) => ({ name: r.dataset.problem, status: r.dataset.ready, since: r.dataset.since, text: r.textContent })),
+  );
+}
+
+async function scenarioProblems() {
+  const total = Number(env.NK_NODES);
+  const names = Array.from({ length: total }, (_, i) => `site-${String(i).padStart(4, '0')}`);
+  const silent = ['site-0007', 'site-0999', 'site-1000', 'site-1999'];
+  step(`${total - silent.length} of ${total} nodes push Ready; ${silent.join(', ')} are never heard from`);
+  const pushing = names.filter((n) => !silent.includes(n));
+  for (let i = 0; i < pushing.length; i += 16) {
+    await Promise.all(pushing.slice(i, i + 16).map((n) => pushStatus(n, 'True', 'KubeletReady', 'kubelet is posting ready status')));
+  }
+  await waitForList('every pushed node is Ready', (list) => list.items.filter((n) => readyCondition(n)?.status === 'True').length === pushing.length);
+  // The moment time travel goes back to: everything above is in the history by now.
+  const moment = new Date().toISOString();
+
+  step('after that moment, six break and one of the silent ones reports');
+  const broken = [
+    ['site-0042', 'False', 'KubeletNotReady', 'container runtime is down'],
+    ['site-0421', 'False', 'DiskFull', '/var is full'],
+    ['site-1234', 'Unknown', 'NodeStatusUnknown', 'Kubelet stopped posting node status.'],
+    ['site-1500', 'False', 'KubeletNotReady', 'PLEG is not healthy'],
+    ['site-1777', 'False', 'NetworkUnavailable', 'no route to the API server'],
+    ['site-1888', 'Unknown', 'NodeStatusUnknown', 'Kubelet stopped posting node status.'],
+  ];
+  for (const [name, status, reason, message] of broken) await pushStatus(name, status, reason, message);
+  await pushStatus('site-1000', 'True', 'KubeletReady', 'kubelet is posting ready status');
+  const list = await waitForList('the broken nodes are broken', (l) => expectedProblems(l).length === 9);
+
+  const browser = await launch();
+  const errors = [];
+  // Each part goes to its own page: one that fails does not hide the others.
+  const failures = [];
+  const part = async (name, run) => {
+    step(name);
+    try {
+      await run();
+    } catch (error) {
+      console.log(`FAILED part: ${error.message}`);
+      failures.push(name);
+    }
+  };
+  try {
+    const page = await newPage(browser.context, errors);
+    await part('the problems list comes first and is every node not Ready, longest first', async () => {
+      await waitForOverview(page);
+      await page.waitForSelector('#problems [data-problem]', { timeout: WAIT });
+      assertEqual(await page.evaluate(() => document.querySelector('main').firstElementChild.id), 'problems', 'the problems list is first on the page');
+      const want = expectedProblems(list);
+      const shown = await shownProblems(page);
+      assertEqual(shown.map((p) => [p.name, p.status, p.since]), want.map((p) => [p.name, p.status, p.since]), 'the problems list is the nodes of /api/v1/nodes not Ready, longest first');
+      for (const [i, p] of want.entries()) {
+        const text = shown[i].text;
+        assert(text.includes(p.reason) && text.includes(shownTime(p.since)) && /\d+(ms|s|m|h|d)\b/.test(text), `${p.name}'s row has its reason, since when and for how long: ${text}`);
+        assert(text.includes(p.status === 'False' ? 'NotReady' : 'Unknown'), `${p.name}'s row has its condition: ${text}`);
+      }
+      await page.screenshot({ path: join(env.NK_SHOTS, 'console-problems.png') });
+    });
+    await part('the problems list follows the site live', async () => {
+      await page.waitForFunction(() => document.getElementById('conn').dataset.state === 'live', null, { timeout: WAIT });
+      await pushStatus('site-0500', 'False', 'KubeletNotReady', 'pushed by the test');
+      try {
+        await page.waitForSelector('#problems [data-problem="site-0500"]', { timeout: WAIT });
+      } finally {
+        await pushStatus('site-0500', 'True', 'KubeletReady', 'kubelet is posting ready status');
+      }
+      await page.waitForSelector('#problems [data-problem="site-0500"]', { state: 'detached', timeout: WAIT });
+      const now = await getJSON(`${URL_BASE}/api/v1/nodes`);
+      assertEqual((await shownProblems(page)).map((p) => p.name), expectedProblems(now).map((p) => p.name), 'the list after the change');
+    });
+    await part('hovering or focusing a tile shows its card', async () => {
+      await waitForOverview(page);
+      const now = await getJSON(`${URL_BASE}/api/v1/nodes`);
+      for (const name of ['site-0421', 'site-1234', 'site-0100']) {
+        const node = now.items.find((n) => n.metadata.name === name);
+        const c = readyCondition(node);
+        await page.hover(`[data-node="${name}"]`);
+        await page.waitForSelector('#tip:not([hidden])', { timeout: WAIT });
+        const tip = await page.textContent('#tip');
+        const word = c.status === 'True' ? 'Ready' : c.status === 'False' ? 'NotReady' : 'Unknown';
+        assert(tip.startsWith(name) && tip.includes(word) && tip.includes(c.reason) && tip.includes(shownTime(c.lastTransitionTime)), `the card of ${name} says its name, ${word}, ${c.reason} and since ${shownTime(c.lastTransitionTime)}: ${tip}`);
+      }
+      await page.mouse.move(0, 0);
+      await page.focus('.tiles .tile[tabindex="0"]');
+      const focused = await page.evaluate(() => document.activeElement.dataset.node);
+      assert((await page.textContent('#tip')).startsWith(focused), 'focus shows the card too');
+    });
+  } finally {
+    await browser.close();
+  }
+  assertEqual(failures, [], 'every part passed');
+  assertEqual(errors, [], 'no errors in the page');
+}
+const scenarios = { fleet: scenarioFleet, token: scenarioToken, stopped: scenarioStopped, scale: scenarioScale, problems: scenarioProblems };
 const scenario = scenarios[process.argv[2]];
 if (!scenario) {
   console.error(`usage: node console.test.mjs ${Object.keys(scenarios).join('|')}`);
