@@ -5,6 +5,9 @@
 //   /ui/                the site overview, live
 //   /ui/nodes/{name}    one node: describe, condition timeline, events
 //   /ui/at/{time}       the site as it was at {time} (RFC 3339, or an age such as 2h)
+//
+// The overview's filters are kept in the query of the first and the last
+// (see link.js).
 
 import { h, rfc3339, showTime, debounce } from './dom.js';
 import { getJSON, NodeWatch, token, setToken, askForToken, ApiError } from './api.js';
@@ -13,6 +16,7 @@ import { Problems } from './problems.js';
 import { SiteStrip } from './strip.js';
 import { Health } from './health.js';
 import { NodePage } from './node.js';
+import { filtersOf, keepInURL } from './link.js';
 
 const main = document.getElementById('main');
 const conn = document.getElementById('conn');
@@ -34,8 +38,22 @@ function showConnection(state, resourceVersion, detail) {
   conn.title = detail || (resourceVersion ? `resourceVersion ${resourceVersion}` : '');
 }
 
+/** Opens the site at `time`, with the filters the page has. */
 function travelTo(time) {
-  location.assign(`/ui/at/${encodeURIComponent(typeof time === 'number' ? rfc3339(time) : time)}`);
+  location.assign(`/ui/at/${encodeURIComponent(typeof time === 'number' ? rfc3339(time) : time)}${location.search}`);
+}
+
+/** An overview whose filters come from the URL and go back into it. */
+function filteredOverview(el, options) {
+  const overview = new Overview(el, { ...options, onFilters: keepInURL });
+  overview.setFilters(filtersOf(location.search));
+  // The back and forward buttons within the page: its filters as they were.
+  const path = location.pathname;
+  window.addEventListener('popstate', () => {
+    if (location.pathname === path) overview.setFilters(filtersOf(location.search));
+    else location.reload();
+  });
+  return overview;
 }
 
 function showError(error) {
@@ -70,7 +88,7 @@ async function overviewPage(about, nodes) {
   const problems = new Problems(problemsEl, { title: about.readOnly ? 'Not Ready, as the store last recorded' : 'Not Ready', live: !about.readOnly });
   const strip = new SiteStrip(stripEl, { onPick: travelTo });
   const health = new Health(healthEl);
-  const overview = new Overview(overviewEl, {
+  const overview = filteredOverview(overviewEl, {
     caption: about.readOnly ? 'Nodes (stopped store)' : 'Nodes',
     onNodes: (records) => problems.set(records),
   });
@@ -126,10 +144,10 @@ async function atPage(text) {
   const parsed = Date.parse(text);
   const strip = new SiteStrip(stripEl, { marker: Number.isNaN(parsed) ? null : parsed, onPick: travelTo });
   heading.replaceChildren(
-    h('p', {}, 'The registry rebuilt from its history as it was at ', h('strong', { id: 'at-time' }, Number.isNaN(parsed) ? text : showTime(parsed)), ` (after event ${list.metadata.resourceVersion}): what `, h('code', {}, `nodekeeper at ${text}`), ' shows. ', h('a', { href: '/ui/' }, 'Back to now')),
+    h('p', {}, 'The registry rebuilt from its history as it was at ', h('strong', { id: 'at-time' }, Number.isNaN(parsed) ? text : showTime(parsed)), ` (after event ${list.metadata.resourceVersion}): what `, h('code', {}, `nodekeeper at ${text}`), ' shows. ', h('a', { href: '/ui/', id: 'back-to-now', onclick: (event) => (event.preventDefault(), location.assign(`/ui/${location.search}`)) }, 'Back to now')),
   );
   heading.dataset.resourceVersion = list.metadata.resourceVersion;
-  const overview = new Overview(overviewEl, { caption: 'Nodes then' });
+  const overview = filteredOverview(overviewEl, { caption: 'Nodes then' });
   overview.setNodes(list.items);
   await markRendered('at');
   strip.load().catch((e) => (stripEl.textContent = `Site timeline: ${e.message}`));

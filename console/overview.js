@@ -68,16 +68,21 @@ export class Overview {
    * @param options.now the moment the cards' durations run to
    * @param options.onNodes called with every node's record once nodes come or
    *   go or a Ready condition changes (not for heartbeats alone)
+   * @param options.onFilters called when the user changes a filter, with the
+   *   filters and whether the change starts something new (see link.js)
    */
-  constructor(root, { caption = '', now = () => Date.now(), onNodes = () => {} } = {}) {
+  constructor(root, { caption = '', now = () => Date.now(), onNodes = () => {}, onFilters = () => {} } = {}) {
     this.root = root;
     this.now = now;
     this.onNodes = onNodes;
+    this.onFilters = onFilters;
     this.nodes = new Map();
     this.zones = new Map();
     this.hiddenStatuses = new Set();
     this.nameFilter = '';
     this.selector = null;
+    // The field being typed in: its keystrokes after the first make no new history entry.
+    this.editing = null;
     this.pending = [];
     this.frame = 0;
     this.build(caption);
@@ -96,7 +101,10 @@ export class Overview {
         ` ${readyWord(status)} `,
         count,
       );
-      button.addEventListener('click', () => this.toggleStatus(status));
+      button.addEventListener('click', () => {
+        this.toggleStatus(status);
+        this.filtersChanged(null);
+      });
       this.statusButtons[status] = { button, count };
       this.summary.append(button);
     }
@@ -107,8 +115,8 @@ export class Overview {
     this.selectorError = h('p', { class: 'error', id: 'selector-error', role: 'alert' });
     this.shownEl = h('p', { class: 'shown', id: 'shown', 'aria-live': 'polite' });
     this.nameInput.addEventListener('input', () => {
-      this.nameFilter = this.nameInput.value.trim().toLowerCase();
-      this.refilter();
+      this.setName(this.nameInput.value);
+      this.filtersChanged('name');
     });
     this.nameInput.addEventListener('keydown', (event) => {
       if (event.key !== 'Enter') return;
@@ -116,18 +124,10 @@ export class Overview {
       if (only.length === 1) only[0].el?.click();
     });
     this.selectorInput.addEventListener('input', () => {
-      const text = this.selectorInput.value.trim();
-      try {
-        this.selector = text ? labelSelector(text) : null;
-        this.selectorError.textContent = '';
-        this.selectorInput.removeAttribute('aria-invalid');
-      } catch (error) {
-        this.selector = () => false;
-        this.selectorError.textContent = `Label selector: ${error.message}`;
-        this.selectorInput.setAttribute('aria-invalid', 'true');
-      }
-      this.refilter();
+      this.setSelector(this.selectorInput.value);
+      this.filtersChanged('labels');
     });
+    for (const input of [this.nameInput, this.selectorInput]) input.addEventListener('change', () => (this.editing = null));
     const filters = h(
       'div',
       { class: 'filters', role: 'search', 'aria-label': 'Find nodes' },
@@ -161,6 +161,46 @@ export class Overview {
       legend,
       this.grid,
     );
+  }
+
+  setName(text) {
+    this.nameFilter = text.trim().toLowerCase();
+    this.refilter();
+  }
+
+  setSelector(text) {
+    const selector = text.trim();
+    try {
+      this.selector = selector ? labelSelector(selector) : null;
+      this.selectorError.textContent = '';
+      this.selectorInput.removeAttribute('aria-invalid');
+    } catch (error) {
+      this.selector = () => false;
+      this.selectorError.textContent = `Label selector: ${error.message}`;
+      this.selectorInput.setAttribute('aria-invalid', 'true');
+    }
+    this.refilter();
+  }
+
+  /** The filters as link.js keeps them in the URL. */
+  filters() {
+    return { name: this.nameInput.value.trim(), labels: this.selectorInput.value.trim(), hide: [...this.hiddenStatuses] };
+  }
+
+  /** Sets every filter at once (from a link, or the back button). */
+  setFilters({ name, labels, hide }) {
+    this.editing = null;
+    this.nameInput.value = name;
+    this.selectorInput.value = labels;
+    this.nameFilter = name.trim().toLowerCase();
+    this.setSelector(labels);
+    this.setHidden(hide);
+  }
+
+  filtersChanged(field) {
+    const push = field === null || this.editing !== field;
+    this.editing = field;
+    this.onFilters(this.filters(), { push });
   }
 
   /** Shows the card of the tile under the pointer or focus. */
@@ -292,8 +332,14 @@ export class Overview {
   }
 
   toggleStatus(status) {
-    if (this.hiddenStatuses.has(status)) this.hiddenStatuses.delete(status);
-    else this.hiddenStatuses.add(status);
+    const hide = new Set(this.hiddenStatuses);
+    if (hide.has(status)) hide.delete(status);
+    else hide.add(status);
+    this.setHidden(hide);
+  }
+
+  setHidden(statuses) {
+    this.hiddenStatuses = new Set(statuses);
     for (const s of STATUSES) {
       this.statusButtons[s].button.setAttribute('aria-pressed', String(!this.hiddenStatuses.has(s)));
       this.grid.classList.toggle(`hide-${s}`, this.hiddenStatuses.has(s));

@@ -610,6 +610,49 @@ async function scenarioProblems() {
       const focused = await page.evaluate(() => document.activeElement.dataset.node);
       assert((await page.textContent('#tip')).startsWith(focused), 'focus shows the card too');
     });
+    await part('a link with filters shows what its sender saw; the back button works', async () => {
+      const link = `/ui/?name=site-1&labels=${encodeURIComponent('tier=gold')}&hide=True`;
+      const gold = await getJSON(`${URL_BASE}/api/v1/nodes?labelSelector=tier%3Dgold`);
+      const filtered = (hide) =>
+        gold.items
+          .filter((n) => n.metadata.name.includes('site-1') && !hide.includes(readyCondition(n)?.status ?? 'Unknown'))
+          .map((n) => n.metadata.name)
+          .sort();
+      const checkFilters = async (name, hide, what) => {
+        assertEqual(await page.inputValue('#find-name'), name, `${what}: the name filter`);
+        assertEqual(await page.inputValue('#find-labels'), 'tier=gold', `${what}: the label selector`);
+        const pressed = await page.$$eval('.summary .count', (els) => els.map((el) => [el.dataset.status, el.getAttribute('aria-pressed')]));
+        assertEqual(pressed, ['True', 'False', 'Unknown'].map((s) => [s, String(!hide.includes(s))]), `${what}: the status buttons`);
+        const nameFiltered = filtered(hide).filter((n) => n.includes(name));
+        assertEqual(await shownTiles(page), nameFiltered, `${what}: the tiles shown`);
+      };
+      await waitForOverview(page, link);
+      await checkFilters('site-1', ['True'], 'the link');
+      assert(filtered(['True']).length >= 2, `the link shows a few nodes: ${filtered(['True'])}`);
+      await page.click('.summary .count[data-status="Unknown"]');
+      await page.waitForFunction(() => new URLSearchParams(location.search).get('hide')?.includes('Unknown'), null, { timeout: WAIT });
+      await checkFilters('site-1', ['True', 'Unknown'], 'Unknown hidden too');
+      await page.goBack();
+      await page.waitForFunction(() => document.querySelector('.summary .count[data-status="Unknown"]').getAttribute('aria-pressed') === 'true', null, { timeout: WAIT });
+      assertEqual(new URL(page.url()).search, new URL(`${URL_BASE}${link}`).search, 'back: the link again');
+      await checkFilters('site-1', ['True'], 'back');
+      await page.fill('#find-name', 'site-15');
+      await page.waitForFunction(() => new URLSearchParams(location.search).get('name') === 'site-15', null, { timeout: WAIT });
+      await checkFilters('site-15', ['True'], 'a name typed');
+      await page.goBack();
+      await page.waitForFunction(() => document.getElementById('find-name').value === 'site-1', null, { timeout: WAIT });
+      await checkFilters('site-1', ['True'], 'back from typing');
+      const opened = filtered(['True'])[0];
+      await Promise.all([page.waitForURL(new RegExp(`/ui/nodes/${opened}$`)), page.click(`[data-node="${opened}"]`)]);
+      await page.waitForSelector('html[data-rendered="node"]', { timeout: WAIT });
+      await page.goBack();
+      await page.waitForSelector('html[data-rendered="overview"]', { timeout: WAIT });
+      await checkFilters('site-1', ['True'], 'back from a node page');
+      const then = await getJSON(`${URL_BASE}/v1/at?time=${encodeURIComponent(moment)}`);
+      await page.goto(`${URL_BASE}/ui/at/${encodeURIComponent(moment)}?hide=True`);
+      await page.waitForSelector('html[data-rendered="at"]', { timeout: WAIT });
+      assertEqual(await shownTiles(page), readyPairs(then).filter(([, r]) => r !== 'True').map(([n]) => n).sort(), 'a time-travel link keeps its filters');
+    });
   } finally {
     await browser.close();
   }
