@@ -34,7 +34,7 @@ export class Problems {
     root.classList.add('problems');
     root.setAttribute('aria-labelledby', 'problems-title');
     this.summary = h('p', { class: 'problems-summary', 'aria-live': 'polite' }, 'Loading…');
-    this.table = h('div', { class: 'problems-scroll' });
+    this.table = h('div', { class: 'list-scroll' });
     this.more = h('button', { type: 'button', class: 'more', hidden: true, onclick: () => ((this.showAll = true), this.render()) });
     root.replaceChildren(h('h2', { id: 'problems-title' }, title), this.summary, this.table, this.more);
     if (live) setInterval(() => this.render(), TICK_MS);

@@ -51,6 +51,7 @@ static ASSETS: &[Asset] = &[
     asset!("dom.js", "text/javascript; charset=utf-8"),
     asset!("overview.js", "text/javascript; charset=utf-8"),
     asset!("problems.js", "text/javascript; charset=utf-8"),
+    asset!("changes.js", "text/javascript; charset=utf-8"),
     asset!("link.js", "text/javascript; charset=utf-8"),
     asset!("selector.js", "text/javascript; charset=utf-8"),
     asset!("strip.js", "text/javascript; charset=utf-8"),

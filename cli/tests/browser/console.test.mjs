@@ -653,6 +653,38 @@ async function scenarioProblems() {
       await page.waitForSelector('html[data-rendered="at"]', { timeout: WAIT });
       assertEqual(await shownTiles(page), readyPairs(then).filter(([, r]) => r !== 'True').map(([n]) => n).sort(), 'a time-travel link keeps its filters');
     });
+    await part('time travel compares the moment with now', async () => {
+      const then = await getJSON(`${URL_BASE}/v1/at?time=${encodeURIComponent(moment)}`);
+      const now = await getJSON(`${URL_BASE}/api/v1/nodes`);
+      await page.goto(`${URL_BASE}/ui/at/${encodeURIComponent(moment)}`);
+      await page.waitForSelector('html[data-rendered="at"]', { timeout: WAIT });
+      await page.waitForSelector('#changes[data-state="done"]', { timeout: WAIT });
+      assertEqual((await shownProblems(page)).map((p) => p.name), expectedProblems(then).map((p) => p.name), 'the problems list of the moment');
+      const before = new Map(readyPairs(then));
+      const after = new Map(readyPairs(now));
+      const changed = [...new Set([...before.keys(), ...after.keys()])]
+        .filter((n) => before.get(n) !== after.get(n))
+        .sort()
+        .map((n) => [n, before.get(n) ?? '', after.get(n) ?? '']);
+      const rows = await page.$$eval('#changes [data-changed]', (els) => els.map((el) => [el.dataset.changed, el.dataset.then, el.dataset.now]));
+      assertEqual(rows, changed, 'the nodes whose Ready status changed between the moment and now');
+      assertEqual(changed.length, broken.length + 1, 'six broke and one came');
+      await page.screenshot({ path: join(env.NK_SHOTS, 'console-changes.png') });
+    });
+    await part('an age is resolved to the time it means', async () => {
+      const asked = Date.now();
+      await page.goto(`${URL_BASE}/ui/at/2s`);
+      await page.waitForSelector('html[data-rendered="at"]', { timeout: WAIT });
+      const answered = Date.now();
+      const resolved = await page.getAttribute('#at-time', 'data-time');
+      const at = Date.parse(resolved);
+      assert(at >= asked - 2000 - 1000 && at <= answered - 2000 + 1000, `"2s" means two seconds before the page asked: ${resolved}, asked at ${new Date(asked).toISOString()}`);
+      assert((await page.textContent('#at-time')).includes(shownTime(resolved)), 'the resolved time is shown');
+      assert((await page.textContent('.travel-note')).includes('2s'), 'with the age it was given as');
+      assertEqual(decodeURIComponent(new URL(page.url()).pathname), `/ui/at/${resolved}`, 'the link now names the time, so it shows the same moment later');
+      const resolvedAt = await getJSON(`${URL_BASE}/v1/at?time=${encodeURIComponent(resolved)}`);
+      assertEqual(await tiles(page), readyPairs(resolvedAt), 'the site at that time');
+    });
   } finally {
     await browser.close();
   }
