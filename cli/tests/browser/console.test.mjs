@@ -461,6 +461,7 @@ async function scenarioScale() {
     const statusMs = Date.now() - t3;
     assertEqual((await shownTiles(page)).sort(), down.sort(), 'only the NotReady nodes are left');
     const longest = await page.evaluate(() => window.longest || 0);
+    const updates = await page.evaluate(() => performance.getEntriesByName('overview-update').map((e) => e.duration).sort((a, b) => a - b));
     const t4 = Date.now();
     await Promise.all([page.waitForURL(/\/ui\/nodes\/edge-00017$/), page.click('[data-node="edge-00017"]')]);
     await page.waitForSelector('html[data-rendered="node"]', { timeout: WAIT });
@@ -470,6 +471,8 @@ async function scenarioScale() {
         `five pushed statuses on screen ${liveMs} ms after the first was sent, node page ${openMs} ms`,
     );
     console.log(`longest main-thread task while finding, filtering and following the pushes: ${Math.round(longest)} ms`);
+    assert(updates.length > 0, 'the page timed its updates');
+    console.log(`the page's work per live update: median ${updates[Math.floor(updates.length / 2)].toFixed(1)} ms, longest ${updates.at(-1).toFixed(1)} ms, over ${updates.length} updates`);
     await page.waitForSelector('#timeline-title', { timeout: WAIT });
     await waitForOverview(page);
     await checkOverviewMatchesApi(page);
