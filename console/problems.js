@@ -17,6 +17,28 @@ function byLongest(a, b) {
   return at(a) - at(b) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
 }
 
+/**
+ * The first `count` of `records` in the order of byLongest. A selection, not
+ * a sort: a site-wide outage puts every node on the list, and this runs at
+ * every change.
+ */
+function longest(records, count) {
+  const top = [];
+  for (const rec of records) {
+    if (top.length === count && byLongest(rec, top[count - 1]) >= 0) continue;
+    let lo = 0;
+    let hi = top.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (byLongest(top[mid], rec) <= 0) lo = mid + 1;
+      else hi = mid;
+    }
+    top.splice(lo, 0, rec);
+    if (top.length > count) top.pop();
+  }
+  return top;
+}
+
 export class Problems {
   /**
    * @param root the element to fill
@@ -36,6 +58,8 @@ export class Problems {
     this.summary = h('p', { class: 'problems-summary', 'aria-live': 'polite' }, 'Loading…');
     this.table = h('div', { class: 'list-scroll' });
     this.more = h('button', { type: 'button', class: 'more', hidden: true, onclick: () => ((this.showAll = true), this.render()) });
+    // What the table shows now: the same rows again are not drawn again.
+    this.drawn = '';
     root.replaceChildren(h('h2', { id: 'problems-title' }, title), this.summary, this.table, this.more);
     if (live) setInterval(() => this.render(), TICK_MS);
   }
@@ -48,7 +72,6 @@ export class Problems {
       total += 1;
       if (rec.ready !== 'True') problems.push(rec);
     }
-    problems.sort(byLongest);
     this.problems = problems;
     this.total = total;
     this.render();
@@ -60,13 +83,14 @@ export class Problems {
     if (problems.length === 0) {
       this.summary.textContent = this.total ? `Every node is Ready (${this.total}).` : 'No nodes.';
       this.table.replaceChildren();
+      this.drawn = '';
       this.more.hidden = true;
       return;
     }
     const notReady = problems.filter((p) => p.ready === 'False').length;
     this.summary.textContent = `${problems.length} of ${this.total} nodes not Ready: ${notReady} NotReady, ${problems.length - notReady} Unknown. Longest first.`;
     const now = this.now();
-    const shown = this.showAll ? problems : problems.slice(0, ROWS_SHOWN);
+    const shown = this.showAll ? [...problems].sort(byLongest) : longest(problems, ROWS_SHOWN);
     const rows = shown.map((p) => {
       const name = esc(p.name);
       const since = p.since ? `<time datetime="${esc(p.since)}">${esc(showTime(p.since))}</time>` : '';
@@ -79,10 +103,14 @@ export class Problems {
         `<td class="num">${Number.isNaN(p.sinceMs) ? '' : esc(showDuration(now - p.sinceMs))}</td></tr>`
       );
     });
-    this.table.innerHTML =
+    const html =
       '<table class="problem-list"><caption class="visually-hidden">Nodes not Ready, longest first</caption>' +
       '<thead><tr><th scope="col">Node</th><th scope="col">Ready</th><th scope="col">Reason</th><th scope="col">Since</th><th scope="col">For</th></tr></thead>' +
       `<tbody>${rows.join('')}</tbody></table>`;
+    if (html !== this.drawn) {
+      this.table.innerHTML = html;
+      this.drawn = html;
+    }
     this.more.hidden = shown.length === problems.length;
     this.more.textContent = `Show all ${problems.length}`;
   }

@@ -620,7 +620,7 @@ async fn in_a_browser_ten_thousand_nodes_stay_responsive() {
 /// script pushing their statuses: most Ready, a few broken. The problems
 /// list, the hover cards, links with filters, the diff of time travel
 /// against now and an age resolved to its time, at a size where tiles are
-/// specks.
+/// specks; then an outage of 120 more, past the 100 rows the list draws.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_browser_two_thousand_nodes_show_their_problems() {
     check_prerequisites();

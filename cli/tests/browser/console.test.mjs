@@ -688,6 +688,27 @@ async function scenarioProblems() {
       const resolvedAt = await getJSON(`${URL_BASE}/v1/at?time=${encodeURIComponent(resolved)}`);
       assertEqual(await tiles(page), readyPairs(resolvedAt), 'the site at that time');
     });
+    await part('an outage past 100 nodes is counted, its 100 longest drawn, and all on asking', async () => {
+      await waitForOverview(page);
+      await page.waitForFunction(() => document.getElementById('conn').dataset.state === 'live', null, { timeout: WAIT });
+      const before = expectedProblems(await getJSON(`${URL_BASE}/api/v1/nodes`)).length;
+      const outage = names.slice(100, 220);
+      for (let i = 0; i < outage.length; i += 16) {
+        await Promise.all(outage.slice(i, i + 16).map((n) => pushStatus(n, 'False', 'KubeletNotReady', 'part of an outage')));
+      }
+      const total = before + outage.length;
+      const list = await waitForList(`${total} nodes not Ready`, (l) => expectedProblems(l).length === total);
+      await page.waitForSelector(`#problems[data-count="${total}"]`, { timeout: WAIT });
+      const want = expectedProblems(list).map((p) => [p.name, p.status, p.since]);
+      const rows = async () => (await shownProblems(page)).map((p) => [p.name, p.status, p.since]);
+      assertEqual(await rows(), want.slice(0, 100), 'the 100 longest, in order');
+      assert((await page.textContent('#problems .problems-summary')).startsWith(`${total} of ${list.items.length} nodes not Ready`), 'the summary counts them all');
+      assertEqual(await page.textContent('#problems button.more'), `Show all ${total}`, 'the button says how many there are');
+      await page.click('#problems button.more');
+      await page.waitForFunction((n) => document.querySelectorAll('#problems [data-problem]').length === n, total, { timeout: WAIT });
+      assertEqual(await rows(), want, 'all of them, in order');
+      assert(await page.isHidden('#problems button.more'), 'nothing more to show');
+    });
   } finally {
     await browser.close();
   }
