@@ -254,8 +254,38 @@ mod tests {
         let err = api_error(pods.list(&ListParams::default().fields("spec.foo=x")).await);
         assert_eq!((err.code, err.reason.as_str()), (400, "BadRequest"));
         assert_eq!(err.message, "field label not supported: spec.foo");
+        let nodes: Api<Node> = Api::all(c.clone());
+        let err = api_error(nodes.list(&ListParams::default().fields("metadata.namespace=x")).await);
+        assert_eq!(err.message, "field label not supported: metadata.namespace");
+        let old_name = pods
+            .list(&ListParams::default().fields("spec.host=n2"))
+            .await
+            .expect("list");
+        assert_eq!(names(old_name), ["default/b1"]);
         let err = api_error(pods.list(&ListParams::default().labels("a in (")).await);
         assert_eq!(err.code, 400);
+    }
+
+    /// The values selectors read, as the registry's field sets give them.
+    #[test]
+    fn field_values_as_the_registry_gives_them() {
+        let pod = json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"nodeName": "n1", "restartPolicy": "Always", "serviceAccountName": "sa"},
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.9"}, {"ip": "fd00::9"}]}
+        });
+        let value = |field| field_value(Resource::Pods, &pod, field);
+        assert_eq!(value("metadata.namespace"), "ns");
+        assert_eq!(value("spec.host"), "n1");
+        assert_eq!(value("spec.hostNetwork"), "false");
+        assert_eq!(value("spec.schedulerName"), "");
+        assert_eq!(value("status.podIP"), "10.0.0.9");
+        // Accepted by the conversion, but not in the set: always "".
+        assert_eq!(value("status.podIPs"), "");
+        let node = json!({"metadata": {"name": "n1"}, "spec": {"unschedulable": true}});
+        assert_eq!(field_value(Resource::Nodes, &node, "spec.unschedulable"), "true");
+        assert_eq!(field_value(Resource::Nodes, &json!({}), "spec.unschedulable"), "false");
+        assert_eq!(field_value(Resource::Nodes, &node, "metadata.namespace"), "");
     }
 
     #[test]

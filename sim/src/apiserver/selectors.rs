@@ -448,3 +448,149 @@ fn unescape(raw: &str) -> Result<String, String> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn labels(pairs: &[(&str, &str)]) -> Value {
+        Value::Object(pairs.iter().map(|(k, v)| ((*k).into(), json!(v))).collect())
+    }
+
+    fn label_match(selector: &str, set: &[(&str, &str)]) -> bool {
+        LabelSelector::parse(selector)
+            .unwrap_or_else(|e| panic!("{selector:?}: {e}"))
+            .matches(Some(&labels(set)))
+    }
+
+    /// apimachinery `pkg/labels/selector_test.go`: `TestSelectorParse`,
+    /// `TestSelectorMatches`, `TestSetSelectorParser` and
+    /// `TestRequirementSelectorMatching` (commit eed236ce).
+    #[test]
+    fn label_selectors_as_upstream_tests_them() {
+        for good in [
+            "x=a,y=b,z=c", "", "x!=a,y=b", "x=", "x= ", "x=,z= ", "x= ,z= ", "!x", "x>1",
+            "x>1,z<5", "\rx", "this-is-a-dns.domain.com/key-with-dash",
+            "this-is-another-dns.domain.com/key-with-dash in (so,what)",
+            "0.1.2.domain/99 notin (10.10.100.1, tick.tack.clock)", "foo  in\t (abc)",
+            "x notin\n (abc)", "x  notin\t\t\t(abc,def)", "x in (abc,)", "x in ()", "x in (a,,,)",
+            "x notin (abc,,def),bar,z in (),w", "x notin ( )", "x notin (, a)", "a ",
+            "a in (x,y,notin, z,in)",
+        ] {
+            assert!(LabelSelector::parse(good).is_ok(), "{good:?} is valid");
+        }
+        for bad in [
+            "x=a||y=b", "x==a==b", "!x=a", "x<a", "x,,y", ",x,y", "x nott in (y)",
+            "a in (xyz),", "a in (xyz)b notin ()", "a in (xyz abc)", "a notin(", "a (", "(",
+        ] {
+            assert!(LabelSelector::parse(bad).is_err(), "{bad:?} is refused");
+        }
+        // TestSelectorMatches
+        assert!(label_match("", &[("x", "y")]));
+        assert!(label_match("x=y", &[("x", "y")]));
+        assert!(label_match("x=y,z=w", &[("x", "y"), ("z", "w")]));
+        assert!(label_match("x!=y,z!=w", &[("x", "z"), ("z", "a")]));
+        assert!(label_match("notin=in", &[("notin", "in")]));
+        assert!(label_match("x", &[("x", "z")]));
+        assert!(label_match("!x", &[("y", "z")]));
+        assert!(label_match("x>1", &[("x", "2")]));
+        assert!(label_match("x<1", &[("x", "0")]));
+        assert!(!label_match("x=z", &[]));
+        assert!(!label_match("x=y", &[("x", "z")]));
+        assert!(!label_match("x=y,z=w", &[("x", "w"), ("z", "w")]));
+        assert!(!label_match("x!=y,z!=w", &[("x", "z"), ("z", "w")]));
+        assert!(!label_match("x", &[("y", "z")]));
+        assert!(!label_match("!x", &[("x", "z")]));
+        assert!(!label_match("x>1", &[("x", "0")]));
+        assert!(!label_match("x<1", &[("x", "2")]));
+        let set = [("foo", "bar"), ("baz", "blah")];
+        assert!(label_match("foo=bar,baz=blah", &set));
+        assert!(!label_match("foo=bar,foobar=bar,baz=blah", &set));
+        // TestSetSelectorParser: "x,y in (a)" does not select {}, "x in ()" means x="".
+        assert!(!label_match("x,y in (a)", &[]));
+        assert!(label_match("x in ()", &[("x", "")]));
+        assert!(label_match("x in (a,,)", &[("x", "")]));
+        // TestRequirementSelectorMatching
+        assert!(label_match("x in (foo),y notin (alpha)", &[("x", "foo"), ("y", "baz")]));
+        assert!(!label_match("x in (foo),y in (alpha)", &[("x", "foo"), ("y", "baz")]));
+        assert!(label_match("x notin (),y", &[("y", "")]));
+        assert!(label_match("!x,y", &[("y", "")]));
+        assert!(!label_match("x notin (),!y", &[("y", "")]));
+        assert!(!label_match("x in ()", &[("y", "baz")]));
+        assert!(label_match("z>1", &[("z", "2")]));
+        assert!(!label_match("z>1", &[("z", "v2")]));
+    }
+
+    /// The Labels and Selectors page's examples
+    /// (kubernetes.io/docs/concepts/overview/working-with-objects/labels/).
+    #[test]
+    fn label_selectors_as_the_documentation_describes_them() {
+        let prod = [("environment", "production"), ("tier", "frontend")];
+        let qa = [("environment", "qa")];
+        let none: [(&str, &str); 0] = [];
+        assert!(label_match("environment = production", &prod));
+        // "tier != frontend" selects resources without a tier label too.
+        assert!(label_match("tier != frontend", &qa));
+        assert!(!label_match("tier != frontend", &prod));
+        assert!(label_match("environment=production,tier=frontend", &prod));
+        assert!(label_match("environment in (production, qa)", &qa));
+        assert!(label_match("tier notin (frontend, backend)", &qa));
+        assert!(!label_match("tier notin (frontend, backend)", &prod));
+        assert!(label_match("partition", &[("partition", "")]));
+        assert!(!label_match("partition", &none));
+        assert!(label_match("!partition", &none));
+        assert!(label_match("partition in (customerA, customerB),environment!=qa", &[("partition", "customerA")]));
+        // Keys and values are checked as the API server checks them.
+        for bad in ["-x=a", "x=-a", "Example.com/x", "a/b/c", "x=a b", "/x", &format!("x={}", "a".repeat(64))] {
+            assert!(LabelSelector::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(LabelSelector::parse(&format!("example.com/x={}", "a".repeat(63))).is_ok());
+        // An object without labels.
+        assert!(LabelSelector::parse("!x").unwrap().matches(None));
+        assert!(!LabelSelector::parse("x").unwrap().matches(None));
+    }
+
+    fn field_match(selector: &str, set: &[(&str, &str)]) -> bool {
+        FieldSelector::parse(selector)
+            .unwrap_or_else(|e| panic!("{selector:?}: {e}"))
+            .matches(|f| {
+                set.iter()
+                    .find(|(k, _)| *k == f)
+                    .map_or(String::new(), |(_, v)| (*v).to_owned())
+            })
+    }
+
+    /// apimachinery `pkg/fields/selector_test.go`: `TestSelectorParse`,
+    /// `TestSelectorMatches`, `TestSplitTerm` and `TestEscapeValue`, and the
+    /// Field Selectors page (`=`, `==` and `!=`, chained with commas).
+    #[test]
+    fn field_selectors_as_upstream_tests_them() {
+        for good in ["x=a,y=b,z=c", "", "x!=a,y=b", r"x=a||y\=b", r"x=a\=\=b", "a=a,", ",a=a"] {
+            assert!(FieldSelector::parse(good).is_ok(), "{good:?} is valid");
+        }
+        for bad in ["x=a||y=b", "x==a==b", "x=a,b", "x in (a)", "x in (a,b,c)", "x", r"k=\", r"k=\a", r"k=\\\"] {
+            assert!(FieldSelector::parse(bad).is_err(), "{bad:?} is refused");
+        }
+        assert!(field_match("", &[("x", "y")]));
+        assert!(field_match("x=y", &[("x", "y")]));
+        assert!(field_match("x=y,z=w", &[("x", "y"), ("z", "w")]));
+        assert!(field_match("x!=y,z!=w", &[("x", "z"), ("z", "a")]));
+        assert!(field_match("notin=in", &[("notin", "in")]));
+        assert!(!field_match("x=y", &[("x", "z")]));
+        assert!(!field_match("x=y,z=w", &[("x", "w"), ("z", "w")]));
+        assert!(!field_match("x!=y,z!=w", &[("x", "z"), ("z", "w")]));
+        let set = [("foo", "bar"), ("baz", "blah"), ("complex", r"=value\,\")];
+        assert!(field_match("foo=bar,baz=blah", &set));
+        assert!(field_match(r"foo=bar,baz=blah,complex=\=value\\\,\\", &set));
+        assert!(!field_match("foo=blah", &set));
+        assert!(!field_match("foo=bar,foobar=bar,baz=blah", &set));
+        // `==` is `=`; the first operator splits the term; a missing field is "".
+        assert!(field_match("x==y", &[("x", "y")]));
+        assert!(field_match("x==", &[]));
+        assert!(field_match("x!=", &[("x", "y")]));
+        assert!(field_match("함=수", &[("함", "수")]));
+        let err = FieldSelector::parse("a=b,c").unwrap_err();
+        assert_eq!(err, "invalid selector: 'a=b,c'; can't understand 'c'");
+    }
+}

@@ -16,9 +16,13 @@
 //!   server had kept where they were relative to the others
 //!   (`normalizeElementOrder`); `$setElementOrder` overrides the patch's order.
 //!
-//! What it leaves out: `$patch: merge` in a list (refused, as upstream),
-//! `$setElementOrder` for a list the type replaces (ignored), and numbers
-//! are compared as JSON values (Go compares `1` and `1.0` as equal).
+//! What it leaves out: `$setElementOrder` for a list the type replaces is
+//! ignored; numbers are compared as JSON values (Go compares `1` and `1.0`
+//! as equal); and where a patch with `$setElementOrder` both deletes and
+//! adds items, items only the server has are placed by the server's list
+//! before the patch, while upstream reads that list after the merge has
+//! written into it in place (Go slices share their array), which can put
+//! them before the added items instead.
 
 use serde_json::{Map, Value};
 
@@ -428,4 +432,291 @@ fn cleaned_map(map: Map<String, Value>) -> Map<String, Value> {
 
 fn cleaned_list(items: Vec<Value>) -> Vec<Value> {
     items.into_iter().filter_map(cleaned).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(patch: Value, target: Value) -> Result<Value, String> {
+        let mut doc = target;
+        apply(Resource::Pods, &mut doc, &patch)?;
+        Ok(doc)
+    }
+
+    fn node(patch: Value, target: Value) -> Result<Value, String> {
+        let mut doc = target;
+        apply(Resource::Nodes, &mut doc, &patch)?;
+        Ok(doc)
+    }
+
+    /// Cases from apimachinery `pkg/util/strategicpatch/patch_test.go`
+    /// (commit eed236ce), their `mergingList` (merge key `name`) played by
+    /// a Pod's `spec.containers` and `mergingIntList` by `metadata.finalizers`;
+    /// each applies the case's `ThreeWay` patch to its `Current` and expects `Result`.
+    #[test]
+    fn upstream_ordering_cases() {
+        let c = |names: &[&str]| -> Value {
+            json!({"spec": {"containers": names.iter().map(|n| {
+                let (name, extra) = n.split_once(':').unwrap_or((n, ""));
+                let mut item = json!({"name": name});
+                if let Some((k, v)) = extra.split_once('=') {
+                    item[k] = json!(v);
+                }
+                item
+            }).collect::<Vec<_>>()}})
+        };
+        let order = |names: &[&str]| -> Value {
+            Value::Array(names.iter().map(|n| json!({"name": n})).collect())
+        };
+        // "add an item in a list and preserve order"
+        let patch = json!({"spec": {
+            "$setElementOrder/containers": order(&["3", "1", "2"]),
+            "containers": [{"name": "3", "value": "3"}]
+        }});
+        assert_eq!(
+            pod(patch, c(&["1:other=a", "2:value=2"])).unwrap()["spec"]["containers"],
+            json!([{"name": "3", "value": "3"}, {"name": "1", "other": "a"}, {"name": "2", "value": "2"}])
+        );
+        // "set elements order in a list with server-only items"
+        let patch = json!({"spec": {"$setElementOrder/containers": order(&["4", "2", "3", "1"])}});
+        let current = c(&["1:other=a", "3:value=3", "4:value=4", "2:value=2", "9"]);
+        assert_eq!(
+            pod(patch, current).unwrap(),
+            c(&["4:value=4", "2:value=2", "3:value=3", "1:other=a", "9"])
+        );
+        // "set elements order in a list with server-only items 2"
+        let patch = json!({"spec": {"$setElementOrder/containers": order(&["2", "1", "4", "3"])}});
+        let current = c(&["1:other=a", "2:value=2", "9", "3:value=3", "4:value=4"]);
+        assert_eq!(
+            pod(patch, current).unwrap(),
+            c(&["2:value=2", "1:other=a", "9", "4:value=4", "3:value=3"])
+        );
+        // "set elements order in a list with server-only items 3"
+        let patch = json!({"spec": {"$setElementOrder/containers": order(&["2", "1", "4", "3"])}});
+        let current = c(&["1:other=a", "2:value=2", "7", "9", "8", "3:value=3", "4:value=4"]);
+        assert_eq!(
+            pod(patch, current).unwrap(),
+            c(&["2:value=2", "1:other=a", "7", "9", "8", "4:value=4", "3:value=3"])
+        );
+        // "behavior of set element order for a merging list with duplicate"
+        let patch = json!({"spec": {"$setElementOrder/containers": order(&["2", "1", "4", "3", "2"])}});
+        let current = c(&["1", "2:value=dup1", "3", "2:value=dup2", "4"]);
+        assert_eq!(
+            pod(patch, current).unwrap(),
+            c(&["2:value=dup1", "2:value=dup2", "1", "4", "3"])
+        );
+        // "should check if order in $setElementOrder and patch list match"
+        let patch = json!({"spec": {
+            "$setElementOrder/containers": order(&["1", "2", "3"]),
+            "containers": [{"name": "3", "value": "3"}, {"name": "1", "value": "1"}]
+        }});
+        let err = pod(patch, c(&["1", "3", "2"])).unwrap_err();
+        assert!(err.contains("doesn't match"), "{err}");
+
+        // "add an item in a int list and preserve order", on finalizers
+        let patch = json!({"metadata": {
+            "$setElementOrder/finalizers": ["3", "1", "2"],
+            "finalizers": ["3"]
+        }});
+        let current = json!({"metadata": {"finalizers": ["1", "2"]}});
+        assert_eq!(
+            pod(patch, current).unwrap()["metadata"]["finalizers"],
+            json!(["3", "1", "2"])
+        );
+        // "delete an item in a int list and preserve order"
+        let patch = json!({"metadata": {
+            "$setElementOrder/finalizers": ["2", "3"],
+            "$deleteFromPrimitiveList/finalizers": ["1"]
+        }});
+        let current = json!({"metadata": {"finalizers": ["1", "2", "3"]}});
+        assert_eq!(
+            pod(patch, current).unwrap()["metadata"]["finalizers"],
+            json!(["2", "3"])
+        );
+        // "$deleteFromPrimitiveList of nonexistent item in primitive list should not add the item to the list"
+        let patch = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["3"]}});
+        let current = json!({"metadata": {"finalizers": ["1", "2"]}});
+        assert_eq!(pod(patch, current.clone()).unwrap(), current);
+        // "$deleteFromPrimitiveList on nonexistent primitive list should not add the primitive list"
+        let patch = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["3"]}});
+        assert_eq!(pod(patch, json!({"metadata": {}})).unwrap(), json!({"metadata": {}}));
+    }
+
+    /// Without `$setElementOrder`, a merged list comes out in the patch's
+    /// order, the server's other items kept where they were relative to them
+    /// (`mergeSlice` ends in `normalizeElementOrder`); items new to the list
+    /// go before the server's others (`mergeSortedSlice` takes the patch's
+    /// item when the server's order does not place both), the "prepending"
+    /// kustomize reproduces (kubernetes-sigs/kustomize#3048).
+    #[test]
+    fn a_merged_list_takes_the_patchs_order() {
+        let current = json!({"status": {"conditions": [{"type": "Ready"}, {"type": "A"}]}});
+        let patch = json!({"status": {"conditions": [{"type": "New"}]}});
+        assert_eq!(
+            node(patch, current).unwrap()["status"]["conditions"],
+            json!([{"type": "New"}, {"type": "Ready"}, {"type": "A"}])
+        );
+        let current = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "MemoryPressure", "status": "False"},
+            {"type": "DiskPressure", "status": "False"}
+        ]}});
+        let patch = json!({"status": {"conditions": [
+            {"type": "DiskPressure", "status": "True"},
+            {"type": "Ready", "status": "False"}
+        ]}});
+        assert_eq!(
+            node(patch, current).unwrap()["status"]["conditions"],
+            json!([
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "DiskPressure", "status": "True"},
+                {"type": "Ready", "status": "False"}
+            ])
+        );
+    }
+
+    #[test]
+    fn node_lists_merge_as_the_node_type_declares() {
+        let current = json!({
+            "metadata": {"finalizers": ["a"], "labels": {"x": "1", "y": "2"}},
+            "spec": {"podCIDRs": ["10.0.0.0/24"], "taints": [
+                {"key": "a", "effect": "NoSchedule"}, {"key": "b", "effect": "NoExecute"}
+            ]},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                "images": [{"names": ["x"]}]
+            }
+        });
+        let patch = json!({
+            "metadata": {"finalizers": ["b"], "labels": {"x": null, "z": "3"}},
+            // NodeSpec.Taints has no patchStrategy: the patch's list replaces it.
+            "spec": {"podCIDRs": ["fd00::/64"], "taints": [{"key": "c", "effect": "NoSchedule"}]},
+            "status": {
+                "addresses": [{"type": "Hostname", "address": "n1"}],
+                "images": [{"names": ["y"]}]
+            }
+        });
+        assert_eq!(
+            node(patch, current).unwrap(),
+            json!({
+                "metadata": {"finalizers": ["b", "a"], "labels": {"y": "2", "z": "3"}},
+                "spec": {"podCIDRs": ["fd00::/64", "10.0.0.0/24"],
+                         "taints": [{"key": "c", "effect": "NoSchedule"}]},
+                "status": {
+                    "addresses": [
+                        {"type": "Hostname", "address": "n1"},
+                        {"type": "InternalIP", "address": "10.0.0.1"}
+                    ],
+                    "images": [{"names": ["y"]}]
+                }
+            })
+        );
+        // Lists keyed by name elsewhere are not merged on a Node.
+        let patch = json!({"status": {"volumesAttached": [{"name": "b"}]}});
+        let current = json!({"status": {"volumesAttached": [{"name": "a"}]}});
+        assert_eq!(node(patch.clone(), current).unwrap(), patch);
+    }
+
+    #[test]
+    fn directives() {
+        let current = json!({"status": {"conditions": [
+            {"type": "A", "status": "True"}, {"type": "B", "status": "True"}, {"type": "A", "status": "x"}
+        ]}, "spec": {"x": 1, "y": {"z": 2}}});
+        // `$patch: delete` removes every item with the key; `$patch: replace`
+        // replaces an object; `$patch: delete` on an object empties it.
+        let patch = json!({
+            "status": {"conditions": [{"type": "A", "$patch": "delete"}]},
+            "spec": {"$patch": "replace", "w": 3}
+        });
+        assert_eq!(
+            node(patch, current.clone()).unwrap(),
+            json!({"status": {"conditions": [{"type": "B", "status": "True"}]}, "spec": {"w": 3}})
+        );
+        let patch = json!({"spec": {"y": {"$patch": "delete"}}});
+        assert_eq!(node(patch, current.clone()).unwrap()["spec"], json!({"x": 1, "y": {}}));
+        // `$patch: replace` in a merged list replaces it with the other items.
+        let patch = json!({"status": {"conditions": [{"$patch": "replace"}, {"type": "C"}]}});
+        assert_eq!(
+            node(patch, current.clone()).unwrap()["status"]["conditions"],
+            json!([{"type": "C"}])
+        );
+        // An item without its merge key, an unknown directive, `$patch: merge` in a list.
+        for patch in [
+            json!({"status": {"conditions": [{"status": "True"}]}}),
+            json!({"status": {"conditions": [{"type": "A", "$patch": "delete-all"}]}}),
+            json!({"status": {"conditions": [{"$patch": "merge"}]}}),
+            json!({"spec": {"$patch": "keep"}}),
+            json!([{"op": "add"}]),
+        ] {
+            assert!(node(patch.clone(), current.clone()).is_err(), "{patch}");
+        }
+        // Where nothing was, a patch's value lands without nulls or directives.
+        let patch = json!({"spec": {"new": {"a": null, "b": {"$patch": "delete"}, "c": [{"x": 1, "y": null}]}}});
+        assert_eq!(
+            node(patch, json!({})).unwrap(),
+            json!({"spec": {"new": {"c": [{"x": 1}]}}})
+        );
+    }
+
+    /// A Pod's volume sources are a union: `$retainKeys` (sent by kubectl
+    /// apply for `patchStrategy:"merge,retainKeys"`) clears the ones it does
+    /// not name ("retainKeys map should clear defaulted field" upstream).
+    #[test]
+    fn retain_keys_clears_what_it_does_not_name() {
+        let current = json!({"spec": {"volumes": [{"name": "v", "emptyDir": {}}]}});
+        let patch = json!({"spec": {"volumes": [
+            {"name": "v", "$retainKeys": ["name", "hostPath"], "hostPath": {"path": "/x"}}
+        ]}});
+        assert_eq!(
+            pod(patch, current.clone()).unwrap(),
+            json!({"spec": {"volumes": [{"name": "v", "hostPath": {"path": "/x"}}]}})
+        );
+        // A field the patch sets but does not retain is an error.
+        let patch = json!({"spec": {"volumes": [
+            {"name": "v", "$retainKeys": ["name"], "hostPath": {"path": "/x"}}
+        ]}});
+        assert!(pod(patch, current).is_err());
+    }
+
+    #[test]
+    fn container_lists_merge_by_their_own_keys() {
+        let current = json!({"spec": {"containers": [{
+            "name": "app",
+            "image": "a:1",
+            "ports": [{"containerPort": 80, "name": "http"}],
+            "env": [{"name": "A", "value": "1"}],
+            "args": ["x"]
+        }]}});
+        let patch = json!({"spec": {"containers": [{
+            "name": "app",
+            "ports": [{"containerPort": 443}],
+            "env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}],
+            "args": ["y"]
+        }]}});
+        assert_eq!(
+            pod(patch, current).unwrap(),
+            json!({"spec": {"containers": [{
+                "name": "app",
+                "image": "a:1",
+                // A new item goes before the server's others (see above).
+                "ports": [{"containerPort": 443}, {"containerPort": 80, "name": "http"}],
+                "env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}],
+                "args": ["y"]
+            }]}})
+        );
+        for (path, strategy) in [
+            ("spec.initContainers.volumeMounts", ListStrategy::MergeByKey("mountPath")),
+            ("spec.ephemeralContainers.volumeDevices", ListStrategy::MergeByKey("devicePath")),
+            ("spec.topologySpreadConstraints", ListStrategy::MergeByKey("topologyKey")),
+            ("status.podIPs", ListStrategy::MergeByKey("ip")),
+            ("status.containerStatuses", ListStrategy::Replace),
+            ("spec.tolerations", ListStrategy::Replace),
+            ("metadata.ownerReferences", ListStrategy::MergeByKey("uid")),
+        ] {
+            assert_eq!(list_strategy(Resource::Pods, path), strategy, "{path}");
+        }
+        assert_eq!(list_strategy(Resource::Leases, "spec.containers"), ListStrategy::Replace);
+    }
 }
