@@ -103,6 +103,8 @@
 //! it uses nodekeeper's own Kubernetes code, so the mirror's tests check
 //! nodekeeper against an independent reading of kube-apiserver.
 
+#[cfg(test)]
+mod agreement;
 mod answer;
 mod api;
 mod connection;
