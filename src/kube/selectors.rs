@@ -676,8 +676,16 @@ mod tests {
         assert!(err("!a=b").contains("'='"), "{}", err("!a=b"));
         assert!(err("a,,b").contains("','"), "{}", err("a,,b"));
         // apimachinery's TestSetSelectorParser refuses a trailing comma.
-        assert!(err("a in (xyz),").contains("end of string"), "{}", err("a in (xyz),"));
-        assert!(err("a=b,").contains("expected: a label key"), "{}", err("a=b,"));
+        assert!(
+            err("a in (xyz),").contains("end of string"),
+            "{}",
+            err("a in (xyz),")
+        );
+        assert!(
+            err("a=b,").contains("expected: a label key"),
+            "{}",
+            err("a=b,")
+        );
     }
 
     #[test]

@@ -41,36 +41,69 @@ fn agreed_patches() -> Vec<(PatchKind, Value)> {
     use PatchKind::{Merge, Strategic};
     vec![
         // The mirror's status patch: changed conditions, capacity, node info.
-        (Strategic, json!({"status": {
-            "conditions": [{"type": "Ready", "status": "False", "reason": "NodeStatusUnknown"}],
-            "capacity": {"cpu": "8"},
-            "nodeInfo": {"kubeletVersion": "v1.34.0", "osImage": "x"}
-        }})),
+        (
+            Strategic,
+            json!({"status": {
+                "conditions": [{"type": "Ready", "status": "False", "reason": "NodeStatusUnknown"}],
+                "capacity": {"cpu": "8"},
+                "nodeInfo": {"kubeletVersion": "v1.34.0", "osImage": "x"}
+            }}),
+        ),
         // Several conditions, in the node's order.
-        (Strategic, json!({"status": {"conditions": [
-            {"type": "Ready", "status": "Unknown"}, {"type": "DiskPressure", "status": "Unknown"}
-        ]}})),
+        (
+            Strategic,
+            json!({"status": {"conditions": [
+                {"type": "Ready", "status": "Unknown"}, {"type": "DiskPressure", "status": "Unknown"}
+            ]}}),
+        ),
         // A kubelet's heartbeat with its ordering directive, in the node's order.
-        (Strategic, json!({"status": {
-            "$setElementOrder/conditions": [{"type": "Ready"}, {"type": "MemoryPressure"}, {"type": "DiskPressure"}],
-            "conditions": [{"type": "Ready", "lastHeartbeatTime": "2025-01-01T00:00:10Z"}]
-        }})),
+        (
+            Strategic,
+            json!({"status": {
+                "$setElementOrder/conditions": [{"type": "Ready"}, {"type": "MemoryPressure"}, {"type": "DiskPressure"}],
+                "conditions": [{"type": "Ready", "lastHeartbeatTime": "2025-01-01T00:00:10Z"}]
+            }}),
+        ),
         // Addresses merged by type.
-        (Strategic, json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.2"}]}})),
+        (
+            Strategic,
+            json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.2"}]}}),
+        ),
         // Deletion by key, a replaced object, nulls.
-        (Strategic, json!({"status": {"conditions": [{"type": "MemoryPressure", "$patch": "delete"}]}})),
-        (Strategic, json!({"status": {"capacity": {"$patch": "replace", "pods": "110"}}})),
-        (Strategic, json!({"metadata": {"labels": {"rack": null, "zone": "z"}}, "spec": {"unschedulable": null}})),
+        (
+            Strategic,
+            json!({"status": {"conditions": [{"type": "MemoryPressure", "$patch": "delete"}]}}),
+        ),
+        (
+            Strategic,
+            json!({"status": {"capacity": {"$patch": "replace", "pods": "110"}}}),
+        ),
+        (
+            Strategic,
+            json!({"metadata": {"labels": {"rack": null, "zone": "z"}}, "spec": {"unschedulable": null}}),
+        ),
         // Lists without a merge key are replaced, taints among them.
         (Strategic, json!({"status": {"images": [{"names": ["a"]}]}})),
-        (Strategic, json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}})),
+        (
+            Strategic,
+            json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}),
+        ),
         // An item without its merge key is refused by both.
-        (Strategic, json!({"status": {"conditions": [{"status": "True"}]}})),
+        (
+            Strategic,
+            json!({"status": {"conditions": [{"status": "True"}]}}),
+        ),
         // The mirror's metadata and spec patch, and its address replacement.
-        (Merge, json!({"metadata": {"resourceVersion": "7", "labels": {"site": "b", "rack": null},
+        (
+            Merge,
+            json!({"metadata": {"resourceVersion": "7", "labels": {"site": "b", "rack": null},
                                     "annotations": {"nodekeeper.io/last-applied": "{}"}},
-                       "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}], "unschedulable": false}})),
-        (Merge, json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.3"}]}})),
+                       "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}], "unschedulable": false}}),
+        ),
+        (
+            Merge,
+            json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.3"}]}}),
+        ),
         // RFC 7386 appendix A cases on a node.
         (Merge, json!({"metadata": {"labels": null}})),
         (Merge, json!({"status": {"conditions": [1]}})),
@@ -126,8 +159,14 @@ fn patches_differ_where_nodekeeper_says_so() {
     };
     let fake_types = types(fake(PatchKind::Strategic, &node(), &patch).unwrap());
     let our_types = types(ours(PatchKind::Strategic, &node(), &patch).unwrap());
-    assert_eq!(fake_types, ["PIDPressure", "Ready", "MemoryPressure", "DiskPressure"]);
-    assert_eq!(our_types, ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"]);
+    assert_eq!(
+        fake_types,
+        ["PIDPressure", "Ready", "MemoryPressure", "DiskPressure"]
+    );
+    assert_eq!(
+        our_types,
+        ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"]
+    );
     // `$setElementOrder` naming another order: kube-apiserver reorders,
     // nodekeeper keeps the node's order.
     let patch = json!({"status": {
@@ -140,12 +179,39 @@ fn patches_differ_where_nodekeeper_says_so() {
 }
 
 const LABEL_SELECTORS: &[&str] = &[
-    "", "site=a", "site==a", "site!=a", "site", "!site", "site in (a,b)", "site notin (a)",
-    "site in ()", "x notin (abc,,def),site", "rack>0", "n<5", "n>4", "site=a,rack=r1",
-    "site=a,!rack", "example.com/zone in (z1, z2)", "site=", "a in (x,y,notin, z,in)",
+    "",
+    "site=a",
+    "site==a",
+    "site!=a",
+    "site",
+    "!site",
+    "site in (a,b)",
+    "site notin (a)",
+    "site in ()",
+    "x notin (abc,,def),site",
+    "rack>0",
+    "n<5",
+    "n>4",
+    "site=a,rack=r1",
+    "site=a,!rack",
+    "example.com/zone in (z1, z2)",
+    "site=",
+    "a in (x,y,notin, z,in)",
     // Refused by both.
-    "site=a||b", "site==a==b", "!site=a", "n<a", "x,,y", ",x", "a in (xyz),", "a in (xyz abc)",
-    "a notin(", "(", "-x=a", "x=-a", "Example.com/x=a", "a/b/c",
+    "site=a||b",
+    "site==a==b",
+    "!site=a",
+    "n<a",
+    "x,,y",
+    ",x",
+    "a in (xyz),",
+    "a in (xyz abc)",
+    "a notin(",
+    "(",
+    "-x=a",
+    "x=-a",
+    "Example.com/x=a",
+    "a/b/c",
 ];
 
 const LABEL_SETS: &[&[(&str, &str)]] = &[
@@ -170,7 +236,10 @@ fn label_selectors_agree() {
         };
         for set in LABEL_SETS {
             let value = Value::Object(set.iter().map(|(k, v)| ((*k).into(), json!(v))).collect());
-            let map = set.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+            let map = set
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect();
             assert_eq!(
                 a.matches(Some(&value)),
                 b.matches(&map),
@@ -181,17 +250,38 @@ fn label_selectors_agree() {
 }
 
 const FIELD_SELECTORS: &[&str] = &[
-    "", "spec.nodeName=n1", "spec.nodeName==n1", "spec.nodeName!=n1", "spec.nodeName=",
-    "spec.nodeName!=", "metadata.name=p,spec.nodeName=n1", "status.phase!=Running,status.phase!=Pending",
-    r"metadata.name=a\,b", r"metadata.name=a\=b\\", "spec.nodeName=n1,",
+    "",
+    "spec.nodeName=n1",
+    "spec.nodeName==n1",
+    "spec.nodeName!=n1",
+    "spec.nodeName=",
+    "spec.nodeName!=",
+    "metadata.name=p,spec.nodeName=n1",
+    "status.phase!=Running,status.phase!=Pending",
+    r"metadata.name=a\,b",
+    r"metadata.name=a\=b\\",
+    "spec.nodeName=n1,",
     // Refused by both.
-    "spec.nodeName", "a=b,c", "x=a==b", r"x=\a", r"x=\", "x=a,b",
+    "spec.nodeName",
+    "a=b,c",
+    "x=a==b",
+    r"x=\a",
+    r"x=\",
+    "x=a,b",
 ];
 
 const FIELD_SETS: &[&[(&str, &str)]] = &[
     &[],
-    &[("spec.nodeName", "n1"), ("metadata.name", "p"), ("status.phase", "Running")],
-    &[("spec.nodeName", "n2"), ("metadata.name", "a,b"), ("status.phase", "Failed")],
+    &[
+        ("spec.nodeName", "n1"),
+        ("metadata.name", "p"),
+        ("status.phase", "Running"),
+    ],
+    &[
+        ("spec.nodeName", "n2"),
+        ("metadata.name", "a,b"),
+        ("status.phase", "Failed"),
+    ],
     &[("metadata.name", r"a=b\"), ("status.phase", "Pending")],
 ];
 

@@ -6,11 +6,11 @@ use serde_json::{json, Map, Value};
 
 use super::answer::{Answer, ApiError};
 use super::delete::deletable;
-use super::patch::{self, PatchType};
 use super::object::{
     check_identity, check_resource_version, merged, meta_mut, name_suffix, new_uid, object_body,
     parse_json, timestamp,
 };
+use super::patch::{self, PatchType};
 use super::resource::{ObjectKey, Resource};
 use super::routing::{Call, Part, Route, Target};
 use super::state::State;

@@ -255,7 +255,11 @@ mod tests {
         assert_eq!((err.code, err.reason.as_str()), (400, "BadRequest"));
         assert_eq!(err.message, "field label not supported: spec.foo");
         let nodes: Api<Node> = Api::all(c.clone());
-        let err = api_error(nodes.list(&ListParams::default().fields("metadata.namespace=x")).await);
+        let err = api_error(
+            nodes
+                .list(&ListParams::default().fields("metadata.namespace=x"))
+                .await,
+        );
         assert_eq!(err.message, "field label not supported: metadata.namespace");
         let old_name = pods
             .list(&ListParams::default().fields("spec.host=n2"))
@@ -283,9 +287,18 @@ mod tests {
         // Accepted by the conversion, but not in the set: always "".
         assert_eq!(value("status.podIPs"), "");
         let node = json!({"metadata": {"name": "n1"}, "spec": {"unschedulable": true}});
-        assert_eq!(field_value(Resource::Nodes, &node, "spec.unschedulable"), "true");
-        assert_eq!(field_value(Resource::Nodes, &json!({}), "spec.unschedulable"), "false");
-        assert_eq!(field_value(Resource::Nodes, &node, "metadata.namespace"), "");
+        assert_eq!(
+            field_value(Resource::Nodes, &node, "spec.unschedulable"),
+            "true"
+        );
+        assert_eq!(
+            field_value(Resource::Nodes, &json!({}), "spec.unschedulable"),
+            "false"
+        );
+        assert_eq!(
+            field_value(Resource::Nodes, &node, "metadata.namespace"),
+            ""
+        );
     }
 
     #[test]

@@ -159,7 +159,14 @@ impl Parser {
             .ok_or_else(|| format!("found '{}', expected: identifier", token.text()))?;
         check_key(&key)?;
         if matches!(self.peek(), Token::End | Token::Comma) {
-            return Ok((key, if negated { LabelOp::DoesNotExist } else { LabelOp::Exists }));
+            return Ok((
+                key,
+                if negated {
+                    LabelOp::DoesNotExist
+                } else {
+                    LabelOp::Exists
+                },
+            ));
         }
         if negated {
             // `!key` takes no operator.
@@ -276,7 +283,8 @@ fn check_key(key: &str) -> Result<(), String> {
         let label_ok = |l: &str| {
             !l.is_empty()
                 && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !l.starts_with('-')
                 && !l.ends_with('-')
         };
@@ -362,8 +370,12 @@ impl LabelSelector {
                 LabelOp::NotIn(set) => value.is_none_or(|v| !set.iter().any(|s| s == v)),
                 LabelOp::Exists => value.is_some(),
                 LabelOp::DoesNotExist => value.is_none(),
-                LabelOp::Gt(n) => value.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > *n),
-                LabelOp::Lt(n) => value.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
+                LabelOp::Gt(n) => value
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|v| v > *n),
+                LabelOp::Lt(n) => value
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|v| v < *n),
             }
         })
     }
@@ -442,7 +454,11 @@ fn unescape(raw: &str) -> Result<String, String> {
                 Some(e) => return Err(format!("invalid escape sequence: \\{e}")),
                 None => return Err("invalid escape sequence: \\".into()),
             },
-            ',' | '=' => return Err(format!("invalid field selector: unescaped character in value: {c}")),
+            ',' | '=' => {
+                return Err(format!(
+                    "invalid field selector: unescaped character in value: {c}"
+                ))
+            }
             c => out.push(c),
         }
     }
@@ -470,19 +486,48 @@ mod tests {
     #[test]
     fn label_selectors_as_upstream_tests_them() {
         for good in [
-            "x=a,y=b,z=c", "", "x!=a,y=b", "x=", "x= ", "x=,z= ", "x= ,z= ", "!x", "x>1",
-            "x>1,z<5", "\rx", "this-is-a-dns.domain.com/key-with-dash",
+            "x=a,y=b,z=c",
+            "",
+            "x!=a,y=b",
+            "x=",
+            "x= ",
+            "x=,z= ",
+            "x= ,z= ",
+            "!x",
+            "x>1",
+            "x>1,z<5",
+            "\rx",
+            "this-is-a-dns.domain.com/key-with-dash",
             "this-is-another-dns.domain.com/key-with-dash in (so,what)",
-            "0.1.2.domain/99 notin (10.10.100.1, tick.tack.clock)", "foo  in\t (abc)",
-            "x notin\n (abc)", "x  notin\t\t\t(abc,def)", "x in (abc,)", "x in ()", "x in (a,,,)",
-            "x notin (abc,,def),bar,z in (),w", "x notin ( )", "x notin (, a)", "a ",
+            "0.1.2.domain/99 notin (10.10.100.1, tick.tack.clock)",
+            "foo  in\t (abc)",
+            "x notin\n (abc)",
+            "x  notin\t\t\t(abc,def)",
+            "x in (abc,)",
+            "x in ()",
+            "x in (a,,,)",
+            "x notin (abc,,def),bar,z in (),w",
+            "x notin ( )",
+            "x notin (, a)",
+            "a ",
             "a in (x,y,notin, z,in)",
         ] {
             assert!(LabelSelector::parse(good).is_ok(), "{good:?} is valid");
         }
         for bad in [
-            "x=a||y=b", "x==a==b", "!x=a", "x<a", "x,,y", ",x,y", "x nott in (y)",
-            "a in (xyz),", "a in (xyz)b notin ()", "a in (xyz abc)", "a notin(", "a (", "(",
+            "x=a||y=b",
+            "x==a==b",
+            "!x=a",
+            "x<a",
+            "x,,y",
+            ",x,y",
+            "x nott in (y)",
+            "a in (xyz),",
+            "a in (xyz)b notin ()",
+            "a in (xyz abc)",
+            "a notin(",
+            "a (",
+            "(",
         ] {
             assert!(LabelSelector::parse(bad).is_err(), "{bad:?} is refused");
         }
@@ -512,8 +557,14 @@ mod tests {
         assert!(label_match("x in ()", &[("x", "")]));
         assert!(label_match("x in (a,,)", &[("x", "")]));
         // TestRequirementSelectorMatching
-        assert!(label_match("x in (foo),y notin (alpha)", &[("x", "foo"), ("y", "baz")]));
-        assert!(!label_match("x in (foo),y in (alpha)", &[("x", "foo"), ("y", "baz")]));
+        assert!(label_match(
+            "x in (foo),y notin (alpha)",
+            &[("x", "foo"), ("y", "baz")]
+        ));
+        assert!(!label_match(
+            "x in (foo),y in (alpha)",
+            &[("x", "foo"), ("y", "baz")]
+        ));
         assert!(label_match("x notin (),y", &[("y", "")]));
         assert!(label_match("!x,y", &[("y", "")]));
         assert!(!label_match("x notin (),!y", &[("y", "")]));
@@ -540,9 +591,20 @@ mod tests {
         assert!(label_match("partition", &[("partition", "")]));
         assert!(!label_match("partition", &none));
         assert!(label_match("!partition", &none));
-        assert!(label_match("partition in (customerA, customerB),environment!=qa", &[("partition", "customerA")]));
+        assert!(label_match(
+            "partition in (customerA, customerB),environment!=qa",
+            &[("partition", "customerA")]
+        ));
         // Keys and values are checked as the API server checks them.
-        for bad in ["-x=a", "x=-a", "Example.com/x", "a/b/c", "x=a b", "/x", &format!("x={}", "a".repeat(64))] {
+        for bad in [
+            "-x=a",
+            "x=-a",
+            "Example.com/x",
+            "a/b/c",
+            "x=a b",
+            "/x",
+            &format!("x={}", "a".repeat(64)),
+        ] {
             assert!(LabelSelector::parse(bad).is_err(), "{bad:?}");
         }
         assert!(LabelSelector::parse(&format!("example.com/x={}", "a".repeat(63))).is_ok());
@@ -566,10 +628,28 @@ mod tests {
     /// Field Selectors page (`=`, `==` and `!=`, chained with commas).
     #[test]
     fn field_selectors_as_upstream_tests_them() {
-        for good in ["x=a,y=b,z=c", "", "x!=a,y=b", r"x=a||y\=b", r"x=a\=\=b", "a=a,", ",a=a"] {
+        for good in [
+            "x=a,y=b,z=c",
+            "",
+            "x!=a,y=b",
+            r"x=a||y\=b",
+            r"x=a\=\=b",
+            "a=a,",
+            ",a=a",
+        ] {
             assert!(FieldSelector::parse(good).is_ok(), "{good:?} is valid");
         }
-        for bad in ["x=a||y=b", "x==a==b", "x=a,b", "x in (a)", "x in (a,b,c)", "x", r"k=\", r"k=\a", r"k=\\\"] {
+        for bad in [
+            "x=a||y=b",
+            "x==a==b",
+            "x=a,b",
+            "x in (a)",
+            "x in (a,b,c)",
+            "x",
+            r"k=\",
+            r"k=\a",
+            r"k=\\\",
+        ] {
             assert!(FieldSelector::parse(bad).is_err(), "{bad:?} is refused");
         }
         assert!(field_match("", &[("x", "y")]));

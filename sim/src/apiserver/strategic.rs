@@ -84,9 +84,13 @@ pub(super) fn list_strategy(resource: Resource, path: &str) -> ListStrategy {
         ) => MergeByKey("name"),
         (Resource::Pods, "spec.topologySpreadConstraints") => MergeByKey("topologyKey"),
         (Resource::Pods, _) => {
-            let container_list = ["spec.containers.", "spec.initContainers.", "spec.ephemeralContainers."]
-                .iter()
-                .find_map(|prefix| path.strip_prefix(prefix));
+            let container_list = [
+                "spec.containers.",
+                "spec.initContainers.",
+                "spec.ephemeralContainers.",
+            ]
+            .iter()
+            .find_map(|prefix| path.strip_prefix(prefix));
             match container_list {
                 Some("ports") => MergeByKey("containerPort"),
                 Some("env") => MergeByKey("name"),
@@ -142,7 +146,9 @@ impl Schema {
             return match directive.as_str() {
                 Some("replace") => Ok(cleaned_map(patch)),
                 Some("delete") => Ok(Map::new()),
-                _ => Err(format!("unknown patch type: {directive} in map at {path:?}")),
+                _ => Err(format!(
+                    "unknown patch type: {directive} in map at {path:?}"
+                )),
             };
         }
         if let Some(retain) = patch.remove(RETAIN_KEYS) {
@@ -198,7 +204,9 @@ impl Schema {
         }
         for (key, value) in patch {
             if let Some(field) = key.strip_prefix(DELETE_FROM) {
-                if let (Some(Value::Array(items)), Value::Array(gone)) = (original.get_mut(field), &value) {
+                if let (Some(Value::Array(items)), Value::Array(gone)) =
+                    (original.get_mut(field), &value)
+                {
                     items.retain(|item| !gone.contains(item));
                 }
                 continue;
@@ -219,7 +227,9 @@ impl Schema {
                 (Some(Value::Array(ours)), Value::Array(theirs)) => {
                     match list_strategy(self.resource, &field_path) {
                         ListStrategy::Replace => Value::Array(cleaned_list(theirs)),
-                        strategy => Value::Array(self.merge_list(ours, theirs, strategy, &field_path)?),
+                        strategy => {
+                            Value::Array(self.merge_list(ours, theirs, strategy, &field_path)?)
+                        }
                     }
                 }
                 // Absent, or of another type: the patch's value, without directives.
@@ -400,7 +410,10 @@ fn normalize_order(
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (Some(l), Some(r)) => {
-                match (position(server_order, l, strategy), position(server_order, r, strategy)) {
+                match (
+                    position(server_order, l, strategy),
+                    position(server_order, r, strategy),
+                ) {
                     (Some(li), Some(ri)) => li < ri,
                     _ => false,
                 }
@@ -495,13 +508,30 @@ mod tests {
         );
         // "set elements order in a list with server-only items 3"
         let patch = json!({"spec": {"$setElementOrder/containers": order(&["2", "1", "4", "3"])}});
-        let current = c(&["1:other=a", "2:value=2", "7", "9", "8", "3:value=3", "4:value=4"]);
+        let current = c(&[
+            "1:other=a",
+            "2:value=2",
+            "7",
+            "9",
+            "8",
+            "3:value=3",
+            "4:value=4",
+        ]);
         assert_eq!(
             pod(patch, current).unwrap(),
-            c(&["2:value=2", "1:other=a", "7", "9", "8", "4:value=4", "3:value=3"])
+            c(&[
+                "2:value=2",
+                "1:other=a",
+                "7",
+                "9",
+                "8",
+                "4:value=4",
+                "3:value=3"
+            ])
         );
         // "behavior of set element order for a merging list with duplicate"
-        let patch = json!({"spec": {"$setElementOrder/containers": order(&["2", "1", "4", "3", "2"])}});
+        let patch =
+            json!({"spec": {"$setElementOrder/containers": order(&["2", "1", "4", "3", "2"])}});
         let current = c(&["1", "2:value=dup1", "3", "2:value=dup2", "4"]);
         assert_eq!(
             pod(patch, current).unwrap(),
@@ -541,7 +571,10 @@ mod tests {
         assert_eq!(pod(patch, current.clone()).unwrap(), current);
         // "$deleteFromPrimitiveList on nonexistent primitive list should not add the primitive list"
         let patch = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["3"]}});
-        assert_eq!(pod(patch, json!({"metadata": {}})).unwrap(), json!({"metadata": {}}));
+        assert_eq!(
+            pod(patch, json!({"metadata": {}})).unwrap(),
+            json!({"metadata": {}})
+        );
     }
 
     /// Without `$setElementOrder`, a merged list comes out in the patch's
@@ -635,7 +668,10 @@ mod tests {
             json!({"status": {"conditions": [{"type": "B", "status": "True"}]}, "spec": {"w": 3}})
         );
         let patch = json!({"spec": {"y": {"$patch": "delete"}}});
-        assert_eq!(node(patch, current.clone()).unwrap()["spec"], json!({"x": 1, "y": {}}));
+        assert_eq!(
+            node(patch, current.clone()).unwrap()["spec"],
+            json!({"x": 1, "y": {}})
+        );
         // `$patch: replace` in a merged list replaces it with the other items.
         let patch = json!({"status": {"conditions": [{"$patch": "replace"}, {"type": "C"}]}});
         assert_eq!(
@@ -707,9 +743,18 @@ mod tests {
             }]}})
         );
         for (path, strategy) in [
-            ("spec.initContainers.volumeMounts", ListStrategy::MergeByKey("mountPath")),
-            ("spec.ephemeralContainers.volumeDevices", ListStrategy::MergeByKey("devicePath")),
-            ("spec.topologySpreadConstraints", ListStrategy::MergeByKey("topologyKey")),
+            (
+                "spec.initContainers.volumeMounts",
+                ListStrategy::MergeByKey("mountPath"),
+            ),
+            (
+                "spec.ephemeralContainers.volumeDevices",
+                ListStrategy::MergeByKey("devicePath"),
+            ),
+            (
+                "spec.topologySpreadConstraints",
+                ListStrategy::MergeByKey("topologyKey"),
+            ),
             ("status.podIPs", ListStrategy::MergeByKey("ip")),
             ("status.containerStatuses", ListStrategy::Replace),
             ("spec.tolerations", ListStrategy::Replace),
@@ -717,6 +762,9 @@ mod tests {
         ] {
             assert_eq!(list_strategy(Resource::Pods, path), strategy, "{path}");
         }
-        assert_eq!(list_strategy(Resource::Leases, "spec.containers"), ListStrategy::Replace);
+        assert_eq!(
+            list_strategy(Resource::Leases, "spec.containers"),
+            ListStrategy::Replace
+        );
     }
 }

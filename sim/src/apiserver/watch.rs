@@ -18,9 +18,9 @@ use super::answer::ApiError;
 use super::connection::Body;
 use super::handle::{FakeApiServer, Shared};
 use super::list::{selected, selectors};
-use super::selectors::{FieldSelector, LabelSelector};
 use super::resource::{ObjectKey, Resource};
 use super::routing::Query;
+use super::selectors::{FieldSelector, LabelSelector};
 use super::state::State;
 
 /// What the open watches are sent.
