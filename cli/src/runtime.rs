@@ -10,7 +10,7 @@
 //! it needs first (docs/decisions/runtimes.md).
 
 /// How much lower the API's threads run than the controller's (nice steps).
-pub const API_NICENESS: i32 = 10;
+pub const API_NICENESS: i32 = 5;
 
 /// The controller's runtime: a multi-thread runtime with one worker, unless
 /// `TOKIO_WORKER_THREADS` asks for more (tokio's default is one per core).

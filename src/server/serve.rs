@@ -274,6 +274,7 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// One connection: the TLS handshake if any, the protocol (ALPN, or the
 /// HTTP/2 preface on a plain connection), then requests until the client
 /// leaves, a timeout closes it, it is evicted, or shutdown's grace runs out.
+#[allow(clippy::too_many_arguments)] // one connection's parts, each moved into its task
 async fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
