@@ -81,9 +81,14 @@ async function failure(response) {
 
 /** GET a JSON document; an ApiError when the answer is not 2xx. */
 export async function getJSON(path, options) {
+  return (await getJSONAndHeaders(path, options)).body;
+}
+
+/** GET a JSON document and the answer's headers; an ApiError when it is not 2xx. */
+export async function getJSONAndHeaders(path, options) {
   const response = await request(path, options);
   if (!response.ok) throw await failure(response);
-  return response.json();
+  return { body: await response.json(), headers: response.headers };
 }
 
 /** GET a JSON document, or null on 404. */

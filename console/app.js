@@ -5,13 +5,19 @@
 //   /ui/                the site overview, live
 //   /ui/nodes/{name}    one node: describe, condition timeline, events
 //   /ui/at/{time}       the site as it was at {time} (RFC 3339, or an age such as 2h)
+//
+// The overview's filters are kept in the query of the first and the last
+// (see link.js).
 
 import { h, rfc3339, showTime, debounce } from './dom.js';
-import { getJSON, NodeWatch, token, setToken, askForToken, ApiError } from './api.js';
+import { getJSON, getJSONAndHeaders, NodeWatch, token, setToken, askForToken, ApiError } from './api.js';
 import { Overview } from './overview.js';
+import { Problems } from './problems.js';
+import { Changes } from './changes.js';
 import { SiteStrip } from './strip.js';
 import { Health } from './health.js';
 import { NodePage } from './node.js';
+import { filtersOf, keepInURL } from './link.js';
 
 const main = document.getElementById('main');
 const conn = document.getElementById('conn');
@@ -33,8 +39,22 @@ function showConnection(state, resourceVersion, detail) {
   conn.title = detail || (resourceVersion ? `resourceVersion ${resourceVersion}` : '');
 }
 
+/** Opens the site at `time`, with the filters the page has. */
 function travelTo(time) {
-  location.assign(`/ui/at/${encodeURIComponent(typeof time === 'number' ? rfc3339(time) : time)}`);
+  location.assign(`/ui/at/${encodeURIComponent(typeof time === 'number' ? rfc3339(time) : time)}${location.search}`);
+}
+
+/** An overview whose filters come from the URL and go back into it. */
+function filteredOverview(el, options) {
+  const overview = new Overview(el, { ...options, onFilters: keepInURL });
+  overview.setFilters(filtersOf(location.search));
+  // The back and forward buttons within the page: its filters as they were.
+  const path = location.pathname;
+  window.addEventListener('popstate', () => {
+    if (location.pathname === path) overview.setFilters(filtersOf(location.search));
+    else location.reload();
+  });
+  return overview;
 }
 
 function showError(error) {
@@ -61,13 +81,18 @@ function markRendered(name) {
 
 async function overviewPage(about, nodes) {
   document.title = 'Overview · nodekeeper';
+  const problemsEl = h('section');
   const stripEl = h('section', { class: 'strip-box', 'aria-label': 'Site timeline' });
   const healthEl = h('div', { class: 'health' });
   const overviewEl = h('section', { class: 'overview', 'aria-labelledby': 'overview-title' });
-  main.replaceChildren(stripEl, healthEl, overviewEl);
+  main.replaceChildren(problemsEl, stripEl, healthEl, overviewEl);
+  const problems = new Problems(problemsEl, { title: about.readOnly ? 'Not Ready, as the store last recorded' : 'Not Ready', live: !about.readOnly });
   const strip = new SiteStrip(stripEl, { onPick: travelTo });
   const health = new Health(healthEl);
-  const overview = new Overview(overviewEl, { caption: about.readOnly ? 'Nodes (stopped store)' : 'Nodes' });
+  const overview = filteredOverview(overviewEl, {
+    caption: about.readOnly ? 'Nodes (stopped store)' : 'Nodes',
+    onNodes: (records) => problems.set(records),
+  });
 
   const list = await nodes;
   performance.mark('list-fetched');
@@ -111,21 +136,48 @@ async function overviewPage(about, nodes) {
 async function atPage(text) {
   document.title = `The site at ${text} · nodekeeper`;
   document.getElementById('travel-time').value = text;
+  const heading = h('div', { class: 'travel-note' });
+  const problemsEl = h('section');
+  const changesEl = h('section');
   const stripEl = h('section', { class: 'strip-box', 'aria-label': 'Site timeline' });
   const overviewEl = h('section', { class: 'overview', 'aria-labelledby': 'overview-title' });
-  const heading = h('div', { class: 'travel-note' });
-  main.replaceChildren(heading, stripEl, overviewEl);
+  main.replaceChildren(heading, problemsEl, changesEl, stripEl, overviewEl);
   showConnection('past');
-  const list = await getJSON(`/v1/at?time=${encodeURIComponent(text)}`);
-  const parsed = Date.parse(text);
-  const strip = new SiteStrip(stripEl, { marker: Number.isNaN(parsed) ? null : parsed, onPick: travelTo });
+  const { body: list, headers } = await getJSONAndHeaders(`/v1/at?time=${encodeURIComponent(text)}`);
+  // The instant the server showed: an age resolved by its clock.
+  const instant = headers.get('nodekeeper-at') || text;
+  const moment = Date.parse(instant);
+  const age = Number.isNaN(Date.parse(text));
+  if (age && !Number.isNaN(moment)) {
+    // The link names the time from now on: later, or sent on, it shows the same moment.
+    history.replaceState(null, '', `/ui/at/${encodeURIComponent(instant)}${location.search}`);
+    document.getElementById('travel-time').value = instant;
+    document.title = `The site at ${instant} · nodekeeper`;
+  }
+  const when = Number.isNaN(moment) ? null : moment;
+  const strip = new SiteStrip(stripEl, { marker: when, onPick: travelTo });
   heading.replaceChildren(
-    h('p', {}, 'The registry rebuilt from its history as it was at ', h('strong', { id: 'at-time' }, Number.isNaN(parsed) ? text : showTime(parsed)), ` (after event ${list.metadata.resourceVersion}): what `, h('code', {}, `nodekeeper at ${text}`), ' shows. ', h('a', { href: '/ui/' }, 'Back to now')),
+    h(
+      'p',
+      {},
+      'The registry rebuilt from its history as it was at ',
+      h('strong', { id: 'at-time', 'data-time': instant }, when === null ? text : showTime(when)),
+      age ? ` (${text} before it was asked for)` : '',
+      ` (after event ${list.metadata.resourceVersion}): what `,
+      h('code', {}, `nodekeeper at ${instant}`),
+      ' shows. ',
+      // With the filters the page has when it is followed.
+      h('a', { href: '/ui/', id: 'back-to-now', onclick: (event) => (event.preventDefault(), location.assign(`/ui/${location.search}`)) }, 'Back to now'),
+    ),
   );
   heading.dataset.resourceVersion = list.metadata.resourceVersion;
-  const overview = new Overview(overviewEl, { caption: 'Nodes then' });
+  const then = () => when ?? Date.now();
+  const problems = new Problems(problemsEl, { title: 'Not Ready then', now: then });
+  const changes = new Changes(changesEl);
+  const overview = filteredOverview(overviewEl, { caption: 'Nodes then', now: then, onNodes: (records) => problems.set(records) });
   overview.setNodes(list.items);
   await markRendered('at');
+  changes.load(list.items);
   strip.load().catch((e) => (stripEl.textContent = `Site timeline: ${e.message}`));
 }
 

@@ -48,9 +48,19 @@ export function readyWord(status) {
 
 export const STATUSES = ['True', 'False', 'Unknown'];
 
+/** A Ready status with its word: 'True (Ready)', 'False (NotReady)', 'Unknown'. */
+export function readyText(status) {
+  return status === 'Unknown' ? status : `${status} (${readyWord(status)})`;
+}
+
+/** A node's Ready condition from its Kubernetes JSON, or undefined. */
+export function readyCondition(node) {
+  return (node.status?.conditions || []).find((c) => c.type === 'Ready');
+}
+
 /** A node's Ready status from its Kubernetes JSON ('Unknown' without one). */
 export function readyOf(node) {
-  const ready = (node.status?.conditions || []).find((c) => c.type === 'Ready');
+  const ready = readyCondition(node);
   return ready && STATUSES.includes(ready.status) ? ready.status : 'Unknown';
 }
 

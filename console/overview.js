@@ -1,10 +1,11 @@
 // The site overview: counts by Ready status and zone, and every node as a
 // tile grouped by zone, with find-by-name, label selector and status
-// filters. Built for 10,000 nodes: tiles are made as one HTML string per
-// zone, live changes are applied in one batch per frame, and filters touch
-// only the tiles whose visibility changes.
+// filters, and a card on hover or focus saying what a tile is. Built for
+// 10,000 nodes: tiles are made as one HTML string per zone, live changes are
+// applied in one batch per frame, filters touch only the tiles whose
+// visibility changes, and one card serves every tile.
 
-import { h, esc, readyWord, readyOf, zoneOf, STATUSES, NO_ZONE } from './dom.js';
+import { h, esc, ms, readyWord, readyText, readyCondition, zoneOf, showTime, showDuration, showTip, hideTip, STATUSES, NO_ZONE } from './dom.js';
 import { labelSelector } from './selector.js';
 
 /** Up to this many nodes, tiles are large enough to carry their names. */
@@ -14,9 +15,18 @@ const STATUS_CLASS = { True: 's-ready', False: 's-notready', Unknown: 's-unknown
 
 function summarize(node) {
   const labels = node.metadata?.labels || {};
+  const condition = readyCondition(node);
+  const ready = condition && STATUSES.includes(condition.status) ? condition.status : 'Unknown';
+  // Without a Ready condition a node has been Unknown since it was made.
+  const since = condition?.lastTransitionTime || node.metadata.creationTimestamp || '';
   return {
     name: node.metadata.name,
-    ready: readyOf(node),
+    ready,
+    reason: condition?.reason || '',
+    message: condition?.message || '',
+    since,
+    // Parsed once, for the problems list's order: only nodes not Ready are on it.
+    sinceMs: ready !== 'True' && since ? ms(since) : NaN,
     zone: zoneOf(labels),
     labels,
     cordoned: Boolean(node.spec?.unschedulable),
@@ -25,14 +35,26 @@ function summarize(node) {
   };
 }
 
-function tileTitle(rec) {
+/** A tile's accessible name; sighted users get the card (see `cardLines`). */
+function tileLabel(rec) {
   return `${rec.name}: ${readyWord(rec.ready)}${rec.cordoned ? ', cordoned' : ''}`;
 }
 
 function tileHTML(rec, named) {
   const cls = `tile ${STATUS_CLASS[rec.ready]}${rec.cordoned ? ' cordoned' : ''}`;
   const name = esc(rec.name);
-  return `<a class="${cls}" href="/ui/nodes/${esc(encodeURIComponent(rec.name))}" data-node="${name}" data-ready="${rec.ready}" title="${esc(tileTitle(rec))}" tabindex="-1">${named ? `<span>${name}</span>` : ''}</a>`;
+  return `<a class="${cls}" href="/ui/nodes/${esc(encodeURIComponent(rec.name))}" data-node="${name}" data-ready="${rec.ready}" aria-label="${esc(tileLabel(rec))}" tabindex="-1">${named ? `<span>${name}</span>` : ''}</a>`;
+}
+
+/** What a tile's card says: the node, its Ready status, reason, and since when. */
+function cardLines(rec, now) {
+  return [
+    rec.name,
+    `Ready: ${readyText(rec.ready)}${rec.cordoned ? ', cordoned' : ''}`,
+    rec.reason ? `Reason: ${rec.reason}` : 'No reason given',
+    rec.since ? `Since ${showTime(rec.since)} (${showDuration(now - ms(rec.since))})` : '',
+    rec.message,
+  ].filter(Boolean);
 }
 
 function byName(a, b) {
@@ -43,17 +65,26 @@ export class Overview {
   /**
    * @param root the element to fill
    * @param options.caption what the overview shows (live, or a past instant)
+   * @param options.now the moment the cards' durations run to
+   * @param options.onNodes called with every node's record once nodes come or
+   *   go or a Ready condition changes (not for heartbeats alone)
+   * @param options.onFilters called when the user changes a filter, with the
+   *   filters and whether the change starts something new (see link.js)
    */
-  constructor(root, { caption = '' } = {}) {
+  constructor(root, { caption = '', now = () => Date.now(), onNodes = () => {}, onFilters = () => {} } = {}) {
     this.root = root;
+    this.now = now;
+    this.onNodes = onNodes;
+    this.onFilters = onFilters;
     this.nodes = new Map();
     this.zones = new Map();
     this.hiddenStatuses = new Set();
     this.nameFilter = '';
     this.selector = null;
+    // The field being typed in: its keystrokes after the first make no new history entry.
+    this.editing = null;
     this.pending = [];
     this.frame = 0;
-    this.onChange = null;
     this.build(caption);
   }
 
@@ -70,7 +101,10 @@ export class Overview {
         ` ${readyWord(status)} `,
         count,
       );
-      button.addEventListener('click', () => this.toggleStatus(status));
+      button.addEventListener('click', () => {
+        this.toggleStatus(status);
+        this.filtersChanged(null);
+      });
       this.statusButtons[status] = { button, count };
       this.summary.append(button);
     }
@@ -81,8 +115,8 @@ export class Overview {
     this.selectorError = h('p', { class: 'error', id: 'selector-error', role: 'alert' });
     this.shownEl = h('p', { class: 'shown', id: 'shown', 'aria-live': 'polite' });
     this.nameInput.addEventListener('input', () => {
-      this.nameFilter = this.nameInput.value.trim().toLowerCase();
-      this.refilter();
+      this.setName(this.nameInput.value);
+      this.filtersChanged('name');
     });
     this.nameInput.addEventListener('keydown', (event) => {
       if (event.key !== 'Enter') return;
@@ -90,18 +124,10 @@ export class Overview {
       if (only.length === 1) only[0].el?.click();
     });
     this.selectorInput.addEventListener('input', () => {
-      const text = this.selectorInput.value.trim();
-      try {
-        this.selector = text ? labelSelector(text) : null;
-        this.selectorError.textContent = '';
-        this.selectorInput.removeAttribute('aria-invalid');
-      } catch (error) {
-        this.selector = () => false;
-        this.selectorError.textContent = `Label selector: ${error.message}`;
-        this.selectorInput.setAttribute('aria-invalid', 'true');
-      }
-      this.refilter();
+      this.setSelector(this.selectorInput.value);
+      this.filtersChanged('labels');
     });
+    for (const input of [this.nameInput, this.selectorInput]) input.addEventListener('change', () => (this.editing = null));
     const filters = h(
       'div',
       { class: 'filters', role: 'search', 'aria-label': 'Find nodes' },
@@ -115,6 +141,10 @@ export class Overview {
     this.grid = h('div', { class: 'zones' });
     this.grid.addEventListener('keydown', (event) => this.moveFocus(event));
     this.grid.addEventListener('animationend', (event) => event.target.classList?.remove('changed'));
+    this.grid.addEventListener('mouseover', (event) => this.showCard(event.target));
+    this.grid.addEventListener('focusin', (event) => this.showCard(event.target));
+    this.grid.addEventListener('mouseout', hideTip);
+    this.grid.addEventListener('focusout', hideTip);
     const legend = h(
       'p',
       { class: 'legend', 'aria-hidden': 'true' },
@@ -131,6 +161,53 @@ export class Overview {
       legend,
       this.grid,
     );
+  }
+
+  setName(text) {
+    this.nameFilter = text.trim().toLowerCase();
+    this.refilter();
+  }
+
+  setSelector(text) {
+    const selector = text.trim();
+    try {
+      this.selector = selector ? labelSelector(selector) : null;
+      this.selectorError.textContent = '';
+      this.selectorInput.removeAttribute('aria-invalid');
+    } catch (error) {
+      this.selector = () => false;
+      this.selectorError.textContent = `Label selector: ${error.message}`;
+      this.selectorInput.setAttribute('aria-invalid', 'true');
+    }
+    this.refilter();
+  }
+
+  /** The filters as link.js keeps them in the URL. */
+  filters() {
+    return { name: this.nameInput.value.trim(), labels: this.selectorInput.value.trim(), hide: [...this.hiddenStatuses] };
+  }
+
+  /** Sets every filter at once (from a link, or the back button). */
+  setFilters({ name, labels, hide }) {
+    this.editing = null;
+    this.nameInput.value = name;
+    this.selectorInput.value = labels;
+    this.nameFilter = name.trim().toLowerCase();
+    this.setSelector(labels);
+    this.setHidden(hide);
+  }
+
+  filtersChanged(field) {
+    const push = field === null || this.editing !== field;
+    this.editing = field;
+    this.onFilters(this.filters(), { push });
+  }
+
+  /** Shows the card of the tile under the pointer or focus. */
+  showCard(target) {
+    const tile = target.closest?.('.tile');
+    const rec = tile && this.nodes.get(tile.dataset.node);
+    if (rec) showTip(tile, cardLines(rec, this.now()));
   }
 
   /** Replaces every node (a list, or the registry at a past instant). */
@@ -165,6 +242,7 @@ export class Overview {
       this.zones.set(zone, { section, tiles, names: recs.map((r) => r.name) });
     }
     this.refilter();
+    this.onNodes(this.nodes.values());
   }
 
   /** Queues watch events; they are applied together at the next frame. */
@@ -175,19 +253,24 @@ export class Overview {
   }
 
   flush() {
+    // Timed, for the tests and the benchmark: the page's own work per update.
+    const started = performance.now();
     this.frame = 0;
     const events = this.pending;
     this.pending = [];
     const touched = [];
+    let readyChanged = false;
     for (const event of events) {
       const name = event.object?.metadata?.name;
       if (!name) continue;
       const old = this.nodes.get(name);
       if (event.type === 'DELETED') {
         if (old) this.remove(old);
+        readyChanged ||= Boolean(old);
         continue;
       }
       const rec = summarize(event.object);
+      readyChanged ||= !old || old.ready !== rec.ready || old.since !== rec.since || old.reason !== rec.reason || old.message !== rec.message;
       if (!old) {
         this.insert(rec);
       } else if (old.zone !== rec.zone) {
@@ -200,14 +283,15 @@ export class Overview {
           const el = rec.el;
           el.className = `tile ${STATUS_CLASS[rec.ready]}${rec.cordoned ? ' cordoned' : ''} changed`;
           el.dataset.ready = rec.ready;
-          el.title = tileTitle(rec);
+          el.setAttribute('aria-label', tileLabel(rec));
         }
       }
       touched.push(this.nodes.get(name));
     }
     for (const rec of touched) this.filterOne(rec);
     this.recount();
-    if (this.onChange) this.onChange(events);
+    if (readyChanged) this.onNodes(this.nodes.values());
+    performance.measure('overview-update', { start: started });
   }
 
   insert(rec) {
@@ -251,8 +335,14 @@ export class Overview {
   }
 
   toggleStatus(status) {
-    if (this.hiddenStatuses.has(status)) this.hiddenStatuses.delete(status);
-    else this.hiddenStatuses.add(status);
+    const hide = new Set(this.hiddenStatuses);
+    if (hide.has(status)) hide.delete(status);
+    else hide.add(status);
+    this.setHidden(hide);
+  }
+
+  setHidden(statuses) {
+    this.hiddenStatuses = new Set(statuses);
     for (const s of STATUSES) {
       this.statusButtons[s].button.setAttribute('aria-pressed', String(!this.hiddenStatuses.has(s)));
       this.grid.classList.toggle(`hide-${s}`, this.hiddenStatuses.has(s));

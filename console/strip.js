@@ -1,5 +1,8 @@
 // The site timeline: one strip over the whole kept history showing how many
-// nodes were Ready, NotReady and Unknown (from GET /v1/readiness). Clicking a
+// nodes were Ready, NotReady and Unknown (from GET /v1/readiness), and in
+// grey over them the times no controller ran: nothing watched the nodes then,
+// so the counts the history last had say nothing about them. A gap still
+// open (a stopped controller) runs to the end of the strip. Clicking a
 // moment, or Enter on the keyboard cursor, opens the site as it was then.
 
 import { s, h, ms, showTime, showTip, hideTip } from './dom.js';
@@ -95,15 +98,17 @@ export class SiteStrip {
     });
     const from = ms(d.from);
     const span = Math.max(1, ms(d.to) - from);
-    for (const gap of d.gaps) {
-      const x0 = ((ms(gap.from) - from) / span) * n;
-      const x1 = (((gap.to ? ms(gap.to) : ms(d.to)) - from) / span) * n;
-      if (x1 > 0 && x0 < n) {
-        this.svg.append(s('rect', { class: 'gap', x: Math.max(0, x0), y: 0, width: Math.max(0.5, Math.min(n, x1) - Math.max(0, x0)), height: HEIGHT }));
-      }
-    }
     for (const [key, cls] of [['ready', 's-ready'], ['notReady', 's-notready'], ['unknown', 's-unknown'], ['dip', 'dip']]) {
       if (paths[key].length) this.svg.append(s('path', { class: `area ${cls}`, d: paths[key].join('') }));
+    }
+    // Over the counts, whatever they say.
+    for (const gap of d.gaps) {
+      const x0 = Math.max(0, ((ms(gap.from) - from) / span) * n);
+      const x1 = Math.min(n, (((gap.to ? ms(gap.to) : ms(d.to)) - from) / span) * n);
+      if (x1 > 0 && x0 < n) {
+        const width = Math.max(1, x1 - x0);
+        this.svg.append(s('rect', { class: 'gap', x: Math.min(x0, n - width), y: 0, width, height: HEIGHT, 'data-from': gap.from, 'data-to': gap.to ?? '' }));
+      }
     }
     const markerIndex = this.markerIndex();
     if (markerIndex !== null) {
@@ -139,13 +144,25 @@ export class SiteStrip {
     this.cursorEl?.setAttribute('x', String(x));
     this.cursorEl?.setAttribute('visibility', 'visible');
     const when = showTime(this.bucketTime(i));
-    const text = `${when}: ${b.ready} Ready, ${b.notReady} NotReady, ${b.unknown} Unknown`;
+    const gap = this.gapAt(i);
+    const counts = `${b.ready} Ready, ${b.notReady} NotReady, ${b.unknown} Unknown`;
+    const stopped = gap && (gap.to ? `No controller ran from ${showTime(gap.from)} to ${showTime(gap.to)}` : `No controller has run since ${showTime(gap.from)} (still stopped)`);
     this.svg.setAttribute('aria-valuenow', String(i));
-    this.svg.setAttribute('aria-valuetext', text);
-    const lines = [when, `${b.ready} Ready · ${b.notReady} NotReady · ${b.unknown} Unknown`];
-    if (b.minReady < b.ready) lines.push(`as few as ${b.minReady} Ready inside this slice`);
+    this.svg.setAttribute('aria-valuetext', stopped ? `${when}: ${stopped}` : `${when}: ${counts}`);
+    const lines = [when];
+    if (stopped) lines.push(stopped, `Nothing watched the nodes; last recorded: ${counts}`);
+    else lines.push(`${b.ready} Ready · ${b.notReady} NotReady · ${b.unknown} Unknown`);
+    if (!stopped && b.minReady < b.ready) lines.push(`as few as ${b.minReady} Ready inside this slice`);
     lines.push('Click or press Enter to see the site then');
     showTip(this.cursorEl || this.svg, lines);
+  }
+
+  /** The downtime that covers any of bucket `i`, if one does. */
+  gapAt(i) {
+    const end = this.bucketTime(i);
+    const start = this.bucketTime(i - 1);
+    const to = ms(this.data.to);
+    return this.data.gaps.find((g) => ms(g.from) < end && (g.to ? ms(g.to) : to) > start) || null;
   }
 
   key(event) {

@@ -209,7 +209,8 @@ pub enum MirrorCommand {
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Print the effective configuration of `run` (the same flags and
-    /// `--config`) as YAML, each value with where it came from.
+    /// `--config`) as YAML, each value with where it came from; refused
+    /// (exit 2) when a file it names cannot be read.
     Print(Box<RunArgs>),
 }
 
@@ -404,7 +405,9 @@ pub struct RunArgs {
     /// Zones up to this size are not evicted at all while partially disrupted.
     #[arg(long, default_value_t = 50, help_heading = "Eviction")]
     pub large_cluster_size_threshold: usize,
-    /// Passes at registering the nodes before giving up (one sync period apart).
+    /// Tries at registering a node, one sync period apart, before the failure
+    /// is logged and recorded (RegistrationFailed); tries go on after that,
+    /// less often (up to a minute apart), until the node is registered.
     #[arg(long, default_value_t = 10, help_heading = "Nodes and sources")]
     pub register_retry_count: u32,
 

@@ -18,6 +18,20 @@ use crate::cli::Cli;
 /// The subcommands that take `--config` and the `run` flags.
 const CONFIGURED: [&[&str]; 2] = [&["run"], &["config", "print"]];
 
+/// The largest config file read. Every flag of `run` with a long value fits
+/// in a few KiB; a site's node list belongs in `--nodes-file`.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// How deeply a config file's lists and mappings may nest. A config is a
+/// mapping of flags to values or lists of values (two levels); the YAML
+/// parser takes time quadratic in the nesting of flow collections (100,000
+/// `[` took 30 s to refuse), so deeper ones are refused before it sees them.
+pub const MAX_CONFIG_NESTING: usize = 16;
+
+/// `config print` pads its origin comments into a column up to this width;
+/// longer lines are not padded.
+const ORIGIN_COLUMN_MAX: usize = 80;
+
 /// What went wrong with a config file; each names the file and, where it
 /// can, the line.
 #[derive(Debug, Error)]
@@ -35,6 +49,13 @@ pub enum ConfigError {
         line: usize,
         reason: String,
     },
+    #[error("--config {}: the file is larger than {} bytes, more than any configuration needs; is it the right file? (a long node list belongs in --nodes-file)", path.display(), MAX_CONFIG_BYTES)]
+    TooLarge { path: PathBuf },
+    #[error("--config {}:{line}: lists or mappings nested more than {} deep; a config maps flag names to values or to lists of values, such as `nodes: [a, b]`", path.display(), MAX_CONFIG_NESTING)]
+    TooDeep { path: PathBuf, line: usize },
+    /// Files the settings name that cannot be read, one line each.
+    #[error("{}", .0.join("\n"))]
+    Unreadable(Vec<String>),
 }
 
 /// Where a setting's value came from.
@@ -187,12 +208,13 @@ fn file_args(
     path: &Path,
     command: &clap::Command,
 ) -> Result<Vec<(String, Vec<OsString>)>, ConfigError> {
-    // Read once at start-up, before the runtime (or any task) runs.
-    #[allow(clippy::disallowed_methods)]
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = read_bounded(path)?;
+    if let Some(line) = nested_too_deep(&text) {
+        return Err(ConfigError::TooDeep {
+            path: path.to_path_buf(),
+            line,
+        });
+    }
     let value: serde_yaml_ng::Value =
         serde_yaml_ng::from_str(&text).map_err(|e| ConfigError::Syntax {
             path: path.to_path_buf(),
@@ -243,6 +265,119 @@ fn file_args(
     Ok(out)
 }
 
+/// The text of the config file at `path`, refused past [`MAX_CONFIG_BYTES`]
+/// without reading further (`--config /dev/zero` ends there).
+fn read_bounded(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let read_error = |source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    // Read once at start-up, before the runtime (or any task) runs.
+    #[allow(clippy::disallowed_methods)]
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
+    String::from_utf8(bytes).map_err(|e| ConfigError::Syntax {
+        path: path.to_path_buf(),
+        reason: format!("not UTF-8 text: {e}"),
+    })
+}
+
+/// The line where flow collections (`[`, `{`) first nest past
+/// [`MAX_CONFIG_NESTING`], if they do. Brackets inside quoted scalars and
+/// comments do not count, as YAML reads them; those of plain scalars
+/// (`match: edge-[0-9]+`) do, which only overstates the nesting. Block nesting needs indentation, which the
+/// size limit bounds to levels the parser takes in milliseconds.
+fn nested_too_deep(text: &str) -> Option<usize> {
+    let (mut depth, mut line) = (0usize, 1usize);
+    let mut quote: Option<char> = None;
+    let mut comment = false;
+    let mut previous = '\n';
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\n' {
+            line += 1;
+            comment = false;
+        }
+        match (quote, c) {
+            _ if comment || c == '\n' => {}
+            // '' is a quote inside single quotes; \ escapes inside double ones.
+            (Some('\''), '\'') if chars.peek() == Some(&'\'') => {
+                chars.next();
+            }
+            (Some('"'), '\\') => {
+                chars.next();
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '#') if previous.is_whitespace() => comment = true,
+            // A quote opens a scalar only where a scalar starts (not in `it's`).
+            (None, '\'' | '"') if previous.is_whitespace() || "[{,".contains(previous) => {
+                quote = Some(c)
+            }
+            (None, '[' | '{') => {
+                depth += 1;
+                if depth > MAX_CONFIG_NESTING {
+                    return Some(line);
+                }
+            }
+            (None, ']' | '}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        previous = c;
+    }
+    None
+}
+
+/// What `config print` checks beyond parsing: every file a setting names
+/// (the nodes file, certificates, keys, token files, the kubeconfig, the
+/// cloud config) can be opened and read, as `run` would need it.
+pub fn check_files(settings: &[Setting]) -> Result<(), ConfigError> {
+    let command = command();
+    let files: Vec<String> = run_args(&command)
+        .iter()
+        .filter(|a| a.get_value_hint() == ValueHint::FilePath)
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect();
+    let mut problems = Vec::new();
+    for setting in settings.iter().filter(|s| files.contains(&s.key)) {
+        for value in setting.values.iter().filter(|v| !v.is_empty()) {
+            if let Err(e) = readable(Path::new(value)) {
+                problems.push(format!(
+                    "--{} {value} ({}): cannot read it: {e}; give a file that exists and that the controller's user may read",
+                    setting.key,
+                    setting.origin.as_str()
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Unreadable(problems))
+    }
+}
+
+/// Whether `path` is a file this process may read (a byte of it, if any).
+fn readable(path: &Path) -> std::io::Result<()> {
+    use std::io::Read;
+    // One-shot check of `config print`, before any runtime work.
+    #[allow(clippy::disallowed_methods)]
+    let mut file = std::fs::File::open(path)?;
+    if file.metadata()?.is_dir() {
+        return Err(std::io::Error::other("it is a directory"));
+    }
+    file.read(&mut [0u8; 1]).map(|_| ())
+}
+
 /// A usage error about a value that came from the file names the file and
 /// line; any other exits as clap does.
 fn blame_file(
@@ -266,8 +401,7 @@ fn blame_file(
     match (arg, path) {
         (Some(_), Some(path)) => {
             // Read again to point at the line, before the runtime starts.
-            #[allow(clippy::disallowed_methods)]
-            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let text = read_bounded(path).unwrap_or_default();
             let reason = error.to_string();
             let reason = reason
                 .lines()
@@ -452,13 +586,21 @@ pub fn print(settings: &[Setting]) -> String {
         };
         lines.push((line, origin));
     }
-    let width = lines.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
+    let width = lines
+        .iter()
+        .map(|(l, _)| l.chars().count())
+        .filter(|&n| n <= ORIGIN_COLUMN_MAX)
+        .max()
+        .unwrap_or(0);
     let mut out = String::from(
         "# The effective configuration of `nodekeeper run`, usable as --config.\n\
          # Defaults and unset values are commented out.\n",
     );
     for (line, origin) in lines {
-        out.push_str(&format!("{line:width$}  # {origin}\n"));
+        let pad = width.saturating_sub(line.chars().count());
+        out.push_str(&line);
+        out.extend(std::iter::repeat_n(' ', pad));
+        out.push_str(&format!("  # {origin}\n"));
     }
     out
 }
@@ -624,6 +766,29 @@ mod tests {
         ] {
             assert_eq!(yaml_scalar(key), value);
         }
+    }
+
+    #[test]
+    fn nesting_counts_flow_brackets_outside_quotes_and_comments() {
+        let deep = |n: usize| format!("nodes: {}{}\n", "[".repeat(n), "]".repeat(n));
+        assert_eq!(nested_too_deep(&deep(MAX_CONFIG_NESTING)), None);
+        assert_eq!(nested_too_deep(&format!("a: 1\n{}", deep(17))), Some(2));
+        assert_eq!(nested_too_deep("x: {a: [{b: [1]}]}\n"), None);
+        let open = "[".repeat(40);
+        for quiet in [
+            format!("# {open}\n"),
+            format!("a: b # {open}\n"),
+            format!("a: '{open}'\n"),
+            format!("a: \"{open}\"\n"),
+            format!("a: 'it''s {open}'\n"),
+            format!("a: \"\\\" {open}\"\n"),
+        ] {
+            assert_eq!(nested_too_deep(&quiet), None, "{quiet}");
+        }
+        // A quote inside a plain scalar opens nothing: the brackets after it count.
+        assert_eq!(nested_too_deep(&format!("a: it's\nb: {open}\n")), Some(2));
+        // Nor does a `#` inside a word start a comment.
+        assert_eq!(nested_too_deep(&format!("a: x#{open}\n")), Some(1));
     }
 
     #[test]

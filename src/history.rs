@@ -75,6 +75,7 @@ impl Replay {
             }
             EventKind::AddressLookupFailed { .. }
             | EventKind::RegistrationFailed { .. }
+            | EventKind::SourceFailed { .. }
             | EventKind::ControllerStarted { .. }
             | EventKind::ControllerStopped { .. }
             | EventKind::ProbeKeptReady { .. }

@@ -47,6 +47,11 @@ pub enum InspectError {
     /// The controller wants a token (`--token`) or an operator's one.
     #[error("{0}")]
     Forbidden(String),
+    #[error(
+        "the store at {0} is read-only to this user (it was read from a copy): make the change as \
+         the store's owner (the controller's user, or root), or through the running controller"
+    )]
+    ReadOnly(String),
 }
 
 impl From<crate::controller::PushError> for InspectError {
@@ -117,17 +122,28 @@ impl Source {
             return Source::remote(url, None, token);
         }
         crate::store::compact::check_path(db).map_err(StoreError::from)?;
-        if !db.exists() {
+        if !crate::store::is_there(db)? {
             return Err(InspectError::NoStore(db.display().to_string()));
         }
-        match Store::open(
+        match Store::open_for_reading(
             db,
             &StoreOptions {
                 cache_capacity: 16 << 20,
                 ..StoreOptions::default()
             },
         ) {
-            Ok(store) => Ok(Source::Local(store)),
+            Ok(store) => {
+                if store.is_copy() {
+                    // What the user reads is as it was now; a large store takes a while to copy.
+                    eprintln!(
+                        "note: this user may read the store at {} but not write it: reading a copy of it ({:.1} MiB in {})",
+                        db.display(),
+                        store.size_on_disk() as f64 / (1u64 << 20) as f64,
+                        std::env::temp_dir().display()
+                    );
+                }
+                Ok(Source::Local(store))
+            }
             Err(StoreError::Locked { path }) => match Discovery::read(&path) {
                 Some(found) => Source::remote(&found.url, found.ca_file.as_deref(), token),
                 None => Err(StoreError::Locked { path }.into()),
@@ -449,6 +465,9 @@ impl Source {
     ) -> Result<Node, InspectError> {
         use crate::server::node_writes::{prepare, NodeWrite};
         match self {
+            Source::Local(store) if store.is_copy() => {
+                Err(InspectError::ReadOnly(store.origin().display().to_string()))
+            }
             Source::Local(store) => {
                 let by = local_user();
                 let (node, _) = crate::controller::operator::edit_stopped_store(
@@ -494,6 +513,9 @@ impl Source {
     /// Deletes a node no source lists; refused (naming the source) otherwise.
     pub async fn delete_node(&self, name: &str) -> Result<(), InspectError> {
         match self {
+            Source::Local(store) if store.is_copy() => {
+                Err(InspectError::ReadOnly(store.origin().display().to_string()))
+            }
             Source::Local(store) => {
                 crate::controller::operator::delete_in_stopped_store(
                     store,

@@ -1,6 +1,6 @@
 //! The crate's floors, checked: a module names (`crate::…`) only modules on
 //! a floor below its own, so there is no import cycle and no arrow back up.
-//! The README's layout section lists the same floors.
+//! docs/architecture.md lists the same floors.
 #![cfg(test)]
 // A test reading the crate's sources from disk, outside any runtime.
 #![allow(clippy::disallowed_methods)]
@@ -131,7 +131,7 @@ fn every_module_uses_only_the_floors_below_it() {
         }
         let Some(own) = floor(&module) else {
             wrong.push(format!(
-                "{module} is on no floor: add it to FLOORS and the README"
+                "{module} is on no floor: add it to FLOORS and docs/architecture.md"
             ));
             continue;
         };

@@ -2,8 +2,8 @@
 //! labels: a 10k-node site must not mean 10k series.
 //!
 //! `Metrics::new` is long (about 400 lines) on purpose: it is the one list of
-//! every metric, its help text and its registration, which the README's
-//! metrics table documents (`cli/tests/dashboards.rs` checks that every
+//! every metric, its help text and its registration, which the metrics
+//! table of docs/guide/operations.md documents (`cli/tests/dashboards.rs` checks that every
 //! family served is in it).
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
@@ -80,6 +80,20 @@ pub struct HookRunLabels {
     pub result: HookResult,
 }
 
+/// A source of nodes the controller follows.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum NodeSource {
+    /// `--nodes-file`.
+    NodesFile,
+    /// `--cloud-provider` (an inventory, an endpoint, a cloud).
+    Cloud,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: NodeSource,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ZoneLabels {
     /// `topology.kubernetes.io/zone`; empty for nodes without one.
@@ -126,11 +140,13 @@ pub struct Metrics {
     pub store_flush_duration: Histogram,
     pub store_group_size: Histogram,
     pub registered: Gauge,
+    pub unregistered: Gauge,
     pub heartbeats: Family<HeartbeatLabels, Counter>,
     pub heartbeat_age: Family<QuantileLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub pushing: Gauge,
     pub evictions: Counter,
     pub source_failures: Counter,
+    pub source_failing: Family<SourceLabels, Gauge>,
     pub source_machines: Gauge,
     pub source_sync_duration: Histogram,
     pub mirror_backlog: Gauge,
@@ -313,6 +329,12 @@ impl Metrics {
             "Nodes in the registry",
             registered.clone(),
         );
+        let unregistered = Gauge::default();
+        registry.register(
+            "unregistered_nodes",
+            "Nodes a source names that are not registered yet (registration is tried again until they are)",
+            unregistered.clone(),
+        );
         let heartbeats = Family::<HeartbeatLabels, Counter>::default();
         registry.register(
             "heartbeats",
@@ -344,6 +366,15 @@ impl Metrics {
             "Failed listings of the cloud or inventory source",
             source_failures.clone(),
         );
+        let source_failing = Family::<SourceLabels, Gauge>::default();
+        registry.register(
+            "source_failing",
+            "1 while a source of nodes cannot be followed (a nodes file that does not parse or cannot be read, a failed listing), else 0; the registry is left as it is meanwhile",
+            source_failing.clone(),
+        );
+        for source in [NodeSource::NodesFile, NodeSource::Cloud] {
+            let _ = source_failing.get_or_create(&SourceLabels { source });
+        }
         let source_machines = Gauge::default();
         registry.register(
             "source_machines",
@@ -645,6 +676,7 @@ impl Metrics {
             mirror_configured,
             source_sync_duration,
             source_failures,
+            source_failing,
             source_machines,
             evictions,
             heartbeats,
@@ -663,6 +695,7 @@ impl Metrics {
             store_flush_duration,
             store_group_size,
             registered,
+            unregistered,
         }
     }
 
@@ -753,6 +786,13 @@ impl Metrics {
             Exposition::OpenMetrics { .. } => self.encode(),
             Exposition::Text => exposition::text_format(&self.encode()),
         }
+    }
+
+    /// Whether `source` can be followed now.
+    pub fn set_source_failing(&self, source: NodeSource, failing: bool) {
+        self.source_failing
+            .get_or_create(&SourceLabels { source })
+            .set(i64::from(failing));
     }
 
     /// Sets the node gauges from the statuses of every node's condition.

@@ -441,6 +441,11 @@ pub enum EventKind {
         by: String,
         changes: Vec<NodeChange>,
     },
+    /// A source of nodes could not be followed (a nodes file with a typo, an
+    /// inventory that does not parse): the registry is left as it is until
+    /// it is fixed. Controller-wide; `source` as nodes from it record theirs
+    /// (`static`, `cloud/inventory`).
+    SourceFailed { source: String, message: String },
     /// The node's kubelet created, replaced or deleted an object kept with
     /// the node (its CSINode); `summary` says what it holds.
     ObjectChanged {
@@ -538,6 +543,7 @@ impl EventKind {
             EventKind::EvictionStarted { .. } => "EvictionStarted",
             EventKind::EvictionDone { .. } => "EvictionDone",
             EventKind::OperatorChanged { .. } => "OperatorChanged",
+            EventKind::SourceFailed { .. } => "SourceFailed",
             EventKind::ObjectChanged { .. } => "ObjectChanged",
             EventKind::KubeletEvent { .. } => "KubeletEvent",
         }

@@ -15,7 +15,7 @@ use crate::readiness::{Checks, Health, Verdict};
 use crate::view::View;
 
 /// The `/readyz` checks the controller's passes keep (see
-/// [`crate::controller::Controller::report_passes`]): `READY=1` waits until
+/// [`crate::controller::Controller::report_readiness`]): `READY=1` waits until
 /// every one of them has finished once, and `WATCHDOG=1` is sent only while
 /// they all keep finishing.
 pub const PASS_CHECKS: [&str; 2] = ["probe-sweep", "monitor-pass"];

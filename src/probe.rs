@@ -6,12 +6,9 @@
 //! idle stream and nothing else: no connection task, no buffers between
 //! probes, no pool lookup, URL parsing or proxy logic. The exchange is one
 //! prebuilt request and a response read into a small buffer and parsed with
-//! `httparse`. hyper's connection-level client was measured in its place
-//! (`nodekeeper-bench --sizes 10000`, probe mode, 1 s period): a hyper
-//! connection built over the kept stream for each probe cost about twice the
-//! controller CPU per probe (0.32-0.34 against 0.17-0.18 CPU-s per 10k
-//! probes) and 1.4x the RSS (354 against 246-257 MiB); keeping hyper
-//! connections between sweeps instead keeps ~16 KiB of buffers per kubelet.
+//! `httparse`. A hyper connection per probe costs about twice the CPU per
+//! probe, and hyper connections kept between sweeps keep buffers for every
+//! kubelet (docs/decisions/probe-reader.md).
 //!
 //! What one answer may cost is bounded: its head by [`HEAD_CAP`], what is
 //! kept of its body by [`BODY_CAP`], everything read off the wire (head,

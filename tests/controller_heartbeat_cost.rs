@@ -3,8 +3,8 @@
 //! counted through the controller's channel (the handle's ask, the
 //! controller task's handling, the answer). Allocations are counted, not
 //! timed, so the count is a test; the CPU per heartbeat is printed by the
-//! ignored `heartbeat_cpu` (run it in a release build, see README's
-//! "Where a pushed heartbeat's CPU and memory go").
+//! ignored `heartbeat_cpu` (run it in a release build, see
+//! docs/benchmarks.md, "In-process costs").
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::collections::BTreeMap;

@@ -4,11 +4,9 @@
 //! floor runs under exactly the controller's allocator.
 
 /// jemalloc: a push fleet allocates and frees per request on every worker
-/// thread; glibc's malloc spent a quarter of the controller's CPU on it and
-/// let RSS creep. mimalloc, used before, cost the same CPU but its RSS rose
-/// 0.05–0.08 MiB a minute for as long as any soak ran, with the bytes held
-/// flat, as it touched more and more of the memory it had committed
-/// (README, Scale benchmark).
+/// thread, where glibc's malloc takes a quarter of the controller's CPU and
+/// lets RSS creep, and mimalloc's RSS keeps rising while the bytes held stay
+/// flat (docs/decisions/jemalloc.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -19,7 +17,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 ///   start-up registration say, would keep them);
 /// - `dirty_decay_ms:1000`: freed pages go back within about a second
 ///   (the default is 10 s), `muzzy_decay_ms:0` at once after that: memory
-///   follows what is held (the README compares its CPU with mimalloc's).
+///   follows what is held (docs/decisions/jemalloc.md).
 ///
 /// `_RJEM_MALLOC_CONF` in the environment is read after these and wins,
 /// e.g. `_RJEM_MALLOC_CONF=dirty_decay_ms:10000` to spend memory for CPU.

@@ -98,7 +98,14 @@ async fn dispatch(
         Command::Version { output } => commands::version::version(*output),
         Command::Config {
             command: ConfigCommand::Print(_),
-        } => Ok(nodekeeper::config::print(settings)),
+        } => match nodekeeper::config::check_files(settings) {
+            Ok(()) => Ok(nodekeeper::config::print(settings)),
+            // A config naming files that are not there is a mistake to fix before `run`.
+            Err(e) => Err(commands::Failure {
+                message: e.to_string(),
+                code: 2,
+            }),
+        },
         Command::Cordon { node } => commands::edit::cordon(&source()?, node, true).await,
         Command::Uncordon { node } => commands::edit::cordon(&source()?, node, false).await,
         Command::Label(args) => commands::edit::label(&source()?, args, false).await,

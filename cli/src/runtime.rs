@@ -10,7 +10,7 @@
 //! it needs first (docs/decisions/runtimes.md).
 
 /// How much lower the API's threads run than the controller's (nice steps).
-pub const API_NICENESS: i32 = 10;
+pub const API_NICENESS: i32 = 5;
 
 /// The controller's runtime: a multi-thread runtime with one worker, unless
 /// `TOKIO_WORKER_THREADS` asks for more (tokio's default is one per core).
@@ -27,10 +27,13 @@ pub fn controller_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     builder.thread_name("nodekeeper").enable_all().build()
 }
 
-/// The API's runtime: a worker per core, at [`API_NICENESS`] below the
-/// controller's priority, blocking reads included.
+/// The API's runtime: a worker for each core but the controller's (one at
+/// least), at [`API_NICENESS`] below the controller's priority, blocking
+/// reads included. A worker more than the cores left would wake for work
+/// another worker already took (docs/decisions/runtimes.md).
 pub fn api_runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let workers = cores.saturating_sub(1).max(1);
     let niceness = std::env::var("NODEKEEPER_API_NICENESS")
         .ok()
         .and_then(|n| n.parse().ok())

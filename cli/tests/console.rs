@@ -55,7 +55,7 @@ fn check_prerequisites() {
 }
 
 /// Where the scripts save screenshots: `docs/` when
-/// `NODEKEEPER_SCREENSHOTS=docs` (to refresh the README's), else under target/.
+/// `NODEKEEPER_SCREENSHOTS=docs` (to refresh the console guide's), else under target/.
 fn screenshot_dir() -> PathBuf {
     let root = Path::new(REPO);
     let dir = match std::env::var("NODEKEEPER_SCREENSHOTS").as_deref() {
@@ -293,6 +293,32 @@ async fn the_console_is_served_and_the_readiness_strip_counts_the_history() {
         "every durable event is counted: {strip}"
     );
     assert_eq!(strip["from"], history[0]["time"]);
+
+    // The instant `/v1/at` shows, resolved from an age by the server's clock.
+    let asked = unix_now();
+    let at = c.request("/v1/at?time=1m").send().await.unwrap();
+    let answered = unix_now();
+    assert_eq!(at.status(), 200);
+    let resolved = at.headers()["nodekeeper-at"].to_str().unwrap().to_string();
+    let seconds = resolved
+        .parse::<jiff::Timestamp>()
+        .unwrap_or_else(|e| panic!("Nodekeeper-At: {resolved:?} is RFC 3339: {e}"))
+        .as_microsecond() as f64
+        / 1e6;
+    assert!(
+        (asked - 60.0..=answered - 60.0).contains(&seconds),
+        "1m before {asked}..{answered}: {resolved}"
+    );
+    let exact = c
+        .request("/v1/at?time=2026-11-30T09:00:00.5%2B01:00")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        exact.headers()["nodekeeper-at"],
+        "2026-11-30T08:00:00.5Z",
+        "an RFC 3339 time is the instant it names, in UTC"
+    );
 
     for (query, what) in [
         ("buckets=0", "buckets=0"),
@@ -585,6 +611,55 @@ async fn in_a_browser_ten_thousand_nodes_stay_responsive() {
             ("NK_DB", site.db.display().to_string()),
             ("NK_NODES", NODES.to_string()),
         ],
+    );
+    script.run_to_end(started);
+    drop(c);
+}
+
+/// 2,000 nodes registered in a controller in push mode, the browser's
+/// script pushing their statuses: most Ready, a few broken. The problems
+/// list, the hover cards, links with filters, the diff of time travel
+/// against now and an age resolved to its time, at a size where tiles are
+/// specks; then an outage of 120 more, past the 100 rows the list draws.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_two_thousand_nodes_show_their_problems() {
+    check_prerequisites();
+    let _one = BROWSER.lock().await;
+    const NODES: usize = 2_000;
+    let names: Vec<String> = (0..NODES).map(|i| format!("site-{i:04}")).collect();
+    let site = TestSite::named(&names, Ipv4Addr::new(127, 170, 0, 1))
+        .labels(|i| {
+            let mut labels = json!({"topology.kubernetes.io/zone": format!("zone-{}", i % 5)});
+            if i.is_multiple_of(4) {
+                labels["tier"] = json!("gold");
+            }
+            labels
+        })
+        // Nodes fall silent only when the test says so.
+        .flag("--node-sync-period", "10s")
+        .flag("--node-monitor-period", "1s")
+        .grace("1h")
+        .flag("--node-startup-grace-period", "1h")
+        .start();
+    let c = site.controller(&[]);
+    let registering = Instant::now();
+    loop {
+        let (_, list) = c.get("/api/v1/nodes?limit=1").await;
+        let rest = list["metadata"]["remainingItemCount"].as_u64().unwrap_or(0);
+        if rest + 1 == NODES as u64 {
+            break;
+        }
+        assert!(
+            registering.elapsed() < Duration::from_secs(120),
+            "the 2,000 nodes never registered: {}",
+            list["metadata"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let started = Instant::now();
+    let script = Script::start(
+        "problems",
+        &[("NK_URL", c.url.clone()), ("NK_NODES", NODES.to_string())],
     );
     script.run_to_end(started);
     drop(c);

@@ -1,7 +1,8 @@
 //! The operator's kit stays true to the binary: the alert rules pass
 //! promtool's checks and unit tests, every metric the rules and the Grafana
 //! dashboard query is one a running controller serves, a fresh controller
-//! serves every family (counters at 0), and the README documents each.
+//! serves every family (counters at 0), and the metrics table of
+//! docs/guide/operations.md documents each.
 // Tests set up files with std::fs and time real processes: clippy.toml's
 // runtime rules are for the product.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
@@ -158,10 +159,10 @@ fn families(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The metrics the README's table documents.
+/// The metrics the operations guide's metrics table documents.
 fn documented() -> BTreeSet<String> {
-    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
-    readme
+    let guide = std::fs::read_to_string(repo("docs/guide/operations.md")).unwrap();
+    guide
         .lines()
         .filter_map(|l| l.strip_prefix("| `"))
         .filter_map(|l| l.split('`').next())
@@ -171,7 +172,7 @@ fn documented() -> BTreeSet<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fresh_controller_serves_every_family_and_the_readme_documents_each() {
+async fn a_fresh_controller_serves_every_family_and_the_guide_documents_each() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     // One node nobody answers for: nothing has happened yet when /metrics is read.
@@ -186,12 +187,12 @@ async fn a_fresh_controller_serves_every_family_and_the_readme_documents_each() 
     let undocumented: Vec<&String> = served.difference(&documented).collect();
     assert!(
         undocumented.is_empty(),
-        "served but not in the README's metrics table: {undocumented:?}"
+        "served but not in the metrics table of docs/guide/operations.md: {undocumented:?}"
     );
     let unserved: Vec<&String> = documented.difference(&served).collect();
     assert!(
         unserved.is_empty(),
-        "in the README's metrics table but not served by a fresh controller: {unserved:?}"
+        "in the metrics table of docs/guide/operations.md but not served by a fresh controller: {unserved:?}"
     );
 
     // Counters are there at 0 before their first event, with every label

@@ -114,17 +114,19 @@ const UNIT: &str = "systemd/nodekeeper.service";
 /// (0 is the most locked down, 10 the least; up to 2.0 is "OK").
 const MAX_EXPOSURE: f64 = 2.0;
 
-fn systemd_analyze() -> Option<&'static str> {
+/// `systemd-analyze`; a test that needs it fails, saying what to install,
+/// when it is missing.
+fn systemd_analyze() -> &'static str {
     let found = Command::new("systemd-analyze")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !found {
-        eprintln!(
-            "SKIPPED: systemd-analyze is not installed (Debian: apt-get install systemd; scripts/test installs it when it can)"
-        );
-    }
-    found.then_some("systemd-analyze")
+    assert!(
+        found,
+        "systemd-analyze is not installed: install it (Debian: apt-get install systemd; \
+         scripts/test installs it when run as root)"
+    );
+    "systemd-analyze"
 }
 
 /// The unit as installed next to the built binary: the same file with
@@ -134,7 +136,7 @@ fn unit_for_this_build(dir: &Path) -> PathBuf {
     assert_eq!(
         unit.matches("ExecStart=/usr/local/bin/nodekeeper ").count(),
         1,
-        "ExecStart runs /usr/local/bin/nodekeeper, as the README installs it"
+        "ExecStart runs /usr/local/bin/nodekeeper, as the README and docs/guide/install.md install it"
     );
     let path = dir.join("nodekeeper.service");
     std::fs::write(
@@ -160,9 +162,7 @@ fn exec_start() -> Vec<String> {
 
 #[test]
 fn the_systemd_unit_verifies() {
-    let Some(analyze) = systemd_analyze() else {
-        return;
-    };
+    let analyze = systemd_analyze();
     let dir = tempfile::tempdir().unwrap();
     let unit = unit_for_this_build(dir.path());
     // Documentation=man:nodekeeper(1) is checked against the shipped page,
@@ -170,13 +170,14 @@ fn the_systemd_unit_verifies() {
     let man = dir.path().join("man");
     std::fs::create_dir_all(man.join("man1")).unwrap();
     std::fs::copy(dist("man/nodekeeper.1"), man.join("man1/nodekeeper.1")).unwrap();
-    let has_man = Command::new("man").arg("--version").output().is_ok();
-    if !has_man {
-        eprintln!("man is not installed: Documentation=man:nodekeeper(1) is not looked up (Debian: apt-get install man-db)");
-    }
+    assert!(
+        Command::new("man").arg("--version").output().is_ok(),
+        "man is not installed, and Documentation=man:nodekeeper(1) is looked up with it: \
+         install it (Debian: apt-get install man-db; scripts/test installs it when run as root)"
+    );
     let out = Command::new(analyze)
         .arg("verify")
-        .arg(format!("--man={}", if has_man { "yes" } else { "no" }))
+        .arg("--man=yes")
         .arg(&unit)
         .env("MANPATH", &man)
         .current_dir(dir.path())
@@ -196,9 +197,7 @@ fn the_systemd_unit_verifies() {
 
 #[test]
 fn the_systemd_unit_is_hardened() {
-    let Some(analyze) = systemd_analyze() else {
-        return;
-    };
+    let analyze = systemd_analyze();
     let dir = tempfile::tempdir().unwrap();
     let unit = unit_for_this_build(dir.path());
     let out = Command::new(analyze)
@@ -260,6 +259,13 @@ fn the_systemd_unit_runs_what_the_binary_takes() {
     );
     let config = args.iter().position(|a| a == "--config").unwrap();
     assert_eq!(args[config + 1], "/etc/nodekeeper/config.yaml");
+    // The README's example config is the file the unit reads.
+    let readme = std::fs::read_to_string(format!("{REPO}/README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("```yaml\n# {}\n", args[config + 1])),
+        "the README's example config is not named {}",
+        args[config + 1]
+    );
     // The binary takes these arguments: `config print` parses the same
     // command line as `run` (with a config file of our own).
     let dir = tempfile::tempdir().unwrap();
@@ -392,14 +398,14 @@ fn rbac_rules(object: &serde_json::Value) -> Vec<(String, String, Vec<String>)> 
     rules
 }
 
-/// The ClusterRole the README's mirror section gives: the permissions the
-/// mirror's calls need, kept with the mirror's code.
-fn readme_cluster_role() -> serde_json::Value {
-    let readme = std::fs::read_to_string(Path::new(REPO).join("README.md")).unwrap();
-    let after = readme
+/// The ClusterRole the mirror guide gives: the permissions the mirror's
+/// calls need, kept with the mirror's code.
+fn guide_cluster_role() -> serde_json::Value {
+    let guide = std::fs::read_to_string(Path::new(REPO).join("docs/guide/mirror.md")).unwrap();
+    let after = guide
         .split("The account nodekeeper uses needs these permissions (RBAC):")
         .nth(1)
-        .expect("the README gives the mirror's RBAC");
+        .expect("docs/guide/mirror.md gives the mirror's RBAC");
     let block = after
         .split("```yaml\n")
         .nth(1)
@@ -408,15 +414,15 @@ fn readme_cluster_role() -> serde_json::Value {
     serde_json::to_value(serde_yaml_ng::from_str::<serde_yaml_ng::Value>(block).unwrap()).unwrap()
 }
 
-/// The manifest grants what the mirror calls, as the README lists it
+/// The manifest grants what the mirror calls, as the mirror guide lists it
 /// (nodes get, list, watch, create, patch, delete; nodes/status patch; pods
 /// list, delete; Leases get, create, update, delete), and nothing else; the
 /// Leases only in `kube-node-lease` and the leader Lease's namespace.
 #[test]
 fn rbac_grants_exactly_what_the_mirror_calls() {
     let docs = manifest_documents();
-    let readme = rbac_rules(&readme_cluster_role());
-    let (leases, core): (Vec<_>, Vec<_>) = readme
+    let guide = rbac_rules(&guide_cluster_role());
+    let (leases, core): (Vec<_>, Vec<_>) = guide
         .into_iter()
         .partition(|(group, _, _)| group == "coordination.k8s.io");
     assert_eq!(
@@ -429,11 +435,11 @@ fn rbac_grants_exactly_what_the_mirror_calls() {
         "{core:?}"
     );
     let [(_, resource, lease_verbs)] = leases.as_slice() else {
-        panic!("the README's RBAC has one rule for Leases: {leases:?}")
+        panic!("the guide's RBAC has one rule for Leases: {leases:?}")
     };
     assert_eq!(resource, "leases");
 
-    // Node Leases: everything the README grants on Leases.
+    // Node Leases: everything the guide grants on Leases.
     let node_leases = document(&docs, "Role", "nodekeeper-node-leases");
     assert_eq!(node_leases["metadata"]["namespace"], "kube-node-lease");
     assert_eq!(
@@ -494,8 +500,31 @@ fn write_configmap(docs: &[serde_json::Value], dir: &Path) {
         .as_object()
         .unwrap()
     {
-        std::fs::write(dir.join(name), text.as_str().unwrap()).unwrap();
+        let mut text = text.as_str().unwrap().to_string();
+        if name == "config.yaml" {
+            text = with_stand_ins(&text, dir);
+        }
+        std::fs::write(dir.join(name), text).unwrap();
     }
+}
+
+/// `config.yaml` with each absolute path it names (files other volumes
+/// mount, such as the serving Secret's) moved under `dir/mounted/`, where
+/// an empty stand-in is made: `config print` checks that the files exist.
+/// That they are mounted where the config says is checked apart.
+fn with_stand_ins(config: &str, dir: &Path) -> String {
+    config
+        .lines()
+        .map(|line| match line.split_once(": /") {
+            Some((key, path)) => {
+                let stand_in = dir.join("mounted").join(path);
+                std::fs::create_dir_all(stand_in.parent().unwrap()).unwrap();
+                std::fs::write(&stand_in, "").unwrap();
+                format!("{key}: {}\n", stand_in.display())
+            }
+            None => format!("{line}\n"),
+        })
+        .collect()
 }
 
 #[test]

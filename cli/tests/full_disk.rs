@@ -1,8 +1,10 @@
 //! A full disk degrades the controller; it does not stop it. The real
 //! binary with its store on a small tmpfs that the test fills up: changes
 //! are refused with a 503 Status, heartbeats, reads and watches go on, a
-//! probe sweep's decision waits, and everything resumes once space returns.
-//! Mounting needs root; without it the test says so and passes.
+//! probe sweep's decision waits, and everything resumes once space returns;
+//! nodes that could not be registered meanwhile are registered then.
+//! Mounting needs root: in CI (which runs as root) the tests fail when they
+//! cannot mount; elsewhere they are ignored unless asked for (`--ignored`).
 // Tests set up files with std::fs and time real processes: clippy.toml's
 // runtime rules are for the product.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
@@ -10,6 +12,7 @@
 mod common;
 
 use std::io::Write as _;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -24,9 +27,19 @@ struct Tmpfs {
 }
 
 impl Tmpfs {
-    /// Mounts a tmpfs of `size` (e.g. `40m`); `None` (and why) when this
-    /// process may not mount.
-    fn mount(size: &str) -> Result<Tmpfs, String> {
+    /// Mounts a tmpfs of `size` (e.g. `40m`). A test that cannot mount
+    /// fails, saying what it needs: it never passes without its full disk.
+    fn mount(size: &str) -> Tmpfs {
+        Tmpfs::try_mount(size).unwrap_or_else(|why| {
+            panic!(
+                "this test puts the store on a tmpfs of its own and fills it, and cannot mount one \
+                 here ({why}): run the tests as root (scripts/test does in CI), with mount(8) and \
+                 umount(8) installed (Debian: util-linux and mount)"
+            )
+        })
+    }
+
+    fn try_mount(size: &str) -> Result<Tmpfs, String> {
         let uid = Command::new("id")
             .arg("-u")
             .output()
@@ -73,6 +86,17 @@ impl Tmpfs {
         while file.write_all(&small).is_ok() {}
         path
     }
+
+    /// Fills the file system, then gives `free` bytes back: room for sled
+    /// to open a store, less than the controller keeps free for its writes.
+    fn fill_leaving(&self, name: &str, free: u64) -> PathBuf {
+        let path = self.fill(name);
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let len = file.metadata().unwrap().len();
+        file.set_len(len.saturating_sub(free)).unwrap();
+        file.sync_all().unwrap();
+        path
+    }
 }
 
 impl Drop for Tmpfs {
@@ -113,14 +137,12 @@ fn nodes_file(dir: &Path) -> PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(ci),
+    ignore = "mounts a tmpfs, which needs root: CI runs it; run it as root with --ignored"
+)]
 async fn a_full_disk_refuses_changes_and_keeps_serving() {
-    let disk = match Tmpfs::mount("40m") {
-        Ok(disk) => disk,
-        Err(why) => {
-            eprintln!("SKIPPED a_full_disk_refuses_changes_and_keeps_serving: it mounts a tmpfs, and cannot here ({why}); run the tests as root");
-            return;
-        }
-    };
+    let disk = Tmpfs::mount("40m");
     let scratch = tempfile::tempdir().unwrap();
     let db = disk.path.join("db");
     let nodes = nodes_file(scratch.path());
@@ -366,4 +388,117 @@ impl Discovery {
             sim_control: v["simControl"].as_str().unwrap().to_string(),
         }
     }
+}
+
+/// The nodes file of a push-mode site listing `names` from 127.160.0.1 on.
+fn write_named(path: &Path, names: &[&str]) {
+    let entries: Vec<Value> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| json!({"name": name, "address": format!("127.160.0.{}", i + 1)}))
+        .collect();
+    std::fs::write(path, serde_json::to_vec(&entries).unwrap()).unwrap();
+}
+
+/// The names `/api/v1/nodes` lists.
+async fn listed(c: &Controller) -> Vec<String> {
+    let (_, list) = c.get("/api/v1/nodes").await;
+    list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A disk full at start, and while a node is added to the nodes file:
+/// registration keeps trying past `--register-retry-count` (whose
+/// `ErrRegistration` is logged and recorded, as the ancestor's), `/readyz`
+/// names the nodes not registered and why, a gauge counts them, and they are
+/// all registered once there is room again, with no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(ci),
+    ignore = "mounts a tmpfs, which needs root: CI runs it; run it as root with --ignored"
+)]
+async fn nodes_not_registered_on_a_full_disk_are_registered_once_there_is_room() {
+    let disk = Tmpfs::mount("40m");
+    let site = TestSite::named(
+        &["edge-a", "edge-b", "edge-c"],
+        Ipv4Addr::new(127, 160, 0, 1),
+    )
+    .flag("--register-retry-count", "2")
+    .start();
+    write_named(&site.nodes_file, &["edge-a", "edge-b", "edge-c"]);
+    // Room for sled to open the store, not for the controller to write.
+    let filler = disk.fill_leaving("filler", 6 << 20);
+    let db = disk.path.join("db");
+    let c = Controller::start(&db, &site.args());
+    let _log = ShowLogOnPanic(c.log.clone());
+
+    let not_registered = |v: &Value| {
+        v.as_str().is_some_and(|t| {
+            t.lines().any(|l| {
+                l.starts_with("[-]registration failed")
+                    && ["edge-a", "edge-b", "edge-c"].iter().all(|n| l.contains(n))
+                    && l.contains("free")
+            })
+        })
+    };
+    let verbose = c
+        .wait_for(
+            "/readyz?verbose",
+            "readyz names the nodes not registered",
+            not_registered,
+        )
+        .await;
+    assert!(
+        verbose.as_str().unwrap().contains("readyz check failed"),
+        "{verbose}"
+    );
+    assert_eq!(c.metric("nodekeeper_unregistered_nodes").await, Some(3.0));
+    assert!(listed(&c).await.is_empty());
+
+    // A node added to the nodes file while the disk is full waits with them.
+    write_named(&site.nodes_file, &["edge-a", "edge-b", "edge-c", "edge-d"]);
+    c.wait_for("/metrics", "four nodes not registered", |m| {
+        m.as_str()
+            .is_some_and(|t| t.lines().any(|l| l == "nodekeeper_unregistered_nodes 4"))
+    })
+    .await;
+    // Past --register-retry-count: the ancestor's ErrRegistration is logged, and it goes on.
+    eventually("ErrRegistration is logged", || async {
+        c.log_text().contains("unable to register all nodes")
+    })
+    .await;
+
+    std::fs::remove_file(&filler).unwrap();
+    c.wait_for("/api/v1/nodes", "every listed node registered", |list| {
+        list["items"]
+            .as_array()
+            .is_some_and(|items| items.len() == 4)
+    })
+    .await;
+    let mut names = listed(&c).await;
+    names.sort();
+    assert_eq!(names, ["edge-a", "edge-b", "edge-c", "edge-d"]);
+    c.wait_for("/readyz?verbose", "registration passes", |v| {
+        v.as_str().is_some_and(|t| t.contains("[+]registration ok"))
+    })
+    .await;
+    assert_eq!(c.metric("nodekeeper_unregistered_nodes").await, Some(0.0));
+    // The history says what happened: the failure after two tries, then the registration.
+    let history = c.wait_event("edge-a", "RegistrationFailed").await;
+    assert!(
+        history["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("after 2 tries")),
+        "{history}"
+    );
+    c.wait_event("edge-a", "Registered").await;
+    let status = c.stop();
+    assert!(status.success(), "{status}");
 }

@@ -83,7 +83,7 @@ async fn readyz_names_what_keeps_the_controller_from_deciding() {
     let ready = wait_text(&c, "/readyz?verbose", 200, "readyz check passed").await;
     assert_eq!(
         ready,
-        "[+]ping ok\n[+]probe-sweep ok\n[+]monitor-pass ok\n[+]controller-lag ok\n[+]store ok\n[+]source ok\nreadyz check passed\n"
+        "[+]ping ok\n[+]probe-sweep ok\n[+]monitor-pass ok\n[+]registration ok\n[+]controller-lag ok\n[+]store ok\n[+]source ok\nreadyz check passed\n"
     );
     assert_eq!(text(&c, "/readyz").await, (200, "ok".into()));
     assert_eq!(

@@ -174,3 +174,48 @@ async fn a_pushed_memory_capacity_in_exponent_form_is_accepted() {
     }
     assert!(c.stop().success());
 }
+
+/// A nodes file of 100,000 probed nodes where the hard open-file limit is
+/// 20,000 (set for the child, so the test does not depend on the machine's):
+/// refused for what is wrong, too many nodes for the limit, and what to do,
+/// not for a flag the user never set.
+#[test]
+fn more_nodes_than_open_files_are_refused_for_what_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = dir.path().join("nodes.txt");
+    let text: String = (0..100_000u32)
+        .map(|i| {
+            format!(
+                "127.{}.{}.{}\n",
+                160 + i / 62_500,
+                (i / 250) % 250,
+                i % 250 + 1
+            )
+        })
+        .collect();
+    std::fs::write(&nodes, text).unwrap();
+    let db = dir.path().join("db");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -H -n 20000 && ulimit -S -n 20000 && exec \"$0\" \"$@\"")
+        .arg(BIN)
+        .arg("--db")
+        .arg(&db)
+        .args(["run", "--nodes-file", nodes.to_str().unwrap()])
+        .args(["--kubelet-scheme", "http", "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(!db.exists());
+    assert!(!err.contains("--max-connections"), "{err}");
+    assert!(
+        err.contains("too many nodes for the open-file limit: this process may open 20000 files, and 100000 nodes need about 100764"),
+        "{err}"
+    );
+    assert!(
+        err.contains("LimitNOFILE=") && err.contains("--node-status-mode push"),
+        "{err}"
+    );
+}

@@ -393,3 +393,128 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// `nodekeeper --db DB ARGS` with a terminal as its standard input, output
+/// and error (util-linux's script(1) gives it one): all it wrote there.
+fn on_terminal(db: &Path, args: &[&str]) -> String {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let mut command = format!("{} --db {}", quote(BIN), quote(db.to_str().unwrap()));
+    for a in args {
+        command.push(' ');
+        command.push_str(&quote(a));
+    }
+    let out = Command::new("script")
+        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script(1) runs it on a terminal: install it (Debian: bsdutils)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "nodekeeper {args:?} failed: {text}");
+    text
+}
+
+#[test]
+fn import_and_compact_show_their_progress_on_a_terminal_and_nowhere_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("export.jsonl");
+    // 20 nodes and 30,000 events: the header announces 30,020 records.
+    big_export(&input, 30_000);
+    let input = input.to_str().unwrap();
+    let summary = "imported 20 nodes, 30000 events, 0 leases and 0 outbox entries";
+
+    let db = dir.path().join("on-terminal");
+    let shown = on_terminal(&db, &["db", "import", "--input", input]);
+    // The first count is drawn at once; the line is redrawn in place.
+    assert!(
+        shown.contains("\r\x1b[Kimport: 1024 records loaded (about 3%)"),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains("\r\x1b[Kimport: 30020 records loaded; writing them to disk"),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains("\r\x1b[Kimport: 30020 records in "),
+        "{shown:?}"
+    );
+    assert!(shown.contains(summary), "the summary follows: {shown:?}");
+
+    let shown = on_terminal(&db, &["db", "compact"]);
+    assert!(
+        shown.contains("\r\x1b[Kcompact: 1024 records loaded (about "),
+        "{shown:?}"
+    );
+    assert!(shown.contains("; writing them to disk"), "{shown:?}");
+    assert!(shown.contains("\r\x1b[Kcompact: "), "{shown:?}");
+    assert!(
+        shown.contains("compacted 20 nodes and 30000 events: "),
+        "{shown:?}"
+    );
+
+    // Piped, as a script runs them: the summary alone, nothing on standard error.
+    let db = dir.path().join("piped");
+    let (code, out, err) = cli(&db, &["db", "import", "--input", input]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert!(out.starts_with(summary), "{out}");
+    let (code, out, err) = cli(&db, &["db", "compact"]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert!(
+        out.starts_with("compacted 20 nodes and 30000 events: "),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_overlong_line_is_refused_before_it_is_read_whole() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let mut child = Command::new(BIN)
+        .arg("--db")
+        .arg(&db)
+        .args(["db", "import"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // A header, then one 64 MiB line. Writing stops when the import stops
+    // reading: it closes the pipe as it exits (EPIPE here).
+    let writer = std::thread::spawn(move || {
+        let mut written = 0usize;
+        let header = format!(
+            "{}\n{{\"node\":\"",
+            serde_json::json!({"format": "nodekeeper-export", "version": 2,
+                "exportedAt": Micros::now(), "lastSeq": 0})
+        );
+        if stdin.write_all(header.as_bytes()).is_err() {
+            return written;
+        }
+        written += header.len();
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..64 {
+            if stdin.write_all(&chunk).is_err() {
+                return written;
+            }
+            written += chunk.len();
+        }
+        written
+    });
+    let out = child.wait_with_output().unwrap();
+    let written = writer.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "import failed at line 2: the line is longer than {} MiB",
+            nodekeeper::store::MAX_LINE_BYTES >> 20
+        )),
+        "{err}"
+    );
+    // What it read of the line, and what the pipe (64 KiB to 1 MiB) held.
+    assert!(
+        written < nodekeeper::store::MAX_LINE_BYTES + (2 << 20),
+        "the import took {written} bytes before refusing the line: it read past the limit"
+    );
+}

@@ -92,7 +92,7 @@ fn a_schema_1_store_is_upgraded_on_open() {
 /// fixture on disk was written by the first release, with V1 node records;
 /// this writer now writes the current record versions.
 #[test]
-#[ignore]
+#[ignore = "writes the fixture anew: run it only to recreate fixtures/"]
 fn write_schema_1_fixture() {
     let path = fixture();
     let _ = std::fs::remove_dir_all(&path);

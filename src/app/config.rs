@@ -119,8 +119,9 @@ impl RunConfig {
         check_periods_and_rates(args)?;
         check_api_server_flags(args)?;
         check_probing(args)?;
-        let specs = node_specs(args, capacity)?;
-        let cloud = cloud_source(args, capacity)?;
+        let has_store = crate::store::exists(db);
+        let specs = node_specs(args, capacity, has_store)?;
+        let cloud = cloud_source(args, capacity, has_store)?;
         let (probe, simulate) = probe_config(args)?;
         let (tls, tokens) = serving(args)?;
         let retention = retention(args)?;
@@ -240,16 +241,29 @@ fn check_probing(args: &RunArgs) -> Result<(), RunError> {
 }
 
 /// The nodes of `--nodes` and `--nodes-file`, each name given once across both.
-fn node_specs(args: &RunArgs, capacity: Resources) -> Result<Vec<NodeSpec>, RunError> {
+///
+/// The nodes file is the site's data, which changes while the controller
+/// runs, not its configuration: with a store (a registry to keep), one that
+/// cannot be read or parsed starts the controller with the registry as
+/// stored, and the controller reports it (`/readyz`, a metric, the history)
+/// as it does when the file turns bad while running. Only a first start
+/// refuses it, having nothing to keep.
+fn node_specs(
+    args: &RunArgs,
+    capacity: Resources,
+    has_store: bool,
+) -> Result<Vec<NodeSpec>, RunError> {
     let mut specs = Vec::new();
     if let Some(list) = &args.nodes {
         specs.extend(static_list::parse_node_list(list, capacity)?);
     }
     if let Some(path) = &args.nodes_file {
-        specs.extend(static_list::read_nodes_file(
-            &path.to_string_lossy(),
-            capacity,
-        )?);
+        match static_list::read_nodes_file(&path.to_string_lossy(), capacity) {
+            Ok(listed) => specs.extend(listed),
+            // The controller reads it again, and reports what is wrong.
+            Err(_) if has_store => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     let mut seen = std::collections::HashSet::new();
     if let Some(dup) = specs.iter().find(|s| !seen.insert(s.name.clone())) {
@@ -264,14 +278,36 @@ fn node_specs(args: &RunArgs, capacity: Resources) -> Result<Vec<NodeSpec>, RunE
 }
 
 /// The cloud provider to list nodes from (`--cloud-provider`, `--match`), if any.
-fn cloud_source(args: &RunArgs, capacity: Resources) -> Result<Option<CloudSource>, RunError> {
+///
+/// An inventory is the site's data, as a nodes file is (see [`node_specs`]):
+/// with a store, one that cannot be read or parsed starts the controller,
+/// whose listings then fail and say so, until it is fixed.
+fn cloud_source(
+    args: &RunArgs,
+    capacity: Resources,
+    has_store: bool,
+) -> Result<Option<CloudSource>, RunError> {
     let Some(name) = &args.cloud_provider else {
         return Ok(None);
     };
     let filter =
         anchored(args.node_match.as_deref().unwrap_or(".*")).map_err(|e| flag("--match", e))?;
     let provider: Arc<dyn CloudProvider> =
-        crate::source::provider(name, args.cloud_config.as_deref())?.into();
+        match crate::source::provider(name, args.cloud_config.as_deref()) {
+            Ok(provider) => provider.into(),
+            Err(
+                e @ SourceError::CloudConfig {
+                    provider: "inventory",
+                    ..
+                },
+            ) => match (&args.cloud_config, has_store) {
+                (Some(path), true) => {
+                    Arc::new(crate::source::inventory::InventoryProvider::unread(path))
+                }
+                _ => return Err(e.into()),
+            },
+            Err(e) => return Err(e.into()),
+        };
     if provider.instances().is_none() {
         return Err(SourceError::CloudInstance(provider.name().to_string()).into());
     }

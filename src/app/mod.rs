@@ -175,7 +175,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     )
     .await?;
     let health = crate::readiness::Health::new();
-    controller.report_passes(&health.ready);
+    controller.report_readiness(&health.ready);
     {
         let clock = controller.clock();
         health
@@ -250,7 +250,14 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     });
     let budgets = crate::server::Budgets::new(config.limits, Some(metrics.clone()));
     let router = crate::server::limited_router(state, config.tokens.clone(), budgets);
-    let serve_config = config.serve.clone().metrics(metrics);
+    let mut serve_config = config.serve.clone().metrics(metrics);
+    if config.api_runtime.is_some() {
+        // Readers are served on the API's runtime; kubelets on this one.
+        serve_config = serve_config.kubelets(crate::server::handoff::KubeletHandoff {
+            runtime: tokio::runtime::Handle::current(),
+            is_kubelet: kubelet_rule(config.tokens.clone()),
+        });
+    }
 
     // Every long-lived task is supervised: one that ends before shutdown
     // (an error, a panic) stops the controller, and the process exits
@@ -432,5 +439,21 @@ fn register_checks(
                 _ => Ok(()),
             }
         });
+    }
+}
+
+/// How a connection is known to be a kubelet's: by a token bound to a node,
+/// or, when the API takes no tokens, by a heartbeat as its first request.
+fn kubelet_rule(
+    tokens: Option<Arc<crate::server::Tokens>>,
+) -> Arc<dyn Fn(&crate::server::handoff::FirstRequest<'_>) -> bool + Send + Sync> {
+    match tokens {
+        Some(tokens) => Arc::new(move |request| {
+            request
+                .bearer
+                .and_then(|token| tokens.caller(token))
+                .is_some_and(|caller| matches!(caller, crate::server::Caller::Node(_)))
+        }),
+        None => Arc::new(crate::server::handoff::is_heartbeat),
     }
 }

@@ -54,6 +54,19 @@ pub enum SizingError {
         kept: u64,
         fits: usize,
     },
+    /// The open-file limit leaves too few connections for the budgets once
+    /// the probed (and simulated) nodes have their files: with
+    /// `--max-connections` left automatic, the nodes are what do not fit.
+    #[error("{}", open_file_limit(*nodes, *probed_nodes, *simulated_nodes, *open_files, *kept, *needed))]
+    OpenFileLimit {
+        nodes: usize,
+        probed_nodes: usize,
+        simulated_nodes: usize,
+        open_files: u64,
+        kept: u64,
+        /// The open files that would fit everything.
+        needed: u64,
+    },
     /// A budget of zero, which would refuse every request of its kind.
     #[error("{flag} must be at least 1")]
     ZeroBudget { flag: &'static str },
@@ -105,7 +118,6 @@ pub fn size_api(input: SizingInput) -> Result<ApiSizing, SizingError> {
         }
         asked => asked,
     };
-    let health_check_room = (max_connections / 64).clamp(4, 64);
     let limits = input.limits;
     for (flag, value) in [
         ("--max-watches", limits.max_watches),
@@ -115,6 +127,20 @@ pub fn size_api(input: SizingInput) -> Result<ApiSizing, SizingError> {
             return Err(SizingError::ZeroBudget { flag });
         }
     }
+    // Sized from the open-file limit: if the budgets do not fit, the nodes
+    // took the files, whatever the budgets' flags say.
+    let fewest = fewest_connections(limits);
+    if input.max_connections == 0 && max_connections < fewest {
+        return Err(SizingError::OpenFileLimit {
+            nodes: input.nodes,
+            probed_nodes: input.probed_nodes,
+            simulated_nodes: input.simulated_nodes,
+            open_files: input.open_files,
+            kept,
+            needed: kept + fewest as u64,
+        });
+    }
+    let health_check_room = health_check_room(max_connections);
     let taken = limits.max_watches + limits.max_reads + health_check_room;
     let left = max_connections.saturating_sub(taken);
     let max_mutating = match limits.max_mutating {
@@ -146,6 +172,66 @@ pub fn size_api(input: SizingInput) -> Result<ApiSizing, SizingError> {
         },
         health_check_room,
     })
+}
+
+/// Connections kept for health checks out of `max_connections`.
+fn health_check_room(max_connections: usize) -> usize {
+    (max_connections / 64).clamp(4, 64)
+}
+
+/// The fewest connections that hold the watch and read budgets, the health
+/// checks' room and the writes asked for (at least one).
+fn fewest_connections(limits: ApiLimits) -> usize {
+    let budgets = limits.max_watches + limits.max_reads + limits.max_mutating.max(1);
+    // The health checks' room grows with the connections, by at most 64.
+    (budgets + 4..=budgets + 64)
+        .find(|&m| m >= budgets + health_check_room(m))
+        .unwrap_or(budgets + 64)
+}
+
+/// What [`SizingError::OpenFileLimit`] says: what holds the files, and what to do.
+fn open_file_limit(
+    nodes: usize,
+    probed_nodes: usize,
+    simulated_nodes: usize,
+    open_files: u64,
+    kept: u64,
+    needed: u64,
+) -> String {
+    let mut holders = Vec::new();
+    if probed_nodes > 0 {
+        holders.push(format!(
+            "{probed_nodes} probed nodes keep a connection each"
+        ));
+    }
+    if simulated_nodes > 0 {
+        holders.push(format!(
+            "{simulated_nodes} simulated kubelets in this process take 3 files each"
+        ));
+    }
+    holders.push(format!(
+        "{SPARE_FILES} files go to the store, the listener and the rest"
+    ));
+    let mut remedies = vec![format!(
+        "raise the hard open-file limit to {needed} or more (LimitNOFILE= in the systemd unit, `ulimit -Hn`)"
+    )];
+    if probed_nodes > 0 {
+        remedies.push(
+            "let the kubelets push their status instead (--node-status-mode push keeps no probe connections)"
+                .into(),
+        );
+    }
+    if simulated_nodes > 0 {
+        remedies.push("run a large simulated fleet as separate `nodekeeper sim` processes".into());
+    }
+    remedies.push("split the nodes between controllers".into());
+    format!(
+        "too many nodes for the open-file limit: this process may open {open_files} files, and \
+         {nodes} nodes need about {needed}: {} ({kept} files), and the API needs its connections \
+         for watches, reads, writes and health checks beside them; {}",
+        holders.join(", "),
+        remedies.join(", or ")
+    )
 }
 
 #[cfg(test)]
@@ -197,6 +283,49 @@ mod tests {
         simulated.simulated_nodes = 100;
         // 256 spare, 100 probe connections, 300 for the simulated kubelets.
         assert_eq!(size_api(simulated).unwrap().max_connections, 19_344);
+    }
+
+    #[test]
+    fn nodes_that_take_the_open_files_are_named_not_a_flag_left_unset() {
+        // 100,000 probed nodes against 20,000 files: nothing is left at all.
+        let e = size_api(input(20_000, 100_000, 100_000)).unwrap_err();
+        assert_eq!(
+            e,
+            SizingError::OpenFileLimit {
+                nodes: 100_000,
+                probed_nodes: 100_000,
+                simulated_nodes: 0,
+                open_files: 20_000,
+                kept: 100_256,
+                needed: 100_764,
+            }
+        );
+        let text = e.to_string();
+        assert!(!text.contains("--max-connections"), "{text}");
+        assert!(
+            text.starts_with("too many nodes for the open-file limit: this process may open 20000 files, and 100000 nodes need about 100764: 100000 probed nodes keep a connection each"),
+            "{text}"
+        );
+        assert!(
+            text.contains("LimitNOFILE=") && text.contains("--node-status-mode push"),
+            "{text}"
+        );
+        // Some room, but less than the budgets: the same answer.
+        let e = size_api(input(20_000, 19_500, 19_500)).unwrap_err();
+        assert!(
+            matches!(e, SizingError::OpenFileLimit { needed: 20_264, .. }),
+            "{e:?}"
+        );
+        // The fewest connections that fit is enough.
+        let sized = size_api(input(20_264, 19_500, 19_500)).unwrap();
+        assert_eq!(sized.limits.max_mutating, 1);
+        let mut simulated = input(4_096, 2_000, 2_000);
+        simulated.simulated_nodes = 2_000;
+        let text = size_api(simulated).unwrap_err().to_string();
+        assert!(
+            text.contains("2000 simulated kubelets") && text.contains("nodekeeper sim"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
 
+use super::progress::Progress;
 use super::{Failure, Outcome};
 use crate::cli::DbCommand;
 use crate::inspect::Source;
@@ -21,9 +22,11 @@ pub async fn db(db: &Path, server: Option<&str>, command: &DbCommand) -> Outcome
         // an interrupted compaction before there is a store to open.
         DbCommand::Import { input } if server.is_none() => {
             let store = Store::open(db, &StoreOptions::default())?;
-            let text = import(&store, input.as_deref())?;
+            let mut progress = Progress::on_terminal("import");
+            let text = import(&store, input.as_deref(), &mut progress)?;
             // So that the first command after it does not re-read the whole store.
             store.close_settled()?;
+            progress.finish();
             return Ok(text);
         }
         DbCommand::Compact if server.is_none() => return compact(db),
@@ -44,7 +47,11 @@ pub async fn db(db: &Path, server: Option<&str>, command: &DbCommand) -> Outcome
     match command {
         DbCommand::Verify => verify(&store),
         DbCommand::Export { output } => export(&store, output.as_deref()),
-        DbCommand::Import { input } => import(&store, input.as_deref()),
+        DbCommand::Import { input } => import(
+            &store,
+            input.as_deref(),
+            &mut Progress::on_terminal("import"),
+        ),
         DbCommand::Status | DbCommand::Compact => unreachable!("handled above"),
     }
 }
@@ -210,13 +217,14 @@ fn export(store: &Store, output: Option<&Path>) -> Outcome {
 // The `db` commands work alone on a stopped store (sled blocks as much as
 // the file calls do); nothing else shares the runtime.
 #[allow(clippy::disallowed_methods)]
-fn import(store: &Store, input: Option<&Path>) -> Outcome {
+fn import(store: &Store, input: Option<&Path>, progress: &mut Progress) -> Outcome {
+    let mut report = |step| progress.update(step);
     let summary = match input {
-        None => store.import(&mut std::io::stdin().lock())?,
+        None => store.import_reporting(&mut std::io::stdin().lock(), &mut report)?,
         Some(path) => {
             let file =
                 File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-            store.import(&mut BufReader::with_capacity(256 << 10, file))?
+            store.import_reporting(&mut BufReader::with_capacity(256 << 10, file), &mut report)?
         }
     };
     let c = &summary.counts;
@@ -237,7 +245,11 @@ fn import(store: &Store, input: Option<&Path>) -> Outcome {
 }
 
 fn compact(db: &Path) -> Outcome {
-    let report = compact::compact(db, &StoreOptions::default())?;
+    let mut progress = Progress::on_terminal("compact");
+    let report = compact::compact(db, &StoreOptions::default(), &mut |step| {
+        progress.update(step)
+    })?;
+    progress.finish();
     let mut text = String::new();
     for note in &report.recovered {
         text.push_str(&format!("{note}\n"));

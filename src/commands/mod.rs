@@ -8,6 +8,7 @@ pub mod edit;
 pub mod history;
 pub mod mirror;
 pub mod nodes;
+pub mod progress;
 pub mod run;
 pub mod ui;
 pub mod version;

@@ -53,7 +53,7 @@ pub async fn ui(args: &UiArgs, db: &Path) -> Outcome {
         args.insecure_listen,
     )
     .map_err(|e| usage(e.to_string()))?;
-    if !db.exists() {
+    if !crate::store::is_there(db)? {
         return Err(format!(
             "no store at {}: give the store of a site with --db PATH",
             db.display()
@@ -64,7 +64,7 @@ pub async fn ui(args: &UiArgs, db: &Path) -> Outcome {
         cache_capacity: args.cache_capacity,
         ..StoreOptions::default()
     };
-    let store = match Store::open(db, &options) {
+    let store = match Store::open_for_reading(db, &options) {
         Ok(store) => Arc::new(store),
         Err(StoreError::Locked { path }) => {
             let running = Discovery::read(&path)

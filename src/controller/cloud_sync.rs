@@ -80,22 +80,26 @@ impl Controller {
         let machines = match listing {
             Ok(machines) => machines,
             Err(e) => {
-                self.listing_failed(&e, now);
+                self.listing_failed(&e, now, &source_name).await;
                 return;
             }
         };
+        self.metrics
+            .set_source_failing(crate::metrics::NodeSource::Cloud, false);
         self.source_status.source = source_name.clone();
         self.source_status.last_success = Some(now);
         self.source_status.machines = machines.len();
         self.source_status.consecutive_failures = 0;
         self.metrics.source_machines.set(machines.len() as i64);
 
+        // Machines gone from the source are not waited for.
+        let listed: std::collections::HashSet<&str> =
+            machines.iter().map(|m| m.spec.name.as_str()).collect();
+        self.unregistered
+            .retain(|s| s.source != source_name || listed.contains(s.name.as_str()));
         let mut plan = self.plan_listing(&machines, &source_name, now);
         if !plan.register.is_empty() {
-            let shutdown = self.shutdown.clone();
-            if let Err(e) = self.register_nodes(plan.register, &shutdown).await {
-                tracing::error!("{e}");
-            }
+            self.register_nodes(plan.register).await;
             // Machines registered just now follow their state at once.
             plan = self.plan_listing(&machines, &source_name, now);
         }
@@ -110,10 +114,11 @@ impl Controller {
         plan_listing(machines, registry, source_name, now)
     }
 
-    /// A listing that failed changes nothing; it is counted and shown.
-    /// One that will fail the same way until someone acts (refused
-    /// credentials, a malformed listing) is an error, not a warning.
-    fn listing_failed(&mut self, e: &SourceError, now: Micros) {
+    /// A listing that failed changes nothing; it is counted and shown, and
+    /// the first of a run of them is recorded in the history. One that will
+    /// fail the same way until someone acts (refused credentials, a
+    /// malformed inventory) is an error, not a warning.
+    async fn listing_failed(&mut self, e: &SourceError, now: Micros, source_name: &str) {
         let status = &mut self.source_status;
         status.consecutive_failures += 1;
         status.last_error = Some(e.to_string());
@@ -126,6 +131,15 @@ impl Controller {
             tracing::error!(failures, "{e}; the registry is left as it is");
         }
         self.view.set_source_status(self.source_status.clone());
+        self.metrics
+            .set_source_failing(crate::metrics::NodeSource::Cloud, true);
+        if failures == 1 {
+            let event = crate::model::EventKind::SourceFailed {
+                source: source_name.to_string(),
+                message: e.to_string(),
+            };
+            self.record_events(vec![(None, event)]).await;
+        }
     }
 
     /// Writes a plan's deletions and updates in one change.

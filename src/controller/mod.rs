@@ -29,6 +29,7 @@ pub mod push;
 mod register;
 mod static_sync;
 mod sweep;
+mod unregistered;
 mod writer;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -221,15 +222,20 @@ pub struct Controller {
     clock: Clock,
     started: Instant,
     instance: String,
-    /// Finished sweeps and monitor passes, for `/readyz` (see [`Controller::report_passes`]).
-    passes: Passes,
+    /// Nodes the sources name that are not registered yet, tried again.
+    unregistered: unregistered::Unregistered,
+    /// The controller's `/readyz` checks (see [`Controller::report_readiness`]).
+    readiness: Readiness,
 }
 
-/// Where finished passes are reported besides the metrics.
+/// What the controller reports to `/readyz`: finished passes, the nodes
+/// it cannot register, and a nodes file it cannot follow.
 #[derive(Default)]
-struct Passes {
+struct Readiness {
     sweep: Option<crate::readiness::Recurring>,
     monitor: Option<crate::readiness::Recurring>,
+    registration: Option<crate::readiness::Check>,
+    nodes_file: Option<crate::readiness::Check>,
 }
 
 impl Controller {
@@ -331,6 +337,8 @@ impl Controller {
             )
         });
         let nodes_file = config.nodes_file.clone();
+        let unregistered =
+            unregistered::Unregistered::new(config.node_sync_period, config.register_retry_count);
         let controller = Controller {
             config,
             store,
@@ -359,7 +367,8 @@ impl Controller {
             clock,
             started,
             instance,
-            passes: Passes::default(),
+            unregistered,
+            readiness: Readiness::default(),
         };
         let mut controller = controller;
         if controller.config.eviction.hook.is_some() {
@@ -613,27 +622,35 @@ impl Controller {
         self.clock.clone()
     }
 
-    /// Reports finished passes to `/readyz`: a probe sweep (unless in push
-    /// mode) within three sync periods plus the kubelet timeout, and a
-    /// monitor pass within three monitor periods.
-    pub fn report_passes(&mut self, ready: &crate::readiness::Checks) {
+    /// Reports to `/readyz`: finished passes (a probe sweep, unless in push
+    /// mode, within three sync periods plus the kubelet timeout, and a
+    /// monitor pass within three monitor periods); `registration`, which
+    /// fails while a node the sources name is not registered; and, with
+    /// `--nodes-file`, `nodes-file`, which fails while the file cannot be
+    /// read or parsed.
+    pub fn report_readiness(&mut self, ready: &crate::readiness::Checks) {
         let config = &self.config;
         if config.status_mode != StatusMode::Push {
-            self.passes.sweep = Some(ready.register_recurring(
+            self.readiness.sweep = Some(ready.register_recurring(
                 "probe-sweep",
                 "probe sweep",
                 config.node_sync_period * 3 + config.probe.timeout,
             ));
         }
-        self.passes.monitor = Some(ready.register_recurring(
+        self.readiness.monitor = Some(ready.register_recurring(
             "monitor-pass",
             "monitor pass",
             config.node_monitor_period * 3,
         ));
+        self.readiness.registration = Some(ready.register("registration"));
+        self.report_unregistered();
+        if self.config.nodes_file.is_some() {
+            self.readiness.nodes_file = Some(ready.register("nodes-file"));
+        }
     }
 
     fn sweep_finished(&self) {
-        if let Some(sweep) = &self.passes.sweep {
+        if let Some(sweep) = &self.readiness.sweep {
             sweep.done();
         }
         self.metrics
@@ -642,7 +659,7 @@ impl Controller {
     }
 
     fn monitor_pass_finished(&self) {
-        if let Some(monitor) = &self.passes.monitor {
+        if let Some(monitor) = &self.readiness.monitor {
             monitor.done();
         }
         self.metrics.set_zone_counts(self.tracked.values().map(|t| {
@@ -654,7 +671,7 @@ impl Controller {
             .set(crate::metrics::unix_seconds(Micros::now()));
     }
 
-    /// Runs until `shutdown`: registers `specs` (with retries), then probes,
+    /// Runs until `shutdown`: registers `specs` (trying again what fails), then probes,
     /// monitors and answers pushes. Stops cleanly.
     ///
     /// Over 80 lines: one `select!` whose arms share the loop's timers and
@@ -699,14 +716,10 @@ impl Controller {
         }
         // Static nodes the list no longer names go before anything registers.
         self.follow_static_list_at_start(&specs).await;
-        let registered = tokio::select! {
-            r = self.register_nodes(specs, &shutdown) => r,
-            _ = shutdown.cancelled() => Ok(()),
-        };
-        if let Err(e) = &registered {
-            // The ancestor logged this and kept going with the nodes it had.
-            tracing::error!("{e}");
-        }
+        // What fails to register is tried again from the loop below.
+        self.register_nodes(specs).await;
+        // A disk that has room again: waiting registrations are tried at once.
+        let mut store_health = self.view.store_health();
         let mut sweep_ticks = tokio::time::interval(self.config.node_sync_period);
         sweep_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Heartbeat times are not history: checkpointed at most this often
@@ -738,6 +751,7 @@ impl Controller {
         tokio::pin!(cancelled);
         let mut queued = Vec::with_capacity(PUSHES_PER_TURN);
         loop {
+            let next_registration = self.unregistered.next_try();
             tokio::select! {
                 // What the writer did first (a refusal must be settled before
                 // more is built on it), then queued pushes: a heartbeat waiting
@@ -819,6 +833,15 @@ impl Controller {
                     self.monitor_pass_finished();
                 }
                 _ = heartbeat_writes.tick() => self.checkpoint_heartbeats(),
+                _ = tokio::time::sleep_until(next_registration.unwrap_or_else(Instant::now)), if next_registration.is_some() => {
+                    self.retry_registrations().await;
+                }
+                Ok(()) = store_health.changed() => {
+                    let writable = store_health.borrow_and_update().writable().is_ok();
+                    if writable && !self.unregistered.is_empty() {
+                        self.unregistered.try_all_now(Instant::now());
+                    }
+                }
                 Some(rescue) = self.rescues.join_next(), if !self.rescues.is_empty() => {
                     if let Ok((name, outcome)) = rescue {
                         self.after_rescue(&name, outcome).await;

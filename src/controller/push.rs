@@ -636,6 +636,9 @@ impl Controller {
                 beats_unwritten: false,
             },
         );
+        // A source may name it and have failed to register it: no longer waited for.
+        self.unregistered.registered([name.as_str()]);
+        self.report_unregistered();
         self.update_gauges();
         if status == PushedStatus::default() {
             let _ = reply.send(Ok(node));

@@ -3,11 +3,10 @@
 use std::collections::BTreeMap;
 
 use futures_util::stream::{self, StreamExt};
-use tokio_util::sync::CancellationToken;
+use tokio::time::Instant;
 
 use super::conditions::{never_probed, Health};
 use super::{target_for, Controller, ControllerError, Tracked};
-use crate::backoff::Backoff;
 use crate::model::{EventKind, Micros, Node, NodeSpec};
 use crate::source::resolve;
 use crate::store::Batch;
@@ -16,85 +15,112 @@ use crate::store::Batch;
 const LOOKUP_CONCURRENCY: usize = 32;
 
 impl Controller {
-    /// Registers every spec not yet in the registry, retrying failed writes
-    /// up to `--register-retry-count` passes one sync period apart. Already
-    /// registered nodes count as registered, so this is idempotent across
-    /// restarts.
-    pub async fn register_nodes(
-        &mut self,
-        specs: Vec<NodeSpec>,
-        shutdown: &CancellationToken,
-    ) -> Result<(), ControllerError> {
-        let mut pending: Vec<NodeSpec> = specs
+    /// Registers every spec not yet in the registry. A node whose earlier
+    /// try failed waits for its turn (see [`Unregistered`]); one that fails
+    /// now is tried again later, for as long as it takes. Already registered
+    /// nodes count as registered, so this is idempotent across restarts.
+    pub(super) async fn register_nodes(&mut self, specs: Vec<NodeSpec>) {
+        let now = Instant::now();
+        let pending: Vec<NodeSpec> = specs
             .into_iter()
             .filter(|s| !self.tracked.contains_key(&s.name))
+            .filter(|s| !self.unregistered.holds_back(s, now))
             .collect();
+        self.try_registering(pending).await;
+    }
+
+    /// Tries again the nodes whose turn has come.
+    pub(super) async fn retry_registrations(&mut self) {
+        // A refusal is settled (and the writer resumed) before the next try.
+        self.settle_reported();
+        let due = self.unregistered.due(Instant::now());
+        self.try_registering(due).await;
+    }
+
+    /// One try at registering `pending`, chunk by chunk: a chunk written is
+    /// registered, whatever becomes of the next one; the rest wait.
+    async fn try_registering(&mut self, mut pending: Vec<NodeSpec>) {
+        // Registered meanwhile (a kubelet registering itself).
+        self.unregistered.registered(
+            pending
+                .iter()
+                .filter(|s| self.tracked.contains_key(&s.name))
+                .map(|s| s.name.as_str()),
+        );
+        pending.retain(|s| !self.tracked.contains_key(&s.name));
         if pending.is_empty() {
-            return Ok(());
+            return self.report_unregistered();
         }
         let lookups = lookup_all(&pending, self.config.lookup_timeout).await;
-        let tries = self.config.register_retry_count.max(1);
-        // One sync period between passes, as the ancestor's RegisterNodes.
-        let mut retries = Backoff::constant(self.config.node_sync_period).retries();
-        let mut last_error = String::new();
         let total = pending.len();
-        for attempt in 1..=tries {
-            // Chunk by chunk: a chunk written is registered, whatever
-            // becomes of the next one; only the rest is tried again.
-            let mut failed = None;
-            while !pending.is_empty() {
-                let chunk = pending.len().min(super::WRITE_CHUNK);
-                match self.register_batch(&pending[..chunk], &lookups).await {
-                    Ok(()) => {
-                        pending.drain(..chunk);
-                    }
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
+        let mut failed = None;
+        while !pending.is_empty() {
+            let chunk = pending.len().min(super::WRITE_CHUNK);
+            match self.register_batch(&pending[..chunk], &lookups).await {
+                Ok(()) => {
+                    let done: Vec<NodeSpec> = pending.drain(..chunk).collect();
+                    self.unregistered
+                        .registered(done.iter().map(|s| s.name.as_str()));
                 }
-            }
-            let Some(e) = failed else {
-                tracing::info!(nodes = total, "registered");
-                return Ok(());
-            };
-            last_error = e.to_string();
-            tracing::warn!(
-                attempt,
-                tries,
-                "registering {} nodes failed: {e}",
-                pending.len()
-            );
-            if attempt < tries {
-                let wait = retries.next_delay();
-                if shutdown
-                    .run_until_cancelled(tokio::time::sleep(wait))
-                    .await
-                    .is_none()
-                {
+                Err(e) => {
+                    failed = Some(e);
                     break;
                 }
             }
         }
-        pending.sort_by(|a, b| a.name.cmp(&b.name));
-        let missing: Vec<String> = pending.iter().map(|s| s.name.clone()).collect();
+        match failed {
+            None => tracing::info!(nodes = total, "registered"),
+            Some(e) => self.registration_failed(&pending, &e.to_string()).await,
+        }
+        self.report_unregistered();
+    }
+
+    /// A try at registering `specs` failed: they wait for the next one.
+    /// Those that have now failed `--register-retry-count` tries are the
+    /// ancestor's `ErrRegistration`: logged, and recorded in their history
+    /// (once the store takes writes, if it is what fails).
+    async fn registration_failed(&mut self, specs: &[NodeSpec], error: &str) {
+        tracing::warn!(
+            "registering {} nodes failed: {error}; they are tried again until registered",
+            specs.len()
+        );
+        let mut missing = self
+            .unregistered
+            .failed(specs, error, Instant::now(), Micros::now());
+        if missing.is_empty() {
+            return;
+        }
+        missing.sort();
         let error = ControllerError::Registration {
             missing: missing.clone(),
-            tries,
-            last_error,
+            tries: self.config.register_retry_count.max(1),
+            last_error: error.to_string(),
         };
-        // Try to leave a trace in the history; the store may be what failed.
-        let mut batch = Batch::new(Micros::now());
-        for name in &missing {
-            batch.node_event(
-                name,
-                EventKind::RegistrationFailed {
-                    message: error.to_string(),
-                },
-            );
+        tracing::error!("{error}; registration goes on, less often, until they are registered");
+        let message = error.to_string();
+        let events = missing
+            .into_iter()
+            .map(|name| {
+                let kind = EventKind::RegistrationFailed {
+                    message: message.clone(),
+                };
+                (Some(name), kind)
+            })
+            .collect();
+        self.record_events(events).await;
+    }
+
+    /// `/readyz` and the gauge follow the nodes waiting to be registered.
+    pub(super) fn report_unregistered(&self) {
+        self.metrics
+            .unregistered
+            .set(self.unregistered.len() as i64);
+        if let Some(check) = &self.readiness.registration {
+            match self.unregistered.failure() {
+                Some(reason) => check.fail(reason),
+                None => check.clear(),
+            }
         }
-        let _ = self.commit(batch).await;
-        Err(error)
     }
 
     async fn register_batch(
@@ -263,7 +289,7 @@ mod tests {
     use crate::view::View;
 
     #[tokio::test(start_paused = true)]
-    async fn failed_passes_are_tried_again_one_sync_period_apart() {
+    async fn a_node_is_tried_until_registered_however_many_tries_it_takes() {
         let dir = tempfile::tempdir().unwrap();
         let store =
             Arc::new(Store::open(&dir.path().join("db"), &StoreOptions::default()).unwrap());
@@ -279,7 +305,8 @@ mod tests {
             ..ControllerConfig::default()
         };
         let view = Arc::new(View::default());
-        let mut c = Controller::start(config, store, view, Arc::new(Metrics::new()))
+        let metrics = Arc::new(Metrics::new());
+        let mut c = Controller::start(config, store.clone(), view, metrics.clone())
             .await
             .unwrap();
         // A full disk: every write is refused.
@@ -291,16 +318,53 @@ mod tests {
             Default::default(),
             Default::default(),
         );
-        let start = tokio::time::Instant::now();
-        let e = c
-            .register_nodes(vec![spec], &CancellationToken::new())
-            .await
-            .unwrap_err();
+        c.register_nodes(vec![spec.clone()]).await;
+        assert_eq!(metrics.unregistered.get(), 1);
+        // Listed again before its turn (a sync period later): not tried before it.
+        c.register_nodes(vec![spec]).await;
+        let start = Instant::now();
+        // Well past --register-retry-count: three tries one sync period apart
+        // (ErrRegistration after the third), then one, two, four… periods apart.
+        let mut tries = Vec::new();
+        for _ in 0..6 {
+            let next = c.unregistered.next_try().expect("it waits");
+            tokio::time::sleep_until(next).await;
+            tries.push((Instant::now() - start).as_secs());
+            c.retry_registrations().await;
+        }
+        assert_eq!(tries, [10, 20, 30, 50, 90, 150]);
+        assert!(!c.tracked.contains_key("127.0.0.1"));
+        assert_eq!(metrics.unregistered.get(), 1);
+
+        // Room again: its next try registers it.
+        space.store(u64::MAX, Ordering::Relaxed);
+        c.unregistered.try_all_now(Instant::now());
+        c.retry_registrations().await;
+        assert!(c.tracked.contains_key("127.0.0.1"));
+        assert!(c.unregistered.is_empty());
+        assert_eq!(metrics.unregistered.get(), 0);
+        // ErrRegistration after three tries is in its history, recorded once the store took writes.
+        c.record_unrecorded().await;
+        let kinds: Vec<String> = store
+            .history(&crate::store::HistoryQuery {
+                node: Some("127.0.0.1".into()),
+                ..Default::default()
+            })
+            .unwrap()
+            .into_iter()
+            .map(|e| match e.kind {
+                EventKind::RegistrationFailed { message } => {
+                    assert!(message.contains("after 3 tries"), "{message}");
+                    "RegistrationFailed".to_string()
+                }
+                other => other.name().to_string(),
+            })
+            .collect();
+        assert_eq!(kinds.len(), 2, "{kinds:?}");
+        assert!(kinds.contains(&"Registered".to_string()), "{kinds:?}");
         assert!(
-            matches!(&e, ControllerError::Registration { tries: 3, missing, .. } if missing == &["127.0.0.1"]),
-            "{e}"
+            kinds.contains(&"RegistrationFailed".to_string()),
+            "{kinds:?}"
         );
-        // Three passes, two waits of one sync period between them.
-        assert_eq!(tokio::time::Instant::now() - start, Duration::from_secs(20));
     }
 }

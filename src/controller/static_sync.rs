@@ -3,8 +3,11 @@
 //! changes on disk (read again every sync period, like the inventory file),
 //! static nodes no longer listed are deleted with a `Deleted` event saying
 //! why (their history stays), new ones are registered and changed addresses
-//! taken. A file that is empty or cannot be read or parsed changes nothing.
-//! Nodes that registered themselves are never deleted this way.
+//! taken. A file that is empty or cannot be read or parsed changes nothing;
+//! one that cannot be read or parsed is reported (`/readyz`'s `nodes-file`
+//! check, `nodekeeper_source_failing`, a `SourceFailed` event), at start as
+//! while running, until it is fixed. Nodes that registered themselves are
+//! never deleted this way.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, BTreeSet};
@@ -222,8 +225,9 @@ impl Controller {
                         Ok(listed) => {
                             file_names = listed.iter().map(|s| s.name.clone()).collect();
                             file.specs = listed;
+                            self.nodes_file_followed();
                         }
-                        Err(e) => tracing::warn!("{e}; static nodes are left as they are"),
+                        Err(e) => self.nodes_file_failed(e).await,
                     }
                 }
                 Ok(FileRead::Unchanged) => {}
@@ -263,13 +267,18 @@ impl Controller {
         let origin = file.config.path.display().to_string();
         let listed = match parsed {
             Ok(listed) if listed.is_empty() => {
+                self.nodes_file_followed();
                 return tracing::warn!(
                     "the nodes file {origin} lists no nodes; the registry is left as it is \
                      (remove the lines of the nodes you mean to delete, not all of them)"
                 );
             }
             Ok(listed) => listed,
-            Err(e) => return tracing::warn!("{e}; the registry is left as it is"),
+            Err(e) => return self.nodes_file_failed(e).await,
+        };
+        self.nodes_file_followed();
+        let Some(file) = self.static_list.file.as_mut() else {
+            return;
         };
         tracing::info!(
             nodes = listed.len(),
@@ -284,13 +293,38 @@ impl Controller {
             .into_iter()
             .filter(|s| !self.tracked.contains_key(&s.name))
             .collect();
-        if !new.is_empty() {
-            let shutdown = self.shutdown.clone();
-            if let Err(e) = self.register_nodes(new, &shutdown).await {
-                tracing::error!("{e}");
-            }
-        }
+        // Nodes the file no longer lists are not waited for.
+        let names = self.static_list.names();
+        self.unregistered
+            .retain(|s| s.source != STATIC_SOURCE || names.contains(&s.name));
+        self.register_nodes(new).await;
         self.save_source_listing().await;
+    }
+
+    /// The nodes file cannot be read or parsed: the registry is left as it
+    /// is, and `/readyz`, the gauge and the history say why until it is fixed.
+    async fn nodes_file_failed(&mut self, error: String) {
+        let reason = format!("{error}; the registry is left as it is until the file is fixed");
+        tracing::error!("{reason}");
+        self.metrics
+            .set_source_failing(crate::metrics::NodeSource::NodesFile, true);
+        if let Some(check) = &self.readiness.nodes_file {
+            check.fail(reason);
+        }
+        let event = EventKind::SourceFailed {
+            source: STATIC_SOURCE.to_string(),
+            message: error,
+        };
+        self.record_events(vec![(None, event)]).await;
+    }
+
+    /// The nodes file is followed again.
+    fn nodes_file_followed(&self) {
+        self.metrics
+            .set_source_failing(crate::metrics::NodeSource::NodesFile, false);
+        if let Some(check) = &self.readiness.nodes_file {
+            check.clear();
+        }
     }
 
     /// Deletes every static node the list does not name.

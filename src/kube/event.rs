@@ -136,7 +136,9 @@ fn event_type(kind: &model::EventKind) -> &'static str {
             (condition == model::READY, to),
             (_, S::Unknown) | (true, S::False) | (false, S::True)
         ),
-        K::AddressLookupFailed { .. } | K::RegistrationFailed { .. } => true,
+        K::AddressLookupFailed { .. } | K::RegistrationFailed { .. } | K::SourceFailed { .. } => {
+            true
+        }
         _ => false,
     };
     if warning {

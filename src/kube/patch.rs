@@ -53,11 +53,12 @@ impl PatchKind {
 pub type MergeKeys = fn(&str) -> Option<&'static str>;
 
 /// The merge key of a list, by field name, as the Node and Lease types
-/// declare them (`patchMergeKey`).
+/// declare them (`patchMergeKey` in k8s.io/api `core/v1/types.go`): node
+/// conditions and addresses by `type`. `spec.taints` declares no patch
+/// strategy, so a strategic merge patch replaces it whole.
 fn merge_key(field: &str) -> Option<&'static str> {
     match field {
         "conditions" | "addresses" => Some("type"),
-        "taints" => Some("key"),
         _ => None,
     }
 }
@@ -328,6 +329,15 @@ mod tests {
             node["status"]["conditions"],
             json!([{"type": "Ready", "status": "False"}])
         );
+    }
+
+    #[test]
+    fn strategic_merge_replaces_taints_whole() {
+        // NodeSpec.Taints has no patchStrategy (k8s.io/api core/v1/types.go).
+        let mut node = json!({"spec": {"taints": [{"key": "a", "effect": "NoSchedule"}]}});
+        let patch = json!({"spec": {"taints": [{"key": "b", "effect": "NoExecute"}]}});
+        apply(PatchKind::Strategic, &mut node, &patch).unwrap();
+        assert_eq!(node, patch);
     }
 
     #[test]

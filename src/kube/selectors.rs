@@ -245,6 +245,14 @@ impl Parser {
                 Token::Identifier(_) | Token::Bang | Token::In | Token::NotIn => {
                     requirements.push(self.requirement()?);
                     match self.next() {
+                        // A comma is followed by another requirement (`a=b,` is
+                        // refused, as apimachinery's `Parser.parse` does).
+                        Token::Comma if *self.peek() == Token::End => {
+                            let t = self.next();
+                            return Err(LabelProblem::ExpectedKey {
+                                found: t.describe(),
+                            });
+                        }
                         Token::Comma => continue,
                         Token::End => break,
                         t => {
@@ -667,6 +675,17 @@ mod tests {
         assert!(err(&format!("k={}", "v".repeat(64))).contains("63"));
         assert!(err("!a=b").contains("'='"), "{}", err("!a=b"));
         assert!(err("a,,b").contains("','"), "{}", err("a,,b"));
+        // apimachinery's TestSetSelectorParser refuses a trailing comma.
+        assert!(
+            err("a in (xyz),").contains("end of string"),
+            "{}",
+            err("a in (xyz),")
+        );
+        assert!(
+            err("a=b,").contains("expected: a label key"),
+            "{}",
+            err("a=b,")
+        );
     }
 
     #[test]

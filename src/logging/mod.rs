@@ -173,7 +173,7 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         // A log line's own time stamp, a record at the clock's full precision
-        // (nanoseconds, as before); Micros::now would cut it to microseconds.
+        // (nanoseconds); Micros::now would cut it to microseconds.
         #[allow(clippy::disallowed_methods)]
         let now = jiff::Timestamp::now();
         let line = json_line(

@@ -41,6 +41,7 @@ impl EventKind {
             }
             EventKind::AddressLookupFailed { message } => message.clone(),
             EventKind::RegistrationFailed { message } => message.clone(),
+            EventKind::SourceFailed { source, message } => format!("{source}: {message}"),
             EventKind::ControllerStarted {
                 instance,
                 downtime_seconds,

@@ -10,6 +10,7 @@ mod discovery;
 mod empty;
 mod events;
 mod guard;
+pub mod handoff;
 mod health;
 mod leases;
 pub mod limits;

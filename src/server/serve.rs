@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::connections::{Connection, Connections, Sending, Slot, WatchedIo};
+use super::handoff::{self, KubeletHandoff, Movable, Prefixed, Rebind};
 use crate::backoff::Backoff;
 use crate::metrics::Metrics;
 
@@ -49,6 +50,9 @@ pub struct ServeConfig {
     pub http2: Http2Config,
     /// Where connection counts go, if anywhere.
     pub metrics: Option<Arc<Metrics>>,
+    /// Where kubelets' connections are served, if not where they were
+    /// accepted (`handoff`).
+    pub kubelets: Option<KubeletHandoff>,
 }
 
 /// HTTP/2 settings.
@@ -86,6 +90,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("shutdown_grace", &self.shutdown_grace)
             .field("stall_timeout", &self.stall_timeout)
             .field("http2", &self.http2)
+            .field("kubelets", &self.kubelets)
             .finish_non_exhaustive()
     }
 }
@@ -105,6 +110,7 @@ impl Default for ServeConfig {
             stall_timeout: Duration::from_secs(30),
             http2: Http2Config::default(),
             metrics: None,
+            kubelets: None,
         }
     }
 }
@@ -142,6 +148,11 @@ impl ServeConfig {
 
     pub fn http2(mut self, http2: Http2Config) -> Self {
         self.http2 = http2;
+        self
+    }
+
+    pub fn kubelets(mut self, kubelets: KubeletHandoff) -> Self {
+        self.kubelets = Some(kubelets);
         self
     }
 
@@ -221,6 +232,7 @@ pub async fn serve_with(
             config.clone(),
             shutdown.clone(),
             slot,
+            tasks.clone(),
         ));
     }
     // Closing the listener refuses new clients while the old ones drain.
@@ -262,6 +274,7 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// One connection: the TLS handshake if any, the protocol (ALPN, or the
 /// HTTP/2 preface on a plain connection), then requests until the client
 /// leaves, a timeout closes it, it is evicted, or shutdown's grace runs out.
+#[allow(clippy::too_many_arguments)] // one connection's parts, each moved into its task
 async fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
@@ -270,6 +283,7 @@ async fn serve_connection(
     config: Arc<ServeConfig>,
     shutdown: CancellationToken,
     slot: Slot,
+    tasks: TaskTracker,
 ) {
     let Some(acceptor) = acceptor else {
         // hyper-util's auto builder sniffs the preface too, but without a
@@ -284,12 +298,22 @@ async fn serve_connection(
         };
         // Boxed, as below: each connection's task then holds only the state
         // of the protocol and transport it uses.
-        return Box::pin(serve_http(
-            tcp, http2, peer, router, &config, &shutdown, &slot,
+        let tcp = Movable::new(tcp);
+        if http2 {
+            return Box::pin(serve_http(
+                tcp, http2, peer, router, &config, &shutdown, &slot,
+            ))
+            .await;
+        }
+        return Box::pin(serve_http1(
+            tcp, peer, router, config, shutdown, slot, tasks,
         ))
         .await;
     };
-    let handshake = tokio::time::timeout(config.tls_handshake_timeout, acceptor.accept(tcp));
+    let handshake = tokio::time::timeout(
+        config.tls_handshake_timeout,
+        acceptor.accept(Movable::new(tcp)),
+    );
     let tls = tokio::select! {
         _ = shutdown.cancelled() => return,
         _ = slot.close.cancelled() => return,
@@ -306,10 +330,68 @@ async fn serve_connection(
         },
     };
     let http2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    Box::pin(serve_http(
-        tls, http2, peer, router, &config, &shutdown, &slot,
+    if http2 {
+        return Box::pin(serve_http(
+            tls, http2, peer, router, &config, &shutdown, &slot,
+        ))
+        .await;
+    }
+    Box::pin(serve_http1(
+        tls, peer, router, config, shutdown, slot, tasks,
     ))
     .await
+}
+
+/// An HTTP/1 connection: served here, or, when its first request is a
+/// kubelet's, on the controller's runtime (`handoff`), as a task of
+/// `tasks` (for the shutdown's drain) that holds all of its state there.
+async fn serve_http1<I>(
+    mut io: I,
+    peer: SocketAddr,
+    router: Router,
+    config: Arc<ServeConfig>,
+    shutdown: CancellationToken,
+    slot: Slot,
+    tasks: TaskTracker,
+) where
+    I: AsyncRead + AsyncWrite + Rebind + Unpin + Send + 'static,
+{
+    let Some(kubelets) = config.kubelets.clone() else {
+        return Box::pin(serve_http(
+            io, false, peer, router, &config, &shutdown, &slot,
+        ))
+        .await;
+    };
+    // Within the header timeout, as hyper would read it; the head is then
+    // served again from memory.
+    let head = tokio::select! {
+        _ = shutdown.cancelled() => return,
+        _ = slot.close.cancelled() => return,
+        head = tokio::time::timeout(config.header_read_timeout, handoff::read_first_head(&mut io)) => match head {
+            Ok(Ok(Some(head))) => head,
+            Ok(Ok(None)) | Ok(Err(_)) => return,
+            Err(_) => {
+                tracing::debug!(%peer, "no request head within {:?}", config.header_read_timeout);
+                return;
+            }
+        },
+    };
+    let kubelet = handoff::classify(&head, &*kubelets.is_kubelet);
+    let io = Prefixed::new(head, io);
+    if !kubelet {
+        return Box::pin(serve_http(
+            io, false, peer, router, &config, &shutdown, &slot,
+        ))
+        .await;
+    }
+    kubelets.runtime.spawn(tasks.track_future(async move {
+        let mut io = io;
+        if let Err(e) = io.rebind() {
+            tracing::debug!(%peer, "cannot move a kubelet's connection: {e}");
+            return;
+        }
+        serve_http(io, false, peer, router, &config, &shutdown, &slot).await
+    }));
 }
 
 /// Whether a plain connection opens with the HTTP/2 preface; `None` if it
@@ -662,6 +744,102 @@ mod tests {
             .expect("an answer")
             .unwrap();
         String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    /// Two pipelined requests on one connection, the second closing it:
+    /// everything the server answered.
+    async fn two_requests<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, first: &str) -> String {
+        let requests = format!(
+            "{first} HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbodyGET /again HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        );
+        stream.write_all(requests.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(DEADLINE, stream.read_to_end(&mut answer))
+            .await
+            .expect("the server answers and closes")
+            .ok();
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_kubelets_connection_is_served_on_the_kubelets_runtime_and_a_readers_here() {
+        // Another runtime stands for the controller's.
+        let controller = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("controller-thread")
+            .enable_all()
+            .build()
+            .unwrap();
+        let router = Router::new().fallback(|body: String| async move {
+            format!(
+                "[{} {body}]",
+                std::thread::current().name().unwrap_or("unnamed")
+            )
+        });
+        let config = ServeConfig::default().kubelets(KubeletHandoff {
+            runtime: controller.handle().clone(),
+            is_kubelet: Arc::new(handoff::is_heartbeat),
+        });
+        let (cert, key) = test_cert_files();
+        for tls in [None, Some(tls_config(&cert.1, &key).unwrap())] {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let shutdown = CancellationToken::new();
+            let done = tokio::spawn(serve_with(
+                listener,
+                router.clone(),
+                tls.clone(),
+                config.clone(),
+                shutdown.clone(),
+            ));
+            let connector = tls.is_some().then(|| {
+                let mut roots = rustls::RootCertStore::empty();
+                let pem = std::fs::read(&cert.1).unwrap();
+                for c in CertificateDer::pem_slice_iter(&pem) {
+                    roots.add(c.unwrap()).unwrap();
+                }
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let mut client = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .unwrap()
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+                client.alpn_protocols = vec![b"http/1.1".to_vec()];
+                tokio_rustls::TlsConnector::from(Arc::new(client))
+            });
+            let ask = |first: &'static str| {
+                let connector = connector.clone();
+                async move {
+                    let tcp = TcpStream::connect(addr).await.unwrap();
+                    match connector {
+                        None => two_requests(tcp, first).await,
+                        Some(connector) => {
+                            let name =
+                                rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+                            two_requests(connector.connect(name, tcp).await.unwrap(), first).await
+                        }
+                    }
+                }
+            };
+            // A heartbeat first: both requests, the body of the first
+            // included, are answered on the controller's thread.
+            let kubelet = ask("PATCH /api/v1/nodes/a/status").await;
+            assert_eq!(
+                kubelet.matches("[controller-thread body]").count()
+                    + kubelet.matches("[controller-thread ]").count(),
+                2,
+                "{kubelet}"
+            );
+            // A read first: the connection stays where it was accepted.
+            let reader = ask("GET /api/v1/nodes").await;
+            assert!(
+                reader.contains(" body]") && !reader.contains("controller-thread"),
+                "{reader}"
+            );
+            shutdown.cancel();
+            done.await.unwrap().unwrap();
+        }
+        controller.shutdown_background();
     }
 
     #[tokio::test]

@@ -229,6 +229,10 @@ pub(crate) fn store_error(e: StoreError) -> Response {
     }
 }
 
+/// The header of `GET /v1/at` that names the instant shown, in RFC 3339
+/// (UTC): `time` resolved, when it was given as an age, by the server's clock.
+const AT_HEADER: &str = "nodekeeper-at";
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct AtParams {
     time: Option<String>,
@@ -251,13 +255,18 @@ pub(crate) async fn at(State(s): State<AppState>, Query(params): Query<AtParams>
         store.registry_at_time(when)
     })
     .await;
+    // The instant itself, so that a page given an age can name the time it means.
+    let instant = [(AT_HEADER, when.rfc3339())];
     match read {
-        Ok(Ok(at)) if params.records == Some(true) => Json(at).into_response(),
-        Ok(Ok(at)) => Json(crate::kube::node_list(
-            at.nodes.values().map(|n| crate::kube::node(n, None)),
-            at.seq,
-        ))
-        .into_response(),
+        Ok(Ok(at)) if params.records == Some(true) => (instant, Json(at)).into_response(),
+        Ok(Ok(at)) => (
+            instant,
+            Json(crate::kube::node_list(
+                at.nodes.values().map(|n| crate::kube::node(n, None)),
+                at.seq,
+            )),
+        )
+            .into_response(),
         Ok(Err(e)) => store_error(e),
         Err(e) => internal(e),
     }

@@ -93,14 +93,20 @@ impl InventoryProvider {
     /// Opens the inventory at `path` and reads it once: a file that is
     /// missing or malformed at start-up is a configuration error.
     pub fn open(path: &Path) -> Result<InventoryProvider, String> {
-        let provider = InventoryProvider {
+        let provider = InventoryProvider::unread(path);
+        provider.inner.load().map_err(|e| e.to_string())?;
+        Ok(provider)
+    }
+
+    /// The inventory at `path`, not read yet: its first listing reads it,
+    /// and fails as any later one would if it is missing or malformed.
+    pub fn unread(path: &Path) -> InventoryProvider {
+        InventoryProvider {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
                 cache: Mutex::new(None),
             }),
-        };
-        provider.inner.load().map_err(|e| e.to_string())?;
-        Ok(provider)
+        }
     }
 
     /// The inventory file.

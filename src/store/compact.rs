@@ -137,8 +137,13 @@ fn recover(path: &Path, recovered: &mut Vec<String>) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Compacts the (stopped) store at `path`. See the module docs.
-pub fn compact(path: &Path, options: &StoreOptions) -> Result<CompactReport, StoreError> {
+/// Compacts the (stopped) store at `path`, telling `progress` how far the
+/// copy got as it goes. See the module docs.
+pub fn compact(
+    path: &Path,
+    options: &StoreOptions,
+    progress: &mut dyn FnMut(super::ImportProgress),
+) -> Result<CompactReport, StoreError> {
     let mut recovered = Vec::new();
     recover(path, &mut recovered)?;
     let copy = sibling(path, "compacting");
@@ -162,7 +167,7 @@ pub fn compact(path: &Path, options: &StoreOptions) -> Result<CompactReport, Sto
     }
     let before = store.size_on_disk();
     let fresh = Store::open(&copy, options)?;
-    let (exported, imported) = stream(&store, &fresh)?;
+    let (exported, imported) = stream(&store, &fresh, progress)?;
     if exported != imported.counts {
         drop(fresh);
         let _ = std::fs::remove_dir_all(&copy);
@@ -229,6 +234,7 @@ fn swap(path: &Path, copy: &Path, original: &Path) -> Result<(), StoreError> {
 fn stream(
     from: &Store,
     to: &Store,
+    progress: &mut dyn FnMut(super::ImportProgress),
 ) -> Result<(super::ExportSummary, super::ImportSummary), StoreError> {
     let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u8>>(8);
     std::thread::scope(|scope| {
@@ -246,7 +252,7 @@ fn stream(
                 at: 0,
             },
         );
-        let imported = to.import(&mut input);
+        let imported = to.import_reporting(&mut input, progress);
         // Whatever happened, the exporter stops once the pipe is gone.
         drop(input);
         let exported = exporter.join().unwrap_or_else(|_| {

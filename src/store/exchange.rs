@@ -24,7 +24,7 @@
 //! the format is made to both at once, so they are kept side by side.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 
 use migrations::v2_node_index::index_key;
 use migrations::v4_history_index::{checkpoint_node_key, time_key};
@@ -43,6 +43,28 @@ pub const EXPORT_FORMAT_VERSION: u32 = 2;
 /// Records loaded between flushes, so an import's writes reach the disk as
 /// it goes rather than all at its end.
 const FLUSH_LINES: usize = 100_000;
+/// The longest line an import reads. The largest record an export writes
+/// is an event carrying two versions of a node's fields (an operator's
+/// change), each under [`crate::model::validation::MAX_NODE_BYTES`] as
+/// JSON: about 2 MiB. A longer line is refused as soon as this much of it
+/// is read, so memory stays bounded whatever the input.
+pub const MAX_LINE_BYTES: usize = 8 << 20;
+/// Records loaded between two reports of an import's progress.
+const PROGRESS_LINES: usize = 1024;
+
+/// How far an import (or the import half of a compaction) got, for a
+/// command to show on a terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportProgress {
+    /// Records loaded so far, and how many the export's header announces
+    /// (its events, and for format 1 its nodes), when it does.
+    Loading {
+        records: usize,
+        expected: Option<usize>,
+    },
+    /// Every record is loaded (this many); they are being written to disk.
+    Writing { records: usize },
+}
 
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -58,6 +80,21 @@ struct Header {
     events: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     horizon: Option<HorizonLine>,
+}
+
+impl Header {
+    /// How many records the header says follow: its counts (format 1), or
+    /// the events between its horizon and its last seq (format 2, whose
+    /// nodes and leases are not counted until its end line).
+    fn expected_records(&self) -> Option<usize> {
+        match (self.nodes, self.events) {
+            (Some(nodes), Some(events)) => nodes.checked_add(events),
+            _ => {
+                let from = self.horizon.as_ref().map_or(0, |h| h.seq);
+                usize::try_from(self.last_seq.saturating_sub(from)).ok()
+            }
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -287,7 +324,11 @@ pub(super) fn export(store: &Store, out: &mut dyn Write) -> Result<ExportSummary
     Ok(counts)
 }
 
-pub(super) fn import(store: &Store, input: &mut dyn BufRead) -> Result<ImportSummary, StoreError> {
+pub(super) fn import(
+    store: &Store,
+    input: &mut dyn BufRead,
+    progress: &mut dyn FnMut(ImportProgress),
+) -> Result<ImportSummary, StoreError> {
     if !store.is_empty() {
         return Err(StoreError::NotEmpty(store.path.clone()));
     }
@@ -297,7 +338,7 @@ pub(super) fn import(store: &Store, input: &mut dyn BufRead) -> Result<ImportSum
         format!("an import started at {}", Micros::now().rfc3339_seconds()).as_bytes(),
     )?;
     store.db.flush()?;
-    match Loader::new(store).load(input) {
+    match Loader::new(store).load(input, progress) {
         Ok(summary) => {
             store.meta.remove(META_IMPORT_INCOMPLETE)?;
             store.flush_blocking()?;
@@ -360,17 +401,27 @@ impl<'a> Loader<'a> {
         }
     }
 
-    fn load(mut self, input: &mut dyn BufRead) -> Result<ImportSummary, StoreError> {
-        let mut line = String::new();
+    fn load(
+        mut self,
+        input: &mut dyn BufRead,
+        progress: &mut dyn FnMut(ImportProgress),
+    ) -> Result<ImportSummary, StoreError> {
+        let mut raw = Vec::new();
         let mut number = 0usize;
         let mut header: Option<Header> = None;
+        let mut expected = None;
         let mut end: Option<(usize, Counts)> = None;
+        let mut loaded = 0usize;
         loop {
-            line.clear();
-            let read = input.read_line(&mut line).map_err(|e| StoreError::Import {
-                line: number + 1,
-                reason: e.to_string(),
-            })?;
+            raw.clear();
+            // At most one byte past the limit: enough to tell a line is too long.
+            let read = (&mut *input)
+                .take(MAX_LINE_BYTES as u64 + 1)
+                .read_until(b'\n', &mut raw)
+                .map_err(|e| StoreError::Import {
+                    line: number + 1,
+                    reason: e.to_string(),
+                })?;
             if read == 0 {
                 break;
             }
@@ -383,17 +434,29 @@ impl<'a> Loader<'a> {
                 StoreError::Import { reason, .. } => bad(reason),
                 other => other,
             };
+            if raw.strip_suffix(b"\n").unwrap_or(&raw).len() > MAX_LINE_BYTES {
+                return Err(bad(format!(
+                    "the line is longer than {} MiB, more than any record of an export takes, \
+                     and was read no further: this is not a whole file made by `nodekeeper db \
+                     export`",
+                    MAX_LINE_BYTES >> 20
+                )));
+            }
+            let line = std::str::from_utf8(&raw)
+                .map_err(|e| bad(format!("the line is not UTF-8 text ({e})")))?;
             if line.trim().is_empty() {
                 continue;
             }
             let Some(h) = &header else {
-                header = Some(self.header(&line).map_err(bad)?);
+                let h = self.header(line).map_err(bad)?;
+                expected = h.expected_records();
+                header = Some(h);
                 continue;
             };
             if let Some((at, _)) = end {
                 return Err(bad(format!("a record after the end line (line {at})")));
             }
-            let record: Line = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
+            let record: Line = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
             let v1 = h.version == 1;
             match record {
                 Line::Node(node) => {
@@ -448,6 +511,13 @@ impl<'a> Loader<'a> {
                 self.store.db.flush()?;
                 self.since_flush = 0;
             }
+            loaded += 1;
+            if loaded.is_multiple_of(PROGRESS_LINES) {
+                progress(ImportProgress::Loading {
+                    records: loaded,
+                    expected,
+                });
+            }
         }
         let Some(header) = header else {
             return Err(StoreError::Import {
@@ -456,6 +526,7 @@ impl<'a> Loader<'a> {
             });
         };
         self.check_counts(&header, end, number)?;
+        progress(ImportProgress::Writing { records: loaded });
         self.finish(header.last_seq)
     }
 

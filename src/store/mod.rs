@@ -23,6 +23,7 @@ mod node_bytes;
 mod node_index;
 pub mod outbox;
 mod query;
+mod read_only;
 pub mod records;
 pub mod retention;
 mod time_index;
@@ -39,7 +40,9 @@ use thiserror::Error;
 
 use crate::model::{Event, EventKind, Lease, Micros, Node, NodeObject, ObjectKey};
 pub use checkpoint::{Checkpoint, RegistryAt};
-pub use exchange::{ExportSummary, ImportSummary, EXPORT_FORMAT_VERSION};
+pub use exchange::{
+    ExportSummary, ImportProgress, ImportSummary, EXPORT_FORMAT_VERSION, MAX_LINE_BYTES,
+};
 pub use outbox::{OutboxEntry, OutboxKey};
 pub use query::{HistoryPage, HistoryQuery};
 use records::DecodeError;
@@ -71,6 +74,24 @@ pub enum StoreError {
     Locked { path: PathBuf },
     #[error("cannot open the store at {path}: {source}")]
     Open { path: PathBuf, source: sled::Error },
+    #[error(
+        "cannot read the store at {path}: {source}; run this as a user who may read it (the \
+         controller's, or root), or read through the running controller with --server URL"
+    )]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "this user may read the store at {path} but not write it, so it is read from a copy \
+         (sled opens stores for writing), and the copy failed: {what}: {source}; give the copy \
+         room with TMPDIR, or run this as the store's owner"
+    )]
+    Copy {
+        path: PathBuf,
+        what: String,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Migration(#[from] migrations::MigrationError),
     #[error("store I/O failed: {0}; nothing after the last flush was acknowledged")]
@@ -364,6 +385,31 @@ pub struct Store {
     retention: Mutex<Option<retention::RetentionStatus>>,
     /// Events between checkpoints, when not the default.
     checkpoint_interval: Option<u64>,
+    /// Set when this is a copy of a store the user may not write (see
+    /// [`Store::open_for_reading`]). Last, so the copy goes after sled.
+    copy: Option<read_only::Copy>,
+}
+
+/// Whether `path` holds a store: a controller ran on it, or an import made it.
+pub fn exists(path: &Path) -> bool {
+    path.join("db").is_file()
+}
+
+/// Whether anything is at `path`, for the commands that read a store: an
+/// error when the path cannot be looked at (a directory on the way this
+/// user may not enter), which is not the same as no store.
+pub fn is_there(path: &Path) -> Result<bool, StoreError> {
+    // One look, before a one-shot command opens the store.
+    #[allow(clippy::disallowed_methods)]
+    let found = std::fs::metadata(path);
+    match found {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(StoreError::Unreadable {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 impl Store {
@@ -379,6 +425,26 @@ impl Store {
             });
         }
         Ok(store)
+    }
+
+    /// Opens the stopped store at `path` to read it: itself, or, when this
+    /// user may read it but not write it, a copy of it (see [`read_only`]).
+    pub fn open_for_reading(path: &Path, options: &StoreOptions) -> Result<Store, StoreError> {
+        match Store::open(path, options) {
+            Err(e) if read_only::is_not_writable(&e) => read_only::open_copy(path, options),
+            other => other,
+        }
+    }
+
+    /// Whether this is a copy of a store this user may not write: what is
+    /// written to it is lost, so nothing may be.
+    pub fn is_copy(&self) -> bool {
+        self.copy.is_some()
+    }
+
+    /// The store's own path: the one it was copied from, for a copy.
+    pub fn origin(&self) -> &Path {
+        self.copy.as_ref().map_or(&self.path, |c| &c.original)
     }
 
     /// Opens sled, migrates, and reads the store's state back (seqs,
@@ -414,6 +480,7 @@ impl Store {
             guard: Arc::new(retention::HistoryGuard::new(0)),
             retention: Mutex::new(None),
             checkpoint_interval: options.checkpoint_interval.filter(|&n| n > 0),
+            copy: None,
         };
         if store.meta.get(META_CREATED)?.is_none() {
             store
@@ -908,7 +975,7 @@ impl Store {
         };
         let checkpoints = self.checkpoints_kept()?;
         Ok(StoreStatus {
-            path: self.path.clone(),
+            path: self.origin().to_path_buf(),
             schema_version: migrations::schema_version(&self.db)?.unwrap_or(0),
             nodes: count(trees::NODES),
             events: kept_events,
@@ -1095,7 +1162,16 @@ impl Store {
 
     /// Loads an export into this (empty) store and flushes it.
     pub fn import(&self, input: &mut dyn std::io::BufRead) -> Result<ImportSummary, StoreError> {
-        exchange::import(self, input)
+        exchange::import(self, input, &mut |_| {})
+    }
+
+    /// [`Store::import`], telling `progress` how far it got as it goes.
+    pub fn import_reporting(
+        &self,
+        input: &mut dyn std::io::BufRead,
+        progress: &mut dyn FnMut(ImportProgress),
+    ) -> Result<ImportSummary, StoreError> {
+        exchange::import(self, input, progress)
     }
 
     /// Closes the store and opens it once more, so that sled writes down

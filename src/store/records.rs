@@ -164,6 +164,10 @@ pub enum EventKindV1 {
         by: String,
         changes: Vec<NodeChangeV1>,
     },
+    SourceFailed {
+        source: String,
+        message: String,
+    },
     ObjectChanged {
         resource: String,
         name: String,
@@ -759,6 +763,10 @@ impl From<&EventKind> for EventKindV1 {
                 by: by.clone(),
                 changes: changes.iter().map(node_change_v1).collect(),
             },
+            EventKind::SourceFailed { source, message } => EventKindV1::SourceFailed {
+                source: source.clone(),
+                message: message.clone(),
+            },
         }
     }
 }
@@ -852,6 +860,9 @@ impl TryFrom<EventKindV1> for EventKind {
                 by,
                 changes: changes.into_iter().map(node_change_from).collect(),
             },
+            EventKindV1::SourceFailed { source, message } => {
+                EventKind::SourceFailed { source, message }
+            }
         })
     }
 }
@@ -1002,6 +1013,26 @@ pub(crate) mod tests {
         assert_eq!(decode_event(10, &bytes).unwrap(), event);
     }
 
+    /// A source that could not be followed, as written now.
+    #[test]
+    fn source_failed_golden_bytes() {
+        let event = Event {
+            seq: 11,
+            time: Micros(2),
+            node: None,
+            kind: EventKind::SourceFailed {
+                source: "static".into(),
+                message: "n.txt:3: bad".into(),
+            },
+        };
+        let bytes = encode_event(&event);
+        assert_eq!(
+            hex(&bytes),
+            "0004000f067374617469630c6e2e7478743a333a20626164"
+        );
+        assert_eq!(decode_event(11, &bytes).unwrap(), event);
+    }
+
     #[test]
     fn lease_v1_golden_bytes() {
         let lease = Lease {
@@ -1053,7 +1084,7 @@ pub(crate) mod tests {
             },
         };
         let bytes = encode_event(&event);
-        assert_eq!(hex(&bytes), "000201016e0f0172016e01610173");
+        assert_eq!(hex(&bytes), "000201016e100172016e01610173");
         assert_eq!(decode_event(11, &bytes).unwrap(), event);
 
         let posted = Event {
@@ -1069,7 +1100,7 @@ pub(crate) mod tests {
             },
         };
         let bytes = encode_event(&posted);
-        assert_eq!(hex(&bytes), "000201016e10016b014e0172016d016f");
+        assert_eq!(hex(&bytes), "000201016e11016b014e0172016d016f");
         assert_eq!(decode_event(12, &bytes).unwrap(), posted);
     }
 
@@ -1152,6 +1183,10 @@ pub(crate) mod tests {
                     from: None,
                     to: Some("b".into()),
                 }],
+            },
+            EventKind::SourceFailed {
+                source: "cloud/inventory".into(),
+                message: "does not parse".into(),
             },
         ];
         for (seq, kind) in kinds.into_iter().enumerate() {

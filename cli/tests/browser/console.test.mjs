@@ -9,7 +9,7 @@
 
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
-import { launch, newPage, cli, getJSON, assert, assertEqual, tiles, readyPairs } from './lib.mjs';
+import { launch, newPage, cli, getJSON, assert, assertEqual, tiles, readyPairs, pixelAt, cssColour, sameColour } from './lib.mjs';
 
 const env = process.env;
 const URL_BASE = env.NK_URL;
@@ -369,6 +369,31 @@ async function scenarioStopped() {
     assertEqual(await tiles(page), readyPairs(stored), 'the tiles are the stored nodes');
     assertEqual(await page.getAttribute('#conn', 'data-state'), 'stopped', 'says it is a stopped store');
     await page.waitForSelector('#mirror-health dl', { timeout: WAIT });
+
+    step('the time since the controller stopped is grey on the strip, over the status');
+    const readiness = await getJSON(`${URL_BASE}/v1/readiness?buckets=100`);
+    const open = readiness.gaps.at(-1);
+    assert(open && open.to === null, `/v1/readiness has the open gap of the stopped controller: ${JSON.stringify(readiness.gaps)}`);
+    await page.waitForSelector('svg.strip path', { timeout: WAIT });
+    const strip = await page.locator('svg.strip').boundingBox();
+    const gaps = await page.$$eval('svg.strip rect.gap', (els) => els.map((el) => el.getBoundingClientRect().toJSON()));
+    assert(gaps.length > 0, 'the strip draws the gap');
+    const gap = gaps.at(-1);
+    assert(Math.abs(gap.right - (strip.x + strip.width)) <= 2, `the open gap reaches the end of the strip: gap ${JSON.stringify(gap)}, strip ${JSON.stringify(strip)}`);
+    assert(gap.width >= 4, `the gap is wide enough to see: ${gap.width}px`);
+    await page.mouse.move(0, 0);
+    const grey = await cssColour(page, 'var(--gap)');
+    const middle = gap.left + gap.width / 2;
+    // The bottom is where the Ready area is drawn: the gap must cover it.
+    for (const [where, y] of [['bottom', strip.y + strip.height - 3], ['middle', strip.y + strip.height / 2], ['top', strip.y + 3]]) {
+      const seen = await pixelAt(page, middle, y);
+      assert(sameColour(seen, grey), `the gap is grey at its ${where}: rgb(${seen}), not the gap's rgb(${grey})`);
+    }
+    await page.mouse.move(middle, strip.y + strip.height / 2);
+    const tip = await page.textContent('#tip');
+    assert(/no controller/i.test(tip) && tip.includes('still stopped'), `hovering the gap says no controller ran: ${tip}`);
+    await page.screenshot({ path: join(env.NK_SHOTS, 'console-stopped.png') });
+    await page.mouse.move(0, 0);
     const name = stored.items[0].metadata.name;
     await page.goto(`${URL_BASE}/ui/nodes/${name}`);
     await page.waitForSelector('html[data-rendered="node"]', { timeout: WAIT });
@@ -436,6 +461,7 @@ async function scenarioScale() {
     const statusMs = Date.now() - t3;
     assertEqual((await shownTiles(page)).sort(), down.sort(), 'only the NotReady nodes are left');
     const longest = await page.evaluate(() => window.longest || 0);
+    const updates = await page.evaluate(() => performance.getEntriesByName('overview-update').map((e) => e.duration).sort((a, b) => a - b));
     const t4 = Date.now();
     await Promise.all([page.waitForURL(/\/ui\/nodes\/edge-00017$/), page.click('[data-node="edge-00017"]')]);
     await page.waitForSelector('html[data-rendered="node"]', { timeout: WAIT });
@@ -445,6 +471,8 @@ async function scenarioScale() {
         `five pushed statuses on screen ${liveMs} ms after the first was sent, node page ${openMs} ms`,
     );
     console.log(`longest main-thread task while finding, filtering and following the pushes: ${Math.round(longest)} ms`);
+    assert(updates.length > 0, 'the page timed its updates');
+    console.log(`the page's work per live update: median ${updates[Math.floor(updates.length / 2)].toFixed(1)} ms, longest ${updates.at(-1).toFixed(1)} ms, over ${updates.length} updates`);
     await page.waitForSelector('#timeline-title', { timeout: WAIT });
     await waitForOverview(page);
     await checkOverviewMatchesApi(page);
@@ -454,7 +482,240 @@ async function scenarioScale() {
   assertEqual(errors, [], 'no errors in the page');
 }
 
-const scenarios = { fleet: scenarioFleet, token: scenarioToken, stopped: scenarioStopped, scale: scenarioScale };
+/** A Kubernetes node's Ready condition, or null. */
+function readyCondition(node) {
+  return (node.status?.conditions || []).find((c) => c.type === 'Ready') || null;
+}
+
+/** A time as the console shows it: UTC, to the second. */
+function shownTime(time) {
+  return new Date(Date.parse(time)).toISOString().slice(0, 19).replace('T', ' ') + 'Z';
+}
+
+/** Pushes a node's Ready condition with a reason and a message. */
+async function pushStatus(node, status, reason, message) {
+  const body = { status: { conditions: [{ type: 'Ready', status, reason, message, lastHeartbeatTime: new Date().toISOString() }] } };
+  const response = await fetch(`${URL_BASE}/api/v1/nodes/${node}/status`, {
+    method: 'PATCH',
+    headers: { 'content-type': 'application/strategic-merge-patch+json' },
+    body: JSON.stringify(body),
+  });
+  assert(response.ok, `push ${node} Ready=${status}: ${response.status} ${await response.text()}`);
+}
+
+/** Waits until `check` holds for the node list, and returns it. */
+async function waitForList(what, check) {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const list = await getJSON(`${URL_BASE}/api/v1/nodes`);
+    if (check(list)) return list;
+    assert(Date.now() < deadline, `never: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+/** The nodes not Ready in a NodeList as the problems list must show them: longest first. */
+function expectedProblems(list) {
+  return list.items
+    .map((n) => ({ n, c: readyCondition(n) }))
+    .filter(({ c }) => !c || c.status !== 'True')
+    .map(({ n, c }) => ({ name: n.metadata.name, status: c?.status ?? 'Unknown', reason: c?.reason ?? '', since: c?.lastTransitionTime ?? n.metadata.creationTimestamp }))
+    .sort((a, b) => Date.parse(a.since) - Date.parse(b.since) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+async function shownProblems(page) {
+  return page.$$eval('#problems [data-problem]', (rows) =>
+    rows.map((r) => ({ name: r.dataset.problem, status: r.dataset.ready, since: r.dataset.since, text: r.textContent })),
+  );
+}
+
+async function scenarioProblems() {
+  const total = Number(env.NK_NODES);
+  const names = Array.from({ length: total }, (_, i) => `site-${String(i).padStart(4, '0')}`);
+  const silent = ['site-0007', 'site-0999', 'site-1000', 'site-1999'];
+  step(`${total - silent.length} of ${total} nodes push Ready; ${silent.join(', ')} are never heard from`);
+  const pushing = names.filter((n) => !silent.includes(n));
+  for (let i = 0; i < pushing.length; i += 16) {
+    await Promise.all(pushing.slice(i, i + 16).map((n) => pushStatus(n, 'True', 'KubeletReady', 'kubelet is posting ready status')));
+  }
+  await waitForList('every pushed node is Ready', (list) => list.items.filter((n) => readyCondition(n)?.status === 'True').length === pushing.length);
+  // The moment time travel goes back to: everything above is in the history by now.
+  const moment = new Date().toISOString();
+
+  step('after that moment, six break and one of the silent ones reports');
+  const broken = [
+    ['site-0042', 'False', 'KubeletNotReady', 'container runtime is down'],
+    ['site-0421', 'False', 'DiskFull', '/var is full'],
+    ['site-1234', 'Unknown', 'NodeStatusUnknown', 'Kubelet stopped posting node status.'],
+    ['site-1500', 'False', 'KubeletNotReady', 'PLEG is not healthy'],
+    ['site-1777', 'False', 'NetworkUnavailable', 'no route to the API server'],
+    ['site-1888', 'Unknown', 'NodeStatusUnknown', 'Kubelet stopped posting node status.'],
+  ];
+  for (const [name, status, reason, message] of broken) await pushStatus(name, status, reason, message);
+  await pushStatus('site-1000', 'True', 'KubeletReady', 'kubelet is posting ready status');
+  const list = await waitForList('the broken nodes are broken', (l) => expectedProblems(l).length === 9);
+
+  const browser = await launch();
+  const errors = [];
+  // Each part goes to its own page: one that fails does not hide the others.
+  const failures = [];
+  const part = async (name, run) => {
+    step(name);
+    try {
+      await run();
+    } catch (error) {
+      console.log(`FAILED part: ${error.message}`);
+      failures.push(name);
+    }
+  };
+  try {
+    const page = await newPage(browser.context, errors);
+    await part('the problems list comes first and is every node not Ready, longest first', async () => {
+      await waitForOverview(page);
+      await page.waitForSelector('#problems [data-problem]', { timeout: WAIT });
+      assertEqual(await page.evaluate(() => document.querySelector('main').firstElementChild.id), 'problems', 'the problems list is first on the page');
+      const want = expectedProblems(list);
+      const shown = await shownProblems(page);
+      assertEqual(shown.map((p) => [p.name, p.status, p.since]), want.map((p) => [p.name, p.status, p.since]), 'the problems list is the nodes of /api/v1/nodes not Ready, longest first');
+      for (const [i, p] of want.entries()) {
+        const text = shown[i].text;
+        assert(text.includes(p.reason) && text.includes(shownTime(p.since)) && /\d+(ms|s|m|h|d)\b/.test(text), `${p.name}'s row has its reason, since when and for how long: ${text}`);
+        assert(text.includes(p.status === 'False' ? 'NotReady' : 'Unknown'), `${p.name}'s row has its condition: ${text}`);
+      }
+      await page.screenshot({ path: join(env.NK_SHOTS, 'console-problems.png') });
+    });
+    await part('the problems list follows the site live', async () => {
+      await page.waitForFunction(() => document.getElementById('conn').dataset.state === 'live', null, { timeout: WAIT });
+      await pushStatus('site-0500', 'False', 'KubeletNotReady', 'pushed by the test');
+      try {
+        await page.waitForSelector('#problems [data-problem="site-0500"]', { timeout: WAIT });
+      } finally {
+        await pushStatus('site-0500', 'True', 'KubeletReady', 'kubelet is posting ready status');
+      }
+      await page.waitForSelector('#problems [data-problem="site-0500"]', { state: 'detached', timeout: WAIT });
+      const now = await getJSON(`${URL_BASE}/api/v1/nodes`);
+      assertEqual((await shownProblems(page)).map((p) => p.name), expectedProblems(now).map((p) => p.name), 'the list after the change');
+    });
+    await part('hovering or focusing a tile shows its card', async () => {
+      await waitForOverview(page);
+      const now = await getJSON(`${URL_BASE}/api/v1/nodes`);
+      for (const name of ['site-0421', 'site-1234', 'site-0100']) {
+        const node = now.items.find((n) => n.metadata.name === name);
+        const c = readyCondition(node);
+        await page.hover(`[data-node="${name}"]`);
+        await page.waitForSelector('#tip:not([hidden])', { timeout: WAIT });
+        const tip = await page.textContent('#tip');
+        const word = c.status === 'True' ? 'Ready' : c.status === 'False' ? 'NotReady' : 'Unknown';
+        assert(tip.startsWith(name) && tip.includes(word) && tip.includes(c.reason) && tip.includes(shownTime(c.lastTransitionTime)), `the card of ${name} says its name, ${word}, ${c.reason} and since ${shownTime(c.lastTransitionTime)}: ${tip}`);
+      }
+      await page.mouse.move(0, 0);
+      await page.focus('.tiles .tile[tabindex="0"]');
+      const focused = await page.evaluate(() => document.activeElement.dataset.node);
+      assert((await page.textContent('#tip')).startsWith(focused), 'focus shows the card too');
+    });
+    await part('a link with filters shows what its sender saw; the back button works', async () => {
+      const link = `/ui/?name=site-1&labels=${encodeURIComponent('tier=gold')}&hide=True`;
+      const gold = await getJSON(`${URL_BASE}/api/v1/nodes?labelSelector=tier%3Dgold`);
+      const filtered = (hide) =>
+        gold.items
+          .filter((n) => n.metadata.name.includes('site-1') && !hide.includes(readyCondition(n)?.status ?? 'Unknown'))
+          .map((n) => n.metadata.name)
+          .sort();
+      const checkFilters = async (name, hide, what) => {
+        assertEqual(await page.inputValue('#find-name'), name, `${what}: the name filter`);
+        assertEqual(await page.inputValue('#find-labels'), 'tier=gold', `${what}: the label selector`);
+        const pressed = await page.$$eval('.summary .count', (els) => els.map((el) => [el.dataset.status, el.getAttribute('aria-pressed')]));
+        assertEqual(pressed, ['True', 'False', 'Unknown'].map((s) => [s, String(!hide.includes(s))]), `${what}: the status buttons`);
+        const nameFiltered = filtered(hide).filter((n) => n.includes(name));
+        assertEqual(await shownTiles(page), nameFiltered, `${what}: the tiles shown`);
+      };
+      await waitForOverview(page, link);
+      await checkFilters('site-1', ['True'], 'the link');
+      assert(filtered(['True']).length >= 2, `the link shows a few nodes: ${filtered(['True'])}`);
+      await page.click('.summary .count[data-status="Unknown"]');
+      await page.waitForFunction(() => new URLSearchParams(location.search).get('hide')?.includes('Unknown'), null, { timeout: WAIT });
+      await checkFilters('site-1', ['True', 'Unknown'], 'Unknown hidden too');
+      await page.goBack();
+      await page.waitForFunction(() => document.querySelector('.summary .count[data-status="Unknown"]').getAttribute('aria-pressed') === 'true', null, { timeout: WAIT });
+      assertEqual(new URL(page.url()).search, new URL(`${URL_BASE}${link}`).search, 'back: the link again');
+      await checkFilters('site-1', ['True'], 'back');
+      await page.fill('#find-name', 'site-15');
+      await page.waitForFunction(() => new URLSearchParams(location.search).get('name') === 'site-15', null, { timeout: WAIT });
+      await checkFilters('site-15', ['True'], 'a name typed');
+      await page.goBack();
+      await page.waitForFunction(() => document.getElementById('find-name').value === 'site-1', null, { timeout: WAIT });
+      await checkFilters('site-1', ['True'], 'back from typing');
+      const opened = filtered(['True'])[0];
+      await Promise.all([page.waitForURL(new RegExp(`/ui/nodes/${opened}$`)), page.click(`[data-node="${opened}"]`)]);
+      await page.waitForSelector('html[data-rendered="node"]', { timeout: WAIT });
+      await page.goBack();
+      await page.waitForSelector('html[data-rendered="overview"]', { timeout: WAIT });
+      await checkFilters('site-1', ['True'], 'back from a node page');
+      const then = await getJSON(`${URL_BASE}/v1/at?time=${encodeURIComponent(moment)}`);
+      await page.goto(`${URL_BASE}/ui/at/${encodeURIComponent(moment)}?hide=True`);
+      await page.waitForSelector('html[data-rendered="at"]', { timeout: WAIT });
+      assertEqual(await shownTiles(page), readyPairs(then).filter(([, r]) => r !== 'True').map(([n]) => n).sort(), 'a time-travel link keeps its filters');
+    });
+    await part('time travel compares the moment with now', async () => {
+      const then = await getJSON(`${URL_BASE}/v1/at?time=${encodeURIComponent(moment)}`);
+      const now = await getJSON(`${URL_BASE}/api/v1/nodes`);
+      await page.goto(`${URL_BASE}/ui/at/${encodeURIComponent(moment)}`);
+      await page.waitForSelector('html[data-rendered="at"]', { timeout: WAIT });
+      await page.waitForSelector('#changes[data-state="done"]', { timeout: WAIT });
+      assertEqual((await shownProblems(page)).map((p) => p.name), expectedProblems(then).map((p) => p.name), 'the problems list of the moment');
+      const before = new Map(readyPairs(then));
+      const after = new Map(readyPairs(now));
+      const changed = [...new Set([...before.keys(), ...after.keys()])]
+        .filter((n) => before.get(n) !== after.get(n))
+        .sort()
+        .map((n) => [n, before.get(n) ?? '', after.get(n) ?? '']);
+      const rows = await page.$$eval('#changes [data-changed]', (els) => els.map((el) => [el.dataset.changed, el.dataset.then, el.dataset.now]));
+      assertEqual(rows, changed, 'the nodes whose Ready status changed between the moment and now');
+      assertEqual(changed.length, broken.length + 1, 'six broke and one came');
+      await page.screenshot({ path: join(env.NK_SHOTS, 'console-changes.png') });
+    });
+    await part('an age is resolved to the time it means', async () => {
+      const asked = Date.now();
+      await page.goto(`${URL_BASE}/ui/at/2s`);
+      await page.waitForSelector('html[data-rendered="at"]', { timeout: WAIT });
+      const answered = Date.now();
+      const resolved = await page.getAttribute('#at-time', 'data-time');
+      const at = Date.parse(resolved);
+      assert(at >= asked - 2000 - 1000 && at <= answered - 2000 + 1000, `"2s" means two seconds before the page asked: ${resolved}, asked at ${new Date(asked).toISOString()}`);
+      assert((await page.textContent('#at-time')).includes(shownTime(resolved)), 'the resolved time is shown');
+      assert((await page.textContent('.travel-note')).includes('2s'), 'with the age it was given as');
+      assertEqual(decodeURIComponent(new URL(page.url()).pathname), `/ui/at/${resolved}`, 'the link now names the time, so it shows the same moment later');
+      const resolvedAt = await getJSON(`${URL_BASE}/v1/at?time=${encodeURIComponent(resolved)}`);
+      assertEqual(await tiles(page), readyPairs(resolvedAt), 'the site at that time');
+    });
+    await part('an outage past 100 nodes is counted, its 100 longest drawn, and all on asking', async () => {
+      await waitForOverview(page);
+      await page.waitForFunction(() => document.getElementById('conn').dataset.state === 'live', null, { timeout: WAIT });
+      const before = expectedProblems(await getJSON(`${URL_BASE}/api/v1/nodes`)).length;
+      const outage = names.slice(100, 220);
+      for (let i = 0; i < outage.length; i += 16) {
+        await Promise.all(outage.slice(i, i + 16).map((n) => pushStatus(n, 'False', 'KubeletNotReady', 'part of an outage')));
+      }
+      const total = before + outage.length;
+      const list = await waitForList(`${total} nodes not Ready`, (l) => expectedProblems(l).length === total);
+      await page.waitForSelector(`#problems[data-count="${total}"]`, { timeout: WAIT });
+      const want = expectedProblems(list).map((p) => [p.name, p.status, p.since]);
+      const rows = async () => (await shownProblems(page)).map((p) => [p.name, p.status, p.since]);
+      assertEqual(await rows(), want.slice(0, 100), 'the 100 longest, in order');
+      assert((await page.textContent('#problems .problems-summary')).startsWith(`${total} of ${list.items.length} nodes not Ready`), 'the summary counts them all');
+      assertEqual(await page.textContent('#problems button.more'), `Show all ${total}`, 'the button says how many there are');
+      await page.click('#problems button.more');
+      await page.waitForFunction((n) => document.querySelectorAll('#problems [data-problem]').length === n, total, { timeout: WAIT });
+      assertEqual(await rows(), want, 'all of them, in order');
+      assert(await page.isHidden('#problems button.more'), 'nothing more to show');
+    });
+  } finally {
+    await browser.close();
+  }
+  assertEqual(failures, [], 'every part passed');
+  assertEqual(errors, [], 'no errors in the page');
+}
+const scenarios = { fleet: scenarioFleet, token: scenarioToken, stopped: scenarioStopped, scale: scenarioScale, problems: scenarioProblems };
 const scenario = scenarios[process.argv[2]];
 if (!scenario) {
   console.error(`usage: node console.test.mjs ${Object.keys(scenarios).join('|')}`);

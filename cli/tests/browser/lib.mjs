@@ -5,6 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
+import { inflateSync } from 'node:zlib';
 import { chromium } from 'playwright-core';
 
 export const CHROMIUM = process.env.NODEKEEPER_CHROMIUM || '/usr/bin/chromium';
@@ -93,4 +94,44 @@ export function readyPairs(list) {
       return [n.metadata.name, ready ? ready.status : 'Unknown'];
     })
     .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+}
+
+/**
+ * The colour [r, g, b] on screen at (x, y) of the page's viewport, read from a
+ * one-pixel screenshot. With one pixel every PNG filter leaves the bytes
+ * as they are, so the first scanline after its filter byte is the pixel.
+ */
+export async function pixelAt(page, x, y) {
+  const png = await page.screenshot({ clip: { x: Math.round(x), y: Math.round(y), width: 1, height: 1 } });
+  let at = 8;
+  let header = null;
+  const data = [];
+  while (at < png.length) {
+    const length = png.readUInt32BE(at);
+    const type = png.toString('latin1', at + 4, at + 8);
+    const body = png.subarray(at + 8, at + 8 + length);
+    if (type === 'IHDR') header = { depth: body[8], colour: body[9] };
+    if (type === 'IDAT') data.push(body);
+    at += 12 + length;
+  }
+  assert(header && header.depth === 8 && (header.colour === 2 || header.colour === 6), `a PNG of 8-bit RGB(A): ${JSON.stringify(header)}`);
+  const raw = inflateSync(Buffer.concat(data));
+  return [raw[1], raw[2], raw[3]];
+}
+
+/** A CSS colour as [r, g, b], as the page computes it. */
+export async function cssColour(page, css) {
+  return page.evaluate((value) => {
+    const probe = document.createElement('span');
+    probe.style.color = value;
+    document.body.append(probe);
+    const rgb = getComputedStyle(probe).color.match(/[\d.]+/g).slice(0, 3).map(Number);
+    probe.remove();
+    return rgb;
+  }, css);
+}
+
+/** Whether two colours are the same, to within rounding. */
+export function sameColour(a, b) {
+  return a.every((v, i) => Math.abs(v - b[i]) <= 3);
 }

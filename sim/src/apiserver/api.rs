@@ -2,16 +2,15 @@
 //! target, create, replace, patch, and the commit every write ends in.
 
 use hyper::{Method, StatusCode};
-use nodekeeper::kube::patch::{self, PatchKind};
 use serde_json::{json, Map, Value};
 
 use super::answer::{Answer, ApiError};
 use super::delete::deletable;
-use super::json_patch::json_patch;
 use super::object::{
     check_identity, check_resource_version, merged, meta_mut, name_suffix, new_uid, object_body,
     parse_json, timestamp,
 };
+use super::patch::{self, PatchType};
 use super::resource::{ObjectKey, Resource};
 use super::routing::{Call, Part, Route, Target};
 use super::state::State;
@@ -177,8 +176,7 @@ impl State {
         dry_run: bool,
     ) -> Result<Answer, ApiError> {
         let media_type = content_type.split(';').next().unwrap_or("").trim();
-        let strategic_or_merge = PatchKind::from_content_type(media_type);
-        if strategic_or_merge.is_none() && media_type != "application/json-patch+json" {
+        let Some(kind) = PatchType::from_media_type(media_type) else {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "UnsupportedMediaType",
@@ -188,16 +186,12 @@ impl State {
                      application/strategic-merge-patch+json (got {media_type:?})"
                 ),
             ));
-        }
+        };
         let patch_doc = parse_json(body)?;
         let current = self.current_for_write(key)?;
         let mut patched = current.clone();
-        match strategic_or_merge {
-            Some(kind) => patch::apply_with_keys(kind, &mut patched, &patch_doc, merge_key)
-                .map_err(|e| e.to_string()),
-            None => json_patch(&mut patched, &patch_doc),
-        }
-        .map_err(|e| ApiError::invalid(key, e))?;
+        patch::apply(kind, key.resource, &mut patched, &patch_doc)
+            .map_err(|e| ApiError::invalid(key, e))?;
         let Value::Object(mut object) = patched else {
             return Err(ApiError::invalid(
                 key,
@@ -290,28 +284,6 @@ fn created_namespace(
     }
     meta.insert("namespace".into(), ns.into());
     Ok(ns.to_owned())
-}
-
-/// The merge keys of the Node, Pod and Lease types' lists (`patchMergeKey`),
-/// by field name. `taints`, `tolerations`, `images` and the like have none:
-/// a strategic merge patch replaces them whole.
-fn merge_key(field: &str) -> Option<&'static str> {
-    match field {
-        "conditions" | "addresses" => Some("type"),
-        "containers"
-        | "initContainers"
-        | "ephemeralContainers"
-        | "volumes"
-        | "env"
-        | "imagePullSecrets"
-        | "resourceClaims" => Some("name"),
-        "ports" => Some("containerPort"),
-        "volumeMounts" => Some("mountPath"),
-        "volumeDevices" => Some("devicePath"),
-        "ownerReferences" => Some("uid"),
-        "podIPs" | "hostIPs" | "hostAliases" => Some("ip"),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -1,16 +1,15 @@
 //! Lists: label and field selectors, pages and `continue` tokens, and the
 //! field values selectors read from an object.
 
-use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use hyper::StatusCode;
-use nodekeeper::kube::selectors::{FieldSelector, LabelSelector};
 use serde_json::{json, Value};
 
 use super::answer::{Answer, ApiError};
 use super::resource::{ObjectKey, Resource};
 use super::routing::Query;
+use super::selectors::{FieldSelector, LabelSelector};
 use super::state::State;
 
 impl State {
@@ -56,7 +55,7 @@ impl State {
             .range((start, Bound::Unbounded))
             .take_while(|(k, _)| in_scope(k))
         {
-            if !labels.matches(&labels_of(object)) || !fields.matches(|f| field_of(object, f)) {
+            if !selected(resource, object, &labels, &fields) {
                 continue;
             }
             if limit.is_some_and(|l| items.len() == l) {
@@ -90,39 +89,70 @@ pub(super) fn selectors(
     query: &Query,
 ) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        .map_err(ApiError::bad_request)?;
     let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    fields
-        .check_fields(resource.field_labels())
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        .map_err(ApiError::bad_request)?;
+    if let Some(field) = fields
+        .fields()
+        .find(|f| !resource.field_labels().contains(f))
+    {
+        return Err(ApiError::bad_request(format!(
+            "field label not supported: {field}"
+        )));
+    }
     Ok((labels, fields))
 }
 
-pub(super) fn labels_of(object: &Value) -> BTreeMap<String, String> {
-    object
-        .get("metadata")
-        .and_then(|m| m.get("labels"))
-        .and_then(Value::as_object)
-        .map(|labels| {
-            labels
-                .iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default()
+/// Whether `object` of `resource` is selected by both selectors.
+pub(super) fn selected(
+    resource: Resource,
+    object: &Value,
+    labels: &LabelSelector,
+    fields: &FieldSelector,
+) -> bool {
+    labels.matches(object.pointer("/metadata/labels"))
+        && fields.matches(|field| field_value(resource, object, field))
 }
 
-/// An object's value of a field label, as the API server's field sets give
-/// it: strings as they are, booleans as `true`/`false` (absent is `false`).
-pub(super) fn field_of<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
-    let pointer = format!("/{}", field.replace('.', "/"));
-    match object.pointer(&pointer) {
-        Some(Value::String(s)) => Some(s.as_str()),
-        Some(Value::Bool(true)) => Some("true"),
-        Some(Value::Bool(false)) => Some("false"),
-        None if matches!(field, "spec.unschedulable" | "spec.hostNetwork") => Some("false"),
-        _ => None,
+/// An object's value of a field label, as the registry's selectable field
+/// sets give it (`""` for a field the object lacks or the set leaves out):
+/// kubernetes/kubernetes `pkg/registry/core/pod/strategy.go`
+/// (`ToSelectableFields`), `pkg/registry/core/node/strategy.go`
+/// (`NodeToSelectableFields`), and `generic.ObjectMetaFieldsSet` for Leases.
+fn field_value(resource: Resource, object: &Value, field: &str) -> String {
+    let text = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let flag = |pointer: &str| (object.pointer(pointer) == Some(&Value::Bool(true))).to_string();
+    match (resource, field) {
+        (_, "metadata.name") => text("/metadata/name"),
+        (Resource::Pods | Resource::Leases, "metadata.namespace") => text("/metadata/namespace"),
+        (Resource::Nodes, "spec.unschedulable") => flag("/spec/unschedulable"),
+        (Resource::Pods, "spec.nodeName" | "spec.host") => text("/spec/nodeName"),
+        (Resource::Pods, "spec.hostNetwork") => flag("/spec/hostNetwork"),
+        (Resource::Pods, "status.podIP") => {
+            // v1's podIP wins over podIPs[0] when both are given (pod conversion).
+            let ip = text("/status/podIP");
+            if ip.is_empty() {
+                text("/status/podIPs/0/ip")
+            } else {
+                ip
+            }
+        }
+        (
+            Resource::Pods,
+            "spec.restartPolicy"
+            | "spec.schedulerName"
+            | "spec.serviceAccountName"
+            | "status.phase"
+            | "status.nominatedNodeName",
+        ) => text(&format!("/{}", field.replace('.', "/"))),
+        // Accepted by the conversion, absent from the set (`status.podIPs`).
+        _ => String::new(),
     }
 }
 
@@ -224,8 +254,51 @@ mod tests {
         let err = api_error(pods.list(&ListParams::default().fields("spec.foo=x")).await);
         assert_eq!((err.code, err.reason.as_str()), (400, "BadRequest"));
         assert_eq!(err.message, "field label not supported: spec.foo");
+        let nodes: Api<Node> = Api::all(c.clone());
+        let err = api_error(
+            nodes
+                .list(&ListParams::default().fields("metadata.namespace=x"))
+                .await,
+        );
+        assert_eq!(err.message, "field label not supported: metadata.namespace");
+        let old_name = pods
+            .list(&ListParams::default().fields("spec.host=n2"))
+            .await
+            .expect("list");
+        assert_eq!(names(old_name), ["default/b1"]);
         let err = api_error(pods.list(&ListParams::default().labels("a in (")).await);
         assert_eq!(err.code, 400);
+    }
+
+    /// The values selectors read, as the registry's field sets give them.
+    #[test]
+    fn field_values_as_the_registry_gives_them() {
+        let pod = json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"nodeName": "n1", "restartPolicy": "Always", "serviceAccountName": "sa"},
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.9"}, {"ip": "fd00::9"}]}
+        });
+        let value = |field| field_value(Resource::Pods, &pod, field);
+        assert_eq!(value("metadata.namespace"), "ns");
+        assert_eq!(value("spec.host"), "n1");
+        assert_eq!(value("spec.hostNetwork"), "false");
+        assert_eq!(value("spec.schedulerName"), "");
+        assert_eq!(value("status.podIP"), "10.0.0.9");
+        // Accepted by the conversion, but not in the set: always "".
+        assert_eq!(value("status.podIPs"), "");
+        let node = json!({"metadata": {"name": "n1"}, "spec": {"unschedulable": true}});
+        assert_eq!(
+            field_value(Resource::Nodes, &node, "spec.unschedulable"),
+            "true"
+        );
+        assert_eq!(
+            field_value(Resource::Nodes, &json!({}), "spec.unschedulable"),
+            "false"
+        );
+        assert_eq!(
+            field_value(Resource::Nodes, &node, "metadata.namespace"),
+            ""
+        );
     }
 
     #[test]

@@ -34,10 +34,13 @@
 //!   `.status`; writes to the main resource leave `.status` as it was.
 //!   Leases have no status subresource.
 //! - Patches: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and
-//!   strategic merge patch with the merge keys of the Node and Pod types:
-//!   `conditions` and `addresses` by `type`, containers, volumes and env by
-//!   `name`, and so on; every other list, `spec.taints` included, is replaced
-//!   whole. `application/apply-patch+yaml` (server-side apply) is refused.
+//!   strategic merge patch with the patch strategies of the Node and Pod
+//!   types: `conditions` and `addresses` by `type`, containers, volumes and
+//!   env by `name`, `finalizers` and `podCIDRs` as sets, and so on; every
+//!   other list, `spec.taints` included, is replaced whole. Its directives
+//!   (`$patch`, `$retainKeys`, `$setElementOrder`, `$deleteFromPrimitiveList`)
+//!   work, and merged lists take the order the API server gives them.
+//!   `application/apply-patch+yaml` (server-side apply) is refused.
 //! - Lists: `labelSelector` (the full grammar), `fieldSelector` with the
 //!   field labels each resource supports (`metadata.name`, `spec.nodeName`,
 //!   `status.phase`, ...; others are 400 `field label not supported`),
@@ -93,23 +96,29 @@
 //!
 //! One state behind one lock (`state`), changed by one request path:
 //! `connection` accepts and reads a request, `routing` names what it asks
-//! for, `api`, `list` and `delete` answer it (with `object` and `json_patch`
-//! for the objects' shape and patches), and `answer` words it. Node watches
-//! are `watch`; the handle tests hold is `handle`, and what it can break is
-//! `faults`.
+//! for, `api`, `list` and `delete` answer it (with `object` for the
+//! objects' shape, `patch` and `strategic` for patches, `selectors` for
+//! lists and watches), and `answer` words it. Node watches are `watch`; the
+//! handle tests hold is `handle`, and what it can break is `faults`. None of
+//! it uses nodekeeper's own Kubernetes code, so the mirror's tests check
+//! nodekeeper against an independent reading of kube-apiserver.
 
+#[cfg(test)]
+mod agreement;
 mod answer;
 mod api;
 mod connection;
 mod delete;
 mod faults;
 mod handle;
-mod json_patch;
 mod list;
 mod object;
+mod patch;
 mod resource;
 mod routing;
+mod selectors;
 mod state;
+mod strategic;
 #[cfg(test)]
 mod test_support;
 mod watch;

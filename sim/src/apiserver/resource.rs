@@ -60,12 +60,29 @@ impl Resource {
         matches!(self, Resource::Pods)
     }
 
-    /// The fields a `fieldSelector` may name, as the API server registers them.
+    /// The fields a `fieldSelector` may name: the field label conversion
+    /// functions kube-apiserver registers (kubernetes/kubernetes
+    /// `pkg/apis/core/v1/conversion.go`, `addConversionFuncs`; Leases take
+    /// the default, `metadata.name` and `metadata.namespace`). A Pod's
+    /// `spec.host` is the old name of `spec.nodeName`.
     pub(super) const fn field_labels(self) -> &'static [&'static str] {
         match self {
             Resource::Nodes => &["metadata.name", "spec.unschedulable"],
             Resource::Leases => &["metadata.name", "metadata.namespace"],
-            Resource::Pods => nodekeeper::server::pods::POD_FIELDS,
+            Resource::Pods => &[
+                "metadata.name",
+                "metadata.namespace",
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.podIPs",
+                "status.nominatedNodeName",
+                "spec.host",
+            ],
         }
     }
 

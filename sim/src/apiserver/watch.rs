@@ -10,7 +10,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::Response;
-use nodekeeper::kube::selectors::{FieldSelector, LabelSelector};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
@@ -18,9 +17,10 @@ use tokio::time::Instant;
 use super::answer::ApiError;
 use super::connection::Body;
 use super::handle::{FakeApiServer, Shared};
-use super::list::{field_of, labels_of, selectors};
+use super::list::{selected, selectors};
 use super::resource::{ObjectKey, Resource};
 use super::routing::Query;
+use super::selectors::{FieldSelector, LabelSelector};
 use super::state::State;
 
 /// What the open watches are sent.
@@ -221,9 +221,7 @@ impl Watch {
                     return None;
                 }
                 self.last_rv = self.last_rv.max(*rv);
-                if !self.labels.matches(&labels_of(object))
-                    || !self.fields.matches(|f| field_of(object, f))
-                {
+                if !selected(Resource::Nodes, object, &self.labels, &self.fields) {
                     return None;
                 }
                 json!({"type": kind, "object": object})

@@ -1,7 +1,7 @@
 //! The scale benchmark: a controller against simulated fleets of each size, measuring its cost per probe, or with `--push` per pushed heartbeat (every simulated kubelet on a connection of its own); `--soak` follows store size and memory minute by minute, `--burst` times thousands of status changes at once, `--floor` measures the least server of the same requests in the controller's place. Run it with `cargo run --release --bin nodekeeper-bench -- --sizes 1000,10000 [--push [--soak 1h] [--burst | --floor]]`.
 //!
 //! Long (about 1,350 lines): the run of one fleet size (`bench_size`), its
-//! processes, the samples it takes and the report, whose columns the README
+//! processes, the samples it takes and the report, whose columns docs/benchmarks.md
 //! quotes. What it shares with the other benchmarks is in
 //! `nodekeeper_sim::bench`; its `--history` mode and its `--burst` are
 //! modules of their own.

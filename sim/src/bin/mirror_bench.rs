@@ -52,7 +52,7 @@
 //!
 //! Long (about 2,300 lines): three benchmarks, each one function that runs
 //! its phase start to end with its checks (`drain`, `steady_state`, `site`,
-//! 170 to 270 lines, read as the procedure the README describes), and their
+//! 170 to 270 lines, read as the procedure docs/benchmarks.md describes), and their
 //! report sections. What it shares with `nodekeeper-bench` is in
 //! `nodekeeper_sim::bench`; the phases would become modules of their own, as
 //! the history benchmark's are, when one more is added.

@@ -157,7 +157,7 @@ pub async fn run(dir: &Path, length: Duration, rate: u64, max_bytes: u64) -> Res
     drop(store);
     // sled lets go of its lock a moment after the close.
     let compacted = loop {
-        match nodekeeper::store::compact::compact(dir, &StoreOptions::default()) {
+        match nodekeeper::store::compact::compact(dir, &StoreOptions::default(), &mut |_| {}) {
             Err(nodekeeper::store::StoreError::Locked { .. }) => {
                 tokio::time::sleep(Duration::from_millis(20)).await
             }
