@@ -80,7 +80,9 @@ impl Replay {
             | EventKind::ControllerStopped { .. }
             | EventKind::ProbeKeptReady { .. }
             | EventKind::EvictionStarted { .. }
-            | EventKind::EvictionDone { .. } => {}
+            | EventKind::EvictionDone { .. }
+            | EventKind::ObjectChanged { .. }
+            | EventKind::KubeletEvent { .. } => {}
         }
     }
 

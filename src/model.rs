@@ -321,6 +321,40 @@ pub struct Lease {
     pub lease_transitions: Option<i32>,
 }
 
+/// An object a node's kubelet keeps through the API beside its Node and
+/// Lease (its CSINode): kept with the node, and deleted with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeObject {
+    pub node: String,
+    /// The resource, as `kubectl` names it (`csinodes.storage.k8s.io`).
+    pub resource: String,
+    /// `namespace/name` for a namespaced object, else its name.
+    pub name: String,
+    /// Counts every write of the object; its resourceVersion.
+    pub generation: u64,
+    /// The object's Kubernetes JSON, as served.
+    pub json: String,
+}
+
+impl NodeObject {
+    /// What identifies it: node, resource, name.
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey {
+            node: self.node.clone(),
+            resource: self.resource.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+/// Where a [`NodeObject`] is kept.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    pub node: String,
+    pub resource: String,
+    pub name: String,
+}
+
 /// The namespace node Leases live in.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
@@ -412,6 +446,24 @@ pub enum EventKind {
     /// it is fixed. Controller-wide; `source` as nodes from it record theirs
     /// (`static`, `cloud/inventory`).
     SourceFailed { source: String, message: String },
+    /// The node's kubelet created, replaced or deleted an object kept with
+    /// the node (its CSINode); `summary` says what it holds.
+    ObjectChanged {
+        resource: String,
+        name: String,
+        action: String,
+        summary: String,
+    },
+    /// An Event the node's kubelet (its `component`) posted about the node
+    /// or an object on it (`object`: `Kind/name` or `Kind/namespace/name`).
+    KubeletEvent {
+        component: String,
+        #[serde(rename = "type")]
+        event_type: String,
+        reason: String,
+        message: String,
+        object: String,
+    },
 }
 
 /// One change an operator made to a node, in the fields operators own.
@@ -492,6 +544,8 @@ impl EventKind {
             EventKind::EvictionDone { .. } => "EvictionDone",
             EventKind::OperatorChanged { .. } => "OperatorChanged",
             EventKind::SourceFailed { .. } => "SourceFailed",
+            EventKind::ObjectChanged { .. } => "ObjectChanged",
+            EventKind::KubeletEvent { .. } => "KubeletEvent",
         }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 use tokio::sync::watch;
 
-use crate::model::{Lease, Micros, Node, SourceStatus, StoreHealth};
+use crate::model::{Lease, Micros, Node, NodeObject, ObjectKey, SourceStatus, StoreHealth};
 
 /// A node record the controller shares with the view: while the two agree
 /// (a probed fleet's records change only at transitions) the record is held
@@ -78,6 +78,8 @@ pub struct View {
     /// The stamp of the newest change to `nodes`, bumped under its write lock.
     stamp: AtomicU64,
     leases: RwLock<BTreeMap<String, Lease>>,
+    /// The objects kept with nodes, by resource, then node and name.
+    objects: RwLock<BTreeMap<(String, String, String), NodeObject>>,
     source: RwLock<Option<SourceStatus>>,
     /// The newest durable event seq, for watchers.
     durable: watch::Sender<u64>,
@@ -91,6 +93,7 @@ impl Default for View {
             nodes: RwLock::default(),
             stamp: AtomicU64::new(0),
             leases: RwLock::default(),
+            objects: RwLock::default(),
             source: RwLock::default(),
             durable: watch::channel(0).0,
             store: watch::channel(StoreHealth::Writable).0,
@@ -229,6 +232,46 @@ impl View {
         }
         for name in deleted {
             leases.remove(name);
+        }
+    }
+
+    /// The object kept with a node, by key.
+    pub fn node_object(&self, key: &ObjectKey) -> Option<NodeObject> {
+        self.objects
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(key.resource.clone(), key.node.clone(), key.name.clone()))
+            .cloned()
+    }
+
+    /// Every object of `resource` kept with a node, by node and name.
+    pub fn node_objects(&self, resource: &str) -> Vec<NodeObject> {
+        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
+        let from = (resource.to_string(), String::new(), String::new());
+        objects
+            .range(from..)
+            .take_while(|((r, _, _), _)| r == resource)
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+
+    /// Publishes objects written and removed; the objects of `deleted_nodes`
+    /// go with them.
+    pub fn publish_objects(
+        &self,
+        put: impl IntoIterator<Item = NodeObject>,
+        deleted: &[ObjectKey],
+        deleted_nodes: &[String],
+    ) {
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        for o in put {
+            objects.insert((o.resource.clone(), o.node.clone(), o.name.clone()), o);
+        }
+        for k in deleted {
+            objects.remove(&(k.resource.clone(), k.node.clone(), k.name.clone()));
+        }
+        if !deleted_nodes.is_empty() {
+            objects.retain(|(_, node, _), _| !deleted_nodes.contains(node));
         }
     }
 

@@ -206,6 +206,30 @@ fn lease_put() -> Request<Body> {
         .unwrap()
 }
 
+/// The same renewal as a kubelet sends it by default: in Kubernetes
+/// protobuf (`pkg/kubelet/apis/config/v1beta1/defaults.go:218`), written by
+/// the simulated kubelets' encoder.
+fn lease_put_protobuf() -> Request<Body> {
+    let body = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": NAME, "namespace": "kube-node-lease"},
+        "spec": {
+            "holderIdentity": NAME,
+            "leaseDurationSeconds": 40,
+            "renewTime": "2026-12-02T11:30:10.123456Z",
+        },
+    });
+    Request::builder()
+        .method("PUT")
+        .uri(format!(
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NAME}"
+        ))
+        .header("content-type", nodekeeper_sim::protobuf::PROTOBUF)
+        .body(Body::from(nodekeeper_sim::protobuf::encode(&body)))
+        .unwrap()
+}
+
 /// One request through the router: its status, and the allocations made
 /// from the call until the response is back (the body is read after).
 async fn send(router: &Router, request: Request<Body>) -> (StatusCode, u64) {
@@ -235,6 +259,8 @@ async fn allocations_of(router: &Router, make: fn() -> Request<Body>) -> u64 {
 /// last lowered; a change that allocates more per heartbeat fails here.
 const STATUS_PATCH_ALLOCATIONS: u64 = 41;
 const LEASE_PUT_ALLOCATIONS: u64 = 32;
+// A protobuf body is read into JSON first (docs/decisions/protobuf-bodies.md).
+const PROTOBUF_LEASE_PUT_ALLOCATIONS: u64 = 37;
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_heartbeat_allocates_no_more_than_it_did() {
@@ -242,8 +268,13 @@ async fn a_heartbeat_allocates_no_more_than_it_did() {
     let router = server(&dir);
     let status = allocations_of(&router, status_patch).await;
     let lease = allocations_of(&router, lease_put).await;
+    let protobuf = allocations_of(&router, lease_put_protobuf).await;
     if std::env::var_os("HEARTBEAT_TRACE").is_some() {
-        for make in [status_patch as fn() -> Request<Body>, lease_put] {
+        for make in [
+            status_patch as fn() -> Request<Body>,
+            lease_put,
+            lease_put_protobuf,
+        ] {
             let request = uncounted(make);
             eprintln!("{} {}:", request.method(), request.uri());
             common::set_tracing(true);
@@ -252,7 +283,10 @@ async fn a_heartbeat_allocates_no_more_than_it_did() {
             drop(response);
         }
     }
-    println!("allocations per request: status PATCH {status}, Lease PUT {lease}");
+    println!(
+        "allocations per request: status PATCH {status}, Lease PUT {lease}, \
+         Lease PUT in protobuf {protobuf}"
+    );
     assert!(
         status <= STATUS_PATCH_ALLOCATIONS,
         "a kubelet's status PATCH allocates {status} times, more than {STATUS_PATCH_ALLOCATIONS}"
@@ -260,6 +294,11 @@ async fn a_heartbeat_allocates_no_more_than_it_did() {
     assert!(
         lease <= LEASE_PUT_ALLOCATIONS,
         "a kubelet's Lease PUT allocates {lease} times, more than {LEASE_PUT_ALLOCATIONS}"
+    );
+    assert!(
+        protobuf <= PROTOBUF_LEASE_PUT_ALLOCATIONS,
+        "a kubelet's protobuf Lease PUT allocates {protobuf} times, more than \
+         {PROTOBUF_LEASE_PUT_ALLOCATIONS}"
     );
 }
 
@@ -281,6 +320,7 @@ async fn cpu_per_heartbeat() {
     for (what, make) in [
         ("status PATCH", status_patch as fn() -> Request<Body>),
         ("Lease PUT", lease_put),
+        ("Lease PUT in protobuf", lease_put_protobuf),
     ] {
         let requests: Vec<Request<Body>> = (0..REQUESTS).map(|_| make()).collect();
         let start = thread_cpu_ns();

@@ -54,6 +54,17 @@ async fn pushing_kubelets_are_ready_and_their_states_show() {
     for name in [&steady, &silent, &sick] {
         c.wait_ready(name, "True").await;
     }
+    // Each initialises its CSINode as a kubelet does at start, and is not
+    // refused on the way (kubernetes pkg/volume/csi/csi_plugin.go:375-414).
+    eventually("every simulated kubelet's CSINode initialised", || async {
+        fleet.push_stats().csinodes == 3
+    })
+    .await;
+    let (code, csinodes) = c.get("/apis/storage.k8s.io/v1/csinodes").await;
+    assert_eq!(code, 200);
+    assert_eq!(csinodes["items"].as_array().unwrap().len(), 3, "{csinodes}");
+    let last_error = fleet.push_stats().last_error.unwrap_or_default();
+    assert!(!last_error.contains("csinodes"), "{last_error}");
     assert_eq!(
         ready_changes(&c, &steady).await,
         [("True".to_string(), "KubeletReady".to_string())]
@@ -143,6 +154,13 @@ async fn unknown_nodes_register_themselves_when_asked_and_allowed() {
     let newcomer = fleet.name(1);
     c.wait_ready(&fleet.name(0), "True").await;
     c.wait_ready(&newcomer, "True").await;
+    // Registered, then the four conditions a kubelet reports, Ready last;
+    // then its CSINode, created once its node exists.
+    eventually("the newcomer's CSINode exists", || async {
+        let path = format!("/apis/storage.k8s.io/v1/csinodes/{newcomer}");
+        c.get(&path).await.0 == 200
+    })
+    .await;
     let (_, history) = c.get(&format!("/v1/history?node={newcomer}")).await;
     let kinds: Vec<&str> = history
         .as_array()
@@ -150,7 +168,6 @@ async fn unknown_nodes_register_themselves_when_asked_and_allowed() {
         .iter()
         .map(|e| e["kind"].as_str().unwrap())
         .collect();
-    // Registered, then the four conditions a kubelet reports, Ready last.
     assert_eq!(
         kinds,
         [
@@ -158,10 +175,12 @@ async fn unknown_nodes_register_themselves_when_asked_and_allowed() {
             "ConditionChanged",
             "ConditionChanged",
             "ConditionChanged",
-            "ConditionChanged"
+            "ConditionChanged",
+            "ObjectChanged"
         ],
         "{history}"
     );
+    assert_eq!(history[5]["resource"], "csinodes.storage.k8s.io");
     assert_eq!(history[0]["record"]["source"], "kubelet");
     assert_eq!(history[4]["condition"], "Ready");
     assert_eq!(history[4]["reason"], "KubeletReady");

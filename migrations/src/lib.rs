@@ -12,6 +12,7 @@ pub mod v2_node_index;
 mod v3_leases;
 pub mod v4_history_index;
 mod v5_sparse_indexes;
+mod v6_node_objects;
 
 use thiserror::Error;
 
@@ -42,13 +43,16 @@ pub mod trees {
     pub const CHECKPOINTS: &str = "checkpoints";
     /// Big-endian seq, node name → the node as of that checkpoint (schema 4).
     pub const CHECKPOINT_NODES: &str = "checkpoint_nodes";
+    /// Node name, `0x00`, resource, `0x00`, object name → an object the
+    /// node's kubelet keeps, as its JSON (schema 6).
+    pub const NODE_OBJECTS: &str = "node_objects";
 }
 
 /// The `meta` key holding the schema version.
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
 
 /// The schema this build writes.
-pub const CURRENT: u32 = 5;
+pub const CURRENT: u32 = 6;
 
 /// One schema step: what it does and how.
 struct Step {
@@ -82,6 +86,11 @@ const STEPS: &[Step] = &[
         version: 5,
         description: v5_sparse_indexes::DESCRIPTION,
         run: v5_sparse_indexes::run,
+    },
+    Step {
+        version: 6,
+        description: "keep the objects a node's kubelet writes beside its Node (node_objects)",
+        run: v6_node_objects::run,
     },
 ];
 
@@ -189,7 +198,7 @@ mod tests {
             Report {
                 from: None,
                 to: CURRENT,
-                steps_run: vec![1, 2, 3, 4, 5]
+                steps_run: vec![1, 2, 3, 4, 5, 6]
             }
         );
         assert_eq!(schema_version(&db).unwrap(), Some(CURRENT));
@@ -209,6 +218,7 @@ mod tests {
             trees::CONDITION_TYPES,
             trees::CHECKPOINTS,
             trees::CHECKPOINT_NODES,
+            trees::NODE_OBJECTS,
         ] {
             assert!(
                 names.iter().any(|n| n == tree),

@@ -13,6 +13,9 @@
 //!   at start in the controller's shape and size ([`stored_node`]); the sims
 //!   read its conditions and send their next patch against them, which in
 //!   the steady state is the same patch as against the controller;
+//! - `GET /apis/storage.k8s.io/v1/csinodes/{name}`: 200 with a CSINode of
+//!   no drivers, as for a kubelet that restarts, so a sim's CSINode
+//!   initialisation at start ends there;
 //! - anything else: 404 with a `Status`.
 //!
 //! There is no store, no registry, no metrics and no Ready count.
@@ -178,6 +181,10 @@ pub fn router(nodes: &[FloorNode]) -> Router {
         .route(LEASES, post(create_lease))
         .route(&format!("{LEASES}/{{name}}"), put(renew_lease))
         .route("/api/v1/nodes/{name}/status", patch(patch_status))
+        .route(
+            "/apis/storage.k8s.io/v1/csinodes/{name}",
+            axum::routing::get(get_csinode),
+        )
         .fallback(|| async { not_found("resource", "") })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(Arc::new(stored))
@@ -206,6 +213,16 @@ async fn create_lease(body: Bytes) -> Response {
 
 async fn renew_lease(body: Bytes) -> Response {
     json_answer(StatusCode::OK, body)
+}
+
+async fn get_csinode(UrlPath(name): UrlPath<String>) -> Response {
+    Json(json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSINode",
+        "metadata": {"name": name, "resourceVersion": "1"},
+        "spec": {"drivers": []},
+    }))
+    .into_response()
 }
 
 async fn patch_status(

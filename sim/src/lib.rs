@@ -22,6 +22,7 @@ mod control;
 pub mod floor;
 mod kubelet;
 pub mod latency;
+pub mod protobuf;
 pub mod push;
 pub mod simulator;
 #[cfg(test)]

@@ -9,8 +9,9 @@
 //! `i * interval / N` so a large fleet pushes evenly instead of in bursts, and
 //! a change of the node's state is reported at once. A node pushes while
 //! `up`, `slow` or `sick` (Ready=False); a `down` or `hang` kubelet pushes
-//! nothing. Bodies are written as JSON by hand: they are what a kubelet puts
-//! on the wire, and a strategic-merge patch has no typed form. What goes
+//! nothing. Bodies are written as JSON by hand, and the Lease and the
+//! registration sent in protobuf, as a kubelet sends its creates and
+//! updates (`protobuf`); a strategic-merge patch stays JSON. What goes
 //! into a status patch (the kubelet's four conditions, as a two-way diff
 //! against the node it last saw) is `node_status`.
 //!
@@ -47,6 +48,7 @@ use tokio_util::task::TaskTracker;
 
 use super::kubelet::Node;
 use super::KubeletState;
+use crate::protobuf::{self, PROTOBUF};
 use change_timing::ChangeTimer;
 pub use change_timing::{ChangeTiming, Percentiles};
 use node_status::NodeStatus;
@@ -67,7 +69,10 @@ const REPORT_EVERY: Duration = Duration::from_secs(10);
 
 const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
 const NODES_PATH: &str = "/api/v1/nodes";
-const JSON: &str = "application/json";
+const CSINODES_PATH: &str = "/apis/storage.k8s.io/v1/csinodes";
+/// What a kubelet accepts (`cmd/kubelet/app/server.go:1221`): answers in
+/// either encoding; nodekeeper answers JSON.
+const KUBELET_ACCEPT: &str = "application/vnd.kubernetes.protobuf,application/json";
 const STRATEGIC_MERGE: &str = "application/strategic-merge-patch+json";
 pub(crate) const SIM_KUBELET_VERSION: &str =
     concat!("v1.33.0-nodekeeper-sim.", env!("CARGO_PKG_VERSION"));
@@ -263,6 +268,9 @@ pub struct PushStats {
     pub statuses: u64,
     /// Nodes registered by the fleet.
     pub registrations: u64,
+    /// Nodes whose CSINode is initialised (found, or created).
+    #[serde(default)]
+    pub csinodes: u64,
     /// Connections opened to the controller (one per node while they stay up).
     #[serde(default)]
     pub connections: u64,
@@ -292,6 +300,7 @@ struct Counters {
     leases: AtomicU64,
     statuses: AtomicU64,
     registrations: AtomicU64,
+    csinodes: AtomicU64,
     connections: AtomicU64,
     changes: AtomicU64,
     change_latency_max_ms: AtomicU64,
@@ -398,6 +407,7 @@ async fn node_loop(
     let mut state = node.state.subscribe();
     state.mark_unchanged();
     let mut lease_created = false;
+    let mut csinode_ready = false;
     // When the state last changed, until a status update reports it.
     let mut changed_at: Option<Instant> = None;
     // Ends on shutdown; each turn is one renewal, one update, or one change.
@@ -429,6 +439,11 @@ async fn node_loop(
         if link.update_status(&mut status, current).await {
             if let Some(noticed) = changed_at.take() {
                 pusher.change_reported(noticed);
+            }
+            // Once its node exists, as the kubelet's CSI plugin retries
+            // until it does (see `Link::init_csinode`).
+            if !csinode_ready {
+                csinode_ready = link.init_csinode().await;
             }
         }
     }
@@ -563,6 +578,7 @@ impl Pusher {
             leases: c.leases.load(Ordering::Relaxed),
             statuses: c.statuses.load(Ordering::Relaxed),
             registrations: c.registrations.load(Ordering::Relaxed),
+            csinodes: c.csinodes.load(Ordering::Relaxed),
             connections: c.connections.load(Ordering::Relaxed),
             changes: c.changes.load(Ordering::Relaxed),
             change_latency_max_ms: c.change_latency_max_ms.load(Ordering::Relaxed),
@@ -707,11 +723,10 @@ impl<'a> Link<'a> {
         method: Method,
         path: String,
         content_type: &str,
-        body: &Value,
+        body: Bytes,
     ) -> Sent {
         let p = self.pusher;
         p.counters.sent.fetch_add(1, Ordering::Relaxed);
-        let body = Bytes::from(body.to_string());
         let sent_at = Instant::now();
         let exchange = async {
             let reused = self.sender.as_ref().is_some_and(|s| !s.is_closed());
@@ -776,7 +791,7 @@ impl<'a> Link<'a> {
             .uri(format!("{}{path}", p.endpoint.prefix))
             .header(HOST, p.authority.clone())
             .header(USER_AGENT, SIM_USER_AGENT)
-            .header(ACCEPT, JSON)
+            .header(ACCEPT, KUBELET_ACCEPT)
             .header(CONTENT_TYPE, content_type);
         if let Some(auth) = &p.authorization {
             request = request.header(AUTHORIZATION, auth.clone());
@@ -804,7 +819,8 @@ impl<'a> Link<'a> {
     async fn renew_lease(&mut self, created: &mut bool) {
         let p = self.pusher;
         let name = &self.node.name;
-        let body = lease_body(name, p.node_now());
+        // In protobuf, as a kubelet sends its Lease (see `protobuf`).
+        let body = Bytes::from(protobuf::encode(&lease_body(name, p.node_now())));
         // At most: renew (404) → create (409) → renew.
         for _ in 0..3 {
             let (method, path) = if *created {
@@ -812,7 +828,7 @@ impl<'a> Link<'a> {
             } else {
                 (Method::POST, LEASES_PATH.to_owned())
             };
-            let answer = match self.send(method, path, JSON, &body).await {
+            let answer = match self.send(method, path, PROTOBUF, body.clone()).await {
                 Sent::Answered(a) => a,
                 Sent::Failed(message) => return p.failed(message),
                 Sent::Stopped => return,
@@ -833,6 +849,89 @@ impl<'a> Link<'a> {
         ));
     }
 
+    /// A kubelet's CSINode initialisation at start, request by request
+    /// (kubernetes `pkg/volume/csi/csi_plugin.go:975-1000`, then
+    /// `pkg/volume/csi/nodeinfomanager/nodeinfomanager.go`
+    /// `tryInitializeCSINodeWithAnnotation` and `CreateCSINode`): get it
+    /// (any answer but an error will do for the wait), get it again, get
+    /// the node for its uid, create it with an owner reference to the node
+    /// and no drivers, in protobuf. True once it exists.
+    async fn init_csinode(&mut self) -> bool {
+        let p = self.pusher;
+        let name = self.node.name.clone();
+        let path = format!("{CSINODES_PATH}/{name}");
+        let Some(waited) = self.get(format!("{path}?resourceVersion=0")).await else {
+            return false;
+        };
+        if waited.status.is_server_error() {
+            p.refused(&waited);
+            return false;
+        }
+        let Some(found) = self.get(path).await else {
+            return false;
+        };
+        match found.status {
+            s if s.is_success() => {
+                p.counters.csinodes.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            StatusCode::NOT_FOUND => {}
+            _ => {
+                p.refused(&found);
+                return false;
+            }
+        }
+        let Some(node) = self.get(format!("{NODES_PATH}/{name}")).await else {
+            return false;
+        };
+        let uid = serde_json::from_slice::<Value>(&node.body)
+            .ok()
+            .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_owned));
+        let (true, Some(uid)) = (node.status.is_success(), uid) else {
+            p.refused(&node);
+            return false;
+        };
+        let csinode = json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSINode",
+            "metadata": {
+                "name": name,
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}],
+            },
+            "spec": {"drivers": []},
+        });
+        let body = Bytes::from(protobuf::encode(&csinode));
+        let created = match self
+            .send(Method::POST, CSINODES_PATH.to_owned(), PROTOBUF, body)
+            .await
+        {
+            Sent::Answered(a) => a,
+            Sent::Failed(message) => {
+                p.failed(message);
+                return false;
+            }
+            Sent::Stopped => return false,
+        };
+        if created.status.is_success() || created.status == StatusCode::CONFLICT {
+            p.counters.csinodes.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        p.refused(&created);
+        false
+    }
+
+    /// A `GET`; `None` (the failure counted) without an answer.
+    async fn get(&mut self, path: String) -> Option<Answer> {
+        match self.send(Method::GET, path, "", Bytes::new()).await {
+            Sent::Answered(a) => Some(a),
+            Sent::Failed(message) => {
+                self.pusher.failed(message);
+                None
+            }
+            Sent::Stopped => None,
+        }
+    }
+
     /// Patches the node's status with what changed since the node was last
     /// seen; true if the controller accepted it.
     async fn update_status(&mut self, status: &mut NodeStatus, state: KubeletState) -> bool {
@@ -842,7 +941,12 @@ impl<'a> Link<'a> {
         };
         let path = format!("{NODES_PATH}/{}/status", self.node.name);
         let answer = match self
-            .send(Method::PATCH, path, STRATEGIC_MERGE, &write.body)
+            .send(
+                Method::PATCH,
+                path,
+                STRATEGIC_MERGE,
+                Bytes::from(write.body.to_string()),
+            )
             .await
         {
             Sent::Answered(a) => a,
@@ -887,7 +991,12 @@ impl<'a> Link<'a> {
             return false;
         };
         let answer = match self
-            .send(Method::POST, NODES_PATH.to_owned(), JSON, &write.body)
+            .send(
+                Method::POST,
+                NODES_PATH.to_owned(),
+                PROTOBUF,
+                Bytes::from(protobuf::encode(&write.body)),
+            )
             .await
         {
             Sent::Answered(a) => a,

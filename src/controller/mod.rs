@@ -52,7 +52,7 @@ pub use clock::Clock;
 pub use cloud_sync::{CloudSource, SourceStatus, TAINT_SHUTDOWN};
 use conditions::Health;
 pub use operator::{OperatorFields, Preconditions, SourceListing, MANAGED_TAINTS};
-pub use push::{ControllerHandle, Push, PushError, PushedStatus, StatusAnswer};
+pub use push::{ControllerHandle, ObjectWrite, Push, PushError, PushedStatus, StatusAnswer};
 pub use static_sync::NodesFile;
 pub use sweep::SweepReport;
 use writer::{Change, Done, Job, Mark, Settled, StoreWriter};
@@ -203,6 +203,8 @@ pub struct Controller {
     unrecorded: Vec<(Option<String>, EventKind)>,
     /// Single probes of nodes whose heartbeats stopped (hybrid mode).
     rescues: JoinSet<(String, ProbeOutcome)>,
+    /// Each node's budget of Events its kubelet may post (see `push.rs`).
+    event_budgets: HashMap<String, crate::token_bucket::TokenBucket>,
     evictor: eviction::Evictor,
     /// Eviction hooks running.
     hooks: JoinSet<(String, String)>,
@@ -328,6 +330,7 @@ impl Controller {
         }
         view.publish_shared(tracked.values().map(|t| t.node.share()), &[]);
         view.publish_leases(leases.values().cloned(), &[]);
+        view.publish_objects(store.node_objects()?, &[], &[]);
         view.with_nodes(|nodes| {
             metrics.set_node_counts(
                 nodes.flat_map(|n| n.conditions.iter().map(|c| (c.kind.as_str(), c.status))),
@@ -353,6 +356,7 @@ impl Controller {
             dirty_leases: HashSet::new(),
             unrecorded,
             rescues: JoinSet::new(),
+            event_budgets: HashMap::new(),
             evictor: eviction::Evictor::default(),
             hooks: JoinSet::new(),
             probe_failures: Default::default(),

@@ -18,7 +18,7 @@ use super::operator::{OperatorFields, Preconditions};
 use super::writer::{Change, Done};
 use super::{Controller, StatusMode, Tracked};
 use crate::metrics::Via;
-use crate::model::{EventKind, EvictionMode, Lease, Micros, Node, NodeSpec};
+use crate::model::{EventKind, EvictionMode, Lease, Micros, Node, NodeObject, NodeSpec};
 use crate::store::{Batch, StoreError};
 
 /// Pushes waiting for the controller at most; senders wait beyond that.
@@ -56,6 +56,13 @@ pub enum Push {
         expected_generation: Option<u64>,
         reply: oneshot::Sender<Result<Lease, PushError>>,
     },
+    /// An Event a node's kubelet posted (`POST .../events`), kept in the
+    /// node's history within the node's budget.
+    KubeletEvent {
+        name: String,
+        kind: EventKind,
+        reply: oneshot::Sender<Result<(), PushError>>,
+    },
     /// An event about a node from outside the controller (what the mirror did).
     Record {
         name: String,
@@ -77,6 +84,16 @@ pub enum Push {
         by: String,
         reply: oneshot::Sender<Result<Node, PushError>>,
     },
+    /// A kubelet's write of an object kept with its node (its CSINode).
+    WriteObject {
+        object: NodeObject,
+        write: ObjectWrite,
+        /// The resource as errors name it (`csinodes.storage.k8s.io`).
+        kind: &'static str,
+        /// What the object holds, for its history.
+        summary: String,
+        reply: oneshot::Sender<Result<NodeObject, PushError>>,
+    },
     /// An operator deleting a node (`DELETE nodes/{name}`).
     Delete {
         name: String,
@@ -84,6 +101,15 @@ pub enum Push {
         by: String,
         reply: oneshot::Sender<Result<Node, PushError>>,
     },
+}
+
+/// What a write of an object kept with a node does; `expected` is the
+/// generation the writer read, if it gave one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectWrite {
+    Create,
+    Replace { expected: Option<u64> },
+    Delete { expected: Option<u64> },
 }
 
 /// Why a push was refused.
@@ -105,6 +131,9 @@ pub enum PushError {
     /// A delete's precondition does not hold.
     #[error("{0}")]
     PreconditionFailed(String),
+    /// Over a budget; may be tried again after `retry_after` seconds.
+    #[error("{message}")]
+    TooManyRequests { message: String, retry_after: u64 },
     /// A source still lists the node: deleting it would not last.
     #[error("{0}")]
     StillListed(String),
@@ -182,6 +211,31 @@ impl ControllerHandle {
             reply,
         })
         .await
+    }
+
+    /// Writes an object kept with its node; answers it as stored (a
+    /// deleted one as it was).
+    pub async fn write_object(
+        &self,
+        object: NodeObject,
+        write: ObjectWrite,
+        kind: &'static str,
+        summary: String,
+    ) -> Result<NodeObject, PushError> {
+        self.ask(|reply| Push::WriteObject {
+            object,
+            write,
+            kind,
+            summary,
+            reply,
+        })
+        .await
+    }
+
+    /// Keeps an Event a node's kubelet posted in the node's history.
+    pub async fn kubelet_event(&self, name: String, kind: EventKind) -> Result<(), PushError> {
+        self.ask(|reply| Push::KubeletEvent { name, kind, reply })
+            .await
     }
 
     /// Records `kind` in the node's history, durably.
@@ -272,6 +326,24 @@ impl Controller {
                 reply,
             } => {
                 let _ = reply.send(self.operator_delete(&name, preconditions, &by).await);
+            }
+            Push::WriteObject {
+                object,
+                write,
+                kind,
+                summary,
+                reply,
+            } => {
+                let _ = reply.send(self.write_object(object, write, kind, summary).await);
+            }
+            Push::KubeletEvent { name, kind, reply } => {
+                if let Err(e) = self.take_event_budget(&name) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                let mut batch = Batch::new(Micros::now());
+                batch.node_event(&name, kind);
+                self.commit_ahead(Change::of(batch), Vec::new(), &[], Done::Unit(reply));
             }
             Push::Record { name, kind, reply } => {
                 let mut batch = Batch::new(Micros::now());
@@ -573,6 +645,119 @@ impl Controller {
             return;
         }
         self.apply_status(&name, status, None, StatusReply::Register(reply));
+    }
+}
+
+/// Events a node's kubelet may post at once, and how many a second after:
+/// a kubelet sends about a dozen at start and a few an hour after, and
+/// limits itself (client-go `tools/record/events_cache.go`: 25 at once per
+/// object, then one per 5 minutes), so this holds a kubelet that misbehaves
+/// without touching one that does not.
+const EVENT_BURST: u32 = 50;
+const EVENTS_PER_SECOND: f64 = 0.2;
+
+impl Controller {
+    /// Takes one of node `name`'s Event tokens: only a registered node has
+    /// a budget (its history is where its Events are kept).
+    fn take_event_budget(&mut self, name: &str) -> Result<(), PushError> {
+        if !self.tracked.contains_key(name) {
+            self.event_budgets.remove(name);
+            return Err(PushError::Forbidden(format!(
+                "events are kept in a node's history, and no node {name:?} is registered"
+            )));
+        }
+        let now = self.clock.now();
+        // Budgets of nodes gone since are dropped as the map grows.
+        if self.event_budgets.len() > self.tracked.len() {
+            let tracked = &self.tracked;
+            self.event_budgets.retain(|n, _| tracked.contains_key(n));
+        }
+        let bucket = self
+            .event_budgets
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                crate::token_bucket::TokenBucket::new(EVENTS_PER_SECOND, EVENT_BURST, now)
+            });
+        bucket.try_acquire(now).map_err(|wait| {
+            let retry_after = wait.map_or(60, |w| w.as_secs().max(1));
+            PushError::TooManyRequests {
+                message: format!(
+                    "node {name:?} posted more than {EVENT_BURST} events at once; nodekeeper \
+                     keeps {EVENTS_PER_SECOND} a second after that"
+                ),
+                retry_after,
+            }
+        })
+    }
+
+    /// A kubelet's write of an object kept with its node: checked against
+    /// the object as published, recorded in the node's history, answered
+    /// once durable. Rare (a CSINode is written at a kubelet's start and
+    /// when its drivers change): awaited, so the next write is checked
+    /// against this one.
+    async fn write_object(
+        &mut self,
+        mut object: NodeObject,
+        write: ObjectWrite,
+        kind: &'static str,
+        summary: String,
+    ) -> Result<NodeObject, PushError> {
+        if !self.tracked.contains_key(&object.node) {
+            return Err(PushError::Forbidden(format!(
+                "{kind} {:?} is forbidden: no node {:?} is registered, and nodekeeper keeps \
+                 this object with its node",
+                object.name, object.node
+            )));
+        }
+        let key = object.key();
+        let current = self.view.node_object(&key);
+        let stale = |expected: Option<u64>, current: &NodeObject| {
+            expected.is_some_and(|g| g != current.generation)
+        };
+        let name = object.name.clone();
+        let (action, mut change) = match (write, current) {
+            (ObjectWrite::Create, Some(_)) => return Err(PushError::AlreadyExists { kind, name }),
+            (ObjectWrite::Create, None) => {
+                object.generation = 1;
+                ("created", Change::default())
+            }
+            (ObjectWrite::Replace { .. } | ObjectWrite::Delete { .. }, None) => {
+                return Err(PushError::NotFound { kind, name })
+            }
+            (ObjectWrite::Replace { expected } | ObjectWrite::Delete { expected }, Some(c))
+                if stale(expected, &c) =>
+            {
+                return Err(PushError::Conflict { kind, name })
+            }
+            (ObjectWrite::Replace { .. }, Some(c)) => {
+                object.generation = c.generation + 1;
+                ("updated", Change::default())
+            }
+            (ObjectWrite::Delete { .. }, Some(c)) => {
+                object = c;
+                let change = Change {
+                    deleted_objects: vec![key],
+                    ..Change::default()
+                };
+                ("deleted", change)
+            }
+        };
+        if action != "deleted" {
+            change.objects = vec![object.clone()];
+        }
+        let mut batch = Batch::new(Micros::now());
+        batch.node_event(
+            &object.node,
+            EventKind::ObjectChanged {
+                resource: object.resource.clone(),
+                name: object.name.clone(),
+                action: action.to_string(),
+                summary,
+            },
+        );
+        change.batch = batch;
+        self.commit_change(change).await?;
+        Ok(object)
     }
 }
 

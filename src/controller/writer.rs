@@ -30,7 +30,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::push::PushError;
 use crate::metrics::Metrics;
-use crate::model::{ConditionStatus, EventKind, Lease, Micros, Node, StoreHealth};
+use crate::model::{
+    ConditionStatus, EventKind, Lease, Micros, Node, NodeObject, ObjectKey, StoreHealth,
+};
 use crate::store::heartbeats::HeartbeatCheckpoint;
 use crate::store::{Batch, Store, Written};
 use crate::view::View;
@@ -110,6 +112,9 @@ pub(super) struct Change {
     /// Lease records to store, and Leases to remove (renewals are not history).
     pub leases: Vec<Lease>,
     pub deleted_leases: Vec<String>,
+    /// Objects kept with nodes, to store and to remove (the batch has their events).
+    pub objects: Vec<NodeObject>,
+    pub deleted_objects: Vec<ObjectKey>,
     pub mark: Option<Mark>,
 }
 
@@ -124,7 +129,11 @@ impl Change {
     /// Whether it writes a batch and nothing beside it: such changes in a
     /// row share one transaction.
     fn batch_only(&self) -> bool {
-        self.leases.is_empty() && self.deleted_leases.is_empty() && self.mark.is_none()
+        self.leases.is_empty()
+            && self.deleted_leases.is_empty()
+            && self.objects.is_empty()
+            && self.deleted_objects.is_empty()
+            && self.mark.is_none()
     }
 }
 
@@ -244,6 +253,8 @@ struct Pending {
     written: Written,
     leases: Vec<Lease>,
     deleted_leases: Vec<String>,
+    objects: Vec<NodeObject>,
+    deleted_objects: Vec<ObjectKey>,
     done: Done,
     ahead: Vec<String>,
     epoch: u64,
@@ -426,6 +437,8 @@ impl Writer {
                     written,
                     leases: change.leases,
                     deleted_leases: change.deleted_leases,
+                    objects: change.objects,
+                    deleted_objects: change.deleted_objects,
                     done,
                     ahead,
                     epoch,
@@ -471,6 +484,8 @@ impl Writer {
                         written,
                         leases: Vec::new(),
                         deleted_leases: Vec::new(),
+                        objects: Vec::new(),
+                        deleted_objects: Vec::new(),
                         done: q.done,
                         ahead: q.ahead,
                         epoch: q.epoch,
@@ -504,6 +519,10 @@ impl Writer {
         }
         for name in &change.deleted_leases {
             self.store.delete_lease(name)?;
+        }
+        if !change.objects.is_empty() || !change.deleted_objects.is_empty() {
+            self.store
+                .write_node_objects(&change.objects, &change.deleted_objects)?;
         }
         match &change.mark {
             None => {}
@@ -564,6 +583,16 @@ impl Writer {
             if !p.leases.is_empty() || !p.deleted_leases.is_empty() {
                 self.view
                     .publish_leases(p.leases.iter().cloned(), &p.deleted_leases);
+            }
+            if !p.objects.is_empty()
+                || !p.deleted_objects.is_empty()
+                || !p.written.deleted.is_empty()
+            {
+                self.view.publish_objects(
+                    p.objects.iter().cloned(),
+                    &p.deleted_objects,
+                    &p.written.deleted,
+                );
             }
             for event in &p.written.events {
                 crate::logging::transition(event.seq, event.node.as_deref(), &event.kind);

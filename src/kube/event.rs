@@ -17,6 +17,18 @@ use crate::model;
 pub fn node_event(e: &model::Event) -> Option<Event> {
     let node = e.node.as_deref()?;
     let at = time(e.time);
+    if let model::EventKind::KubeletEvent {
+        component,
+        event_type,
+        reason,
+        message,
+        object,
+    } = &e.kind
+    {
+        return Some(kubelet_event(
+            e, node, component, event_type, reason, message, object,
+        ));
+    }
     Some(Event {
         metadata: ObjectMeta {
             // Unique and stable: the store's sequence number, like the API server's `<object>.<hex>`.
@@ -48,6 +60,61 @@ pub fn node_event(e: &model::Event) -> Option<Event> {
         action: Some(e.kind.name().to_string()),
         ..Event::default()
     })
+}
+
+/// An Event a node's kubelet posted, as it posted it: its reason, type
+/// and message, from its component on the node's host, about the node or
+/// an object on it (`Kind/name` or `Kind/namespace/name`).
+fn kubelet_event(
+    e: &model::Event,
+    node: &str,
+    component: &str,
+    event_type: &str,
+    reason: &str,
+    message: &str,
+    object: &str,
+) -> Event {
+    let at = time(e.time);
+    let mut parts = object.splitn(3, '/');
+    let kind = parts.next().unwrap_or_default().to_string();
+    let (namespace, name) = match (parts.next(), parts.next()) {
+        (Some(ns), Some(name)) => (Some(ns.to_string()), name.to_string()),
+        (Some(name), None) => (None, name.to_string()),
+        _ => (None, node.to_string()),
+    };
+    let is_node = kind == "Node";
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{node}.{:016x}", e.seq)),
+            namespace: Some(EVENT_NAMESPACE.to_string()),
+            resource_version: Some(e.seq.to_string()),
+            creation_timestamp: Some(at.clone()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".to_string()),
+            // A node's events carry its name as uid, as the kubelet's do.
+            uid: is_node.then(|| name.clone()),
+            kind: Some(kind),
+            namespace,
+            name: Some(name),
+            ..ObjectReference::default()
+        },
+        reason: Some(reason.to_string()),
+        message: Some(message.to_string()),
+        type_: Some(event_type.to_string()),
+        count: Some(1),
+        first_timestamp: Some(at.clone()),
+        last_timestamp: Some(at),
+        event_time: Some(MicroTime(e.time.timestamp())),
+        source: Some(EventSource {
+            component: Some(component.to_string()),
+            host: Some(node.to_string()),
+        }),
+        reporting_component: Some(component.to_string()),
+        reporting_instance: Some(node.to_string()),
+        ..Event::default()
+    }
 }
 
 /// The reason of a condition change is the condition's own (`KubeletReady`,

@@ -13,6 +13,7 @@ pub(crate) mod json_patch;
 pub(crate) mod mirror_patch;
 pub(crate) mod paging;
 pub mod patch;
+pub mod protobuf;
 pub mod selectors;
 pub(crate) mod table;
 pub(crate) mod watch;

@@ -45,10 +45,10 @@ pub fn error_line(status: &Status) -> Vec<u8> {
     watch_line(WatchEventType::Error, object)
 }
 
-/// A bookmark's object: a Node with only `metadata.resourceVersion`, the
-/// version the stream has reached.
-pub fn node_bookmark(resource_version: u64) -> Value {
-    json!({"kind": "Node", "apiVersion": "v1", "metadata": {"resourceVersion": resource_version.to_string()}})
+/// A bookmark's object for a watch of `kind` (a Node, …): only its
+/// `metadata.resourceVersion`, the version the stream has reached.
+pub fn bookmark(api_version: &str, kind: &str, resource_version: u64) -> Value {
+    json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": resource_version.to_string()}})
 }
 
 /// kube-apiserver's answer to a version it no longer has (`410 Expired`).
@@ -106,7 +106,7 @@ mod tests {
 
     #[test]
     fn lines_are_one_event_each() {
-        let line = watch_line(WatchEventType::Bookmark, node_bookmark(42));
+        let line = watch_line(WatchEventType::Bookmark, bookmark("v1", "Node", 42));
         assert_eq!(
             text(line),
             "{\"object\":{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"resourceVersion\":\"42\"}},\"type\":\"BOOKMARK\"}\n"

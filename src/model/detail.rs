@@ -80,6 +80,19 @@ impl EventKind {
             EventKind::OperatorChanged { by, changes } => {
                 format!("by {by}: {}", describe_changes(changes))
             }
+            EventKind::ObjectChanged {
+                resource,
+                name,
+                action,
+                summary,
+            } => format!("{resource} {name} {action}: {summary}"),
+            EventKind::KubeletEvent {
+                component,
+                event_type,
+                reason,
+                message,
+                object,
+            } => format!("{component}: {event_type} {reason} on {object}: {message}"),
         }
     }
 }

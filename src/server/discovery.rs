@@ -15,6 +15,12 @@ use k8s_openapi::apimachinery::pkg::version::Info;
 
 const COORDINATION: &str = "coordination.k8s.io";
 const COORDINATION_V1: &str = "coordination.k8s.io/v1";
+const STORAGE: &str = "storage.k8s.io";
+const STORAGE_V1: &str = "storage.k8s.io/v1";
+const NODE: &str = "node.k8s.io";
+const EVENTS: &str = "events.k8s.io";
+/// What can be read of a resource nodekeeper serves empty.
+const READ: &[&str] = &["get", "list", "watch"];
 
 /// The Kubernetes release whose API (and node JSON) we serve.
 const KUBE_MAJOR: &str = "1";
@@ -114,9 +120,20 @@ fn core_v1_resources() -> APIResourceList {
                 &[],
             ),
             // The nodes' history, as events in `default` like the node controller's.
-            resource("events", "event", "Event", true, &["get", "list"], &["ev"]),
+            // Kubelets' Events are posted into it; a repeat's patch is a 404,
+            // which makes recorders post it again.
+            resource(
+                "events",
+                "event",
+                "Event",
+                true,
+                &["create", "get", "list", "patch"],
+                &["ev"],
+            ),
             // There are no pods; listing them answers an empty list (kubectl describe node asks).
-            resource("pods", "pod", "Pod", true, &["get", "list"], &["po"]),
+            resource("pods", "pod", "Pod", true, READ, &["po"]),
+            // None kept: listed and watched empty, as kubelets do.
+            resource("services", "service", "Service", true, READ, &["svc"]),
         ],
     }
 }
@@ -124,27 +141,104 @@ fn core_v1_resources() -> APIResourceList {
 /// `/apis`: the named groups.
 pub(crate) async fn apis() -> Response {
     Json(APIGroupList {
-        groups: vec![coordination_group()],
+        groups: vec![
+            group(COORDINATION),
+            group(STORAGE),
+            group(NODE),
+            group(EVENTS),
+        ],
     })
     .into_response()
 }
 
-fn coordination_group() -> APIGroup {
+/// A named group served at `v1` only.
+fn group(name: &str) -> APIGroup {
     let v1 = GroupVersionForDiscovery {
-        group_version: COORDINATION_V1.to_string(),
+        group_version: format!("{name}/v1"),
         version: "v1".to_string(),
     };
     APIGroup {
-        name: COORDINATION.to_string(),
+        name: name.to_string(),
         versions: vec![v1.clone()],
         preferred_version: Some(v1),
         server_address_by_client_cidrs: None,
     }
 }
 
+fn coordination_group() -> APIGroup {
+    group(COORDINATION)
+}
+
 /// `/apis/coordination.k8s.io`.
 pub(crate) async fn coordination() -> Response {
     Json(coordination_group()).into_response()
+}
+
+/// `/apis/storage.k8s.io`.
+pub(crate) async fn storage() -> Response {
+    Json(group(STORAGE)).into_response()
+}
+
+/// `/apis/storage.k8s.io/v1`: the nodes' CSINodes.
+pub(crate) async fn storage_v1() -> Response {
+    Json(APIResourceList {
+        group_version: STORAGE_V1.to_string(),
+        resources: vec![
+            resource(
+                "csinodes",
+                "csinode",
+                "CSINode",
+                false,
+                &["create", "delete", "get", "list", "patch", "update"],
+                &[],
+            ),
+            // None kept: listed and watched empty, as kubelets do.
+            resource("csidrivers", "csidriver", "CSIDriver", false, READ, &[]),
+        ],
+    })
+    .into_response()
+}
+
+/// `/apis/events.k8s.io`.
+pub(crate) async fn events() -> Response {
+    Json(group(EVENTS)).into_response()
+}
+
+/// `/apis/events.k8s.io/v1`: Events may be posted (kept in the node's history).
+pub(crate) async fn events_v1() -> Response {
+    Json(APIResourceList {
+        group_version: format!("{EVENTS}/v1"),
+        resources: vec![resource(
+            "events",
+            "event",
+            "Event",
+            true,
+            &["create", "patch"],
+            &["ev"],
+        )],
+    })
+    .into_response()
+}
+
+/// `/apis/node.k8s.io`.
+pub(crate) async fn node() -> Response {
+    Json(group(NODE)).into_response()
+}
+
+/// `/apis/node.k8s.io/v1`: RuntimeClasses, none kept.
+pub(crate) async fn node_v1() -> Response {
+    Json(APIResourceList {
+        group_version: format!("{NODE}/v1"),
+        resources: vec![resource(
+            "runtimeclasses",
+            "runtimeclass",
+            "RuntimeClass",
+            false,
+            READ,
+            &[],
+        )],
+    })
+    .into_response()
 }
 
 /// `/apis/coordination.k8s.io/v1`: node leases (heartbeats).

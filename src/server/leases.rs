@@ -20,7 +20,8 @@ use axum::Json;
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 
 use super::push::{
-    check_json, invalid, json_body, json_reply, lease_renewal, patched, push_error, ContentType,
+    body_json, invalid, json_body, json_reply, lease_renewal, malformed, patched, push_error,
+    ContentType,
 };
 use super::{status_error, AppState};
 use crate::controller::PushError;
@@ -180,11 +181,11 @@ async fn replace_served(s: &AppState, lease: Lease) -> Response {
 /// expects: a kubelet's renewal read straight into the domain, any other
 /// body through k8s-openapi's Lease, which says what is refused.
 fn renewal(ct: &str, body: &Bytes, name: &str) -> Result<(Lease, Option<u64>), Response> {
-    check_json(ct)?;
-    if let Some(read) = lease_renewal::read(body, name) {
+    let body = body_json(ct, body)?;
+    if let Some(read) = lease_renewal::read(&body, name) {
         return Ok(read);
     }
-    let kube = json_body::<KubeLease>(ct, body)?;
+    let kube = serde_json::from_slice::<KubeLease>(&body).map_err(|e| malformed(&e))?;
     let lease = crate::kube::lease(&kube, name).map_err(|e| invalid("Lease", name, e))?;
     let expected =
         crate::kube::expected_version(&kube.metadata).map_err(|e| invalid("Lease", name, e))?;

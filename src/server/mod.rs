@@ -5,7 +5,9 @@
 mod auth;
 mod connections;
 pub mod console;
+mod csinodes;
 mod discovery;
+mod empty;
 mod events;
 mod guard;
 pub mod handoff;
@@ -18,6 +20,7 @@ mod nodes;
 mod pace;
 mod params;
 pub mod pods;
+mod posted_events;
 mod push;
 mod serve;
 mod v1;
@@ -138,11 +141,30 @@ pub fn limited_router(
         .route("/api/v1/events", get(events::list_events))
         .route(
             "/api/v1/namespaces/{namespace}/events",
-            get(events::list_namespaced_events),
+            get(events::list_namespaced_events).post(posted_events::post_core_event),
         )
         .route(
             "/api/v1/namespaces/{namespace}/events/{name}",
-            get(events::get_event),
+            get(events::get_event).patch(posted_events::patch_event),
+        )
+        .route("/apis/events.k8s.io", get(discovery::events))
+        .route("/apis/events.k8s.io/v1", get(discovery::events_v1))
+        .route(
+            "/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+            axum::routing::post(posted_events::post_events_event),
+        )
+        .route(
+            "/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}",
+            axum::routing::patch(posted_events::patch_event),
+        )
+        .route("/api/v1/services", get(empty::list_services))
+        .route(
+            "/api/v1/namespaces/{namespace}/services",
+            get(empty::list_services),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/services/{name}",
+            get(empty::get_service),
         )
         .route("/api/v1/pods", get(pods::list_pods))
         .route("/api/v1/namespaces/{namespace}/pods", get(pods::list_pods))
@@ -163,6 +185,37 @@ pub fn limited_router(
             get(leases::get_lease)
                 .put(leases::put_lease)
                 .patch(leases::patch_lease),
+        )
+        .route("/apis/storage.k8s.io", get(discovery::storage))
+        .route("/apis/storage.k8s.io/v1", get(discovery::storage_v1))
+        .route(
+            "/apis/storage.k8s.io/v1/csinodes",
+            get(csinodes::list_csinodes).post(csinodes::create_csinode),
+        )
+        .route(
+            "/apis/storage.k8s.io/v1/csinodes/{name}",
+            get(csinodes::get_csinode)
+                .put(csinodes::put_csinode)
+                .patch(csinodes::patch_csinode)
+                .delete(csinodes::delete_csinode),
+        )
+        .route(
+            "/apis/storage.k8s.io/v1/csidrivers",
+            get(empty::list_csi_drivers),
+        )
+        .route(
+            "/apis/storage.k8s.io/v1/csidrivers/{name}",
+            get(empty::get_csi_driver),
+        )
+        .route("/apis/node.k8s.io", get(discovery::node))
+        .route("/apis/node.k8s.io/v1", get(discovery::node_v1))
+        .route(
+            "/apis/node.k8s.io/v1/runtimeclasses",
+            get(empty::list_runtime_classes),
+        )
+        .route(
+            "/apis/node.k8s.io/v1/runtimeclasses/{name}",
+            get(empty::get_runtime_class),
         )
         .route("/v1/nodes", get(v1::list_node_records))
         .route("/v1/nodes/{name}", get(v1::get_node_record))

@@ -146,6 +146,9 @@ async fn watch(
     params: &ListParams,
     fields: &'static [&'static str],
 ) -> Response {
+    if let Err(r) = super::watch::check_watch_options(params) {
+        return r;
+    }
     let query = match params.query(fields) {
         Ok(q) => q,
         Err(e) => return bad_request(e.to_string()),
@@ -192,6 +195,7 @@ async fn watch(
         bookmarks,
         filter: Some(filter),
         render,
+        kind: None,
     };
     super::watch::watch_nodes(s, watch).await
 }

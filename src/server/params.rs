@@ -40,15 +40,10 @@ pub(crate) struct ListParams {
     pub watch: Option<String>,
     pub include_object: Option<String>,
     // Lists are always served from the current registry; these matter to watches.
-    #[allow(dead_code)]
     pub resource_version: Option<String>,
-    #[allow(dead_code)]
     pub resource_version_match: Option<String>,
-    #[allow(dead_code)]
     pub timeout_seconds: Option<i64>,
-    #[allow(dead_code)]
     pub allow_watch_bookmarks: Option<String>,
-    #[allow(dead_code)]
     pub send_initial_events: Option<String>,
 }
 

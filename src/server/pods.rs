@@ -8,9 +8,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
-use k8s_openapi::List;
 
 use super::params::ListParams;
 use super::{bad_request, AppState};
@@ -31,31 +28,16 @@ pub const POD_FIELDS: &[&str] = &[
 ];
 
 /// `GET /api/v1/pods` and `/api/v1/namespaces/{namespace}/pods`: an empty
-/// `PodList`, once the query is valid.
+/// `PodList` once the query is valid, or a watch with nothing to stream
+/// (see [`super::empty`]).
 pub(crate) async fn list_pods(
     State(s): State<AppState>,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Response {
-    let params = match ListParams::from_query(params) {
-        Ok(p) => p,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    match params.is_watch() {
-        Ok(false) => {}
-        Ok(true) => return super::watch_not_served("pods"),
-        Err(e) => return bad_request(e.to_string()),
+    match ListParams::from_query(params) {
+        Ok(p) => super::empty::PODS.list(s, p).await,
+        Err(e) => bad_request(e.to_string()),
     }
-    if let Err(e) = params.query(POD_FIELDS) {
-        return bad_request(e.to_string());
-    }
-    Json(List::<Pod> {
-        items: Vec::new(),
-        metadata: ListMeta {
-            resource_version: Some(s.store.durable_seq().to_string()),
-            ..ListMeta::default()
-        },
-    })
-    .into_response()
 }
 
 /// `GET /api/v1/namespaces/{namespace}/pods/{name}`: never found.

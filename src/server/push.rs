@@ -55,6 +55,17 @@ pub(crate) fn push_error(e: PushError) -> Response {
             Json(crate::kube::invalid(&invalid)),
         )
             .into_response(),
+        PushError::TooManyRequests {
+            message,
+            retry_after,
+        } => {
+            let mut response =
+                status_error(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", message);
+            if let Ok(value) = HeaderValue::from_str(&retry_after.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            response
+        }
         PushError::PreconditionFailed(message) | PushError::StillListed(message) => {
             status_error(StatusCode::CONFLICT, "Conflict", message)
         }
@@ -146,23 +157,42 @@ impl<S: Send + Sync> FromRequestParts<S> for ContentType {
     }
 }
 
-/// Parses a JSON body of a `PUT` or `POST` sent as `ct`.
+/// Parses the body of a `PUT` or `POST` sent as `ct`: JSON, or Kubernetes
+/// protobuf as kubelets send it.
 pub(crate) fn json_body<T: DeserializeOwned>(ct: &str, body: &Bytes) -> Result<T, Response> {
-    check_json(ct)?;
-    serde_json::from_slice(body).map_err(|e| malformed(&e))
+    let json = body_json(ct, body)?;
+    serde_json::from_slice(&json).map_err(|e| malformed(&e))
 }
 
-/// Refuses a body of a `PUT` or `POST` sent as `ct` unless it is JSON.
-pub(super) fn check_json(ct: &str) -> Result<(), Response> {
+/// The body of a `PUT` or `POST` sent as `ct`, as JSON: a JSON body as it
+/// is, a protobuf one read into the Kubernetes JSON of its object
+/// ([`crate::kube::protobuf`]); any other type is refused (415), as
+/// kube-apiserver refuses a type it has no serializer for.
+pub(crate) fn body_json(ct: &str, body: &Bytes) -> Result<Bytes, Response> {
+    if crate::kube::protobuf::is_protobuf(ct) {
+        return crate::kube::protobuf::to_json(body)
+            .map(Bytes::from)
+            .map_err(|e| {
+                status_error(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    format!("the request body could not be decoded: {e}"),
+                )
+            });
+    }
     let media = ct.split(';').next().unwrap_or("").trim();
     if !(media == "application/json" || media.is_empty()) {
         return Err(status_error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json (got {ct:?})"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: \
+                 application/json, {} (got {ct:?})",
+                crate::kube::protobuf::MEDIA_TYPE
+            ),
         ));
     }
-    Ok(())
+    Ok(body.clone())
 }
 
 pub(super) fn malformed(e: &serde_json::Error) -> Response {

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::{status_error, AppState};
 use crate::history::Replay;
 use crate::kube::watch::{
-    error_line, internal_error, node_bookmark, too_large_version, too_old_version, watch_line,
+    bookmark, error_line, internal_error, too_large_version, too_old_version, watch_line,
     WatchEventType,
 };
 use crate::model::{Event, EventKind, Node};
@@ -48,6 +48,9 @@ pub(crate) struct WatchParams {
     pub bookmarks: bool,
     pub filter: Option<NodeFilter>,
     pub render: Option<NodeRender>,
+    /// What is watched, for its bookmarks: `apiVersion` and `kind`
+    /// (`None`: nodes).
+    pub kind: Option<(&'static str, &'static str)>,
 }
 
 /// Starts a watch; the response streams until the timeout, the client
@@ -108,6 +111,72 @@ pub(crate) async fn watch_nodes(s: AppState, params: WatchParams) -> Response {
         },
     ));
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Refuses the options kube-apiserver refuses on a watch
+/// (k8s.io/apimachinery `pkg/apis/meta/internalversion/validation/validation.go`
+/// `validateWatchOptions`): a streaming list (`sendInitialEvents`, KEP-3157)
+/// is refused as a v1.33 kube-apiserver with its `WatchList` gate at its
+/// default (off) refuses it, a 422, so that clients fall back to a list and
+/// a watch (client-go `tools/cache/reflector.go` `ListAndWatchWithContext`:
+/// any error from `watchList` sets `fallbackToList`); and
+/// `resourceVersionMatch` needs `sendInitialEvents`.
+// A refusal is a ready response, built once per refused request.
+#[allow(clippy::result_large_err)]
+pub(crate) fn check_watch_options(params: &super::params::ListParams) -> Result<(), Response> {
+    let mut causes = Vec::new();
+    let initial = params.send_initial_events.is_some();
+    let matching = params
+        .resource_version_match
+        .as_deref()
+        .filter(|m| !m.is_empty());
+    if initial {
+        if matching != Some("NotOlderThan") {
+            causes.push((
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        causes.push((
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        ));
+    } else if matching.is_some() {
+        causes.push((
+            "resourceVersionMatch",
+            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let message = causes
+        .iter()
+        .map(|(field, why)| format!("{field}: Forbidden: {why}"))
+        .collect::<Vec<_>>();
+    let message = match message.as_slice() {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    };
+    let status = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("ListOptions.meta.k8s.io \"\" is invalid: {message}"),
+        "reason": "Invalid",
+        "details": {
+            "group": "meta.k8s.io",
+            "kind": "ListOptions",
+            "causes": causes.iter().map(|(field, why)| serde_json::json!({
+                "reason": "FieldValueForbidden",
+                "message": format!("Forbidden: {why}"),
+                "field": field,
+            })).collect::<Vec<_>>(),
+        },
+        "code": 422,
+    });
+    Err((StatusCode::UNPROCESSABLE_ENTITY, Json(status)).into_response())
 }
 
 fn too_old(requested: u64, horizon: u64) -> Response {
@@ -293,7 +362,8 @@ async fn stream_events(
             _ = s.shutdown.cancelled() => return,
             _ = out.closed() => return,
             _ = bookmarks.tick(), if params.bookmarks => {
-                if out.send(line(WatchEventType::Bookmark, node_bookmark(last))).await.is_err() {
+                let (api_version, kind) = params.kind.unwrap_or(("v1", "Node"));
+                if out.send(line(WatchEventType::Bookmark, bookmark(api_version, kind, last))).await.is_err() {
                     return;
                 }
             }

@@ -9,10 +9,11 @@
 //! | `{"meta":{"created":T,"instance":ID,"lastCleanStop":T,"other":{KEY:VALUE}}}` | the store's identity: when it was made, the last controller, its clean stop; and every other value it keeps (the mirror's last error) |
 //! | `{"node":NODE}` | a registry record (the domain's node, as `/v1/nodes` shows it) |
 //! | `{"lease":LEASE}` | a node Lease (`kube-node-lease`) |
+//! | `{"nodeObject":{"node":NAME,"resource":R,"name":N,"generation":G,"json":TEXT}}` | an object a node's kubelet keeps (its CSINode) |
 //! | `{"outbox":{"kind":"Node"\|"EvictPods","node":NAME,"seq":N,"enqueued":T,"reason":R}}` | mirror work not yet done |
 //! | `{"checkpointNode":NODE}` | the registry as of the horizon, one node a line |
 //! | `{"event":EVENT}` | one event of the kept history, oldest first (as `history -o json`) |
-//! | `{"end":{"nodes":N,"leases":N,"outbox":N,"checkpointNodes":N,"events":N}}` | the counts: an export without it is incomplete and is refused |
+//! | `{"end":{"nodes":N,"leases":N,"nodeObjects":N,"outbox":N,"checkpointNodes":N,"events":N}}` | the counts: an export without it is incomplete and is refused |
 //!
 //! Format 1 (a header with `nodes` and `events` counts, then `node` and
 //! `event` lines) is still read; its history is taken to start from an empty
@@ -34,7 +35,7 @@ use super::{
     records, seq_from_key, OutboxEntry, OutboxKey, Store, StoreError, WriterState, MAX_SEQ,
     META_CLEAN_STOP, META_CREATED, META_HORIZON, META_IMPORT_INCOMPLETE, META_INSTANCE,
 };
-use crate::model::{Event, EventKind, Lease, Micros, Node};
+use crate::model::{Event, EventKind, Lease, Micros, Node, NodeObject};
 
 const FORMAT: &str = "nodekeeper-export";
 /// The export format this build writes (and the newest it reads).
@@ -139,12 +140,26 @@ struct OutboxLine {
     reason: Option<String>,
 }
 
+/// An object kept with a node.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeObjectLine {
+    node: String,
+    resource: String,
+    name: String,
+    generation: u64,
+    json: String,
+}
+
 /// What an export holds, counted by record kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Counts {
     pub nodes: usize,
     pub leases: usize,
+    /// Exports made before node objects were kept have none.
+    #[serde(default)]
+    pub node_objects: usize,
     pub outbox: usize,
     pub checkpoint_nodes: usize,
     pub events: usize,
@@ -156,6 +171,7 @@ enum Line {
     Meta(MetaLine),
     Node(Box<Node>),
     Lease(Box<Lease>),
+    NodeObject(NodeObjectLine),
     Outbox(OutboxLine),
     CheckpointNode(Box<Node>),
     Event(Box<Event>),
@@ -250,6 +266,26 @@ pub(super) fn export(store: &Store, out: &mut dyn Write) -> Result<ExportSummary
         let lease = records::decode_lease(&value?)?;
         write_line(out, &Line::Lease(Box::new(lease)))?;
         counts.leases += 1;
+    }
+    for object in store.node_objects()? {
+        let NodeObject {
+            node,
+            resource,
+            name,
+            generation,
+            json,
+        } = object;
+        write_line(
+            out,
+            &Line::NodeObject(NodeObjectLine {
+                node,
+                resource,
+                name,
+                generation,
+                json,
+            }),
+        )?;
+        counts.node_objects += 1;
     }
     for entry in store.outbox.iter() {
         let (key, value) = entry?;
@@ -451,6 +487,17 @@ impl<'a> Loader<'a> {
                         .leases
                         .insert(lease.name.as_bytes(), records::encode_lease(&lease))?;
                     self.counts.leases += 1;
+                }
+                Line::NodeObject(o) => {
+                    let object = NodeObject {
+                        node: o.node,
+                        resource: o.resource,
+                        name: o.name,
+                        generation: o.generation,
+                        json: o.json,
+                    };
+                    self.store.write_node_objects(&[object], &[])?;
+                    self.counts.node_objects += 1;
                 }
                 Line::Outbox(o) => self.outbox(o).map_err(on_line)?,
                 Line::CheckpointNode(node) => self.checkpoint_node(*node).map_err(on_line)?,

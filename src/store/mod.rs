@@ -38,7 +38,7 @@ use migrations::{trees, v2_node_index::index_key};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use thiserror::Error;
 
-use crate::model::{Event, EventKind, Lease, Micros, Node};
+use crate::model::{Event, EventKind, Lease, Micros, Node, NodeObject, ObjectKey};
 pub use checkpoint::{Checkpoint, RegistryAt};
 pub use exchange::{
     ExportSummary, ImportProgress, ImportSummary, EXPORT_FORMAT_VERSION, MAX_LINE_BYTES,
@@ -372,6 +372,7 @@ pub struct Store {
     outbox: sled::Tree,
     meta: sled::Tree,
     leases: sled::Tree,
+    node_objects: sled::Tree,
     writer: Mutex<WriterState>,
     durable_seq: AtomicU64,
     /// Whether changes queue mirror work (an API server is configured).
@@ -470,6 +471,7 @@ impl Store {
             outbox: db.open_tree(trees::OUTBOX)?,
             meta: db.open_tree(trees::META)?,
             leases: db.open_tree(trees::LEASES)?,
+            node_objects: db.open_tree(trees::NODE_OBJECTS)?,
             db,
             writer: Mutex::new(WriterState::default()),
             durable_seq: AtomicU64::new(0),
@@ -645,6 +647,10 @@ impl Store {
                 .unwrap_or_else(|p| p.into_inner())
                 .extend(new_conditions.iter().map(|c| c.to_string()));
         }
+        // A node's objects go with it (durable with the same flush).
+        for name in prepared.iter().flat_map(|p| &p.written.deleted) {
+            self.delete_objects_of(name)?;
+        }
         Ok(prepared.into_iter().map(|p| p.written).collect())
     }
 
@@ -717,6 +723,50 @@ impl Store {
     pub fn delete_lease(&self, name: &str) -> Result<(), StoreError> {
         self.leases.remove(name.as_bytes())?;
         Ok(())
+    }
+
+    /// Every object kept with a node ([`NodeObject`]).
+    pub fn node_objects(&self) -> Result<Vec<NodeObject>, StoreError> {
+        self.node_objects
+            .iter()
+            .map(|entry| {
+                let (key, bytes) = entry?;
+                Ok(records::decode_node_object(&key, &bytes)?)
+            })
+            .collect()
+    }
+
+    /// Stores objects kept with nodes and removes others (their history is
+    /// the events written beside them). Not durable until [`Store::flush`].
+    pub fn write_node_objects(
+        &self,
+        put: &[NodeObject],
+        deleted: &[ObjectKey],
+    ) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for o in put {
+            batch.insert(
+                records::object_key(&o.key()),
+                records::encode_node_object(o),
+            );
+        }
+        for key in deleted {
+            batch.remove(records::object_key(key));
+        }
+        Ok(self.node_objects.apply_batch(batch)?)
+    }
+
+    /// Removes every object kept with `node` (a node deleted).
+    pub fn delete_objects_of(&self, node: &str) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for key in self
+            .node_objects
+            .scan_prefix(records::object_prefix(node))
+            .keys()
+        {
+            batch.remove(key?);
+        }
+        Ok(self.node_objects.apply_batch(batch)?)
     }
 
     /// From now on, every change also queues its mirror work in the outbox.
@@ -944,7 +994,7 @@ impl Store {
     }
 
     /// Every tree with its name, for status and maintenance.
-    fn named_trees(&self) -> [(&'static str, &sled::Tree); 10] {
+    fn named_trees(&self) -> [(&'static str, &sled::Tree); 11] {
         [
             (trees::NODES, &self.nodes),
             (trees::EVENTS, &self.events),
@@ -955,6 +1005,7 @@ impl Store {
             (trees::CHECKPOINT_NODES, &self.checkpoint_nodes),
             (trees::OUTBOX, &self.outbox),
             (trees::LEASES, &self.leases),
+            (trees::NODE_OBJECTS, &self.node_objects),
             (trees::META, &self.meta),
         ]
     }
@@ -1095,6 +1146,12 @@ impl Store {
                 report.problems.push(e.to_string());
             }
         }
+        for entry in self.node_objects.iter() {
+            let (key, bytes) = entry?;
+            if let Err(e) = records::decode_node_object(&key, &bytes) {
+                report.problems.push(e.to_string());
+            }
+        }
         Ok(stored)
     }
 
@@ -1147,6 +1204,7 @@ impl Store {
             && self.events.is_empty()
             && self.outbox.is_empty()
             && self.leases.is_empty()
+            && self.node_objects.is_empty()
             && self.checkpoints.is_empty()
     }
 

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::outbox::OutboxEntry;
 use crate::model::{
     Address, AddressKind, Condition, ConditionStatus, Event, EventKind, Lease, Micros, Node,
-    NodeChange, Resources, Taint, UnknownEvictionMode,
+    NodeChange, NodeObject, ObjectKey, Resources, Taint, UnknownEvictionMode,
 };
 
 /// Envelope for node records.
@@ -168,6 +168,19 @@ pub enum EventKindV1 {
         source: String,
         message: String,
     },
+    ObjectChanged {
+        resource: String,
+        name: String,
+        action: String,
+        summary: String,
+    },
+    KubeletEvent {
+        component: String,
+        event_type: String,
+        reason: String,
+        message: String,
+        object: String,
+    },
 }
 
 /// One operator change. Append-only: postcard stores the variant index.
@@ -238,6 +251,68 @@ pub fn decode_lease(bytes: &[u8]) -> Result<Lease, DecodeError> {
         acquire_time: v.acquire_time.map(Micros),
         renew_time: v.renew_time.map(Micros),
         lease_transitions: v.lease_transitions,
+    })
+}
+
+/// Envelope for the objects kept with a node (keyed by [`object_key`]).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum StoredNodeObject {
+    V1(NodeObjectV1),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeObjectV1 {
+    pub generation: u64,
+    pub json: String,
+}
+
+/// Node name, `0x00`, resource, `0x00`, object name: a node's objects are
+/// one range. Names hold no `0x00` (node names are DNS names; resources
+/// are ours; object names are checked by the API).
+pub fn object_key(key: &ObjectKey) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.node.len() + key.resource.len() + key.name.len() + 2);
+    out.extend_from_slice(key.node.as_bytes());
+    out.push(0);
+    out.extend_from_slice(key.resource.as_bytes());
+    out.push(0);
+    out.extend_from_slice(key.name.as_bytes());
+    out
+}
+
+/// The prefix of every key of `node`'s objects.
+pub fn object_prefix(node: &str) -> Vec<u8> {
+    let mut out = node.as_bytes().to_vec();
+    out.push(0);
+    out
+}
+
+pub fn encode_node_object(o: &NodeObject) -> Vec<u8> {
+    encode(&StoredNodeObject::V1(NodeObjectV1 {
+        generation: o.generation,
+        json: o.json.clone(),
+    }))
+}
+
+pub fn decode_node_object(key: &[u8], bytes: &[u8]) -> Result<NodeObject, DecodeError> {
+    let what = || format!("the node object {:?}", String::from_utf8_lossy(key));
+    let mut parts = key
+        .splitn(3, |b| *b == 0)
+        .map(|p| String::from_utf8(p.to_vec()));
+    let (Some(Ok(node)), Some(Ok(resource)), Some(Ok(name))) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(DecodeError {
+            what: what(),
+            reason: "its key is not node, resource and name".into(),
+        });
+    };
+    let StoredNodeObject::V1(v) = decode::<StoredNodeObject>(bytes, what)?;
+    Ok(NodeObject {
+        node,
+        resource,
+        name,
+        generation: v.generation,
+        json: v.json,
     })
 }
 
@@ -660,6 +735,30 @@ impl From<&EventKind> for EventKindV1 {
             EventKind::EvictionDone { result } => EventKindV1::EvictionDone {
                 result: result.clone(),
             },
+            EventKind::ObjectChanged {
+                resource,
+                name,
+                action,
+                summary,
+            } => EventKindV1::ObjectChanged {
+                resource: resource.clone(),
+                name: name.clone(),
+                action: action.clone(),
+                summary: summary.clone(),
+            },
+            EventKind::KubeletEvent {
+                component,
+                event_type,
+                reason,
+                message,
+                object,
+            } => EventKindV1::KubeletEvent {
+                component: component.clone(),
+                event_type: event_type.clone(),
+                reason: reason.clone(),
+                message: message.clone(),
+                object: object.clone(),
+            },
             EventKind::OperatorChanged { by, changes } => EventKindV1::OperatorChanged {
                 by: by.clone(),
                 changes: changes.iter().map(node_change_v1).collect(),
@@ -732,6 +831,30 @@ impl TryFrom<EventKindV1> for EventKind {
             },
             EventKindV1::RegisteredV3(node) => EventKind::Registered {
                 node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),
+            },
+            EventKindV1::ObjectChanged {
+                resource,
+                name,
+                action,
+                summary,
+            } => EventKind::ObjectChanged {
+                resource,
+                name,
+                action,
+                summary,
+            },
+            EventKindV1::KubeletEvent {
+                component,
+                event_type,
+                reason,
+                message,
+                object,
+            } => EventKind::KubeletEvent {
+                component,
+                event_type,
+                reason,
+                message,
+                object,
             },
             EventKindV1::OperatorChanged { by, changes } => EventKind::OperatorChanged {
                 by,
@@ -929,6 +1052,56 @@ pub(crate) mod tests {
             "0006656467652d31017502020106656467652d31015000010600"
         );
         assert_eq!(decode_lease(&bytes).unwrap(), lease);
+    }
+
+    /// An object kept with a node, and the event its write records, as written now.
+    #[test]
+    fn node_object_v1_and_object_changed_golden_bytes() {
+        let object = NodeObject {
+            node: "n".into(),
+            resource: "csinodes.storage.k8s.io".into(),
+            name: "n".into(),
+            generation: 2,
+            json: "{}".into(),
+        };
+        let bytes = encode_node_object(&object);
+        assert_eq!(hex(&bytes), "0002027b7d");
+        let key = object_key(&object.key());
+        assert_eq!(key, b"n\0csinodes.storage.k8s.io\0n");
+        assert!(key.starts_with(&object_prefix("n")));
+        assert_eq!(decode_node_object(&key, &bytes).unwrap(), object);
+        assert!(decode_node_object(b"no-separators", &bytes).is_err());
+
+        let event = Event {
+            seq: 11,
+            time: Micros(1),
+            node: Some("n".into()),
+            kind: EventKind::ObjectChanged {
+                resource: "r".into(),
+                name: "n".into(),
+                action: "a".into(),
+                summary: "s".into(),
+            },
+        };
+        let bytes = encode_event(&event);
+        assert_eq!(hex(&bytes), "000201016e100172016e01610173");
+        assert_eq!(decode_event(11, &bytes).unwrap(), event);
+
+        let posted = Event {
+            seq: 12,
+            time: Micros(1),
+            node: Some("n".into()),
+            kind: EventKind::KubeletEvent {
+                component: "k".into(),
+                event_type: "N".into(),
+                reason: "r".into(),
+                message: "m".into(),
+                object: "o".into(),
+            },
+        };
+        let bytes = encode_event(&posted);
+        assert_eq!(hex(&bytes), "000201016e11016b014e0172016d016f");
+        assert_eq!(decode_event(12, &bytes).unwrap(), posted);
     }
 
     #[test]

@@ -177,7 +177,10 @@ fn a_store_with_an_entry_for_every_event_reads_the_same() {
         db.flush().unwrap();
     }
     let store = super::tests::reopen(&dir.path().join("db"));
-    assert_eq!(migrations::schema_version(&store.db).unwrap(), Some(5));
+    assert_eq!(
+        migrations::schema_version(&store.db).unwrap(),
+        Some(migrations::CURRENT)
+    );
     assert_eq!(time_entries(&store).len(), times.len());
     assert_times_exact(&store, &times);
     write(&store, &[(9_500, 3), (11_000, 80)]);

@@ -1,0 +1,771 @@
+//! The API a real kubelet uses, call by call, against the real binary
+//! (docs/kubelet-api.md lists the calls with their upstream lines).
+//! Bodies are sent as a v1.33 kubelet sends them: creates and updates in
+//! Kubernetes protobuf (`pkg/kubelet/apis/config/v1beta1/defaults.go:218`,
+//! `cmd/kubelet/app/server.go:1214-1224`), with
+//! `Accept: application/vnd.kubernetes.protobuf,application/json`
+//! (`server.go:1221`), written by the simulator's own encoder.
+
+mod common;
+
+use common::{client, Controller, TestSite};
+use nodekeeper_sim::protobuf::{encode, PROTOBUF};
+use serde_json::{json, Value};
+
+const ACCEPT: &str = "application/vnd.kubernetes.protobuf,application/json";
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+
+/// A request as a kubelet makes it: `body` sent in protobuf when
+/// `content_type` is [`PROTOBUF`], else as JSON.
+async fn kubelet(
+    c: &Controller,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &Value,
+) -> (u16, String, Value) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let bytes = if content_type == PROTOBUF {
+        encode(body)
+    } else {
+        body.to_string().into_bytes()
+    };
+    let response = client()
+        .request(method, format!("{}{path}", c.url))
+        .header("accept", ACCEPT)
+        .header("content-type", content_type)
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    let code = response.status().as_u16();
+    let answer_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let text = response.text().await.unwrap();
+    (
+        code,
+        answer_type,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// The Node a kubelet registers (`pkg/kubelet/kubelet_node_status.go:92`,
+/// built by `initialNode`): labels, the attach-detach annotation, status.
+fn node(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},
+            "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+        },
+        "spec": {},
+        "status": {
+            "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+            "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+            "conditions": [{
+                "type": "Ready", "status": "False",
+                "lastHeartbeatTime": "2026-11-30T09:00:00Z", "lastTransitionTime": "2026-11-30T09:00:00Z",
+                "reason": "KubeletNotReady", "message": "CSINode is not yet initialized",
+            }],
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.9"}, {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"kubeletVersion": "v1.33.13", "operatingSystem": "linux", "architecture": "amd64",
+                         "machineID": "m", "systemUUID": "u", "bootID": "b", "kernelVersion": "6.1",
+                         "osImage": "Debian", "containerRuntimeVersion": "containerd://2.0.0", "kubeProxyVersion": ""},
+        },
+    })
+}
+
+/// The Lease a kubelet creates and renews
+/// (`component-helpers/apimachinery/lease/controller.go:169`, `:190`).
+fn lease(name: &str, renew: &str) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": renew},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_registers_and_renews_in_protobuf() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+
+    let (code, answer_type, created) =
+        kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &node("edge-9")).await;
+    assert_eq!(code, 201, "{created}");
+    // Answered in JSON, which the kubelet's Accept admits and client-go
+    // decodes by the answer's type (client-go rest/request.go).
+    assert!(answer_type.starts_with("application/json"), "{answer_type}");
+    assert_eq!(created["metadata"]["name"], "edge-9");
+    assert_eq!(created["metadata"]["labels"]["kubernetes.io/arch"], "amd64");
+    assert_eq!(created["status"]["capacity"]["cpu"], "2");
+    assert_eq!(created["status"]["nodeInfo"]["kubeletVersion"], "v1.33.13");
+    let ready = &created["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["message"], "CSINode is not yet initialized");
+
+    // Again: 409, which sends a kubelet on to GET its node (`:103-112`).
+    let (code, _, again) = kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &node("edge-9")).await;
+    assert_eq!(code, 409, "{again}");
+    assert_eq!(again["reason"], "AlreadyExists");
+
+    let (code, _, l) = kubelet(
+        &c,
+        "POST",
+        LEASES,
+        PROTOBUF,
+        &lease("edge-9", "2026-11-30T09:00:00.250000Z"),
+    )
+    .await;
+    assert_eq!(code, 201, "{l}");
+    assert_eq!(l["spec"]["renewTime"], "2026-11-30T09:00:00.250000Z");
+    let (code, _, l) = kubelet(
+        &c,
+        "PUT",
+        &format!("{LEASES}/edge-9"),
+        PROTOBUF,
+        &lease("edge-9", "2026-11-30T09:00:10.500000Z"),
+    )
+    .await;
+    assert_eq!(code, 200, "{l}");
+    assert_eq!(l["spec"]["renewTime"], "2026-11-30T09:00:10.500000Z");
+    assert_eq!(l["spec"]["leaseDurationSeconds"], 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_that_cannot_be_read_get_the_status_that_says_why() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let raw = |method: &str, path: &str, content_type: &'static str, body: Vec<u8>| {
+        let request = client()
+            .request(
+                reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+                format!("{}{path}", c.url),
+            )
+            .header("content-type", content_type)
+            .body(body);
+        async move {
+            let r = request.send().await.unwrap();
+            let code = r.status().as_u16();
+            (code, r.json::<Value>().await.unwrap())
+        }
+    };
+    // Not the protobuf envelope.
+    let (code, s) = raw("POST", "/api/v1/nodes", PROTOBUF, b"{}".to_vec()).await;
+    assert_eq!(code, 400, "{s}");
+    assert!(s["message"].as_str().unwrap().contains("k8s\\x00"), "{s}");
+    // The envelope cut short.
+    let mut cut = encode(&node("edge-8"));
+    cut.truncate(cut.len() / 2);
+    let (code, s) = raw("POST", "/api/v1/nodes", PROTOBUF, cut).await;
+    assert_eq!(code, 400, "{s}");
+    // A kind sent to the wrong place: a Lease posted as a Node.
+    let (code, s) = raw(
+        "POST",
+        "/api/v1/nodes",
+        PROTOBUF,
+        encode(&lease("edge-8", "2026-11-30T09:00:00.000000Z")),
+    )
+    .await;
+    assert_eq!(code, 400, "{s}");
+    // A type nodekeeper has no reader for: 415, naming the ones it has.
+    let (code, s) = raw("POST", "/api/v1/nodes", "application/cbor", vec![0xa0]).await;
+    assert_eq!(code, 415, "{s}");
+    assert!(s["message"].as_str().unwrap().contains(PROTOBUF), "{s}");
+}
+
+const CSINODES: &str = "/apis/storage.k8s.io/v1/csinodes";
+
+/// The CSINode a kubelet creates at start (kubernetes
+/// `pkg/volume/csi/nodeinfomanager/nodeinfomanager.go` `CreateCSINode`:
+/// an owner reference to its Node, no drivers, the migrated-plugins
+/// annotation set by `setMigrationAnnotation`).
+fn csinode(name: &str, node_uid: &str) -> Value {
+    json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+        "metadata": {
+            "name": name,
+            "annotations": {"storage.alpha.kubernetes.io/migrated-plugins": "kubernetes.io/aws-ebs,kubernetes.io/gce-pd"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": node_uid}],
+        },
+        "spec": {"drivers": []},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_initialises_its_csinode_and_it_is_kept_with_the_node() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let (code, _, n) = kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &node("edge-7")).await;
+    assert_eq!(code, 201, "{n}");
+
+    // csi_plugin.go:986: wait until the API answers, 404 included.
+    let (code, _, s) = kubelet(
+        &c,
+        "GET",
+        &format!("{CSINODES}/edge-7?resourceVersion=0"),
+        "",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 404, "{s}");
+    assert_eq!(s["reason"], "NotFound");
+    // nodeinfomanager.go:433, :459, :483: get (404), get the node, create.
+    let (code, _, _) = kubelet(&c, "GET", &format!("{CSINODES}/edge-7"), "", &Value::Null).await;
+    assert_eq!(code, 404);
+    let (code, _, n) = kubelet(&c, "GET", "/api/v1/nodes/edge-7", "", &Value::Null).await;
+    assert_eq!(code, 200);
+    let uid = n["metadata"]["uid"].as_str().unwrap().to_string();
+    let (code, _, created) =
+        kubelet(&c, "POST", CSINODES, PROTOBUF, &csinode("edge-7", &uid)).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["kind"], "CSINode");
+    assert_eq!(
+        created["metadata"]["ownerReferences"][0]["uid"],
+        uid.as_str()
+    );
+    assert_eq!(created["spec"]["drivers"], json!([]));
+    assert_eq!(created["metadata"]["resourceVersion"], "1");
+    assert!(created["metadata"]["uid"]
+        .as_str()
+        .is_some_and(|u| !u.is_empty()));
+    // Created again (a second kubelet start racing the first): 409.
+    let (code, _, s) = kubelet(&c, "POST", CSINODES, PROTOBUF, &csinode("edge-7", &uid)).await;
+    assert_eq!(code, 409, "{s}");
+    assert_eq!(s["reason"], "AlreadyExists");
+
+    // A driver registers (nodeinfomanager.go installDriverToCSINode): the
+    // object read, a driver added, replaced with its resourceVersion.
+    let mut with_driver = created.clone();
+    with_driver["spec"]["drivers"] = json!([{"name": "csi.example.com", "nodeID": "edge-7", "topologyKeys": ["topology.example.com/zone"]}]);
+    let (code, _, updated) = kubelet(
+        &c,
+        "PUT",
+        &format!("{CSINODES}/edge-7"),
+        PROTOBUF,
+        &with_driver,
+    )
+    .await;
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(updated["metadata"]["resourceVersion"], "2");
+    assert_eq!(updated["metadata"]["uid"], created["metadata"]["uid"]);
+    assert_eq!(updated["spec"]["drivers"][0]["nodeID"], "edge-7");
+    // The same write from the stale version: a conflict, as kube-apiserver's.
+    let (code, _, s) = kubelet(
+        &c,
+        "PUT",
+        &format!("{CSINODES}/edge-7"),
+        PROTOBUF,
+        &with_driver,
+    )
+    .await;
+    assert_eq!(code, 409, "{s}");
+    assert_eq!(s["reason"], "Conflict");
+    // Refused as kube-apiserver's validation refuses it.
+    let mut no_id = updated.clone();
+    no_id["spec"]["drivers"][0]["nodeID"] = json!("");
+    let (code, _, s) = kubelet(
+        &c,
+        "PUT",
+        &format!("{CSINODES}/edge-7"),
+        "application/json",
+        &no_id,
+    )
+    .await;
+    assert_eq!(code, 422, "{s}");
+    // Only for a registered node: nodekeeper keeps it with its node.
+    let (code, _, s) = kubelet(
+        &c,
+        "POST",
+        CSINODES,
+        "application/json",
+        &csinode("stranger", "x"),
+    )
+    .await;
+    assert_eq!(code, 403, "{s}");
+
+    // In the node's history.
+    let event = c.wait_event("edge-7", "ObjectChanged").await;
+    assert_eq!(event["resource"], "csinodes.storage.k8s.io");
+    assert_eq!(event["action"], "created");
+    let (_, history) = c.get("/v1/history?node=edge-7").await;
+    let changes: Vec<String> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "ObjectChanged")
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["action"].as_str().unwrap(),
+                e["summary"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            "created no CSI drivers",
+            "updated CSI drivers csi.example.com"
+        ]
+    );
+    // Listed, and discovered.
+    let (code, list) = c.get(CSINODES).await;
+    assert_eq!(code, 200);
+    assert_eq!(list["kind"], "CSINodeList");
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    let (_, storage) = c.get("/apis/storage.k8s.io/v1").await;
+    assert_eq!(storage["resources"][0]["name"], "csinodes");
+
+    // Durable: a restart serves it as it was.
+    drop(c);
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let (code, again) = c.get(&format!("{CSINODES}/edge-7")).await;
+    assert_eq!(code, 200, "{again}");
+    assert_eq!(again, updated);
+
+    // Deleted with its node.
+    let response = client()
+        .delete(format!("{}/api/v1/nodes/edge-7", c.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let (code, _) = c.get(&format!("{CSINODES}/edge-7")).await;
+    assert_eq!(code, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csinode_is_deleted_on_its_own() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let (code, _, n) = kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &node("edge-6")).await;
+    assert_eq!(code, 201, "{n}");
+    let uid = n["metadata"]["uid"].as_str().unwrap();
+    let (code, _, _) = kubelet(&c, "POST", CSINODES, PROTOBUF, &csinode("edge-6", uid)).await;
+    assert_eq!(code, 201);
+    let (code, _, gone) = kubelet(
+        &c,
+        "DELETE",
+        &format!("{CSINODES}/edge-6"),
+        "",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200, "{gone}");
+    assert_eq!(gone["metadata"]["name"], "edge-6");
+    let (code, _, s) = kubelet(
+        &c,
+        "DELETE",
+        &format!("{CSINODES}/edge-6"),
+        "",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 404, "{s}");
+    // The node stays.
+    let (code, _) = c.get("/api/v1/nodes/edge-6").await;
+    assert_eq!(code, 200);
+}
+
+/// A reflector's first list and its watch, as client-go makes them
+/// (`tools/cache/reflector.go`, `tools/pager/pager.go`): `limit=500&resourceVersion=0`,
+/// then `allowWatchBookmarks=true&resourceVersion=RV&timeoutSeconds=…&watch=true`.
+async fn list_then_watch(c: &Controller, path: &str, selector: &str, list_kind: &str) {
+    let sep = if selector.is_empty() { "" } else { "&" };
+    let (code, _, list) = kubelet(
+        c,
+        "GET",
+        &format!("{path}?{selector}{sep}limit=500&resourceVersion=0"),
+        "",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200, "{path}: {list}");
+    assert_eq!(list["kind"], list_kind);
+    assert_eq!(list["items"], json!([]));
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(rv.parse::<u64>().is_ok(), "{list}");
+    // A watch from the list's version runs to its timeout, with nothing to send.
+    let started = tokio::time::Instant::now();
+    let response = client()
+        .get(format!(
+            "{}{path}?{selector}{sep}allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds=1&watch=true",
+            c.url
+        ))
+        .header("accept", ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200, "{path}");
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "application/json"
+    );
+    let body = response.text().await.unwrap();
+    assert_eq!(body, "", "{path}: nothing of it is kept");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelets_reflectors_list_and_watch_what_it_needs() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    // pkg/kubelet/kubelet.go:538-546: services with a cluster IP.
+    list_then_watch(
+        &c,
+        "/api/v1/services",
+        "fieldSelector=spec.clusterIP%21%3DNone",
+        "ServiceList",
+    )
+    .await;
+    // pkg/kubelet/config/apiserver.go:38: the pods bound to the node.
+    list_then_watch(
+        &c,
+        "/api/v1/pods",
+        "fieldSelector=spec.nodeName%3Dedge-5",
+        "PodList",
+    )
+    .await;
+    // pkg/kubelet/volume_host.go:70-73, runtimeclass_manager.go:38-39.
+    list_then_watch(
+        &c,
+        "/apis/storage.k8s.io/v1/csidrivers",
+        "",
+        "CSIDriverList",
+    )
+    .await;
+    list_then_watch(
+        &c,
+        "/apis/node.k8s.io/v1/runtimeclasses",
+        "",
+        "RuntimeClassList",
+    )
+    .await;
+    // Field selectors are the resource's own, as kube-apiserver checks them.
+    let (code, _, s) = kubelet(
+        &c,
+        "GET",
+        "/api/v1/services?fieldSelector=spec.nodeName%3Dx",
+        "",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 400, "{s}");
+    assert_eq!(s["message"], "field label not supported: spec.nodeName");
+    for (path, resource) in [
+        ("/api/v1/namespaces/default/services/kubernetes", "services"),
+        (
+            "/apis/storage.k8s.io/v1/csidrivers/csi.example.com",
+            "csidrivers.storage.k8s.io",
+        ),
+        (
+            "/apis/node.k8s.io/v1/runtimeclasses/runc",
+            "runtimeclasses.node.k8s.io",
+        ),
+    ] {
+        let (code, _, s) = kubelet(&c, "GET", path, "", &Value::Null).await;
+        assert_eq!(code, 404, "{path}: {s}");
+        assert_eq!(s["details"]["kind"], resource);
+    }
+    // Discovered: /apis names node.k8s.io, each group its resources.
+    let (_, apis) = c.get("/apis").await;
+    let groups: Vec<&str> = apis["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            "coordination.k8s.io",
+            "storage.k8s.io",
+            "node.k8s.io",
+            "events.k8s.io"
+        ]
+    );
+    let (_, node_v1) = c.get("/apis/node.k8s.io/v1").await;
+    assert_eq!(node_v1["resources"][0]["name"], "runtimeclasses");
+}
+
+/// What a client with client-go's `WatchListClient` gate on sends first
+/// (`tools/cache/reflector.go` `watchList`), refused as a v1.33
+/// kube-apiserver refuses it with its `WatchList` gate at its default
+/// (apimachinery `pkg/apis/meta/internalversion/validation/validation.go`
+/// `validateWatchOptions`), so the client falls back to list and watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_lists_are_refused_so_clients_fall_back() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let streaming = "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
+    for path in [
+        "/api/v1/nodes",
+        "/api/v1/pods",
+        "/api/v1/services",
+        "/apis/storage.k8s.io/v1/csidrivers",
+        "/apis/node.k8s.io/v1/runtimeclasses",
+    ] {
+        let (code, _, s) =
+            kubelet(&c, "GET", &format!("{path}?{streaming}"), "", &Value::Null).await;
+        assert_eq!(code, 422, "{path}: {s}");
+        assert_eq!(
+            s,
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                "reason": "Invalid",
+                "details": {"group": "meta.k8s.io", "kind": "ListOptions", "causes": [{
+                    "reason": "FieldValueForbidden",
+                    "message": "Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                    "field": "sendInitialEvents",
+                }]},
+                "code": 422,
+            }),
+            "{path}"
+        );
+    }
+    // resourceVersionMatch on a plain watch is refused too.
+    let (code, _, s) = kubelet(
+        &c,
+        "GET",
+        "/api/v1/nodes?watch=true&resourceVersionMatch=NotOlderThan",
+        "",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 422, "{s}");
+    assert_eq!(s["details"]["causes"][0]["field"], "resourceVersionMatch");
+}
+
+/// A Node event as the kubelet's recorder posts it (client-go
+/// `tools/record/event.go` `makeEvent`; the node reference of
+/// `pkg/kubelet/kubelet.go:554-559`: uid = the node's name).
+fn node_event(node: &str, reason: &str, message: &str, nanos: u64) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": format!("{node}.{nanos:x}"), "namespace": "default"},
+        "involvedObject": {"kind": "Node", "name": node, "uid": node},
+        "reason": reason, "message": message,
+        "source": {"component": "kubelet", "host": node},
+        "firstTimestamp": "2026-11-30T09:00:00Z", "lastTimestamp": "2026-11-30T09:00:00Z",
+        "count": 1, "type": "Normal",
+        "reportingComponent": "kubelet", "reportingInstance": node,
+    })
+}
+
+/// kubectl (v1.32 here) with nothing from the environment.
+async fn kubectl(c: &Controller, dir: &std::path::Path, args: &[&str]) -> String {
+    tokio::fs::write(dir.join("kubeconfig"), "").await.unwrap();
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--server")
+        .arg(&c.url)
+        .arg("--request-timeout=10s")
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .args(args)
+        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .env("HOME", dir)
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .output()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run kubectl ({e}): these tests need the real kubectl on PATH; \
+                 install Debian's `kubernetes-client` package (CI installs it)"
+            )
+        });
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelets_events_are_kept_in_its_nodes_history_and_shown_by_kubectl() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let (code, _, n) = kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &node("edge-4")).await;
+    assert_eq!(code, 201, "{n}");
+    let events = "/api/v1/namespaces/default/events";
+    let (code, _, sent) = kubelet(
+        &c,
+        "POST",
+        events,
+        PROTOBUF,
+        &node_event("edge-4", "Starting", "Starting kubelet.", 1),
+    )
+    .await;
+    assert_eq!(code, 201, "{sent}");
+    assert_eq!(sent["reason"], "Starting");
+    // A repeat is patched first (events_cache.go); 404 makes it a new post.
+    let (code, _, s) = kubelet(
+        &c,
+        "PATCH",
+        &format!("{events}/edge-4.1"),
+        "application/strategic-merge-patch+json",
+        &json!({"count": 2, "lastTimestamp": "2026-11-30T09:01:00Z"}),
+    )
+    .await;
+    assert_eq!(code, 404, "{s}");
+    assert_eq!(s["reason"], "NotFound");
+    // An event about a pod on the node, in its namespace.
+    let mut pod_event = node_event(
+        "edge-4",
+        "Pulled",
+        "Container image \"pause:3.10\" already present on machine",
+        2,
+    );
+    pod_event["metadata"]["namespace"] = json!("kube-system");
+    pod_event["involvedObject"] =
+        json!({"kind": "Pod", "namespace": "kube-system", "name": "etcd-edge-4", "uid": "p-1"});
+    let (code, _, s) = kubelet(
+        &c,
+        "POST",
+        "/api/v1/namespaces/kube-system/events",
+        PROTOBUF,
+        &pod_event,
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+    // events.k8s.io/v1, as newer recorders post them.
+    let (code, _, s) = kubelet(
+        &c,
+        "POST",
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+        "application/json",
+        &json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "edge-4.3", "namespace": "default"},
+            "eventTime": "2026-11-30T09:00:00.000000Z",
+            "reportingController": "kubelet", "reportingInstance": "edge-4",
+            "action": "Starting", "reason": "NodeAllocatableEnforced",
+            "regarding": {"kind": "Node", "name": "edge-4", "uid": "edge-4"},
+            "note": "Updated Node Allocatable limit across pods", "type": "Normal",
+        }),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+
+    // In the node's history, marked as the kubelet's.
+    let history = c
+        .wait_for("/v1/history?node=edge-4", "three kubelet events", |h| {
+            h.as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["kind"] == "KubeletEvent")
+                .count()
+                == 3
+        })
+        .await;
+    let posted: Vec<&Value> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "KubeletEvent")
+        .collect();
+    assert_eq!(posted[0]["component"], "kubelet");
+    assert_eq!(posted[0]["type"], "Normal");
+    assert_eq!(posted[0]["reason"], "Starting");
+    assert_eq!(posted[0]["object"], "Node/edge-4");
+    assert_eq!(posted[1]["object"], "Pod/kube-system/etcd-edge-4");
+    assert_eq!(posted[2]["reason"], "NodeAllocatableEnforced");
+
+    // kubectl shows them: get events, and describe node.
+    let dir = site.path();
+    let listed = kubectl(&c, dir, &["get", "events", "-A"]).await;
+    assert!(listed.contains("Starting kubelet."), "{listed}");
+    assert!(listed.contains("pod/etcd-edge-4"), "{listed}");
+    let described = kubectl(&c, dir, &["describe", "node", "edge-4"]).await;
+    let events_part = described.split("Events:").nth(1).unwrap_or_default();
+    assert!(events_part.contains("Starting kubelet."), "{described}");
+    assert!(
+        events_part.contains("NodeAllocatableEnforced"),
+        "{described}"
+    );
+    assert!(events_part.contains("kubelet"), "{described}");
+
+    // Another node's events, and a node's token, are its own.
+    let (code, _, s) = kubelet(
+        &c,
+        "POST",
+        events,
+        "application/json",
+        &node_event("ghost", "Starting", "x", 4),
+    )
+    .await;
+    assert_eq!(code, 403, "{s}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_that_floods_events_is_held_to_its_budget() {
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let (code, _, n) = kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &node("edge-3")).await;
+    assert_eq!(code, 201, "{n}");
+    let (mut created, mut refused) = (0, 0);
+    let mut retry_after = None;
+    for i in 0..60u64 {
+        let response = client()
+            .post(format!("{}/api/v1/namespaces/default/events", c.url))
+            .header("content-type", PROTOBUF)
+            .body(encode(&node_event("edge-3", "Flood", &"x".repeat(4000), i)))
+            .send()
+            .await
+            .unwrap();
+        match response.status().as_u16() {
+            201 => created += 1,
+            429 => {
+                refused += 1;
+                retry_after = response
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().to_string());
+                let s: Value = response.json().await.unwrap();
+                assert_eq!(s["reason"], "TooManyRequests");
+            }
+            other => panic!("{other}"),
+        }
+    }
+    // 50 at once, and one more for each 5 s the loop took.
+    assert!((50..=52).contains(&created), "{created}");
+    assert_eq!(created + refused, 60);
+    assert!(retry_after.is_some_and(|r| r.parse::<u64>().unwrap() >= 1));
+    // Messages are cut to 1 kB.
+    let history = c
+        .wait_for("/v1/history?node=edge-3", "the flood", |h| {
+            h.as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["kind"] == "KubeletEvent")
+                .count()
+                == created
+        })
+        .await;
+    let kept = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "KubeletEvent")
+        .unwrap();
+    assert_eq!(kept["message"].as_str().unwrap().len(), 1024);
+}

@@ -1,0 +1,181 @@
+//! Resources a kubelet lists and watches that nodekeeper keeps nothing of:
+//! Services, CSIDrivers, RuntimeClasses, and Pods. Each is answered as
+//! kube-apiserver answers a resource with no objects: an empty list with
+//! the current resourceVersion, field selectors checked against the
+//! resource's own, and a watch that streams bookmarks (with
+//! `allowWatchBookmarks`) until its timeout, from any version the history
+//! still holds. A kubelet's reflectors then sync and stay quiet instead of
+//! failing every 30–60 s (client-go `tools/cache/reflector.go`).
+//!
+//! Who lists them (kubernetes, v1.33): services `pkg/kubelet/kubelet.go:538-546`
+//! (`spec.clusterIP!=None`); CSIDrivers `pkg/kubelet/volume_host.go:70-73`;
+//! RuntimeClasses `pkg/kubelet/runtimeclass/runtimeclass_manager.go:38-39`;
+//! pods `pkg/kubelet/config/apiserver.go:38` (`spec.nodeName=NAME`).
+
+// Checks return a ready response as their error, built once per refused
+// request: its size does not matter.
+#![allow(clippy::result_large_err)]
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::params::ListParams;
+use super::{bad_request, AppState};
+
+/// A resource served empty.
+pub(crate) struct Empty {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    /// As errors name it (`services`, `csidrivers.storage.k8s.io`).
+    pub resource: &'static str,
+    /// The fields it can be selected by, as in kube-apiserver.
+    pub fields: &'static [&'static str],
+}
+
+/// Services: kube-apiserver's selectable fields
+/// (`pkg/registry/core/service/strategy.go` `SelectableFields`).
+pub(crate) const SERVICES: Empty = Empty {
+    api_version: "v1",
+    kind: "Service",
+    resource: "services",
+    fields: &[
+        "metadata.name",
+        "metadata.namespace",
+        "spec.clusterIP",
+        "spec.type",
+    ],
+};
+
+pub(crate) const CSI_DRIVERS: Empty = Empty {
+    api_version: "storage.k8s.io/v1",
+    kind: "CSIDriver",
+    resource: "csidrivers.storage.k8s.io",
+    fields: &["metadata.name"],
+};
+
+pub(crate) const RUNTIME_CLASSES: Empty = Empty {
+    api_version: "node.k8s.io/v1",
+    kind: "RuntimeClass",
+    resource: "runtimeclasses.node.k8s.io",
+    fields: &["metadata.name"],
+};
+
+pub(crate) const PODS: Empty = Empty {
+    api_version: "v1",
+    kind: "Pod",
+    resource: "pods",
+    fields: super::pods::POD_FIELDS,
+};
+
+impl Empty {
+    /// A list or a watch of the resource.
+    pub async fn list(&'static self, s: AppState, params: ListParams) -> Response {
+        match params.is_watch() {
+            Ok(false) => {}
+            Ok(true) => return self.watch(s, &params).await,
+            Err(e) => return bad_request(e.to_string()),
+        }
+        if let Err(e) = params.query(self.fields) {
+            return bad_request(e.to_string());
+        }
+        Json(serde_json::json!({
+            "apiVersion": self.api_version,
+            "kind": format!("{}List", self.kind),
+            "metadata": {"resourceVersion": s.store.durable_seq().to_string()},
+            "items": [],
+        }))
+        .into_response()
+    }
+
+    async fn watch(&'static self, s: AppState, params: &ListParams) -> Response {
+        if let Err(r) = super::watch::check_watch_options(params) {
+            return r;
+        }
+        if let Err(e) = params.query(self.fields) {
+            return bad_request(e.to_string());
+        }
+        let bookmarks = match params
+            .allow_watch_bookmarks
+            .as_deref()
+            .map(super::params::parse_bool)
+        {
+            None => false,
+            Some(Some(b)) => b,
+            Some(None) => return bad_request("allowWatchBookmarks: invalid value".into()),
+        };
+        // The history's versions, with no object of this resource in it.
+        let watch = super::watch::WatchParams {
+            resource_version: params.resource_version.clone(),
+            timeout: params
+                .timeout_seconds
+                .filter(|t| *t > 0)
+                .map(|t| std::time::Duration::from_secs(t as u64)),
+            bookmarks,
+            filter: Some(std::sync::Arc::new(|_: &crate::model::Node| false)),
+            render: None,
+            kind: Some((self.api_version, self.kind)),
+        };
+        super::watch::watch_nodes(s, watch).await
+    }
+
+    /// A get: never found.
+    pub fn get(&self, name: &str) -> Response {
+        (
+            StatusCode::NOT_FOUND,
+            Json(crate::kube::not_found(self.resource, name)),
+        )
+            .into_response()
+    }
+}
+
+fn params(params: Result<Query<ListParams>, QueryRejection>) -> Result<ListParams, Response> {
+    ListParams::from_query(params).map_err(|e| bad_request(e.to_string()))
+}
+
+/// `GET /api/v1/services` and `/api/v1/namespaces/{namespace}/services`.
+pub(crate) async fn list_services(
+    State(s): State<AppState>,
+    query: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    match params(query) {
+        Ok(p) => SERVICES.list(s, p).await,
+        Err(r) => r,
+    }
+}
+
+pub(crate) async fn get_service(Path((_, name)): Path<(String, String)>) -> Response {
+    SERVICES.get(&name)
+}
+
+/// `GET /apis/storage.k8s.io/v1/csidrivers`.
+pub(crate) async fn list_csi_drivers(
+    State(s): State<AppState>,
+    query: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    match params(query) {
+        Ok(p) => CSI_DRIVERS.list(s, p).await,
+        Err(r) => r,
+    }
+}
+
+pub(crate) async fn get_csi_driver(Path(name): Path<String>) -> Response {
+    CSI_DRIVERS.get(&name)
+}
+
+/// `GET /apis/node.k8s.io/v1/runtimeclasses`.
+pub(crate) async fn list_runtime_classes(
+    State(s): State<AppState>,
+    query: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    match params(query) {
+        Ok(p) => RUNTIME_CLASSES.list(s, p).await,
+        Err(r) => r,
+    }
+}
+
+pub(crate) async fn get_runtime_class(Path(name): Path<String>) -> Response {
+    RUNTIME_CLASSES.get(&name)
+}
