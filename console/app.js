@@ -59,8 +59,14 @@ function markRendered(name) {
   );
 }
 
+// The tab's title: the page, then the site (`run --site`) when it has a name.
+let siteName = null;
+function setTitle(page) {
+  document.title = [page, siteName, 'nodekeeper'].filter(Boolean).join(' · ');
+}
+
 async function overviewPage(about, nodes) {
-  document.title = 'Overview · nodekeeper';
+  setTitle('Overview');
   const stripEl = h('section', { class: 'strip-box', 'aria-label': 'Site timeline' });
   const healthEl = h('div', { class: 'health' });
   const overviewEl = h('section', { class: 'overview', 'aria-labelledby': 'overview-title' });
@@ -109,7 +115,7 @@ async function overviewPage(about, nodes) {
 }
 
 async function atPage(text) {
-  document.title = `The site at ${text} · nodekeeper`;
+  setTitle(`The site at ${text}`);
   document.getElementById('travel-time').value = text;
   const stripEl = h('section', { class: 'strip-box', 'aria-label': 'Site timeline' });
   const overviewEl = h('section', { class: 'overview', 'aria-labelledby': 'overview-title' });
@@ -130,7 +136,7 @@ async function atPage(text) {
 }
 
 async function nodePage(name, about) {
-  document.title = `${name} · nodekeeper`;
+  setTitle(name);
   showConnection(about.readOnly ? 'stopped' : 'live');
   const page = new NodePage(main, name, { live: !about.readOnly });
   await page.load();
@@ -174,6 +180,7 @@ async function start() {
     if (error instanceof ApiError && error.status !== 404) throw error;
   }
   document.documentElement.dataset.mode = about.mode;
+  siteName = about.site || null;
   if (node) return nodePage(decodeURIComponent(node[1]), about);
   if (at) return atPage(decodeURIComponent(at[1]));
   return overviewPage(about, nodes);

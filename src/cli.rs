@@ -242,6 +242,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub config: Option<PathBuf>,
 
+    /// This site's name, for a fleet of sites: in `nodekeeper_build_info`,
+    /// every log line, the console's title, the transition hook's
+    /// environment (`NODEKEEPER_SITE`) and `nodekeeper version`. A
+    /// Kubernetes label value: up to 63 letters, digits, `-`, `_` and `.`,
+    /// beginning and ending with a letter or digit.
+    #[arg(long, value_name = "NAME", env = "NODEKEEPER_SITE")]
+    pub site: Option<String>,
+
     /// Address for the HTTP API (nodes, history, metrics). A non-loopback
     /// address needs --tls-cert-file and --token-file (or --insecure-listen).
     #[arg(long, default_value = "127.0.0.1:8080", help_heading = "HTTP API")]

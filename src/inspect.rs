@@ -86,6 +86,16 @@ enum Answer<T> {
 /// Events read per page, locally or over HTTP.
 const PAGE: usize = 1000;
 
+/// A running controller's account of itself, as `/v1/console` gives it.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerAbout {
+    pub version: String,
+    pub git_commit: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
+}
+
 /// A place to read the registry from.
 // One per command: the size of the local store's handle does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -419,6 +429,15 @@ impl Source {
                     "the running controller has no API server configured (--kubeconfig or --master): nothing is mirrored".into(),
                 )
             }),
+        }
+    }
+
+    /// What the running controller says of itself (`/v1/console`): its
+    /// version, commit and `--site`; `None` for a stopped store.
+    pub async fn controller_about(&self) -> Result<Option<ControllerAbout>, InspectError> {
+        match self {
+            Source::Local(_) => Ok(None),
+            Source::Remote { .. } => self.get("/v1/console").await,
         }
     }
 

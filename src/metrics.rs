@@ -114,6 +114,8 @@ pub const MIRROR_VERBS: [&str; 7] = [
 /// Every metric nodekeeper exports.
 pub struct Metrics {
     registry: Registry,
+    /// `--site`, as `nodekeeper_build_info` says it.
+    site: Option<String>,
     pub nodes: Family<ConditionLabels, Gauge>,
     pub transitions: Family<ConditionLabels, Counter>,
     pub probes: Family<ProbeLabels, Counter>,
@@ -217,9 +219,22 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Registers every series. Over 80 lines: it is the catalogue of
-    /// metrics, one registration with its help text per series, read whole.
+    /// The metrics of a controller without `--site`.
     pub fn new() -> Metrics {
+        Metrics::for_site(None)
+    }
+
+    /// `--site`, if given.
+    pub fn site(&self) -> Option<&str> {
+        self.site.as_deref()
+    }
+
+    /// Registers every series; `site` (`--site`) goes into
+    /// `nodekeeper_build_info` only: a site is a target label, given by
+    /// the scrape configuration (docs/decisions/site-label.md). Over 80
+    /// lines: it is the catalogue of metrics, one registration with its
+    /// help text per series, read whole.
+    pub fn for_site(site: Option<&str>) -> Metrics {
         let mut root = Registry::default();
         // The standard process_* series carry no prefix; ours all do.
         root.register_collector(Box::new(crate::process::ProcessCollector));
@@ -227,12 +242,13 @@ impl Metrics {
         let build = crate::version::build_info();
         registry.register(
             "build",
-            "Which nodekeeper this is: version, git commit, build date and compiler (always 1)",
+            "Which nodekeeper this is: version, git commit, build date, compiler and --site (always 1)",
             prometheus_client::metrics::info::Info::new(vec![
-                ("version", build.version),
-                ("git_commit", build.git_commit),
-                ("build_date", build.build_date),
-                ("rustc_version", build.rustc_version),
+                ("version", build.version.to_string()),
+                ("git_commit", build.git_commit.to_string()),
+                ("build_date", build.build_date.to_string()),
+                ("rustc_version", build.rustc_version.to_string()),
+                ("site", site.unwrap_or_default().to_string()),
             ]),
         );
         let nodes = Family::<ConditionLabels, Gauge>::default();
@@ -610,6 +626,7 @@ impl Metrics {
                 .clone()
         });
         Metrics {
+            site: site.map(str::to_string),
             status_heartbeats,
             lease_heartbeats,
             inflight,
@@ -823,6 +840,12 @@ mod tests {
                 crate::version::VERSION,
                 crate::version::GIT_COMMIT
             )),
+            "{text}"
+        );
+        assert!(text.contains(",site=\"\"} 1"), "no --site: {text}");
+        let text = Metrics::for_site(Some("lyon-3")).encode();
+        assert!(
+            text.contains(",rustc_version=\"") && text.contains(",site=\"lyon-3\"} 1"),
             "{text}"
         );
         for name in [

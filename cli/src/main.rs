@@ -30,7 +30,11 @@ fn main() {
         eprintln!("error: --log {:?}: {e}", cli.log);
         std::process::exit(2);
     });
-    nodekeeper::logging::init(filter, cli.log_format);
+    let site = match &cli.command {
+        Command::Run(args) => args.site.as_deref(),
+        _ => None,
+    };
+    nodekeeper::logging::init(filter, cli.log_format, site);
     let runtimes = match &cli.command {
         Command::Run(_) => runtime::controller_runtime()
             .and_then(|controller| Ok((controller, Some(runtime::api_runtime()?)))),
@@ -95,7 +99,15 @@ async fn dispatch(
         Command::Db { command } => commands::db::db(&cli.db, cli.server.as_deref(), command).await,
         Command::Sim(args) => nodekeeper_sim::command::sim(args, &cli.db).await,
         Command::Ui(args) => commands::ui::ui(args, &cli.db).await,
-        Command::Version { output } => commands::version::version(*output),
+        Command::Version { output } => {
+            commands::version::version(
+                *output,
+                &cli.db,
+                cli.server.as_deref(),
+                cli.token.as_deref(),
+            )
+            .await
+        }
         Command::Config {
             command: ConfigCommand::Print(_),
         } => Ok(nodekeeper::config::print(settings)),

@@ -27,6 +27,8 @@ use super::sizing::{size_api, ApiSizing, SizingError, SizingInput, READER_CONNEC
 
 /// Everything `run` needs, validated.
 pub struct RunConfig {
+    /// `--site`: this site's name, if given.
+    pub site: Option<String>,
     pub db: PathBuf,
     pub listen: std::net::SocketAddr,
     /// Serving TLS (`--tls-cert-file`), and that certificate's path for the discovery file.
@@ -115,6 +117,7 @@ impl RunConfig {
     /// The steps run in the order the help shows the flags, so the first
     /// error named is the first bad flag.
     pub fn from_args(args: &RunArgs, db: &Path) -> Result<RunConfig, RunError> {
+        let site = site(args)?;
         let capacity = node_capacity(args)?;
         check_periods_and_rates(args)?;
         check_api_server_flags(args)?;
@@ -127,10 +130,11 @@ impl RunConfig {
         let mirror = mirror_config(args)?;
         let (open_files, sizing) = api_sizing(args, specs.len())?;
         check_eviction_mode(args, mirror.is_some())?;
-        let transition_hook = transition_hook(args)?;
+        let transition_hook = transition_hook(args, site.as_deref())?;
         let list_bytes_per_second = bytes_or_zero(&args.list_bytes_per_second)
             .map_err(|e| flag("--list-bytes-per-second", e.to_string()))?;
         Ok(RunConfig {
+            site,
             transition_hook,
             mirror,
             retention,
@@ -163,6 +167,24 @@ impl RunConfig {
 /// `RunError::Flag` for `flag`, with the reason it was refused.
 fn flag(flag: &'static str, reason: String) -> RunError {
     RunError::Flag { flag, reason }
+}
+
+/// `--site`: a Kubernetes label value (so it can be a label anywhere: a
+/// Prometheus target label, a Node label, a file name), not empty.
+fn site(args: &RunArgs) -> Result<Option<String>, RunError> {
+    let Some(name) = &args.site else {
+        return Ok(None);
+    };
+    if name.is_empty() {
+        return Err(flag(
+            "--site",
+            "the name is empty; give the site a name, or leave the flag out".into(),
+        ));
+    }
+    match crate::model::validation::label_value("", name).first() {
+        Some(e) => Err(flag("--site", e.to_string())),
+        None => Ok(Some(name.clone())),
+    }
 }
 
 /// A node's capacity when its source gives none (`--node-cpu`, `--node-memory`).
@@ -436,6 +458,7 @@ fn check_eviction_mode(args: &RunArgs, mirrored: bool) -> Result<(), RunError> {
 /// `--transition-hook`, its timeout and mode, if the hook is given.
 fn transition_hook(
     args: &RunArgs,
+    site: Option<&str>,
 ) -> Result<Option<crate::hook::transitions::TransitionHookConfig>, RunError> {
     match &args.transition_hook {
         None => Ok(None),
@@ -451,6 +474,7 @@ fn transition_hook(
             command: command.clone(),
             timeout: args.transition_hook_timeout,
             mode: args.transition_hook_mode,
+            site: site.map(str::to_string),
         })),
     }
 }
