@@ -249,6 +249,11 @@ pub struct RunArgs {
     /// beginning and ending with a letter or digit.
     #[arg(long, value_name = "NAME", env = "NODEKEEPER_SITE")]
     pub site: Option<String>,
+    /// Label keys `kube_node_labels` carries, as kube-state-metrics' flag
+    /// of the same name: `nodes=[KEY,...]` (`nodes=[*]` for all, one `*`
+    /// in a key matching any text). Without it, no `kube_node_labels`.
+    #[arg(long, value_name = "RESOURCE=[KEY,...]")]
+    pub metric_labels_allowlist: Option<String>,
 
     /// Address for the HTTP API (nodes, history, metrics). A non-loopback
     /// address needs --tls-cert-file and --token-file (or --insecure-listen).

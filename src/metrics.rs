@@ -16,8 +16,10 @@ use prometheus_client::registry::Registry;
 use crate::model::ConditionStatus;
 
 mod exposition;
+pub mod nodes;
 
 pub use exposition::Exposition;
+pub use nodes::{LabelsAllowlist, NodeSeries};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Status {
@@ -116,6 +118,8 @@ pub struct Metrics {
     registry: Registry,
     /// `--site`, as `nodekeeper_build_info` says it.
     site: Option<String>,
+    /// kube-state-metrics' node series (`metrics::nodes`).
+    node_series: NodeSeries,
     pub nodes: Family<ConditionLabels, Gauge>,
     pub transitions: Family<ConditionLabels, Counter>,
     pub probes: Family<ProbeLabels, Counter>,
@@ -627,6 +631,7 @@ impl Metrics {
         });
         Metrics {
             site: site.map(str::to_string),
+            node_series: NodeSeries::default(),
             status_heartbeats,
             lease_heartbeats,
             inflight,
@@ -753,6 +758,32 @@ impl Metrics {
                     .set(n);
             }
             known.insert(zone.to_string());
+        }
+    }
+
+    /// Serves `kube_node_labels` for the labels `allowlist` allows
+    /// (`--metric-labels-allowlist`).
+    pub fn with_labels_allowlist(mut self, allowlist: LabelsAllowlist) -> Metrics {
+        self.node_series = NodeSeries::new(allowlist);
+        self
+    }
+
+    /// The exposition in `format` with kube-state-metrics' series of
+    /// `nodes` (in name order), in pieces to send one after the other:
+    /// nodekeeper's own families, then the node families, then the end.
+    pub fn encode_with_nodes<'a>(
+        &self,
+        format: Exposition,
+        nodes: impl ExactSizeIterator<Item = &'a crate::model::Node>,
+    ) -> [bytes::Bytes; 3] {
+        let own = self.encode_as(format);
+        let node_text = self.node_series.render(nodes);
+        match format {
+            Exposition::OpenMetrics { .. } => {
+                let own = own.strip_suffix("# EOF\n").unwrap_or(&own).to_string();
+                [own.into(), node_text, bytes::Bytes::from_static(b"# EOF\n")]
+            }
+            Exposition::Text => [own.into(), node_text, bytes::Bytes::new()],
         }
     }
 

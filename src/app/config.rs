@@ -29,6 +29,8 @@ use super::sizing::{size_api, ApiSizing, SizingError, SizingInput, READER_CONNEC
 pub struct RunConfig {
     /// `--site`: this site's name, if given.
     pub site: Option<String>,
+    /// `--metric-labels-allowlist`.
+    pub labels_allowlist: crate::metrics::LabelsAllowlist,
     pub db: PathBuf,
     pub listen: std::net::SocketAddr,
     /// Serving TLS (`--tls-cert-file`), and that certificate's path for the discovery file.
@@ -118,6 +120,11 @@ impl RunConfig {
     /// error named is the first bad flag.
     pub fn from_args(args: &RunArgs, db: &Path) -> Result<RunConfig, RunError> {
         let site = site(args)?;
+        let labels_allowlist = match &args.metric_labels_allowlist {
+            None => crate::metrics::LabelsAllowlist::default(),
+            Some(text) => crate::metrics::LabelsAllowlist::parse(text)
+                .map_err(|e| flag("--metric-labels-allowlist", e))?,
+        };
         let capacity = node_capacity(args)?;
         check_periods_and_rates(args)?;
         check_api_server_flags(args)?;
@@ -135,6 +142,7 @@ impl RunConfig {
             .map_err(|e| flag("--list-bytes-per-second", e.to_string()))?;
         Ok(RunConfig {
             site,
+            labels_allowlist,
             transition_hook,
             mirror,
             retention,
