@@ -87,7 +87,8 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         let mut line = String::with_capacity(256);
-        self.inner.format_event(ctx, Writer::new(&mut line), event)?;
+        self.inner
+            .format_event(ctx, Writer::new(&mut line), event)?;
         let line = line.strip_suffix('\n').unwrap_or(&line);
         writeln!(writer, "{line} site={}", self.site)
     }
@@ -503,10 +504,16 @@ mod tests {
     #[test]
     fn with_a_site_every_line_names_it() {
         let time: jiff::Timestamp = "2026-12-01T15:04:05.5Z".parse().unwrap();
-        let line = json_line(time, &tracing::Level::INFO, "nodekeeper::x", Some("lyon-3"), |v| {
-            v.fields.push(("site".into(), "shadow".into()));
-            v.message = Some("hi".into());
-        });
+        let line = json_line(
+            time,
+            &tracing::Level::INFO,
+            "nodekeeper::x",
+            Some("lyon-3"),
+            |v| {
+                v.fields.push(("site".into(), "shadow".into()));
+                v.message = Some("hi".into());
+            },
+        );
         assert_eq!(
             line,
             r#"{"time":"2026-12-01T15:04:05.5Z","level":"info","target":"nodekeeper::x","message":"hi","site":"lyon-3","field.site":"shadow"}"#
