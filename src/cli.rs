@@ -225,6 +225,15 @@ pub enum DbCommand {
         #[arg(long)]
         output: Option<PathBuf>,
     },
+    /// Back up the store, the running controller's included (found as the
+    /// inspection commands find it: `--server`, or the store's discovery
+    /// file): a consistent snapshot at one seq, in the export format, while
+    /// it goes on writing. The file appears only once whole.
+    Backup {
+        /// File to write (written as FILE.partial, renamed once complete).
+        #[arg(long)]
+        output: PathBuf,
+    },
     /// Load an export into a new, empty store.
     Import {
         /// File to read (default: standard input).
@@ -501,6 +510,24 @@ pub struct RunArgs {
     /// at most this many. Default: 5 per node, at least 10000.
     #[arg(long, value_name = "EVENTS", value_parser = clap::value_parser!(u64).range(1..))]
     pub history_checkpoint_interval: Option<u64>,
+
+    /// Take a backup (a consistent snapshot, in the export format) into
+    /// this directory every --backup-interval; `/readyz/backup` fails when
+    /// the last one is older than twice the interval.
+    #[arg(long, value_name = "DIR", help_heading = "Backups", value_hint = ValueHint::DirPath)]
+    pub backup_dir: Option<PathBuf>,
+    /// Time between scheduled backups.
+    #[arg(long, default_value = "1h", value_parser = parse_duration, requires = "backup_dir", help_heading = "Backups")]
+    pub backup_interval: Duration,
+    /// Scheduled backups kept in --backup-dir; older ones are removed.
+    #[arg(
+        long,
+        default_value_t = 24,
+        value_name = "N",
+        requires = "backup_dir",
+        help_heading = "Backups"
+    )]
+    pub backup_keep: usize,
 
     /// Start N simulated kubelets in this process and manage them (the demo).
     #[arg(long, value_name = "N", help_heading = "Demo")]

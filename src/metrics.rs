@@ -82,6 +82,18 @@ pub struct HookRunLabels {
     pub result: HookResult,
 }
 
+/// How a scheduled backup (`--backup-dir`) ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum BackupResult {
+    Succeeded,
+    Failed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackupLabels {
+    pub result: BackupResult,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ZoneLabels {
     /// `topology.kubernetes.io/zone`; empty for nodes without one.
@@ -176,6 +188,11 @@ pub struct Metrics {
     pub hook_last_seq: Gauge,
     pub hook_pending: Gauge,
     pub hook_lag: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub backups: Family<BackupLabels, Counter>,
+    pub backup_last_success: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub backup_last_seq: Gauge,
+    pub backup_last_bytes: Gauge,
+    pub backup_last_duration: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 /// Which budget an API request counts against.
@@ -566,6 +583,39 @@ impl Metrics {
             "Age of the transition last handed to --transition-hook when it was handed over (0 while it has nothing to do)",
             hook_lag.clone(),
         );
+        let backups = Family::<BackupLabels, Counter>::default();
+        registry.register(
+            "backups",
+            "Scheduled backups (--backup-dir), by how they ended",
+            backups.clone(),
+        );
+        for result in [BackupResult::Succeeded, BackupResult::Failed] {
+            let _ = backups.get_or_create(&BackupLabels { result });
+        }
+        let backup_last_success = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "backup_last_success_timestamp_seconds",
+            "When the last scheduled backup was written whole (Unix seconds; 0 before the first)",
+            backup_last_success.clone(),
+        );
+        let backup_last_seq = Gauge::default();
+        registry.register(
+            "backup_last_seq",
+            "The seq the last scheduled backup is a snapshot of",
+            backup_last_seq.clone(),
+        );
+        let backup_last_bytes = Gauge::default();
+        registry.register(
+            "backup_last_size_bytes",
+            "Size of the last scheduled backup",
+            backup_last_bytes.clone(),
+        );
+        let backup_last_duration = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "backup_last_duration_seconds",
+            "Time the last scheduled backup took to write",
+            backup_last_duration.clone(),
+        );
         // Counters and label values known up front are exported at 0 from
         // the start: a rate() or an alert has a series before the first event.
         for status in [Status::True, Status::False, Status::Unknown] {
@@ -630,6 +680,11 @@ impl Metrics {
                 .clone()
         });
         Metrics {
+            backups,
+            backup_last_success,
+            backup_last_seq,
+            backup_last_bytes,
+            backup_last_duration,
             site: site.map(str::to_string),
             node_series: NodeSeries::default(),
             status_heartbeats,

@@ -96,7 +96,15 @@ async fn dispatch(
         Command::History(args) => commands::history::history(&source()?, args).await,
         Command::At { time, output } => commands::at::at(&source()?, time, *output).await,
         Command::Mirror { command } => commands::mirror::mirror(&source()?, command).await,
-        Command::Db { command } => commands::db::db(&cli.db, cli.server.as_deref(), command).await,
+        Command::Db { command } => {
+            commands::db::db(
+                &cli.db,
+                cli.server.as_deref(),
+                cli.token.as_deref(),
+                command,
+            )
+            .await
+        }
         Command::Sim(args) => nodekeeper_sim::command::sim(args, &cli.db).await,
         Command::Ui(args) => commands::ui::ui(args, &cli.db).await,
         Command::Version { output } => {

@@ -29,6 +29,8 @@ use super::sizing::{size_api, ApiSizing, SizingError, SizingInput, READER_CONNEC
 pub struct RunConfig {
     /// `--site`: this site's name, if given.
     pub site: Option<String>,
+    /// `--backup-dir` and its companions.
+    pub backups: Option<crate::backups::BackupConfig>,
     /// `--metric-labels-allowlist`.
     pub labels_allowlist: crate::metrics::LabelsAllowlist,
     pub db: PathBuf,
@@ -140,7 +142,9 @@ impl RunConfig {
         let transition_hook = transition_hook(args, site.as_deref())?;
         let list_bytes_per_second = bytes_or_zero(&args.list_bytes_per_second)
             .map_err(|e| flag("--list-bytes-per-second", e.to_string()))?;
+        let backups = backups(args, site.as_deref())?;
         Ok(RunConfig {
+            backups,
             site,
             labels_allowlist,
             transition_hook,
@@ -193,6 +197,43 @@ fn site(args: &RunArgs) -> Result<Option<String>, RunError> {
         Some(e) => Err(flag("--site", e.to_string())),
         None => Ok(Some(name.clone())),
     }
+}
+
+/// `--backup-dir`, `--backup-interval`, `--backup-keep`: the directory is
+/// made if missing.
+fn backups(
+    args: &RunArgs,
+    site: Option<&str>,
+) -> Result<Option<crate::backups::BackupConfig>, RunError> {
+    let Some(dir) = &args.backup_dir else {
+        return Ok(None);
+    };
+    if args.backup_interval < std::time::Duration::from_secs(1) {
+        return Err(flag(
+            "--backup-interval",
+            "must be 1s or more, e.g. 1h".into(),
+        ));
+    }
+    if args.backup_keep == 0 {
+        return Err(flag(
+            "--backup-keep",
+            "must be 1 or more: the newest backups kept".into(),
+        ));
+    }
+    // Start-up, before the runtime does anything else.
+    #[allow(clippy::disallowed_methods)]
+    std::fs::create_dir_all(dir).map_err(|e| {
+        flag(
+            "--backup-dir",
+            format!("cannot make {}: {e}", dir.display()),
+        )
+    })?;
+    Ok(Some(crate::backups::BackupConfig {
+        dir: dir.clone(),
+        interval: args.backup_interval,
+        keep: args.backup_keep,
+        site: site.map(str::to_string),
+    }))
 }
 
 /// A node's capacity when its source gives none (`--node-cpu`, `--node-memory`).

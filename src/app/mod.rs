@@ -253,7 +253,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     });
     let budgets = crate::server::Budgets::new(config.limits, Some(metrics.clone()));
     let router = crate::server::limited_router(state, config.tokens.clone(), budgets);
-    let serve_config = config.serve.clone().metrics(metrics);
+    let serve_config = config.serve.clone().metrics(metrics.clone());
 
     // Every long-lived task is supervised: one that ends before shutdown
     // (an error, a panic) stops the controller, and the process exits
@@ -299,6 +299,23 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     }
     if let Some(hook) = transition_hook {
         supervised.spawn(Task::TransitionHook, &health, hook.run(hook_stop.clone()));
+    }
+    let backups_stop = CancellationToken::new();
+    if let Some(backups) = config.backups.take() {
+        let state = crate::backups::BackupState::new(backups.interval);
+        {
+            let state = state.clone();
+            health
+                .ready
+                .register_computed("backup", move || state.readiness());
+        }
+        let store = store.clone();
+        let metrics = metrics.clone();
+        let stop = backups_stop.clone();
+        supervised.spawn(Task::Backups, &health, async move {
+            crate::backups::run(store, backups, metrics, state, stop).await;
+            Ok::<(), String>(())
+        });
     }
     supervised.spawn(Task::LivenessStamp, &health, {
         let stop = stamp_stop.clone();
@@ -360,6 +377,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         (Task::Retention, &retention_stop),
         (Task::Mirror, &mirror_stop),
         (Task::TransitionHook, &hook_stop),
+        (Task::Backups, &backups_stop),
         (Task::Server, &server_shutdown),
         (Task::LivenessStamp, &stamp_stop),
     ] {

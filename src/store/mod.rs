@@ -1033,7 +1033,20 @@ impl Store {
 
     /// Writes every record as JSON lines (see [`exchange`]).
     pub fn export(&self, out: &mut dyn std::io::Write) -> Result<ExportSummary, StoreError> {
-        exchange::export(self, out)
+        exchange::export(self, out, None)
+    }
+
+    /// A consistent snapshot of a store that is being written, in the
+    /// export format: everything as of the durable seq `seq` (the newest
+    /// when it is larger), streamed while writes go on. Returns what it
+    /// wrote and the seq it is as of.
+    pub fn export_at(
+        &self,
+        seq: u64,
+        out: &mut dyn std::io::Write,
+    ) -> Result<(ExportSummary, u64), StoreError> {
+        let at = seq.min(self.durable_seq());
+        Ok((exchange::export(self, out, Some(at))?, at))
     }
 
     /// Loads an export into this (empty) store and flushes it.
