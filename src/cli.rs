@@ -224,6 +224,11 @@ pub enum DbCommand {
         /// File to write (default: standard output).
         #[arg(long)]
         output: Option<PathBuf>,
+        /// The export format to write: this build's (2), or 1 for a release
+        /// that reads only that (docs/guide/upgrades.md).
+        #[arg(long, value_name = "N", default_value_t = crate::store::EXPORT_FORMAT_VERSION,
+              value_parser = clap::value_parser!(u32).range(1..=crate::store::EXPORT_FORMAT_VERSION as i64))]
+        format_version: u32,
     },
     /// Back up the store, the running controller's included (found as the
     /// inspection commands find it: `--server`, or the store's discovery

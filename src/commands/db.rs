@@ -42,9 +42,22 @@ pub async fn db(
         Source::Local(store) => store,
         // A running controller's store: its consistent snapshot, as `db backup` takes.
         source @ Source::Remote { .. } if matches!(command, DbCommand::Export { .. }) => {
-            let DbCommand::Export { output } = command else {
+            let DbCommand::Export {
+                output,
+                format_version,
+            } = command
+            else {
                 unreachable!("matched above")
             };
+            if *format_version != crate::store::EXPORT_FORMAT_VERSION {
+                return Err(Failure {
+                    message: format!(
+                        "a running controller's snapshot is written in format {}; to write format {format_version}, take a backup (`db backup --output FILE`), import it into a scratch store (`nodekeeper --db SCRATCH db import --input FILE`) and run `nodekeeper --db SCRATCH db export --format-version {format_version}`",
+                        crate::store::EXPORT_FORMAT_VERSION
+                    ),
+                    code: 2,
+                });
+            }
             return remote_export(source, output.as_deref()).await;
         }
         Source::Remote { .. } => {
@@ -59,7 +72,11 @@ pub async fn db(
     };
     match command {
         DbCommand::Verify => verify(&store),
-        DbCommand::Export { output } => export(&store, output.as_deref()),
+        DbCommand::Export {
+            output,
+            format_version: 1,
+        } => export_format1(&store, output.as_deref()),
+        DbCommand::Export { output, .. } => export(&store, output.as_deref()),
         DbCommand::Import { input } => import(&store, input.as_deref()),
         DbCommand::Status | DbCommand::Compact | DbCommand::Backup { .. } => {
             unreachable!("handled above")
@@ -196,6 +213,32 @@ fn verify(store: &Store) -> Outcome {
         message: format!("{text}{} problems found", report.problems.len()),
         code: 1,
     })
+}
+
+/// `db export --format-version 1`.
+#[allow(clippy::disallowed_methods)] // a one-shot command on a stopped store
+fn export_format1(store: &Store, output: Option<&Path>) -> Outcome {
+    let (summary, left_out) = match output {
+        None => {
+            let mut out = BufWriter::new(super::stdout());
+            let s = store.export_format1(&mut out)?;
+            out.flush()?;
+            s
+        }
+        Some(path) => {
+            let file =
+                File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            let mut out = BufWriter::new(file);
+            let s = store.export_format1(&mut out)?;
+            out.into_inner().map_err(|e| e.to_string())?.sync_all()?;
+            s
+        }
+    };
+    eprintln!(
+        "exported {} nodes and {} events in format 1; format 1 has no place for {} leases and {} outbox entries, left out (the kubelets renew their Leases, and the mirror finds its differences again)",
+        summary.nodes, summary.events, left_out.leases, left_out.outbox
+    );
+    Ok(String::new())
 }
 
 // The `db` commands work alone on a stopped store (sled blocks as much as

@@ -282,6 +282,58 @@ pub(super) fn export(
     Ok(counts)
 }
 
+/// Writes the store in format 1, what releases before format 2 read: a
+/// header with the counts, the registry, then the history. Format 1 has no
+/// horizon (its history starts from an empty registry), no Leases, outbox or
+/// meta: a store whose history was pruned is refused, and the rest is left
+/// out (the counts say what).
+pub(super) fn export_format1(
+    store: &Store,
+    out: &mut dyn Write,
+) -> Result<(ExportSummary, Counts), StoreError> {
+    let horizon = store.horizon();
+    if horizon > 0 {
+        return Err(StoreError::Export(std::io::Error::other(format!(
+            "export format 1 holds the whole history from an empty registry, and this store's \
+             history before seq {horizon} was pruned: a release that reads only format 1 cannot \
+             take it; upgrade that release instead"
+        ))));
+    }
+    let nodes = store.nodes.len();
+    let events = store.events.len();
+    write_line(
+        out,
+        &Header {
+            format: FORMAT.into(),
+            version: 1,
+            exported_at: Micros::now(),
+            last_seq: store.last_seq(),
+            nodes: Some(nodes),
+            events: Some(events),
+            horizon: None,
+        },
+    )?;
+    let mut counts = Counts::default();
+    for value in store.nodes.iter().values() {
+        let node = records::decode_node(&value?)?;
+        write_line(out, &serde_json::json!({ "node": node }))?;
+        counts.nodes += 1;
+    }
+    for entry in store.events.iter() {
+        let (key, value) = entry?;
+        let event = records::decode_event(seq_from_key(&key)?, &value)?;
+        write_line(out, &serde_json::json!({ "event": event }))?;
+        counts.events += 1;
+    }
+    out.flush().map_err(StoreError::Export)?;
+    let left_out = Counts {
+        leases: store.leases.len(),
+        outbox: store.outbox.len(),
+        ..Counts::default()
+    };
+    Ok((counts, left_out))
+}
+
 pub(super) fn import(store: &Store, input: &mut dyn BufRead) -> Result<ImportSummary, StoreError> {
     if !store.is_empty() {
         return Err(StoreError::NotEmpty(store.path.clone()));

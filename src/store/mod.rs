@@ -1036,6 +1036,16 @@ impl Store {
         exchange::export(self, out, None)
     }
 
+    /// The store in export format 1, for a release that reads only that
+    /// (see [`exchange::export_format1`]); returns what it wrote and what
+    /// format 1 has no place for.
+    pub fn export_format1(
+        &self,
+        out: &mut dyn std::io::Write,
+    ) -> Result<(ExportSummary, ExportSummary), StoreError> {
+        exchange::export_format1(self, out)
+    }
+
     /// A consistent snapshot of a store that is being written, in the
     /// export format: everything as of the durable seq `seq` (the newest
     /// when it is larger), streamed while writes go on. Returns what it
