@@ -15,7 +15,6 @@ pub const DEFAULT_DB: &str = "nodekeeper-data";
 #[derive(Debug, Parser)]
 #[command(
     name = "nodekeeper",
-    version = crate::version::LONG_VERSION,
     about = "A standalone node controller for edge and bare-metal sites"
 )]
 pub struct Cli {

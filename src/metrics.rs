@@ -924,7 +924,7 @@ mod tests {
             text.contains(&format!(
                 "nodekeeper_build_info{{version=\"{}\",git_commit=\"{}\"",
                 crate::version::VERSION,
-                crate::version::GIT_COMMIT
+                crate::version::git_commit()
             )),
             "{text}"
         );

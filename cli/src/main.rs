@@ -10,6 +10,13 @@ mod allocator;
 mod runtime;
 
 fn main() {
+    // cli/build.rs stamps this crate only: the library is not rebuilt per commit.
+    nodekeeper::version::stamp(nodekeeper::version::Stamp {
+        git_commit: env!("NODEKEEPER_GIT_COMMIT"),
+        build_date: env!("NODEKEEPER_BUILD_DATE"),
+        rustc_version: env!("NODEKEEPER_RUSTC_VERSION"),
+        target: env!("NODEKEEPER_TARGET"),
+    });
     nodekeeper::process::mark_started();
     nodekeeper::install_crypto_provider();
     let (cli, settings) = match nodekeeper::config::parse_args(std::env::args_os().collect()) {

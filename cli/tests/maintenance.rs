@@ -401,7 +401,10 @@ fn copy_dir(from: &Path, to: &Path) {
 fn check_fixture_store(db: &Path) {
     assert!(cli_ok(db, &["db", "verify"]).contains("ok:"));
     let status = cli_ok(db, &["db", "status"]);
-    assert!(status.contains("Events:         27 (last seq 27)"), "{status}");
+    assert!(
+        status.contains("Events:         27 (last seq 27)"),
+        "{status}"
+    );
     let listed = json(&cli_ok(db, &["nodes", "-o", "json"]));
     let items = listed["items"].as_array().unwrap();
     assert_eq!(items.len(), 5);
@@ -430,7 +433,10 @@ fn this_releases_store_and_export_open_in_this_build() {
     check_fixture_store(&db);
     let imported = dir.path().join("imported");
     let file = fixture("export-format2.jsonl");
-    let out = cli_ok(&imported, &["db", "import", "--input", file.to_str().unwrap()]);
+    let out = cli_ok(
+        &imported,
+        &["db", "import", "--input", file.to_str().unwrap()],
+    );
     assert!(out.contains("imported 5 nodes, 27 events"), "{out}");
     check_fixture_store(&imported);
 }
@@ -443,14 +449,24 @@ fn an_export_in_format_1_is_read_as_format_1_and_a_newer_format_is_refused() {
     let file = dir.path().join("format1.jsonl");
     let (code, _, err) = cli(
         &db,
-        &["db", "export", "--format-version", "1", "--output", file.to_str().unwrap()],
+        &[
+            "db",
+            "export",
+            "--format-version",
+            "1",
+            "--output",
+            file.to_str().unwrap(),
+        ],
     );
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("in format 1"), "{err}");
     let text = std::fs::read_to_string(&file).unwrap();
     let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(header["version"], 1);
-    assert_eq!((header["nodes"].as_u64(), header["events"].as_u64()), (Some(5), Some(27)));
+    assert_eq!(
+        (header["nodes"].as_u64(), header["events"].as_u64()),
+        (Some(5), Some(27))
+    );
     // Only what format 1 has: nodes and events.
     assert!(
         text.lines()
@@ -459,7 +475,10 @@ fn an_export_in_format_1_is_read_as_format_1_and_a_newer_format_is_refused() {
         "{text}"
     );
     let imported = dir.path().join("imported");
-    cli_ok(&imported, &["db", "import", "--input", file.to_str().unwrap()]);
+    cli_ok(
+        &imported,
+        &["db", "import", "--input", file.to_str().unwrap()],
+    );
     check_fixture_store(&imported);
 
     let (code, _, err) = cli(&db, &["db", "export", "--format-version", "3"]);

@@ -182,7 +182,7 @@ pub(crate) async fn about(
         mode,
         read_only: mode == ConsoleMode::StoppedStore,
         version: env!("CARGO_PKG_VERSION"),
-        git_commit: crate::version::GIT_COMMIT,
+        git_commit: crate::version::git_commit(),
     })
     .into_response()
 }

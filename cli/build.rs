@@ -1,5 +1,7 @@
 //! Build facts for `nodekeeper version`, `--version` and `nodekeeper_build_info`:
-//! the git commit, the build date and the compiler.
+//! the git commit, the build date and the compiler. The binary crate alone is
+//! stamped (main hands them to the library, `nodekeeper::version::stamp`): a
+//! new commit relinks the binary, and the library is not rebuilt.
 
 use std::process::Command;
 
@@ -14,24 +16,35 @@ fn main() {
             .filter(|s| !s.is_empty())
     };
     let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    // A new commit (or branch) builds anew; files changing do not rerun this.
-    for path in ["HEAD", "packed-refs"] {
-        if let Some(p) = git(&["rev-parse", "--git-path", path]) {
-            println!("cargo:rerun-if-changed={p}");
-        }
-    }
+    // A new commit (or branch) builds anew; files changing do not rerun
+    // this. Only paths that exist are watched: cargo reruns a script on
+    // every build for a watched path that is missing (a checkout without
+    // packed-refs, or whose branch lives in packed-refs only). The branch's
+    // ref directory is watched too, so a ref written later is seen.
+    let mut watched = vec![git(&["rev-parse", "--git-path", "HEAD"])];
+    watched.push(git(&["rev-parse", "--git-path", "packed-refs"]));
     if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        if let Some(p) = git(&["rev-parse", "--git-path", &branch]) {
-            println!("cargo:rerun-if-changed={p}");
+        watched.push(git(&["rev-parse", "--git-path", &branch]));
+        if let Some((dir, _)) = branch.rsplit_once('/') {
+            watched.push(git(&["rev-parse", "--git-path", dir]));
         }
     }
+    for path in watched.into_iter().flatten() {
+        if std::path::Path::new(&path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    }
+    println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
-    // Reproducible builds set SOURCE_DATE_EPOCH; otherwise the build's own time
-    // (the build script is not the program: it has no Micros::now to call).
+    // The build date: SOURCE_DATE_EPOCH (reproducible builds set it), else
+    // the commit's time, so one commit builds to the same bytes; the build's
+    // own time only outside a checkout (the build script is not the
+    // program: it has no Micros::now to call).
     #[allow(clippy::disallowed_methods)]
     let epoch = std::env::var("SOURCE_DATE_EPOCH")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
+        .or_else(|| git(&["log", "-1", "--format=%ct"]).and_then(|s| s.parse().ok()))
         .unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
