@@ -76,7 +76,7 @@ async fn backups_under_churn_restore_verified_and_killed_ones_leave_no_file() {
             let mut round = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 let name = &names[round % names.len()];
-                let state = if round % 2 == 0 {
+                let state = if round.is_multiple_of(2) {
                     KubeletState::Sick
                 } else {
                     KubeletState::Up

@@ -11,7 +11,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use axum::body::Body;
@@ -51,7 +53,7 @@ fn node(i: usize, rv: u64) -> Node {
         reason: "KubeletReady".into(),
         message: "kubelet is posting ready status".into(),
     };
-    let ready = if i % 50 == 0 {
+    let ready = if i.is_multiple_of(50) {
         ConditionStatus::Unknown
     } else {
         ConditionStatus::True
@@ -77,7 +79,7 @@ fn node(i: usize, rv: u64) -> Node {
             memory_bytes: 16 << 30,
         },
         unschedulable: false,
-        taints: if i % 10 == 0 {
+        taints: if i.is_multiple_of(10) {
             vec![Taint {
                 key: "node.kubernetes.io/unreachable".into(),
                 value: String::new(),
