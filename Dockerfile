@@ -2,9 +2,13 @@
 # nodekeeper in a container: built with the locked dependencies, run as a
 # non-root user with the store on a volume.
 #
-#   docker build -t nodekeeper .
+#   docker build -t nodekeeper:0.1.0 .
 #   docker run -v nodekeeper:/var/lib/nodekeeper -v ./config.yaml:/etc/nodekeeper/config.yaml:ro \
-#       -p 8080:8080 nodekeeper
+#       -p 8080:8080 nodekeeper:0.1.0
+#
+# The tag is the crate's version (cli/Cargo.toml), as the manifest names it;
+# cli/tests/dist.rs keeps the three in step. The binary is built stripped,
+# as scripts/release builds it.
 #
 # dist/kubernetes/nodekeeper.yaml runs this image as a StatefulSet.
 
@@ -12,7 +16,8 @@ FROM rust:1.95-bookworm AS builder
 WORKDIR /src
 # .git comes along so `nodekeeper version` names the commit.
 COPY . .
-RUN cargo build --release --locked --bin nodekeeper \
+RUN CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols \
+    cargo build --release --locked --bin nodekeeper \
     && install -m 0755 target/release/nodekeeper /usr/local/bin/nodekeeper
 
 FROM debian:bookworm-slim

@@ -79,8 +79,14 @@ function markRendered(name) {
   );
 }
 
+// The tab's title: the page, then the site (`run --site`) when it has a name.
+let siteName = null;
+function setTitle(page) {
+  document.title = [page, siteName, 'nodekeeper'].filter(Boolean).join(' · ');
+}
+
 async function overviewPage(about, nodes) {
-  document.title = 'Overview · nodekeeper';
+  setTitle('Overview');
   const problemsEl = h('section');
   const stripEl = h('section', { class: 'strip-box', 'aria-label': 'Site timeline' });
   const healthEl = h('div', { class: 'health' });
@@ -134,7 +140,7 @@ async function overviewPage(about, nodes) {
 }
 
 async function atPage(text) {
-  document.title = `The site at ${text} · nodekeeper`;
+  setTitle(`The site at ${text}`);
   document.getElementById('travel-time').value = text;
   const heading = h('div', { class: 'travel-note' });
   const problemsEl = h('section');
@@ -152,7 +158,7 @@ async function atPage(text) {
     // The link names the time from now on: later, or sent on, it shows the same moment.
     history.replaceState(null, '', `/ui/at/${encodeURIComponent(instant)}${location.search}`);
     document.getElementById('travel-time').value = instant;
-    document.title = `The site at ${instant} · nodekeeper`;
+    setTitle(`The site at ${instant}`);
   }
   const when = Number.isNaN(moment) ? null : moment;
   const strip = new SiteStrip(stripEl, { marker: when, onPick: travelTo });
@@ -182,7 +188,7 @@ async function atPage(text) {
 }
 
 async function nodePage(name, about) {
-  document.title = `${name} · nodekeeper`;
+  setTitle(name);
   showConnection(about.readOnly ? 'stopped' : 'live');
   const page = new NodePage(main, name, { live: !about.readOnly });
   await page.load();
@@ -226,6 +232,7 @@ async function start() {
     if (error instanceof ApiError && error.status !== 404) throw error;
   }
   document.documentElement.dataset.mode = about.mode;
+  siteName = about.site || null;
   if (node) return nodePage(decodeURIComponent(node[1]), about);
   if (at) return atPage(decodeURIComponent(at[1]));
   return overviewPage(about, nodes);

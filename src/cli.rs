@@ -15,7 +15,6 @@ pub const DEFAULT_DB: &str = "nodekeeper-data";
 #[derive(Debug, Parser)]
 #[command(
     name = "nodekeeper",
-    version = crate::version::LONG_VERSION,
     about = "A standalone node controller for edge and bare-metal sites"
 )]
 pub struct Cli {
@@ -225,6 +224,20 @@ pub enum DbCommand {
         /// File to write (default: standard output).
         #[arg(long)]
         output: Option<PathBuf>,
+        /// The export format to write: this build's (2), or 1 for a release
+        /// that reads only that (docs/guide/upgrades.md).
+        #[arg(long, value_name = "N", default_value_t = crate::store::EXPORT_FORMAT_VERSION,
+              value_parser = clap::value_parser!(u32).range(1..=crate::store::EXPORT_FORMAT_VERSION as i64))]
+        format_version: u32,
+    },
+    /// Back up the store, the running controller's included (found as the
+    /// inspection commands find it: `--server`, or the store's discovery
+    /// file): a consistent snapshot at one seq, in the export format, while
+    /// it goes on writing. The file appears only once whole.
+    Backup {
+        /// File to write (written as FILE.partial, renamed once complete).
+        #[arg(long)]
+        output: PathBuf,
     },
     /// Load an export into a new, empty store.
     Import {
@@ -242,6 +255,19 @@ pub struct RunArgs {
     /// names (`node-sync-period: 10s`); flags given here win over it.
     #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub config: Option<PathBuf>,
+
+    /// This site's name, for a fleet of sites: in `nodekeeper_build_info`,
+    /// every log line, the console's title, the transition hook's
+    /// environment (`NODEKEEPER_SITE`) and `nodekeeper version`. A
+    /// Kubernetes label value: up to 63 letters, digits, `-`, `_` and `.`,
+    /// beginning and ending with a letter or digit.
+    #[arg(long, value_name = "NAME", env = "NODEKEEPER_SITE")]
+    pub site: Option<String>,
+    /// Label keys `kube_node_labels` carries, as kube-state-metrics' flag
+    /// of the same name: `nodes=[KEY,...]` (`nodes=[*]` for all, one `*`
+    /// in a key matching any text). Without it, no `kube_node_labels`.
+    #[arg(long, value_name = "RESOURCE=[KEY,...]")]
+    pub metric_labels_allowlist: Option<String>,
 
     /// Address for the HTTP API (nodes, history, metrics). A non-loopback
     /// address needs --tls-cert-file and --token-file (or --insecure-listen).
@@ -491,6 +517,24 @@ pub struct RunArgs {
     /// at most this many. Default: 5 per node, at least 10000.
     #[arg(long, value_name = "EVENTS", value_parser = clap::value_parser!(u64).range(1..))]
     pub history_checkpoint_interval: Option<u64>,
+
+    /// Take a backup (a consistent snapshot, in the export format) into
+    /// this directory every --backup-interval; `/readyz/backup` fails when
+    /// the last one is older than twice the interval.
+    #[arg(long, value_name = "DIR", help_heading = "Backups", value_hint = ValueHint::DirPath)]
+    pub backup_dir: Option<PathBuf>,
+    /// Time between scheduled backups.
+    #[arg(long, default_value = "1h", value_parser = parse_duration, requires = "backup_dir", help_heading = "Backups")]
+    pub backup_interval: Duration,
+    /// Scheduled backups kept in --backup-dir; older ones are removed.
+    #[arg(
+        long,
+        default_value_t = 24,
+        value_name = "N",
+        requires = "backup_dir",
+        help_heading = "Backups"
+    )]
+    pub backup_keep: usize,
 
     /// Start N simulated kubelets in this process and manage them (the demo).
     #[arg(long, value_name = "N", help_heading = "Demo")]

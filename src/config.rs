@@ -91,7 +91,7 @@ pub struct Setting {
 /// The command line's definition: the derived one, with `--server` (for
 /// inspecting a running controller) kept out of the commands that run one.
 pub fn command() -> clap::Command {
-    let mut command = Cli::command();
+    let mut command = Cli::command().version(crate::version::long_version());
     for name in ["run", "config"] {
         for (id, why) in [
             ("server", "--server is for inspecting a running controller; `run` serves its own API on --listen"),

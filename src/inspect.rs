@@ -23,6 +23,8 @@ use crate::store::{HistoryQuery, Store, StoreError, StoreOptions, StoreStatus};
 /// What the CLI will read from a controller at most.
 const RESPONSE_CAP: usize = 512 << 20;
 const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest backup the CLI takes from a controller.
+pub const BACKUP_CAP: u64 = 1 << 40;
 
 #[derive(Debug, Error)]
 pub enum InspectError {
@@ -90,6 +92,16 @@ enum Answer<T> {
 
 /// Events read per page, locally or over HTTP.
 const PAGE: usize = 1000;
+
+/// A running controller's account of itself, as `/v1/console` gives it.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerAbout {
+    pub version: String,
+    pub git_commit: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
+}
 
 /// A place to read the registry from.
 // One per command: the size of the local store's handle does not matter.
@@ -436,6 +448,107 @@ impl Source {
                 )
             }),
         }
+    }
+
+    /// What the running controller says of itself (`/v1/console`): its
+    /// version, commit and `--site`; `None` for a stopped store.
+    pub async fn controller_about(&self) -> Result<Option<ControllerAbout>, InspectError> {
+        match self {
+            Source::Local(_) => Ok(None),
+            Source::Remote { .. } => self.get("/v1/console").await,
+        }
+    }
+
+    /// Streams the running controller's consistent snapshot (`/v1/backup`)
+    /// into `out`, and checks it arrived whole (its last line is the export's
+    /// `end`). Each chunk must come within [`HTTP_TIMEOUT`]; the whole may
+    /// take as long as it takes, up to [`BACKUP_CAP`] bytes. Returns the seq
+    /// it is as of and its size.
+    pub async fn backup(
+        &self,
+        out: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+    ) -> Result<(u64, u64), InspectError> {
+        use tokio::io::AsyncWriteExt;
+        let Source::Remote {
+            base,
+            client,
+            token,
+        } = self
+        else {
+            return Err(InspectError::Invalid(
+                "a backup through the API needs a running controller".into(),
+            ));
+        };
+        let remote = |reason: String| InspectError::Remote {
+            url: base.clone(),
+            reason,
+        };
+        // The client's whole-request timeout is for short answers; a backup
+        // is bounded by its chunks' pace and its size instead.
+        let mut request = client
+            .get(format!("{base}/v1/backup"))
+            .timeout(Duration::from_secs(7 * 24 * 3600));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let mut response = tokio::time::timeout(HTTP_TIMEOUT, request.send())
+            .await
+            .map_err(|_| remote(format!("no answer in {HTTP_TIMEOUT:?}")))?
+            .map_err(|e| remote(e.to_string()))?;
+        let status = response.status();
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            return Err(remote(
+                "401 Unauthorized: it runs with --token-file; give one of its tokens in NODEKEEPER_TOKEN (or --token)".into(),
+            ));
+        }
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Err(remote(
+                "it has no /v1/backup: it is older than this nodekeeper; stop it and run `nodekeeper db export`, or upgrade it".into(),
+            ));
+        }
+        if !status.is_success() {
+            return Err(remote(format!("{status}")));
+        }
+        let seq = response
+            .headers()
+            .get("x-nodekeeper-seq")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| remote("the answer says no X-Nodekeeper-Seq".into()))?;
+        let mut bytes = 0u64;
+        let mut tail: Vec<u8> = Vec::new();
+        loop {
+            let chunk = tokio::time::timeout(HTTP_TIMEOUT, response.chunk())
+                .await
+                .map_err(|_| remote(format!("the backup stalled for {HTTP_TIMEOUT:?}")))?
+                .map_err(|e| remote(format!("the backup was cut off: {e}")))?;
+            let Some(chunk) = chunk else { break };
+            bytes += chunk.len() as u64;
+            if bytes > BACKUP_CAP {
+                return Err(remote(format!(
+                    "the backup is larger than {BACKUP_CAP} bytes"
+                )));
+            }
+            out.write_all(&chunk)
+                .await
+                .map_err(|e| InspectError::Invalid(format!("cannot write the backup: {e}")))?;
+            tail.extend_from_slice(&chunk);
+            if tail.len() > 8192 {
+                tail.drain(..tail.len() - 8192);
+            }
+        }
+        let last = tail
+            .strip_suffix(b"\n")
+            .unwrap_or(&tail)
+            .rsplit(|b| *b == b'\n')
+            .next()
+            .unwrap_or_default();
+        if !last.starts_with(b"{\"end\":") {
+            return Err(remote(
+                "the backup ended before its end line: it is incomplete".into(),
+            ));
+        }
+        Ok((seq, bytes))
     }
 
     /// Store facts.

@@ -5,6 +5,7 @@
 
 pub mod app;
 pub mod backoff;
+pub mod backups;
 pub mod cli;
 pub mod config;
 pub mod controller;

@@ -16,8 +16,10 @@ use prometheus_client::registry::Registry;
 use crate::model::ConditionStatus;
 
 mod exposition;
+pub mod nodes;
 
 pub use exposition::Exposition;
+pub use nodes::{LabelsAllowlist, NodeSeries};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Status {
@@ -94,6 +96,18 @@ pub struct SourceLabels {
     pub source: NodeSource,
 }
 
+/// How a scheduled backup (`--backup-dir`) ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum BackupResult {
+    Succeeded,
+    Failed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackupLabels {
+    pub result: BackupResult,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ZoneLabels {
     /// `topology.kubernetes.io/zone`; empty for nodes without one.
@@ -128,6 +142,10 @@ pub const MIRROR_VERBS: [&str; 7] = [
 /// Every metric nodekeeper exports.
 pub struct Metrics {
     registry: Registry,
+    /// `--site`, as `nodekeeper_build_info` says it.
+    site: Option<String>,
+    /// kube-state-metrics' node series (`metrics::nodes`).
+    node_series: NodeSeries,
     pub nodes: Family<ConditionLabels, Gauge>,
     pub transitions: Family<ConditionLabels, Counter>,
     pub probes: Family<ProbeLabels, Counter>,
@@ -186,6 +204,11 @@ pub struct Metrics {
     pub hook_last_seq: Gauge,
     pub hook_pending: Gauge,
     pub hook_lag: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub backups: Family<BackupLabels, Counter>,
+    pub backup_last_success: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub backup_last_seq: Gauge,
+    pub backup_last_bytes: Gauge,
+    pub backup_last_duration: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 /// Which budget an API request counts against.
@@ -233,9 +256,22 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Registers every series. Over 80 lines: it is the catalogue of
-    /// metrics, one registration with its help text per series, read whole.
+    /// The metrics of a controller without `--site`.
     pub fn new() -> Metrics {
+        Metrics::for_site(None)
+    }
+
+    /// `--site`, if given.
+    pub fn site(&self) -> Option<&str> {
+        self.site.as_deref()
+    }
+
+    /// Registers every series; `site` (`--site`) goes into
+    /// `nodekeeper_build_info` only: a site is a target label, given by
+    /// the scrape configuration (docs/decisions/site-label.md). Over 80
+    /// lines: it is the catalogue of metrics, one registration with its
+    /// help text per series, read whole.
+    pub fn for_site(site: Option<&str>) -> Metrics {
         let mut root = Registry::default();
         // The standard process_* series carry no prefix; ours all do.
         root.register_collector(Box::new(crate::process::ProcessCollector));
@@ -243,12 +279,13 @@ impl Metrics {
         let build = crate::version::build_info();
         registry.register(
             "build",
-            "Which nodekeeper this is: version, git commit, build date and compiler (always 1)",
+            "Which nodekeeper this is: version, git commit, build date, compiler and --site (always 1)",
             prometheus_client::metrics::info::Info::new(vec![
-                ("version", build.version),
-                ("git_commit", build.git_commit),
-                ("build_date", build.build_date),
-                ("rustc_version", build.rustc_version),
+                ("version", build.version.to_string()),
+                ("git_commit", build.git_commit.to_string()),
+                ("build_date", build.build_date.to_string()),
+                ("rustc_version", build.rustc_version.to_string()),
+                ("site", site.unwrap_or_default().to_string()),
             ]),
         );
         let nodes = Family::<ConditionLabels, Gauge>::default();
@@ -577,6 +614,39 @@ impl Metrics {
             "Age of the transition last handed to --transition-hook when it was handed over (0 while it has nothing to do)",
             hook_lag.clone(),
         );
+        let backups = Family::<BackupLabels, Counter>::default();
+        registry.register(
+            "backups",
+            "Scheduled backups (--backup-dir), by how they ended",
+            backups.clone(),
+        );
+        for result in [BackupResult::Succeeded, BackupResult::Failed] {
+            let _ = backups.get_or_create(&BackupLabels { result });
+        }
+        let backup_last_success = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "backup_last_success_timestamp_seconds",
+            "When the last scheduled backup was written whole (Unix seconds; 0 before the first)",
+            backup_last_success.clone(),
+        );
+        let backup_last_seq = Gauge::default();
+        registry.register(
+            "backup_last_seq",
+            "The seq the last scheduled backup is a snapshot of",
+            backup_last_seq.clone(),
+        );
+        let backup_last_bytes = Gauge::default();
+        registry.register(
+            "backup_last_size_bytes",
+            "Size of the last scheduled backup",
+            backup_last_bytes.clone(),
+        );
+        let backup_last_duration = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "backup_last_duration_seconds",
+            "Time the last scheduled backup took to write",
+            backup_last_duration.clone(),
+        );
         // Counters and label values known up front are exported at 0 from
         // the start: a rate() or an alert has a series before the first event.
         for status in [Status::True, Status::False, Status::Unknown] {
@@ -641,6 +711,13 @@ impl Metrics {
                 .clone()
         });
         Metrics {
+            backups,
+            backup_last_success,
+            backup_last_seq,
+            backup_last_bytes,
+            backup_last_duration,
+            site: site.map(str::to_string),
+            node_series: NodeSeries::default(),
             status_heartbeats,
             lease_heartbeats,
             inflight,
@@ -772,6 +849,32 @@ impl Metrics {
         }
     }
 
+    /// Serves `kube_node_labels` for the labels `allowlist` allows
+    /// (`--metric-labels-allowlist`).
+    pub fn with_labels_allowlist(mut self, allowlist: LabelsAllowlist) -> Metrics {
+        self.node_series = NodeSeries::new(allowlist);
+        self
+    }
+
+    /// The exposition in `format` with kube-state-metrics' series of
+    /// `nodes` (in name order), in pieces to send one after the other:
+    /// nodekeeper's own families, then the node families, then the end.
+    pub fn encode_with_nodes<'a>(
+        &self,
+        format: Exposition,
+        nodes: impl ExactSizeIterator<Item = &'a crate::model::Node>,
+    ) -> [bytes::Bytes; 3] {
+        let own = self.encode_as(format);
+        let node_text = self.node_series.render(nodes);
+        match format {
+            Exposition::OpenMetrics { .. } => {
+                let own = own.strip_suffix("# EOF\n").unwrap_or(&own).to_string();
+                [own.into(), node_text, bytes::Bytes::from_static(b"# EOF\n")]
+            }
+            Exposition::Text => [own.into(), node_text, bytes::Bytes::new()],
+        }
+    }
+
     /// The OpenMetrics exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -861,8 +964,14 @@ mod tests {
             text.contains(&format!(
                 "nodekeeper_build_info{{version=\"{}\",git_commit=\"{}\"",
                 crate::version::VERSION,
-                crate::version::GIT_COMMIT
+                crate::version::git_commit()
             )),
+            "{text}"
+        );
+        assert!(text.contains(",site=\"\"} 1"), "no --site: {text}");
+        let text = Metrics::for_site(Some("lyon-3")).encode();
+        assert!(
+            text.contains(",rustc_version=\"") && text.contains(",site=\"lyon-3\"} 1"),
             "{text}"
         );
         for name in [

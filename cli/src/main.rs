@@ -10,6 +10,13 @@ mod allocator;
 mod runtime;
 
 fn main() {
+    // cli/build.rs stamps this crate only: the library is not rebuilt per commit.
+    nodekeeper::version::stamp(nodekeeper::version::Stamp {
+        git_commit: env!("NODEKEEPER_GIT_COMMIT"),
+        build_date: env!("NODEKEEPER_BUILD_DATE"),
+        rustc_version: env!("NODEKEEPER_RUSTC_VERSION"),
+        target: env!("NODEKEEPER_TARGET"),
+    });
     nodekeeper::process::mark_started();
     nodekeeper::install_crypto_provider();
     let (cli, settings) = match nodekeeper::config::parse_args(std::env::args_os().collect()) {
@@ -30,7 +37,11 @@ fn main() {
         eprintln!("error: --log {:?}: {e}", cli.log);
         std::process::exit(2);
     });
-    nodekeeper::logging::init(filter, cli.log_format);
+    let site = match &cli.command {
+        Command::Run(args) => args.site.as_deref(),
+        _ => None,
+    };
+    nodekeeper::logging::init(filter, cli.log_format, site);
     let runtimes = match &cli.command {
         Command::Run(_) => runtime::controller_runtime()
             .and_then(|controller| Ok((controller, Some(runtime::api_runtime()?)))),
@@ -92,10 +103,26 @@ async fn dispatch(
         Command::History(args) => commands::history::history(&source()?, args).await,
         Command::At { time, output } => commands::at::at(&source()?, time, *output).await,
         Command::Mirror { command } => commands::mirror::mirror(&source()?, command).await,
-        Command::Db { command } => commands::db::db(&cli.db, cli.server.as_deref(), command).await,
+        Command::Db { command } => {
+            commands::db::db(
+                &cli.db,
+                cli.server.as_deref(),
+                cli.token.as_deref(),
+                command,
+            )
+            .await
+        }
         Command::Sim(args) => nodekeeper_sim::command::sim(args, &cli.db).await,
         Command::Ui(args) => commands::ui::ui(args, &cli.db).await,
-        Command::Version { output } => commands::version::version(*output),
+        Command::Version { output } => {
+            commands::version::version(
+                *output,
+                &cli.db,
+                cli.server.as_deref(),
+                cli.token.as_deref(),
+            )
+            .await
+        }
         Command::Config {
             command: ConfigCommand::Print(_),
         } => match nodekeeper::config::check_files(settings) {

@@ -188,6 +188,12 @@ async fn metrics_are_answered_in_the_format_asked_for() {
         let (content_type, text) = metrics(&c, accept).await;
         assert_eq!(content_type, text_type, "{accept:?}");
         assert!(!text.contains("# EOF"), "{accept:?}");
+        // kube-state-metrics' node series come along, checked by promtool too.
+        assert!(
+            text.contains("kube_node_status_condition{node=\"")
+                && text.contains("# TYPE kube_node_info gauge"),
+            "{text}"
+        );
         let (code, said) = promtool_check(&text);
         // 0: clean; 3: read, with lint findings; 1: not read at all.
         assert!(code == 0 || code == 3, "promtool ({code}): {said}");
@@ -208,6 +214,11 @@ async fn metrics_are_answered_in_the_format_asked_for() {
     );
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(text.contains("# TYPE nodekeeper_build info"), "{text}");
+    assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+    assert!(
+        text.contains("kube_node_spec_unschedulable{node=\""),
+        "{text}"
+    );
     assert!(c.stop().success());
 }
 

@@ -483,6 +483,7 @@ async fn in_a_browser_the_overview_follows_the_fleet_and_the_past_matches_the_cl
     let site = TestSite::builder(24, Ipv4Addr::new(127, 88, 12, 1))
         .labels(zone_labels)
         .flag("--node-sync-period", "1s")
+        .flag("--site", "lyon-3")
         .grace("3s")
         .start()
         .await;
@@ -513,6 +514,7 @@ async fn in_a_browser_the_overview_follows_the_fleet_and_the_past_matches_the_cl
             ("NK_DB", db.display().to_string()),
             ("NK_SIM", format!("http://{}", fleet.fleet.control_addr())),
             ("NK_FLAPPED", flapped.clone()),
+            ("NK_SITE", "lyon-3".into()),
         ],
     );
     let mut running = Some(c);

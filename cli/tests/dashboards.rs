@@ -75,6 +75,89 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests() {
     }
 }
 
+#[test]
+fn every_alert_fires_for_exactly_its_site_among_three_in_one_job() {
+    // kube-prometheus's node alerts, with nothing changed but their job.
+    let made = Command::new(repo("scripts/kube-node-alerts"))
+        .args(["--job", "nodekeeper"])
+        .output()
+        .expect("scripts/kube-node-alerts runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(made.stdout).unwrap(),
+        std::fs::read_to_string(repo("dist/prometheus/kube-node-alerts.yaml")).unwrap(),
+        "dist/prometheus/kube-node-alerts.yaml is scripts/kube-node-alerts --job nodekeeper's"
+    );
+    let read = |path: &str| -> serde_yaml_ng::Value {
+        serde_yaml_ng::from_str(&std::fs::read_to_string(repo(path)).unwrap()).unwrap()
+    };
+    let upstream = alert_expressions(&read(
+        "dist/prometheus/upstream/kube-prometheus-node-alerts.yaml",
+    ));
+    let ours = alert_expressions(&read("dist/prometheus/kube-node-alerts.yaml"));
+    assert_eq!(upstream.len(), 3);
+    for ((name, theirs), (our_name, expr)) in upstream.iter().zip(&ours) {
+        assert_eq!(name, our_name);
+        assert_eq!(
+            &theirs.replace("job=\"kube-state-metrics\"", "job=\"nodekeeper\""),
+            expr
+        );
+    }
+
+    let checked = promtool(&["check", "rules", "dist/prometheus/kube-node-alerts.yaml"]);
+    assert!(checked.contains("SUCCESS"), "{checked}");
+    let tested = promtool(&["test", "rules", "dist/prometheus/fleet.test.yaml"]);
+    assert!(tested.contains("SUCCESS"), "{tested}");
+
+    // Every alert is evaluated among the three sites; those that fire name
+    // one site each (`site`, or `cluster` for kube-prometheus's, which
+    // group by it), and keep `instance` where they keep the controller.
+    let tests = read("dist/prometheus/fleet.test.yaml");
+    let mut evaluated = BTreeSet::new();
+    let mut sites_alerted = BTreeSet::new();
+    for test in tests["tests"].as_sequence().unwrap() {
+        for case in test["alert_rule_test"].as_sequence().unwrap() {
+            let name = case["alertname"].as_str().unwrap().to_string();
+            let mut sites = BTreeSet::new();
+            for alert in case["exp_alerts"].as_sequence().unwrap() {
+                let labels = &alert["exp_labels"];
+                let site = labels["site"]
+                    .as_str()
+                    .or(labels["cluster"].as_str())
+                    .unwrap_or_else(|| panic!("{name} names no site: {labels:?}"));
+                if let Some(cluster) = labels["cluster"].as_str() {
+                    assert_eq!(cluster, site, "{name}: {labels:?}");
+                }
+                if name.starts_with("Nodekeeper") {
+                    assert!(labels["instance"].as_str().is_some(), "{name}: {labels:?}");
+                }
+                sites.insert(site.to_string());
+            }
+            assert!(sites.len() <= 1, "{name} fires for {sites:?}");
+            sites_alerted.extend(sites);
+            evaluated.insert(name);
+        }
+    }
+    for (name, _) in alert_expressions(&read("dist/prometheus/alerts.yaml"))
+        .into_iter()
+        .chain(ours)
+    {
+        assert!(
+            evaluated.contains(&name),
+            "{name} is not evaluated among the sites"
+        );
+    }
+    assert_eq!(
+        sites_alerted,
+        BTreeSet::from(["site-a".to_string(), "site-b".to_string()]),
+        "the leaderless site and the one with Unknown nodes alert; the healthy one does not"
+    );
+}
+
 /// Every alert's name and expression.
 fn alert_expressions(rules: &serde_yaml_ng::Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -125,7 +208,10 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
             word.push(c);
             continue;
         }
-        if word.starts_with("nodekeeper_") || word.starts_with("process_") {
+        if word.starts_with("nodekeeper_")
+            || word.starts_with("process_")
+            || word.starts_with("kube_node_")
+        {
             names.insert(std::mem::take(&mut word));
         }
         word.clear();
@@ -166,7 +252,11 @@ fn documented() -> BTreeSet<String> {
         .lines()
         .filter_map(|l| l.strip_prefix("| `"))
         .filter_map(|l| l.split('`').next())
-        .filter(|name| name.starts_with("nodekeeper_") || name.starts_with("process_"))
+        .filter(|name| {
+            name.starts_with("nodekeeper_")
+                || name.starts_with("process_")
+                || name.starts_with("kube_node_")
+        })
         .map(String::from)
         .collect()
 }
@@ -253,12 +343,22 @@ async fn every_metric_the_dashboard_and_the_alerts_query_is_served() {
     let text = c.text("/metrics").await;
     assert!(c.stop().success());
     site.stop().await;
-    let served = sample_names(&text);
+    // A family with no series yet (no node is tainted) is served by its header.
+    let mut served = sample_names(&text);
+    served.extend(families(&text));
 
     let dashboard: Value = serde_json::from_str(
         &std::fs::read_to_string(repo("dist/grafana/nodekeeper.json")).unwrap(),
     )
     .expect("the dashboard is JSON");
+    let fleet: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo("dist/grafana/nodekeeper-fleet.json")).unwrap(),
+    )
+    .expect("the fleet dashboard is JSON");
+    let kube_rules: serde_yaml_ng::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo("dist/prometheus/kube-node-alerts.yaml")).unwrap(),
+    )
+    .unwrap();
     let rules: serde_yaml_ng::Value = serde_yaml_ng::from_str(
         &std::fs::read_to_string(repo("dist/prometheus/alerts.yaml")).unwrap(),
     )
@@ -267,7 +367,13 @@ async fn every_metric_the_dashboard_and_the_alerts_query_is_served() {
     for expr in dashboard_expressions(&dashboard) {
         queried.push(("the dashboard".to_string(), expr));
     }
-    for (alert, expr) in alert_expressions(&rules) {
+    for expr in dashboard_expressions(&fleet) {
+        queried.push(("the fleet dashboard".to_string(), expr));
+    }
+    for (alert, expr) in alert_expressions(&rules)
+        .into_iter()
+        .chain(alert_expressions(&kube_rules))
+    {
         queried.push((format!("alert {alert}"), expr));
     }
     assert!(queried.len() > 40, "{queried:?}");

@@ -673,6 +673,13 @@ fn the_dockerfile_runs_what_the_manifest_and_the_cli_expect() {
     let set = document(&docs, "StatefulSet", "nodekeeper");
     let pod = &set["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
+    // A versioned tag, the crate's version, in the manifest and the Dockerfile's usage.
+    let image = format!("nodekeeper:{}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(container["image"], image.as_str());
+    assert!(
+        dockerfile.contains(&format!("docker build -t {image} .")),
+        "the Dockerfile builds {image}"
+    );
     let args: Vec<String> = serde_json::from_value(container["args"].clone()).unwrap();
     assert_eq!(cmd, args, "the manifest runs the image's own command");
     assert!(

@@ -518,3 +518,95 @@ fn an_overlong_line_is_refused_before_it_is_read_whole() {
         "the import took {written} bytes before refusing the line: it read past the limit"
     );
 }
+
+/// What this release's fixtures hold (written by its binary: `run
+/// --simulate 5 --site fixture`, sim-00001 down and up again, sim-00002
+/// cordoned, then a clean stop): every later release must open the store
+/// and import the export.
+fn check_fixture_store(db: &Path) {
+    assert!(cli_ok(db, &["db", "verify"]).contains("ok:"));
+    let status = cli_ok(db, &["db", "status"]);
+    assert!(
+        status.contains("Events:         27 (last seq 27)"),
+        "{status}"
+    );
+    let listed = json(&cli_ok(db, &["nodes", "-o", "json"]));
+    let items = listed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 5);
+    let cordoned: Vec<&str> = items
+        .iter()
+        .filter(|n| n["spec"]["unschedulable"] == true)
+        .map(|n| n["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(cordoned, ["sim-00002"]);
+    let history = json(&cli_ok(db, &["history", "sim-00001", "-o", "json"]));
+    let to: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "ConditionChanged")
+        .map(|e| e["to"].as_str().unwrap_or_default())
+        .collect();
+    assert!(to.ends_with(&["Unknown", "True"]), "{history}");
+}
+
+#[test]
+fn this_releases_store_and_export_open_in_this_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store");
+    copy_dir(&fixture("store-schema5"), &db);
+    check_fixture_store(&db);
+    let imported = dir.path().join("imported");
+    let file = fixture("export-format2.jsonl");
+    let out = cli_ok(
+        &imported,
+        &["db", "import", "--input", file.to_str().unwrap()],
+    );
+    assert!(out.contains("imported 5 nodes, 27 events"), "{out}");
+    check_fixture_store(&imported);
+}
+
+#[test]
+fn an_export_in_format_1_is_read_as_format_1_and_a_newer_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store");
+    copy_dir(&fixture("store-schema5"), &db);
+    let file = dir.path().join("format1.jsonl");
+    let (code, _, err) = cli(
+        &db,
+        &[
+            "db",
+            "export",
+            "--format-version",
+            "1",
+            "--output",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("in format 1"), "{err}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(header["version"], 1);
+    assert_eq!(
+        (header["nodes"].as_u64(), header["events"].as_u64()),
+        (Some(5), Some(27))
+    );
+    // Only what format 1 has: nodes and events.
+    assert!(
+        text.lines()
+            .skip(1)
+            .all(|l| l.starts_with("{\"node\":") || l.starts_with("{\"event\":")),
+        "{text}"
+    );
+    let imported = dir.path().join("imported");
+    cli_ok(
+        &imported,
+        &["db", "import", "--input", file.to_str().unwrap()],
+    );
+    check_fixture_store(&imported);
+
+    let (code, _, err) = cli(&db, &["db", "export", "--format-version", "3"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--format-version"), "{err}");
+}

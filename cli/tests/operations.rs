@@ -174,3 +174,53 @@ async fn a_config_file_sets_run_flags_and_the_command_line_wins() {
         assert!(help.contains(heading), "{heading} in {help}");
     }
 }
+
+#[tokio::test]
+async fn a_site_is_named_in_its_build_info_log_console_and_version() {
+    let site = TestSite::named(&["edge-1"], Ipv4Addr::new(127, 88, 0, 9)).start();
+    // From the config file, as every run flag.
+    let config = site.path().join("site.yaml");
+    std::fs::write(&config, "site: lyon-3\n").unwrap();
+    let controller = site.controller(&["--config".into(), config.display().to_string()]);
+    let text = controller.text("/metrics").await;
+    let info = text
+        .lines()
+        .find(|l| l.starts_with("nodekeeper_build_info{"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(info.contains(",site=\"lyon-3\"}"), "{info}");
+    let (_, about) = controller.get("/v1/console").await;
+    assert_eq!(about["site"], "lyon-3", "{about}");
+
+    // `version` finds the running controller through the discovery file.
+    let versions = json(&cli_ok(&site.db, &["version", "-o", "json"]));
+    assert_eq!(versions["controller"]["site"], "lyon-3", "{versions}");
+    assert_eq!(versions["controller"]["version"], env!("CARGO_PKG_VERSION"));
+    let table = cli_ok(&site.db, &["version"]);
+    assert!(table.contains("\nSite:        lyon-3\n"), "{table}");
+    let table = cli_ok(
+        &site.path().join("elsewhere"),
+        &["--server", &controller.url, "version"],
+    );
+    assert!(table.contains("\nSite:        lyon-3\n"), "{table}");
+
+    let log = controller.log_text();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.is_empty()).collect();
+    assert!(!lines.is_empty(), "the controller logged");
+    assert!(
+        lines.iter().all(|l| l.ends_with(" site=lyon-3")),
+        "every line names the site: {log}"
+    );
+    drop(controller);
+
+    // Without a controller, `version` is the binary's alone.
+    let versions = json(&cli_ok(&site.db, &["version", "-o", "json"]));
+    assert!(versions.get("controller").is_none(), "{versions}");
+
+    // A site name is a Kubernetes label value.
+    let (code, _, err) = cli(
+        &site.db,
+        &["run", "--site", "lyon 3", "--nodes", "127.88.0.9"],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--site: Invalid value: \"lyon 3\""), "{err}");
+}

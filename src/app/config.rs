@@ -27,6 +27,12 @@ use super::sizing::{size_api, ApiSizing, SizingError, SizingInput, READER_CONNEC
 
 /// Everything `run` needs, validated.
 pub struct RunConfig {
+    /// `--site`: this site's name, if given.
+    pub site: Option<String>,
+    /// `--backup-dir` and its companions.
+    pub backups: Option<crate::backups::BackupConfig>,
+    /// `--metric-labels-allowlist`.
+    pub labels_allowlist: crate::metrics::LabelsAllowlist,
     pub db: PathBuf,
     pub listen: std::net::SocketAddr,
     /// Serving TLS (`--tls-cert-file`), and that certificate's path for the discovery file.
@@ -115,6 +121,12 @@ impl RunConfig {
     /// The steps run in the order the help shows the flags, so the first
     /// error named is the first bad flag.
     pub fn from_args(args: &RunArgs, db: &Path) -> Result<RunConfig, RunError> {
+        let site = site(args)?;
+        let labels_allowlist = match &args.metric_labels_allowlist {
+            None => crate::metrics::LabelsAllowlist::default(),
+            Some(text) => crate::metrics::LabelsAllowlist::parse(text)
+                .map_err(|e| flag("--metric-labels-allowlist", e))?,
+        };
         let capacity = node_capacity(args)?;
         check_periods_and_rates(args)?;
         check_api_server_flags(args)?;
@@ -128,10 +140,14 @@ impl RunConfig {
         let mirror = mirror_config(args)?;
         let (open_files, sizing) = api_sizing(args, specs.len())?;
         check_eviction_mode(args, mirror.is_some())?;
-        let transition_hook = transition_hook(args)?;
+        let transition_hook = transition_hook(args, site.as_deref())?;
         let list_bytes_per_second = bytes_or_zero(&args.list_bytes_per_second)
             .map_err(|e| flag("--list-bytes-per-second", e.to_string()))?;
+        let backups = backups(args, site.as_deref())?;
         Ok(RunConfig {
+            backups,
+            site,
+            labels_allowlist,
             transition_hook,
             mirror,
             retention,
@@ -164,6 +180,61 @@ impl RunConfig {
 /// `RunError::Flag` for `flag`, with the reason it was refused.
 fn flag(flag: &'static str, reason: String) -> RunError {
     RunError::Flag { flag, reason }
+}
+
+/// `--site`: a Kubernetes label value (so it can be a label anywhere: a
+/// Prometheus target label, a Node label, a file name), not empty.
+fn site(args: &RunArgs) -> Result<Option<String>, RunError> {
+    let Some(name) = &args.site else {
+        return Ok(None);
+    };
+    if name.is_empty() {
+        return Err(flag(
+            "--site",
+            "the name is empty; give the site a name, or leave the flag out".into(),
+        ));
+    }
+    match crate::model::validation::label_value("", name).first() {
+        Some(e) => Err(flag("--site", e.to_string())),
+        None => Ok(Some(name.clone())),
+    }
+}
+
+/// `--backup-dir`, `--backup-interval`, `--backup-keep`: the directory is
+/// made if missing.
+fn backups(
+    args: &RunArgs,
+    site: Option<&str>,
+) -> Result<Option<crate::backups::BackupConfig>, RunError> {
+    let Some(dir) = &args.backup_dir else {
+        return Ok(None);
+    };
+    if args.backup_interval < std::time::Duration::from_secs(1) {
+        return Err(flag(
+            "--backup-interval",
+            "must be 1s or more, e.g. 1h".into(),
+        ));
+    }
+    if args.backup_keep == 0 {
+        return Err(flag(
+            "--backup-keep",
+            "must be 1 or more: the newest backups kept".into(),
+        ));
+    }
+    // Start-up, before the runtime does anything else.
+    #[allow(clippy::disallowed_methods)]
+    std::fs::create_dir_all(dir).map_err(|e| {
+        flag(
+            "--backup-dir",
+            format!("cannot make {}: {e}", dir.display()),
+        )
+    })?;
+    Ok(Some(crate::backups::BackupConfig {
+        dir: dir.clone(),
+        interval: args.backup_interval,
+        keep: args.backup_keep,
+        site: site.map(str::to_string),
+    }))
 }
 
 /// A node's capacity when its source gives none (`--node-cpu`, `--node-memory`).
@@ -472,6 +543,7 @@ fn check_eviction_mode(args: &RunArgs, mirrored: bool) -> Result<(), RunError> {
 /// `--transition-hook`, its timeout and mode, if the hook is given.
 fn transition_hook(
     args: &RunArgs,
+    site: Option<&str>,
 ) -> Result<Option<crate::hook::transitions::TransitionHookConfig>, RunError> {
     match &args.transition_hook {
         None => Ok(None),
@@ -487,6 +559,7 @@ fn transition_hook(
             command: command.clone(),
             timeout: args.transition_hook_timeout,
             mode: args.transition_hook_mode,
+            site: site.map(str::to_string),
         })),
     }
 }

@@ -126,7 +126,10 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     };
 
     let view = Arc::new(View::default());
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(
+        Metrics::for_site(config.site.as_deref())
+            .with_labels_allowlist(std::mem::take(&mut config.labels_allowlist)),
+    );
     let (handle, pushes) = ControllerHandle::channel();
     let mirror = match (config.mirror.take(), client) {
         (Some(mirror_config), Some(client)) => {
@@ -250,7 +253,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     });
     let budgets = crate::server::Budgets::new(config.limits, Some(metrics.clone()));
     let router = crate::server::limited_router(state, config.tokens.clone(), budgets);
-    let mut serve_config = config.serve.clone().metrics(metrics);
+    let mut serve_config = config.serve.clone().metrics(metrics.clone());
     if config.api_runtime.is_some() {
         // Readers are served on the API's runtime; kubelets on this one.
         serve_config = serve_config.kubelets(crate::server::handoff::KubeletHandoff {
@@ -303,6 +306,23 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     }
     if let Some(hook) = transition_hook {
         supervised.spawn(Task::TransitionHook, &health, hook.run(hook_stop.clone()));
+    }
+    let backups_stop = CancellationToken::new();
+    if let Some(backups) = config.backups.take() {
+        let state = crate::backups::BackupState::new(backups.interval);
+        {
+            let state = state.clone();
+            health
+                .ready
+                .register_computed("backup", move || state.readiness());
+        }
+        let store = store.clone();
+        let metrics = metrics.clone();
+        let stop = backups_stop.clone();
+        supervised.spawn(Task::Backups, &health, async move {
+            crate::backups::run(store, backups, metrics, state, stop).await;
+            Ok::<(), String>(())
+        });
     }
     supervised.spawn(Task::LivenessStamp, &health, {
         let stop = stamp_stop.clone();
@@ -364,6 +384,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         (Task::Retention, &retention_stop),
         (Task::Mirror, &mirror_stop),
         (Task::TransitionHook, &hook_stop),
+        (Task::Backups, &backups_stop),
         (Task::Server, &server_shutdown),
         (Task::LivenessStamp, &stamp_stop),
     ] {

@@ -13,6 +13,7 @@ pub(super) enum Task {
     Retention,
     TransitionHook,
     LivenessStamp,
+    Backups,
 }
 
 impl Task {
@@ -24,6 +25,7 @@ impl Task {
             Task::Retention => "history retention",
             Task::TransitionHook => "transition hook",
             Task::LivenessStamp => "liveness stamp",
+            Task::Backups => "scheduled backups",
         }
     }
 
@@ -36,6 +38,7 @@ impl Task {
             Task::Retention => "retention",
             Task::TransitionHook => "transition-hook",
             Task::LivenessStamp => "liveness-stamp",
+            Task::Backups => "backups",
         }
     }
 }

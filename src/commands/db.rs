@@ -12,8 +12,17 @@ use crate::logging::terminal::escape;
 use crate::store::{compact, Store, StoreOptions, StoreStatus};
 
 /// Runs a `db` command on the store at `db` (or through `server`).
-pub async fn db(db: &Path, server: Option<&str>, command: &DbCommand) -> Outcome {
+pub async fn db(
+    db: &Path,
+    server: Option<&str>,
+    token: Option<&str>,
+    command: &DbCommand,
+) -> Outcome {
     match command {
+        DbCommand::Backup { output } => {
+            let source = Source::open_with_token(db, server, token)?;
+            return backup(source, output).await;
+        }
         DbCommand::Status => {
             let source = Source::open(db, server)?;
             return Ok(status_text(&source.status().await?, source.is_remote()));
@@ -32,8 +41,28 @@ pub async fn db(db: &Path, server: Option<&str>, command: &DbCommand) -> Outcome
         DbCommand::Compact if server.is_none() => return compact(db),
         _ => {}
     }
-    let store = match Source::open(db, server)? {
+    let store = match Source::open_with_token(db, server, token)? {
         Source::Local(store) => store,
+        // A running controller's store: its consistent snapshot, as `db backup` takes.
+        source @ Source::Remote { .. } if matches!(command, DbCommand::Export { .. }) => {
+            let DbCommand::Export {
+                output,
+                format_version,
+            } = command
+            else {
+                unreachable!("matched above")
+            };
+            if *format_version != crate::store::EXPORT_FORMAT_VERSION {
+                return Err(Failure {
+                    message: format!(
+                        "a running controller's snapshot is written in format {}; to write format {format_version}, take a backup (`db backup --output FILE`), import it into a scratch store (`nodekeeper --db SCRATCH db import --input FILE`) and run `nodekeeper --db SCRATCH db export --format-version {format_version}`",
+                        crate::store::EXPORT_FORMAT_VERSION
+                    ),
+                    code: 2,
+                });
+            }
+            return remote_export(source, output.as_deref()).await;
+        }
         Source::Remote { .. } => {
             return Err(Failure {
                 message: format!(
@@ -46,13 +75,19 @@ pub async fn db(db: &Path, server: Option<&str>, command: &DbCommand) -> Outcome
     };
     match command {
         DbCommand::Verify => verify(&store),
-        DbCommand::Export { output } => export(&store, output.as_deref()),
+        DbCommand::Export {
+            output,
+            format_version: 1,
+        } => export_format1(&store, output.as_deref()),
+        DbCommand::Export { output, .. } => export(&store, output.as_deref()),
         DbCommand::Import { input } => import(
             &store,
             input.as_deref(),
             &mut Progress::on_terminal("import"),
         ),
-        DbCommand::Status | DbCommand::Compact => unreachable!("handled above"),
+        DbCommand::Status | DbCommand::Compact | DbCommand::Backup { .. } => {
+            unreachable!("handled above")
+        }
     }
 }
 
@@ -187,6 +222,32 @@ fn verify(store: &Store) -> Outcome {
     })
 }
 
+/// `db export --format-version 1`.
+#[allow(clippy::disallowed_methods)] // a one-shot command on a stopped store
+fn export_format1(store: &Store, output: Option<&Path>) -> Outcome {
+    let (summary, left_out) = match output {
+        None => {
+            let mut out = BufWriter::new(super::stdout());
+            let s = store.export_format1(&mut out)?;
+            out.flush()?;
+            s
+        }
+        Some(path) => {
+            let file =
+                File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            let mut out = BufWriter::new(file);
+            let s = store.export_format1(&mut out)?;
+            out.into_inner().map_err(|e| e.to_string())?.sync_all()?;
+            s
+        }
+    };
+    eprintln!(
+        "exported {} nodes and {} events in format 1; format 1 has no place for {} leases and {} outbox entries, left out (the kubelets renew their Leases, and the mirror finds its differences again)",
+        summary.nodes, summary.events, left_out.leases, left_out.outbox
+    );
+    Ok(String::new())
+}
+
 // The `db` commands work alone on a stopped store (sled blocks as much as
 // the file calls do); nothing else shares the runtime.
 #[allow(clippy::disallowed_methods)]
@@ -242,6 +303,102 @@ fn import(store: &Store, input: Option<&Path>, progress: &mut Progress) -> Outco
         },
         summary.checkpoints
     ))
+}
+
+/// `db backup`: the running controller's snapshot through its API, or a
+/// stopped store's export, into FILE.partial, synced, then renamed to FILE:
+/// a backup cut short (killed, the controller gone) never leaves a FILE.
+async fn backup(source: Source, output: &Path) -> Outcome {
+    let partial = partial_path(output);
+    let (seq, bytes) = match source {
+        Source::Local(store) => {
+            // A stopped store: the whole of it, as `db export` writes it.
+            let path = partial.clone();
+            tokio::task::spawn_blocking(move || -> Result<(u64, u64), Failure> {
+                let seq = store.last_seq();
+                #[allow(clippy::disallowed_methods)] // a blocking task
+                let file = File::create(&path)
+                    .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+                let mut out = BufWriter::new(file);
+                store.export(&mut out)?;
+                let file = out.into_inner().map_err(|e| e.to_string())?;
+                file.sync_all()?;
+                Ok((seq, file.metadata()?.len()))
+            })
+            .await
+            .map_err(|e| e.to_string())??
+        }
+        remote @ Source::Remote { .. } => {
+            let mut file = tokio::fs::File::create(&partial)
+                .await
+                .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
+            let done = remote.backup(&mut file).await;
+            match done {
+                Ok(done) => {
+                    file.sync_all().await?;
+                    done
+                }
+                Err(e) => {
+                    drop(file);
+                    let _ = tokio::fs::remove_file(&partial).await;
+                    return Err(e.into());
+                }
+            }
+        }
+    };
+    tokio::fs::rename(&partial, output).await.map_err(|e| {
+        format!(
+            "cannot rename {} to {}: {e}",
+            partial.display(),
+            output.display()
+        )
+    })?;
+    sync_parent(output).await;
+    Ok(format!(
+        "backed up the store as of seq {seq} to {} ({bytes} bytes); restore it with `nodekeeper --db NEW db import --input {}`\n",
+        output.display(),
+        output.display()
+    ))
+}
+
+/// `db export` of a running controller's store: its snapshot, to FILE or stdout.
+async fn remote_export(source: Source, output: Option<&Path>) -> Outcome {
+    match output {
+        Some(path) => {
+            let text = backup(source, path).await?;
+            eprint!("{text}");
+            Ok(String::new())
+        }
+        None => {
+            let mut out = super::AsyncStdout(tokio::io::stdout());
+            let (seq, bytes) = match source.backup(&mut out).await {
+                // The reader went away (`| head`): what it wanted, it has.
+                Err(_) if super::stdout_closed() => return Ok(String::new()),
+                done => done?,
+            };
+            tokio::io::AsyncWriteExt::flush(&mut out).await?;
+            eprintln!("exported the running controller's store as of seq {seq} ({bytes} bytes)");
+            Ok(String::new())
+        }
+    }
+}
+
+/// Where a backup is written until it is whole.
+pub fn partial_path(output: &Path) -> std::path::PathBuf {
+    let mut name = output.file_name().unwrap_or_default().to_os_string();
+    name.push(".partial");
+    output.with_file_name(name)
+}
+
+/// Makes a rename in `path`'s directory durable (best effort).
+async fn sync_parent(path: &Path) {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    if let Ok(d) = tokio::fs::File::open(&dir).await {
+        let _ = d.sync_all().await;
+    }
 }
 
 fn compact(db: &Path) -> Outcome {

@@ -47,6 +47,38 @@ pub fn stdout_closed() -> bool {
     STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Standard output for async writers, noting (as [`Stdout`]) a reader
+/// that went away.
+pub struct AsyncStdout(pub tokio::io::Stdout);
+
+impl tokio::io::AsyncWrite for AsyncStdout {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0)
+            .poll_write(cx, buf)
+            .map(Stdout::note)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0)
+            .poll_flush(cx)
+            .map(Stdout::note)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
 /// See [`stdout`].
 pub struct Stdout(std::io::StdoutLock<'static>);
 

@@ -54,6 +54,8 @@ pub struct TransitionHookConfig {
     pub command: String,
     pub timeout: Duration,
     pub mode: TransitionHookMode,
+    /// `--site`, passed as `NODEKEEPER_SITE` when given.
+    pub site: Option<String>,
 }
 
 /// How transitions are handed to the hook (`--transition-hook-mode`).
@@ -375,7 +377,11 @@ impl TransitionHook {
 
     /// Runs the hook command, counts how it went and how long it took;
     /// `oldest` is when the oldest transition it is given happened.
-    async fn run_command(&self, run: HookRun, oldest: Micros) -> HookOutcome {
+    async fn run_command(&self, mut run: HookRun, oldest: Micros) -> HookOutcome {
+        // Both modes: which site the transitions are of.
+        if let Some(site) = &self.config.site {
+            run.env.push(("NODEKEEPER_SITE", site.clone()));
+        }
         let lag = (Micros::now().0 - oldest.0).max(0) as f64 / 1e6;
         self.metrics.hook_lag.set(lag);
         let started = Instant::now();
@@ -579,6 +585,7 @@ mod tests {
                 command,
                 timeout: Duration::from_secs(30),
                 mode,
+                site: Some("site-a".into()),
             };
             let durable = self.durable.subscribe();
             TransitionHook::start(config, self.store.clone(), durable, self.metrics.clone())
@@ -713,6 +720,31 @@ mod tests {
         assert_eq!(next, want.len());
         assert!(took < DEADLINE, "took {took:?}");
         assert_eq!(site.metrics.hook_pending.get(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn both_modes_name_the_site_in_the_environment() {
+        for mode in [TransitionHookMode::Each, TransitionHookMode::Batch] {
+            let site = Site::new();
+            let d = site.dir.path().display().to_string();
+            let hook = site
+                .hook(
+                    // `:` takes the arguments sh -c passes on.
+                    format!("cat > /dev/null; echo \"$NODEKEEPER_SITE\" >> {d}/sites; :"),
+                    mode,
+                )
+                .await;
+            let stop = CancellationToken::new();
+            let running = tokio::spawn(hook.run(stop.clone()));
+            let want = site.transitions(2, Micros::now()).await;
+            site.hooked_through(*want.last().unwrap()).await;
+            stop.cancel();
+            running.await.unwrap().unwrap();
+            #[allow(clippy::disallowed_methods)] // a test's file, read once it is written
+            let sites = std::fs::read_to_string(site.path("sites")).unwrap();
+            assert!(!sites.is_empty(), "{mode:?}: the hook ran");
+            assert!(sites.lines().all(|l| l == "site-a"), "{mode:?}: {sites:?}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

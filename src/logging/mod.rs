@@ -34,20 +34,63 @@ pub enum LogFormat {
 }
 
 /// Installs the process's logger: `filter` decides what is written, to
-/// stderr, in `format`.
-pub fn init(filter: tracing_subscriber::EnvFilter, format: LogFormat) {
+/// stderr, in `format`; `site` (`run --site`) ends every text line as
+/// `site=NAME` and is a field of every JSON line.
+pub fn init(filter: tracing_subscriber::EnvFilter, format: LogFormat, site: Option<&str>) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // A log on a full disk loses lines; reporting that with eprintln!
         // would panic the task that logged.
         .log_internal_errors(false);
-    match format {
-        LogFormat::Text => builder
+    match (format, site) {
+        (LogFormat::Text, None) => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .fmt_fields(TextFields)
             .init(),
-        LogFormat::Json => builder.with_ansi(false).event_format(JsonLines).init(),
+        (LogFormat::Text, Some(site)) => builder
+            .with_ansi(false)
+            .fmt_fields(TextFields)
+            .event_format(SiteText {
+                inner: tracing_subscriber::fmt::format::Format::default(),
+                site: terminal::escape(site).into_owned(),
+            })
+            .init(),
+        (LogFormat::Json, site) => builder
+            .with_ansi(false)
+            .event_format(JsonLines {
+                site: site.map(str::to_string),
+            })
+            .init(),
+    }
+}
+
+/// The text format with `site=NAME` at the end of every line: the inner
+/// format's line, written whole, then the site. A line with a site is
+/// written without colour.
+pub struct SiteText<F> {
+    pub inner: F,
+    /// Escaped already.
+    pub site: String,
+}
+
+impl<S, N, F> FormatEvent<S, N> for SiteText<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut line = String::with_capacity(256);
+        self.inner
+            .format_event(ctx, Writer::new(&mut line), event)?;
+        let line = line.strip_suffix('\n').unwrap_or(&line);
+        writeln!(writer, "{line} site={}", self.site)
     }
 }
 
@@ -158,8 +201,12 @@ impl Visit for TextVisitor<'_> {
 /// The JSON lines format. Field names are a contract: `time` (RFC 3339,
 /// UTC), `level` (lower case), `target`, `message`, then the event's fields
 /// as they were given (numbers and booleans stay JSON numbers and booleans).
-/// A field named like one of the four is written as `field.NAME`.
-pub struct JsonLines;
+/// With `run --site`, `site` follows them. A field named like one of
+/// these is written as `field.NAME`.
+#[derive(Default)]
+pub struct JsonLines {
+    pub site: Option<String>,
+}
 
 impl<S, N> FormatEvent<S, N> for JsonLines
 where
@@ -180,6 +227,7 @@ where
             now,
             event.metadata().level(),
             event.metadata().target(),
+            self.site.as_deref(),
             |visitor| event.record(visitor),
         );
         writeln!(writer, "{line}")
@@ -192,6 +240,7 @@ fn json_line(
     time: jiff::Timestamp,
     level: &tracing::Level,
     target: &str,
+    site: Option<&str>,
     record: impl FnOnce(&mut FieldsVisitor),
 ) -> String {
     let mut visitor = FieldsVisitor::default();
@@ -208,8 +257,11 @@ fn json_line(
     put("level", &level.as_str().to_ascii_lowercase().into());
     put("target", &target.into());
     put("message", &message.into());
+    if let Some(site) = site {
+        put("site", &site.into());
+    }
     for (name, value) in &visitor.fields {
-        if FIXED.contains(&name.as_str()) {
+        if FIXED.contains(&name.as_str()) || (site.is_some() && name == "site") {
             put(&format!("field.{name}"), value);
         } else {
             put(name, value);
@@ -289,7 +341,7 @@ mod tests {
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
             .with_max_level(tracing::Level::DEBUG)
-            .event_format(JsonLines)
+            .event_format(JsonLines::default())
             .finish();
         tracing::subscriber::with_default(subscriber, log);
         let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
@@ -437,7 +489,7 @@ mod tests {
     #[test]
     fn the_fixed_fields_lead_in_their_order() {
         let time: jiff::Timestamp = "2026-12-01T15:04:05.5Z".parse().unwrap();
-        let line = json_line(time, &tracing::Level::ERROR, "nodekeeper::x", |v| {
+        let line = json_line(time, &tracing::Level::ERROR, "nodekeeper::x", None, |v| {
             v.fields.push(("zone".into(), "a".into()));
             v.fields.push(("count".into(), 2.into()));
             v.fields.push(("level".into(), "shadow".into()));
@@ -446,6 +498,58 @@ mod tests {
         assert_eq!(
             line,
             r#"{"time":"2026-12-01T15:04:05.5Z","level":"error","target":"nodekeeper::x","message":"say \"hi\"","zone":"a","count":2,"field.level":"shadow"}"#
+        );
+    }
+
+    #[test]
+    fn with_a_site_every_line_names_it() {
+        let time: jiff::Timestamp = "2026-12-01T15:04:05.5Z".parse().unwrap();
+        let line = json_line(
+            time,
+            &tracing::Level::INFO,
+            "nodekeeper::x",
+            Some("lyon-3"),
+            |v| {
+                v.fields.push(("site".into(), "shadow".into()));
+                v.message = Some("hi".into());
+            },
+        );
+        assert_eq!(
+            line,
+            r#"{"time":"2026-12-01T15:04:05.5Z","level":"info","target":"nodekeeper::x","message":"hi","site":"lyon-3","field.site":"shadow"}"#
+        );
+
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .fmt_fields(TextFields)
+            .event_format(SiteText {
+                inner: tracing_subscriber::fmt::format::Format::default().without_time(),
+                site: "lyon-3".into(),
+            })
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(node = "n1", "one\ntwo");
+            tracing::info!("plain");
+        });
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(
+            text,
+            " WARN nodekeeper::logging::tests: one\\ntwo node=\"n1\" site=lyon-3\n \
+             INFO nodekeeper::logging::tests: plain site=lyon-3\n"
         );
     }
 }

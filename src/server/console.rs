@@ -170,15 +170,22 @@ struct About {
     version: &'static str,
     #[serde(rename = "gitCommit")]
     git_commit: &'static str,
+    /// `--site`, when given: the console's title names it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    site: Option<String>,
 }
 
-pub(crate) async fn about(mode: Option<Extension<ConsoleMode>>) -> Response {
+pub(crate) async fn about(
+    State(s): State<AppState>,
+    mode: Option<Extension<ConsoleMode>>,
+) -> Response {
     let mode = mode.map_or(ConsoleMode::Controller, |Extension(m)| m);
     Json(About {
+        site: s.metrics.site().map(str::to_string),
         mode,
         read_only: mode == ConsoleMode::StoppedStore,
         version: env!("CARGO_PKG_VERSION"),
-        git_commit: crate::version::GIT_COMMIT,
+        git_commit: crate::version::git_commit(),
     })
     .into_response()
 }

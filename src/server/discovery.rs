@@ -42,9 +42,9 @@ fn version_info() -> Info {
             "v{KUBE_MAJOR}.{KUBE_MINOR}.0-nodekeeper.{}",
             env!("CARGO_PKG_VERSION")
         ),
-        git_commit: crate::version::GIT_COMMIT.to_string(),
+        git_commit: crate::version::git_commit().to_string(),
         git_tree_state: "clean".to_string(),
-        build_date: crate::version::BUILD_DATE.to_string(),
+        build_date: crate::version::build_date().to_string(),
         compiler: "rustc".to_string(),
         platform: format!(
             "{}/{}",
@@ -276,8 +276,8 @@ mod tests {
             format!("v1.33.0-nodekeeper.{}", env!("CARGO_PKG_VERSION"))
         );
         assert!(v["platform"].as_str().unwrap().contains('/'));
-        assert_eq!(v["gitCommit"], crate::version::GIT_COMMIT);
-        assert_eq!(v["buildDate"], crate::version::BUILD_DATE);
+        assert_eq!(v["gitCommit"], crate::version::git_commit());
+        assert_eq!(v["buildDate"], crate::version::build_date());
     }
 
     #[test]

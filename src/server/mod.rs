@@ -3,6 +3,7 @@
 //! past time, store status, health and metrics. Reads only what is durable.
 
 mod auth;
+mod backup;
 mod connections;
 pub mod console;
 mod csinodes;
@@ -222,6 +223,7 @@ pub fn limited_router(
         .route("/v1/history", get(v1::history))
         .route("/v1/at", get(v1::at))
         .route("/v1/store", get(v1::store_status))
+        .route("/v1/backup", get(backup::backup))
         .route("/v1/sources", get(v1::sources))
         .route("/v1/mirror", get(v1::mirror))
         .route("/v1/readiness", get(console::readiness))

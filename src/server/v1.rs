@@ -295,9 +295,21 @@ pub(crate) async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Re
     }
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let format = Exposition::negotiate(accept);
+    // kube-state-metrics' node series, from the published nodes (kept
+    // per node between scrapes; see metrics::nodes).
+    let (_, shown) = s.view.shown();
+    let pieces = s
+        .metrics
+        .encode_with_nodes(format, shown.iter().map(|n| &*n.node));
+    let body = futures_util::stream::iter(
+        pieces
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .map(Ok::<_, std::convert::Infallible>),
+    );
     (
         [(header::CONTENT_TYPE, format.content_type())],
-        s.metrics.encode_as(format),
+        axum::body::Body::from_stream(body),
     )
         .into_response()
 }

@@ -232,9 +232,21 @@ fn meta_line(store: &Store) -> Result<MetaLine, StoreError> {
     })
 }
 
-/// Writes the whole store to `out` as JSON lines (the format above), ending with the counts.
-pub(super) fn export(store: &Store, out: &mut dyn Write) -> Result<ExportSummary, StoreError> {
+/// Writes the whole store to `out` as JSON lines (the format above), ending
+/// with the counts. `at`: a consistent snapshot as of that durable seq of a
+/// store that is being written (a running controller's, see
+/// [`Store::export_at`]); `None`: the store as it is, which nothing writes.
+pub(super) fn export(
+    store: &Store,
+    out: &mut dyn Write,
+    at: Option<u64>,
+) -> Result<ExportSummary, StoreError> {
+    // The history from the horizon on is held for the export's length: a
+    // prune meanwhile waits for it (or, past the pin's time to live, is
+    // found out at the end and fails the export rather than leave holes).
     let horizon = store.horizon();
+    let _pin = store.pin_history(horizon)?;
+    let last_seq = at.map_or_else(|| store.last_seq(), |seq| seq.min(store.durable_seq()));
     let base = if horizon > 0 {
         store.checkpoint(horizon)?
     } else {
@@ -246,7 +258,7 @@ pub(super) fn export(store: &Store, out: &mut dyn Write) -> Result<ExportSummary
             format: FORMAT.into(),
             version: EXPORT_FORMAT_VERSION,
             exported_at: Micros::now(),
-            last_seq: store.last_seq(),
+            last_seq,
             nodes: None,
             events: None,
             horizon: (horizon > 0).then(|| HorizonLine {
@@ -257,11 +269,22 @@ pub(super) fn export(store: &Store, out: &mut dyn Write) -> Result<ExportSummary
     )?;
     write_line(out, &Line::Meta(meta_line(store)?))?;
     let mut counts = Counts::default();
-    for value in store.nodes.iter().values() {
-        let node = records::decode_node(&value?)?;
-        write_line(out, &Line::Node(Box::new(node)))?;
-        counts.nodes += 1;
+    if at.is_some() {
+        // The registry as its history has it at `last_seq` (the nearest
+        // checkpoint and the events after it): records written since, and
+        // heartbeat times kept without an event, are not in it.
+        for node in store.registry_at(last_seq)?.nodes.into_values() {
+            write_line(out, &Line::Node(Box::new(node)))?;
+            counts.nodes += 1;
+        }
+    } else {
+        for value in store.nodes.iter().values() {
+            let node = records::decode_node(&value?)?;
+            write_line(out, &Line::Node(Box::new(node)))?;
+            counts.nodes += 1;
+        }
     }
+    // Leases are renewals, not history: as they are when read.
     for value in store.leases.iter().values() {
         let lease = records::decode_lease(&value?)?;
         write_line(out, &Line::Lease(Box::new(lease)))?;
@@ -290,6 +313,10 @@ pub(super) fn export(store: &Store, out: &mut dyn Write) -> Result<ExportSummary
     for entry in store.outbox.iter() {
         let (key, value) = entry?;
         let (key, entry) = super::decode_outbox(&key, &value)?;
+        // Mirror work queued after the snapshot belongs to a later one.
+        if entry.seq > last_seq {
+            continue;
+        }
         write_line(
             out,
             &Line::Outbox(OutboxLine {
@@ -313,15 +340,71 @@ pub(super) fn export(store: &Store, out: &mut dyn Write) -> Result<ExportSummary
             counts.checkpoint_nodes += 1;
         }
     }
-    for entry in store.events.range((horizon + 1).to_be_bytes()..) {
+    for entry in store
+        .events
+        .range((horizon + 1).to_be_bytes()..=last_seq.to_be_bytes())
+    {
         let (key, value) = entry?;
         let event = records::decode_event(seq_from_key(&key)?, &value)?;
         write_line(out, &Line::Event(Box::new(event)))?;
         counts.events += 1;
     }
+    store.check_kept(horizon)?;
     write_line(out, &Line::End(counts.clone()))?;
     out.flush().map_err(StoreError::Export)?;
     Ok(counts)
+}
+
+/// Writes the store in format 1, what releases before format 2 read: a
+/// header with the counts, the registry, then the history. Format 1 has no
+/// horizon (its history starts from an empty registry), no Leases, outbox or
+/// meta: a store whose history was pruned is refused, and the rest is left
+/// out (the counts say what).
+pub(super) fn export_format1(
+    store: &Store,
+    out: &mut dyn Write,
+) -> Result<(ExportSummary, Counts), StoreError> {
+    let horizon = store.horizon();
+    if horizon > 0 {
+        return Err(StoreError::Export(std::io::Error::other(format!(
+            "export format 1 holds the whole history from an empty registry, and this store's \
+             history before seq {horizon} was pruned: a release that reads only format 1 cannot \
+             take it; upgrade that release instead"
+        ))));
+    }
+    let nodes = store.nodes.len();
+    let events = store.events.len();
+    write_line(
+        out,
+        &Header {
+            format: FORMAT.into(),
+            version: 1,
+            exported_at: Micros::now(),
+            last_seq: store.last_seq(),
+            nodes: Some(nodes),
+            events: Some(events),
+            horizon: None,
+        },
+    )?;
+    let mut counts = Counts::default();
+    for value in store.nodes.iter().values() {
+        let node = records::decode_node(&value?)?;
+        write_line(out, &serde_json::json!({ "node": node }))?;
+        counts.nodes += 1;
+    }
+    for entry in store.events.iter() {
+        let (key, value) = entry?;
+        let event = records::decode_event(seq_from_key(&key)?, &value)?;
+        write_line(out, &serde_json::json!({ "event": event }))?;
+        counts.events += 1;
+    }
+    out.flush().map_err(StoreError::Export)?;
+    let left_out = Counts {
+        leases: store.leases.len(),
+        outbox: store.outbox.len(),
+        ..Counts::default()
+    };
+    Ok((counts, left_out))
 }
 
 pub(super) fn import(

@@ -1157,7 +1157,30 @@ impl Store {
 
     /// Writes every record as JSON lines (see [`exchange`]).
     pub fn export(&self, out: &mut dyn std::io::Write) -> Result<ExportSummary, StoreError> {
-        exchange::export(self, out)
+        exchange::export(self, out, None)
+    }
+
+    /// The store in export format 1, for a release that reads only that
+    /// (see [`exchange::export_format1`]); returns what it wrote and what
+    /// format 1 has no place for.
+    pub fn export_format1(
+        &self,
+        out: &mut dyn std::io::Write,
+    ) -> Result<(ExportSummary, ExportSummary), StoreError> {
+        exchange::export_format1(self, out)
+    }
+
+    /// A consistent snapshot of a store that is being written, in the
+    /// export format: everything as of the durable seq `seq` (the newest
+    /// when it is larger), streamed while writes go on. Returns what it
+    /// wrote and the seq it is as of.
+    pub fn export_at(
+        &self,
+        seq: u64,
+        out: &mut dyn std::io::Write,
+    ) -> Result<(ExportSummary, u64), StoreError> {
+        let at = seq.min(self.durable_seq());
+        Ok((exchange::export(self, out, Some(at))?, at))
     }
 
     /// Loads an export into this (empty) store and flushes it.

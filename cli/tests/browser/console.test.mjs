@@ -136,6 +136,7 @@ async function scenarioFleet() {
     step('the overview matches /api/v1/nodes');
     await waitForOverview(page);
     const list = await checkOverviewMatchesApi(page);
+    assertEqual(await page.title(), `Overview · ${env.NK_SITE} · nodekeeper`, 'the title names the site (run --site)');
     await page.screenshot({ path: join(env.NK_SHOTS, 'console-overview.png'), fullPage: true });
 
     step('find by name, label selector and status filters');
