@@ -30,7 +30,7 @@ const FLOORS: &[&[&str]] = &[
     // The edges: the store, where nodes come from, the kubelet client,
     // metrics, tables, systemd.
     &["store", "source", "probe", "metrics", "output", "notify"],
-    &["hook"],
+    &["hook", "backups"],
     &["controller"],
     &["mirror"],
     &["server"],
