@@ -20,6 +20,7 @@ pub(crate) mod node_writes;
 mod nodes;
 mod pace;
 mod params;
+mod pod_watch;
 pub mod pods;
 mod posted_events;
 mod push;
@@ -168,10 +169,17 @@ pub fn limited_router(
             get(empty::get_service),
         )
         .route("/api/v1/pods", get(pods::list_pods))
-        .route("/api/v1/namespaces/{namespace}/pods", get(pods::list_pods))
+        .route(
+            "/api/v1/namespaces/{namespace}/pods",
+            get(pods::list_namespaced_pods).post(pods::create_pod),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}/status",
+            get(pods::get_pod).patch(pods::patch_pod_status),
+        )
         .route(
             "/api/v1/namespaces/{namespace}/pods/{name}",
-            get(pods::get_pod),
+            get(pods::get_pod).delete(pods::delete_pod),
         )
         .route(
             "/apis/coordination.k8s.io/v1/leases",
