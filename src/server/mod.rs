@@ -18,6 +18,7 @@ pub mod limits;
 pub mod node_json;
 pub(crate) mod node_writes;
 mod nodes;
+mod openapi;
 mod pace;
 mod params;
 mod pod_watch;
@@ -115,6 +116,9 @@ pub fn limited_router(
 ) -> Router {
     let routes = Router::new()
         .route("/version", get(discovery::version))
+        .route("/openapi/v2", get(openapi::v2))
+        .route("/openapi/v3", get(openapi::v3_index))
+        .route("/openapi/v3/{*path}", get(openapi::v3))
         .route("/api", get(discovery::api))
         .route("/api/v1", get(discovery::api_v1))
         .route("/apis", get(discovery::apis))
