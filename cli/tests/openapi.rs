@@ -200,4 +200,39 @@ async fn kubectl_explains_applies_and_edits_with_validation_on() {
     assert!(out.contains("node/edge-41 edited"), "{out}");
     let (_, node) = c.get("/api/v1/nodes/edge-41").await;
     assert_eq!(node["metadata"]["labels"]["edited"], "yes");
+
+    // CSINodes are checked the same way, against their own schema.
+    let csinode = json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+                         "metadata": {"name": "edge-41"}, "spec": {"drivers": []}});
+    let response = client()
+        .post(format!("{}/apis/storage.k8s.io/v1/csinodes", c.url))
+        .json(&csinode)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let patch = json!({"spec": {"drivers": [{"name": "d", "nodeID": "n", "colour": "x"}]}});
+    let send = |validation: &'static str| {
+        client()
+            .patch(format!(
+                "{}/apis/storage.k8s.io/v1/csinodes/edge-41?fieldValidation={validation}",
+                c.url
+            ))
+            .header("content-type", "application/merge-patch+json")
+            .body(patch.to_string())
+            .send()
+    };
+    let strict = send("Strict").await.unwrap();
+    assert_eq!(strict.status().as_u16(), 400);
+    let status: Value = strict.json().await.unwrap();
+    assert_eq!(
+        status["message"],
+        r#"strict decoding error: unknown field "spec.drivers[0].colour""#
+    );
+    let warned = send("Warn").await.unwrap();
+    assert_eq!(warned.status().as_u16(), 200);
+    assert_eq!(
+        warned.headers()["warning"],
+        r#"299 - "unknown field 'spec.drivers[0].colour'""#
+    );
 }
