@@ -266,6 +266,18 @@ impl View {
             .collect()
     }
 
+    /// The object of `resource` named `name`, on whichever node (the first
+    /// by node name): found without copying the others.
+    pub fn find_node_object(&self, resource: &str, name: &str) -> Option<NodeObject> {
+        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
+        let from = (resource.to_string(), String::new(), String::new());
+        objects
+            .range(from..)
+            .take_while(|((r, _, _), _)| r == resource)
+            .find(|((_, _, n), _)| n == name)
+            .map(|(_, o)| o.clone())
+    }
+
     /// How many objects of `resource` are kept with `node`.
     pub fn count_node_objects(&self, resource: &str, node: &str) -> usize {
         let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());

@@ -180,6 +180,21 @@ async fn kubectl_explains_applies_and_edits_with_validation_on() {
     );
     let (_, node) = c.get("/api/v1/nodes/edge-41").await;
     assert_eq!(node["metadata"]["labels"]["tier"], "edge");
+    // A server-side dry run is refused, not carried out.
+    tokio::fs::write(&manifest, write("    tier: core\n", ""))
+        .await
+        .unwrap();
+    let (ok, _, err) = kubectl(
+        &c,
+        dir.path(),
+        &["apply", "--dry-run=server", "-f", file],
+        &[],
+    )
+    .await;
+    assert!(!ok);
+    assert!(err.contains("nodekeeper has no dry runs"), "{err}");
+    let (_, node) = c.get("/api/v1/nodes/edge-41").await;
+    assert_eq!(node["metadata"]["labels"]["tier"], "edge");
 
     // edit: the editor adds a label to the YAML kubectl wrote.
     let editor = dir.path().join("editor.sh");

@@ -200,9 +200,12 @@ impl FieldValidation {
 pub(crate) struct WriteQuery {
     #[serde(rename = "fieldValidation")]
     field_validation: Option<String>,
+    #[serde(rename = "dryRun")]
+    dry_run: Option<String>,
 }
 
-/// Checks a write's body (an object, or a merge or strategic merge patch of
+/// Refuses a dry run (`?dryRun=`), which nodekeeper does not do, and
+/// checks a write's body (an object, or a merge or strategic merge patch of
 /// one) against its schema as `?fieldValidation=` asks
 /// (kube-apiserver: `Strict` refuses unknown fields with a 400
 /// `strict decoding error`, `Warn` answers with a `Warning` header for
@@ -216,6 +219,17 @@ pub(crate) fn check_fields(
     kind: &str,
     body: &Value,
 ) -> Result<Vec<String>, Response> {
+    // Not advertised, and not to be ignored: the write would be real.
+    if let Some(dry_run) = &query.dry_run {
+        return Err(status_error(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!(
+                "dryRun={dry_run:?}: nodekeeper has no dry runs; \
+                 leave out --dry-run=server (--dry-run=client works)"
+            ),
+        ));
+    }
     let validation = FieldValidation::parse(query.field_validation.as_deref())?;
     if validation == FieldValidation::Ignore {
         return Ok(Vec::new());

@@ -81,13 +81,16 @@ fn key(node: &str, namespace: &str, name: &str) -> ObjectKey {
     }
 }
 
-/// The pod kept as `namespace/name`, on whichever node.
-fn find(s: &AppState, namespace: &str, name: &str) -> Option<NodeObject> {
-    let wanted = format!("{namespace}/{name}");
+/// The pod kept as `namespace/name`: a node's own, looked up by its key
+/// (a kubelet asks for its own pods), else on whichever node.
+fn find(s: &AppState, caller: &Caller, namespace: &str, name: &str) -> Option<NodeObject> {
+    if let Caller::Node(node) = caller {
+        if let Some(own) = s.view.node_object(&key(node, namespace, name)) {
+            return Some(own);
+        }
+    }
     s.view
-        .node_objects(RESOURCE)
-        .into_iter()
-        .find(|o| o.name == wanted)
+        .find_node_object(RESOURCE, &format!("{namespace}/{name}"))
 }
 
 fn not_found(name: &str) -> Response {
@@ -244,6 +247,7 @@ async fn list(
 pub(crate) async fn get_pod(
     State(s): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
+    caller: Caller,
     headers: HeaderMap,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Response {
@@ -251,7 +255,7 @@ pub(crate) async fn get_pod(
         Ok(include) => include,
         Err(e) => return bad_request(e.to_string()),
     };
-    let Some(object) = find(&s, &namespace, &name) else {
+    let Some(object) = find(&s, &caller, &namespace, &name) else {
         return not_found(&name);
     };
     let pod = served(&object);
@@ -406,7 +410,7 @@ pub(crate) async fn patch_pod_status(
     ct: ContentType,
     body: Bytes,
 ) -> Response {
-    let Some(current) = find(&s, &namespace, &name) else {
+    let Some(current) = find(&s, &caller, &namespace, &name) else {
         return not_found(&name);
     };
     if let Err(r) = super::check_may_write_node(&caller, &current.node) {
@@ -503,7 +507,7 @@ pub(crate) async fn delete_pod(
             Err(r) => return r,
         }
     };
-    let Some(current) = find(&s, &namespace, &name) else {
+    let Some(current) = find(&s, &caller, &namespace, &name) else {
         return not_found(&name);
     };
     if let Err(r) = super::check_may_write_node(&caller, &current.node) {
