@@ -322,7 +322,8 @@ pub struct Lease {
 }
 
 /// An object a node's kubelet keeps through the API beside its Node and
-/// Lease (its CSINode): kept with the node, and deleted with it.
+/// Lease (its CSINode, its mirror pods): kept with the node, and deleted
+/// with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeObject {
     pub node: String,
@@ -330,7 +331,8 @@ pub struct NodeObject {
     pub resource: String,
     /// `namespace/name` for a namespaced object, else its name.
     pub name: String,
-    /// Counts every write of the object; its resourceVersion.
+    /// The seq of the history entry that last wrote it (set by the store
+    /// writer); its resourceVersion.
     pub generation: u64,
     /// The object's Kubernetes JSON, as served.
     pub json: String,
@@ -447,7 +449,7 @@ pub enum EventKind {
     /// (`static`, `cloud/inventory`).
     SourceFailed { source: String, message: String },
     /// The node's kubelet created, replaced or deleted an object kept with
-    /// the node (its CSINode); `summary` says what it holds.
+    /// the node (its CSINode, its mirror pods); `summary` says what it holds.
     ObjectChanged {
         resource: String,
         name: String,

@@ -255,6 +255,39 @@ impl View {
             .collect()
     }
 
+    /// The objects of `resource` kept with `node`, by name.
+    pub fn node_objects_on(&self, resource: &str, node: &str) -> Vec<NodeObject> {
+        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
+        let from = (resource.to_string(), node.to_string(), String::new());
+        objects
+            .range(from..)
+            .take_while(|((r, n, _), _)| r == resource && n == node)
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+
+    /// The object of `resource` named `name`, on whichever node (the first
+    /// by node name): found without copying the others.
+    pub fn find_node_object(&self, resource: &str, name: &str) -> Option<NodeObject> {
+        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
+        let from = (resource.to_string(), String::new(), String::new());
+        objects
+            .range(from..)
+            .take_while(|((r, _, _), _)| r == resource)
+            .find(|((_, _, n), _)| n == name)
+            .map(|(_, o)| o.clone())
+    }
+
+    /// How many objects of `resource` are kept with `node`.
+    pub fn count_node_objects(&self, resource: &str, node: &str) -> usize {
+        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
+        let from = (resource.to_string(), node.to_string(), String::new());
+        objects
+            .range(from..)
+            .take_while(|((r, n, _), _)| r == resource && n == node)
+            .count()
+    }
+
     /// Publishes objects written and removed; the objects of `deleted_nodes`
     /// go with them.
     pub fn publish_objects(

@@ -235,7 +235,12 @@ async fn a_kubelet_initialises_its_csinode_and_it_is_kept_with_the_node() {
         uid.as_str()
     );
     assert_eq!(created["spec"]["drivers"], json!([]));
-    assert_eq!(created["metadata"]["resourceVersion"], "1");
+    // Its version is the seq of its history entry, as a node's is.
+    let created_rv: u64 = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(created["metadata"]["uid"]
         .as_str()
         .is_some_and(|u| !u.is_empty()));
@@ -257,7 +262,12 @@ async fn a_kubelet_initialises_its_csinode_and_it_is_kept_with_the_node() {
     )
     .await;
     assert_eq!(code, 200, "{updated}");
-    assert_eq!(updated["metadata"]["resourceVersion"], "2");
+    let updated_rv: u64 = updated["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(updated_rv > created_rv, "{updated}");
     assert_eq!(updated["metadata"]["uid"], created["metadata"]["uid"]);
     assert_eq!(updated["spec"]["drivers"][0]["nodeID"], "edge-7");
     // The same write from the stale version: a conflict, as kube-apiserver's.

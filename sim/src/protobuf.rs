@@ -28,6 +28,8 @@ pub fn encode(object: &Value) -> Vec<u8> {
         ("coordination.k8s.io/v1", "Lease") => LEASE,
         ("storage.k8s.io/v1", "CSINode") => CSI_NODE,
         ("v1", "Event") => EVENT,
+        ("v1", "Pod") => POD,
+        ("v1", "DeleteOptions") => DELETE_OPTIONS,
         other => panic!("the simulated kubelet sends no {other:?} in protobuf"),
     };
     let mut type_meta = Vec::new();
@@ -225,6 +227,30 @@ const OBJECT_REFERENCE: &[Field] = &[
     (5, "apiVersion", Kind::String),
 ];
 const EVENT_SOURCE: &[Field] = &[(1, "component", Kind::String), (2, "host", Kind::String)];
+
+/// A mirror pod as a kubelet creates it (`pkg/kubelet/pod/mirror_client.go:99`):
+/// k8s.io/api `core/v1/generated.proto` `Pod`, `PodSpec`, `Container`.
+const POD: &[Field] = &[
+    (1, "metadata", Kind::Message(OBJECT_META)),
+    (2, "spec", Kind::Message(POD_SPEC)),
+];
+const POD_SPEC: &[Field] = &[
+    (2, "containers", Kind::Message(CONTAINER)),
+    (3, "restartPolicy", Kind::String),
+    (10, "nodeName", Kind::String),
+    (11, "hostNetwork", Kind::Bool),
+];
+const CONTAINER: &[Field] = &[(1, "name", Kind::String), (2, "image", Kind::String)];
+/// The body of a delete (client-go `gentype/type.go` `Delete`), from
+/// k8s.io/apimachinery `pkg/apis/meta/v1/generated.proto`.
+const DELETE_OPTIONS: &[Field] = &[
+    (1, "gracePeriodSeconds", Kind::Int),
+    (2, "preconditions", Kind::Message(PRECONDITIONS)),
+];
+const PRECONDITIONS: &[Field] = &[
+    (1, "uid", Kind::String),
+    (2, "resourceVersion", Kind::String),
+];
 
 #[cfg(test)]
 mod tests {

@@ -52,7 +52,10 @@ pub use clock::Clock;
 pub use cloud_sync::{CloudSource, SourceStatus, TAINT_SHUTDOWN};
 use conditions::Health;
 pub use operator::{OperatorFields, Preconditions, SourceListing, MANAGED_TAINTS};
-pub use push::{ControllerHandle, ObjectWrite, Push, PushError, PushedStatus, StatusAnswer};
+pub use push::{
+    ControllerHandle, ObjectWrite, Push, PushError, PushedStatus, StatusAnswer,
+    MAX_OBJECTS_PER_NODE,
+};
 pub use static_sync::NodesFile;
 pub use sweep::SweepReport;
 use writer::{Change, Done, Job, Mark, Settled, StoreWriter};

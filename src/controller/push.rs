@@ -103,6 +103,11 @@ pub enum Push {
     },
 }
 
+/// The most objects of one resource a node keeps: a kubelet's default
+/// `maxPods` (`pkg/kubelet/apis/config/v1beta1/defaults.go`), so every
+/// static pod of a node fits.
+pub const MAX_OBJECTS_PER_NODE: usize = 110;
+
 /// What a write of an object kept with a node does; `expected` is the
 /// generation the writer read, if it gave one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -717,6 +722,16 @@ impl Controller {
         let name = object.name.clone();
         let (action, mut change) = match (write, current) {
             (ObjectWrite::Create, Some(_)) => return Err(PushError::AlreadyExists { kind, name }),
+            (ObjectWrite::Create, None)
+                if self.view.count_node_objects(&object.resource, &object.node)
+                    >= MAX_OBJECTS_PER_NODE =>
+            {
+                return Err(PushError::Forbidden(format!(
+                    "{kind} {name:?} is forbidden: node {:?} already keeps \
+                     {MAX_OBJECTS_PER_NODE} of them, as many as a kubelet runs pods by default",
+                    object.node
+                )))
+            }
             (ObjectWrite::Create, None) => {
                 object.generation = 1;
                 ("created", Change::default())
@@ -736,7 +751,7 @@ impl Controller {
             (ObjectWrite::Delete { .. }, Some(c)) => {
                 object = c;
                 let change = Change {
-                    deleted_objects: vec![key],
+                    deleted_objects: vec![key.clone()],
                     ..Change::default()
                 };
                 ("deleted", change)
@@ -757,7 +772,12 @@ impl Controller {
         );
         change.batch = batch;
         self.commit_change(change).await?;
-        Ok(object)
+        // Written and published: as stored, with its version (the seq of
+        // its history entry). A deleted one is answered as it was.
+        match action {
+            "deleted" => Ok(object),
+            _ => Ok(self.view.node_object(&key).unwrap_or(object)),
+        }
     }
 }
 

@@ -521,6 +521,19 @@ impl Writer {
             self.store.delete_lease(name)?;
         }
         if !change.objects.is_empty() || !change.deleted_objects.is_empty() {
+            // An object's version is the seq of the history entry that wrote
+            // it, as a node's is: a watch resumes from it.
+            for object in &mut change.objects {
+                if let Some(seq) = written
+                    .events
+                    .iter()
+                    .rev()
+                    .find(|e| wrote(e, object))
+                    .map(|e| e.seq)
+                {
+                    object.generation = seq;
+                }
+            }
             self.store
                 .write_node_objects(&change.objects, &change.deleted_objects)?;
         }
@@ -751,6 +764,13 @@ fn bytes(n: u64) -> String {
     } else {
         format!("{value:.1} {}", UNITS[unit])
     }
+}
+
+/// Whether `event` is the history entry of a write of `object`.
+fn wrote(event: &crate::model::Event, object: &NodeObject) -> bool {
+    matches!(&event.kind, EventKind::ObjectChanged { resource, name, .. }
+        if *resource == object.resource && *name == object.name)
+        && event.node.as_deref() == Some(object.node.as_str())
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ mod kubelet;
 mod lease;
 mod node;
 mod operator;
+mod pod;
 mod status;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};

@@ -202,6 +202,9 @@ fn schema_of(api_version: &str, kind: &str) -> Option<&'static Message> {
         ("coordination.k8s.io/v1", "Lease") => Some(&LEASE),
         ("storage.k8s.io/v1", "CSINode") => Some(&CSI_NODE),
         ("events.k8s.io/v1", "Event") => Some(&EVENTS_EVENT),
+        // The body of a delete, in the resource's own group version
+        // (client-go `gentype/type.go` `Delete`: `Body(&opts)`).
+        ("v1" | "meta.k8s.io/v1", "DeleteOptions") => Some(&DELETE_OPTIONS),
         _ => None,
     }
 }
@@ -751,6 +754,23 @@ static CONTAINER_PORT: Message = Message {
         one(3, "containerPort", Kind::Int32),
         one(4, "protocol", Kind::String),
         one(5, "hostIP", Kind::String),
+    ],
+};
+
+/// k8s.io/apimachinery `pkg/apis/meta/v1/generated.proto` `DeleteOptions`.
+static DELETE_OPTIONS: Message = Message {
+    fields: &[
+        one(1, "gracePeriodSeconds", Kind::Int64),
+        one(2, "preconditions", Kind::Message(&PRECONDITIONS)),
+        one(3, "orphanDependents", Kind::Bool),
+        one(4, "propagationPolicy", Kind::String),
+        many(5, "dryRun", Kind::String),
+    ],
+};
+static PRECONDITIONS: Message = Message {
+    fields: &[
+        one(1, "uid", Kind::String),
+        one(2, "resourceVersion", Kind::String),
     ],
 };
 

@@ -218,6 +218,51 @@ pub fn node_table(
     }
 }
 
+/// The pod printer's columns, in its order (kubernetes
+/// `pkg/printers/internalversion/printers.go` `podColumnDefinitions`).
+fn pod_columns() -> Vec<Column> {
+    let column = |name, format, description, priority| Column {
+        name,
+        kind: "string",
+        format,
+        description,
+        priority,
+    };
+    vec![
+        column("Name", "name", NAME_DOC, 0),
+        column("Ready", "", "The aggregate readiness state of this pod for accepting traffic.", 0),
+        column("Status", "", "The aggregate status of the containers in this pod.", 0),
+        column("Restarts", "", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.", 0),
+        column("Age", "", CREATION_DOC, 0),
+        column("IP", "", "podIP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.", 1),
+        column("Node", "", "NodeName indicates in which node this pod is scheduled. If empty, this pod is a candidate for scheduling by the scheduler defined in schedulerName. Once this field is set, the kubelet for this node becomes responsible for the lifecycle of this pod. This field should not be used to express a desire for the pod to be scheduled on a specific node. https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#nodename", 1),
+        column("Nominated Node", "", "nominatedNodeName is set only when this pod preempts other pods on the node, but it cannot be scheduled right away as preemption victims receive their graceful termination periods. This field does not guarantee that the pod will be scheduled on this node. Scheduler may decide to place the pod elsewhere if other nodes become available sooner. Scheduler may also decide to give the resources on this node to a higher priority pod that is created after preemption. As a result, this field may be different than PodSpec.nodeName when the pod is scheduled.", 1),
+        column("Readiness Gates", "", "If specified, all readiness gates will be evaluated for pod readiness. A pod is ready when all its containers are ready AND all conditions specified in the readiness gates have status equal to \"True\" More info: https://git.k8s.io/enhancements/keps/sig-network/580-pod-readiness-gates", 1),
+    ]
+}
+
+/// Pods (their Kubernetes JSON) as a Table, like [`node_table`].
+pub fn pod_table(pods: &[Value], metadata: ListMeta, include: IncludeObject, now: Micros) -> Table {
+    let rows = pods
+        .iter()
+        .map(|pod| {
+            let meta: ObjectMeta =
+                serde_json::from_value(pod["metadata"].clone()).unwrap_or_default();
+            Row {
+                cells: super::pod::pod_cells(pod, now),
+                object: row_object(include, &meta, || Some(pod.clone())),
+            }
+        })
+        .collect();
+    Table {
+        kind: "Table",
+        api_version: "meta.k8s.io/v1",
+        metadata,
+        column_definitions: pod_columns(),
+        rows,
+    }
+}
+
 /// What a row carries: nothing, a `PartialObjectMetadata`, or the object.
 fn row_object(
     include: IncludeObject,

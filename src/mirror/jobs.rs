@@ -1,5 +1,6 @@
 //! What each piece of the mirror's work does against the API server: bring
-//! a Node to the registry's record (or delete it), renew a Lease, delete an
+//! a Node (and its CSINode, `csinodes.rs`) to the registry's record (or
+//! delete it), renew a Lease, delete an
 //! evicted node's pods (`evict.rs`). Every request goes through [`Ctx::call`]: a token
 //! from the budget at the work's priority, the request timeout, metrics, and
 //! the API server's `429 Retry-After` honoured.
@@ -35,7 +36,7 @@ pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 pub(crate) const PAGE: u32 = 500;
 /// A resourceVersion conflict is re-read and retried this often before the
 /// entry goes back to the queue with backoff.
-const CONFLICT_RETRIES: usize = 5;
+pub(crate) const CONFLICT_RETRIES: usize = 5;
 /// A request answered 429 is sent again after the Retry-After this often
 /// before its work goes back to the queue.
 const THROTTLE_RETRIES: usize = 3;
@@ -70,6 +71,8 @@ pub(crate) struct Ctx {
     pub(crate) upstream: Mutex<Upstream>,
     /// The versions writes were answered with, to notice a restart.
     pub(crate) versions: ServerVersions,
+    /// What is known of the nodes' CSINodes upstream (`csinodes.rs`).
+    pub(crate) csinodes: Mutex<super::csinodes::CsiNodeKnown>,
 }
 
 impl Ctx {
@@ -210,7 +213,9 @@ impl Ctx {
             return Ok(false);
         };
         let (current, created) = self.sync_spec(name, &desired, priority).await?;
+        let uid = current["metadata"]["uid"].as_str().map(str::to_string);
         self.sync_status(name, current, &desired, priority).await?;
+        self.sync_csinode(name, uid.as_deref(), priority).await?;
         Ok(created)
     }
 
@@ -364,6 +369,7 @@ impl Ctx {
             self.call(priority, "delete", || leases.delete(name, &dp))
                 .await,
         )?;
+        self.delete_csinode(name, priority).await?;
         self.leases().remove(name);
         self.upstream().forget(name);
         Ok(())
@@ -592,6 +598,7 @@ pub(crate) mod testing {
             state,
             config,
             leases: Mutex::new(HashMap::new()),
+            csinodes: Mutex::new(HashMap::new()),
             upstream: Mutex::new(Upstream::default()),
             versions: ServerVersions::default(),
         }

@@ -1,5 +1,5 @@
-//! The mirror: keeps a Kubernetes API server's Nodes, their status, taints
-//! and Leases in line with the registry, and deletes pods of evicted nodes.
+//! The mirror: keeps a Kubernetes API server's Nodes, their status, taints,
+//! CSINodes and Leases in line with the registry, and deletes pods of evicted nodes.
 //!
 //! Work comes from the durable outbox ([`crate::store::OutboxKey`]), which
 //! the store fills in the same transaction as each change; the mirror learns
@@ -26,6 +26,7 @@
 pub mod budget;
 pub mod capacity;
 pub mod client;
+mod csinodes;
 mod drain;
 mod evict;
 mod jobs;
@@ -217,6 +218,7 @@ impl Mirror {
             state: state.clone(),
             config,
             leases: Mutex::new(HashMap::new()),
+            csinodes: Mutex::new(HashMap::new()),
             upstream: Mutex::new(upstream::Upstream::default()),
             versions: versions::ServerVersions::default(),
         };

@@ -28,6 +28,7 @@ use crate::model::{Micros, NodeObject, ObjectKey};
 
 /// The resource, as errors and the history name it.
 const RESOURCE: &str = "csinodes.storage.k8s.io";
+const API_VERSION: &str = "storage.k8s.io/v1";
 /// The largest CSINode kept, as JSON: room for dozens of drivers.
 const MAX_BYTES: usize = 64 * 1024;
 /// The fields CSINodes can be selected by, as in kube-apiserver.
@@ -152,20 +153,30 @@ pub(crate) async fn put_csinode(
     Path(name): Path<String>,
     caller: Caller,
     ct: ContentType,
+    Query(query): Query<super::openapi::WriteQuery>,
     body: Bytes,
 ) -> Response {
     if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
-    let csinode = match json_body::<CSINode>(ct.as_str(), &body) {
-        Ok(c) => c,
+    let value = match json_body::<Value>(ct.as_str(), &body) {
+        Ok(v) => v,
         Err(r) => return r,
+    };
+    let warnings = match super::openapi::check_fields(&query, API_VERSION, "CSINode", &value) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let csinode: CSINode = match serde_json::from_value(value) {
+        Ok(c) => c,
+        Err(e) => return super::push::malformed(&e),
     };
     let expected = match crate::kube::expected_version(&csinode.metadata) {
         Ok(e) => e,
         Err(e) => return super::push::invalid("CSINode", &name, e),
     };
-    replace(&s, csinode, &name, expected).await
+    let answer = replace(&s, csinode, &name, expected).await;
+    super::openapi::with_warnings(answer, &warnings)
 }
 
 /// `PATCH /apis/storage.k8s.io/v1/csinodes/{name}` (merge, strategic or JSON patch).
@@ -174,11 +185,20 @@ pub(crate) async fn patch_csinode(
     Path(name): Path<String>,
     caller: Caller,
     ct: ContentType,
+    Query(query): Query<super::openapi::WriteQuery>,
     body: Bytes,
 ) -> Response {
     if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
+    // A JSON patch names no fields by key: only merge patches are checked.
+    let warnings = match serde_json::from_slice::<Value>(&body) {
+        Ok(patch) => match super::openapi::check_fields(&query, API_VERSION, "CSINode", &patch) {
+            Ok(w) => w,
+            Err(r) => return r,
+        },
+        Err(_) => Vec::new(),
+    };
     let Some(current) = s.view.node_object(&key(&name)) else {
         return not_found(&name);
     };
@@ -188,7 +208,8 @@ pub(crate) async fn patch_csinode(
         Err(r) => return r,
     };
     // The patch applies to this version: a write in between is a conflict.
-    replace(&s, csinode, &name, Some(generation)).await
+    let answer = replace(&s, csinode, &name, Some(generation)).await;
+    super::openapi::with_warnings(answer, &warnings)
 }
 
 async fn replace(s: &AppState, csinode: CSINode, name: &str, expected: Option<u64>) -> Response {

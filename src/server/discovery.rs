@@ -130,8 +130,16 @@ fn core_v1_resources() -> APIResourceList {
                 &["create", "get", "list", "patch"],
                 &["ev"],
             ),
-            // There are no pods; listing them answers an empty list (kubectl describe node asks).
-            resource("pods", "pod", "Pod", true, READ, &["po"]),
+            // The mirror pods of kubelets' static pods, and nothing else.
+            resource(
+                "pods",
+                "pod",
+                "Pod",
+                true,
+                &["create", "delete", "get", "list", "watch"],
+                &["po"],
+            ),
+            resource("pods/status", "", "Pod", true, &["get", "patch"], &[]),
             // None kept: listed and watched empty, as kubelets do.
             resource("services", "service", "Service", true, READ, &["svc"]),
         ],

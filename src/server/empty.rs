@@ -1,5 +1,5 @@
 //! Resources a kubelet lists and watches that nodekeeper keeps nothing of:
-//! Services, CSIDrivers, RuntimeClasses, and Pods. Each is answered as
+//! Services, CSIDrivers and RuntimeClasses. Each is answered as
 //! kube-apiserver answers a resource with no objects: an empty list with
 //! the current resourceVersion, field selectors checked against the
 //! resource's own, and a watch that streams bookmarks (with
@@ -9,8 +9,8 @@
 //!
 //! Who lists them (kubernetes, v1.33): services `pkg/kubelet/kubelet.go:538-546`
 //! (`spec.clusterIP!=None`); CSIDrivers `pkg/kubelet/volume_host.go:70-73`;
-//! RuntimeClasses `pkg/kubelet/runtimeclass/runtimeclass_manager.go:38-39`;
-//! pods `pkg/kubelet/config/apiserver.go:38` (`spec.nodeName=NAME`).
+//! RuntimeClasses `pkg/kubelet/runtimeclass/runtimeclass_manager.go:38-39`.
+//! Pods are kept (the mirror pods, `super::pods`).
 
 // Checks return a ready response as their error, built once per refused
 // request: its size does not matter.
@@ -63,13 +63,6 @@ pub(crate) const RUNTIME_CLASSES: Empty = Empty {
     fields: &["metadata.name"],
 };
 
-pub(crate) const PODS: Empty = Empty {
-    api_version: "v1",
-    kind: "Pod",
-    resource: "pods",
-    fields: super::pods::POD_FIELDS,
-};
-
 impl Empty {
     /// A list or a watch of the resource.
     pub async fn list(&'static self, s: AppState, params: ListParams) -> Response {
@@ -97,14 +90,9 @@ impl Empty {
         if let Err(e) = params.query(self.fields) {
             return bad_request(e.to_string());
         }
-        let bookmarks = match params
-            .allow_watch_bookmarks
-            .as_deref()
-            .map(super::params::parse_bool)
-        {
-            None => false,
-            Some(Some(b)) => b,
-            Some(None) => return bad_request("allowWatchBookmarks: invalid value".into()),
+        let bookmarks = match super::watch::bookmarks_allowed(params) {
+            Ok(b) => b,
+            Err(r) => return r,
         };
         // The history's versions, with no object of this resource in it.
         let watch = super::watch::WatchParams {

@@ -18,8 +18,10 @@ pub mod limits;
 pub mod node_json;
 pub(crate) mod node_writes;
 mod nodes;
+mod openapi;
 mod pace;
 mod params;
+mod pod_watch;
 pub mod pods;
 mod posted_events;
 mod push;
@@ -114,6 +116,9 @@ pub fn limited_router(
 ) -> Router {
     let routes = Router::new()
         .route("/version", get(discovery::version))
+        .route("/openapi/v2", get(openapi::v2))
+        .route("/openapi/v3", get(openapi::v3_index))
+        .route("/openapi/v3/{*path}", get(openapi::v3))
         .route("/api", get(discovery::api))
         .route("/api/v1", get(discovery::api_v1))
         .route("/apis", get(discovery::apis))
@@ -168,10 +173,17 @@ pub fn limited_router(
             get(empty::get_service),
         )
         .route("/api/v1/pods", get(pods::list_pods))
-        .route("/api/v1/namespaces/{namespace}/pods", get(pods::list_pods))
+        .route(
+            "/api/v1/namespaces/{namespace}/pods",
+            get(pods::list_namespaced_pods).post(pods::create_pod),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}/status",
+            get(pods::get_pod).patch(pods::patch_pod_status),
+        )
         .route(
             "/api/v1/namespaces/{namespace}/pods/{name}",
-            get(pods::get_pod),
+            get(pods::get_pod).delete(pods::delete_pod),
         )
         .route(
             "/apis/coordination.k8s.io/v1/leases",

@@ -287,6 +287,7 @@ pub(crate) async fn patch_node(
     caller: Caller,
     identity: Identity,
     headers: HeaderMap,
+    Query(query): Query<super::openapi::WriteQuery>,
     body: Bytes,
 ) -> Response {
     if let Err(r) = check_operator(&caller, &name) {
@@ -311,6 +312,11 @@ pub(crate) async fn patch_node(
         Ok(v) => v,
         Err(e) => return bad_request(format!("the patch is not valid JSON: {e}")),
     };
+    // A JSON patch names no fields by key: only merge patches are checked.
+    let warnings = match super::openapi::check_fields(&query, "v1", "Node", &body) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
     let by = writer(identity, &headers);
     let write = NodeWrite::Patch { format, body };
     // Subscribed before the first read, so no version published after it is missed.
@@ -324,7 +330,10 @@ pub(crate) async fn patch_node(
             Err(e) => return write_error(e),
         };
         match commit(&s, &name, prepared, &by).await {
-            Ok(node) => return Json(crate::kube::node(&node, None)).into_response(),
+            Ok(node) => {
+                let answer = Json(crate::kube::node(&node, None)).into_response();
+                return super::openapi::with_warnings(answer, &warnings);
+            }
             // The node changed since it was read: apply the patch again to
             // the newer node, once it is published.
             Err(PushError::Conflict { .. }) => {
@@ -378,15 +387,27 @@ pub(crate) async fn put_node(
     caller: Caller,
     identity: Identity,
     headers: HeaderMap,
+    Query(query): Query<super::openapi::WriteQuery>,
     body: Bytes,
 ) -> Response {
     if let Err(r) = check_operator(&caller, &name) {
         return r;
     }
-    let object: KubeNode = match super::push::json_body(super::push::content_type(&headers), &body)
-    {
-        Ok(o) => o,
+    let json = match super::push::body_json(super::push::content_type(&headers), &body) {
+        Ok(j) => j,
         Err(r) => return r,
+    };
+    let value: serde_json::Value = match serde_json::from_slice(&json) {
+        Ok(v) => v,
+        Err(e) => return super::push::malformed(&e),
+    };
+    let warnings = match super::openapi::check_fields(&query, "v1", "Node", &value) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let object: KubeNode = match serde_json::from_value(value) {
+        Ok(o) => o,
+        Err(e) => return super::push::malformed(&e),
     };
     let Some((node, beat)) = s.view.get(&name) else {
         return not_found(&name);
@@ -396,7 +417,10 @@ pub(crate) async fn put_node(
         Err(e) => return write_error(e),
     };
     match commit(&s, &name, prepared, &writer(identity, &headers)).await {
-        Ok(node) => Json(crate::kube::node(&node, None)).into_response(),
+        Ok(node) => super::openapi::with_warnings(
+            Json(crate::kube::node(&node, None)).into_response(),
+            &warnings,
+        ),
         Err(e) => super::push::push_error(e),
     }
 }

@@ -24,11 +24,11 @@ use crate::store::{HistoryQuery, ReadPin, StoreError};
 
 /// How long a watch runs unless the client asks for less (the API server's
 /// default minimum request timeout).
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 /// How often a bookmark is sent to clients that allow them.
-const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 /// Events read from the log per round, so one slow reader cannot hold much.
-const PAGE: usize = 1000;
+pub(crate) const PAGE: usize = 1000;
 /// How long a watch from a version not yet durable waits for it, as
 /// kube-apiserver waits for its cache (`blockTimeout`).
 const TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
@@ -63,16 +63,42 @@ pub(crate) struct WatchParams {
 /// `retryAfterSeconds`, which makes client-go relist: nodekeeper's versions
 /// are its store's seqs, so one ahead of the log comes from another store.
 pub(crate) async fn watch_nodes(s: AppState, params: WatchParams) -> Response {
-    let from = match params.resource_version.as_deref() {
+    let start = match begin(&s, params.resource_version.as_deref()).await {
+        Ok(start) => start,
+        Err(r) => return r,
+    };
+    let (sender, receiver) = mpsc::channel::<Bytes>(64);
+    tokio::spawn(stream_events(s, params, start, sender));
+    stream_response(receiver)
+}
+
+/// Where a watch starts, checked: `from` the version asked for (`None`:
+/// from now, with every object first), `start` the first version after
+/// which events are streamed, and the history pinned from it.
+pub(crate) struct WatchStart {
+    pub from: Option<u64>,
+    pub start: u64,
+    pub pin: ReadPin,
+}
+
+/// Reads a watch's `resourceVersion` and pins the history from it, with
+/// the answers kube-apiserver gives one it cannot serve (see [`watch_nodes`]).
+// A refusal is a ready response, built once per refused request.
+#[allow(clippy::result_large_err)]
+pub(crate) async fn begin(
+    s: &AppState,
+    resource_version: Option<&str>,
+) -> Result<WatchStart, Response> {
+    let from = match resource_version {
         None | Some("") | Some("0") => None,
         Some(v) => match v.parse::<u64>() {
             Ok(v) => Some(v),
             Err(_) => {
-                return status_error(
+                return Err(status_error(
                     StatusCode::BAD_REQUEST,
                     "BadRequest",
                     format!("resourceVersion {v:?} is not one this server hands out"),
-                )
+                ))
             }
         },
     };
@@ -88,20 +114,22 @@ pub(crate) async fn watch_nodes(s: AppState, params: WatchParams) -> Response {
         })
         .await;
         if reached != Ok(true) {
-            return too_large(v, s.store.durable_seq());
+            return Err(too_large(v, s.store.durable_seq()));
         }
     }
     let durable = s.store.durable_seq();
     let start = from.unwrap_or(durable);
     // Versions before the horizon cannot be replayed; from it on they can,
     // and what they need is pinned until the watch has moved past it.
-    let pin = match s.store.pin_history(start) {
-        Ok(pin) => pin,
-        Err(StoreError::Expired { requested, horizon }) => return too_old(requested, horizon),
-        Err(e) => return super::internal(e),
-    };
-    let (sender, receiver) = mpsc::channel::<Bytes>(64);
-    tokio::spawn(stream_events(s, params, from, start, pin, sender));
+    match s.store.pin_history(start) {
+        Ok(pin) => Ok(WatchStart { from, start, pin }),
+        Err(StoreError::Expired { requested, horizon }) => Err(too_old(requested, horizon)),
+        Err(e) => Err(super::internal(e)),
+    }
+}
+
+/// The response of a watch: the lines `receiver` gets, as they come.
+pub(crate) fn stream_response(receiver: mpsc::Receiver<Bytes>) -> Response {
     let body = Body::from_stream(futures_util::stream::unfold(
         receiver,
         |mut rx| async move {
@@ -179,6 +207,23 @@ pub(crate) fn check_watch_options(params: &super::params::ListParams) -> Result<
     Err((StatusCode::UNPROCESSABLE_ENTITY, Json(status)).into_response())
 }
 
+/// `?allowWatchBookmarks=`, read as Go's `strconv.ParseBool` reads it.
+// A refusal is a ready response, built once per refused request.
+#[allow(clippy::result_large_err)]
+pub(crate) fn bookmarks_allowed(params: &super::params::ListParams) -> Result<bool, Response> {
+    match params
+        .allow_watch_bookmarks
+        .as_deref()
+        .map(super::params::parse_bool)
+    {
+        None => Ok(false),
+        Some(Some(b)) => Ok(b),
+        Some(None) => Err(super::bad_request(
+            "allowWatchBookmarks: invalid value".into(),
+        )),
+    }
+}
+
 fn too_old(requested: u64, horizon: u64) -> Response {
     (StatusCode::GONE, Json(too_old_version(requested, horizon))).into_response()
 }
@@ -197,7 +242,11 @@ fn too_large(requested: u64, current: u64) -> Response {
 
 /// Reads up to a page of durable events after `after`, down to the pin's
 /// `floor`; fails when pruning took history the watch had not read yet.
-async fn read_after(s: &AppState, after: u64, floor: u64) -> Result<Vec<Event>, StoreError> {
+pub(crate) async fn read_after(
+    s: &AppState,
+    after: u64,
+    floor: u64,
+) -> Result<Vec<Event>, StoreError> {
     let store = s.store.clone();
     tokio::task::spawn_blocking(move || {
         let query = HistoryQuery {
@@ -233,7 +282,17 @@ async fn resolve(
     .unwrap_or_else(|e| Err(StoreError::Io(sled::Error::ReportableBug(e.to_string()))))
 }
 
-fn line(kind: WatchEventType, object: Value) -> Bytes {
+/// The error line that ends a watch whose history is gone (or unreadable).
+pub(crate) fn gone_line(e: StoreError) -> Bytes {
+    match e {
+        StoreError::Expired { requested, horizon } => {
+            Bytes::from(error_line(&too_old_version(requested, horizon)))
+        }
+        other => Bytes::from(error_line(&internal_error(&other.to_string()))),
+    }
+}
+
+pub(crate) fn line(kind: WatchEventType, object: Value) -> Bytes {
     Bytes::from(watch_line(kind, object))
 }
 
@@ -241,25 +300,14 @@ fn line(kind: WatchEventType, object: Value) -> Bytes {
 /// bookmarks and the end of the stream. Over 80 lines: one loop whose
 /// `select!` arms (a new event, the bookmark timer, the deadline, the store
 /// falling behind) share the stream's position.
-async fn stream_events(
-    s: AppState,
-    params: WatchParams,
-    from: Option<u64>,
-    start: u64,
-    pin: ReadPin,
-    out: mpsc::Sender<Bytes>,
-) {
+async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mpsc::Sender<Bytes>) {
+    let WatchStart { from, start, pin } = at;
     let render = |node: &Node| match &params.render {
         Some(render) => render(node),
         None => serde_json::to_value(crate::kube::node(node, None)).unwrap_or(Value::Null),
     };
     let keep = |node: &Node| params.filter.as_ref().is_none_or(|f| f(node));
-    let gone = |e: StoreError| match e {
-        StoreError::Expired { requested, horizon } => {
-            Bytes::from(error_line(&too_old_version(requested, horizon)))
-        }
-        other => Bytes::from(error_line(&internal_error(&other.to_string()))),
-    };
+    let gone = gone_line;
     // The nodes as of the last event streamed. Without a version the watch
     // starts with the whole registry; from a version, only the nodes later
     // events touch are looked up (from the nearest checkpoint), so a watch

@@ -21,7 +21,7 @@ mod exchange;
 pub mod heartbeats;
 mod node_bytes;
 mod node_index;
-pub mod outbox;
+mod outbox;
 mod query;
 mod read_only;
 pub mod records;
@@ -43,7 +43,7 @@ pub use checkpoint::{Checkpoint, RegistryAt};
 pub use exchange::{
     ExportSummary, ImportProgress, ImportSummary, EXPORT_FORMAT_VERSION, MAX_LINE_BYTES,
 };
-pub use outbox::{OutboxEntry, OutboxKey};
+pub use outbox::{OutboxEntry, OutboxKey, MIRRORED_OBJECTS};
 pub use query::{HistoryPage, HistoryQuery};
 use records::DecodeError;
 pub use retention::{ReadPin, RetentionConfig};

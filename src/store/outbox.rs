@@ -20,6 +20,10 @@ pub enum OutboxKey {
     EvictPods(String),
 }
 
+/// The objects kept with a node that are mirrored with it: its CSINode.
+/// (Mirror pods are not: an API server has those from its own kubelets.)
+pub const MIRRORED_OBJECTS: &str = "csinodes.storage.k8s.io";
+
 const NODE: u8 = 1;
 const EVICT_PODS: u8 = 2;
 
@@ -61,11 +65,14 @@ impl OutboxKey {
     }
 
     /// The outbox work an event asks for: the node's object for every change
-    /// to its record; its pods for a `delete-pods` eviction, and for a node
+    /// to its record, and to its CSINode (mirrored with the Node, by the
+    /// same work); its pods for a `delete-pods` eviction, and for a node
     /// deleted from the registry (nothing else would ever remove them).
     pub fn for_event(node: &str, kind: &EventKind) -> Vec<(OutboxKey, Option<String>)> {
         let mut work = Vec::new();
-        if kind.changes_node() {
+        let csinode = matches!(kind, EventKind::ObjectChanged { resource, .. }
+            if resource == MIRRORED_OBJECTS);
+        if kind.changes_node() || csinode {
             work.push((OutboxKey::Node(node.to_string()), None));
         }
         match kind {
@@ -152,5 +159,17 @@ mod tests {
             message: "m".into(),
         };
         assert_eq!(OutboxKey::for_event("a", &probe), vec![]);
+        // A CSINode goes up with its Node; a mirror pod does not.
+        let object = |resource: &str| EventKind::ObjectChanged {
+            resource: resource.into(),
+            name: "a".into(),
+            action: "updated".into(),
+            summary: String::new(),
+        };
+        assert_eq!(
+            OutboxKey::for_event("a", &object("csinodes.storage.k8s.io")),
+            vec![(OutboxKey::Node("a".into()), None)]
+        );
+        assert_eq!(OutboxKey::for_event("a", &object("pods")), vec![]);
     }
 }

@@ -506,8 +506,16 @@ fn an_export_carries_every_tree_and_the_horizon() {
         generation: 2,
         json: "{\"metadata\":{\"name\":\"n001\"}}".into(),
     };
+    // And a mirror pod, keyed `namespace/name`.
+    let pod = crate::model::NodeObject {
+        node: "n001".into(),
+        resource: "pods".into(),
+        name: "kube-system/etcd-n001".into(),
+        generation: 3,
+        json: "{\"metadata\":{\"name\":\"etcd-n001\",\"namespace\":\"kube-system\"}}".into(),
+    };
     store
-        .write_node_objects(std::slice::from_ref(&csinode), &[])
+        .write_node_objects(&[csinode.clone(), pod.clone()], &[])
         .unwrap();
     store.mark_started("instance-1").unwrap();
     store.mark_clean_stop(Micros(77)).unwrap();
@@ -522,7 +530,7 @@ fn an_export_carries_every_tree_and_the_horizon() {
     let summary = store.export(&mut exported).unwrap();
     assert_eq!(summary.events as u64, store.last_seq() - horizon);
     assert_eq!((summary.leases, summary.outbox), (1, store.outbox_len()));
-    assert_eq!(summary.node_objects, 1);
+    assert_eq!(summary.node_objects, 2);
     assert!(summary.outbox > 0);
 
     let (_d2, copy) = open_every(Some(1_000));
@@ -532,7 +540,7 @@ fn an_export_carries_every_tree_and_the_horizon() {
     assert_eq!(copy.last_seq(), store.last_seq());
     assert_eq!(copy.nodes().unwrap(), store.nodes().unwrap());
     assert_eq!(copy.leases().unwrap(), store.leases().unwrap());
-    assert_eq!(copy.node_objects().unwrap(), vec![csinode]);
+    assert_eq!(copy.node_objects().unwrap(), vec![csinode, pod]);
     assert_eq!(copy.outbox().unwrap(), store.outbox().unwrap());
     assert_eq!(copy.last_instance().unwrap().as_deref(), Some("instance-1"));
     assert_eq!(copy.last_clean_stop().unwrap(), Some(Micros(77)));

@@ -192,6 +192,16 @@ impl FakeApiServer {
         self.all(Resource::Pods)
     }
 
+    /// The CSINode `name`, if it exists.
+    pub fn csinode(&self, name: &str) -> Option<Value> {
+        self.get(&ObjectKey::csinode(name))
+    }
+
+    /// Every CSINode, by name.
+    pub fn csinodes(&self) -> Vec<Value> {
+        self.all(Resource::CsiNodes)
+    }
+
     pub(super) fn all(&self, resource: Resource) -> Vec<Value> {
         self.shared()
             .lock()

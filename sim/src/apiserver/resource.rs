@@ -11,6 +11,9 @@ pub enum Resource {
     Leases,
     /// `v1` Pods, namespaced, with a status subresource.
     Pods,
+    /// `storage.k8s.io/v1` CSINodes, cluster-scoped, no status subresource
+    /// (kubernetes `pkg/registry/storage/csinode/storage/storage.go`).
+    CsiNodes,
 }
 
 impl Resource {
@@ -20,6 +23,7 @@ impl Resource {
             Resource::Nodes => "Node",
             Resource::Leases => "Lease",
             Resource::Pods => "Pod",
+            Resource::CsiNodes => "CSINode",
         }
     }
 
@@ -28,6 +32,7 @@ impl Resource {
         match self {
             Resource::Nodes | Resource::Pods => "v1",
             Resource::Leases => "coordination.k8s.io/v1",
+            Resource::CsiNodes => "storage.k8s.io/v1",
         }
     }
 
@@ -37,6 +42,7 @@ impl Resource {
             Resource::Nodes => "nodes",
             Resource::Leases => "leases",
             Resource::Pods => "pods",
+            Resource::CsiNodes => "csinodes",
         }
     }
 
@@ -44,15 +50,16 @@ impl Resource {
         match self {
             Resource::Nodes | Resource::Pods => "",
             Resource::Leases => "coordination.k8s.io",
+            Resource::CsiNodes => "storage.k8s.io",
         }
     }
 
     pub(super) const fn namespaced(self) -> bool {
-        !matches!(self, Resource::Nodes)
+        !matches!(self, Resource::Nodes | Resource::CsiNodes)
     }
 
     pub(super) const fn has_status(self) -> bool {
-        !matches!(self, Resource::Leases)
+        !matches!(self, Resource::Leases | Resource::CsiNodes)
     }
 
     /// Pod storage answers a delete with the pod; the others with a `Status`.
@@ -69,6 +76,7 @@ impl Resource {
         match self {
             Resource::Nodes => &["metadata.name", "spec.unschedulable"],
             Resource::Leases => &["metadata.name", "metadata.namespace"],
+            Resource::CsiNodes => &["metadata.name"],
             Resource::Pods => &[
                 "metadata.name",
                 "metadata.namespace",
@@ -118,6 +126,15 @@ impl ObjectKey {
         ObjectKey {
             resource: Resource::Leases,
             namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The CSINode `name`.
+    pub fn csinode(name: impl Into<String>) -> ObjectKey {
+        ObjectKey {
+            resource: Resource::CsiNodes,
+            namespace: String::new(),
             name: name.into(),
         }
     }

@@ -38,6 +38,7 @@ pub(super) fn route(path: &str) -> Option<Route> {
     let (group, rest) = match segments.as_slice() {
         ["api", "v1", rest @ ..] => ("", rest),
         ["apis", "coordination.k8s.io", "v1", rest @ ..] => ("coordination.k8s.io", rest),
+        ["apis", "storage.k8s.io", "v1", rest @ ..] => ("storage.k8s.io", rest),
         _ => return None,
     };
     let (namespace, plural, tail) = match rest {
@@ -51,6 +52,7 @@ pub(super) fn route(path: &str) -> Option<Route> {
         ("", "nodes") => Resource::Nodes,
         ("", "pods") => Resource::Pods,
         ("coordination.k8s.io", "leases") => Resource::Leases,
+        ("storage.k8s.io", "csinodes") => Resource::CsiNodes,
         _ => return None,
     };
     // Nodes have no namespace; namespaced objects need theirs (only their

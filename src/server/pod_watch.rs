@@ -1,0 +1,298 @@
+//! `GET /api/v1/pods?watch=true`: the mirror pods' `ADDED` / `MODIFIED` /
+//! `DELETED` events, built from the durable history as the node watch is
+//! ([`super::watch`]): each write of a pod is an `ObjectChanged` entry, and
+//! the pod's resourceVersion is that entry's seq, so a watch resumes from
+//! any version the history still holds. A kubelet's pods reflector
+//! (`pkg/kubelet/config/apiserver.go:38`, `:66`) watches its node's pods
+//! this way, and so sees its mirror pods without relisting.
+//!
+//! The history names what changed, not its content: an entry is streamed
+//! with the pod as the view shows it when that write is the newest (a pod
+//! written again since is streamed at its later entry); a deleted pod with
+//! the content it last had here, or only its name, namespace and node if it
+//! was deleted before the watch began. Pods deleted with their node are
+//! streamed as `DELETED` at the node's deletion.
+
+// Checks return a ready response as their error, built once per refused
+// request: its size does not matter.
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::params::{wants_table, ListParams};
+use super::pods::{field, labels, served, POD_FIELDS, RESOURCE};
+use super::watch::{
+    begin, gone_line, line, read_after, stream_response, WatchStart, BOOKMARK_EVERY,
+    DEFAULT_TIMEOUT, PAGE,
+};
+use super::{bad_request, AppState};
+use crate::kube::selectors::{FieldSelector, LabelSelector};
+use crate::kube::table::{self, IncludeObject};
+use crate::kube::watch::{bookmark, WatchEventType};
+use crate::model::{EventKind, Micros, ObjectKey};
+
+/// What a pod watch selects and how it renders.
+struct Selection {
+    namespace: Option<String>,
+    /// The node a field selector pins (`spec.nodeName=NAME`).
+    node: Option<String>,
+    fields: FieldSelector,
+    labels: LabelSelector,
+    /// kubectl's `get -w`: each event's object is a one-row Table.
+    table: Option<IncludeObject>,
+}
+
+impl Selection {
+    fn keeps(&self, pod: &Value) -> bool {
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| pod["metadata"]["namespace"] == ns)
+            && self.fields.matches(|f| field(pod, f))
+            && self.labels.matches(&labels(pod))
+    }
+
+    fn render(&self, pod: Value) -> Value {
+        match self.table {
+            None => pod,
+            Some(include) => {
+                let metadata = ListMeta {
+                    resource_version: pod["metadata"]["resourceVersion"]
+                        .as_str()
+                        .map(str::to_string),
+                    ..ListMeta::default()
+                };
+                serde_json::to_value(table::pod_table(&[pod], metadata, include, Micros::now()))
+                    .unwrap_or(Value::Null)
+            }
+        }
+    }
+}
+
+/// Starts a pod watch (`?watch=true` on a pods list).
+pub(crate) async fn watch(
+    s: AppState,
+    namespace: Option<String>,
+    params: ListParams,
+    headers: &HeaderMap,
+) -> Response {
+    if let Err(r) = super::watch::check_watch_options(&params) {
+        return r;
+    }
+    let query = match params.query(POD_FIELDS) {
+        Ok(q) => q,
+        Err(e) => return bad_request(e.to_string()),
+    };
+    let bookmarks = match super::watch::bookmarks_allowed(&params) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let timeout = params
+        .timeout_seconds
+        .filter(|t| *t > 0)
+        .map(|t| Duration::from_secs(t as u64))
+        .unwrap_or(DEFAULT_TIMEOUT);
+    let selection = Selection {
+        namespace,
+        node: query.fields.required("spec.nodeName").map(str::to_string),
+        fields: query.fields,
+        labels: query.labels,
+        table: wants_table(headers).then_some(query.include),
+    };
+    let at = match begin(&s, params.resource_version.as_deref()).await {
+        Ok(at) => at,
+        Err(r) => return r,
+    };
+    let (sender, receiver) = mpsc::channel::<Bytes>(64);
+    tokio::spawn(stream(s, selection, at, timeout, bookmarks, sender));
+    stream_response(receiver)
+}
+
+/// A pod known by its node and `namespace/name`.
+type Known = BTreeMap<(String, String), Value>;
+
+/// What a deleted pod unknown to the watch is streamed as: its identity.
+fn identity(node: &str, name: &str) -> Value {
+    let (namespace, name) = name.split_once('/').unwrap_or(("", name));
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"nodeName": node},
+    })
+}
+
+fn at_version(mut pod: Value, seq: u64) -> Value {
+    pod["metadata"]["resourceVersion"] = json!(seq.to_string());
+    pod
+}
+
+/// The events one history entry makes for this watch.
+fn events_of(
+    s: &AppState,
+    sel: &Selection,
+    known: &mut Known,
+    event: &crate::model::Event,
+) -> Vec<(WatchEventType, Value)> {
+    let Some(node) = event.node.as_deref() else {
+        return Vec::new();
+    };
+    if sel.node.as_deref().is_some_and(|n| n != node) {
+        return Vec::new();
+    }
+    match &event.kind {
+        EventKind::ObjectChanged {
+            resource,
+            name,
+            action,
+            ..
+        } if resource == RESOURCE => {
+            let k = (node.to_string(), name.clone());
+            if action == "deleted" {
+                return match known.remove(&k) {
+                    Some(pod) if sel.keeps(&pod) => {
+                        vec![(WatchEventType::Deleted, at_version(pod, event.seq))]
+                    }
+                    Some(_) => Vec::new(),
+                    // Unknown here: its identity, if the selection can tell.
+                    None => {
+                        let pod = identity(node, name);
+                        let plain = sel.labels.is_empty() && sel.keeps(&pod);
+                        match plain {
+                            true => vec![(WatchEventType::Deleted, at_version(pod, event.seq))],
+                            false => Vec::new(),
+                        }
+                    }
+                };
+            }
+            let key = ObjectKey {
+                node: node.to_string(),
+                resource: RESOURCE.to_string(),
+                name: name.clone(),
+            };
+            // Written again since: streamed at that later entry.
+            let Some(object) = s
+                .view
+                .node_object(&key)
+                .filter(|o| o.generation == event.seq)
+            else {
+                return Vec::new();
+            };
+            let pod = served(&object);
+            let now = sel.keeps(&pod);
+            // An update of a pod not known here: it was there before, and
+            // is taken as selected then as it is now.
+            let before = match known.insert(k, pod.clone()) {
+                Some(p) => sel.keeps(&p),
+                None => action != "created" && now,
+            };
+            match (before, now) {
+                (_, true) if action == "created" => vec![(WatchEventType::Added, pod)],
+                (true, true) => vec![(WatchEventType::Modified, pod)],
+                (false, true) => vec![(WatchEventType::Added, pod)],
+                // No longer selected: gone, as kube-apiserver's watch says.
+                (true, false) => vec![(WatchEventType::Deleted, pod)],
+                (false, false) => Vec::new(),
+            }
+        }
+        EventKind::Deleted { .. } => {
+            let gone: Vec<(String, String)> = known
+                .range((node.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == node)
+                .map(|(k, _)| k.clone())
+                .collect();
+            gone.into_iter()
+                .filter_map(|k| known.remove(&k))
+                .filter(|pod| sel.keeps(pod))
+                .map(|pod| (WatchEventType::Deleted, at_version(pod, event.seq)))
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Streams a pod watch: the pods first when it starts from now, then the
+/// history's entries about pods, bookmarks, and the end of the stream.
+async fn stream(
+    s: AppState,
+    sel: Selection,
+    at: WatchStart,
+    timeout: Duration,
+    bookmarks: bool,
+    out: mpsc::Sender<Bytes>,
+) {
+    let WatchStart { from, start, pin } = at;
+    let pods = match sel.node.as_deref() {
+        Some(node) => s.view.node_objects_on(RESOURCE, node),
+        None => s.view.node_objects(RESOURCE),
+    };
+    let mut known = Known::new();
+    for object in pods {
+        // Known as of `start` (from now: ADDED first). A pod written since
+        // comes as its entries; what it was at `start` is not known here.
+        if object.generation > start {
+            continue;
+        }
+        let pod = served(&object);
+        if from.is_none() && sel.keeps(&pod) {
+            let added = line(WatchEventType::Added, sel.render(pod.clone()));
+            if out.send(added).await.is_err() {
+                return;
+            }
+        }
+        known.insert((object.node.clone(), object.name.clone()), pod);
+    }
+    let mut last = start;
+    let mut durable_rx = s.view.subscribe();
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let mut ticks = tokio::time::interval(BOOKMARK_EVERY);
+    ticks.reset();
+    loop {
+        let events = match read_after(&s, last, pin.floor()).await {
+            Ok(events) => events,
+            Err(e) => {
+                let _ = out.send(gone_line(e)).await;
+                return;
+            }
+        };
+        // The view shows the pods of entries up to this seq; later ones
+        // wait for it, so none is missed.
+        let published = s.view.published();
+        let mut behind = false;
+        for event in &events {
+            if event.seq > published {
+                behind = true;
+                break;
+            }
+            last = event.seq;
+            for (kind, pod) in events_of(&s, &sel, &mut known, event) {
+                if out.send(line(kind, sel.render(pod))).await.is_err() {
+                    return;
+                }
+            }
+        }
+        pin.advance(last);
+        if events.len() >= PAGE && !behind {
+            continue;
+        }
+        tokio::select! {
+            changed = durable_rx.changed() => if changed.is_err() { return },
+            _ = &mut deadline => return,
+            _ = s.shutdown.cancelled() => return,
+            _ = out.closed() => return,
+            _ = ticks.tick(), if bookmarks => {
+                let mark = line(WatchEventType::Bookmark, bookmark("v1", "Pod", last));
+                if out.send(mark).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
