@@ -356,4 +356,47 @@ mod tests {
         shutdown.cancel();
         task.await.unwrap();
     }
+
+    /// A rotated token file: the old token is refused (401) and the new one
+    /// taken, from the next check on, through the guard as requests meet it.
+    #[tokio::test]
+    // The test rewrites its token file between explicit checks.
+    #[allow(clippy::disallowed_methods)]
+    async fn a_rotated_token_file_refuses_the_old_token_and_takes_the_new() {
+        use axum::routing::get;
+        use tower::ServiceExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.csv");
+        std::fs::write(&path, "old-secret,edge-1\n").unwrap();
+        let tokens = Tokens::load(&path).unwrap();
+        let credentials = Credentials {
+            tokens: Some((path.clone(), Reloadable::new(tokens))),
+            ..Credentials::default()
+        };
+        let files = credentials.follow(None);
+        let router = crate::server::harden(
+            axum::Router::new().route("/api/v1/nodes", get(|| async { "ok" })),
+            credentials.authn(),
+        );
+        let ask = |token: &'static str| {
+            let router = router.clone();
+            async move {
+                let request = axum::http::Request::get("/api/v1/nodes")
+                    .header("authorization", format!("Bearer {token}"))
+                    .body(axum::body::Body::empty())
+                    .unwrap();
+                router.oneshot(request).await.unwrap().status().as_u16()
+            }
+        };
+        assert_eq!(ask("old-secret").await, 200);
+        assert_eq!(ask("new-secret").await, 401);
+        std::fs::write(&path, "new-secret,edge-1\n").unwrap();
+        assert!(files.check().is_empty());
+        assert_eq!(ask("old-secret").await, 401);
+        assert_eq!(ask("new-secret").await, 200);
+        // A broken file keeps the last good tokens.
+        std::fs::write(&path, "# nothing\n").unwrap();
+        assert_eq!(files.check(), ["token-file"]);
+        assert_eq!(ask("new-secret").await, 200);
+    }
 }
