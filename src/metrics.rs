@@ -664,6 +664,12 @@ impl Metrics {
             backup_last_duration.clone(),
         );
         let credential_file_stale = Family::<CredentialFileLabels, Gauge>::default();
+        // Served at 0 from the start (an empty family is not served at all).
+        for file in ["token-file", "client-ca-file", "tls-cert-file"] {
+            credential_file_stale
+                .get_or_create(&CredentialFileLabels { file: file.into() })
+                .set(0);
+        }
         registry.register(
             "credential_file_stale",
             "1 while a credential file (--token-file, --client-ca-file, --tls-cert-file) changed on disk but cannot be read or used, so its last good copy is still in use; else 0",
