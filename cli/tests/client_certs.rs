@@ -6,6 +6,9 @@
 //! `CommonNameUserConversion`), and a node may write only its own objects
 //! (plugin/pkg/admission/noderestriction/admission.go `admitNode`,
 //! `admitLease`, `admitCSINode`: their messages are the 403s' here).
+// Tests set up files with std::fs and time real processes: clippy.toml's
+// runtime rules are for the product.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod common;
 

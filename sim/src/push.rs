@@ -116,7 +116,10 @@ pub type NodeCert = (
 /// its chain and key (typically `CN=system:node:NAME, O=system:nodes`
 /// issued by the controller's `--client-ca-file` CA).
 #[derive(Clone)]
-pub struct ClientCerts(pub Arc<dyn Fn(&str) -> Result<NodeCert, String> + Send + Sync>);
+pub struct ClientCerts(pub Arc<IssueCert>);
+
+/// Given a node's name, its certificate, or why there is none.
+pub type IssueCert = dyn Fn(&str) -> Result<NodeCert, String> + Send + Sync;
 
 impl fmt::Debug for ClientCerts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -249,26 +249,21 @@ pub fn attributes<'a>(
     let mut parts = rest.split('/').filter(|p| !p.is_empty());
     let mut first = parts.next()?;
     let mut namespace = "";
+    // `namespaces/NS/RESOURCE/…`, or `namespaces/NS` itself.
     if first == "namespaces" {
-        match parts.next() {
-            // `namespaces/NS` itself, or `namespaces/NS/RESOURCE/…`.
-            Some(ns) => match parts.next() {
-                Some(resource) => {
-                    namespace = ns;
-                    first = resource;
-                }
-                None => {
-                    return Some(Attributes {
-                        verb: verb(method, true, query),
-                        group,
-                        resource: "namespaces",
-                        subresource: "",
-                        namespace: "",
-                        name: ns,
-                    })
-                }
-            },
-            None => {}
+        if let Some(ns) = parts.next() {
+            let Some(resource) = parts.next() else {
+                return Some(Attributes {
+                    verb: verb(method, true, query),
+                    group,
+                    resource: "namespaces",
+                    subresource: "",
+                    namespace: "",
+                    name: ns,
+                });
+            };
+            namespace = ns;
+            first = resource;
         }
     }
     let name = parts.next().unwrap_or("");
