@@ -137,7 +137,7 @@ pub(crate) async fn create_csinode(
         Err(r) => return r,
     };
     let name = csinode.metadata.name.clone().unwrap_or_default();
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
+    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::CSINode, &name) {
         return r;
     }
     let object = match stored(csinode, &name, None) {
@@ -156,7 +156,7 @@ pub(crate) async fn put_csinode(
     Query(query): Query<super::openapi::WriteQuery>,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
+    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::CSINode, &name) {
         return r;
     }
     let value = match json_body::<Value>(ct.as_str(), &body) {
@@ -188,7 +188,7 @@ pub(crate) async fn patch_csinode(
     Query(query): Query<super::openapi::WriteQuery>,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
+    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::CSINode, &name) {
         return r;
     }
     // A JSON patch names no fields by key: only merge patches are checked.
@@ -237,7 +237,7 @@ pub(crate) async fn delete_csinode(
     Path(name): Path<String>,
     caller: Caller,
 ) -> Response {
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
+    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::CSINode, &name) {
         return r;
     }
     let Some(current) = s.view.node_object(&key(&name)) else {

@@ -1,4 +1,5 @@
 //! The guard over every route, as a tower layer: the bearer-token check,
+//! the authorizer's table,
 //! the request budgets, the body read within its deadline and cap, error
 //! answers as `Status` objects, and `X-Content-Type-Options: nosniff` on
 //! every answer. A service with a future of its own
@@ -19,7 +20,9 @@ use axum::response::Response;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
-use super::auth::{self, Tokens};
+use super::auth::{self, Authn};
+use super::authz;
+use super::identity::Principal;
 use super::limits::{self, Admitted, BodyRead, Budgets};
 
 /// What requests are checked against.
@@ -29,14 +32,14 @@ pub(super) struct GuardLayer {
 }
 
 struct Guard {
-    tokens: Option<Arc<Tokens>>,
+    authn: Authn,
     budgets: Arc<Budgets>,
 }
 
 impl GuardLayer {
-    pub fn new(tokens: Option<Arc<Tokens>>, budgets: Arc<Budgets>) -> GuardLayer {
+    pub fn new(authn: Authn, budgets: Arc<Budgets>) -> GuardLayer {
         GuardLayer {
-            guard: Arc::new(Guard { tokens, budgets }),
+            guard: Arc::new(Guard { authn, budgets }),
         }
     }
 }
@@ -77,10 +80,13 @@ where
 
     fn call(&mut self, request: Request) -> Self::Future {
         let health = limits::is_health_check(request.uri().path());
-        let request = match auth::identify(self.guard.tokens.as_ref(), request) {
+        let request = match auth::identify(&self.guard.authn, request) {
             Ok(request) => request,
             Err(refused) => return GuardFuture::answered(refused),
         };
+        if let Err(refused) = authorized(&request) {
+            return GuardFuture::answered(refused);
+        }
         let admitted = match limits::admit(&self.guard.budgets, &request) {
             Ok(admitted) => admitted,
             Err(refused) => return GuardFuture::answered(refused),
@@ -108,6 +114,20 @@ where
             }
         };
         GuardFuture { state }
+    }
+}
+
+/// The authorizer's table, for the caller `identify` noted.
+#[allow(clippy::result_large_err)]
+fn authorized(request: &Request) -> Result<(), Response> {
+    match request.extensions().get::<Principal>() {
+        Some(principal) => authz::authorize(
+            principal,
+            request.method(),
+            request.uri().path(),
+            request.uri().query(),
+        ),
+        None => Ok(()),
     }
 }
 
