@@ -342,7 +342,7 @@ fn mirror_pod(
             format!("pods {name:?} is forbidden: {SCHEDULES_NOTHING}"),
         ));
     }
-    super::check_may_write_node(caller, &node)?;
+    super::authz::admit_pod(caller, &name, &node, "create")?;
     let node_uid = s.view.get(&node).map(|(n, _)| n.uid);
     for owner in meta.owner_references.iter().flatten() {
         if owner.kind != "Node" || owner.name != node || Some(&owner.uid) != node_uid.as_ref() {
@@ -413,7 +413,7 @@ pub(crate) async fn patch_pod_status(
     let Some(current) = find(&s, &caller, &namespace, &name) else {
         return not_found(&name);
     };
-    if let Err(r) = super::check_may_write_node(&caller, &current.node) {
+    if let Err(r) = super::authz::admit_pod(&caller, &name, &current.node, "update") {
         return r;
     }
     let Some(kind) = PatchKind::from_content_type(ct.as_str()) else {
@@ -510,7 +510,7 @@ pub(crate) async fn delete_pod(
     let Some(current) = find(&s, &caller, &namespace, &name) else {
         return not_found(&name);
     };
-    if let Err(r) = super::check_may_write_node(&caller, &current.node) {
+    if let Err(r) = super::authz::admit_pod(&caller, &name, &current.node, "delete") {
         return r;
     }
     let pod = served(&current);
