@@ -19,6 +19,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 
+/// How long a new connection that has not yet begun its first request is
+/// spared when the cap needs room. Its request may be in the socket and not
+/// yet read (on a busy machine the accept loop runs ahead of the
+/// connections' tasks); closed then, the client sees its request cut
+/// without an answer. A connection that sends nothing is still closed by
+/// the header timeout, and after this grace may make room like an idle one.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(2);
+
 /// Every open connection of one server, and the cap on their number.
 pub(crate) struct Connections {
     cap: usize,
@@ -45,6 +53,10 @@ pub(crate) struct Connection {
     active: AtomicUsize,
     /// When it last fell idle (or was accepted), in ms since `epoch`.
     idle_since: AtomicU64,
+    /// When it was accepted, in ms since `epoch`.
+    accepted: u64,
+    /// It has begun at least one request.
+    served: AtomicBool,
     /// When the first byte of a request's headers arrived while idle (ms
     /// since `epoch`, plus one; 0 when no request is being read).
     head_started: AtomicU64,
@@ -99,10 +111,30 @@ impl Connections {
     pub async fn room(&self) {
         loop {
             let changed = self.changed.notified();
-            if self.len() < self.cap || self.table().values().any(|c| c.evictable()) {
+            if self.len() < self.cap {
                 return;
             }
-            changed.await;
+            let now = self.now_ms();
+            let mut spared_until: Option<u64> = None;
+            for c in self.table().values() {
+                if c.evictable(now) {
+                    return;
+                }
+                if let Some(until) = c.spared_until() {
+                    spared_until = Some(spared_until.map_or(until, |u| u.min(until)));
+                }
+            }
+            match spared_until {
+                // A new connection's grace ends: look again then.
+                Some(until) => {
+                    let at = self.epoch + Duration::from_millis(until);
+                    tokio::select! {
+                        _ = changed => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => changed.await,
+            }
         }
     }
 
@@ -116,6 +148,8 @@ impl Connections {
             epoch: self.epoch,
             active: AtomicUsize::new(0),
             idle_since: AtomicU64::new(now),
+            accepted: now,
+            served: AtomicBool::new(false),
             // The first request's headers are due from the moment it connects.
             head_started: AtomicU64::new(now + 1),
             http2: AtomicBool::new(false),
@@ -130,7 +164,7 @@ impl Connections {
         if table.len() >= self.cap {
             let longest_idle = table
                 .values()
-                .filter(|c| c.evictable())
+                .filter(|c| c.evictable(now))
                 .min_by_key(|c| c.last_sign_of_life())
                 .cloned();
             if let Some(idle) = longest_idle {
@@ -196,9 +230,19 @@ impl Connections {
 }
 
 impl Connection {
-    /// Idle, not yet told to close: may be closed to make room.
-    fn evictable(&self) -> bool {
-        self.active.load(Ordering::Relaxed) == 0 && !self.evicted.load(Ordering::Relaxed)
+    /// Idle, not yet told to close, and not a new connection whose first
+    /// request may not have been read yet: may be closed to make room.
+    fn evictable(&self, now: u64) -> bool {
+        self.active.load(Ordering::Relaxed) == 0
+            && !self.evicted.load(Ordering::Relaxed)
+            && self.spared_until().is_none_or(|until| now >= until)
+    }
+
+    /// Until when (ms since `epoch`) a connection that has not begun a
+    /// request yet is spared; `None` once it has begun one.
+    fn spared_until(&self) -> Option<u64> {
+        (!self.served.load(Ordering::Relaxed))
+            .then(|| self.accepted + FIRST_REQUEST_GRACE.as_millis() as u64)
     }
 
     fn now_ms(&self) -> u64 {
@@ -235,6 +279,7 @@ impl Connection {
     /// response body.
     pub fn begin_request(self: &Arc<Self>) -> RequestActivity {
         self.active.fetch_add(1, Ordering::Relaxed);
+        self.served.store(true, Ordering::Relaxed);
         self.head_started.store(0, Ordering::Relaxed);
         RequestActivity {
             connection: self.clone(),
@@ -681,7 +726,7 @@ mod tests {
         let busy = table.admit();
         let _serving = busy.begin_request();
         let old_idle = table.admit();
-        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::time::advance(FIRST_REQUEST_GRACE).await;
         let new_idle = table.admit();
         assert_eq!(table.len(), 3);
         // Room: an idle connection can go.
@@ -711,5 +756,30 @@ mod tests {
             .await
             .expect("room once a connection falls idle")
             .unwrap();
+    }
+
+    /// A burst of clients beyond the cap: the new connections, whose
+    /// requests may be unread in their sockets, are not cut to make room;
+    /// the next waits, and a connection that never sends anything makes
+    /// room once its grace is over.
+    #[tokio::test(start_paused = true)]
+    async fn at_the_cap_new_connections_are_spared_their_first_request() {
+        let table = Connections::new(2, None);
+        let first = table.admit();
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let second = table.admit();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(1000), table.room())
+                .await
+                .is_err(),
+            "no room while both may hold an unread request"
+        );
+        // The first's grace ends 2 s after it was accepted.
+        tokio::time::timeout(Duration::from_millis(600), table.room())
+            .await
+            .expect("room once the first's grace is over");
+        let _third = table.admit();
+        assert!(first.close.is_cancelled());
+        assert!(!second.close.is_cancelled());
     }
 }
