@@ -1,47 +1,24 @@
-//! Bearer tokens from `--token-file`: who may call the API at all, and which
-//! node a caller may change.
+//! Authentication: bearer tokens from `--token-file`, and which node a
+//! caller may change. Who a caller is (its user and groups) is
+//! `identity`'s; every authenticator here ends in [`principal`].
 
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, Request, State};
-use axum::http::request::Parts;
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::identity::{anonymous, principal, Caller, Identity, Principal, NODES_GROUP};
 use super::status_error;
 use crate::model::normalize_name;
 
-/// Who made a request, as the auth layer found it (a request extension).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Caller {
-    /// No token was presented: no `--token-file` is configured (everything
-    /// is allowed), or the request is a health check.
-    Anonymous,
-    /// A token bound to no node: may change any node.
-    Operator,
-    /// A token bound to this node: may change only it.
-    Node(String),
-}
-
-/// Who made a request, by name, for the history (a request extension):
-/// the token's user (`system:node:NAME` for a node's token), or
-/// `system:anonymous` without one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity(pub String);
-
-/// The name kube-apiserver gives callers without a token.
-pub const ANONYMOUS: &str = "system:anonymous";
+pub use super::identity::ANONYMOUS;
 
 /// The tokens of `--token-file`.
 pub struct Tokens {
-    entries: Vec<(Box<[u8]>, Caller)>,
-    /// Who each entry is, by the same index.
-    users: Vec<String>,
-    /// Each entry's client, for the request budgets' fairness: the index of
-    /// the first entry for the same user.
-    clients: Vec<u32>,
+    entries: Vec<(Box<[u8]>, Principal)>,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -55,9 +32,11 @@ impl std::fmt::Debug for Tokens {
 
 impl Tokens {
     /// Reads a token file. Each line (`#` comments and blank lines aside) is
-    /// `TOKEN` (an operator), `TOKEN,NODE` (bound to a node), or
-    /// kube-apiserver's `token,user,uid[,"group1,group2"]`, where user
-    /// `system:node:NAME` is bound to NAME and any other user is an operator.
+    /// `TOKEN` (an operator), `TOKEN,NODE` (user `system:node:NODE` in
+    /// `system:nodes`), or kube-apiserver's `token,user,uid[,"group1,group2"]`
+    /// with its groups. A `system:node:NAME` user is put in `system:nodes`
+    /// even when the groups column leaves it out, as nodekeeper always took
+    /// such a line for the node's token.
     pub fn load(path: impl AsRef<Path>) -> Result<Tokens, String> {
         let path = path.as_ref();
         // Read once at start-up, before the server runs.
@@ -69,8 +48,7 @@ impl Tokens {
 
     /// Parses the text of a token file; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Tokens, String> {
-        let mut entries: Vec<(Box<[u8]>, Caller)> = Vec::new();
-        let mut users: Vec<String> = Vec::new();
+        let mut entries: Vec<(Box<[u8]>, Principal)> = Vec::new();
         let mut lines_of: Vec<usize> = Vec::new();
         for (index, line) in text.lines().enumerate() {
             let number = index + 1;
@@ -79,7 +57,7 @@ impl Tokens {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let (token, caller, user) = parse_line(line).map_err(at)?;
+            let (token, user, groups) = parse_line(line).map_err(at)?;
             if let Some(first) = entries
                 .iter()
                 .position(|(known, _)| constant_time_eq(known, token.as_bytes()))
@@ -89,12 +67,9 @@ impl Tokens {
                     lines_of[first]
                 )));
             }
-            users.push(match (user, &caller) {
-                (Some(user), _) => user,
-                (None, Caller::Node(name)) => format!("system:node:{name}"),
-                (None, _) => format!("operator (token of line {number} of {origin})"),
-            });
-            entries.push((token.as_bytes().into(), caller));
+            let user =
+                user.unwrap_or_else(|| format!("operator (token of line {number} of {origin})"));
+            entries.push((token.as_bytes().into(), principal(user, groups)));
             lines_of.push(number);
         }
         if entries.is_empty() {
@@ -102,37 +77,27 @@ impl Tokens {
                 "--token-file {origin} holds no tokens: no request could ever be authorized; add a line `TOKEN` or `TOKEN,NODE`"
             ));
         }
-        let mut first: std::collections::HashMap<&str, u32> = Default::default();
-        let clients = users
-            .iter()
-            .enumerate()
-            .map(|(i, user)| *first.entry(user.as_str()).or_insert(i as u32))
-            .collect();
-        Ok(Tokens {
-            entries,
-            users,
-            clients,
-        })
+        Ok(Tokens { entries })
     }
 
     /// The caller a token stands for. Every known token is compared, each in
     /// constant time, so the time taken says nothing about the secrets.
     pub fn caller(&self, token: &str) -> Option<Caller> {
-        self.identify(token).map(|(caller, _)| caller)
+        self.principal(token).map(|p| p.caller().clone())
     }
 
     /// The caller a token stands for, and its name.
     pub fn identify(&self, token: &str) -> Option<(Caller, Identity)> {
-        self.position(token)
-            .map(|i| (self.entries[i].1.clone(), Identity(self.users[i].clone())))
+        self.principal(token)
+            .map(|p| (p.caller().clone(), Identity(p.user().name.clone())))
     }
 
-    /// The index of a token's entry, every known token compared.
-    fn position(&self, token: &str) -> Option<usize> {
+    /// Who a token stands for, every known token compared.
+    pub fn principal(&self, token: &str) -> Option<&Principal> {
         let mut found = None;
-        for (i, (known, _)) in self.entries.iter().enumerate() {
+        for (known, principal) in &self.entries {
             if constant_time_eq(known, token.as_bytes()) {
-                found = Some(i);
+                found = Some(principal);
             }
         }
         found
@@ -147,8 +112,11 @@ impl Tokens {
     }
 }
 
-/// One non-comment line: the token, who it stands for, and the user it names.
-fn parse_line(line: &str) -> Result<(String, Caller, Option<String>), String> {
+/// One non-comment line: the token, the user it names (`None` for a plain
+/// `TOKEN`, an operator) and the user's groups.
+type Line = (String, Option<String>, Vec<String>);
+
+fn parse_line(line: &str) -> Result<Line, String> {
     let mut fields = split_csv(line)?;
     let token = std::mem::take(&mut fields[0]);
     if token.is_empty() {
@@ -159,23 +127,45 @@ fn parse_line(line: &str) -> Result<(String, Caller, Option<String>), String> {
             "the token holds {bad:?}, which cannot travel in an Authorization header (printable ASCII only, no spaces)"
         ));
     }
-    let node = |name: &str| {
-        normalize_name(name)
-            .map(Caller::Node)
-            .map_err(|e| format!("bad node name: {e}"))
-    };
-    let (caller, user) = match fields.as_slice() {
-        [_] => (Caller::Operator, None),
-        [_, name] => (node(name)?, None),
-        // kube-apiserver's static token file; uid and groups do not matter here.
-        [_, user, _uid, ..] => match user.strip_prefix("system:node:") {
-            _ if user.is_empty() => return Err("the user (second field) is empty".into()),
-            Some(name) => (node(name)?, Some(user.clone())),
-            None => (Caller::Operator, Some(user.clone())),
-        },
+    let node = |name: &str| normalize_name(name).map_err(|e| format!("bad node name: {e}"));
+    let (user, mut groups) = match fields.as_slice() {
+        [_] => (None, vec![]),
+        [_, name] => (Some(format!("system:node:{}", node(name)?)), vec![]),
+        // kube-apiserver's static token file: the uid does not matter here.
+        [_, user, _uid, rest @ ..] => {
+            if user.is_empty() {
+                return Err("the user (second field) is empty".into());
+            }
+            if let Some(name) = user.strip_prefix("system:node:") {
+                node(name)?;
+            }
+            let groups = match rest {
+                [] => vec![],
+                [groups] => groups
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|g| !g.is_empty())
+                    .map(String::from)
+                    .collect(),
+                _ => {
+                    return Err(
+                        "more than four fields; quote the groups column: token,user,uid,\"group1,group2\""
+                            .into(),
+                    )
+                }
+            };
+            (Some(user.clone()), groups)
+        }
         [] => unreachable!("split_csv yields at least one field"),
     };
-    Ok((token, caller, user))
+    if user
+        .as_deref()
+        .is_some_and(|u| u.starts_with("system:node:"))
+        && !groups.iter().any(|g| g == NODES_GROUP)
+    {
+        groups.push(NODES_GROUP.into());
+    }
+    Ok((token, user, groups))
 }
 
 /// Splits a line on commas; a field may be double-quoted (kube-apiserver's
@@ -246,48 +236,18 @@ pub async fn authenticate(
     }
 }
 
-/// Who a request comes from, as [`identify`] found it: one request
-/// extension, from which the [`Caller`] and [`Identity`] extractors make
-/// their values only when a handler asks (most heartbeats need the caller
-/// alone, and an anonymous one costs no copy).
-#[derive(Clone)]
-enum Authenticated {
-    Anonymous,
-    /// The entry of `--token-file` the request's token matched.
-    Token(Arc<Tokens>, usize),
-}
-
-impl Authenticated {
-    fn caller(&self) -> Caller {
-        match self {
-            Authenticated::Anonymous => Caller::Anonymous,
-            Authenticated::Token(tokens, i) => tokens.entries[*i].1.clone(),
-        }
-    }
-
-    fn identity(&self) -> Identity {
-        match self {
-            Authenticated::Anonymous => Identity(ANONYMOUS.into()),
-            Authenticated::Token(tokens, i) => Identity(tokens.users[*i].clone()),
-        }
-    }
-}
-
-/// The user a request's token names, as a number: the index of the first
-/// entry of `--token-file` for that user (so a user's several tokens are
-/// one client). `None` for a request without a token.
+/// The user a request authenticated as, as a number shared by all of the
+/// user's credentials. `None` for a request without any.
 pub(super) fn user_of(request: &Request) -> Option<u64> {
-    match request.extensions().get::<Authenticated>()? {
-        Authenticated::Anonymous => None,
-        Authenticated::Token(tokens, i) => Some(u64::from(tokens.clients[*i])),
-    }
+    request.extensions().get::<Principal>()?.client()
 }
 
-/// Finds who is calling and notes it on the request. Without tokens every
-/// caller is [`Caller::Anonymous`]. With tokens, every request needs
-/// `Authorization: Bearer TOKEN` (reads and watches too, as kube-apiserver
-/// without anonymous auth), except the health checks `/healthz`, `/livez`
-/// and `/readyz`; a token presented there must be valid all the same.
+/// Finds who is calling and notes it on the request (a [`Principal`]).
+/// Without tokens every caller is anonymous. With tokens, every request
+/// needs `Authorization: Bearer TOKEN` (reads and watches too, as
+/// kube-apiserver without anonymous auth), except the health checks
+/// `/healthz`, `/livez` and `/readyz`; a token presented there must be
+/// valid all the same.
 // The refusal is a ready 401, built once per refused request.
 #[allow(clippy::result_large_err)]
 pub(super) fn identify(
@@ -295,15 +255,13 @@ pub(super) fn identify(
     mut request: Request,
 ) -> Result<Request, Response> {
     let found = match tokens {
-        None => Authenticated::Anonymous,
+        None => anonymous(),
         Some(tokens) => match bearer_token(request.headers()) {
-            Some(token) => match tokens.position(token) {
-                Some(i) => Authenticated::Token(tokens.clone(), i),
+            Some(token) => match tokens.principal(token) {
+                Some(found) => found.clone(),
                 None => return Err(unauthorized()),
             },
-            None if super::limits::is_health_check(request.uri().path()) => {
-                Authenticated::Anonymous
-            }
+            None if super::limits::is_health_check(request.uri().path()) => anonymous(),
             None => return Err(unauthorized()),
         },
     };
@@ -351,30 +309,18 @@ pub fn check_may_write_node(caller: &Caller, node: &str) -> Result<(), Response>
             );
             Err((StatusCode::FORBIDDEN, axum::Json(body)).into_response())
         }
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Identity {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Identity, Response> {
-        let found = parts.extensions.get::<Authenticated>();
-        found.map(Authenticated::identity).ok_or_else(|| {
-            super::internal("the caller is unknown: the auth layer is not installed on this route")
-        })
-    }
-}
-
-/// Handlers take `caller: Caller`. A router without the auth layer is a bug:
-/// refuse rather than guess who is calling.
-impl<S: Send + Sync> FromRequestParts<S> for Caller {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Caller, Response> {
-        let found = parts.extensions.get::<Authenticated>();
-        found.map(Authenticated::caller).ok_or_else(|| {
-            super::internal("the caller is unknown: the auth layer is not installed on this route")
-        })
+        Caller::Limited => {
+            let body = crate::kube::status_error(
+                403,
+                "Forbidden",
+                &format!(
+                    "nodes {node:?} is forbidden: the caller is neither a node nor an operator"
+                ),
+                Some(node),
+                Some("nodes"),
+            );
+            Err((StatusCode::FORBIDDEN, axum::Json(body)).into_response())
+        }
     }
 }
 
@@ -424,6 +370,35 @@ mod tests {
         assert_eq!(user("node-a-secret").as_deref(), Some("system:node:edge-1"));
         assert_eq!(user("kube-secret").as_deref(), Some("system:node:Edge-2"));
         assert_eq!(user("admin-secret").as_deref(), Some("admin"));
+    }
+
+    #[test]
+    fn the_groups_column_is_honoured() {
+        let tokens = parse(
+            "b,system:bootstrap:abcdef,uid-1,\"system:bootstrappers,system:bootstrappers:site\"\n\
+             k,system:node:edge-3,uid-2\n\
+             n,edge-4\n\
+             a,alice,uid-3,admins\n",
+        )
+        .unwrap();
+        let user = |t: &str| tokens.principal(t).unwrap().user().clone();
+        assert_eq!(
+            user("b").groups,
+            [
+                "system:bootstrappers",
+                "system:bootstrappers:site",
+                "system:authenticated"
+            ]
+        );
+        assert_eq!(tokens.caller("b"), Some(Caller::Limited));
+        // A node's user is in system:nodes, the column said so or not.
+        assert_eq!(user("k").groups, ["system:nodes", "system:authenticated"]);
+        assert_eq!(tokens.caller("k"), Some(Caller::Node("edge-3".into())));
+        assert_eq!(user("n").name, "system:node:edge-4");
+        assert_eq!(user("n").groups, ["system:nodes", "system:authenticated"]);
+        assert_eq!(user("a").groups, ["admins", "system:authenticated"]);
+        let e = parse("t,u,uid,g1,g2\n").map(|_| ()).unwrap_err();
+        assert!(e.contains("quote the groups column"), "{e}");
     }
 
     #[test]
@@ -499,6 +474,7 @@ mod tests {
         assert!(check_may_write_node(&Caller::Anonymous, "b").is_ok());
         assert!(check_may_write_node(&Caller::Operator, "b").is_ok());
         assert!(check_may_write_node(&Caller::Node("b".into()), "b").is_ok());
+        assert!(check_may_write_node(&Caller::Limited, "b").is_err());
         let refused = check_may_write_node(&Caller::Node("a".into()), "b").unwrap_err();
         assert_eq!(refused.status(), StatusCode::FORBIDDEN);
     }

@@ -13,6 +13,7 @@ mod events;
 mod guard;
 pub mod handoff;
 mod health;
+pub mod identity;
 mod leases;
 pub mod limits;
 pub mod node_json;
@@ -29,7 +30,8 @@ mod watch;
 
 use std::sync::Arc;
 
-pub use auth::{authenticate, check_may_write_node, Caller, Identity, Tokens};
+pub use auth::{authenticate, check_may_write_node, Tokens};
+pub use identity::{principal, Caller, Identity, Principal, User};
 pub use limits::{ApiLimits, Budgets};
 pub use serve::{
     check_listen, is_connection_error, serve, serve_with, tls_config, Http2Config, InsecureListen,

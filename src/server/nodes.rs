@@ -232,6 +232,11 @@ fn check_operator(caller: &Caller, name: &str) -> Result<(), Response> {
                  only; cordons, labels, annotations, taints and deletes need an operator's token"
             ),
         )),
+        Caller::Limited => Err(status_error(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!("nodes {name:?} is forbidden: only operators may change a node this way"),
+        )),
         Caller::Anonymous | Caller::Operator => Ok(()),
     }
 }
