@@ -251,6 +251,16 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
             config.list_bytes_per_second,
         )),
     });
+    if let (true, Some(tokens)) = (config.bootstrap_token_auth, &config.tokens) {
+        tokens.enable_bootstrap_tokens(store.clone());
+    }
+    // Approving, signing and cleaning up CSRs, and removing expired
+    // bootstrap tokens, until the server stops.
+    tokio::spawn(crate::server::csr_signing::run(
+        state.clone(),
+        config.signer.clone(),
+        server_shutdown.clone(),
+    ));
     let budgets = crate::server::Budgets::new(config.limits, Some(metrics.clone()));
     let router = crate::server::limited_router(state, config.tokens.clone(), budgets);
     let mut serve_config = config.serve.clone().metrics(metrics.clone());

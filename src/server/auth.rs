@@ -19,6 +19,9 @@ pub use super::identity::ANONYMOUS;
 /// The tokens of `--token-file`.
 pub struct Tokens {
     entries: Vec<(Box<[u8]>, Principal)>,
+    /// `--enable-bootstrap-token-auth`: the store whose bootstrap-token
+    /// Secrets are tried for a token not in the file.
+    bootstrap: std::sync::OnceLock<Arc<crate::store::Store>>,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -77,7 +80,10 @@ impl Tokens {
                 "--token-file {origin} holds no tokens: no request could ever be authorized; add a line `TOKEN` or `TOKEN,NODE`"
             ));
         }
-        Ok(Tokens { entries })
+        Ok(Tokens {
+            entries,
+            bootstrap: std::sync::OnceLock::new(),
+        })
     }
 
     /// The caller a token stands for. Every known token is compared, each in
@@ -101,6 +107,21 @@ impl Tokens {
             }
         }
         found
+    }
+
+    /// Also takes bootstrap tokens, the Secrets kept in `store`
+    /// (`--enable-bootstrap-token-auth`; see [`super::bootstrap_tokens::authenticate`]).
+    pub fn enable_bootstrap_tokens(&self, store: Arc<crate::store::Store>) {
+        let _ = self.bootstrap.set(store);
+    }
+
+    /// Who a token stands for: a `--token-file` line, else a bootstrap token.
+    fn authenticate(&self, token: &str) -> Option<Principal> {
+        if let Some(found) = self.principal(token) {
+            return Some(found.clone());
+        }
+        let store = self.bootstrap.get()?;
+        super::bootstrap_tokens::authenticate(store, token, crate::model::Micros::now())
     }
 
     pub fn len(&self) -> usize {
@@ -257,8 +278,8 @@ pub(super) fn identify(
     let found = match tokens {
         None => anonymous(),
         Some(tokens) => match bearer_token(request.headers()) {
-            Some(token) => match tokens.principal(token) {
-                Some(found) => found.clone(),
+            Some(token) => match tokens.authenticate(token) {
+                Some(found) => found,
                 None => return Err(unauthorized()),
             },
             None if super::limits::is_health_check(request.uri().path()) => anonymous(),
