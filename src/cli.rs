@@ -103,6 +103,13 @@ pub enum Command {
     Taint(TaintArgs),
     /// Delete a node that no source lists (its history is kept).
     Delete { node: String },
+    /// Bootstrap tokens, with which a new machine's kubelet joins (as
+    /// `kubeadm token`): through the running controller (found as the
+    /// inspection commands find it), or on the stopped store.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
     /// Print a shell completion script: `source <(nodekeeper completions bash)`.
     Completions {
         #[arg(value_enum)]
@@ -211,6 +218,33 @@ pub enum ConfigCommand {
     /// `--config`) as YAML, each value with where it came from; refused
     /// (exit 2) when a file it names cannot be read.
     Print(Box<RunArgs>),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a bootstrap token and print it (`ID.SECRET`), for a kubelet's
+    /// bootstrap kubeconfig. Needs `run --enable-bootstrap-token-auth`.
+    Create {
+        /// The token to make (`[a-z0-9]{6}.[a-z0-9]{16}`); a random one without.
+        #[arg(value_name = "TOKEN")]
+        bootstrap_token: Option<String>,
+        /// How long it is valid; 0 for ever.
+        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        ttl: Duration,
+        /// What it is for, shown by `token list`.
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Extra groups its user is in, each `system:bootstrappers:...`.
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<String>,
+    },
+    /// List the bootstrap tokens, with their expiry.
+    List,
+    /// Delete bootstrap tokens, by ID or whole token.
+    Delete {
+        #[arg(required = true)]
+        tokens: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

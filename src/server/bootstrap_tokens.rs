@@ -330,7 +330,7 @@ pub(crate) async fn create_secret(
     };
     let secret = match checked(secret) {
         Ok(secret) => secret,
-        Err(r) => return r,
+        Err(message) => return status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message),
     };
     let name = secret.metadata.name.clone().unwrap_or_default();
     if s.store.api_object_count(RESOURCE) >= MAX_TOKENS {
@@ -395,6 +395,68 @@ pub(crate) async fn delete_secret(
     }
 }
 
+/// A bootstrap token's Secret, as `nodekeeper token create` makes it
+/// (kubeadm's fields: usages signing and authentication).
+pub fn token_secret(
+    token: &str,
+    expiration: Option<Micros>,
+    description: &str,
+    groups: &[String],
+) -> Result<Secret, String> {
+    let (id, secret) = parse_token(token).ok_or_else(|| {
+        format!("{token:?} is not a bootstrap token: it must be [a-z0-9]{{6}}.[a-z0-9]{{16}}")
+    })?;
+    let mut data = BTreeMap::new();
+    let mut put = |k: &str, v: String| {
+        data.insert(k.to_string(), ByteString(v.into_bytes()));
+    };
+    put(KEY_ID, id.into());
+    put(KEY_SECRET, secret.into());
+    put(KEY_USAGE_AUTHENTICATION, "true".into());
+    put(KEY_USAGE_SIGNING, "true".into());
+    if let Some(at) = expiration {
+        put(KEY_EXPIRATION, at.rfc3339_seconds());
+    }
+    if !description.is_empty() {
+        put(KEY_DESCRIPTION, description.into());
+    }
+    if !groups.is_empty() {
+        put(KEY_EXTRA_GROUPS, groups.join(","));
+    }
+    Ok(Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(format!("{SECRET_PREFIX}{id}")),
+            namespace: Some(NAMESPACE.into()),
+            ..Default::default()
+        },
+        type_: Some(SECRET_TYPE.into()),
+        data: Some(data),
+        ..Default::default()
+    })
+}
+
+/// Keeps a token in a stopped store, checked as the API checks it, flushed.
+pub fn create_in_store(store: &Store, secret: Secret) -> Result<ApiObject, String> {
+    let secret = checked(secret)?;
+    let name = secret.metadata.name.clone().unwrap_or_default();
+    if store.api_object_count(RESOURCE) >= MAX_TOKENS {
+        return Err(format!("at most {MAX_TOKENS} bootstrap tokens are kept; delete some"));
+    }
+    let object = ApiObject {
+        resource: RESOURCE.into(),
+        namespace: NAMESPACE.into(),
+        name: name.clone(),
+        version: 0,
+        json: serde_json::to_string(&secret).map_err(|e| e.to_string())?,
+    };
+    let written = store.put_api_object(object, None).map_err(|e| match e {
+        ApiWriteError::Exists => format!("secrets {name:?} already exists"),
+        e => e.to_string(),
+    })?;
+    store.flush_blocking().map_err(|e| e.to_string())?;
+    Ok(written)
+}
+
 /// A write of the API objects' tree, flushed before it is answered.
 pub(crate) async fn durable_write(
     store: &Store,
@@ -408,11 +470,10 @@ pub(crate) async fn durable_write(
 /// The Secret to keep: a bootstrap token whose every field the
 /// authenticator will accept, `stringData` folded into `data` as
 /// kube-apiserver folds it, the server's metadata set.
-fn checked(mut secret: Secret) -> Result<Secret, Response> {
+pub fn checked(mut secret: Secret) -> Result<Secret, String> {
     let name = secret.metadata.name.clone().unwrap_or_default();
-    let invalid = |field: &str, why: String| {
-        super::push::invalid("Secret", &name, format!("{field}: Invalid value: {why}"))
-    };
+    let invalid =
+        |field: &str, why: String| format!("Secret {name:?} is invalid: {field}: Invalid value: {why}");
     if secret.type_.as_deref() != Some(SECRET_TYPE) {
         return Err(invalid(
             "type",
@@ -644,7 +705,9 @@ mod tests {
         let refused = |mutate: &dyn Fn(&mut Secret)| {
             let mut s = ok.clone();
             mutate(&mut s);
-            checked(s).unwrap_err().status()
+            let e = checked(s).unwrap_err();
+            assert!(e.starts_with("Secret \"bootstrap-token-abcdef\" is invalid: "), "{e}");
+            StatusCode::UNPROCESSABLE_ENTITY
         };
         let put = |k: &'static str, v: &'static str| {
             move |s: &mut Secret| {

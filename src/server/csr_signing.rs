@@ -301,7 +301,8 @@ fn approval(
         if listed {
             return Some(NODE_MESSAGE);
         }
-        tracing::info!(
+        // Every round sees it again: kubectl get csr shows it Pending.
+        tracing::debug!(
             node = %name,
             user = username,
             "a bootstrapper asks for a certificate for a node no source lists: it waits for an operator (kubectl certificate approve)"

@@ -348,6 +348,7 @@ fn selected(query: &super::params::ListQuery, object: &ApiObject) -> bool {
 pub(crate) async fn list_csrs(
     State(s): State<AppState>,
     principal: Principal,
+    headers: axum::http::HeaderMap,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Response {
     if let Err(r) = check_may_request(&principal, "list") {
@@ -373,6 +374,19 @@ pub(crate) async fn list_csrs(
         Ok(o) => o,
         Err(e) => return super::internal(e),
     };
+    let metadata = ListMeta {
+        resource_version: Some(version.to_string()),
+        ..ListMeta::default()
+    };
+    if super::params::wants_table(&headers) {
+        let rows: Vec<_> = objects
+            .iter()
+            .filter(|o| selected(&query, o))
+            .filter_map(|o| Some((read(o)?, served(o))))
+            .collect();
+        let table = crate::kube::table::csr_table(&rows, metadata, query.include, Micros::now());
+        return Json(table).into_response();
+    }
     let items: Vec<Value> = objects
         .iter()
         .filter(|o| selected(&query, o))
