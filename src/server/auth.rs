@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use super::identity::{anonymous, principal, Caller, Identity, Principal, NODES_GROUP};
 use super::status_error;
@@ -311,40 +311,6 @@ fn unauthorized() -> Response {
     response
 }
 
-/// Lets a node's token change only that node; operators and (without
-/// `--token-file`) anonymous callers may change any. Otherwise the 403 of
-/// kube-apiserver's NodeRestriction.
-// Response as the error so handlers can `?` it straight into their answer.
-#[allow(clippy::result_large_err)]
-pub fn check_may_write_node(caller: &Caller, node: &str) -> Result<(), Response> {
-    match caller {
-        Caller::Anonymous | Caller::Operator => Ok(()),
-        Caller::Node(own) if own == node => Ok(()),
-        Caller::Node(own) => {
-            let body = crate::kube::status_error(
-                403,
-                "Forbidden",
-                &format!("nodes {node:?} is forbidden: node {own:?} cannot modify node {node:?}"),
-                Some(node),
-                Some("nodes"),
-            );
-            Err((StatusCode::FORBIDDEN, axum::Json(body)).into_response())
-        }
-        Caller::Limited => {
-            let body = crate::kube::status_error(
-                403,
-                "Forbidden",
-                &format!(
-                    "nodes {node:?} is forbidden: the caller is neither a node nor an operator"
-                ),
-                Some(node),
-                Some("nodes"),
-            );
-            Err((StatusCode::FORBIDDEN, axum::Json(body)).into_response())
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -488,15 +454,5 @@ mod tests {
         assert_eq!(with("Bearer "), None);
         assert_eq!(with("Bearer"), None);
         assert_eq!(bearer_token(&HeaderMap::new()), None);
-    }
-
-    #[test]
-    fn nodes_change_only_themselves() {
-        assert!(check_may_write_node(&Caller::Anonymous, "b").is_ok());
-        assert!(check_may_write_node(&Caller::Operator, "b").is_ok());
-        assert!(check_may_write_node(&Caller::Node("b".into()), "b").is_ok());
-        assert!(check_may_write_node(&Caller::Limited, "b").is_err());
-        let refused = check_may_write_node(&Caller::Node("a".into()), "b").unwrap_err();
-        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
     }
 }

@@ -136,7 +136,7 @@ pub(crate) async fn create_csinode(
         Err(r) => return r,
     };
     let name = csinode.metadata.name.clone().unwrap_or_default();
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
+    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::CSINode, &name) {
         return r;
     }
     let object = match stored(csinode, &name, None) {
@@ -154,7 +154,7 @@ pub(crate) async fn put_csinode(
     ct: ContentType,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
+    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::CSINode, &name) {
         return r;
     }
     let csinode = match json_body::<CSINode>(ct.as_str(), &body) {
@@ -176,7 +176,7 @@ pub(crate) async fn patch_csinode(
     ct: ContentType,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
+    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::CSINode, &name) {
         return r;
     }
     let Some(current) = s.view.node_object(&key(&name)) else {
@@ -216,7 +216,7 @@ pub(crate) async fn delete_csinode(
     Path(name): Path<String>,
     caller: Caller,
 ) -> Response {
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
+    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::CSINode, &name) {
         return r;
     }
     let Some(current) = s.view.node_object(&key(&name)) else {

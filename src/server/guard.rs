@@ -1,4 +1,5 @@
 //! The guard over every route, as a tower layer: the bearer-token check,
+//! the authorizer's table,
 //! the request budgets, the body read within its deadline and cap, error
 //! answers as `Status` objects, and `X-Content-Type-Options: nosniff` on
 //! every answer. A service with a future of its own
@@ -20,6 +21,8 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::auth::{self, Tokens};
+use super::authz;
+use super::identity::Principal;
 use super::limits::{self, Admitted, BodyRead, Budgets};
 
 /// What requests are checked against.
@@ -81,6 +84,9 @@ where
             Ok(request) => request,
             Err(refused) => return GuardFuture::answered(refused),
         };
+        if let Err(refused) = authorized(&request) {
+            return GuardFuture::answered(refused);
+        }
         let admitted = match limits::admit(&self.guard.budgets, &request) {
             Ok(admitted) => admitted,
             Err(refused) => return GuardFuture::answered(refused),
@@ -108,6 +114,20 @@ where
             }
         };
         GuardFuture { state }
+    }
+}
+
+/// The authorizer's table, for the caller `identify` noted.
+#[allow(clippy::result_large_err)]
+fn authorized(request: &Request) -> Result<(), Response> {
+    match request.extensions().get::<Principal>() {
+        Some(principal) => authz::authorize(
+            principal,
+            request.method(),
+            request.uri().path(),
+            request.uri().query(),
+        ),
+        None => Ok(()),
     }
 }
 

@@ -127,7 +127,7 @@ pub(crate) async fn create_lease(
         Err(r) => return r,
     };
     let name = kube.metadata.name.clone().unwrap_or_default();
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
+    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::Lease, &name) {
         return r;
     }
     let lease = match crate::kube::lease(&kube, &name) {
@@ -148,8 +148,8 @@ pub(crate) async fn put_lease(
     ct: ContentType,
     body: Bytes,
 ) -> Response {
-    if let Err(r) =
-        check_namespace(&namespace).and_then(|()| super::check_may_write_node(&caller, &name))
+    if let Err(r) = check_namespace(&namespace)
+        .and_then(|()| super::authz::admit(&caller, super::authz::Kind::Lease, &name))
     {
         return r;
     }
@@ -200,8 +200,8 @@ pub(crate) async fn patch_lease(
     ct: ContentType,
     body: Bytes,
 ) -> Response {
-    if let Err(r) =
-        check_namespace(&namespace).and_then(|()| super::check_may_write_node(&caller, &name))
+    if let Err(r) = check_namespace(&namespace)
+        .and_then(|()| super::authz::admit(&caller, super::authz::Kind::Lease, &name))
     {
         return r;
     }

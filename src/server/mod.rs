@@ -3,6 +3,7 @@
 //! past time, store status, health and metrics. Reads only what is durable.
 
 mod auth;
+pub mod authz;
 mod backup;
 pub mod bootstrap_tokens;
 mod connections;
@@ -33,7 +34,8 @@ mod watch;
 
 use std::sync::Arc;
 
-pub use auth::{authenticate, check_may_write_node, Tokens};
+pub use auth::{authenticate, Tokens};
+pub use authz::check_may_write_node;
 pub use identity::{principal, Caller, Identity, Principal, User};
 pub use limits::{ApiLimits, Budgets};
 pub use serve::{
