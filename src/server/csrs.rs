@@ -5,7 +5,9 @@
 //! `util/certificate/csr/csr.go:180-197` `WaitForCertificate`), delete, and
 //! the `/approval` and `/status` subresources. Kept in the store's
 //! `api_objects` tree, at most [`MAX_CSRS`]; approval, signing and clean-up
-//! are [`super::csr_signing`]'s.
+//! are [`super::csr_signing`]'s. Who may do what is the authorizer's
+//! ([`super::authz`]: nodes and bootstrappers create, get, list and watch;
+//! the rest is for operators).
 
 // Checks return a ready response as their error, built once per refused
 // request: its size does not matter.
@@ -28,10 +30,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde_json::Value;
 
 use super::bootstrap_tokens::durable_write;
-use super::identity::{Principal, BOOTSTRAPPERS_GROUP};
+use super::identity::Principal;
 use super::params::ListParams;
 use super::push::{json_body, ContentType};
-use super::{bad_request, status_error, AppState, Caller, Identity};
+use super::{bad_request, status_error, AppState, Identity};
 use crate::kube::watch::{bookmark, watch_line, WatchEventType};
 use crate::model::Micros;
 use crate::store::{ApiObject, ApiWriteError};
@@ -67,33 +69,6 @@ fn forbidden(message: String) -> Response {
     status_error(StatusCode::FORBIDDEN, "Forbidden", message)
 }
 
-/// Creating, reading and watching are for operators, nodes and
-/// bootstrappers (kube's `system:node-bootstrapper` role and the nodes'
-/// `selfnodeclient`); anyone else of the limited kind may not.
-fn check_may_request(principal: &Principal, verb: &str) -> Result<(), Response> {
-    match principal.caller() {
-        Caller::Operator | Caller::Anonymous | Caller::Node(_) => Ok(()),
-        Caller::Limited if principal.user().in_group(BOOTSTRAPPERS_GROUP) => Ok(()),
-        Caller::Limited => Err(forbidden(format!(
-            "certificatesigningrequests.certificates.k8s.io is forbidden: User {:?} cannot {verb} \
-             certificate signing requests: only operators, nodes and {BOOTSTRAPPERS_GROUP} may",
-            principal.user().name
-        ))),
-    }
-}
-
-/// Deleting, approving and writing status are for operators.
-fn check_operator(principal: &Principal, verb: &str) -> Result<(), Response> {
-    match principal.caller() {
-        Caller::Operator | Caller::Anonymous => Ok(()),
-        _ => Err(forbidden(format!(
-            "certificatesigningrequests.certificates.k8s.io is forbidden: User {:?} cannot {verb} \
-             certificate signing requests: only operators may",
-            principal.user().name
-        ))),
-    }
-}
-
 /// The CSR as served: the stored JSON with its resourceVersion.
 pub(crate) fn served(object: &ApiObject) -> Value {
     let mut value: Value = serde_json::from_str(&object.json).unwrap_or(Value::Null);
@@ -121,9 +96,6 @@ pub(crate) async fn create_csr(
     ct: ContentType,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = check_may_request(&principal, "create") {
-        return r;
-    }
     let csr = match json_body::<CertificateSigningRequest>(ct.as_str(), &body) {
         Ok(csr) => csr,
         Err(r) => return r,
@@ -322,11 +294,7 @@ fn invalid(name: &str, causes: Vec<(&str, String)>) -> Response {
 pub(crate) async fn get_csr(
     State(s): State<AppState>,
     Path(name): Path<String>,
-    principal: Principal,
 ) -> Response {
-    if let Err(r) = check_may_request(&principal, "get") {
-        return r;
-    }
     match s.store.api_object(RESOURCE, "", &name) {
         Ok(Some(object)) => Json(served(&object)).into_response(),
         Ok(None) => not_found(&name),
@@ -347,13 +315,9 @@ fn selected(query: &super::params::ListQuery, object: &ApiObject) -> bool {
 /// `GET …/certificatesigningrequests`: a list, or with `watch=true` a watch.
 pub(crate) async fn list_csrs(
     State(s): State<AppState>,
-    principal: Principal,
     headers: axum::http::HeaderMap,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Response {
-    if let Err(r) = check_may_request(&principal, "list") {
-        return r;
-    }
     let params = match ListParams::from_query(params) {
         Ok(p) => p,
         Err(e) => return bad_request(e.to_string()),
@@ -515,11 +479,7 @@ fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) 
 pub(crate) async fn delete_csr(
     State(s): State<AppState>,
     Path(name): Path<String>,
-    principal: Principal,
 ) -> Response {
-    if let Err(r) = check_operator(&principal, "delete") {
-        return r;
-    }
     let deleted = durable_write(&s.store, || s.store.delete_api_object(RESOURCE, "", &name, None)).await;
     match deleted {
         Ok(object) => Json(served(&object)).into_response(),
@@ -535,14 +495,10 @@ pub(crate) async fn delete_csr(
 pub(crate) async fn put_approval(
     State(s): State<AppState>,
     Path(name): Path<String>,
-    principal: Principal,
     Identity(by): Identity,
     ct: ContentType,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = check_operator(&principal, "approve") {
-        return r;
-    }
     let sent = match json_body::<CertificateSigningRequest>(ct.as_str(), &body) {
         Ok(csr) => csr,
         Err(r) => return r,
@@ -609,13 +565,9 @@ pub(crate) async fn put_approval(
 pub(crate) async fn put_status(
     State(s): State<AppState>,
     Path(name): Path<String>,
-    principal: Principal,
     ct: ContentType,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = check_operator(&principal, "update the status of") {
-        return r;
-    }
     let sent = match json_body::<CertificateSigningRequest>(ct.as_str(), &body) {
         Ok(csr) => csr,
         Err(r) => return r,
@@ -712,7 +664,7 @@ pub(crate) fn empty_status() -> CertificateSigningRequestStatus {
 mod tests {
     use super::*;
     use crate::certificates::testing::request;
-    use crate::server::identity::principal;
+    use crate::server::identity::{principal, BOOTSTRAPPERS_GROUP};
     use k8s_openapi::api::certificates::v1::CertificateSigningRequestSpec;
     use k8s_openapi::ByteString;
 
@@ -766,19 +718,5 @@ mod tests {
         let mut bad_signer = csr("a", "", &pem);
         bad_signer.spec.signer_name = "kubelet".into();
         assert_eq!(status(bad_signer), StatusCode::UNPROCESSABLE_ENTITY);
-        // Who may ask.
-        assert!(check_may_request(&boot, "create").is_ok());
-        let stranger = principal("system:node:edge-1".into(), vec![]);
-        assert_eq!(
-            check_may_request(&stranger, "create").unwrap_err().status(),
-            StatusCode::FORBIDDEN
-        );
-        assert_eq!(
-            check_operator(&boot, "approve").unwrap_err().status(),
-            StatusCode::FORBIDDEN
-        );
-        let node = principal("system:node:edge-1".into(), vec!["system:nodes".into()]);
-        assert!(check_may_request(&node, "create").is_ok());
-        assert!(check_operator(&node, "delete").is_err());
     }
 }
