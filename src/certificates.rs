@@ -43,7 +43,8 @@ pub struct Request {
 /// is the key's own (kubernetes `pkg/apis/certificates/helpers.go` `ParseCSR`;
 /// the signature as Go's `x509.ParseCertificateRequest` callers check it).
 pub fn parse_request(pem_bytes: &[u8]) -> Result<Request, String> {
-    let text = std::str::from_utf8(pem_bytes).map_err(|_| "PEM block type must be CERTIFICATE REQUEST".to_string())?;
+    let text = std::str::from_utf8(pem_bytes)
+        .map_err(|_| "PEM block type must be CERTIFICATE REQUEST".to_string())?;
     let block = pem_block(text, "CERTIFICATE REQUEST")
         .ok_or_else(|| "PEM block type must be CERTIFICATE REQUEST".to_string())?;
     let (rest, csr) =
@@ -122,9 +123,7 @@ pub fn check_kubelet_client(request: &Request, usages: &[String]) -> Result<(), 
     let with_rsa = ["client auth", "digital signature", "key encipherment"];
     let without = ["client auth", "digital signature"];
     if set != with_rsa && set != without {
-        return Err(
-            "usages did not match [client auth digital signature key encipherment]".into(),
-        );
+        return Err("usages did not match [client auth digital signature key encipherment]".into());
     }
     Ok(())
 }
@@ -197,7 +196,9 @@ impl Signer {
         let (_, ca) = X509Certificate::from_der(&der)
             .map_err(|e| format!("the CA certificate cannot be read: {e}"))?;
         if !ca.is_ca() {
-            return Err("the certificate is not a CA's (basicConstraints CA:TRUE is missing)".into());
+            return Err(
+                "the certificate is not a CA's (basicConstraints CA:TRUE is missing)".into(),
+            );
         }
         let key = key_pair(key_pem)?;
         if rcgen::PublicKeyData::subject_public_key_info(&key) != ca.public_key().raw {
@@ -292,8 +293,8 @@ fn key_pair(text: &str) -> Result<KeyPair, String> {
         // AlgorithmIdentifier { rsaEncryption, NULL }
         pkcs8(
             &[
-                0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01,
-                0x05, 0x00,
+                0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05,
+                0x00,
             ],
             &der,
         )
@@ -301,8 +302,8 @@ fn key_pair(text: &str) -> Result<KeyPair, String> {
         // AlgorithmIdentifier { id-ecPublicKey, prime256v1 }
         pkcs8(
             &[
-                0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08,
-                0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
+                0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a,
+                0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
             ],
             &der,
         )
@@ -319,7 +320,9 @@ fn key_pair(text: &str) -> Result<KeyPair, String> {
         }
     );
     KeyPair::from_pem(&pem).map_err(|e| {
-        format!("the key cannot be used to sign ({e}); RSA and ECDSA P-256/P-384 and Ed25519 keys can")
+        format!(
+            "the key cannot be used to sign ({e}); RSA and ECDSA P-256/P-384 and Ed25519 keys can"
+        )
     })
 }
 
@@ -359,7 +362,9 @@ pub(crate) mod testing {
     pub fn ca() -> (String, String) {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, "test-ca");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "test-ca");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         let cert = params.self_signed(&key).unwrap();
         (cert.pem(), key.serialize_pem())
@@ -405,8 +410,8 @@ mod tests {
         // helpers.go ValidateKubeletClientCSR: each refusal in its words.
         let e = check_kubelet_client(&r, &usages(&["client auth"])).unwrap_err();
         assert!(e.starts_with("usages did not match"), "{e}");
-        let e = check_kubelet_client(&r, &usages(&["digital signature", "server auth"]))
-            .unwrap_err();
+        let e =
+            check_kubelet_client(&r, &usages(&["digital signature", "server auth"])).unwrap_err();
         assert!(e.starts_with("usages did not match"), "{e}");
         for (pem, want) in [
             (
@@ -465,11 +470,23 @@ mod tests {
         let issued = signer.sign(&r, &u, None, now).unwrap();
         let der = pem_block(&issued.pem, "CERTIFICATE").unwrap();
         let (_, x) = X509Certificate::from_der(&der).unwrap();
-        let cn: Vec<_> = x.subject().iter_common_name().map(|a| a.as_str().unwrap()).collect();
-        let o: Vec<_> = x.subject().iter_organization().map(|a| a.as_str().unwrap()).collect();
+        let cn: Vec<_> = x
+            .subject()
+            .iter_common_name()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        let o: Vec<_> = x
+            .subject()
+            .iter_organization()
+            .map(|a| a.as_str().unwrap())
+            .collect();
         assert_eq!(cn, ["system:node:edge-1"]);
         assert_eq!(o, ["system:nodes"]);
-        let issuer: Vec<_> = x.issuer().iter_common_name().map(|a| a.as_str().unwrap()).collect();
+        let issuer: Vec<_> = x
+            .issuer()
+            .iter_common_name()
+            .map(|a| a.as_str().unwrap())
+            .collect();
         assert_eq!(issuer, ["test-ca"]);
         assert_eq!(x.public_key().raw, r.public_key.as_slice());
         let eku = x.extended_key_usage().unwrap().unwrap().value;
@@ -477,7 +494,10 @@ mod tests {
         let year = x.validity().not_after.timestamp() - x.validity().not_before.timestamp();
         assert_eq!(year, (8760 * 3600 + 300) as i64);
         assert_eq!(
-            x.raw_serial().iter().map(|b| format!("{b:02x}")).collect::<String>(),
+            x.raw_serial()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>(),
             issued.serial
         );
         // spec.expirationSeconds shortens it; two serials differ.
@@ -509,7 +529,10 @@ mod tests {
         let e = Signer::from_pem(&leaf.pem(), &leaf_key.serialize_pem(), d).unwrap_err();
         assert!(e.contains("not a CA"), "{e}");
         let e = Signer::load(Path::new("/nonexistent/ca.crt"), Path::new("/x"), d).unwrap_err();
-        assert!(e.starts_with("--cluster-signing-cert-file /nonexistent/ca.crt"), "{e}");
+        assert!(
+            e.starts_with("--cluster-signing-cert-file /nonexistent/ca.crt"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! The controller does not yet take client certificates as credentials, so
 //! the test follows a machine up to its issued certificate (read: CN, O,
 //! issuer, validity) and its history, not to Ready with it.
+// Set-up writes small files before the controller starts.
+#![allow(clippy::disallowed_methods)]
 
 mod common;
 
@@ -59,12 +61,16 @@ async fn call(
     let response = request.send().await.unwrap();
     let code = response.status().as_u16();
     let text = response.text().await.unwrap();
-    (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 fn names(cert: &X509Certificate<'_>) -> (Vec<String>, Vec<String>, Vec<String>) {
     let text = |it: &mut dyn Iterator<Item = &x509_parser::x509::AttributeTypeAndValue<'_>>| {
-        it.map(|a| a.as_str().unwrap().to_string()).collect::<Vec<_>>()
+        it.map(|a| a.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
     };
     (
         text(&mut cert.subject().iter_common_name()),
@@ -100,7 +106,14 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
     // The operator makes a token, as `kubeadm token create` would.
     let token = cli_ok(
         db,
-        &["--token", OPERATOR, "token", "create", "--description", "edge joins"],
+        &[
+            "--token",
+            OPERATOR,
+            "token",
+            "create",
+            "--description",
+            "edge joins",
+        ],
     )
     .trim()
     .to_string();
@@ -109,7 +122,10 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
         "{token}"
     );
     let listed = cli_ok(db, &["--token", OPERATOR, "token", "list"]);
-    assert!(listed.contains(&token) && listed.contains("edge joins"), "{listed}");
+    assert!(
+        listed.contains(&token) && listed.contains("edge joins"),
+        "{listed}"
+    );
 
     // An unknown token, and an expired one, are 401 (bootstrap.go:99-106, :131).
     let expired = json!({
@@ -120,7 +136,15 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
                        "usage-bootstrap-authentication": "true",
                        "expiration": "2026-01-01T00:00:00Z"},
     });
-    let (code, s) = call(&client, &c, reqwest::Method::POST, SECRETS, OPERATOR, Some(&expired)).await;
+    let (code, s) = call(
+        &client,
+        &c,
+        reqwest::Method::POST,
+        SECRETS,
+        OPERATOR,
+        Some(&expired),
+    )
+    .await;
     assert_eq!(code, 201, "{s}");
     for bad in ["oldold.0123456789abcdef", "zzzzzz.0123456789abcdef"] {
         let (code, _) = call(&client, &c, reqwest::Method::GET, CSRS, bad, None).await;
@@ -130,16 +154,31 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
     let (code, _) = call(&client, &c, reqwest::Method::GET, SECRETS, &token, None).await;
     assert_eq!(code, 403);
     let (code, s) = call(
-        &client, &c, reqwest::Method::GET, "/api/v1/namespaces/default/secrets", OPERATOR, None,
+        &client,
+        &c,
+        reqwest::Method::GET,
+        "/api/v1/namespaces/default/secrets",
+        OPERATOR,
+        None,
     )
     .await;
     assert_eq!(code, 403, "{s}");
-    assert!(s["message"].as_str().unwrap().contains("kube-system"), "{s}");
+    assert!(
+        s["message"].as_str().unwrap().contains("kube-system"),
+        "{s}"
+    );
 
     // edge-1 is listed by the static source: its CSR is approved and signed.
-    let joined = load_client_cert(&client, &c.url, &token, "edge-1", Duration::from_secs(30), |_| {})
-        .await
-        .unwrap_or_else(|e| panic!("{e}: {}", c.log_text()));
+    let joined = load_client_cert(
+        &client,
+        &c.url,
+        &token,
+        "edge-1",
+        Duration::from_secs(30),
+        |_| {},
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {}", c.log_text()));
     let der = pem_der(&joined.cert_pem);
     let (_, issued) = X509Certificate::from_der(&der).unwrap();
     let (cn, o, issuer) = names(&issued);
@@ -155,7 +194,12 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
 
     // The CSR says who asked and how it was approved (sarapprove.go).
     let (code, csr) = call(
-        &client, &c, reqwest::Method::GET, &format!("{CSRS}/{}", joined.csr_name), OPERATOR, None,
+        &client,
+        &c,
+        reqwest::Method::GET,
+        &format!("{CSRS}/{}", joined.csr_name),
+        OPERATOR,
+        None,
     )
     .await;
     assert_eq!(code, 200, "{csr}");
@@ -168,13 +212,20 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
         "Auto approving kubelet client certificate after SubjectAccessReview."
     );
     // And edge-1's history has the certificate.
-    let serial: String = issued.raw_serial().iter().map(|b| format!("{b:02x}")).collect();
+    let serial: String = issued
+        .raw_serial()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let described = cli_ok(db, &["--token", OPERATOR, "describe", "edge-1"]);
     assert!(
         described.contains("CertificateIssued") && described.contains(&serial),
         "{described}"
     );
-    let history = cli_ok(db, &["--token", OPERATOR, "history", "edge-1", "-o", "json"]);
+    let history = cli_ok(
+        db,
+        &["--token", OPERATOR, "history", "edge-1", "-o", "json"],
+    );
     let events: Value = serde_json::from_str(&history).unwrap();
     let issued_event = events
         .as_array()
@@ -184,7 +235,10 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
         .unwrap_or_else(|| panic!("{history}"));
     assert_eq!(issued_event["csr"], joined.csr_name.as_str());
     assert_eq!(issued_event["serial"], serial.as_str());
-    assert_eq!(issued_event["requestedBy"], format!("system:bootstrap:{id}"));
+    assert_eq!(
+        issued_event["requestedBy"],
+        format!("system:bootstrap:{id}")
+    );
 
     // A name no source lists stays Pending until an operator approves it,
     // as `kubectl certificate approve` does (the same PUT of /approval).
@@ -192,9 +246,16 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
     let stranger = tokio::spawn({
         let (client, url, token) = (client.clone(), c.url.clone(), token.clone());
         async move {
-            load_client_cert(&client, &url, &token, "stranger", Duration::from_secs(60), |n| {
-                let _ = named_tx.send(n.to_string());
-            })
+            load_client_cert(
+                &client,
+                &url,
+                &token,
+                "stranger",
+                Duration::from_secs(60),
+                |n| {
+                    let _ = named_tx.send(n.to_string());
+                },
+            )
             .await
         }
     });
@@ -210,12 +271,22 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
         "message": "This CSR was approved by kubectl certificate approve.",
     }]);
     let (code, _) = call(
-        &client, &c, reqwest::Method::PUT, &format!("{path}/approval"), &token, Some(&approval),
+        &client,
+        &c,
+        reqwest::Method::PUT,
+        &format!("{path}/approval"),
+        &token,
+        Some(&approval),
     )
     .await;
     assert_eq!(code, 403);
     let (code, approved) = call(
-        &client, &c, reqwest::Method::PUT, &format!("{path}/approval"), OPERATOR, Some(&approval),
+        &client,
+        &c,
+        reqwest::Method::PUT,
+        &format!("{path}/approval"),
+        OPERATOR,
+        Some(&approval),
     )
     .await;
     assert_eq!(code, 200, "{approved}");
@@ -237,7 +308,10 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
     let table: Value = client
         .get(format!("{}{CSRS}", c.url))
         .bearer_auth(OPERATOR)
-        .header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
+        .header(
+            "accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
         .send()
         .await
         .unwrap()
@@ -250,7 +324,11 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
         .iter()
         .map(|r| r["cells"][5].as_str().unwrap())
         .collect();
-    assert_eq!(conditions, ["Approved,Issued", "Approved,Issued"], "{table}");
+    assert_eq!(
+        conditions,
+        ["Approved,Issued", "Approved,Issued"],
+        "{table}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

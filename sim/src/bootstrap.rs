@@ -52,7 +52,8 @@ pub async fn load_client_cert(
 ) -> Result<Bootstrapped, BootstrapError> {
     let other = |e: &dyn std::fmt::Display| BootstrapError::Other(e.to_string());
     // keyutil.MakeEllipticPrivateKeyPEM: P-256.
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| other(&e))?;
+    let key =
+        rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| other(&e))?;
     let mut params = rcgen::CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
     params
@@ -125,7 +126,9 @@ fn outcome(csr: &Value) -> Option<Result<String, BootstrapError>> {
     }
     let cert = csr["status"]["certificate"].as_str()?;
     use base64::Engine;
-    let pem = base64::engine::general_purpose::STANDARD.decode(cert).ok()?;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(cert)
+        .ok()?;
     Some(Ok(String::from_utf8_lossy(&pem).into_owned()))
 }
 
@@ -148,7 +151,8 @@ async fn wait_for_certificate(
             .send()
             .await
             .map_err(|e| other(&e))?;
-        let list: Value = serde_json::from_slice(&read_capped(list).await?).map_err(|e| other(&e))?;
+        let list: Value =
+            serde_json::from_slice(&read_capped(list).await?).map_err(|e| other(&e))?;
         for item in list["items"].as_array().into_iter().flatten() {
             if let Some(done) = outcome(item) {
                 return done;

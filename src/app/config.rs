@@ -441,7 +441,10 @@ fn probe_config(args: &RunArgs) -> Result<(ProbeConfig, Option<SimulateRequest>)
 /// The cluster's CA for kubelets' client certificates, if configured; a
 /// start-up error naming the flag when its files cannot be used.
 fn signer(args: &RunArgs) -> Result<Option<Arc<crate::certificates::Signer>>, RunError> {
-    match (&args.cluster_signing_cert_file, &args.cluster_signing_key_file) {
+    match (
+        &args.cluster_signing_cert_file,
+        &args.cluster_signing_key_file,
+    ) {
         (None, None) => Ok(None),
         (Some(cert), Some(key)) => crate::certificates::Signer::load(
             std::path::Path::new(cert),

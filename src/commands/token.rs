@@ -10,8 +10,8 @@ use crate::inspect::Source;
 use crate::logging::terminal::escape;
 use crate::model::Micros;
 use crate::server::bootstrap_tokens::{
-    self, generate_token, has_expired, parse_token, token_secret, KEY_DESCRIPTION,
-    KEY_EXPIRATION, KEY_EXTRA_GROUPS, KEY_ID, KEY_SECRET, NAMESPACE, RESOURCE, SECRET_PREFIX,
+    self, generate_token, has_expired, parse_token, token_secret, KEY_DESCRIPTION, KEY_EXPIRATION,
+    KEY_EXTRA_GROUPS, KEY_ID, KEY_SECRET, NAMESPACE, RESOURCE, SECRET_PREFIX,
 };
 
 const SECRETS: &str = "/api/v1/namespaces/kube-system/secrets";
@@ -136,13 +136,19 @@ fn table(secrets: &[Secret], now: Micros) -> String {
             "<invalid>".to_string()
         } else {
             Micros::parse_rfc3339(&expires)
-                .map(|at| crate::duration::age(std::time::Duration::from_micros((at.0 - now.0) as u64)))
+                .map(|at| {
+                    crate::duration::age(std::time::Duration::from_micros((at.0 - now.0) as u64))
+                })
                 .unwrap_or_else(|_| "<invalid>".into())
         };
         rows.push([
             format!("{}.{}", value(s, KEY_ID), value(s, KEY_SECRET)),
             ttl,
-            if expires.is_empty() { "<never>".into() } else { expires },
+            if expires.is_empty() {
+                "<never>".into()
+            } else {
+                expires
+            },
             value(s, KEY_DESCRIPTION),
             value(s, KEY_EXTRA_GROUPS),
         ]);

@@ -240,7 +240,10 @@ fn row_object(
 /// `printCertificateSigningRequest`): Name, Age, SignerName, Requestor,
 /// RequestedDuration, Condition.
 pub fn csr_table(
-    csrs: &[(k8s_openapi::api::certificates::v1::CertificateSigningRequest, Value)],
+    csrs: &[(
+        k8s_openapi::api::certificates::v1::CertificateSigningRequest,
+        Value,
+    )],
     metadata: ListMeta,
     include: IncludeObject,
     now: Micros,

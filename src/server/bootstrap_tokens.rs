@@ -338,7 +338,10 @@ pub(crate) async fn create_secret(
         return status_error(
             StatusCode::PAYLOAD_TOO_LARGE,
             "RequestEntityTooLarge",
-            format!("Secret {name:?} takes {} bytes; at most {MAX_BYTES} are kept", json.len()),
+            format!(
+                "Secret {name:?} takes {} bytes; at most {MAX_BYTES} are kept",
+                json.len()
+            ),
         );
     }
     let object = ApiObject {
@@ -426,7 +429,9 @@ pub fn create_in_store(store: &Store, secret: Secret) -> Result<ApiObject, Strin
     let secret = checked(secret)?;
     let name = secret.metadata.name.clone().unwrap_or_default();
     if store.api_object_count(RESOURCE) >= MAX_TOKENS {
-        return Err(format!("at most {MAX_TOKENS} bootstrap tokens are kept; delete some"));
+        return Err(format!(
+            "at most {MAX_TOKENS} bootstrap tokens are kept; delete some"
+        ));
     }
     let object = ApiObject {
         resource: RESOURCE.into(),
@@ -458,8 +463,9 @@ pub(crate) async fn durable_write(
 /// kube-apiserver folds it, the server's metadata set.
 pub fn checked(mut secret: Secret) -> Result<Secret, String> {
     let name = secret.metadata.name.clone().unwrap_or_default();
-    let invalid =
-        |field: &str, why: String| format!("Secret {name:?} is invalid: {field}: Invalid value: {why}");
+    let invalid = |field: &str, why: String| {
+        format!("Secret {name:?} is invalid: {field}: Invalid value: {why}")
+    };
     if secret.type_.as_deref() != Some(SECRET_TYPE) {
         return Err(invalid(
             "type",
@@ -469,7 +475,10 @@ pub fn checked(mut secret: Secret) -> Result<Secret, String> {
             ),
         ));
     }
-    let Some(id) = name.strip_prefix(SECRET_PREFIX).filter(|id| is_token_id(id)) else {
+    let Some(id) = name
+        .strip_prefix(SECRET_PREFIX)
+        .filter(|id| is_token_id(id))
+    else {
         return Err(invalid(
             "metadata.name",
             format!("{name:?}: must be {SECRET_PREFIX}<id>, the id six of [a-z0-9]"),
@@ -504,7 +513,10 @@ pub fn checked(mut secret: Secret) -> Result<Secret, String> {
     }
     for (key, value) in secret.data.iter().flatten() {
         if key.starts_with("usage-bootstrap-") && value.0 != b"true" && value.0 != b"false" {
-            return Err(invalid(&format!("data[{key}]"), "must be true or false".into()));
+            return Err(invalid(
+                &format!("data[{key}]"),
+                "must be true or false".into(),
+            ));
         }
     }
     let meta = &mut secret.metadata;
@@ -523,7 +535,10 @@ fn data_of<'a>(secret: &'a Secret, key: &str) -> &'a str {
 
 /// Removes the tokens whose expiration has passed, as kube-controller-manager's
 /// tokencleaner does; answers how many. Not durable until a flush.
-pub(crate) fn remove_expired(store: &Store, now: Micros) -> Result<usize, crate::store::StoreError> {
+pub(crate) fn remove_expired(
+    store: &Store,
+    now: Micros,
+) -> Result<usize, crate::store::StoreError> {
     let mut removed = 0;
     for object in store.api_objects(RESOURCE, Some(NAMESPACE))? {
         let Ok(secret) = serde_json::from_str::<Secret>(&object.json) else {
@@ -550,7 +565,10 @@ mod tests {
     fn secret(id: &str, secret: &str, extra: &[(&str, &str)]) -> Secret {
         let mut data = BTreeMap::from([
             (KEY_ID.to_string(), ByteString(id.as_bytes().to_vec())),
-            (KEY_SECRET.to_string(), ByteString(secret.as_bytes().to_vec())),
+            (
+                KEY_SECRET.to_string(),
+                ByteString(secret.as_bytes().to_vec()),
+            ),
             (
                 KEY_USAGE_AUTHENTICATION.to_string(),
                 ByteString(b"true".to_vec()),
@@ -607,8 +625,14 @@ mod tests {
         assert!(!is_bootstrap_group("system:bootstrappers:a-"));
         assert!(!is_bootstrap_group("system:masters"));
         assert!(!is_bootstrap_group("system:bootstrappers:Upper"));
-        assert!(!is_bootstrap_group(&format!("system:bootstrappers:{}", "a".repeat(257))));
-        assert!(is_bootstrap_group(&format!("system:bootstrappers:{}", "a".repeat(256))));
+        assert!(!is_bootstrap_group(&format!(
+            "system:bootstrappers:{}",
+            "a".repeat(257)
+        )));
+        assert!(is_bootstrap_group(&format!(
+            "system:bootstrappers:{}",
+            "a".repeat(256)
+        )));
         for _ in 0..20 {
             let t = generate_token();
             assert!(parse_token(&t).is_some(), "{t}");
@@ -627,7 +651,10 @@ mod tests {
             &secret(
                 "aaaaaa",
                 s,
-                &[(KEY_EXTRA_GROUPS, "system:bootstrappers:site-a,system:bootstrappers:site-a")],
+                &[(
+                    KEY_EXTRA_GROUPS,
+                    "system:bootstrappers:site-a,system:bootstrappers:site-a",
+                )],
             ),
         );
         let p = authenticate(&store, &format!("aaaaaa.{s}"), now).unwrap();
@@ -647,21 +674,40 @@ mod tests {
         assert!(authenticate(&store, &format!("bbbbbb.{s}"), now).is_none());
         assert!(authenticate(&store, &format!("aaaaaa.{s}x"), now).is_none());
         // Expired (bootstrap.go:131), not yet, unreadable (secrets.go:64-68).
-        keep(&store, &secret("cccccc", s, &[(KEY_EXPIRATION, "2026-12-03T11:59:59Z")]));
+        keep(
+            &store,
+            &secret("cccccc", s, &[(KEY_EXPIRATION, "2026-12-03T11:59:59Z")]),
+        );
         assert!(authenticate(&store, &format!("cccccc.{s}"), now).is_none());
-        keep(&store, &secret("dddddd", s, &[(KEY_EXPIRATION, "2026-12-03T12:00:01Z")]));
+        keep(
+            &store,
+            &secret("dddddd", s, &[(KEY_EXPIRATION, "2026-12-03T12:00:01Z")]),
+        );
         assert!(authenticate(&store, &format!("dddddd.{s}"), now).is_some());
-        keep(&store, &secret("eeeeee", s, &[(KEY_EXPIRATION, "tomorrow")]));
+        keep(
+            &store,
+            &secret("eeeeee", s, &[(KEY_EXPIRATION, "tomorrow")]),
+        );
         assert!(authenticate(&store, &format!("eeeeee.{s}"), now).is_none());
         // Not for authentication (bootstrap.go:136).
-        keep(&store, &secret("ffffff", s, &[(KEY_USAGE_AUTHENTICATION, "false")]));
+        keep(
+            &store,
+            &secret("ffffff", s, &[(KEY_USAGE_AUTHENTICATION, "false")]),
+        );
         assert!(authenticate(&store, &format!("ffffff.{s}"), now).is_none());
         // A bad extra group (bootstrap.go:141).
-        keep(&store, &secret("gggggg", s, &[(KEY_EXTRA_GROUPS, "system:masters")]));
+        keep(
+            &store,
+            &secret("gggggg", s, &[(KEY_EXTRA_GROUPS, "system:masters")]),
+        );
         assert!(authenticate(&store, &format!("gggggg.{s}"), now).is_none());
         // token-id disagreeing with the name (bootstrap.go:125).
         let mut other = secret("hhhhhh", s, &[]);
-        other.data.as_mut().unwrap().insert(KEY_ID.into(), ByteString(b"iiiiii".to_vec()));
+        other
+            .data
+            .as_mut()
+            .unwrap()
+            .insert(KEY_ID.into(), ByteString(b"iiiiii".to_vec()));
         keep(&store, &other);
         assert!(authenticate(&store, &format!("hhhhhh.{s}"), now).is_none());
         // Another type (bootstrap.go:114).
@@ -671,8 +717,14 @@ mod tests {
         assert!(authenticate(&store, &format!("jjjjjj.{s}"), now).is_none());
         // tokencleaner: only the expired and the unreadable expiry go.
         assert_eq!(remove_expired(&store, now).unwrap(), 2);
-        assert!(store.api_object(RESOURCE, NAMESPACE, "bootstrap-token-cccccc").unwrap().is_none());
-        assert!(store.api_object(RESOURCE, NAMESPACE, "bootstrap-token-dddddd").unwrap().is_some());
+        assert!(store
+            .api_object(RESOURCE, NAMESPACE, "bootstrap-token-cccccc")
+            .unwrap()
+            .is_none());
+        assert!(store
+            .api_object(RESOURCE, NAMESPACE, "bootstrap-token-dddddd")
+            .unwrap()
+            .is_some());
     }
 
     #[test]
@@ -684,8 +736,10 @@ mod tests {
         // stringData is folded into data.
         let mut with_strings = ok.clone();
         with_strings.data.as_mut().unwrap().remove(KEY_SECRET);
-        with_strings.string_data =
-            Some(BTreeMap::from([(KEY_SECRET.to_string(), "0123456789abcdef".to_string())]));
+        with_strings.string_data = Some(BTreeMap::from([(
+            KEY_SECRET.to_string(),
+            "0123456789abcdef".to_string(),
+        )]));
         let kept = checked(with_strings).unwrap();
         assert_eq!(data(&kept, KEY_SECRET), "0123456789abcdef");
         assert!(kept.string_data.is_none());
@@ -693,21 +747,33 @@ mod tests {
             let mut s = ok.clone();
             mutate(&mut s);
             let e = checked(s).unwrap_err();
-            assert!(e.starts_with("Secret \"") && e.contains("\" is invalid: "), "{e}");
+            assert!(
+                e.starts_with("Secret \"") && e.contains("\" is invalid: "),
+                "{e}"
+            );
             StatusCode::UNPROCESSABLE_ENTITY
         };
         let put = |k: &'static str, v: &'static str| {
             move |s: &mut Secret| {
-                s.data.as_mut().unwrap().insert(k.into(), ByteString(v.as_bytes().to_vec()));
+                s.data
+                    .as_mut()
+                    .unwrap()
+                    .insert(k.into(), ByteString(v.as_bytes().to_vec()));
             }
         };
         let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
         assert_eq!(refused(&|s| s.type_ = Some("Opaque".into())), unprocessable);
-        assert_eq!(refused(&|s| s.metadata.name = Some("token-abcdef".into())), unprocessable);
+        assert_eq!(
+            refused(&|s| s.metadata.name = Some("token-abcdef".into())),
+            unprocessable
+        );
         assert_eq!(refused(&put(KEY_ID, "abcdeg")), unprocessable);
         assert_eq!(refused(&put(KEY_SECRET, "short")), unprocessable);
         assert_eq!(refused(&put(KEY_EXPIRATION, "soon")), unprocessable);
-        assert_eq!(refused(&put(KEY_EXTRA_GROUPS, "system:masters")), unprocessable);
+        assert_eq!(
+            refused(&put(KEY_EXTRA_GROUPS, "system:masters")),
+            unprocessable
+        );
         assert_eq!(refused(&put(KEY_USAGE_SIGNING, "yes")), unprocessable);
         // Only kube-system.
         assert!(check_namespace(NAMESPACE).is_ok());

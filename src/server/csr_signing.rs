@@ -43,7 +43,8 @@ const PENDING_KEPT: i64 = 24 * 3600 * 1_000_000;
 /// The approver's messages (sarapprove.go `recognizers`).
 pub const SELF_NODE_MESSAGE: &str =
     "Auto approving self kubelet client certificate after SubjectAccessReview.";
-pub const NODE_MESSAGE: &str = "Auto approving kubelet client certificate after SubjectAccessReview.";
+pub const NODE_MESSAGE: &str =
+    "Auto approving kubelet client certificate after SubjectAccessReview.";
 
 /// Runs until `stop`: approves, signs (with `signer`, if the CA is
 /// configured) and cleans up CSRs, and removes expired bootstrap tokens.
@@ -105,7 +106,11 @@ pub async fn round(s: &AppState, signer: Option<&Signer>, now: Micros) -> Result
     Ok(())
 }
 
-fn put(s: &AppState, object: &ApiObject, csr: &CertificateSigningRequest) -> Result<(), ApiWriteError> {
+fn put(
+    s: &AppState,
+    object: &ApiObject,
+    csr: &CertificateSigningRequest,
+) -> Result<(), ApiWriteError> {
     let json = serde_json::to_string(csr).map_err(|e| {
         ApiWriteError::Store(StoreError::Import {
             line: 0,
@@ -116,7 +121,9 @@ fn put(s: &AppState, object: &ApiObject, csr: &CertificateSigningRequest) -> Res
         json,
         ..object.clone()
     };
-    s.store.put_api_object(next, Some(object.version)).map(|_| ())
+    s.store
+        .put_api_object(next, Some(object.version))
+        .map(|_| ())
 }
 
 /// What a CSR needs now.
@@ -139,7 +146,12 @@ fn micros(t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> O
     t.as_ref().map(|t| Micros(t.0.as_microsecond()))
 }
 
-fn next_step(s: &AppState, signer: Option<&Signer>, csr: &CertificateSigningRequest, now: Micros) -> Step {
+fn next_step(
+    s: &AppState,
+    signer: Option<&Signer>,
+    csr: &CertificateSigningRequest,
+    now: Micros,
+) -> Step {
     let conditions = csrs::conditions(csr);
     let approved = condition(&conditions, "Approved");
     let handled_at = |c: &CertificateSigningRequestCondition| {
@@ -225,7 +237,9 @@ fn next_step(s: &AppState, signer: Option<&Signer>, csr: &CertificateSigningRequ
                     type_: "Failed".into(),
                     status: "True".into(),
                     reason: Some("SignerValidationFailure".into()),
-                    message: Some(format!("invalid {KUBELET_CLIENT_SIGNER} certificate request: {e}")),
+                    message: Some(format!(
+                        "invalid {KUBELET_CLIENT_SIGNER} certificate request: {e}"
+                    )),
                     last_update_time: at.clone(),
                     last_transition_time: at,
                 });
@@ -241,8 +255,9 @@ fn next_step(s: &AppState, signer: Option<&Signer>, csr: &CertificateSigningRequ
             return Step::Nothing;
         }
     };
-    csr.status.get_or_insert_with(csrs::empty_status).certificate =
-        Some(ByteString(issued.pem.into_bytes()));
+    csr.status
+        .get_or_insert_with(csrs::empty_status)
+        .certificate = Some(ByteString(issued.pem.into_bytes()));
     let node = certificates::node_of(request)
         .map(|n| normalize_name(n).unwrap_or_else(|_| n.to_string()))
         .unwrap_or_default();

@@ -120,7 +120,10 @@ pub(crate) async fn create_csr(
         return status_error(
             StatusCode::PAYLOAD_TOO_LARGE,
             "RequestEntityTooLarge",
-            format!("CertificateSigningRequest {name:?} takes {} bytes; at most {MAX_BYTES} are kept", json.len()),
+            format!(
+                "CertificateSigningRequest {name:?} takes {} bytes; at most {MAX_BYTES} are kept",
+                json.len()
+            ),
         );
     }
     let object = ApiObject {
@@ -212,7 +215,10 @@ fn prepared(
     }
     let usages = csr.spec.usages.clone().unwrap_or_default();
     if usages.is_empty() {
-        causes.push(("spec.usages", "Required value: usages must be provided".into()));
+        causes.push((
+            "spec.usages",
+            "Required value: usages must be provided".into(),
+        ));
     }
     let mut seen = std::collections::BTreeSet::new();
     for (i, u) in usages.iter().enumerate() {
@@ -291,10 +297,7 @@ fn invalid(name: &str, causes: Vec<(&str, String)>) -> Response {
 }
 
 /// `GET …/certificatesigningrequests/{name}` (and its subresources).
-pub(crate) async fn get_csr(
-    State(s): State<AppState>,
-    Path(name): Path<String>,
-) -> Response {
+pub(crate) async fn get_csr(State(s): State<AppState>, Path(name): Path<String>) -> Response {
     match s.store.api_object(RESOURCE, "", &name) {
         Ok(Some(object)) => Json(served(&object)).into_response(),
         Ok(None) => not_found(&name),
@@ -397,7 +400,9 @@ fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) 
     let timeout = params
         .timeout_seconds
         .filter(|t| *t > 0)
-        .map_or(WATCH_TIMEOUT, |t| Duration::from_secs(t as u64).min(WATCH_TIMEOUT));
+        .map_or(WATCH_TIMEOUT, |t| {
+            Duration::from_secs(t as u64).min(WATCH_TIMEOUT)
+        });
     let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
         let mut changes = s.store.api_changes();
@@ -427,7 +432,11 @@ fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) 
                 if let Some(kind) = event {
                     let value = served(object);
                     sent.insert(object.name.clone(), (object.version, value.clone()));
-                    if sender.send(Bytes::from(watch_line(kind, value))).await.is_err() {
+                    if sender
+                        .send(Bytes::from(watch_line(kind, value)))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }
@@ -476,11 +485,11 @@ fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) 
 }
 
 /// `DELETE …/certificatesigningrequests/{name}`.
-pub(crate) async fn delete_csr(
-    State(s): State<AppState>,
-    Path(name): Path<String>,
-) -> Response {
-    let deleted = durable_write(&s.store, || s.store.delete_api_object(RESOURCE, "", &name, None)).await;
+pub(crate) async fn delete_csr(State(s): State<AppState>, Path(name): Path<String>) -> Response {
+    let deleted = durable_write(&s.store, || {
+        s.store.delete_api_object(RESOURCE, "", &name, None)
+    })
+    .await;
     match deleted {
         Ok(object) => Json(served(&object)).into_response(),
         Err(ApiWriteError::NotFound) => not_found(&name),
@@ -595,7 +604,10 @@ async fn update(
     s: &AppState,
     name: &str,
     sent: CertificateSigningRequest,
-    change: impl FnOnce(&mut CertificateSigningRequest, CertificateSigningRequest) -> Result<(), Response>,
+    change: impl FnOnce(
+        &mut CertificateSigningRequest,
+        CertificateSigningRequest,
+    ) -> Result<(), Response>,
 ) -> Response {
     if sent.metadata.name.as_deref().is_some_and(|n| n != name) {
         return bad_request(format!(
@@ -636,7 +648,11 @@ async fn update(
         json,
         ..current.clone()
     };
-    match durable_write(&s.store, || s.store.put_api_object(object, Some(current.version))).await {
+    match durable_write(&s.store, || {
+        s.store.put_api_object(object, Some(current.version))
+    })
+    .await
+    {
         Ok(object) => Json(served(&object)).into_response(),
         Err(ApiWriteError::Conflict) => conflict(name),
         Err(ApiWriteError::NotFound) => not_found(name),
@@ -699,7 +715,10 @@ mod tests {
         let made = prepared(csr("", "csr-", &pem), &boot).unwrap();
         let name = made.metadata.name.unwrap();
         assert!(name.starts_with("csr-") && name.len() == 9, "{name}");
-        assert_eq!(made.spec.username.as_deref(), Some("system:bootstrap:abcdef"));
+        assert_eq!(
+            made.spec.username.as_deref(),
+            Some("system:bootstrap:abcdef")
+        );
         assert_eq!(
             made.spec.groups.unwrap(),
             ["system:bootstrappers", "system:authenticated"]
@@ -708,7 +727,10 @@ mod tests {
         assert!(made.metadata.uid.is_some());
         let status = |c: CertificateSigningRequest| prepared(c, &boot).unwrap_err().status();
         assert_eq!(status(csr("", "", &pem)), StatusCode::UNPROCESSABLE_ENTITY);
-        assert_eq!(status(csr("a", "", "not pem")), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(
+            status(csr("a", "", "not pem")),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
         let mut no_usages = csr("a", "", &pem);
         no_usages.spec.usages = None;
         assert_eq!(status(no_usages), StatusCode::UNPROCESSABLE_ENTITY);

@@ -149,7 +149,11 @@ impl Store {
             (Some(_), None) => return Err(ApiWriteError::Exists),
             (None, Some(_)) => return Err(ApiWriteError::NotFound),
             (Some(bytes), Some(version)) => {
-                if decode_object(&key, bytes).map_err(StoreError::from)?.version != version {
+                if decode_object(&key, bytes)
+                    .map_err(StoreError::from)?
+                    .version
+                    != version
+                {
                     return Err(ApiWriteError::Conflict);
                 }
             }
@@ -237,10 +241,12 @@ impl Store {
     /// (the last one is kept in the tree itself, under an empty key).
     fn next_api_version(&self) -> Result<u64, StoreError> {
         use std::sync::atomic::Ordering;
-        let _one_at_a_time = self.api_version_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _one_at_a_time = self
+            .api_version_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let next = self.api_versions.load(Ordering::Acquire) + 1;
-        self.api_objects
-            .insert(VERSION_KEY, &next.to_be_bytes())?;
+        self.api_objects.insert(VERSION_KEY, &next.to_be_bytes())?;
         self.api_versions.store(next, Ordering::Release);
         Ok(next)
     }
@@ -284,7 +290,9 @@ mod tests {
                 store.put_api_object(object("a", "{}"), None),
                 Err(ApiWriteError::Exists)
             ));
-            let b = store.put_api_object(object("a", "[1]"), Some(a.version)).unwrap();
+            let b = store
+                .put_api_object(object("a", "[1]"), Some(a.version))
+                .unwrap();
             assert!(b.version > a.version);
             assert!(matches!(
                 store.put_api_object(object("a", "[2]"), Some(a.version)),
@@ -299,7 +307,10 @@ mod tests {
             b
         };
         let store = Store::open(dir.path(), &options).unwrap();
-        let kept = store.api_object("secrets", "kube-system", "a").unwrap().unwrap();
+        let kept = store
+            .api_object("secrets", "kube-system", "a")
+            .unwrap()
+            .unwrap();
         assert_eq!(kept, first);
         let names: Vec<_> = store
             .api_objects("secrets", Some("kube-system"))
@@ -309,10 +320,15 @@ mod tests {
             .collect();
         assert_eq!(names, ["a", "c"]);
         assert_eq!(store.api_object_count("secrets"), 2);
-        assert!(store.api_objects("secrets", Some("default")).unwrap().is_empty());
+        assert!(store
+            .api_objects("secrets", Some("default"))
+            .unwrap()
+            .is_empty());
         // Versions keep growing after a restart.
         let mut changes = store.api_changes();
-        let gone = store.delete_api_object("secrets", "kube-system", "a", None).unwrap();
+        let gone = store
+            .delete_api_object("secrets", "kube-system", "a", None)
+            .unwrap();
         assert_eq!(gone, first);
         assert!(*changes.borrow_and_update() > first.version);
         let d = store.put_api_object(object("d", "{}"), None).unwrap();
