@@ -313,12 +313,19 @@ pub struct RunArgs {
     /// The private key of --tls-cert-file (PEM).
     #[arg(long, value_name = "PATH", help_heading = "HTTP API", value_hint = ValueHint::FilePath)]
     pub tls_private_key_file: Option<String>,
-    /// Bearer tokens, one a line: `TOKEN` (any node), `TOKEN,NODE` (that
-    /// node only), or kube-apiserver's `token,user,uid[,"groups"]` (user
-    /// system:node:NAME is bound to NAME). Every request but the health
+    /// Bearer tokens, one a line: `TOKEN` (an operator), `TOKEN,NODE` (that
+    /// node), or kube-apiserver's `token,user,uid[,"groups"]` (user
+    /// system:node:NAME is that node). Every request but the health
     /// checks (/healthz, /livez, /readyz) then needs one, reads included.
+    /// Re-read when it changes.
     #[arg(long, value_name = "PATH", help_heading = "HTTP API", value_hint = ValueHint::FilePath)]
     pub token_file: Option<String>,
+    /// Authenticate clients by their TLS certificate, verified against
+    /// this CA bundle (PEM), as kube-apiserver's flag: the Subject CN is the
+    /// user, each O a group (CN=system:node:NAME, O=system:nodes is that
+    /// node). Needs --tls-cert-file. Re-read when it changes.
+    #[arg(long, value_name = "PATH", help_heading = "HTTP API", value_hint = ValueHint::FilePath)]
+    pub client_ca_file: Option<String>,
     /// Serve a non-loopback --listen address even without TLS or tokens.
     #[arg(long, help_heading = "HTTP API")]
     pub insecure_listen: bool,

@@ -209,6 +209,13 @@ pub struct Metrics {
     pub backup_last_seq: Gauge,
     pub backup_last_bytes: Gauge,
     pub backup_last_duration: Gauge<f64, std::sync::atomic::AtomicU64>,
+    credential_file_stale: Family<CredentialFileLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CredentialFileLabels {
+    /// The flag that names the file, without dashes (`token-file`, …).
+    pub file: String,
 }
 
 /// Which budget an API request counts against.
@@ -245,6 +252,15 @@ pub struct RejectedLabels {
 }
 
 /// A wall-clock time as Unix seconds, for `*_timestamp_seconds` gauges.
+impl Metrics {
+    /// `nodekeeper_credential_file_stale` for the file of `flag`.
+    pub fn credential_file_stale(&self, flag: &str) -> Gauge {
+        self.credential_file_stale
+            .get_or_create(&CredentialFileLabels { file: flag.into() })
+            .clone()
+    }
+}
+
 pub fn unix_seconds(t: crate::model::Micros) -> f64 {
     t.0 as f64 / 1e6
 }
@@ -647,6 +663,18 @@ impl Metrics {
             "Time the last scheduled backup took to write",
             backup_last_duration.clone(),
         );
+        let credential_file_stale = Family::<CredentialFileLabels, Gauge>::default();
+        // Served at 0 from the start (an empty family is not served at all).
+        for file in ["token-file", "client-ca-file", "tls-cert-file"] {
+            credential_file_stale
+                .get_or_create(&CredentialFileLabels { file: file.into() })
+                .set(0);
+        }
+        registry.register(
+            "credential_file_stale",
+            "1 while a credential file (--token-file, --client-ca-file, --tls-cert-file) changed on disk but cannot be read or used, so its last good copy is still in use; else 0",
+            credential_file_stale.clone(),
+        );
         // Counters and label values known up front are exported at 0 from
         // the start: a rate() or an alert has a series before the first event.
         for status in [Status::True, Status::False, Status::Unknown] {
@@ -711,6 +739,7 @@ impl Metrics {
                 .clone()
         });
         Metrics {
+            credential_file_stale,
             backups,
             backup_last_success,
             backup_last_seq,

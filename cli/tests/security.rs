@@ -216,7 +216,8 @@ async fn insecure_listen_serves_beyond_loopback_anyway() {
 }
 
 /// A write route as handlers will write them: the caller from the auth
-/// layer, then the node check.
+/// layer, then the node check (the guard's table has refused another
+/// node's write before it).
 async fn update_node(caller: Caller, Path(name): Path<String>, body: Bytes) -> Response {
     if let Err(refused) = check_may_write_node(&caller, &name) {
         return refused;
@@ -231,8 +232,8 @@ async fn whoami(caller: Caller) -> String {
 /// Serves `harden(routes)` on loopback; the base URL and the stop switch.
 async fn serve_test_routes(tokens: Option<Arc<Tokens>>) -> (String, CancellationToken) {
     let routes = Router::new()
-        .route("/nodes/{name}", put(update_node))
-        .route("/whoami", get(whoami));
+        .route("/api/v1/nodes/{name}", put(update_node))
+        .route("/api/v1/nodes", get(whoami));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = CancellationToken::new();
@@ -252,7 +253,7 @@ async fn the_auth_layer_names_the_caller_and_nodes_change_only_themselves() {
     let (url, shutdown) = serve_test_routes(Some(Arc::new(tokens))).await;
     let http = client();
     let put = |node: &str, token: Option<&str>| {
-        let request = http.put(format!("{url}/nodes/{node}")).body("{}");
+        let request = http.put(format!("{url}/api/v1/nodes/{node}")).body("{}");
         match token {
             Some(t) => request.bearer_auth(t),
             None => request,
@@ -284,12 +285,12 @@ async fn the_auth_layer_names_the_caller_and_nodes_change_only_themselves() {
     assert_eq!(
         json(&body),
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-               "message": "nodes \"edge-2\" is forbidden: node \"edge-1\" cannot modify node \"edge-2\"",
+               "message": "nodes \"edge-2\" is forbidden: node \"edge-1\" is not allowed to modify node \"edge-2\"",
                "reason": "Forbidden", "details": {"name": "edge-2", "kind": "nodes"}, "code": 403})
     );
 
     // Reads need a token too; with one, the token's caller.
-    let whoami = format!("{url}/whoami");
+    let whoami = format!("{url}/api/v1/nodes");
     assert_eq!(answer(http.get(&whoami)).await.0, 401);
     assert_eq!(
         answer(http.get(&whoami).bearer_auth("edge-1-secret")).await,
@@ -312,7 +313,7 @@ async fn the_auth_layer_names_the_caller_and_nodes_change_only_themselves() {
 async fn without_tokens_every_caller_is_anonymous_and_may_write() {
     let (url, shutdown) = serve_test_routes(None).await;
     let response = client()
-        .put(format!("{url}/nodes/edge-9"))
+        .put(format!("{url}/api/v1/nodes/edge-9"))
         .body("{}")
         .send()
         .await

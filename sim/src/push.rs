@@ -97,7 +97,40 @@ pub struct PushConfig {
     pub connect_timeout: Duration,
     /// Limit on one whole request, answer included.
     pub request_timeout: Duration,
+    /// Over `https`, trust this CA (PEM) for the controller's serving
+    /// certificate instead of the platform's roots.
+    pub server_ca: Option<String>,
+    /// Over `https`, each node proves who it is with its own client
+    /// certificate, as a kubelet's kubeconfig does (`client-certificate-data`),
+    /// instead of a bearer token.
+    pub client_certs: Option<ClientCerts>,
 }
+
+/// A node's client certificate chain (leaf first) and key.
+pub type NodeCert = (
+    Vec<rustls::pki_types::CertificateDer<'static>>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+);
+
+/// Where each node's client certificate comes from: given the node's name,
+/// its chain and key (typically `CN=system:node:NAME, O=system:nodes`
+/// issued by the controller's `--client-ca-file` CA).
+#[derive(Clone)]
+pub struct ClientCerts(pub Arc<dyn Fn(&str) -> Result<NodeCert, String> + Send + Sync>);
+
+impl fmt::Debug for ClientCerts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClientCerts")
+    }
+}
+
+impl PartialEq for ClientCerts {
+    fn eq(&self, other: &ClientCerts) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ClientCerts {}
 
 impl PushConfig {
     /// kubelet's defaults, pushing to `url`.
@@ -111,6 +144,8 @@ impl PushConfig {
             token: None,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
+            server_ca: None,
+            client_certs: None,
         }
     }
 
@@ -535,9 +570,11 @@ impl Pusher {
             })?;
         let tls = if endpoint.https {
             Some(
-                tls_connector(&endpoint).map_err(|reason| PushSetupError::Tls {
-                    url: config.url.clone(),
-                    reason,
+                tls_connector(&endpoint, config.server_ca.as_deref(), None).map_err(|reason| {
+                    PushSetupError::Tls {
+                        url: config.url.clone(),
+                        reason,
+                    }
                 })?,
             )
         } else {
@@ -639,13 +676,35 @@ impl Pusher {
     }
 }
 
-/// A TLS client that trusts what the platform trusts, as an HTTPS client does.
-fn tls_connector(endpoint: &Endpoint) -> Result<(TlsConnector, ServerName<'static>), String> {
+/// A TLS client that trusts what the platform trusts, as an HTTPS client
+/// does, or the CA `server_ca` (PEM); with `cert`, it offers that client
+/// certificate.
+fn tls_connector(
+    endpoint: &Endpoint,
+    server_ca: Option<&str>,
+    cert: Option<NodeCert>,
+) -> Result<(TlsConnector, ServerName<'static>), String> {
+    use rustls::pki_types::pem::PemObject;
     use rustls_platform_verifier::BuilderVerifierExt;
-    let config = rustls::ClientConfig::builder()
-        .with_platform_verifier()
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth();
+    let builder = match server_ca {
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                let cert = cert.map_err(|e| format!("the server CA is not PEM: {e}"))?;
+                roots.add(cert).map_err(|e| format!("the server CA: {e}"))?;
+            }
+            rustls::ClientConfig::builder().with_root_certificates(roots)
+        }
+        None => rustls::ClientConfig::builder()
+            .with_platform_verifier()
+            .map_err(|e| e.to_string())?,
+    };
+    let config = match cert {
+        None => builder.with_no_client_auth(),
+        Some((chain, key)) => builder
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| format!("the client certificate: {e}"))?,
+    };
     let name = ServerName::try_from(endpoint.host.clone()).map_err(|e| e.to_string())?;
     Ok((TlsConnector::from(Arc::new(config)), name))
 }
@@ -659,6 +718,8 @@ struct Link<'a> {
     /// controller is on loopback too (a kubelet connects from its host).
     source: Option<IpAddr>,
     sender: Option<SendRequest<Full<Bytes>>>,
+    /// With client certificates, this node's own TLS client, made once.
+    tls: Option<(TlsConnector, ServerName<'static>)>,
 }
 
 impl<'a> Link<'a> {
@@ -673,11 +734,33 @@ impl<'a> Link<'a> {
             node,
             source,
             sender: None,
+            tls: None,
         }
     }
 
+    /// The TLS client this node connects with, if any: its own, with its
+    /// client certificate, or the fleet's.
+    fn tls(&mut self) -> Result<Option<(TlsConnector, ServerName<'static>)>, String> {
+        let p = self.pusher;
+        let (Some(certs), true) = (&p.config.client_certs, p.endpoint.https) else {
+            return Ok(p.tls.clone());
+        };
+        if self.tls.is_none() {
+            let cert = (certs.0)(&self.node.name)
+                .map_err(|e| format!("no client certificate for {}: {e}", self.node.name))?;
+            let config = &p.config;
+            self.tls = Some(tls_connector(
+                &p.endpoint,
+                config.server_ca.as_deref(),
+                Some(cert),
+            )?);
+        }
+        Ok(self.tls.clone())
+    }
+
     /// Opens the connection: TCP (and TLS), then an HTTP/1.1 handshake.
-    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, String> {
+    async fn connect(&mut self) -> Result<SendRequest<Full<Bytes>>, String> {
+        let tls = self.tls()?;
         let p = self.pusher;
         let address = p.address;
         let socket = match address {
@@ -701,7 +784,7 @@ impl<'a> Link<'a> {
             .map_err(|e| format!("connect {address}: {e}"))?;
         let _ = stream.set_nodelay(true);
         p.counters.connections.fetch_add(1, Ordering::Relaxed);
-        match &p.tls {
+        match &tls {
             None => handshake(p, TokioIo::new(stream)).await,
             Some((connector, name)) => {
                 let tls = connector

@@ -17,6 +17,8 @@ use crate::controller::CloudSource;
 use crate::controller::{ControllerConfig, ControllerError};
 use crate::model::{NodeSpec, Resources};
 use crate::probe::{ProbeConfig, Scheme};
+use crate::server::reload::{Credentials, Reloadable};
+use crate::server::x509::ClientCa;
 use crate::server::{ApiLimits, Tokens};
 use crate::simulate::{SimulateRequest, Simulator, StartError};
 use crate::source::cloud::{anchored, CloudProvider};
@@ -38,9 +40,10 @@ pub struct RunConfig {
     /// Serving TLS (`--tls-cert-file`), and that certificate's path for the discovery file.
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub tls_cert_file: Option<PathBuf>,
-    /// `--token-file`: writes need one of these.
-    pub tokens: Option<Arc<Tokens>>,
-    /// `--enable-bootstrap-token-auth`: the tokens also take bootstrap tokens.
+    /// `--token-file`, `--client-ca-file` and the serving certificate, each
+    /// followed on disk once `run` starts.
+    pub credentials: Credentials,
+    /// `--enable-bootstrap-token-auth`: bearer tokens may be bootstrap tokens.
     pub bootstrap_token_auth: bool,
     /// `--cluster-signing-cert-file` and its key: what signs approved CSRs.
     pub signer: Option<Arc<crate::certificates::Signer>>,
@@ -139,13 +142,16 @@ impl RunConfig {
         let specs = node_specs(args, capacity, has_store)?;
         let cloud = cloud_source(args, capacity, has_store)?;
         let (probe, simulate) = probe_config(args)?;
-        let (tls, tokens) = serving(args)?;
+        let (tls, credentials) = serving(args)?;
         let signer = signer(args)?;
-        if args.enable_bootstrap_token_auth && tokens.is_none() {
+        if args.enable_bootstrap_token_auth
+            && credentials.tokens.is_none()
+            && credentials.client_ca.is_none()
+        {
             return Err(flag(
                 "--enable-bootstrap-token-auth",
-                "needs --token-file: bootstrap tokens are made and removed by operators, who \
-                 authenticate with its tokens"
+                "needs --token-file (or --client-ca-file): bootstrap tokens are made and removed \
+                 by operators, who authenticate with those"
                     .into(),
             ));
         }
@@ -172,7 +178,7 @@ impl RunConfig {
                 .tls_cert_file
                 .as_ref()
                 .map(|p| std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p))),
-            tokens,
+            credentials,
             bootstrap_token_auth: args.enable_bootstrap_token_auth,
             signer,
             store: StoreOptions {
@@ -464,16 +470,22 @@ fn signer(args: &RunArgs) -> Result<Option<Arc<crate::certificates::Signer>>, Ru
     }
 }
 
-/// The API's serving TLS and write tokens, checked against `--listen`.
-type Serving = (Option<Arc<rustls::ServerConfig>>, Option<Arc<Tokens>>);
+/// The API's serving TLS and credentials, checked against `--listen`.
+type Serving = (Option<Arc<rustls::ServerConfig>>, Credentials);
 
-/// Serving TLS (the certificate and key as a pair), the tokens, and the
-/// listen policy, with a warning when `--insecure-listen` is what allows it.
+/// Serving TLS (the certificate and key as a pair), the tokens, the client
+/// CA, and the listen policy, with a warning when `--insecure-listen` is
+/// what allows it.
 fn serving(args: &RunArgs) -> Result<Serving, RunError> {
+    let mut credentials = Credentials::default();
     let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
         (None, None) => None,
         (Some(cert), Some(key)) => {
-            Some(crate::server::tls_config(cert, key).map_err(RunError::Serving)?)
+            let (config, serving) =
+                crate::server::serving_tls(cert, key, args.client_ca_file.is_some())
+                    .map_err(RunError::Serving)?;
+            credentials.serving = Some((cert.into(), key.into(), serving));
+            Some(config)
         }
         (Some(_), None) => {
             return Err(flag(
@@ -488,25 +500,40 @@ fn serving(args: &RunArgs) -> Result<Serving, RunError> {
             ))
         }
     };
-    let tokens = match &args.token_file {
-        None => None,
-        Some(path) => Some(Arc::new(Tokens::load(path).map_err(RunError::Serving)?)),
-    };
+    if let Some(path) = &args.token_file {
+        let tokens = Tokens::load(path).map_err(RunError::Serving)?;
+        credentials.tokens = Some((path.into(), Reloadable::new(tokens)));
+    }
+    if let Some(path) = &args.client_ca_file {
+        if tls.is_none() {
+            return Err(flag(
+                "--client-ca-file",
+                "client certificates come with TLS: give --tls-cert-file and --tls-private-key-file too".into(),
+            ));
+        }
+        // Read once at start-up, before the server runs.
+        #[allow(clippy::disallowed_methods)]
+        let pem = std::fs::read(path)
+            .map_err(|e| RunError::Serving(format!("cannot read --client-ca-file {path}: {e}")))?;
+        let ca = ClientCa::parse(&pem, path).map_err(RunError::Serving)?;
+        credentials.client_ca = Some((path.into(), Reloadable::new(ca)));
+    }
+    let authenticated = credentials.authn().required();
     crate::server::check_listen(
         args.listen,
         tls.is_some(),
-        tokens.is_some(),
+        authenticated,
         args.insecure_listen,
     )?;
-    if args.insecure_listen && (tls.is_none() || tokens.is_none()) {
+    if args.insecure_listen && (tls.is_none() || !authenticated) {
         tracing::warn!(
             listen = %args.listen,
             tls = tls.is_some(),
-            tokens = tokens.is_some(),
+            authentication = authenticated,
             "--insecure-listen: the API may be reachable from the network without TLS or authentication"
         );
     }
-    Ok((tls, tokens))
+    Ok((tls, credentials))
 }
 
 /// A number of bytes (a quantity such as 512Mi), where 0 stands for no limit.

@@ -251,9 +251,6 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
             config.list_bytes_per_second,
         )),
     });
-    if let (true, Some(tokens)) = (config.bootstrap_token_auth, &config.tokens) {
-        tokens.enable_bootstrap_tokens(store.clone());
-    }
     // Approving, signing and cleaning up CSRs, and removing expired
     // bootstrap tokens, until the server stops.
     tokio::spawn(crate::server::csr_signing::run(
@@ -262,13 +259,17 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         server_shutdown.clone(),
     ));
     let budgets = crate::server::Budgets::new(config.limits, Some(metrics.clone()));
-    let router = crate::server::limited_router(state, config.tokens.clone(), budgets);
+    let mut authn = config.credentials.authn();
+    if config.bootstrap_token_auth {
+        authn.bootstrap = Some(store.clone());
+    }
+    let router = crate::server::limited_router(state, authn, budgets);
     let mut serve_config = config.serve.clone().metrics(metrics.clone());
     if config.api_runtime.is_some() {
         // Readers are served on the API's runtime; kubelets on this one.
         serve_config = serve_config.kubelets(crate::server::handoff::KubeletHandoff {
             runtime: tokio::runtime::Handle::current(),
-            is_kubelet: kubelet_rule(config.tokens.clone()),
+            is_kubelet: kubelet_rule(&config.credentials),
         });
     }
 
@@ -286,14 +287,26 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         &health,
         controller.run(config.specs, pushes, controller_stop.clone()),
     );
+    if let Some((_, ca)) = &config.credentials.client_ca {
+        serve_config = serve_config.client_ca(ca.clone());
+    }
+    // Changed credential files are read in while the server runs.
+    let credential_files = config.credentials.follow(Some(metrics.clone()));
     let api_runtime = config.api_runtime.take();
     supervised.spawn_on(api_runtime.as_ref(), Task::Server, &health, {
         let stop = server_shutdown.clone();
         let tls = config.tls.clone();
         async move {
-            crate::server::serve_with(listener, router, tls, serve_config, stop)
-                .await
-                .map_err(|e| e.to_string())
+            let reload = async {
+                if !credential_files.is_empty() {
+                    let every = crate::server::reload::RELOAD_INTERVAL;
+                    credential_files.run(every, stop.clone()).await;
+                }
+            };
+            let served =
+                crate::server::serve_with(listener, router, tls, serve_config, stop.clone());
+            let (served, ()) = tokio::join!(served, reload);
+            served.map_err(|e| e.to_string())
         }
     });
     // Retention prunes in the background, in small batches, until the controller stops.
@@ -473,18 +486,26 @@ fn register_checks(
     }
 }
 
-/// How a connection is known to be a kubelet's: by a token bound to a node,
-/// or, when the API takes no tokens, by a heartbeat as its first request.
+/// How a connection is known to be a kubelet's: by a client certificate or
+/// a token naming a node, or, when the API takes no credentials, by a
+/// heartbeat as its first request.
 fn kubelet_rule(
-    tokens: Option<Arc<crate::server::Tokens>>,
+    credentials: &crate::server::reload::Credentials,
 ) -> Arc<dyn Fn(&crate::server::handoff::FirstRequest<'_>) -> bool + Send + Sync> {
-    match tokens {
-        Some(tokens) => Arc::new(move |request| {
-            request
-                .bearer
-                .and_then(|token| tokens.caller(token))
-                .is_some_and(|caller| matches!(caller, crate::server::Caller::Node(_)))
-        }),
-        None => Arc::new(crate::server::handoff::is_heartbeat),
+    use crate::server::Caller;
+    let authn = credentials.authn();
+    if !authn.required() {
+        return Arc::new(crate::server::handoff::is_heartbeat);
     }
+    let tokens = authn.tokens;
+    Arc::new(move |request| {
+        let node = |p: &crate::server::Principal| matches!(p.caller(), Caller::Node(_));
+        if let Some(client) = request.client {
+            return node(client);
+        }
+        match (&tokens, request.bearer) {
+            (Some(tokens), Some(token)) => tokens.current().principal(token).is_some_and(node),
+            _ => false,
+        }
+    })
 }

@@ -11,7 +11,9 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::identity::{anonymous, principal, Caller, Identity, Principal, NODES_GROUP};
+use super::reload::Reloadable;
 use super::status_error;
+use super::x509::ClientCert;
 use crate::model::normalize_name;
 
 pub use super::identity::ANONYMOUS;
@@ -19,9 +21,6 @@ pub use super::identity::ANONYMOUS;
 /// The tokens of `--token-file`.
 pub struct Tokens {
     entries: Vec<(Box<[u8]>, Principal)>,
-    /// `--enable-bootstrap-token-auth`: the store whose bootstrap-token
-    /// Secrets are tried for a token not in the file.
-    bootstrap: std::sync::OnceLock<Arc<crate::store::Store>>,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -80,10 +79,7 @@ impl Tokens {
                 "--token-file {origin} holds no tokens: no request could ever be authorized; add a line `TOKEN` or `TOKEN,NODE`"
             ));
         }
-        Ok(Tokens {
-            entries,
-            bootstrap: std::sync::OnceLock::new(),
-        })
+        Ok(Tokens { entries })
     }
 
     /// The caller a token stands for. Every known token is compared, each in
@@ -107,21 +103,6 @@ impl Tokens {
             }
         }
         found
-    }
-
-    /// Also takes bootstrap tokens, the Secrets kept in `store`
-    /// (`--enable-bootstrap-token-auth`; see [`super::bootstrap_tokens::authenticate`]).
-    pub fn enable_bootstrap_tokens(&self, store: Arc<crate::store::Store>) {
-        let _ = self.bootstrap.set(store);
-    }
-
-    /// Who a token stands for: a `--token-file` line, else a bootstrap token.
-    fn authenticate(&self, token: &str) -> Option<Principal> {
-        if let Some(found) = self.principal(token) {
-            return Some(found.clone());
-        }
-        let store = self.bootstrap.get()?;
-        super::bootstrap_tokens::authenticate(store, token, crate::model::Micros::now())
     }
 
     pub fn len(&self) -> usize {
@@ -243,6 +224,49 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+/// How callers authenticate: the tokens of `--token-file` (re-read when
+/// the file changes) and whether client certificates count
+/// (`--client-ca-file`; the server verifies them once per connection and
+/// notes the result on each request, `x509`). Without either, every caller
+/// is anonymous and may do anything.
+#[derive(Clone, Default)]
+pub struct Authn {
+    pub tokens: Option<Reloadable<Tokens>>,
+    pub client_certs: bool,
+    /// `--enable-bootstrap-token-auth`: the store whose bootstrap-token
+    /// Secrets are tried for a bearer token not in `--token-file`.
+    pub bootstrap: Option<Arc<crate::store::Store>>,
+}
+
+impl Authn {
+    /// Who a bearer token stands for: a `--token-file` line, else a
+    /// bootstrap token ([`super::bootstrap_tokens::authenticate`]).
+    fn token(&self, token: &str) -> Option<Principal> {
+        if let Some(tokens) = &self.tokens {
+            if let Some(found) = tokens.current().principal(token) {
+                return Some(found.clone());
+            }
+        }
+        let store = self.bootstrap.as_ref()?;
+        super::bootstrap_tokens::authenticate(store, token, crate::model::Micros::now())
+    }
+
+    /// Whether requests need credentials (health checks aside).
+    pub fn required(&self) -> bool {
+        self.tokens.is_some() || self.client_certs || self.bootstrap.is_some()
+    }
+}
+
+impl From<Option<Arc<Tokens>>> for Authn {
+    fn from(tokens: Option<Arc<Tokens>>) -> Authn {
+        Authn {
+            tokens: tokens.map(Reloadable::from_arc),
+            client_certs: false,
+            bootstrap: None,
+        }
+    }
+}
+
 /// The auth middleware, for `axum::middleware::from_fn_with_state` with the
 /// configured tokens (the server's own layer is [`super::harden_with`],
 /// which does the same through [`identify`]).
@@ -251,7 +275,7 @@ pub async fn authenticate(
     request: Request,
     next: Next,
 ) -> Response {
-    match identify(tokens.as_ref(), request) {
+    match identify(&Authn::from(tokens), request) {
         Ok(request) => next.run(request).await,
         Err(refused) => refused,
     }
@@ -263,28 +287,40 @@ pub(super) fn user_of(request: &Request) -> Option<u64> {
     request.extensions().get::<Principal>()?.client()
 }
 
-/// Finds who is calling and notes it on the request (a [`Principal`]).
-/// Without tokens every caller is anonymous. With tokens, every request
-/// needs `Authorization: Bearer TOKEN` (reads and watches too, as
-/// kube-apiserver without anonymous auth), except the health checks
-/// `/healthz`, `/livez` and `/readyz`; a token presented there must be
-/// valid all the same.
+/// Finds who is calling and notes it on the request (a [`Principal`]), as
+/// kube-apiserver's union authenticator: a verified client certificate
+/// with a CN first, then a bearer token. With credentials required, a
+/// request with neither is refused (401), except the health checks
+/// `/healthz`, `/livez` and `/readyz`, where it is anonymous; a token or a
+/// certificate presented must be valid all the same, there too.
 // The refusal is a ready 401, built once per refused request.
 #[allow(clippy::result_large_err)]
-pub(super) fn identify(
-    tokens: Option<&Arc<Tokens>>,
-    mut request: Request,
-) -> Result<Request, Response> {
-    let found = match tokens {
-        None => anonymous(),
-        Some(tokens) => match bearer_token(request.headers()) {
-            Some(token) => match tokens.authenticate(token) {
-                Some(found) => found,
-                None => return Err(unauthorized()),
-            },
-            None if super::limits::is_health_check(request.uri().path()) => anonymous(),
+pub(super) fn identify(authn: &Authn, mut request: Request) -> Result<Request, Response> {
+    let mut bad_cert = false;
+    if authn.client_certs {
+        match request.extensions().get::<ClientCert>() {
+            Some(ClientCert::Verified(found)) => {
+                let found = found.clone();
+                request.extensions_mut().insert(found);
+                return Ok(request);
+            }
+            Some(ClientCert::Invalid(why)) => {
+                tracing::debug!("{why}");
+                bad_cert = true;
+            }
+            Some(ClientCert::None) | None => {}
+        }
+    }
+    let takes_tokens = authn.tokens.is_some() || authn.bootstrap.is_some();
+    let found = match bearer_token(request.headers()) {
+        Some(token) if takes_tokens => match authn.token(token) {
+            Some(found) => found,
             None => return Err(unauthorized()),
         },
+        _ if bad_cert => return Err(unauthorized()),
+        _ if !authn.required() => anonymous(),
+        _ if super::limits::is_health_check(request.uri().path()) => anonymous(),
+        _ => return Err(unauthorized()),
     };
     request.extensions_mut().insert(found);
     Ok(request)

@@ -20,7 +20,7 @@ use axum::response::Response;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
-use super::auth::{self, Tokens};
+use super::auth::{self, Authn};
 use super::authz;
 use super::identity::Principal;
 use super::limits::{self, Admitted, BodyRead, Budgets};
@@ -32,14 +32,14 @@ pub(super) struct GuardLayer {
 }
 
 struct Guard {
-    tokens: Option<Arc<Tokens>>,
+    authn: Authn,
     budgets: Arc<Budgets>,
 }
 
 impl GuardLayer {
-    pub fn new(tokens: Option<Arc<Tokens>>, budgets: Arc<Budgets>) -> GuardLayer {
+    pub fn new(authn: Authn, budgets: Arc<Budgets>) -> GuardLayer {
         GuardLayer {
-            guard: Arc::new(Guard { tokens, budgets }),
+            guard: Arc::new(Guard { authn, budgets }),
         }
     }
 }
@@ -80,7 +80,7 @@ where
 
     fn call(&mut self, request: Request) -> Self::Future {
         let health = limits::is_health_check(request.uri().path());
-        let request = match auth::identify(self.guard.tokens.as_ref(), request) {
+        let request = match auth::identify(&self.guard.authn, request) {
             Ok(request) => request,
             Err(refused) => return GuardFuture::answered(refused),
         };

@@ -10,11 +10,13 @@
 //! answered on one thread, as a site without readers always did.
 //!
 //! Which connections are a kubelet's is decided once, from the first
-//! request's head: a bearer token bound to a node, or, on a server without
-//! tokens, a heartbeat (a Node's status or a Lease written). Everything else,
-//! and every HTTP/2 connection (its headers are compressed and its streams
-//! may come from anyone), stays on the API's threads. Either way the same
-//! router serves it: only the thread differs.
+//! request's head: a bearer token bound to a node, a client certificate
+//! naming a node, or, on a server without credentials, a heartbeat (a
+//! Node's status or a Lease written). An HTTP/2 connection moves only when
+//! its client certificate names a node (its headers are compressed, and
+//! without one its streams may come from anyone). Everything else stays on
+//! the API's threads. Either way the same router serves it: only the thread
+//! differs.
 
 use std::io;
 use std::pin::Pin;
@@ -24,6 +26,8 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::identity::Principal;
+
 /// The first request of a connection, as far as the handoff looks at it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FirstRequest<'a> {
@@ -32,6 +36,8 @@ pub struct FirstRequest<'a> {
     pub path: &'a str,
     /// The bearer token of its `Authorization` header, if any.
     pub bearer: Option<&'a str>,
+    /// Who the connection's verified client certificate names, if any.
+    pub client: Option<&'a Principal>,
 }
 
 /// Where kubelets' connections go, and how they are known.
@@ -88,9 +94,11 @@ pub async fn read_first_head<I: AsyncRead + Unpin>(io: &mut I) -> io::Result<Opt
 }
 
 /// Whether the connection whose first bytes are `head` is a kubelet's. A
-/// head that does not parse is not.
+/// head that does not parse is not. `client` is who the connection's
+/// verified client certificate names, if any.
 pub fn classify(
     head: &[u8],
+    client: Option<&Principal>,
     is_kubelet: &(dyn Fn(&FirstRequest<'_>) -> bool + Send + Sync),
 ) -> bool {
     let mut headers = [httparse::EMPTY_HEADER; 64];
@@ -117,6 +125,7 @@ pub fn classify(
         method,
         path,
         bearer,
+        client,
     })
 }
 
@@ -287,6 +296,7 @@ mod tests {
             method,
             path,
             bearer: None,
+            client: None,
         };
         assert!(is_heartbeat(&request(
             "PATCH",
@@ -317,27 +327,31 @@ mod tests {
     #[test]
     fn a_connection_is_classified_by_its_first_heads_token_or_path() {
         let head = b"PATCH /api/v1/nodes/a/status?fieldManager=x HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer node-secret\r\n\r\n";
-        assert!(classify(head, &kubelet_token));
+        assert!(classify(head, None, &kubelet_token));
         // Read so far: the token is not there yet.
         assert!(!classify(
             b"PATCH /api/v1/nodes/a/status HTTP/1.1\r\nHost:",
+            None,
             &kubelet_token
         ));
         assert!(!classify(
             b"GET /api/v1/nodes HTTP/1.1\r\nauthorization: bearer other\r\n\r\n",
+            None,
             &kubelet_token
         ));
         assert!(classify(
             b"GET /api/v1/nodes HTTP/1.1\r\nauthorization: bearer  node-secret \r\n\r\n",
+            None,
             &kubelet_token
         ));
         // The path rule sees the path without its query.
         assert!(classify(
             b"PATCH /api/v1/nodes/a/status?x=y HTTP/1.1\r\n\r\n",
+            None,
             &is_heartbeat
         ));
-        assert!(!classify(b"\x16\x03\x01 not http", &is_heartbeat));
-        assert!(!classify(b"", &is_heartbeat));
+        assert!(!classify(b"\x16\x03\x01 not http", None, &is_heartbeat));
+        assert!(!classify(b"", None, &is_heartbeat));
     }
 
     #[tokio::test]

@@ -86,6 +86,8 @@ impl PartialEq for Principal {
     }
 }
 
+impl Eq for Principal {}
+
 /// Turns an authenticated user's name and groups into the request's caller:
 /// the one function every authenticator ends in. `system:authenticated` is
 /// added to the groups, as kube-apiserver's authenticator does.

@@ -28,19 +28,21 @@ mod params;
 pub mod pods;
 mod posted_events;
 mod push;
+pub mod reload;
 mod serve;
 mod v1;
 mod watch;
+pub mod x509;
 
 use std::sync::Arc;
 
-pub use auth::{authenticate, Tokens};
+pub use auth::{authenticate, Authn, Tokens};
 pub use authz::check_may_write_node;
 pub use identity::{principal, Caller, Identity, Principal, User};
 pub use limits::{ApiLimits, Budgets};
 pub use serve::{
-    check_listen, is_connection_error, serve, serve_with, tls_config, Http2Config, InsecureListen,
-    ServeConfig,
+    check_listen, is_connection_error, serve, serve_with, serving_tls, tls_config, Http2Config,
+    InsecureListen, ServeConfig,
 };
 pub use v1::{HistoryParams, NodeEntry};
 
@@ -107,18 +109,14 @@ pub fn router(state: AppState) -> Router {
 /// The router for [`serve`] with the default [`ApiLimits`]; with `tokens`,
 /// every request but the health checks needs a bearer token (see
 /// [`authenticate`]).
-pub fn secured_router(state: AppState, tokens: Option<Arc<Tokens>>) -> Router {
+pub fn secured_router(state: AppState, tokens: impl Into<Authn>) -> Router {
     let budgets = Budgets::new(ApiLimits::default(), Some(state.metrics.clone()));
     limited_router(state, tokens, budgets)
 }
 
 /// [`secured_router`] with the given request budgets.
 /// Over 80 lines: it is the route table, one line per endpoint, read whole.
-pub fn limited_router(
-    state: AppState,
-    tokens: Option<Arc<Tokens>>,
-    budgets: Arc<Budgets>,
-) -> Router {
+pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Budgets>) -> Router {
     let routes = Router::new()
         .route("/version", get(discovery::version))
         .route("/api", get(discovery::api))
@@ -272,7 +270,7 @@ pub fn limited_router(
         .route("/metrics", get(v1::metrics))
         .fallback(not_found_path);
     // The console's pages stay outside the auth layer: they carry no data.
-    harden_with(routes, tokens, budgets)
+    harden_with(routes, tokens.into(), budgets)
         .merge(console::pages())
         .with_state(state)
 }
@@ -280,7 +278,7 @@ pub fn limited_router(
 /// [`harden_with`] with the default [`ApiLimits`].
 pub fn harden<S: Clone + Send + Sync + 'static>(
     routes: Router<S>,
-    tokens: Option<Arc<Tokens>>,
+    tokens: impl Into<Authn>,
 ) -> Router<S> {
     harden_with(routes, tokens, Budgets::new(ApiLimits::default(), None))
 }
@@ -293,12 +291,12 @@ pub fn harden<S: Clone + Send + Sync + 'static>(
 /// the handler; health checks read none.)
 pub fn harden_with<S: Clone + Send + Sync + 'static>(
     routes: Router<S>,
-    tokens: Option<Arc<Tokens>>,
+    tokens: impl Into<Authn>,
     budgets: Arc<Budgets>,
 ) -> Router<S> {
     routes
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(guard::GuardLayer::new(tokens, budgets))
+        .layer(guard::GuardLayer::new(tokens.into(), budgets))
 }
 
 /// Error answers that are not JSON (axum's rejections are plain text, its

@@ -14,8 +14,6 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
@@ -24,6 +22,9 @@ use tokio_util::task::TaskTracker;
 
 use super::connections::{Connection, Connections, Sending, Slot, WatchedIo};
 use super::handoff::{self, KubeletHandoff, Movable, Prefixed, Rebind};
+use super::identity::Caller;
+use super::reload::Reloadable;
+use super::x509::{self, ClientCa, ClientCert};
 use crate::backoff::Backoff;
 use crate::metrics::Metrics;
 
@@ -53,6 +54,9 @@ pub struct ServeConfig {
     /// Where kubelets' connections are served, if not where they were
     /// accepted (`handoff`).
     pub kubelets: Option<KubeletHandoff>,
+    /// The CA bundle client certificates are verified against
+    /// (`--client-ca-file`), once per TLS connection.
+    pub client_ca: Option<Reloadable<ClientCa>>,
 }
 
 /// HTTP/2 settings.
@@ -91,6 +95,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("stall_timeout", &self.stall_timeout)
             .field("http2", &self.http2)
             .field("kubelets", &self.kubelets)
+            .field("client_ca", &self.client_ca.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -111,6 +116,7 @@ impl Default for ServeConfig {
             http2: Http2Config::default(),
             metrics: None,
             kubelets: None,
+            client_ca: None,
         }
     }
 }
@@ -153,6 +159,11 @@ impl ServeConfig {
 
     pub fn kubelets(mut self, kubelets: KubeletHandoff) -> Self {
         self.kubelets = Some(kubelets);
+        self
+    }
+
+    pub fn client_ca(mut self, client_ca: Reloadable<ClientCa>) -> Self {
+        self.client_ca = Some(client_ca);
         self
     }
 
@@ -301,12 +312,12 @@ async fn serve_connection(
         let tcp = Movable::new(tcp);
         if http2 {
             return Box::pin(serve_http(
-                tcp, http2, peer, router, &config, &shutdown, &slot,
+                tcp, http2, peer, router, &config, &shutdown, &slot, None,
             ))
             .await;
         }
         return Box::pin(serve_http1(
-            tcp, peer, router, config, shutdown, slot, tasks,
+            tcp, peer, router, config, shutdown, slot, tasks, None,
         ))
         .await;
     };
@@ -330,21 +341,46 @@ async fn serve_connection(
         },
     };
     let http2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    // Verified once, here, against the bundle current now.
+    let client = match (&config.client_ca, tls.get_ref().1.peer_certificates()) {
+        (Some(ca), Some(chain)) => Some(ca.current().identify(chain)),
+        _ => None,
+    };
     if http2 {
+        // A node's certificate makes the whole connection the node's: it
+        // moves to the controller's runtime as an HTTP/1 kubelet's does.
+        if let (Some(kubelets), true) = (config.kubelets.clone(), names_a_node(client.as_ref())) {
+            kubelets.runtime.spawn(tasks.track_future(async move {
+                let mut tls = tls;
+                if let Err(e) = tls.rebind() {
+                    tracing::debug!(%peer, "cannot move a kubelet's connection: {e}");
+                    return;
+                }
+                serve_http(tls, true, peer, router, &config, &shutdown, &slot, client).await
+            }));
+            return;
+        }
         return Box::pin(serve_http(
-            tls, http2, peer, router, &config, &shutdown, &slot,
+            tls, http2, peer, router, &config, &shutdown, &slot, client,
         ))
         .await;
     }
     Box::pin(serve_http1(
-        tls, peer, router, config, shutdown, slot, tasks,
+        tls, peer, router, config, shutdown, slot, tasks, client,
     ))
     .await
+}
+
+/// Whether a connection's client certificate names a node
+/// (`system:node:NAME` in `system:nodes`).
+fn names_a_node(client: Option<&ClientCert>) -> bool {
+    matches!(client, Some(ClientCert::Verified(p)) if matches!(p.caller(), Caller::Node(_)))
 }
 
 /// An HTTP/1 connection: served here, or, when its first request is a
 /// kubelet's, on the controller's runtime (`handoff`), as a task of
 /// `tasks` (for the shutdown's drain) that holds all of its state there.
+#[allow(clippy::too_many_arguments)] // one connection's parts, each moved into its task
 async fn serve_http1<I>(
     mut io: I,
     peer: SocketAddr,
@@ -353,12 +389,13 @@ async fn serve_http1<I>(
     shutdown: CancellationToken,
     slot: Slot,
     tasks: TaskTracker,
+    client: Option<ClientCert>,
 ) where
     I: AsyncRead + AsyncWrite + Rebind + Unpin + Send + 'static,
 {
     let Some(kubelets) = config.kubelets.clone() else {
         return Box::pin(serve_http(
-            io, false, peer, router, &config, &shutdown, &slot,
+            io, false, peer, router, &config, &shutdown, &slot, client,
         ))
         .await;
     };
@@ -376,11 +413,15 @@ async fn serve_http1<I>(
             }
         },
     };
-    let kubelet = handoff::classify(&head, &*kubelets.is_kubelet);
+    let certified = match &client {
+        Some(ClientCert::Verified(p)) => Some(p),
+        _ => None,
+    };
+    let kubelet = handoff::classify(&head, certified, &*kubelets.is_kubelet);
     let io = Prefixed::new(head, io);
     if !kubelet {
         return Box::pin(serve_http(
-            io, false, peer, router, &config, &shutdown, &slot,
+            io, false, peer, router, &config, &shutdown, &slot, client,
         ))
         .await;
     }
@@ -390,7 +431,7 @@ async fn serve_http1<I>(
             tracing::debug!(%peer, "cannot move a kubelet's connection: {e}");
             return;
         }
-        serve_http(io, false, peer, router, &config, &shutdown, &slot).await
+        serve_http(io, false, peer, router, &config, &shutdown, &slot, client).await
     }));
 }
 
@@ -453,6 +494,7 @@ where
     }
 }
 
+#[allow(clippy::too_many_arguments)] // one connection's parts
 async fn serve_http<I>(
     io: I,
     http2: bool,
@@ -461,6 +503,7 @@ async fn serve_http<I>(
     config: &ServeConfig,
     shutdown: &CancellationToken,
     slot: &Slot,
+    client: Option<ClientCert>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -471,7 +514,7 @@ async fn serve_http<I>(
         config.header_read_timeout,
         config.idle_timeout,
     ));
-    let service = counted_service(router, connection.clone());
+    let service = counted_service(router, connection.clone(), client);
     if http2 {
         connection.set_http2();
         let h2 = &config.http2;
@@ -500,6 +543,7 @@ async fn serve_http<I>(
 fn counted_service(
     router: Router,
     connection: Arc<Connection>,
+    client: Option<ClientCert>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = axum::response::Response,
@@ -510,6 +554,9 @@ fn counted_service(
     let id = connection.id();
     hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
         request.extensions_mut().insert(id);
+        if let Some(client) = &client {
+            request.extensions_mut().insert(client.clone());
+        }
         let activity = connection.begin_request();
         let answer = hyper::service::Service::call(&router, request);
         async move {
@@ -575,40 +622,48 @@ const ACCEPT_BACKOFF: Backoff =
 /// Builds the serving TLS configuration from `--tls-cert-file` (PEM chain,
 /// leaf first) and `--tls-private-key-file` (PEM; PKCS#8, PKCS#1 or SEC1).
 pub fn tls_config(cert_file: &str, key_file: &str) -> Result<Arc<rustls::ServerConfig>, String> {
+    serving_tls(cert_file, key_file, false).map(|(config, _)| config)
+}
+
+/// The serving TLS configuration, with the certificate as a value to swap
+/// when its files change (`reload`); with `client_certs`, a client
+/// certificate is asked for, not required (`x509`).
+pub fn serving_tls(
+    cert_file: &str,
+    key_file: &str,
+    client_certs: bool,
+) -> Result<
+    (
+        Arc<rustls::ServerConfig>,
+        Reloadable<rustls::sign::CertifiedKey>,
+    ),
+    String,
+> {
     // Read once at start-up, before the server runs.
     #[allow(clippy::disallowed_methods)]
     let read = |flag: &str, path: &str| {
         std::fs::read(path).map_err(|e| format!("cannot read {flag} {path}: {e}"))
     };
-    let chain = CertificateDer::pem_slice_iter(&read("--tls-cert-file", cert_file)?)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("--tls-cert-file {cert_file} is not a valid PEM certificate: {e}"))?;
-    if chain.is_empty() {
-        return Err(format!(
-            "--tls-cert-file {cert_file} holds no certificate (expected PEM \"BEGIN CERTIFICATE\" blocks)"
-        ));
-    }
-    let key = PrivateKeyDer::from_pem_slice(&read("--tls-private-key-file", key_file)?).map_err(
-        |e| {
-            format!(
-                "--tls-private-key-file {key_file} holds no usable private key (expected PEM PKCS#8, PKCS#1 or SEC1): {e}"
-            )
-        },
+    let key = x509::certified_key(
+        &read("--tls-cert-file", cert_file)?,
+        cert_file,
+        &read("--tls-private-key-file", key_file)?,
+        key_file,
     )?;
+    let serving = Reloadable::new(key);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS configuration rejected: {e}"))?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| {
-            format!(
-                "--tls-cert-file {cert_file} and --tls-private-key-file {key_file} do not make a usable pair: {e}"
-            )
-        })?;
+        .map_err(|e| format!("TLS configuration rejected: {e}"))?;
+    let builder = if client_certs {
+        builder.with_client_cert_verifier(x509::RequestClientCert::new())
+    } else {
+        builder.with_no_client_auth()
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(x509::ServingCert(serving.clone())));
     // HTTP/2 first, as kube-apiserver offers it.
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok((Arc::new(config), serving))
 }
 
 /// Why the API may not be served on a non-loopback address as configured:
@@ -670,6 +725,8 @@ fn is_loopback(addr: SocketAddr) -> bool {
 mod tests {
     use super::*;
     use axum::routing::get;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// How long any wait in these tests may take before it fails.
@@ -839,6 +896,208 @@ mod tests {
             shutdown.cancel();
             done.await.unwrap().unwrap();
         }
+        controller.shutdown_background();
+    }
+
+    /// A CA for client certificates: its certificate (PEM), key and params.
+    struct TestCa(String, rcgen::KeyPair, rcgen::CertificateParams);
+
+    fn test_ca() -> TestCa {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let pem = params.self_signed(&key).unwrap().pem();
+        TestCa(pem, key, params)
+    }
+
+    /// A client certificate `CN=cn, O=o` from `ca`, as a rustls client
+    /// config offering it (ALPN `alpn`), trusting the server's `server_pem`.
+    fn client_with_cert(
+        ca: &TestCa,
+        cn: &str,
+        o: &str,
+        server_pem: &str,
+        alpn: &[u8],
+    ) -> tokio_rustls::TlsConnector {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, o);
+        let issuer = rcgen::Issuer::from_params(&ca.2, &ca.1);
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(server_pem.as_bytes()) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+            )
+            .unwrap();
+        config.alpn_protocols = vec![alpn.to_vec()];
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+    }
+
+    /// With `--client-ca-file`: a node's certificate authenticates it and
+    /// moves its connection to the controller's runtime from the first
+    /// request, over HTTP/1.1 and HTTP/2; another CA's certificate is a 401;
+    /// a replaced CA bundle and a rotated serving certificate apply to the
+    /// next connections.
+    #[tokio::test]
+    async fn a_node_certificate_authenticates_and_hands_its_connection_to_the_controller() {
+        let controller = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("controller-thread")
+            .enable_all()
+            .build()
+            .unwrap();
+        let routes = Router::new().fallback(|who: super::super::Principal| async move {
+            format!(
+                "[{} {}]",
+                std::thread::current().name().unwrap_or("unnamed"),
+                who.user().name
+            )
+        });
+        let authn = super::super::Authn {
+            tokens: None,
+            client_certs: true,
+            bootstrap: None,
+        };
+        let router = super::super::harden(routes, authn);
+        let ca = test_ca();
+        let bundle = Reloadable::new(ClientCa::parse(ca.0.as_bytes(), "ca.pem").unwrap());
+        let config = ServeConfig::default()
+            .client_ca(bundle.clone())
+            .kubelets(KubeletHandoff {
+                runtime: controller.handle().clone(),
+                is_kubelet: Arc::new(|r: &handoff::FirstRequest<'_>| {
+                    r.client
+                        .is_some_and(|p| matches!(p.caller(), Caller::Node(_)))
+                }),
+            });
+        let ((_dir, cert), key) = test_cert_files();
+        let (tls, serving) = serving_tls(&cert, &key, true).unwrap();
+        let server_pem = std::fs::read_to_string(&cert).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let done = tokio::spawn(serve_with(
+            listener,
+            router,
+            Some(tls),
+            config,
+            shutdown.clone(),
+        ));
+        let name = || rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let http1 = |connector: tokio_rustls::TlsConnector| async move {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let tls = connector.connect(name(), tcp).await.unwrap();
+            two_requests(tls, "GET /api/v1/nodes").await
+        };
+
+        let node = client_with_cert(
+            &ca,
+            "system:node:a",
+            "system:nodes",
+            &server_pem,
+            b"http/1.1",
+        );
+        // (The second request, `/again`, is no path a node may read: 403.)
+        let answer = http1(node.clone()).await;
+        assert!(
+            answer.contains("[controller-thread system:node:a]") && answer.contains(" 403 "),
+            "{answer}"
+        );
+        // Over HTTP/2 too, every stream.
+        let h2 = client_with_cert(&ca, "system:node:a", "system:nodes", &server_pem, b"h2");
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let answers = h2_get(
+            h2.connect(name(), tcp).await.unwrap(),
+            &["/api/v1/nodes", "/api/v1/pods"],
+        )
+        .await;
+        for (code, body) in &answers {
+            assert_eq!(
+                (*code, body.as_str()),
+                (200, "[controller-thread system:node:a]")
+            );
+        }
+        // An operator's certificate: authenticated, served where accepted.
+        let operator = client_with_cert(&ca, "alice", "admins", &server_pem, b"http/1.1");
+        let answer = http1(operator).await;
+        assert!(
+            answer.contains(" alice]") && !answer.contains("controller-thread"),
+            "{answer}"
+        );
+        // Another CA's certificate authenticates nobody: 401, not a broken handshake.
+        let stranger = client_with_cert(
+            &test_ca(),
+            "system:node:a",
+            "system:nodes",
+            &server_pem,
+            b"http/1.1",
+        );
+        let answer = http1(stranger).await;
+        assert!(answer.starts_with("HTTP/1.1 401 "), "{answer}");
+
+        // The CA bundle replaced: a's old certificate no longer verifies.
+        let new_ca = test_ca();
+        bundle.set(ClientCa::parse(new_ca.0.as_bytes(), "ca.pem").unwrap());
+        assert!(http1(node).await.starts_with("HTTP/1.1 401 "));
+        let renewed = client_with_cert(
+            &new_ca,
+            "system:node:a",
+            "system:nodes",
+            &server_pem,
+            b"http/1.1",
+        );
+        assert!(http1(renewed)
+            .await
+            .contains("[controller-thread system:node:a]"));
+
+        // The serving certificate rotated: clients that trust only the new one connect.
+        let ((_dir2, new_cert), new_key) = test_cert_files();
+        let new_pem = std::fs::read_to_string(&new_cert).unwrap();
+        let pair = x509::certified_key(
+            new_pem.as_bytes(),
+            &new_cert,
+            &std::fs::read(&new_key).unwrap(),
+            &new_key,
+        )
+        .unwrap();
+        serving.set(pair);
+        let trusting_new = client_with_cert(
+            &new_ca,
+            "system:node:a",
+            "system:nodes",
+            &new_pem,
+            b"http/1.1",
+        );
+        assert!(http1(trusting_new)
+            .await
+            .contains("[controller-thread system:node:a]"));
+        let trusting_old = client_with_cert(
+            &new_ca,
+            "system:node:a",
+            "system:nodes",
+            &server_pem,
+            b"http/1.1",
+        );
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        assert!(trusting_old.connect(name(), tcp).await.is_err());
+
+        shutdown.cancel();
+        done.await.unwrap().unwrap();
         controller.shutdown_background();
     }
 
