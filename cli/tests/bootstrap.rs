@@ -6,9 +6,9 @@
 //! TLS, takes bootstrap tokens (`--enable-bootstrap-token-auth`) and signs
 //! with a cluster CA (`--cluster-signing-cert-file`/`-key-file`).
 //!
-//! The controller does not yet take client certificates as credentials, so
-//! the test follows a machine up to its issued certificate (read: CN, O,
-//! issuer, validity) and its history, not to Ready with it.
+//! With the same CA as `--client-ca-file`, the issued certificate is the
+//! kubelet's credential from then on: with it the machine reports Ready and
+//! renews its certificate as itself.
 // Set-up writes small files before the controller starts.
 #![allow(clippy::disallowed_methods)]
 
@@ -99,6 +99,8 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
         &ca_cert,
         "--cluster-signing-key-file",
         &ca_key,
+        "--client-ca-file",
+        &ca_cert,
     ]);
     let client = client_trusting(pem.as_bytes());
     let db = &site.db;
@@ -172,7 +174,7 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
     let joined = load_client_cert(
         &client,
         &c.url,
-        &token,
+        Some(&token),
         "edge-1",
         Duration::from_secs(30),
         |_| {},
@@ -249,7 +251,7 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
             load_client_cert(
                 &client,
                 &url,
-                &token,
+                Some(&token),
                 "stranger",
                 Duration::from_secs(60),
                 |n| {

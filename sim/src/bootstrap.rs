@@ -40,12 +40,14 @@ const ANSWER_CAP: usize = 4 << 20;
 const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
 /// Makes a key, asks `server` for a client certificate for node `node`
-/// with the bootstrap `token`, and waits up to `timeout` for it.
+/// with the bootstrap `token` (none: with what `client` carries, a
+/// renewal by the node's current certificate), and waits up to `timeout`
+/// for it.
 /// `on_created` hears the CSR's name once it is sent (to approve it).
 pub async fn load_client_cert(
     client: &reqwest::Client,
     server: &str,
-    token: &str,
+    token: Option<&str>,
     node: &str,
     timeout: Duration,
     on_created: impl FnOnce(&str),
@@ -79,9 +81,7 @@ pub async fn load_client_cert(
             "usages": ["digital signature", "client auth"],
         },
     });
-    let response = client
-        .post(format!("{server}{CSRS}"))
-        .bearer_auth(token)
+    let response = with_token(client.post(format!("{server}{CSRS}")), token)
         .json(&body)
         .send()
         .await
@@ -137,7 +137,7 @@ fn outcome(csr: &Value) -> Option<Result<String, BootstrapError>> {
 async fn wait_for_certificate(
     client: &reqwest::Client,
     server: &str,
-    token: &str,
+    token: Option<&str>,
     name: &str,
 ) -> Result<String, BootstrapError> {
     let other = |e: &dyn std::fmt::Display| BootstrapError::Other(e.to_string());
@@ -145,9 +145,7 @@ async fn wait_for_certificate(
     // Each round is one list and one watch of at most a minute; the
     // caller's timeout bounds the rounds.
     loop {
-        let list = client
-            .get(format!("{server}{CSRS}?{selector}"))
-            .bearer_auth(token)
+        let list = with_token(client.get(format!("{server}{CSRS}?{selector}")), token)
             .send()
             .await
             .map_err(|e| other(&e))?;
@@ -159,11 +157,10 @@ async fn wait_for_certificate(
             }
         }
         let version = list["metadata"]["resourceVersion"].as_str().unwrap_or("0");
-        let mut watch = client
-            .get(format!(
-                "{server}{CSRS}?{selector}&watch=true&resourceVersion={version}&timeoutSeconds=60&allowWatchBookmarks=true"
-            ))
-            .bearer_auth(token)
+        let url = format!(
+            "{server}{CSRS}?{selector}&watch=true&resourceVersion={version}&timeoutSeconds=60&allowWatchBookmarks=true"
+        );
+        let mut watch = with_token(client.get(url), token)
             .timeout(Duration::from_secs(90))
             .send()
             .await
@@ -184,6 +181,13 @@ async fn wait_for_certificate(
                 }
             }
         }
+    }
+}
+
+fn with_token(request: reqwest::RequestBuilder, token: Option<&str>) -> reqwest::RequestBuilder {
+    match token {
+        Some(token) => request.bearer_auth(token),
+        None => request,
     }
 }
 
