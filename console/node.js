@@ -29,6 +29,8 @@ function detail(e) {
       return `${e.mode}: ${e.reason}`;
     case 'EvictionDone':
       return e.result;
+    case 'CertificateIssued':
+      return `client certificate serial ${e.serial} until ${e.notAfter}, CSR ${e.csr}, requested by ${e.requestedBy}, ${e.approval}`;
     default:
       return e.message ?? '';
   }

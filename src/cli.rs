@@ -103,6 +103,13 @@ pub enum Command {
     Taint(TaintArgs),
     /// Delete a node that no source lists (its history is kept).
     Delete { node: String },
+    /// Bootstrap tokens, with which a new machine's kubelet joins (as
+    /// `kubeadm token`): through the running controller (found as the
+    /// inspection commands find it), or on the stopped store.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
     /// Print a shell completion script: `source <(nodekeeper completions bash)`.
     Completions {
         #[arg(value_enum)]
@@ -214,6 +221,33 @@ pub enum ConfigCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a bootstrap token and print it (`ID.SECRET`), for a kubelet's
+    /// bootstrap kubeconfig. Needs `run --enable-bootstrap-token-auth`.
+    Create {
+        /// The token to make (`[a-z0-9]{6}.[a-z0-9]{16}`); a random one without.
+        #[arg(value_name = "TOKEN")]
+        bootstrap_token: Option<String>,
+        /// How long it is valid; 0 for ever.
+        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        ttl: Duration,
+        /// What it is for, shown by `token list`.
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Extra groups its user is in, each `system:bootstrappers:...`.
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<String>,
+    },
+    /// List the bootstrap tokens, with their expiry.
+    List,
+    /// Delete bootstrap tokens, by ID or whole token.
+    Delete {
+        #[arg(required = true)]
+        tokens: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum DbCommand {
     /// Schema, counts, sizes, last controller.
     Status,
@@ -295,6 +329,26 @@ pub struct RunArgs {
     /// Serve a non-loopback --listen address even without TLS or tokens.
     #[arg(long, help_heading = "HTTP API")]
     pub insecure_listen: bool,
+    /// Also take bootstrap tokens (`ID.SECRET`), as kube-apiserver's flag:
+    /// the Secrets `kube-system/bootstrap-token-ID` that `nodekeeper token
+    /// create` (or `kubeadm token create`) makes, each user
+    /// `system:bootstrap:ID` in `system:bootstrappers`, which may ask for a
+    /// kubelet client certificate (a CSR). Needs --token-file.
+    #[arg(long, help_heading = "HTTP API")]
+    pub enable_bootstrap_token_auth: bool,
+    /// The CA certificate (PEM) that signs kubelets' client certificates
+    /// from approved CSRs (signer kubernetes.io/kube-apiserver-client-kubelet),
+    /// as kube-controller-manager's flag. Without it, approved CSRs stay
+    /// unsigned. Needs --cluster-signing-key-file.
+    #[arg(long, value_name = "PATH", help_heading = "HTTP API", value_hint = ValueHint::FilePath)]
+    pub cluster_signing_cert_file: Option<String>,
+    /// The private key (PEM: PKCS#8, RSA or EC) of --cluster-signing-cert-file.
+    #[arg(long, value_name = "PATH", help_heading = "HTTP API", value_hint = ValueHint::FilePath)]
+    pub cluster_signing_key_file: Option<String>,
+    /// The longest validity of an issued client certificate (a CSR's
+    /// spec.expirationSeconds may ask for less), as kube-controller-manager's flag.
+    #[arg(long, default_value = "8760h", value_name = "DURATION", help_heading = "HTTP API", value_parser = parse_duration)]
+    pub cluster_signing_duration: std::time::Duration,
     /// API connections open at once; at the cap, the longest-idle one is
     /// closed for a new client. 0: as many as the open-file limit allows
     /// once probes and the store have theirs.

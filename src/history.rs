@@ -82,7 +82,8 @@ impl Replay {
             | EventKind::EvictionStarted { .. }
             | EventKind::EvictionDone { .. }
             | EventKind::ObjectChanged { .. }
-            | EventKind::KubeletEvent { .. } => {}
+            | EventKind::KubeletEvent { .. }
+            | EventKind::CertificateIssued { .. } => {}
         }
     }
 

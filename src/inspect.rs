@@ -652,6 +652,17 @@ impl Source {
         }
     }
 
+    /// A request to the running controller's API (`body` sent as JSON);
+    /// its answer's body, or the refusal its `Status` gives.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: String,
+    ) -> Result<Vec<u8>, InspectError> {
+        self.send(method, path, "application/json", body).await
+    }
+
     fn remote_error(&self, reason: String) -> InspectError {
         let url = match self {
             Source::Remote { base, .. } => base.clone(),

@@ -26,6 +26,7 @@ const FLOORS: &[&[&str]] = &[
         "simulate",
         "backoff",
         "token_bucket",
+        "certificates",
     ],
     // The edges: the store, where nodes come from, the kubelet client,
     // metrics, tables, systemd.

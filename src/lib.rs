@@ -6,6 +6,7 @@
 pub mod app;
 pub mod backoff;
 pub mod backups;
+pub mod certificates;
 pub mod cli;
 pub mod config;
 pub mod controller;

@@ -466,6 +466,18 @@ pub enum EventKind {
         message: String,
         object: String,
     },
+    /// A client certificate was issued for the node (the CSR API's signer):
+    /// which request, the certificate's serial (hex) and end of validity,
+    /// who asked for it and how it was approved.
+    CertificateIssued {
+        csr: String,
+        serial: String,
+        #[serde(rename = "notAfter")]
+        not_after: Micros,
+        #[serde(rename = "requestedBy")]
+        requested_by: String,
+        approval: String,
+    },
 }
 
 /// One change an operator made to a node, in the fields operators own.
@@ -548,6 +560,7 @@ impl EventKind {
             EventKind::SourceFailed { .. } => "SourceFailed",
             EventKind::ObjectChanged { .. } => "ObjectChanged",
             EventKind::KubeletEvent { .. } => "KubeletEvent",
+            EventKind::CertificateIssued { .. } => "CertificateIssued",
         }
     }
 }

@@ -139,6 +139,7 @@ async fn dispatch(
         Command::Annotate(args) => commands::edit::label(&source()?, args, true).await,
         Command::Taint(args) => commands::edit::taint(&source()?, args).await,
         Command::Delete { node } => commands::edit::delete(&source()?, node).await,
+        Command::Token { command } => commands::token::token(&source()?, command).await,
         Command::Completions { shell } => commands::completions::completions(*shell),
     }
 }

@@ -505,7 +505,8 @@ async fn a_kubelets_reflectors_list_and_watch_what_it_needs() {
             "coordination.k8s.io",
             "storage.k8s.io",
             "node.k8s.io",
-            "events.k8s.io"
+            "events.k8s.io",
+            "certificates.k8s.io"
         ]
     );
     let (_, node_v1) = c.get("/apis/node.k8s.io/v1").await;

@@ -46,6 +46,10 @@ pub mod trees {
     /// Node name, `0x00`, resource, `0x00`, object name → an object the
     /// node's kubelet keeps, as its JSON (schema 6).
     pub const NODE_OBJECTS: &str = "node_objects";
+    /// Resource, `0x00`, namespace, `0x00`, name → an API object kept on
+    /// its own, not with a node (bootstrap-token Secrets, CSRs), as its
+    /// version and JSON. Created empty on open: no schema step.
+    pub const API_OBJECTS: &str = "api_objects";
 }
 
 /// The `meta` key holding the schema version.

@@ -17,6 +17,7 @@
 
 pub mod apiserver;
 pub mod bench;
+pub mod bootstrap;
 pub mod command;
 mod control;
 pub mod floor;

@@ -43,6 +43,10 @@ pub struct RunConfig {
     /// `--token-file`, `--client-ca-file` and the serving certificate, each
     /// followed on disk once `run` starts.
     pub credentials: Credentials,
+    /// `--enable-bootstrap-token-auth`: bearer tokens may be bootstrap tokens.
+    pub bootstrap_token_auth: bool,
+    /// `--cluster-signing-cert-file` and its key: what signs approved CSRs.
+    pub signer: Option<Arc<crate::certificates::Signer>>,
     pub store: StoreOptions,
     pub controller: ControllerConfig,
     pub specs: Vec<NodeSpec>,
@@ -139,6 +143,18 @@ impl RunConfig {
         let cloud = cloud_source(args, capacity, has_store)?;
         let (probe, simulate) = probe_config(args)?;
         let (tls, credentials) = serving(args)?;
+        let signer = signer(args)?;
+        if args.enable_bootstrap_token_auth
+            && credentials.tokens.is_none()
+            && credentials.client_ca.is_none()
+        {
+            return Err(flag(
+                "--enable-bootstrap-token-auth",
+                "needs --token-file (or --client-ca-file): bootstrap tokens are made and removed \
+                 by operators, who authenticate with those"
+                    .into(),
+            ));
+        }
         let retention = retention(args)?;
         let mirror = mirror_config(args)?;
         let (open_files, sizing) = api_sizing(args, specs.len())?;
@@ -163,6 +179,8 @@ impl RunConfig {
                 .as_ref()
                 .map(|p| std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p))),
             credentials,
+            bootstrap_token_auth: args.enable_bootstrap_token_auth,
+            signer,
             store: StoreOptions {
                 cache_capacity: args.cache_capacity,
                 checkpoint_interval: args.history_checkpoint_interval,
@@ -424,6 +442,32 @@ fn probe_config(args: &RunArgs) -> Result<(ProbeConfig, Option<SimulateRequest>)
         crate::probe::Prober::new(&probe).map_err(|e| flag("kubelet access", e.to_string()))?;
     }
     Ok((probe, simulate))
+}
+
+/// The cluster's CA for kubelets' client certificates, if configured; a
+/// start-up error naming the flag when its files cannot be used.
+fn signer(args: &RunArgs) -> Result<Option<Arc<crate::certificates::Signer>>, RunError> {
+    match (
+        &args.cluster_signing_cert_file,
+        &args.cluster_signing_key_file,
+    ) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => crate::certificates::Signer::load(
+            std::path::Path::new(cert),
+            std::path::Path::new(key),
+            args.cluster_signing_duration,
+        )
+        .map(|s| Some(Arc::new(s)))
+        .map_err(RunError::Serving),
+        (Some(_), None) => Err(flag(
+            "--cluster-signing-cert-file",
+            "needs --cluster-signing-key-file, the CA's private key".into(),
+        )),
+        (None, Some(_)) => Err(flag(
+            "--cluster-signing-key-file",
+            "needs --cluster-signing-cert-file, the CA certificate it belongs to".into(),
+        )),
+    }
 }
 
 /// The API's serving TLS and credentials, checked against `--listen`.

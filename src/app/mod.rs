@@ -251,8 +251,19 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
             config.list_bytes_per_second,
         )),
     });
+    // Approving, signing and cleaning up CSRs, and removing expired
+    // bootstrap tokens, until the server stops.
+    tokio::spawn(crate::server::csr_signing::run(
+        state.clone(),
+        config.signer.clone(),
+        server_shutdown.clone(),
+    ));
     let budgets = crate::server::Budgets::new(config.limits, Some(metrics.clone()));
-    let router = crate::server::limited_router(state, config.credentials.authn(), budgets);
+    let mut authn = config.credentials.authn();
+    if config.bootstrap_token_auth {
+        authn.bootstrap = Some(store.clone());
+    }
+    let router = crate::server::limited_router(state, authn, budgets);
     let mut serve_config = config.serve.clone().metrics(metrics.clone());
     if config.api_runtime.is_some() {
         // Readers are served on the API's runtime; kubelets on this one.

@@ -10,6 +10,7 @@ pub mod mirror;
 pub mod nodes;
 pub mod progress;
 pub mod run;
+pub mod token;
 pub mod ui;
 pub mod version;
 

@@ -205,6 +205,7 @@ fn schema_of(api_version: &str, kind: &str) -> Option<&'static Message> {
         // The body of a delete, in the resource's own group version
         // (client-go `gentype/type.go` `Delete`: `Body(&opts)`).
         ("v1" | "meta.k8s.io/v1", "DeleteOptions") => Some(&DELETE_OPTIONS),
+        ("certificates.k8s.io/v1", "CertificateSigningRequest") => Some(&CSR),
         _ => None,
     }
 }
@@ -224,6 +225,8 @@ struct Field {
 #[derive(Clone, Copy)]
 enum Kind {
     String,
+    /// `bytes`: base64 in JSON, as Go's `[]byte`.
+    Bytes,
     Bool,
     Int32,
     Int64,
@@ -401,6 +404,14 @@ fn write_value(
                 write_str(out, s);
             }
             !s.is_empty()
+        }
+        Kind::Bytes => {
+            use base64::Engine;
+            let b = bytes()?;
+            if !b.is_empty() {
+                write_str(out, &base64::engine::general_purpose::STANDARD.encode(b));
+            }
+            !b.is_empty()
         }
         Kind::Message(m) => {
             out.push(b'{');
@@ -649,6 +660,44 @@ static CSI_NODE_DRIVER: Message = Message {
 };
 static VOLUME_NODE_RESOURCES: Message = Message {
     fields: &[one(1, "count", Kind::Int32)],
+};
+
+/// `certificates/v1` `CertificateSigningRequest` (k8s.io/api
+/// `certificates/v1/generated.proto:44-243`; `spec.extra` is left out: the
+/// server sets it from the credentials).
+static CSR: Message = Message {
+    fields: &[
+        one(1, "metadata", Kind::Message(&OBJECT_META)),
+        one(2, "spec", Kind::Message(&CSR_SPEC)),
+        one(3, "status", Kind::Message(&CSR_STATUS)),
+    ],
+};
+static CSR_SPEC: Message = Message {
+    fields: &[
+        one(1, "request", Kind::Bytes),
+        one(7, "signerName", Kind::String),
+        one(8, "expirationSeconds", Kind::Int32),
+        many(5, "usages", Kind::String),
+        one(2, "username", Kind::String),
+        one(3, "uid", Kind::String),
+        many(4, "groups", Kind::String),
+    ],
+};
+static CSR_STATUS: Message = Message {
+    fields: &[
+        many(1, "conditions", Kind::Message(&CSR_CONDITION)),
+        one(2, "certificate", Kind::Bytes),
+    ],
+};
+static CSR_CONDITION: Message = Message {
+    fields: &[
+        one(1, "type", Kind::String),
+        one(6, "status", Kind::String),
+        one(2, "reason", Kind::String),
+        one(3, "message", Kind::String),
+        one(4, "lastUpdateTime", Kind::Time),
+        one(5, "lastTransitionTime", Kind::Time),
+    ],
 };
 
 /// `core/v1` `Event`.

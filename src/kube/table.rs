@@ -280,6 +280,90 @@ fn row_object(
     }
 }
 
+/// CertificateSigningRequests as a Table, as kube-apiserver prints them
+/// (kubernetes `pkg/printers/internalversion/printers.go`
+/// `printCertificateSigningRequest`): Name, Age, SignerName, Requestor,
+/// RequestedDuration, Condition.
+pub fn csr_table(
+    csrs: &[(
+        k8s_openapi::api::certificates::v1::CertificateSigningRequest,
+        Value,
+    )],
+    metadata: ListMeta,
+    include: IncludeObject,
+    now: Micros,
+) -> Table {
+    let column = |name, format, description| Column {
+        name,
+        kind: "string",
+        format,
+        description,
+        priority: 0,
+    };
+    let rows = csrs
+        .iter()
+        .map(|(csr, served)| {
+            let age = csr.metadata.creation_timestamp.as_ref().map_or_else(
+                || "<unknown>".to_string(),
+                |t| crate::model::duration::age(now.since(Micros(t.0.as_microsecond()))),
+            );
+            let duration = csr.spec.expiration_seconds.map_or_else(
+                || "<none>".to_string(),
+                |s| crate::model::duration::age(std::time::Duration::from_secs(s.max(0) as u64)),
+            );
+            Row {
+                cells: vec![
+                    Value::from(csr.metadata.name.clone().unwrap_or_default()),
+                    Value::from(age),
+                    Value::from(csr.spec.signer_name.clone()),
+                    Value::from(csr.spec.username.clone().unwrap_or_default()),
+                    Value::from(duration),
+                    Value::from(csr_condition(csr)),
+                ],
+                object: row_object(include, &csr.metadata, || Some(served.clone())),
+            }
+        })
+        .collect();
+    Table {
+        kind: "Table",
+        api_version: "meta.k8s.io/v1",
+        metadata,
+        column_definitions: vec![
+            column("Name", "name", NAME_DOC),
+            column("Age", "", CREATION_DOC),
+            column("SignerName", "", "Requested signer"),
+            column("Requestor", "", "Request originator"),
+            column("RequestedDuration", "", "Requested certificate duration"),
+            column("Condition", "", "Current condition of the request"),
+        ],
+        rows,
+    }
+}
+
+/// `Approved,Issued`, `Denied`, `Pending`… (printers.go `extractCSRStatus`).
+fn csr_condition(csr: &k8s_openapi::api::certificates::v1::CertificateSigningRequest) -> String {
+    let status = csr.status.as_ref();
+    let has = |t: &str| {
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == t))
+    };
+    let mut parts: Vec<&str> = ["Approved", "Denied", "Failed"]
+        .into_iter()
+        .filter(|t| has(t))
+        .collect();
+    if parts.is_empty() {
+        parts.push("Pending");
+    }
+    if status
+        .and_then(|s| s.certificate.as_ref())
+        .is_some_and(|c| !c.0.is_empty())
+    {
+        parts.push("Issued");
+    }
+    parts.join(",")
+}
+
 /// The event printer's columns, in its order.
 fn event_columns() -> Vec<Column> {
     let column = |name, format, description, priority| Column {

@@ -93,6 +93,17 @@ impl EventKind {
                 message,
                 object,
             } => format!("{component}: {event_type} {reason} on {object}: {message}"),
+            EventKind::CertificateIssued {
+                csr,
+                serial,
+                not_after,
+                requested_by,
+                approval,
+            } => format!(
+                "client certificate serial {serial} until {} from CSR {csr}, requested by \
+                 {requested_by}, {approval}",
+                not_after.rfc3339()
+            ),
         }
     }
 }

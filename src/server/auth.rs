@@ -233,12 +233,27 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 pub struct Authn {
     pub tokens: Option<Reloadable<Tokens>>,
     pub client_certs: bool,
+    /// `--enable-bootstrap-token-auth`: the store whose bootstrap-token
+    /// Secrets are tried for a bearer token not in `--token-file`.
+    pub bootstrap: Option<Arc<crate::store::Store>>,
 }
 
 impl Authn {
+    /// Who a bearer token stands for: a `--token-file` line, else a
+    /// bootstrap token ([`super::bootstrap_tokens::authenticate`]).
+    fn token(&self, token: &str) -> Option<Principal> {
+        if let Some(tokens) = &self.tokens {
+            if let Some(found) = tokens.current().principal(token) {
+                return Some(found.clone());
+            }
+        }
+        let store = self.bootstrap.as_ref()?;
+        super::bootstrap_tokens::authenticate(store, token, crate::model::Micros::now())
+    }
+
     /// Whether requests need credentials (health checks aside).
     pub fn required(&self) -> bool {
-        self.tokens.is_some() || self.client_certs
+        self.tokens.is_some() || self.client_certs || self.bootstrap.is_some()
     }
 }
 
@@ -247,6 +262,7 @@ impl From<Option<Arc<Tokens>>> for Authn {
         Authn {
             tokens: tokens.map(Reloadable::from_arc),
             client_certs: false,
+            bootstrap: None,
         }
     }
 }
@@ -295,9 +311,10 @@ pub(super) fn identify(authn: &Authn, mut request: Request) -> Result<Request, R
             Some(ClientCert::None) | None => {}
         }
     }
-    let found = match (&authn.tokens, bearer_token(request.headers())) {
-        (Some(tokens), Some(token)) => match tokens.current().principal(token) {
-            Some(found) => found.clone(),
+    let takes_tokens = authn.tokens.is_some() || authn.bootstrap.is_some();
+    let found = match bearer_token(request.headers()) {
+        Some(token) if takes_tokens => match authn.token(token) {
+            Some(found) => found,
             None => return Err(unauthorized()),
         },
         _ if bad_cert => return Err(unauthorized()),

@@ -19,6 +19,7 @@ const STORAGE: &str = "storage.k8s.io";
 const STORAGE_V1: &str = "storage.k8s.io/v1";
 const NODE: &str = "node.k8s.io";
 const EVENTS: &str = "events.k8s.io";
+const CERTIFICATES: &str = "certificates.k8s.io";
 /// What can be read of a resource nodekeeper serves empty.
 const READ: &[&str] = &["get", "list", "watch"];
 
@@ -142,6 +143,15 @@ fn core_v1_resources() -> APIResourceList {
             resource("pods/status", "", "Pod", true, &["get", "patch"], &[]),
             // None kept: listed and watched empty, as kubelets do.
             resource("services", "service", "Service", true, READ, &["svc"]),
+            // Bootstrap tokens only: kube-system, type bootstrap.kubernetes.io/token.
+            resource(
+                "secrets",
+                "secret",
+                "Secret",
+                true,
+                &["create", "delete", "get", "list"],
+                &[],
+            ),
         ],
     }
 }
@@ -154,6 +164,7 @@ pub(crate) async fn apis() -> Response {
             group(STORAGE),
             group(NODE),
             group(EVENTS),
+            group(CERTIFICATES),
         ],
     })
     .into_response()
@@ -245,6 +256,47 @@ pub(crate) async fn node_v1() -> Response {
             READ,
             &[],
         )],
+    })
+    .into_response()
+}
+
+/// `/apis/certificates.k8s.io`.
+pub(crate) async fn certificates() -> Response {
+    Json(group(CERTIFICATES)).into_response()
+}
+
+/// `/apis/certificates.k8s.io/v1`: CSRs and their subresources, as
+/// kube-apiserver lists them (`kubectl certificate approve` looks for
+/// `certificatesigningrequests/approval`).
+pub(crate) async fn certificates_v1() -> Response {
+    Json(APIResourceList {
+        group_version: format!("{CERTIFICATES}/v1"),
+        resources: vec![
+            resource(
+                "certificatesigningrequests",
+                "certificatesigningrequest",
+                "CertificateSigningRequest",
+                false,
+                &["create", "delete", "get", "list", "watch"],
+                &["csr"],
+            ),
+            resource(
+                "certificatesigningrequests/approval",
+                "",
+                "CertificateSigningRequest",
+                false,
+                &["get", "update"],
+                &[],
+            ),
+            resource(
+                "certificatesigningrequests/status",
+                "",
+                "CertificateSigningRequest",
+                false,
+                &["get", "update"],
+                &[],
+            ),
+        ],
     })
     .into_response()
 }

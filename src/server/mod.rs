@@ -5,9 +5,12 @@
 mod auth;
 pub mod authz;
 mod backup;
+pub mod bootstrap_tokens;
 mod connections;
 pub mod console;
 mod csinodes;
+pub mod csr_signing;
+mod csrs;
 mod discovery;
 mod empty;
 mod events;
@@ -221,6 +224,35 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
         .route(
             "/apis/storage.k8s.io/v1/csidrivers/{name}",
             get(empty::get_csi_driver),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/secrets",
+            get(bootstrap_tokens::list_secrets).post(bootstrap_tokens::create_secret),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/secrets/{name}",
+            get(bootstrap_tokens::get_secret).delete(bootstrap_tokens::delete_secret),
+        )
+        .route("/apis/certificates.k8s.io", get(discovery::certificates))
+        .route(
+            "/apis/certificates.k8s.io/v1",
+            get(discovery::certificates_v1),
+        )
+        .route(
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+            get(csrs::list_csrs).post(csrs::create_csr),
+        )
+        .route(
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}",
+            get(csrs::get_csr).delete(csrs::delete_csr),
+        )
+        .route(
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/approval",
+            get(csrs::get_csr).put(csrs::put_approval),
+        )
+        .route(
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/status",
+            get(csrs::get_csr).put(csrs::put_status),
         )
         .route("/apis/node.k8s.io", get(discovery::node))
         .route("/apis/node.k8s.io/v1", get(discovery::node_v1))

@@ -243,6 +243,7 @@ impl Credentials {
         Authn {
             tokens: self.tokens.as_ref().map(|(_, t)| t.clone()),
             client_certs: self.client_ca.is_some(),
+            bootstrap: None,
         }
     }
 

@@ -971,6 +971,7 @@ mod tests {
         let authn = super::super::Authn {
             tokens: None,
             client_certs: true,
+            bootstrap: None,
         };
         let router = super::super::harden(routes, authn);
         let ca = test_ca();

@@ -151,6 +151,17 @@ struct NodeObjectLine {
     json: String,
 }
 
+/// An API object kept on its own (a bootstrap-token Secret, a CSR).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ApiObjectLine {
+    resource: String,
+    namespace: String,
+    name: String,
+    version: u64,
+    json: String,
+}
+
 /// What an export holds, counted by record kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -160,6 +171,9 @@ pub struct Counts {
     /// Exports made before node objects were kept have none.
     #[serde(default)]
     pub node_objects: usize,
+    /// Exports made before API objects were kept have none.
+    #[serde(default)]
+    pub api_objects: usize,
     pub outbox: usize,
     pub checkpoint_nodes: usize,
     pub events: usize,
@@ -172,6 +186,7 @@ enum Line {
     Node(Box<Node>),
     Lease(Box<Lease>),
     NodeObject(NodeObjectLine),
+    ApiObject(ApiObjectLine),
     Outbox(OutboxLine),
     CheckpointNode(Box<Node>),
     Event(Box<Event>),
@@ -309,6 +324,26 @@ pub(super) fn export(
             }),
         )?;
         counts.node_objects += 1;
+    }
+    for object in store.all_api_objects()? {
+        let super::ApiObject {
+            resource,
+            namespace,
+            name,
+            version,
+            json,
+        } = object;
+        write_line(
+            out,
+            &Line::ApiObject(ApiObjectLine {
+                resource,
+                namespace,
+                name,
+                version,
+                json,
+            }),
+        )?;
+        counts.api_objects += 1;
     }
     for entry in store.outbox.iter() {
         let (key, value) = entry?;
@@ -581,6 +616,16 @@ impl<'a> Loader<'a> {
                     };
                     self.store.write_node_objects(&[object], &[])?;
                     self.counts.node_objects += 1;
+                }
+                Line::ApiObject(o) => {
+                    self.store.restore_api_object(&super::ApiObject {
+                        resource: o.resource,
+                        namespace: o.namespace,
+                        name: o.name,
+                        version: o.version,
+                        json: o.json,
+                    })?;
+                    self.counts.api_objects += 1;
                 }
                 Line::Outbox(o) => self.outbox(o).map_err(on_line)?,
                 Line::CheckpointNode(node) => self.checkpoint_node(*node).map_err(on_line)?,

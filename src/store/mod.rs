@@ -15,6 +15,7 @@
 //! one transaction). What stands alone already lives beside it: queries, export
 //! and import, retention, checkpoints, compaction, records, the outbox.
 
+mod api_objects;
 pub mod checkpoint;
 pub mod compact;
 mod exchange;
@@ -39,6 +40,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use thiserror::Error;
 
 use crate::model::{Event, EventKind, Lease, Micros, Node, NodeObject, ObjectKey};
+pub use api_objects::{ApiObject, ApiWriteError};
 pub use checkpoint::{Checkpoint, RegistryAt};
 pub use exchange::{
     ExportSummary, ImportProgress, ImportSummary, EXPORT_FORMAT_VERSION, MAX_LINE_BYTES,
@@ -373,6 +375,13 @@ pub struct Store {
     meta: sled::Tree,
     leases: sled::Tree,
     node_objects: sled::Tree,
+    api_objects: sled::Tree,
+    /// The last version given to an API object, and what serializes the
+    /// giving.
+    api_versions: AtomicU64,
+    api_version_lock: Mutex<()>,
+    /// Told the newest version after each write of `api_objects`.
+    api_changed: tokio::sync::watch::Sender<u64>,
     writer: Mutex<WriterState>,
     durable_seq: AtomicU64,
     /// Whether changes queue mirror work (an API server is configured).
@@ -472,6 +481,10 @@ impl Store {
             meta: db.open_tree(trees::META)?,
             leases: db.open_tree(trees::LEASES)?,
             node_objects: db.open_tree(trees::NODE_OBJECTS)?,
+            api_versions: AtomicU64::new(0),
+            api_version_lock: Mutex::new(()),
+            api_changed: tokio::sync::watch::Sender::new(0),
+            api_objects: db.open_tree(trees::API_OBJECTS)?,
             db,
             writer: Mutex::new(WriterState::default()),
             durable_seq: AtomicU64::new(0),
@@ -514,6 +527,9 @@ impl Store {
             .conditions_seen
             .write()
             .unwrap_or_else(|p| p.into_inner()) = seen;
+        let api_version = Store::read_api_version(&store.api_objects)?;
+        store.api_versions.store(api_version, Ordering::Release);
+        store.api_changed.send_replace(api_version);
         checkpoint::discard_partial(&store)?;
         Ok(store)
     }
@@ -994,7 +1010,7 @@ impl Store {
     }
 
     /// Every tree with its name, for status and maintenance.
-    fn named_trees(&self) -> [(&'static str, &sled::Tree); 11] {
+    fn named_trees(&self) -> [(&'static str, &sled::Tree); 12] {
         [
             (trees::NODES, &self.nodes),
             (trees::EVENTS, &self.events),
@@ -1006,6 +1022,7 @@ impl Store {
             (trees::OUTBOX, &self.outbox),
             (trees::LEASES, &self.leases),
             (trees::NODE_OBJECTS, &self.node_objects),
+            (trees::API_OBJECTS, &self.api_objects),
             (trees::META, &self.meta),
         ]
     }
@@ -1228,6 +1245,7 @@ impl Store {
             && self.outbox.is_empty()
             && self.leases.is_empty()
             && self.node_objects.is_empty()
+            && self.api_objects.is_empty()
             && self.checkpoints.is_empty()
     }
 
@@ -1251,6 +1269,7 @@ impl Store {
             .clear();
         self.guard.set_horizon(0);
         self.durable_seq.store(0, Ordering::Release);
+        self.api_versions.store(0, Ordering::Release);
         self.db.flush()?;
         Ok(())
     }

@@ -181,6 +181,14 @@ pub enum EventKindV1 {
         message: String,
         object: String,
     },
+    /// Variant 18.
+    CertificateIssued {
+        csr: String,
+        serial: String,
+        not_after: i64,
+        requested_by: String,
+        approval: String,
+    },
 }
 
 /// One operator change. Append-only: postcard stores the variant index.
@@ -759,6 +767,19 @@ impl From<&EventKind> for EventKindV1 {
                 message: message.clone(),
                 object: object.clone(),
             },
+            EventKind::CertificateIssued {
+                csr,
+                serial,
+                not_after,
+                requested_by,
+                approval,
+            } => EventKindV1::CertificateIssued {
+                csr: csr.clone(),
+                serial: serial.clone(),
+                not_after: not_after.0,
+                requested_by: requested_by.clone(),
+                approval: approval.clone(),
+            },
             EventKind::OperatorChanged { by, changes } => EventKindV1::OperatorChanged {
                 by: by.clone(),
                 changes: changes.iter().map(node_change_v1).collect(),
@@ -855,6 +876,19 @@ impl TryFrom<EventKindV1> for EventKind {
                 reason,
                 message,
                 object,
+            },
+            EventKindV1::CertificateIssued {
+                csr,
+                serial,
+                not_after,
+                requested_by,
+                approval,
+            } => EventKind::CertificateIssued {
+                csr,
+                serial,
+                not_after: Micros(not_after),
+                requested_by,
+                approval,
             },
             EventKindV1::OperatorChanged { by, changes } => EventKind::OperatorChanged {
                 by,
@@ -1102,6 +1136,23 @@ pub(crate) mod tests {
         let bytes = encode_event(&posted);
         assert_eq!(hex(&bytes), "000201016e11016b014e0172016d016f");
         assert_eq!(decode_event(12, &bytes).unwrap(), posted);
+
+        let issued = Event {
+            seq: 13,
+            time: Micros(1),
+            node: Some("n".into()),
+            kind: EventKind::CertificateIssued {
+                csr: "c".into(),
+                serial: "s".into(),
+                not_after: Micros(2),
+                requested_by: "r".into(),
+                approval: "a".into(),
+            },
+        };
+        let bytes = encode_event(&issued);
+        // Variant 18 (0x12), its five fields; not_after 2 is zigzag 04.
+        assert_eq!(hex(&bytes), "000201016e12016301730401720161");
+        assert_eq!(decode_event(13, &bytes).unwrap(), issued);
     }
 
     #[test]

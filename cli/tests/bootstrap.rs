@@ -1,0 +1,370 @@
+//! TLS bootstrap against the real binary: a new machine joins with a
+//! bootstrap token and a CSR, as a v1.33 kubelet does
+//! (`pkg/kubelet/certificate/bootstrap/bootstrap.go` `LoadClientCert`,
+//! client-go `util/certificate/csr/csr.go`), played by the simulator's
+//! [`nodekeeper_sim::bootstrap::load_client_cert`]. The controller serves
+//! TLS, takes bootstrap tokens (`--enable-bootstrap-token-auth`) and signs
+//! with a cluster CA (`--cluster-signing-cert-file`/`-key-file`).
+//!
+//! With the same CA as `--client-ca-file`, the issued certificate is the
+//! kubelet's credential from then on: with it the machine reports Ready and
+//! renews its certificate as itself.
+// Set-up writes small files before the controller starts.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{cli, cli_ok, client_trusting, self_signed_cert, Controller, TestSite};
+use nodekeeper_sim::bootstrap::load_client_cert;
+use serde_json::{json, Value};
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+const SECRETS: &str = "/api/v1/namespaces/kube-system/secrets";
+const OPERATOR: &str = "operator-secret";
+
+/// A CA (certificate and key PEM) written into `dir` as ca.crt and ca.key.
+fn cluster_ca(dir: &std::path::Path) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "site-a kubelet CA");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    let (cert_path, key_path) = (dir.join("ca.crt"), dir.join("ca.key"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (
+        cert_path.to_string_lossy().into_owned(),
+        key_path.to_string_lossy().into_owned(),
+    )
+}
+
+/// A request as `token`'s holder: (status, JSON body).
+async fn call(
+    client: &reqwest::Client,
+    c: &Controller,
+    method: reqwest::Method,
+    path: &str,
+    token: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let mut request = client
+        .request(method, format!("{}{path}", c.url))
+        .bearer_auth(token);
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    let response = request.send().await.unwrap();
+    let code = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn names(cert: &X509Certificate<'_>) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let text = |it: &mut dyn Iterator<Item = &x509_parser::x509::AttributeTypeAndValue<'_>>| {
+        it.map(|a| a.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    (
+        text(&mut cert.subject().iter_common_name()),
+        text(&mut cert.subject().iter_organization()),
+        text(&mut cert.issuer().iter_common_name()),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_operator() {
+    let site = TestSite::named(&["edge-1", "edge-2"], "127.0.71.1".parse().unwrap()).start();
+    let dir = site.path();
+    let (cert, key, pem) = self_signed_cert(dir, &["127.0.0.1"]);
+    let (ca_cert, ca_key) = cluster_ca(dir);
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, format!("{OPERATOR}\n")).unwrap();
+    let c = site.controller_with(&[
+        "--tls-cert-file",
+        &cert,
+        "--tls-private-key-file",
+        &key,
+        "--token-file",
+        tokens.to_str().unwrap(),
+        "--enable-bootstrap-token-auth",
+        "--cluster-signing-cert-file",
+        &ca_cert,
+        "--cluster-signing-key-file",
+        &ca_key,
+        "--client-ca-file",
+        &ca_cert,
+    ]);
+    let client = client_trusting(pem.as_bytes());
+    let db = &site.db;
+
+    // The operator makes a token, as `kubeadm token create` would.
+    let token = cli_ok(
+        db,
+        &[
+            "--token",
+            OPERATOR,
+            "token",
+            "create",
+            "--description",
+            "edge joins",
+        ],
+    )
+    .trim()
+    .to_string();
+    assert!(
+        nodekeeper::server::bootstrap_tokens::parse_token(&token).is_some(),
+        "{token}"
+    );
+    let listed = cli_ok(db, &["--token", OPERATOR, "token", "list"]);
+    assert!(
+        listed.contains(&token) && listed.contains("edge joins"),
+        "{listed}"
+    );
+
+    // An unknown token, and an expired one, are 401 (bootstrap.go:99-106, :131).
+    let expired = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "bootstrap-token-oldold"},
+        "type": "bootstrap.kubernetes.io/token",
+        "stringData": {"token-id": "oldold", "token-secret": "0123456789abcdef",
+                       "usage-bootstrap-authentication": "true",
+                       "expiration": "2026-01-01T00:00:00Z"},
+    });
+    let (code, s) = call(
+        &client,
+        &c,
+        reqwest::Method::POST,
+        SECRETS,
+        OPERATOR,
+        Some(&expired),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+    for bad in ["oldold.0123456789abcdef", "zzzzzz.0123456789abcdef"] {
+        let (code, _) = call(&client, &c, reqwest::Method::GET, CSRS, bad, None).await;
+        assert_eq!(code, 401, "{bad}");
+    }
+    // A bootstrapper may not manage tokens; only kube-system's are kept.
+    let (code, _) = call(&client, &c, reqwest::Method::GET, SECRETS, &token, None).await;
+    assert_eq!(code, 403);
+    let (code, s) = call(
+        &client,
+        &c,
+        reqwest::Method::GET,
+        "/api/v1/namespaces/default/secrets",
+        OPERATOR,
+        None,
+    )
+    .await;
+    assert_eq!(code, 403, "{s}");
+    assert!(
+        s["message"].as_str().unwrap().contains("kube-system"),
+        "{s}"
+    );
+
+    // edge-1 is listed by the static source: its CSR is approved and signed.
+    let joined = load_client_cert(
+        &client,
+        &c.url,
+        Some(&token),
+        "edge-1",
+        Duration::from_secs(30),
+        |_| {},
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {}", c.log_text()));
+    let der = pem_der(&joined.cert_pem);
+    let (_, issued) = X509Certificate::from_der(&der).unwrap();
+    let (cn, o, issuer) = names(&issued);
+    assert_eq!(cn, ["system:node:edge-1"]);
+    assert_eq!(o, ["system:nodes"]);
+    assert_eq!(issuer, ["site-a kubelet CA"]);
+    let validity = issued.validity();
+    let seconds = validity.not_after.timestamp() - validity.not_before.timestamp();
+    // --cluster-signing-duration's 8760h, from 5 minutes back.
+    assert_eq!(seconds, 8760 * 3600 + 300);
+    let eku = issued.extended_key_usage().unwrap().unwrap().value;
+    assert!(eku.client_auth && !eku.server_auth);
+
+    // The CSR says who asked and how it was approved (sarapprove.go).
+    let (code, csr) = call(
+        &client,
+        &c,
+        reqwest::Method::GET,
+        &format!("{CSRS}/{}", joined.csr_name),
+        OPERATOR,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{csr}");
+    let id = &token[..6];
+    assert_eq!(csr["spec"]["username"], format!("system:bootstrap:{id}"));
+    assert_eq!(csr["status"]["conditions"][0]["type"], "Approved");
+    assert_eq!(csr["status"]["conditions"][0]["reason"], "AutoApproved");
+    assert_eq!(
+        csr["status"]["conditions"][0]["message"],
+        "Auto approving kubelet client certificate after SubjectAccessReview."
+    );
+    // And edge-1's history has the certificate.
+    let serial: String = issued
+        .raw_serial()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let described = cli_ok(db, &["--token", OPERATOR, "describe", "edge-1"]);
+    assert!(
+        described.contains("CertificateIssued") && described.contains(&serial),
+        "{described}"
+    );
+    let history = cli_ok(
+        db,
+        &["--token", OPERATOR, "history", "edge-1", "-o", "json"],
+    );
+    let events: Value = serde_json::from_str(&history).unwrap();
+    let issued_event = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "CertificateIssued")
+        .unwrap_or_else(|| panic!("{history}"));
+    assert_eq!(issued_event["csr"], joined.csr_name.as_str());
+    assert_eq!(issued_event["serial"], serial.as_str());
+    assert_eq!(
+        issued_event["requestedBy"],
+        format!("system:bootstrap:{id}")
+    );
+
+    // A name no source lists stays Pending until an operator approves it,
+    // as `kubectl certificate approve` does (the same PUT of /approval).
+    let (named_tx, named_rx) = tokio::sync::oneshot::channel::<String>();
+    let stranger = tokio::spawn({
+        let (client, url, token) = (client.clone(), c.url.clone(), token.clone());
+        async move {
+            load_client_cert(
+                &client,
+                &url,
+                Some(&token),
+                "stranger",
+                Duration::from_secs(60),
+                |n| {
+                    let _ = named_tx.send(n.to_string());
+                },
+            )
+            .await
+        }
+    });
+    let name = named_rx.await.unwrap();
+    let path = format!("{CSRS}/{name}");
+    // No source lists it: no condition, Pending.
+    let (_, pending) = call(&client, &c, reqwest::Method::GET, &path, OPERATOR, None).await;
+    assert!(pending["status"]["conditions"].is_null(), "{pending}");
+    // A bootstrapper may not approve it.
+    let mut approval = pending.clone();
+    approval["status"]["conditions"] = json!([{
+        "type": "Approved", "status": "True", "reason": "KubectlApprove",
+        "message": "This CSR was approved by kubectl certificate approve.",
+    }]);
+    let (code, _) = call(
+        &client,
+        &c,
+        reqwest::Method::PUT,
+        &format!("{path}/approval"),
+        &token,
+        Some(&approval),
+    )
+    .await;
+    assert_eq!(code, 403);
+    let (code, approved) = call(
+        &client,
+        &c,
+        reqwest::Method::PUT,
+        &format!("{path}/approval"),
+        OPERATOR,
+        Some(&approval),
+    )
+    .await;
+    assert_eq!(code, 200, "{approved}");
+    let joined = stranger.await.unwrap().unwrap();
+    let der = pem_der(&joined.cert_pem);
+    let (_, issued) = X509Certificate::from_der(&der).unwrap();
+    assert_eq!(names(&issued).0, ["system:node:stranger"]);
+    let history = cli_ok(db, &["--token", OPERATOR, "history", "stranger"]);
+    assert!(
+        history.contains("CertificateIssued") && history.contains("KubectlApprove"),
+        "{history}"
+    );
+
+    // Deleting the token ends it: 401 from then on.
+    cli_ok(db, &["--token", OPERATOR, "token", "delete", &token]);
+    let (code, _) = call(&client, &c, reqwest::Method::GET, CSRS, &token, None).await;
+    assert_eq!(code, 401);
+    // The CSR list as kubectl asks for it: a Table with the condition.
+    let table: Value = client
+        .get(format!("{}{CSRS}", c.url))
+        .bearer_auth(OPERATOR)
+        .header(
+            "accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let conditions: Vec<&str> = table["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["cells"][5].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        conditions,
+        ["Approved,Issued", "Approved,Issued"],
+        "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_flags_are_checked_at_start() {
+    let site = TestSite::named(&["edge-1"], "127.0.71.9".parse().unwrap()).start();
+    let dir = site.path();
+    let (ca_cert, _) = cluster_ca(dir);
+    let other = dir.join("other");
+    std::fs::create_dir(&other).unwrap();
+    let (_, other_key) = cluster_ca(&other);
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run"];
+        let base = site.args();
+        args.extend(base.iter().map(String::as_str));
+        args.extend(extra);
+        cli(&site.db, &args)
+    };
+    let (code, _, err) = run(&["--cluster-signing-cert-file", &ca_cert]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--cluster-signing-key-file"), "{err}");
+    let (code, _, err) = run(&[
+        "--cluster-signing-cert-file",
+        &ca_cert,
+        "--cluster-signing-key-file",
+        &other_key,
+    ]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("the key is not the certificate's"), "{err}");
+    let (code, _, err) = run(&["--enable-bootstrap-token-auth"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("needs --token-file"), "{err}");
+}
+
+fn pem_der(pem: &str) -> Vec<u8> {
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+    block.contents
+}

@@ -1,0 +1,744 @@
+//! `certificates.k8s.io/v1` CertificateSigningRequests, as kube-apiserver
+//! serves them: create (with `generateName`), get, list, watch (the
+//! kubelet waits for its certificate with an informer on
+//! `fieldSelector=metadata.name=NAME`: client-go
+//! `util/certificate/csr/csr.go:180-197` `WaitForCertificate`), delete, and
+//! the `/approval` and `/status` subresources. Kept in the store's
+//! `api_objects` tree, at most [`MAX_CSRS`]; approval, signing and clean-up
+//! are [`super::csr_signing`]'s. Who may do what is the authorizer's
+//! ([`super::authz`]: nodes and bootstrappers create, get, list and watch;
+//! the rest is for operators).
+
+// Checks return a ready response as their error, built once per refused
+// request: its size does not matter.
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use serde_json::Value;
+
+use super::bootstrap_tokens::durable_write;
+use super::identity::Principal;
+use super::params::ListParams;
+use super::push::{json_body, ContentType};
+use super::{bad_request, status_error, AppState, Identity};
+use crate::kube::watch::{bookmark, watch_line, WatchEventType};
+use crate::model::Micros;
+use crate::store::{ApiObject, ApiWriteError};
+
+/// The store's and the errors' name for these objects.
+pub const RESOURCE: &str = "certificatesigningrequests.certificates.k8s.io";
+pub const API_VERSION: &str = "certificates.k8s.io/v1";
+pub const KIND: &str = "CertificateSigningRequest";
+/// The most CSRs kept: kubelets ask once a year each (and once more when
+/// bootstrapping); the cleaner removes handled ones after an hour.
+pub const MAX_CSRS: usize = 10_000;
+/// The largest CSR kept, as JSON (a request is ~1 kB, a certificate ~1 kB).
+const MAX_BYTES: usize = 64 * 1024;
+/// The fields CSRs can be selected by, as kube-apiserver's
+/// (`pkg/registry/certificates/certificates/strategy.go` `SelectableFields`).
+const FIELDS: &[&str] = &["metadata.name", "spec.signerName"];
+/// Who approved a request by `/approval`, for the history.
+pub const APPROVED_BY: &str = "certificates.nodekeeper.io/approved-by";
+/// How long a watch runs unless the client asks for less.
+const WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+/// How often a watch that allows them gets a bookmark.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+
+fn not_found(name: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(crate::kube::not_found(RESOURCE, name)),
+    )
+        .into_response()
+}
+
+fn forbidden(message: String) -> Response {
+    status_error(StatusCode::FORBIDDEN, "Forbidden", message)
+}
+
+/// The CSR as served: the stored JSON with its resourceVersion.
+pub(crate) fn served(object: &ApiObject) -> Value {
+    let mut value: Value = serde_json::from_str(&object.json).unwrap_or(Value::Null);
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert(
+            "resourceVersion".into(),
+            Value::String(object.version.to_string()),
+        );
+    }
+    value
+}
+
+/// A stored CSR, read.
+pub(crate) fn read(object: &ApiObject) -> Option<CertificateSigningRequest> {
+    serde_json::from_str(&object.json).ok()
+}
+
+/// `POST /apis/certificates.k8s.io/v1/certificatesigningrequests`: the
+/// requester's user and groups become `spec.username` and `spec.groups`
+/// (kube's `strategy.go` `PrepareForCreate`), the status is cleared, the
+/// request is checked, and it is stored durably before the 201.
+pub(crate) async fn create_csr(
+    State(s): State<AppState>,
+    principal: Principal,
+    ct: ContentType,
+    body: Bytes,
+) -> Response {
+    let csr = match json_body::<CertificateSigningRequest>(ct.as_str(), &body) {
+        Ok(csr) => csr,
+        Err(r) => return r,
+    };
+    let csr = match prepared(csr, &principal) {
+        Ok(csr) => csr,
+        Err(r) => return r,
+    };
+    let name = csr.metadata.name.clone().unwrap_or_default();
+    if s.store.api_object_count(RESOURCE) >= MAX_CSRS {
+        return forbidden(format!(
+            "certificatesigningrequests {name:?} is forbidden: nodekeeper keeps at most {MAX_CSRS} \
+             certificate signing requests; handled ones are removed an hour after, pending ones \
+             after a day (`kubectl delete csr` removes them now)"
+        ));
+    }
+    let json = match serde_json::to_string(&csr) {
+        Ok(json) => json,
+        Err(e) => return super::internal(e),
+    };
+    if json.len() > MAX_BYTES {
+        return status_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            format!(
+                "CertificateSigningRequest {name:?} takes {} bytes; at most {MAX_BYTES} are kept",
+                json.len()
+            ),
+        );
+    }
+    let object = ApiObject {
+        resource: RESOURCE.into(),
+        namespace: String::new(),
+        name: name.clone(),
+        version: 0,
+        json,
+    };
+    match durable_write(&s.store, || s.store.put_api_object(object, None)).await {
+        Ok(object) => {
+            tracing::info!(csr = %name, user = %principal.user().name, "certificate signing request created");
+            (StatusCode::CREATED, Json(served(&object))).into_response()
+        }
+        Err(ApiWriteError::Exists) => status_error(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            format!("certificatesigningrequests.certificates.k8s.io {name:?} already exists"),
+        ),
+        Err(e) => super::internal(e),
+    }
+}
+
+/// kube-apiserver's create: the name (or one made from `generateName`),
+/// the requester, a clear status, and the checks of
+/// `pkg/apis/certificates/validation/validation.go`
+/// `ValidateCertificateSigningRequestCreate`: a request that parses with a
+/// valid signature, a signer name, usages, `expirationSeconds` ≥ 600.
+fn prepared(
+    mut csr: CertificateSigningRequest,
+    principal: &Principal,
+) -> Result<CertificateSigningRequest, Response> {
+    let meta = &mut csr.metadata;
+    if meta.name.as_deref().unwrap_or("").is_empty() {
+        match meta.generate_name.as_deref().filter(|g| !g.is_empty()) {
+            Some(prefix) => meta.name = Some(format!("{prefix}{}", random_suffix())),
+            None => {
+                return Err(invalid(
+                    "",
+                    vec![(
+                        "metadata.name",
+                        "Required value: name or generateName is required".into(),
+                    )],
+                ))
+            }
+        }
+    }
+    let name = meta.name.clone().unwrap_or_default();
+    // kube's `ValidateCertificateRequestName` takes any name a path segment
+    // can carry (the kubelet's are base64url: `node-csr-…`).
+    if name.len() > 253 || name == "." || name == ".." || name.contains(['/', '%']) {
+        return Err(invalid(
+            &name,
+            vec![(
+                "metadata.name",
+                format!("Invalid value: {name:?}: may not be '.' or '..', contain '/' or '%', or exceed 253 characters"),
+            )],
+        ));
+    }
+    meta.namespace = None;
+    meta.resource_version = None;
+    meta.managed_fields = None;
+    meta.uid = Some(uuid::Uuid::new_v4().to_string());
+    meta.creation_timestamp = Some(crate::kube::time(Micros::now()));
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(APPROVED_BY);
+    }
+    let user = principal.user();
+    csr.spec.username = Some(user.name.clone());
+    csr.spec.groups = Some(user.groups.clone());
+    csr.spec.uid = None;
+    csr.spec.extra = None;
+    csr.status = None;
+    let mut causes = Vec::new();
+    if let Err(e) = crate::certificates::parse_request(&csr.spec.request.0) {
+        causes.push(("spec.request", format!("Invalid value: {e}")));
+    }
+    if csr.spec.signer_name.is_empty() {
+        causes.push(("spec.signerName", "Required value".into()));
+    } else if !is_signer_name(&csr.spec.signer_name) {
+        causes.push((
+            "spec.signerName",
+            format!(
+                "Invalid value: {:?}: must be a fully qualified domain and path of the form \
+                 'example.com/signer-name'",
+                csr.spec.signer_name
+            ),
+        ));
+    }
+    let usages = csr.spec.usages.clone().unwrap_or_default();
+    if usages.is_empty() {
+        causes.push((
+            "spec.usages",
+            "Required value: usages must be provided".into(),
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, u) in usages.iter().enumerate() {
+        if !seen.insert(u) {
+            causes.push(("spec.usages", format!("Duplicate value: [{i}] {u:?}")));
+        }
+    }
+    if csr
+        .spec
+        .expiration_seconds
+        .is_some_and(|s| s < crate::certificates::MIN_EXPIRATION_SECONDS)
+    {
+        causes.push((
+            "spec.expirationSeconds",
+            "Invalid value: may not specify a duration less than 600 seconds (10 minutes)".into(),
+        ));
+    }
+    if !causes.is_empty() {
+        return Err(invalid(&name, causes));
+    }
+    Ok(csr)
+}
+
+/// `example.com/name`: a domain with a dot, a slash, a path.
+fn is_signer_name(name: &str) -> bool {
+    let Some((domain, path)) = name.split_once('/') else {
+        return false;
+    };
+    domain.contains('.')
+        && !path.is_empty()
+        && domain
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+}
+
+/// Five characters as apiserver's `names.SimpleNameGenerator` picks them
+/// (`k8s.io/apiserver/pkg/storage/names/generate.go`: no vowels, no
+/// look-alikes).
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5)
+        .map(|_| char::from(ALPHABET[fastrand::usize(..ALPHABET.len())]))
+        .collect()
+}
+
+/// A 422 naming each refused field.
+fn invalid(name: &str, causes: Vec<(&str, String)>) -> Response {
+    let message = causes
+        .iter()
+        .map(|(field, why)| format!("{field}: {why}"))
+        .collect::<Vec<_>>();
+    let message = match message.as_slice() {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    };
+    let body = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("{KIND}.certificates.k8s.io {name:?} is invalid: {message}"),
+        "reason": "Invalid",
+        "details": {
+            "name": name,
+            "group": "certificates.k8s.io",
+            "kind": KIND,
+            "causes": causes.iter().map(|(field, why)| serde_json::json!({
+                "reason": "FieldValueInvalid",
+                "message": why,
+                "field": field,
+            })).collect::<Vec<_>>(),
+        },
+        "code": 422,
+    });
+    (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response()
+}
+
+/// `GET …/certificatesigningrequests/{name}` (and its subresources).
+pub(crate) async fn get_csr(State(s): State<AppState>, Path(name): Path<String>) -> Response {
+    match s.store.api_object(RESOURCE, "", &name) {
+        Ok(Some(object)) => Json(served(&object)).into_response(),
+        Ok(None) => not_found(&name),
+        Err(e) => super::internal(e),
+    }
+}
+
+/// Whether a CSR is picked by a list's field selector.
+fn selected(query: &super::params::ListQuery, object: &ApiObject) -> bool {
+    let signer = read(object).map(|c| c.spec.signer_name).unwrap_or_default();
+    query.fields.matches(|f| match f {
+        "metadata.name" => Some(object.name.as_str()),
+        "spec.signerName" => Some(signer.as_str()),
+        _ => None,
+    })
+}
+
+/// `GET …/certificatesigningrequests`: a list, or with `watch=true` a watch.
+pub(crate) async fn list_csrs(
+    State(s): State<AppState>,
+    headers: axum::http::HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    let params = match ListParams::from_query(params) {
+        Ok(p) => p,
+        Err(e) => return bad_request(e.to_string()),
+    };
+    let watch = match params.is_watch() {
+        Ok(w) => w,
+        Err(e) => return bad_request(e.to_string()),
+    };
+    let query = match params.query(FIELDS) {
+        Ok(q) => q,
+        Err(e) => return bad_request(e.to_string()),
+    };
+    if watch {
+        return watch_csrs(s, params, query);
+    }
+    let version = s.store.api_version();
+    let objects = match s.store.api_objects(RESOURCE, None) {
+        Ok(o) => o,
+        Err(e) => return super::internal(e),
+    };
+    let metadata = ListMeta {
+        resource_version: Some(version.to_string()),
+        ..ListMeta::default()
+    };
+    if super::params::wants_table(&headers) {
+        let rows: Vec<_> = objects
+            .iter()
+            .filter(|o| selected(&query, o))
+            .filter_map(|o| Some((read(o)?, served(o))))
+            .collect();
+        let table = crate::kube::table::csr_table(&rows, metadata, query.include, Micros::now());
+        return Json(table).into_response();
+    }
+    let items: Vec<Value> = objects
+        .iter()
+        .filter(|o| selected(&query, o))
+        .map(served)
+        .collect();
+    Json(serde_json::json!({
+        "apiVersion": API_VERSION,
+        "kind": "CertificateSigningRequestList",
+        "metadata": ListMeta {
+            resource_version: Some(version.to_string()),
+            ..ListMeta::default()
+        },
+        "items": items,
+    }))
+    .into_response()
+}
+
+/// A watch: every change of a selected CSR after the version asked for
+/// (all of them as `ADDED` without one), found by comparing the kept CSRs
+/// with what the stream has sent each time the tree changes. A CSR
+/// deleted between the list and the watch's start is not seen (there are
+/// no tombstones); its watcher sees no certificate and relists at its
+/// timeout.
+fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) -> Response {
+    if let Err(r) = super::watch::check_watch_options(&params) {
+        return r;
+    }
+    let from = match params.resource_version.as_deref() {
+        None | Some("") | Some("0") => None,
+        Some(v) => match v.parse::<u64>() {
+            Ok(v) => Some(v),
+            Err(_) => {
+                return bad_request(format!(
+                    "resourceVersion {v:?} is not one this server hands out"
+                ))
+            }
+        },
+    };
+    let bookmarks = params
+        .allow_watch_bookmarks
+        .as_deref()
+        .and_then(super::params::parse_bool)
+        .unwrap_or(false);
+    let timeout = params
+        .timeout_seconds
+        .filter(|t| *t > 0)
+        .map_or(WATCH_TIMEOUT, |t| {
+            Duration::from_secs(t as u64).min(WATCH_TIMEOUT)
+        });
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let mut changes = s.store.api_changes();
+        let mut sent: BTreeMap<String, (u64, Value)> = BTreeMap::new();
+        let mut first = true;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut next_bookmark = tokio::time::Instant::now() + BOOKMARK_EVERY;
+        loop {
+            changes.borrow_and_update();
+            let Ok(objects) = s.store.api_objects(RESOURCE, None) else {
+                return;
+            };
+            let mut now_kept = BTreeMap::new();
+            for object in objects.iter().filter(|o| selected(&query, o)) {
+                now_kept.insert(object.name.clone(), object.version);
+                let known = sent.get(&object.name).map(|(v, _)| *v);
+                let event = match known {
+                    Some(v) if v == object.version => None,
+                    Some(_) => Some(WatchEventType::Modified),
+                    // At the start, what the client's list had is not sent again.
+                    None if first && from.is_some_and(|f| object.version <= f) => {
+                        sent.insert(object.name.clone(), (object.version, served(object)));
+                        None
+                    }
+                    None => Some(WatchEventType::Added),
+                };
+                if let Some(kind) = event {
+                    let value = served(object);
+                    sent.insert(object.name.clone(), (object.version, value.clone()));
+                    if sender
+                        .send(Bytes::from(watch_line(kind, value)))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+            let gone: Vec<String> = sent
+                .keys()
+                .filter(|n| !now_kept.contains_key(*n))
+                .cloned()
+                .collect();
+            for name in gone {
+                if let Some((_, value)) = sent.remove(&name) {
+                    let line = watch_line(WatchEventType::Deleted, value);
+                    if sender.send(Bytes::from(line)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            first = false;
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep_until(next_bookmark), if bookmarks => {
+                    next_bookmark += BOOKMARK_EVERY;
+                    let line = watch_line(
+                        WatchEventType::Bookmark,
+                        bookmark(API_VERSION, KIND, s.store.api_version()),
+                    );
+                    if sender.send(Bytes::from(line)).await.is_err() {
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = s.shutdown.cancelled() => return,
+                _ = sender.closed() => return,
+            }
+        }
+    });
+    let body = Body::from_stream(futures_util::stream::unfold(
+        receiver,
+        |mut rx| async move {
+            rx.recv()
+                .await
+                .map(|chunk| (Ok::<_, Infallible>(chunk), rx))
+        },
+    ));
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `DELETE …/certificatesigningrequests/{name}`.
+pub(crate) async fn delete_csr(State(s): State<AppState>, Path(name): Path<String>) -> Response {
+    let deleted = durable_write(&s.store, || {
+        s.store.delete_api_object(RESOURCE, "", &name, None)
+    })
+    .await;
+    match deleted {
+        Ok(object) => Json(served(&object)).into_response(),
+        Err(ApiWriteError::NotFound) => not_found(&name),
+        Err(e) => super::internal(e),
+    }
+}
+
+/// `PUT …/{name}/approval`: only the conditions are taken from the body,
+/// as kube's approval strategy does (`strategy.go`
+/// `csrApprovalStrategy.PrepareForUpdate`); Approved and Denied exclude
+/// each other and, once set, stay.
+pub(crate) async fn put_approval(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    Identity(by): Identity,
+    ct: ContentType,
+    body: Bytes,
+) -> Response {
+    let sent = match json_body::<CertificateSigningRequest>(ct.as_str(), &body) {
+        Ok(csr) => csr,
+        Err(r) => return r,
+    };
+    update(&s, &name, sent, |current, sent| {
+        let old = conditions(current);
+        let new: Vec<_> = sent.status.and_then(|s| s.conditions).unwrap_or_default();
+        let has = |list: &[k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition],
+                   t: &str| list.iter().any(|c| c.type_ == t && c.status == "True");
+        let mut causes = Vec::new();
+        for (i, c) in new.iter().enumerate() {
+            if !["Approved", "Denied", "Failed"].contains(&c.type_.as_str()) {
+                causes.push((
+                    "status.conditions",
+                    format!("[{i}].type: Unsupported value: {:?}: supported values: \"Approved\", \"Denied\", \"Failed\"", c.type_),
+                ));
+            }
+            if !["True", "False", "Unknown"].contains(&c.status.as_str()) {
+                causes.push((
+                    "status.conditions",
+                    format!("[{i}].status: Unsupported value: {:?}", c.status),
+                ));
+            }
+        }
+        if has(&new, "Approved") && has(&new, "Denied") {
+            causes.push((
+                "status.conditions",
+                "Invalid value: Approved and Denied conditions are mutually exclusive".into(),
+            ));
+        }
+        for t in ["Approved", "Denied"] {
+            if has(&old, t) && !has(&new, t) {
+                causes.push((
+                    "status.conditions",
+                    format!("Forbidden: updates may not remove a condition of type {t:?}"),
+                ));
+            }
+        }
+        if !causes.is_empty() {
+            return Err(invalid(&name, causes));
+        }
+        let newly_approved = has(&new, "Approved") && !has(&old, "Approved");
+        let mut new = new;
+        for c in &mut new {
+            if c.last_update_time.is_none() {
+                c.last_update_time = Some(crate::kube::time(Micros::now()));
+            }
+        }
+        current.status.get_or_insert_with(Default::default).conditions = Some(new);
+        if newly_approved {
+            current
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(APPROVED_BY.into(), by.clone());
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// `PUT …/{name}/status`: the status as sent (a signer's certificate and
+/// conditions), the spec kept (`strategy.go` `csrStatusStrategy`).
+pub(crate) async fn put_status(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    ct: ContentType,
+    body: Bytes,
+) -> Response {
+    let sent = match json_body::<CertificateSigningRequest>(ct.as_str(), &body) {
+        Ok(csr) => csr,
+        Err(r) => return r,
+    };
+    update(&s, &name, sent, |current, sent| {
+        current.status = sent.status;
+        Ok(())
+    })
+    .await
+}
+
+/// The conditions a CSR has.
+pub(crate) fn conditions(
+    csr: &CertificateSigningRequest,
+) -> Vec<k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition> {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()
+}
+
+/// A subresource's write: `change` applied to the current CSR, at the
+/// version the client sent (if it sent one), flushed before the answer.
+async fn update(
+    s: &AppState,
+    name: &str,
+    sent: CertificateSigningRequest,
+    change: impl FnOnce(
+        &mut CertificateSigningRequest,
+        CertificateSigningRequest,
+    ) -> Result<(), Response>,
+) -> Response {
+    if sent.metadata.name.as_deref().is_some_and(|n| n != name) {
+        return bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            sent.metadata.name.unwrap_or_default()
+        ));
+    }
+    let expected = match crate::kube::expected_version(&sent.metadata) {
+        Ok(e) => e,
+        Err(e) => return invalid(name, vec![("metadata.resourceVersion", e)]),
+    };
+    let current = match s.store.api_object(RESOURCE, "", name) {
+        Ok(Some(o)) => o,
+        Ok(None) => return not_found(name),
+        Err(e) => return super::internal(e),
+    };
+    if expected.is_some_and(|v| v != current.version) {
+        return conflict(name);
+    }
+    let Some(mut csr) = read(&current) else {
+        return super::internal(format!("the stored CSR {name:?} cannot be read"));
+    };
+    if let Err(r) = change(&mut csr, sent) {
+        return r;
+    }
+    let json = match serde_json::to_string(&csr) {
+        Ok(json) if json.len() <= MAX_BYTES => json,
+        Ok(json) => {
+            return status_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                format!("CertificateSigningRequest {name:?} would take {} bytes; at most {MAX_BYTES} are kept", json.len()),
+            )
+        }
+        Err(e) => return super::internal(e),
+    };
+    let object = ApiObject {
+        json,
+        ..current.clone()
+    };
+    match durable_write(&s.store, || {
+        s.store.put_api_object(object, Some(current.version))
+    })
+    .await
+    {
+        Ok(object) => Json(served(&object)).into_response(),
+        Err(ApiWriteError::Conflict) => conflict(name),
+        Err(ApiWriteError::NotFound) => not_found(name),
+        Err(e) => super::internal(e),
+    }
+}
+
+fn conflict(name: &str) -> Response {
+    status_error(
+        StatusCode::CONFLICT,
+        "Conflict",
+        format!(
+            "Operation cannot be fulfilled on {RESOURCE} {name:?}: the object has been modified; \
+             please apply your changes to the latest version and try again"
+        ),
+    )
+}
+
+/// An empty status, for writers that start one.
+pub(crate) fn empty_status() -> CertificateSigningRequestStatus {
+    CertificateSigningRequestStatus::default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certificates::testing::request;
+    use crate::server::identity::{principal, BOOTSTRAPPERS_GROUP};
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequestSpec;
+    use k8s_openapi::ByteString;
+
+    fn csr(name: &str, generate: &str, pem: &str) -> CertificateSigningRequest {
+        CertificateSigningRequest {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: (!name.is_empty()).then(|| name.to_string()),
+                generate_name: (!generate.is_empty()).then(|| generate.to_string()),
+                ..Default::default()
+            },
+            spec: CertificateSigningRequestSpec {
+                request: ByteString(pem.as_bytes().to_vec()),
+                signer_name: crate::certificates::KUBELET_CLIENT_SIGNER.into(),
+                usages: Some(vec!["digital signature".into(), "client auth".into()]),
+                username: Some("forged".into()),
+                ..Default::default()
+            },
+            status: Some(CertificateSigningRequestStatus {
+                certificate: Some(ByteString(b"forged".to_vec())),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_create_takes_the_requester_from_the_credentials_and_checks_the_request() {
+        let pem = request("system:node:edge-1", &["system:nodes"], &[]);
+        let boot = principal(
+            "system:bootstrap:abcdef".into(),
+            vec![BOOTSTRAPPERS_GROUP.into()],
+        );
+        let made = prepared(csr("", "csr-", &pem), &boot).unwrap();
+        let name = made.metadata.name.unwrap();
+        assert!(name.starts_with("csr-") && name.len() == 9, "{name}");
+        assert_eq!(
+            made.spec.username.as_deref(),
+            Some("system:bootstrap:abcdef")
+        );
+        assert_eq!(
+            made.spec.groups.unwrap(),
+            ["system:bootstrappers", "system:authenticated"]
+        );
+        assert!(made.status.is_none());
+        assert!(made.metadata.uid.is_some());
+        let status = |c: CertificateSigningRequest| prepared(c, &boot).unwrap_err().status();
+        assert_eq!(status(csr("", "", &pem)), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(
+            status(csr("a", "", "not pem")),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+        let mut no_usages = csr("a", "", &pem);
+        no_usages.spec.usages = None;
+        assert_eq!(status(no_usages), StatusCode::UNPROCESSABLE_ENTITY);
+        let mut short = csr("a", "", &pem);
+        short.spec.expiration_seconds = Some(599);
+        assert_eq!(status(short), StatusCode::UNPROCESSABLE_ENTITY);
+        let mut bad_signer = csr("a", "", &pem);
+        bad_signer.spec.signer_name = "kubelet".into();
+        assert_eq!(status(bad_signer), StatusCode::UNPROCESSABLE_ENTITY);
+    }
+}
