@@ -2,10 +2,12 @@
 //! what kubelets write, read into the domain, and what we serve back,
 //! including the Lease served for a node whose kubelet keeps none.
 
-use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::api::coordination::v1::Lease as KubeLease;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 
-use super::{micros, non_empty, time};
+use super::json::{MicroTime, Shown, Time};
+use super::micros;
 use crate::model::{ConditionStatus, Lease, Micros, Node, NODE_LEASE_NAMESPACE, READY};
 
 /// The lease duration a kubelet gives its Lease by default
@@ -45,26 +47,68 @@ pub fn lease(lease: &KubeLease, path_name: &str) -> Result<Lease, String> {
     })
 }
 
-/// The Kubernetes Lease object for a stored lease.
+/// The Kubernetes Lease object for a stored lease, read back from
+/// [`LeaseJson`]'s bytes (the one place a Lease's fields are laid out).
 pub fn kube_lease(lease: &Lease) -> KubeLease {
-    let micro = |t: Micros| MicroTime(t.timestamp());
-    KubeLease {
-        metadata: ObjectMeta {
-            name: Some(lease.name.clone()),
-            namespace: Some(NODE_LEASE_NAMESPACE.into()),
-            uid: non_empty(&lease.uid),
-            creation_timestamp: Some(time(lease.created)),
-            resource_version: Some(lease.generation.to_string()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: lease.holder_identity.clone(),
-            lease_duration_seconds: lease.lease_duration_seconds,
-            acquire_time: lease.acquire_time.map(micro),
-            renew_time: lease.renew_time.map(micro),
-            lease_transitions: lease.lease_transitions,
-            ..LeaseSpec::default()
-        }),
+    let value =
+        serde_json::to_value(LeaseJson(lease)).expect("a Lease's JSON is strings and numbers");
+    serde_json::from_value(value).expect("a Lease's JSON reads as a Lease")
+}
+
+/// A stored lease's Kubernetes JSON, written straight from the record, in
+/// the order k8s-openapi's `Lease` serializes.
+pub struct LeaseJson<'a>(pub &'a Lease);
+
+impl Serialize for LeaseJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(4))?;
+        map.serialize_entry("apiVersion", "coordination.k8s.io/v1")?;
+        map.serialize_entry("kind", "Lease")?;
+        map.serialize_entry("metadata", &Metadata(self.0))?;
+        map.serialize_entry("spec", &Spec(self.0))?;
+        map.end()
+    }
+}
+
+struct Metadata<'a>(&'a Lease);
+
+impl Serialize for Metadata<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let lease = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("creationTimestamp", &Time(lease.created))?;
+        map.serialize_entry("name", &lease.name)?;
+        map.serialize_entry("namespace", NODE_LEASE_NAMESPACE)?;
+        map.serialize_entry("resourceVersion", &Shown(lease.generation))?;
+        if !lease.uid.is_empty() {
+            map.serialize_entry("uid", &lease.uid)?;
+        }
+        map.end()
+    }
+}
+
+struct Spec<'a>(&'a Lease);
+
+impl Serialize for Spec<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let lease = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(t) = lease.acquire_time {
+            map.serialize_entry("acquireTime", &MicroTime(t))?;
+        }
+        if let Some(holder) = &lease.holder_identity {
+            map.serialize_entry("holderIdentity", holder)?;
+        }
+        if let Some(d) = lease.lease_duration_seconds {
+            map.serialize_entry("leaseDurationSeconds", &d)?;
+        }
+        if let Some(n) = lease.lease_transitions {
+            map.serialize_entry("leaseTransitions", &n)?;
+        }
+        if let Some(t) = lease.renew_time {
+            map.serialize_entry("renewTime", &MicroTime(t))?;
+        }
+        map.end()
     }
 }
 
@@ -98,6 +142,59 @@ pub fn heartbeat_lease(node: &Node, heartbeat: Option<Micros>) -> Lease {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// k8s-openapi's `Lease`, built field by field: what [`LeaseJson`]
+    /// must write the same bytes as.
+    fn typed(lease: &Lease) -> KubeLease {
+        use k8s_openapi::api::coordination::v1::LeaseSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{self as meta, ObjectMeta};
+        let micro = |t: Micros| meta::MicroTime(t.timestamp());
+        KubeLease {
+            metadata: ObjectMeta {
+                name: Some(lease.name.clone()),
+                namespace: Some(NODE_LEASE_NAMESPACE.into()),
+                uid: crate::kube::non_empty(&lease.uid),
+                creation_timestamp: Some(crate::kube::time(lease.created)),
+                resource_version: Some(lease.generation.to_string()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: lease.holder_identity.clone(),
+                lease_duration_seconds: lease.lease_duration_seconds,
+                acquire_time: lease.acquire_time.map(micro),
+                renew_time: lease.renew_time.map(micro),
+                lease_transitions: lease.lease_transitions,
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_lease_is_written_as_its_kubernetes_object() {
+        let mut lease = Lease {
+            name: "edge-1".into(),
+            uid: String::new(),
+            created: Micros(1_764_000_000_654_321),
+            generation: 7,
+            holder_identity: None,
+            lease_duration_seconds: None,
+            acquire_time: None,
+            renew_time: None,
+            lease_transitions: None,
+        };
+        for _ in 0..2 {
+            let ours = serde_json::to_string(&LeaseJson(&lease)).unwrap();
+            let theirs = serde_json::to_string(&typed(&lease)).unwrap();
+            assert_eq!(ours, theirs);
+            assert_eq!(kube_lease(&lease), typed(&lease));
+            lease.uid = "u-1".into();
+            lease.holder_identity = Some("edge \"1\"".into());
+            lease.lease_duration_seconds = Some(40);
+            lease.acquire_time = Some(Micros(1_764_000_000_000_000));
+            lease.renew_time = Some(Micros(1_764_000_100_000_007));
+            lease.lease_transitions = Some(2);
+        }
+    }
 
     #[test]
     fn leases_round_trip_and_check_their_name() {

@@ -324,7 +324,7 @@ pub(crate) async fn patch_node(
             Err(e) => return write_error(e),
         };
         match commit(&s, &name, prepared, &by).await {
-            Ok(node) => return Json(crate::kube::node(&node, None)).into_response(),
+            Ok(node) => return super::push::json_reply(&crate::kube::NodeJson::shown(&node, None)),
             // The node changed since it was read: apply the patch again to
             // the newer node, once it is published.
             Err(PushError::Conflict { .. }) => {
@@ -396,7 +396,7 @@ pub(crate) async fn put_node(
         Err(e) => return write_error(e),
     };
     match commit(&s, &name, prepared, &writer(identity, &headers)).await {
-        Ok(node) => Json(crate::kube::node(&node, None)).into_response(),
+        Ok(node) => super::push::json_reply(&crate::kube::NodeJson::shown(&node, None)),
         Err(e) => super::push::push_error(e),
     }
 }
