@@ -122,6 +122,7 @@ fn lease(name: &str) -> Lease {
         acquire_time: None,
         renew_time: Some(Micros(1_764_000_010_123_456)),
         lease_transitions: None,
+        owner_references: Vec::new(),
     }
 }
 
