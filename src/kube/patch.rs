@@ -233,13 +233,15 @@ enum Positions {
     Index(HashMap<String, VecDeque<usize>>),
 }
 
-/// Below this many pairs of (item, patch item), a search costs less than
-/// building an index.
+/// Below this many pairs of (item, patch item), counting the items a patch
+/// may append, a search costs less than building an index.
 const SEARCHED_PAIRS: usize = 1024;
 
 impl Positions {
     fn of(slots: &[Option<Value>], patch_items: usize, key: &str, searched: usize) -> Positions {
-        if slots.len().saturating_mul(patch_items) <= searched {
+        // Items new to the list are appended, and searched too.
+        let most = slots.len().saturating_add(patch_items);
+        if most.saturating_mul(patch_items) <= searched {
             return Positions::Search;
         }
         let mut by_key: HashMap<String, VecDeque<usize>> = HashMap::new();
