@@ -319,6 +319,23 @@ pub struct Lease {
     pub acquire_time: Option<Micros>,
     pub renew_time: Option<Micros>,
     pub lease_transitions: Option<i32>,
+    /// `metadata.ownerReferences`: a kubelet names its Node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owner_references: Vec<OwnerReference>,
+}
+
+/// An object's owner (`metadata.ownerReferences[]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_owner_deletion: Option<bool>,
 }
 
 /// An object a node's kubelet keeps through the API beside its Node and

@@ -105,6 +105,7 @@ fn lease(i: usize, renew: i64) -> Lease {
         acquire_time: None,
         renew_time: Some(Micros(renew)),
         lease_transitions: None,
+        owner_references: Vec::new(),
     }
 }
 

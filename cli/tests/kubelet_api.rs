@@ -140,6 +140,45 @@ async fn a_kubelet_registers_and_renews_in_protobuf() {
     assert_eq!(code, 200, "{l}");
     assert_eq!(l["spec"]["renewTime"], "2026-11-30T09:00:10.500000Z");
     assert_eq!(l["spec"]["leaseDurationSeconds"], 40);
+
+    // The kubelet names its Node as the Lease's owner at a renewal, and
+    // reads the node for it only while the Lease it was answered has none
+    // (pkg/kubelet/util/nodelease.go:32-38 `SetNodeOwnerFunc`): the owner
+    // is kept and answered, or every renewal costs a node GET.
+    let owner = json!([{"apiVersion": "v1", "kind": "Node", "name": "edge-9",
+                        "uid": created["metadata"]["uid"]}]);
+    let mut owned = lease("edge-9", "2026-11-30T09:00:20.000000Z");
+    owned["metadata"]["ownerReferences"] = owner.clone();
+    let (code, _, l) = kubelet(&c, "PUT", &format!("{LEASES}/edge-9"), PROTOBUF, &owned).await;
+    assert_eq!(code, 200, "{l}");
+    assert_eq!(l["metadata"]["ownerReferences"], owner, "{l}");
+    let mut renewal = l.clone();
+    renewal["spec"]["renewTime"] = json!("2026-11-30T09:00:30.000000Z");
+    let (code, _, l) = kubelet(&c, "PUT", &format!("{LEASES}/edge-9"), PROTOBUF, &renewal).await;
+    assert_eq!(code, 200, "{l}");
+    let (code, _, got) = kubelet(
+        &c,
+        "GET",
+        &format!("{LEASES}/edge-9"),
+        "application/json",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["metadata"]["ownerReferences"], owner, "{got}");
+    assert_eq!(got["spec"]["renewTime"], "2026-11-30T09:00:30.000000Z");
+    // An owner without its uid is refused, as kube-apiserver refuses it.
+    let mut bad = got.clone();
+    bad["metadata"]["ownerReferences"][0]["uid"] = json!("");
+    let (code, _, s) = kubelet(&c, "PUT", &format!("{LEASES}/edge-9"), PROTOBUF, &bad).await;
+    assert_eq!(code, 422, "{s}");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("metadata.ownerReferences.uid"),
+        "{s}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -397,6 +397,7 @@ async fn heartbeat_times_survive_a_crash_in_the_checkpoint() {
         acquire_time: None,
         renew_time: Some(Micros(t)),
         lease_transitions: None,
+        owner_references: Vec::new(),
     };
     c.handle.create_lease(renew(1_000_000)).await.unwrap();
     let flushes = c.metrics.store_flushes.get();

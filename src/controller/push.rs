@@ -839,6 +839,7 @@ fn same_but_renewal(a: &Lease, b: &Lease) -> bool {
         acquire_time,
         renew_time: _,
         lease_transitions,
+        owner_references,
     } = a;
     *name == b.name
         && *uid == b.uid
@@ -847,4 +848,5 @@ fn same_but_renewal(a: &Lease, b: &Lease) -> bool {
         && *lease_duration_seconds == b.lease_duration_seconds
         && *acquire_time == b.acquire_time
         && *lease_transitions == b.lease_transitions
+        && *owner_references == b.owner_references
 }

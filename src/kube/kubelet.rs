@@ -2,7 +2,7 @@
 //! domain's [`PushedStatus`] within Kubernetes' bounds (see
 //! [`crate::model::validation`]), and a registration (`POST /api/v1/nodes`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node as KubeNode, NodeStatus};
 
@@ -16,48 +16,64 @@ use crate::model::{
 /// The status a kubelet reports, from a Node object, within Kubernetes'
 /// bounds: every refused field is named.
 pub fn pushed_status(node: &KubeNode) -> Result<PushedStatus, Vec<FieldError>> {
-    let Some(status) = &node.status else {
-        return Ok(PushedStatus::default());
-    };
-    status_of(status)
+    match &node.status {
+        Some(status) => status_of(status.clone()),
+        None => Ok(PushedStatus::default()),
+    }
+}
+
+/// [`pushed_status`] of a status the caller gives up: its strings are
+/// moved into the pushed status, not copied (a heartbeat's conditions).
+pub fn pushed_status_of(status: Option<NodeStatus>) -> Result<PushedStatus, Vec<FieldError>> {
+    match status {
+        Some(status) => status_of(status),
+        None => Ok(PushedStatus::default()),
+    }
 }
 
 /// Reads each field of a pushed status against its bound. Over 80 lines:
 /// one check per field, each naming the field it refuses.
-fn status_of(status: &NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
+fn status_of(status: NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
     let mut errors = Vec::new();
-    let given = status.conditions.as_deref().unwrap_or_default();
-    let mut conditions = Vec::new();
-    let mut types = BTreeSet::new();
+    let given = status.conditions.unwrap_or_default();
+    let mut statuses = Vec::with_capacity(given.len());
     for (i, c) in given.iter().enumerate() {
         let reason = c.reason.as_deref().unwrap_or_default();
         let message = c.message.as_deref().unwrap_or_default();
         errors.extend(validation::condition(i, &c.type_, reason, message));
-        if !c.type_.is_empty() && !types.insert(c.type_.as_str()) {
+        // The conditions are bounded (`check_condition_types`, and the
+        // controller's bound on a node's): a scan finds a type given twice.
+        if !c.type_.is_empty() && given[..i].iter().any(|o| o.type_ == c.type_) {
             errors.push(FieldError::duplicate(
                 format!("status.conditions[{i}].type"),
                 &c.type_,
             ));
         }
-        let parsed = match c.status.parse() {
-            Ok(status) => status,
-            Err(_) => {
-                errors.push(FieldError::not_supported(
-                    format!("status.conditions[{i}].status"),
-                    &c.status,
-                    &["True", "False", "Unknown"],
-                ));
-                continue;
-            }
-        };
-        conditions.push(PushedCondition {
-            kind: c.type_.clone(),
-            status: parsed,
-            last_heartbeat: c.last_heartbeat_time.as_ref().map(|t| micros(&t.0)),
-            reason: c.reason.clone().unwrap_or_default(),
-            message: c.message.clone().unwrap_or_default(),
-        });
+        match c.status.parse() {
+            Ok(status) => statuses.push(status),
+            Err(_) => errors.push(FieldError::not_supported(
+                format!("status.conditions[{i}].status"),
+                &c.status,
+                &["True", "False", "Unknown"],
+            )),
+        }
     }
+    // Read only when every condition was: their strings are moved, not copied.
+    let conditions: Vec<PushedCondition> = if errors.is_empty() {
+        given
+            .into_iter()
+            .zip(statuses)
+            .map(|(c, status)| PushedCondition {
+                kind: c.type_,
+                status,
+                last_heartbeat: c.last_heartbeat_time.as_ref().map(|t| micros(&t.0)),
+                reason: c.reason.unwrap_or_default(),
+                message: c.message.unwrap_or_default(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let addresses = match &status.addresses {
         None => None,
         Some(list) => {
@@ -114,17 +130,17 @@ fn status_of(status: &NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
             errors.extend(validation::node_info_field(name, value));
         }
     }
-    let node_info = status.node_info.as_ref().map(|i| NodeInfo {
-        machine_id: i.machine_id.clone(),
-        system_uuid: i.system_uuid.clone(),
-        boot_id: i.boot_id.clone(),
-        kernel_version: i.kernel_version.clone(),
-        os_image: i.os_image.clone(),
-        container_runtime_version: i.container_runtime_version.clone(),
-        kubelet_version: i.kubelet_version.clone(),
-        kube_proxy_version: i.kube_proxy_version.clone(),
-        operating_system: i.operating_system.clone(),
-        architecture: i.architecture.clone(),
+    let node_info = status.node_info.map(|i| NodeInfo {
+        machine_id: i.machine_id,
+        system_uuid: i.system_uuid,
+        boot_id: i.boot_id,
+        kernel_version: i.kernel_version,
+        os_image: i.os_image,
+        container_runtime_version: i.container_runtime_version,
+        kubelet_version: i.kubelet_version,
+        kube_proxy_version: i.kube_proxy_version,
+        operating_system: i.operating_system,
+        architecture: i.architecture,
     });
     let capacity = match &status.capacity {
         None => None,

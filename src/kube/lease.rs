@@ -2,11 +2,16 @@
 //! what kubelets write, read into the domain, and what we serve back,
 //! including the Lease served for a node whose kubelet keeps none.
 
-use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::api::coordination::v1::Lease as KubeLease;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 
-use super::{micros, non_empty, time};
-use crate::model::{ConditionStatus, Lease, Micros, Node, NODE_LEASE_NAMESPACE, READY};
+use super::json::{MicroTime, Shown, Time};
+use super::micros;
+use crate::model::{
+    ConditionStatus, Lease, Micros, Node, OwnerReference, NODE_LEASE_NAMESPACE, READY,
+};
+use crate::serialize::Each;
 
 /// The lease duration a kubelet gives its Lease by default
 /// (`nodeLeaseDurationSeconds`).
@@ -32,6 +37,34 @@ pub fn lease(lease: &KubeLease, path_name: &str) -> Result<Lease, String> {
     if spec.lease_duration_seconds.is_some_and(|d| d <= 0) {
         return Err("spec.leaseDurationSeconds: Invalid value: must be greater than 0".into());
     }
+    let owners = lease
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default();
+    if owners.len() > MAX_OWNERS {
+        return Err(format!(
+            "metadata.ownerReferences: Too many: {}: must have at most {MAX_OWNERS} items",
+            owners.len()
+        ));
+    }
+    // What kube-apiserver requires of each, in its words (apimachinery
+    // pkg/api/validation/objectmeta.go `validateOwnerReference`, whose path
+    // names no index).
+    for o in owners {
+        for (field, value, why) in [
+            ("apiVersion", &o.api_version, "version must not be empty"),
+            ("kind", &o.kind, "must not be empty"),
+            ("name", &o.name, "must not be empty"),
+            ("uid", &o.uid, "must not be empty"),
+        ] {
+            if value.is_empty() {
+                return Err(format!(
+                    "metadata.ownerReferences.{field}: Invalid value: \"\": {why}"
+                ));
+            }
+        }
+    }
     Ok(Lease {
         name: path_name.to_string(),
         uid: String::new(),
@@ -42,29 +75,109 @@ pub fn lease(lease: &KubeLease, path_name: &str) -> Result<Lease, String> {
         acquire_time: spec.acquire_time.as_ref().map(|t| micros(&t.0)),
         renew_time: spec.renew_time.as_ref().map(|t| micros(&t.0)),
         lease_transitions: spec.lease_transitions,
+        owner_references: owners
+            .iter()
+            .map(|o| OwnerReference {
+                api_version: o.api_version.clone(),
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+                uid: o.uid.clone(),
+                controller: o.controller,
+                block_owner_deletion: o.block_owner_deletion,
+            })
+            .collect(),
     })
 }
 
-/// The Kubernetes Lease object for a stored lease.
+/// The most owners a Lease keeps: a kubelet's has one, its Node.
+pub const MAX_OWNERS: usize = 8;
+
+/// The Kubernetes Lease object for a stored lease, read back from
+/// [`LeaseJson`]'s bytes (the one place a Lease's fields are laid out).
 pub fn kube_lease(lease: &Lease) -> KubeLease {
-    let micro = |t: Micros| MicroTime(t.timestamp());
-    KubeLease {
-        metadata: ObjectMeta {
-            name: Some(lease.name.clone()),
-            namespace: Some(NODE_LEASE_NAMESPACE.into()),
-            uid: non_empty(&lease.uid),
-            creation_timestamp: Some(time(lease.created)),
-            resource_version: Some(lease.generation.to_string()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: lease.holder_identity.clone(),
-            lease_duration_seconds: lease.lease_duration_seconds,
-            acquire_time: lease.acquire_time.map(micro),
-            renew_time: lease.renew_time.map(micro),
-            lease_transitions: lease.lease_transitions,
-            ..LeaseSpec::default()
-        }),
+    let value =
+        serde_json::to_value(LeaseJson(lease)).expect("a Lease's JSON is strings and numbers");
+    serde_json::from_value(value).expect("a Lease's JSON reads as a Lease")
+}
+
+/// A stored lease's Kubernetes JSON, written straight from the record, in
+/// the order k8s-openapi's `Lease` serializes.
+pub struct LeaseJson<'a>(pub &'a Lease);
+
+impl Serialize for LeaseJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(4))?;
+        map.serialize_entry("apiVersion", "coordination.k8s.io/v1")?;
+        map.serialize_entry("kind", "Lease")?;
+        map.serialize_entry("metadata", &Metadata(self.0))?;
+        map.serialize_entry("spec", &Spec(self.0))?;
+        map.end()
+    }
+}
+
+struct Metadata<'a>(&'a Lease);
+
+impl Serialize for Metadata<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let lease = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("creationTimestamp", &Time(lease.created))?;
+        map.serialize_entry("name", &lease.name)?;
+        map.serialize_entry("namespace", NODE_LEASE_NAMESPACE)?;
+        if !lease.owner_references.is_empty() {
+            map.serialize_entry("ownerReferences", &Each(&lease.owner_references, Owner))?;
+        }
+        map.serialize_entry("resourceVersion", &Shown(lease.generation))?;
+        if !lease.uid.is_empty() {
+            map.serialize_entry("uid", &lease.uid)?;
+        }
+        map.end()
+    }
+}
+
+/// An owner, in k8s-openapi's `OwnerReference` order.
+struct Owner<'a>(&'a OwnerReference);
+
+impl Serialize for Owner<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let o = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("apiVersion", &o.api_version)?;
+        if let Some(block) = o.block_owner_deletion {
+            map.serialize_entry("blockOwnerDeletion", &block)?;
+        }
+        if let Some(controller) = o.controller {
+            map.serialize_entry("controller", &controller)?;
+        }
+        map.serialize_entry("kind", &o.kind)?;
+        map.serialize_entry("name", &o.name)?;
+        map.serialize_entry("uid", &o.uid)?;
+        map.end()
+    }
+}
+
+struct Spec<'a>(&'a Lease);
+
+impl Serialize for Spec<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let lease = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(t) = lease.acquire_time {
+            map.serialize_entry("acquireTime", &MicroTime(t))?;
+        }
+        if let Some(holder) = &lease.holder_identity {
+            map.serialize_entry("holderIdentity", holder)?;
+        }
+        if let Some(d) = lease.lease_duration_seconds {
+            map.serialize_entry("leaseDurationSeconds", &d)?;
+        }
+        if let Some(n) = lease.lease_transitions {
+            map.serialize_entry("leaseTransitions", &n)?;
+        }
+        if let Some(t) = lease.renew_time {
+            map.serialize_entry("renewTime", &MicroTime(t))?;
+        }
+        map.end()
     }
 }
 
@@ -91,6 +204,7 @@ pub fn heartbeat_lease(node: &Node, heartbeat: Option<Micros>) -> Lease {
         acquire_time: None,
         renew_time: heartbeat.max(reported),
         lease_transitions: None,
+        owner_references: Vec::new(),
     }
 }
 
@@ -98,6 +212,121 @@ pub fn heartbeat_lease(node: &Node, heartbeat: Option<Micros>) -> Lease {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// k8s-openapi's `Lease`, built field by field: what [`LeaseJson`]
+    /// must write the same bytes as.
+    fn typed(lease: &Lease) -> KubeLease {
+        use k8s_openapi::api::coordination::v1::LeaseSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{self as meta, ObjectMeta};
+        let micro = |t: Micros| meta::MicroTime(t.timestamp());
+        KubeLease {
+            metadata: ObjectMeta {
+                name: Some(lease.name.clone()),
+                namespace: Some(NODE_LEASE_NAMESPACE.into()),
+                uid: crate::kube::non_empty(&lease.uid),
+                creation_timestamp: Some(crate::kube::time(lease.created)),
+                resource_version: Some(lease.generation.to_string()),
+                owner_references: (!lease.owner_references.is_empty()).then(|| {
+                    lease
+                        .owner_references
+                        .iter()
+                        .map(|o| meta::OwnerReference {
+                            api_version: o.api_version.clone(),
+                            kind: o.kind.clone(),
+                            name: o.name.clone(),
+                            uid: o.uid.clone(),
+                            controller: o.controller,
+                            block_owner_deletion: o.block_owner_deletion,
+                        })
+                        .collect()
+                }),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: lease.holder_identity.clone(),
+                lease_duration_seconds: lease.lease_duration_seconds,
+                acquire_time: lease.acquire_time.map(micro),
+                renew_time: lease.renew_time.map(micro),
+                lease_transitions: lease.lease_transitions,
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_lease_is_written_as_its_kubernetes_object() {
+        let mut lease = Lease {
+            name: "edge-1".into(),
+            uid: String::new(),
+            created: Micros(1_764_000_000_654_321),
+            generation: 7,
+            holder_identity: None,
+            lease_duration_seconds: None,
+            acquire_time: None,
+            renew_time: None,
+            lease_transitions: None,
+            owner_references: Vec::new(),
+        };
+        for _ in 0..2 {
+            let ours = serde_json::to_string(&LeaseJson(&lease)).unwrap();
+            let theirs = serde_json::to_string(&typed(&lease)).unwrap();
+            assert_eq!(ours, theirs);
+            assert_eq!(kube_lease(&lease), typed(&lease));
+            lease.uid = "u-1".into();
+            lease.holder_identity = Some("edge \"1\"".into());
+            lease.lease_duration_seconds = Some(40);
+            lease.acquire_time = Some(Micros(1_764_000_000_000_000));
+            lease.renew_time = Some(Micros(1_764_000_100_000_007));
+            lease.lease_transitions = Some(2);
+            lease.owner_references = vec![
+                OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Node".into(),
+                    name: "edge-1".into(),
+                    uid: "n-1".into(),
+                    controller: None,
+                    block_owner_deletion: None,
+                },
+                OwnerReference {
+                    api_version: "example.com/v1".into(),
+                    kind: "Thing".into(),
+                    name: "t".into(),
+                    uid: "t-1".into(),
+                    controller: Some(false),
+                    block_owner_deletion: Some(true),
+                },
+            ];
+        }
+    }
+
+    /// A kubelet's Lease names its Node as owner
+    /// (pkg/kubelet/util/nodelease.go:32-38 `SetNodeOwnerFunc`): kept as
+    /// written; an owner without a field kube-apiserver requires is refused.
+    #[test]
+    fn a_leases_owner_is_read_and_checked() {
+        let mut k: KubeLease = serde_json::from_value(json!({
+            "metadata": {"name": "edge-1", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": "edge-1", "uid": "n-1"}]},
+            "spec": {"holderIdentity": "edge-1"}
+        }))
+        .unwrap();
+        let l = lease(&k, "edge-1").unwrap();
+        assert_eq!(l.owner_references.len(), 1);
+        assert_eq!(l.owner_references[0].uid, "n-1");
+        let back = serde_json::to_value(LeaseJson(&l)).unwrap();
+        assert_eq!(
+            back["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "v1", "kind": "Node", "name": "edge-1", "uid": "n-1"}])
+        );
+        k.metadata.owner_references.as_mut().unwrap()[0].api_version = String::new();
+        assert_eq!(
+            lease(&k, "edge-1").unwrap_err(),
+            "metadata.ownerReferences.apiVersion: Invalid value: \"\": version must not be empty"
+        );
+        let many = k.metadata.owner_references.clone().unwrap()[0].clone();
+        k.metadata.owner_references = Some(vec![many; MAX_OWNERS + 1]);
+        assert!(lease(&k, "edge-1").unwrap_err().contains("Too many"));
+    }
 
     #[test]
     fn leases_round_trip_and_check_their_name() {

@@ -19,6 +19,7 @@ pub(crate) mod table;
 pub(crate) mod watch;
 
 mod event;
+mod json;
 mod kubelet;
 mod lease;
 mod node;
@@ -31,9 +32,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use crate::model::Micros;
 
 pub use event::node_event;
-pub use kubelet::{check_condition_types, node_registration, pushed_status};
-pub use lease::{heartbeat_lease, kube_lease, lease, KUBELET_LEASE_SECONDS};
-pub use node::{cpu_quantity, go_arch, memory_quantity, node, node_labels, node_list};
+pub use kubelet::{check_condition_types, node_registration, pushed_status, pushed_status_of};
+pub use lease::{heartbeat_lease, kube_lease, lease, LeaseJson, KUBELET_LEASE_SECONDS};
+pub use node::{
+    cpu_quantity, go_arch, memory_quantity, node, node_labels, node_list, node_list_tail, NodeJson,
+    Parts, NODE_LIST_HEAD,
+};
 pub use operator::{conditions_forbidden, operator_fields, ObjectError};
 pub use status::{invalid, not_found, status_error};
 

@@ -85,7 +85,23 @@ pub fn apply_with_keys(
             merge_patch(target, patch);
             Ok(())
         }
-        PatchKind::Strategic => strategic(target, patch, keys),
+        PatchKind::Strategic => strategic(target, patch.clone(), keys),
+    }
+}
+
+/// [`apply`] of a patch the caller gives up: a strategic merge moves its
+/// values into `target` rather than copying them (a kubelet's heartbeat).
+pub fn apply_owned(kind: PatchKind, target: &mut Value, patch: Value) -> Result<(), PatchError> {
+    let nesting = depth(&patch);
+    if nesting > MAX_DEPTH {
+        return Err(PatchError::TooDeep { nesting });
+    }
+    match kind {
+        PatchKind::Merge => {
+            merge_patch(target, &patch);
+            Ok(())
+        }
+        PatchKind::Strategic => strategic(target, patch, merge_key),
     }
 }
 
@@ -95,15 +111,17 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     json_patch::merge(target, patch);
 }
 
-fn strategic(target: &mut Value, patch: &Value, keys: MergeKeys) -> Result<(), PatchError> {
-    let Value::Object(patch) = patch else {
-        *target = patch.clone();
-        return Ok(());
+fn strategic(target: &mut Value, patch: Value, keys: MergeKeys) -> Result<(), PatchError> {
+    let mut patch = match patch {
+        Value::Object(patch) => patch,
+        other => {
+            *target = other;
+            return Ok(());
+        }
     };
     if patch.get("$patch").and_then(Value::as_str) == Some("replace") {
-        let mut replaced = patch.clone();
-        replaced.remove("$patch");
-        *target = Value::Object(replaced);
+        patch.remove("$patch");
+        *target = Value::Object(patch);
         return Ok(());
     }
     if !target.is_object() {
@@ -119,32 +137,28 @@ fn strategic(target: &mut Value, patch: &Value, keys: MergeKeys) -> Result<(), P
         }
         if let Some(list_field) = key.strip_prefix("$deleteFromPrimitiveList/") {
             if let (Some(Value::Array(items)), Value::Array(gone)) =
-                (target_map.get_mut(list_field), value)
+                (target_map.get_mut(list_field), &value)
             {
                 items.retain(|i| !gone.contains(i));
             }
             continue;
         }
         if value.is_null() {
-            target_map.remove(key);
+            target_map.remove(&key);
             continue;
         }
-        match (keys(key), value) {
+        match (keys(&key), value) {
             (Some(merge_key), Value::Array(items)) => {
                 let slot = target_map
                     .entry(key.clone())
                     .or_insert_with(|| Value::Array(Vec::new()));
-                merge_list(slot, items, merge_key, key, keys)?;
+                merge_list(slot, items, merge_key, &key, keys, SEARCHED_PAIRS)?;
             }
-            (None, Value::Object(_)) => {
-                strategic(
-                    target_map.entry(key.clone()).or_insert(Value::Null),
-                    value,
-                    keys,
-                )?;
+            (None, value @ Value::Object(_)) => {
+                strategic(target_map.entry(key).or_insert(Value::Null), value, keys)?;
             }
-            _ => {
-                target_map.insert(key.clone(), value.clone());
+            (_, value) => {
+                target_map.insert(key, value);
             }
         }
     }
@@ -153,13 +167,14 @@ fn strategic(target: &mut Value, patch: &Value, keys: MergeKeys) -> Result<(), P
 
 /// Merges list items by `key`: a patch item replaces-by-merge the target item
 /// with the same key, is appended if new, and `$patch: delete` removes it.
-/// Items are found through an index by key, so a long list costs linear work.
+/// Items are found as [`Positions`] finds them.
 fn merge_list(
     target: &mut Value,
-    items: &[Value],
+    items: Vec<Value>,
     key: &str,
     field: &str,
     keys: MergeKeys,
+    searched_pairs: usize,
 ) -> Result<(), PatchError> {
     if !target.is_array() {
         *target = Value::Array(Vec::new());
@@ -169,28 +184,22 @@ fn merge_list(
     };
     // Slots for every item; a deleted one is emptied and dropped at the end.
     let mut slots: Vec<Option<Value>> = std::mem::take(existing).into_iter().map(Some).collect();
-    // Each key's slots in order: the first live one is the item a patch
-    // item with that key merges into (as a search from the start would find).
-    let mut by_key: HashMap<String, VecDeque<usize>> = HashMap::new();
-    for (i, item) in slots.iter().enumerate() {
-        if let Some(id) = item.as_ref().and_then(|v| v.get(key)) {
-            by_key.entry(id.to_string()).or_default().push_back(i);
-        }
-    }
+    let mut positions = Positions::of(&slots, items.len(), key, searched_pairs);
     for item in items {
         let Some(id) = item.get(key) else {
             *existing = slots.into_iter().flatten().collect();
             return Err(PatchError::missing_key(field, key));
         };
-        let positions = by_key.entry(id.to_string()).or_default();
+        let found = positions.first(&slots, key, id);
         if item.get("$patch").and_then(Value::as_str) == Some("delete") {
-            if let Some(i) = positions.pop_front() {
+            if let Some(i) = found {
                 slots[i] = None;
+                positions.forget_first(id);
             }
             continue;
         }
-        let result = match positions.front() {
-            Some(&i) => match slots[i].as_mut() {
+        let result = match found {
+            Some(i) => match slots[i].as_mut() {
                 Some(slot) => strategic(slot, item, keys),
                 None => Ok(()),
             },
@@ -199,10 +208,7 @@ fn merge_list(
                 let result = strategic(&mut fresh, item, keys);
                 // A merged item keeps its key: later items find it by that.
                 if let Some(new_id) = fresh.get(key) {
-                    by_key
-                        .entry(new_id.to_string())
-                        .or_default()
-                        .push_back(slots.len());
+                    positions.add(new_id, slots.len());
                 }
                 slots.push(Some(fresh));
                 result
@@ -215,6 +221,65 @@ fn merge_list(
     }
     *existing = slots.into_iter().flatten().collect();
     Ok(())
+}
+
+/// Where the items with each key are, among a list's slots. Short lists (a
+/// kubelet's handful of conditions) are searched; long ones are indexed by
+/// key, so their merge costs linear work. Either finds the first live item
+/// with the key, as a search from the start would.
+enum Positions {
+    Search,
+    /// Each key's slots in order, the first live one in front.
+    Index(HashMap<String, VecDeque<usize>>),
+}
+
+/// Below this many pairs of (item, patch item), counting the items a patch
+/// may append, a search costs less than building an index.
+const SEARCHED_PAIRS: usize = 1024;
+
+impl Positions {
+    fn of(slots: &[Option<Value>], patch_items: usize, key: &str, searched: usize) -> Positions {
+        // Items new to the list are appended, and searched too.
+        let most = slots.len().saturating_add(patch_items);
+        if most.saturating_mul(patch_items) <= searched {
+            return Positions::Search;
+        }
+        let mut by_key: HashMap<String, VecDeque<usize>> = HashMap::new();
+        for (i, item) in slots.iter().enumerate() {
+            if let Some(id) = item.as_ref().and_then(|v| v.get(key)) {
+                by_key.entry(id.to_string()).or_default().push_back(i);
+            }
+        }
+        Positions::Index(by_key)
+    }
+
+    /// The first live slot whose item has `id` as its `key`.
+    fn first(&self, slots: &[Option<Value>], key: &str, id: &Value) -> Option<usize> {
+        match self {
+            Positions::Search => slots
+                .iter()
+                .position(|s| s.as_ref().and_then(|v| v.get(key)) == Some(id)),
+            Positions::Index(by_key) => {
+                by_key.get(&id.to_string()).and_then(|p| p.front().copied())
+            }
+        }
+    }
+
+    /// The first slot with `id` is emptied.
+    fn forget_first(&mut self, id: &Value) {
+        if let Positions::Index(by_key) = self {
+            if let Some(p) = by_key.get_mut(&id.to_string()) {
+                p.pop_front();
+            }
+        }
+    }
+
+    /// Slot `i` holds a new item with `id`.
+    fn add(&mut self, id: &Value, i: usize) {
+        if let Positions::Index(by_key) = self {
+            by_key.entry(id.to_string()).or_default().push_back(i);
+        }
+    }
 }
 
 /// How deeply objects and lists nest in `value`, counted without recursion.
@@ -456,10 +521,10 @@ mod properties {
                 continue;
             }
             match position {
-                Some(i) => strategic(&mut existing[i], item, merge_key)?,
+                Some(i) => strategic(&mut existing[i], item.clone(), merge_key)?,
                 None => {
                     let mut fresh = Value::Null;
-                    strategic(&mut fresh, item, merge_key)?;
+                    strategic(&mut fresh, item.clone(), merge_key)?;
                     existing.push(fresh);
                 }
             }
@@ -531,13 +596,16 @@ mod properties {
         #[test]
         fn indexed_list_merge_agrees_with_a_search(existing in condition_list(), items in condition_list()) {
             // Stored lists may hold duplicates and directives too: merge them as they are.
-            let mut indexed = Value::Array(existing.clone());
-            let mut searched = Value::Array(existing);
-            let a = merge_list(&mut indexed, &items, "type", "conditions", merge_key);
+            let mut searched = Value::Array(existing.clone());
             let b = merge_list_by_search(&mut searched, &items, "type", "conditions");
-            prop_assert_eq!(a.is_ok(), b.is_ok());
-            if a.is_ok() {
-                prop_assert_eq!(indexed, searched);
+            // Indexed (no pair searched), and searched as short lists are.
+            for pairs in [0, SEARCHED_PAIRS] {
+                let mut merged = Value::Array(existing.clone());
+                let a = merge_list(&mut merged, items.clone(), "type", "conditions", merge_key, pairs);
+                prop_assert_eq!(a.is_ok(), b.is_ok());
+                if a.is_ok() {
+                    prop_assert_eq!(&merged, &searched);
+                }
             }
         }
     }

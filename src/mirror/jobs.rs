@@ -200,7 +200,10 @@ impl Ctx {
     /// The registry's node as the API server should have it.
     pub(crate) fn desired(&self, name: &str) -> Option<Value> {
         let (record, _) = self.view.get(name)?;
-        Some(serde_json::to_value(crate::kube::node(&record, None)).expect("k8s types serialize"))
+        Some(
+            serde_json::to_value(crate::kube::NodeJson::shown(&record, None))
+                .expect("a node writes as JSON"),
+        )
     }
 
     /// Brings the API server's Node to the registry's record (or deletes it).

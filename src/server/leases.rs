@@ -20,11 +20,11 @@ use axum::Json;
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 
 use super::push::{
-    body_json, invalid, json_body, json_reply, lease_renewal, malformed, patched, push_error,
-    ContentType,
+    body_json, invalid, json_body, json_reply, malformed, patched, push_error, ContentType,
 };
 use super::{status_error, AppState};
 use crate::controller::PushError;
+use crate::kube::LeaseJson;
 use crate::model::{Lease, NODE_LEASE_NAMESPACE};
 
 fn check_namespace(namespace: &str) -> Result<(), Response> {
@@ -55,7 +55,7 @@ pub(crate) async fn get_lease(
         return r;
     }
     match served_lease(&s, &name) {
-        Some((lease, _)) => Json(crate::kube::kube_lease(&lease)).into_response(),
+        Some((lease, _)) => json_reply(&LeaseJson(&lease)),
         None => lease_not_found(&name),
     }
 }
@@ -135,7 +135,11 @@ pub(crate) async fn create_lease(
         Err(e) => return invalid("Lease", &name, e),
     };
     match s.controller.create_lease(lease).await {
-        Ok(lease) => (StatusCode::CREATED, Json(crate::kube::kube_lease(&lease))).into_response(),
+        Ok(lease) => {
+            let mut created = json_reply(&LeaseJson(&lease));
+            *created.status_mut() = StatusCode::CREATED;
+            created
+        }
         Err(e) => push_error(e),
     }
 }
@@ -169,7 +173,7 @@ pub(crate) async fn put_lease(
 /// that one and writes again, as after any conflict.
 async fn replace_served(s: &AppState, lease: Lease) -> Response {
     match s.controller.create_lease(lease).await {
-        Ok(lease) => Json(crate::kube::kube_lease(&lease)).into_response(),
+        Ok(lease) => json_reply(&LeaseJson(&lease)),
         Err(PushError::AlreadyExists { kind, name }) => {
             push_error(PushError::Conflict { kind, name })
         }
@@ -178,13 +182,9 @@ async fn replace_served(s: &AppState, lease: Lease) -> Response {
 }
 
 /// The Lease a `PUT` of `body` (sent as `ct`) writes and the version it
-/// expects: a kubelet's renewal read straight into the domain, any other
-/// body through k8s-openapi's Lease, which says what is refused.
+/// expects, read through k8s-openapi's Lease, which says what is refused.
 fn renewal(ct: &str, body: &Bytes, name: &str) -> Result<(Lease, Option<u64>), Response> {
     let body = body_json(ct, body)?;
-    if let Some(read) = lease_renewal::read(&body, name) {
-        return Ok(read);
-    }
     let kube = serde_json::from_slice::<KubeLease>(&body).map_err(|e| malformed(&e))?;
     let lease = crate::kube::lease(&kube, name).map_err(|e| invalid("Lease", name, e))?;
     let expected =
@@ -208,7 +208,7 @@ pub(crate) async fn patch_lease(
     let Some((current, own)) = served_lease(&s, &name) else {
         return lease_not_found(&name);
     };
-    let current = match serde_json::to_value(crate::kube::kube_lease(&current)) {
+    let current = match serde_json::to_value(LeaseJson(&current)) {
         Ok(v) => v,
         Err(e) => return super::internal(e),
     };
@@ -226,7 +226,7 @@ pub(crate) async fn patch_lease(
 
 async fn update_lease(s: &AppState, lease: Lease, expected: Option<u64>) -> Response {
     match s.controller.update_lease(lease, expected).await {
-        Ok(lease) => json_reply(&super::push::reply::LeaseReply(&lease)),
+        Ok(lease) => json_reply(&LeaseJson(&lease)),
         Err(e) => push_error(e),
     }
 }

@@ -159,10 +159,10 @@ impl NodeJson {
         self.len() == 0
     }
 
-    /// The items `range` of `encoded` as a `NodeList` response:
-    /// `{"apiVersion":"v1","kind":"NodeList","items":[…],"metadata":{…}}`,
-    /// the key order `k8s_openapi::List` serializes in, streamed at the
-    /// lists' shared rate.
+    /// The items `range` of `encoded` as a `NodeList` response (its head
+    /// and tail as [`crate::kube::NODE_LIST_HEAD`] and
+    /// [`crate::kube::node_list_tail`] write them), streamed at the lists'
+    /// shared rate.
     pub fn list_response(
         &self,
         encoded: Arc<Encoded>,
@@ -182,12 +182,8 @@ impl NodeJson {
 }
 
 fn encode(shown: &Shown) -> Item {
-    // A Node of k8s-openapi types always serializes.
-    let mut json =
-        serde_json::to_vec(&crate::kube::node(&shown.node, shown.beat)).unwrap_or_default();
-    // Kept for as long as the node is unchanged: not the growth's spare room
-    // (up to as much again).
-    json.shrink_to_fit();
+    // Kept for as long as the node is unchanged: written with no spare room.
+    let json = crate::kube::NodeJson::shown(&shown.node, shown.beat).to_vec();
     Item {
         name: Arc::from(shown.node.name.as_str()),
         json: Bytes::from(json),
@@ -225,12 +221,8 @@ pub struct ListBody {
 
 impl ListBody {
     pub fn new(encoded: Arc<Encoded>, range: Range<usize>, metadata: &ListMeta) -> ListBody {
-        let head = Bytes::from_static(br#"{"apiVersion":"v1","kind":"NodeList","items":["#);
-        let metadata = serde_json::to_vec(metadata).unwrap_or_else(|_| b"{}".to_vec());
-        let mut tail = Vec::with_capacity(metadata.len() + 16);
-        tail.extend_from_slice(br#"],"metadata":"#);
-        tail.extend_from_slice(&metadata);
-        tail.push(b'}');
+        let head = Bytes::from_static(crate::kube::NODE_LIST_HEAD);
+        let tail = crate::kube::node_list_tail(metadata);
         let items = &encoded.items[range.clone()];
         let remaining = (head.len() + tail.len()) as u64
             + items.iter().map(|i| i.json.len() as u64).sum::<u64>()

@@ -133,7 +133,7 @@ pub fn prepare(
             if touches_status {
                 return Err(status_refused(&node.name));
             }
-            let mut current = serde_json::to_value(crate::kube::node(node, heartbeat))
+            let mut current = serde_json::to_value(crate::kube::NodeJson::shown(node, heartbeat))
                 .map_err(|e| WriteError::BadRequest(e.to_string()))?;
             let applied = match format {
                 PatchFormat::Merge => {

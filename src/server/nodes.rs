@@ -336,7 +336,7 @@ pub(crate) async fn patch_node(
         };
         match commit(&s, &name, prepared, &by).await {
             Ok(node) => {
-                let answer = Json(crate::kube::node(&node, None)).into_response();
+                let answer = super::push::json_reply(&crate::kube::NodeJson::shown(&node, None));
                 return super::openapi::with_warnings(answer, &warnings);
             }
             // The node changed since it was read: apply the patch again to
@@ -423,7 +423,7 @@ pub(crate) async fn put_node(
     };
     match commit(&s, &name, prepared, &writer(identity, &headers)).await {
         Ok(node) => super::openapi::with_warnings(
-            Json(crate::kube::node(&node, None)).into_response(),
+            super::push::json_reply(&crate::kube::NodeJson::shown(&node, None)),
             &warnings,
         ),
         Err(e) => super::push::push_error(e),

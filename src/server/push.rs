@@ -20,11 +20,6 @@ use super::patch::{self, PatchKind};
 use super::{status_error, AppState};
 use crate::controller::{PushError, PushedStatus};
 
-mod kubelet_patch;
-pub(super) mod lease_renewal;
-pub(super) mod reply;
-mod text;
-
 /// A refused write, as a Kubernetes `Status`.
 pub(crate) fn push_error(e: PushError) -> Response {
     match e {
@@ -209,14 +204,14 @@ pub(super) fn patched<T: DeserializeOwned>(
     body: &Bytes,
     current: serde_json::Value,
 ) -> Result<T, Response> {
-    patched_with(ct, serde_json::from_slice(body).as_ref(), current)
+    patched_with(ct, serde_json::from_slice(body), current)
 }
 
 /// [`patched`] with the body already parsed (a body that is not JSON is
 /// refused after the media type is checked, as before parsing).
 pub(super) fn patched_with<T: DeserializeOwned>(
     ct: &str,
-    patch: Result<&serde_json::Value, &serde_json::Error>,
+    patch: Result<serde_json::Value, serde_json::Error>,
     mut current: serde_json::Value,
 ) -> Result<T, Response> {
     let Some(kind) = PatchKind::from_content_type(ct) else {
@@ -229,8 +224,8 @@ pub(super) fn patched_with<T: DeserializeOwned>(
             ),
         ));
     };
-    let patch = patch.map_err(malformed)?;
-    patch::apply(kind, &mut current, patch)
+    let patch = patch.map_err(|e| malformed(&e))?;
+    patch::apply_owned(kind, &mut current, patch)
         .map_err(|e| status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", e.to_string()))?;
     serde_json::from_value(current).map_err(|e| malformed(&e))
 }
@@ -265,92 +260,40 @@ pub(super) fn invalid_fields(
 /// but with `nodeInfo` as stored (not the display defaults), so a patch
 /// that does not set a field does not store what was only shown.
 ///
-/// Only what `patch` names is rendered (the top-level parts it names, and
+/// Only what `patch` names is written (the top-level parts it names, and
 /// within `status` the fields it names, or all of them for a directive):
 /// the merge leaves the rest as it was, and only the status fields the
-/// patch names are pushed, so rendering them for every heartbeat was waste.
+/// patch names are pushed.
 pub(super) fn current_node(
     s: &AppState,
     name: &str,
     patch: &serde_json::Value,
 ) -> Result<serde_json::Value, Response> {
-    // Rendered from the published node in place: no copy of it per push.
-    let rendered = s
-        .view
-        .with_node(name, |node, beat| Rendered::of(node, beat, patch));
-    let Some(rendered) = rendered else {
-        return Err((
+    let status_named = |key: &str| status_named(patch, key);
+    // A patch that is not an object, or has a directive at the top, gets it all.
+    let names = |key: &str| whole(patch) || patch.get(key).is_some();
+    let parts = crate::kube::Parts {
+        metadata: names("metadata"),
+        spec: names("spec"),
+        status: names("status"),
+        addresses: status_named("addresses"),
+        allocatable: status_named("allocatable"),
+        capacity: status_named("capacity"),
+        conditions: status_named("conditions"),
+        node_info: status_named("nodeInfo"),
+        stored_node_info: true,
+    };
+    // Written from the published node in place: no copy of it per push.
+    let written = s.view.with_node(name, |node, _| {
+        serde_json::to_value(crate::kube::NodeJson::parts(node, parts))
+    });
+    match written {
+        Some(current) => current.map_err(super::internal),
+        None => Err((
             StatusCode::NOT_FOUND,
             Json(crate::kube::not_found("nodes", name)),
         )
-            .into_response());
-    };
-    rendered.into_value(patch).map_err(super::internal)
-}
-
-/// The node as [`current_node`] renders it, before the parts the patch
-/// does not name are dropped (that is done outside the view's lock).
-struct Rendered {
-    kube: KubeNode,
-    info: Option<Result<serde_json::Value, serde_json::Error>>,
-}
-
-impl Rendered {
-    fn of(
-        node: &crate::model::Node,
-        beat: Option<crate::model::Micros>,
-        patch: &serde_json::Value,
-    ) -> Rendered {
-        let info = status_named(patch, "nodeInfo").then(|| serde_json::to_value(&node.node_info));
-        Rendered {
-            kube: crate::kube::node(node, beat),
-            info,
-        }
-    }
-
-    fn into_value(self, patch: &serde_json::Value) -> Result<serde_json::Value, serde_json::Error> {
-        let Rendered { mut kube, info } = self;
-        let status_named = |key: &str| status_named(patch, key);
-        // A patch that is not an object, or has a directive at the top, gets it all.
-        let names = |key: &str| whole(patch) || patch.get(key).is_some();
-        if !names("metadata") {
-            // The name stays: the push checks it against the URL's.
-            kube.metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: kube.metadata.name.take(),
-                ..Default::default()
-            };
-        }
-        if !names("spec") {
-            kube.spec = None;
-        }
-        if let Some(status) = &mut kube.status {
-            if !status_named("addresses") {
-                status.addresses = None;
-            }
-            if !status_named("capacity") {
-                status.capacity = None;
-            }
-            if !status_named("allocatable") {
-                status.allocatable = None;
-            }
-            if !status_named("conditions") {
-                status.conditions = None;
-            }
-            if !status_named("daemonEndpoints") {
-                status.daemon_endpoints = None;
-            }
-            if !status_named("nodeInfo") {
-                status.node_info = None;
-            }
-        }
-        if !names("status") {
-            kube.status = None;
-        }
-        let mut current = serde_json::to_value(kube)?;
-        if let Some(info) = info {
-            current["status"]["nodeInfo"] = info?;
-        }
-        Ok(current)
+            .into_response()),
     }
 }
 
@@ -435,7 +378,7 @@ impl PatchedFields {
 /// limits it to what a patch set.
 fn status_to_write(
     name: &str,
-    node: KubeNode,
+    mut node: KubeNode,
     only: Option<PatchedFields>,
 ) -> Result<(PushedStatus, Option<u64>), Response> {
     if node.metadata.name.as_deref().is_some_and(|n| n != name) {
@@ -453,7 +396,7 @@ fn status_to_write(
             return Err(invalid_fields("Node", name, vec![e]));
         }
     }
-    let status = match crate::kube::pushed_status(&node) {
+    let status = match crate::kube::pushed_status_of(node.status.take()) {
         Ok(mut status) => {
             if let Some(only) = &only {
                 only.keep_only(&mut status);
@@ -472,7 +415,7 @@ fn status_to_write(
 /// as [`current_node`] renders it for that patch).
 fn merged_status(
     ct: &str,
-    patch: Result<&serde_json::Value, &serde_json::Error>,
+    patch: Result<serde_json::Value, serde_json::Error>,
     current: serde_json::Value,
     name: &str,
     only: PatchedFields,
@@ -490,21 +433,9 @@ async fn push_status(
     expected: Option<u64>,
 ) -> Response {
     match s.controller.status(name, status, expected).await {
-        Ok(node) => json_reply(&reply::NodeReply(&node)),
+        Ok(node) => json_reply(&crate::kube::NodeJson::shown(&node, None)),
         Err(e) => push_error(e),
     }
-}
-
-/// A kubelet's patch set against its node as published, in one read of
-/// the view: the fields a condition leaves out are the node's, and the
-/// conditions are in the node's order (see [`kubelet_patch`]). `None` if
-/// there is no such node, or the patch must take the general merge.
-fn kubelet_status(
-    s: &AppState,
-    name: &str,
-    patch: kubelet_patch::KubeletPatch<'_>,
-) -> Option<kubelet_patch::KubeletStatus> {
-    s.view.with_node(name, |node, _| patch.against(node))?
 }
 
 /// `PUT /api/v1/nodes/{name}/status`: the whole status, replaced.
@@ -539,16 +470,6 @@ pub(crate) async fn patch_status(
     if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
-    // A kubelet's own patch, read without rendering the node and merging.
-    let kubelet = PatchKind::from_content_type(ct.as_str())
-        .and_then(|kind| kubelet_status(&s, &name, kubelet_patch::read(kind, &body)?));
-    if let Some(kubelet) = kubelet {
-        // Bounded before merging, as below.
-        if let Err(e) = crate::validation::extra_conditions([], kubelet.types()) {
-            return invalid_fields("Node", &name, vec![e]);
-        }
-        return push_status(&s, name, kubelet.status, None).await;
-    }
     let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&body);
     let patch = parsed.as_ref().unwrap_or(&serde_json::Value::Null);
     let current = match current_node(&s, &name, patch) {
@@ -562,7 +483,7 @@ pub(crate) async fn patch_status(
     {
         return invalid_fields("Node", &name, vec![e]);
     }
-    match merged_status(ct.as_str(), parsed.as_ref(), current, &name, only) {
+    match merged_status(ct.as_str(), parsed, current, &name, only) {
         Ok((status, expected)) => push_status(&s, name, status, expected).await,
         Err(r) => r,
     }
@@ -588,7 +509,11 @@ pub(crate) async fn create_node(
         Err(causes) => return invalid_fields("Node", &name, causes),
     };
     match s.controller.register(spec, status).await {
-        Ok(node) => (StatusCode::CREATED, Json(crate::kube::node(&node, None))).into_response(),
+        Ok(node) => {
+            let mut created = json_reply(&crate::kube::NodeJson::shown(&node, None));
+            *created.status_mut() = StatusCode::CREATED;
+            created
+        }
         Err(e) => push_error(e),
     }
 }

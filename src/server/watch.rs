@@ -304,7 +304,9 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
     let WatchStart { from, start, pin } = at;
     let render = |node: &Node| match &params.render {
         Some(render) => render(node),
-        None => serde_json::to_value(crate::kube::node(node, None)).unwrap_or(Value::Null),
+        None => {
+            serde_json::to_value(crate::kube::NodeJson::shown(node, None)).unwrap_or(Value::Null)
+        }
     };
     let keep = |node: &Node| params.filter.as_ref().is_none_or(|f| f(node));
     let gone = gone_line;

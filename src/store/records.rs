@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::outbox::OutboxEntry;
 use crate::model::{
     Address, AddressKind, Condition, ConditionStatus, Event, EventKind, Lease, Micros, Node,
-    NodeChange, NodeObject, ObjectKey, Resources, Taint, UnknownEvictionMode,
+    NodeChange, NodeObject, ObjectKey, OwnerReference, Resources, Taint, UnknownEvictionMode,
 };
 
 /// Envelope for node records.
@@ -218,6 +218,25 @@ pub enum NodeChangeV1 {
 #[derive(Debug, Serialize, Deserialize)]
 pub enum StoredLease {
     V1(LeaseV1),
+    /// V1 plus its owners (a kubelet's names its Node). A Lease without
+    /// owners is still written as V1, so releases before V2 read it.
+    V2(Box<LeaseV2>),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseV2 {
+    pub v1: LeaseV1,
+    pub owners: Vec<OwnerReferenceV1>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwnerReferenceV1 {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    pub controller: Option<bool>,
+    pub block_owner_deletion: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -234,7 +253,7 @@ pub struct LeaseV1 {
 }
 
 pub fn encode_lease(l: &Lease) -> Vec<u8> {
-    encode(&StoredLease::V1(LeaseV1 {
+    let v1 = LeaseV1 {
         name: l.name.clone(),
         uid: l.uid.clone(),
         created: l.created.0,
@@ -244,11 +263,33 @@ pub fn encode_lease(l: &Lease) -> Vec<u8> {
         acquire_time: l.acquire_time.map(|t| t.0),
         renew_time: l.renew_time.map(|t| t.0),
         lease_transitions: l.lease_transitions,
-    }))
+    };
+    if l.owner_references.is_empty() {
+        return encode(&StoredLease::V1(v1));
+    }
+    let owners = l
+        .owner_references
+        .iter()
+        .map(|o| OwnerReferenceV1 {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+            uid: o.uid.clone(),
+            controller: o.controller,
+            block_owner_deletion: o.block_owner_deletion,
+        })
+        .collect();
+    encode(&StoredLease::V2(Box::new(LeaseV2 { v1, owners })))
 }
 
 pub fn decode_lease(bytes: &[u8]) -> Result<Lease, DecodeError> {
-    let StoredLease::V1(v) = decode::<StoredLease>(bytes, || "a lease record".into())?;
+    let (v, owners) = match decode::<StoredLease>(bytes, || "a lease record".into())? {
+        StoredLease::V1(v) => (v, Vec::new()),
+        StoredLease::V2(v2) => {
+            let LeaseV2 { v1, owners } = *v2;
+            (v1, owners)
+        }
+    };
     Ok(Lease {
         name: v.name,
         uid: v.uid,
@@ -259,6 +300,17 @@ pub fn decode_lease(bytes: &[u8]) -> Result<Lease, DecodeError> {
         acquire_time: v.acquire_time.map(Micros),
         renew_time: v.renew_time.map(Micros),
         lease_transitions: v.lease_transitions,
+        owner_references: owners
+            .into_iter()
+            .map(|o| OwnerReference {
+                api_version: o.api_version,
+                kind: o.kind,
+                name: o.name,
+                uid: o.uid,
+                controller: o.controller,
+                block_owner_deletion: o.block_owner_deletion,
+            })
+            .collect(),
     })
 }
 
@@ -1079,11 +1131,43 @@ pub(crate) mod tests {
             acquire_time: None,
             renew_time: Some(Micros(3)),
             lease_transitions: None,
+            owner_references: Vec::new(),
         };
         let bytes = encode_lease(&lease);
         assert_eq!(
             hex(&bytes),
             "0006656467652d31017502020106656467652d31015000010600"
+        );
+        assert_eq!(decode_lease(&bytes).unwrap(), lease);
+    }
+
+    /// A Lease with an owner, as a kubelet keeps it: V2. The same Lease
+    /// without owners is still the V1 bytes above.
+    #[test]
+    fn lease_v2_golden_bytes() {
+        let lease = Lease {
+            name: "e".into(),
+            uid: "u".into(),
+            created: Micros(1),
+            generation: 2,
+            holder_identity: None,
+            lease_duration_seconds: None,
+            acquire_time: None,
+            renew_time: None,
+            lease_transitions: None,
+            owner_references: vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: "e".into(),
+                uid: "n".into(),
+                controller: None,
+                block_owner_deletion: Some(true),
+            }],
+        };
+        let bytes = encode_lease(&lease);
+        assert_eq!(
+            hex(&bytes),
+            "01016501750202000000000001027631044e6f64650165016e000101"
         );
         assert_eq!(decode_lease(&bytes).unwrap(), lease);
     }

@@ -497,6 +497,7 @@ fn an_export_carries_every_tree_and_the_horizon() {
             acquire_time: None,
             renew_time: Some(Micros(2)),
             lease_transitions: None,
+            owner_references: Vec::new(),
         }])
         .unwrap();
     let csinode = crate::model::NodeObject {

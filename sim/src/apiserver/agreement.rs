@@ -147,7 +147,7 @@ fn patches_differ_where_nodekeeper_says_so() {
     // A new condition: kube-apiserver puts items new to a merged list before
     // the ones it had (see `strategic`); nodekeeper keeps the node's
     // conditions in their order and appends (its kubelet path keeps
-    // conditions in the node's order, `server/push/kubelet_patch.rs`).
+    // conditions in the node's order, `src/kube/patch.rs`).
     let patch = json!({"status": {"conditions": [{"type": "PIDPressure", "status": "False"}]}});
     let types = |doc: Value| -> Vec<String> {
         doc["status"]["conditions"]
