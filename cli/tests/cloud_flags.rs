@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 
 use clap::Parser;
-use nodekeeper::app::RunConfig;
+use nodekeeper::config::RunConfig;
 use nodekeeper::cli::{Cli, Command};
 
 /// `nodekeeper run ARGS` validated as `run` would, or the message it would print.

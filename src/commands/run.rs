@@ -6,7 +6,8 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Failure, Outcome};
-use crate::app::{self, RunConfig, RunError};
+use crate::app;
+use crate::config::{RunConfig, RunError};
 use crate::cli::RunArgs;
 use crate::discovery::Discovery;
 use crate::simulate::Simulator;
