@@ -7,8 +7,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Failure, Outcome};
 use crate::app;
-use crate::config::{RunConfig, RunError};
 use crate::cli::RunArgs;
+use crate::config::{RunConfig, RunError};
 use crate::discovery::Discovery;
 use crate::simulate::Simulator;
 use crate::store::StoreError;
