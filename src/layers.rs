@@ -15,7 +15,7 @@ const FLOORS: &[&[&str]] = &[
     // What is read and shown of it: Kubernetes JSON, replayed history, the
     // published view, log lines, and small leaves.
     &[
-        "kube",
+        "k8s",
         "history",
         "view",
         "logging",

@@ -14,7 +14,7 @@ pub mod discovery;
 pub mod history;
 pub mod hook;
 pub mod inspect;
-pub mod kube;
+pub mod k8s;
 mod layers;
 pub mod liveness;
 pub mod logging;

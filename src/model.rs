@@ -1,7 +1,7 @@
 //! The domain: nodes, their conditions, and the events that make up their history.
 //!
 //! These types are ours and small. Kubernetes JSON is produced from them in
-//! [`crate::kube`]; the store keeps its own versioned records in [`crate::store`].
+//! [`crate::k8s`]; the store keeps its own versioned records in [`crate::store`].
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -8,8 +8,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::kube;
-use crate::kube::table::{node_status, roles};
+use crate::k8s;
+use crate::k8s::table::{node_status, roles};
 use crate::logging::terminal::escape;
 use crate::model::{self, Event, Micros};
 
@@ -65,7 +65,7 @@ pub fn nodes_table(nodes: &[model::Node], wide: bool, now: Micros) -> String {
 /// `kubectl describe node`, rendered from the same Kubernetes object the API
 /// serves (so labels, quantities and heartbeats never disagree with JSON),
 /// followed by the node's history as its `Events:` (the events given, in
-/// `seq` order, newest last). `heartbeat` is as for [`kube::node`].
+/// `seq` order, newest last). `heartbeat` is as for [`k8s::node`].
 /// Over 80 lines: kubectl's sections, one after another in its order, each a
 /// few lines; a function per section would only pass the same node around.
 pub fn describe(
@@ -74,7 +74,7 @@ pub fn describe(
     heartbeat: Option<Micros>,
     now: Micros,
 ) -> String {
-    let k = kube::node(node, heartbeat);
+    let k = k8s::node(node, heartbeat);
     let meta = &k.metadata;
     let spec = k.spec.unwrap_or_default();
     let status = k.status.unwrap_or_default();

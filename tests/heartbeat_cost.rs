@@ -21,7 +21,7 @@ use axum::Router;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
-use nodekeeper::controller::{ControllerHandle, Push, StatusAnswer};
+use nodekeeper::controller::{ControllerHandle, StatusAnswer, WriteRequest};
 use nodekeeper::model::{
     Address, AddressKind, Condition, ConditionStatus, Lease, Micros, Node, NodeInfo, Resources,
 };
@@ -140,10 +140,10 @@ fn server(dir: &tempfile::TempDir) -> Router {
     tokio::spawn(async move {
         while let Some(push) = pushes.recv().await {
             uncounted(|| match push {
-                Push::Status { reply, .. } => {
+                WriteRequest::Status { reply, .. } => {
                     let _ = reply.send(Ok(StatusAnswer::Now(answer.clone())));
                 }
-                Push::UpdateLease { lease, reply, .. } => {
+                WriteRequest::UpdateLease { lease, reply, .. } => {
                     let renewed = Lease {
                         generation: 12_347,
                         uid: "7a1f3c52-08d4-4c8e-b1b4-5b0c9e7d2a11".into(),

@@ -163,7 +163,7 @@ async fn still_answering(c: &Controller, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_watches_and_idle_connections_cannot_lock_out_the_api() {
-    nodekeeper::app::raise_open_file_limit();
+    nodekeeper::config::raise_open_file_limit();
     let site = one_node();
     let c = site.controller_with(&[
         "--max-connections",
@@ -230,7 +230,7 @@ async fn idle_watches_and_idle_connections_cannot_lock_out_the_api() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_default_caps_4200_idle_watches_leave_the_api_answering() {
     // The failure as seen: ~4,100 idle watches filled the 4,096-connection cap.
-    nodekeeper::app::raise_open_file_limit();
+    nodekeeper::config::raise_open_file_limit();
     let site = one_node();
     let c = site.controller(&[]);
     registered(&c).await;
@@ -256,7 +256,7 @@ async fn at_the_default_caps_4200_idle_watches_leave_the_api_answering() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_that_dribble_in_are_cut_at_the_body_timeout() {
-    nodekeeper::app::raise_open_file_limit();
+    nodekeeper::config::raise_open_file_limit();
     let site = one_node();
     let c = site.controller_with(&["--request-body-timeout", "1s"]);
     registered(&c).await;
@@ -619,7 +619,7 @@ async fn ten_thousand_kept_alive_connections_all_fit() {
     // Each of 10,000 kubelets holds one kept-alive connection; readers still
     // get in. Both ends of 10,000 connections must fit: the controller in
     // its own process, the clients in this one.
-    let limit = nodekeeper::app::raise_open_file_limit();
+    let limit = nodekeeper::config::raise_open_file_limit();
     assert!(
         limit >= 10_300,
         "this test needs 10,300 open files, the limit is {limit}"

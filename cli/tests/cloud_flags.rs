@@ -9,8 +9,8 @@ mod common;
 use std::path::Path;
 
 use clap::Parser;
-use nodekeeper::app::RunConfig;
 use nodekeeper::cli::{Cli, Command};
+use nodekeeper::config::RunConfig;
 
 /// `nodekeeper run ARGS` validated as `run` would, or the message it would print.
 fn validate(db: &Path, args: &[&str]) -> Result<RunConfig, String> {

@@ -67,7 +67,7 @@ fn push_config(args: &SimArgs) -> Result<Option<PushConfig>, Failure> {
 
 async fn run_fleet(args: &SimArgs) -> Outcome {
     let push = push_config(args)?;
-    let limit = nodekeeper::app::raise_open_file_limit();
+    let limit = nodekeeper::config::raise_open_file_limit();
     // A listener and a served connection per kubelet, its own connection to
     // the controller when pushing, plus spare.
     let per_node = if push.is_some() { 3 } else { 2 };

@@ -202,7 +202,7 @@ fn json_answer(status: StatusCode, body: Bytes) -> Response {
 fn not_found(resource: &str, name: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(nodekeeper::kube::not_found(resource, name)),
+        Json(nodekeeper::k8s::not_found(resource, name)),
     )
         .into_response()
 }

@@ -622,7 +622,7 @@ impl FakeApi {
         let body: serde_json::Value = if bytes.is_empty() {
             serde_json::Value::Null
         } else if content_type == crate::protobuf::PROTOBUF {
-            let json = nodekeeper::kube::protobuf::to_json(&bytes).expect("a protobuf body");
+            let json = nodekeeper::k8s::protobuf::to_json(&bytes).expect("a protobuf body");
             serde_json::from_slice(&json).expect("JSON from protobuf")
         } else {
             serde_json::from_slice(&bytes).expect("JSON body")

@@ -1,7 +1,7 @@
 //! `nodekeeper run`: validate everything, open the store, start the HTTP API
 //! (and the simulated fleet, if asked), then hand over to the controller.
 //!
-//! The flags become a [`RunConfig`] in `config.rs`, completely, before anything
+//! The flags become a [`RunConfig`] in `crate::config`, completely, before anything
 //! is opened; the tasks `run` starts are supervised by `supervise.rs`. `run`
 //! itself stays one function (about 300 lines): it is the start-up sequence,
 //! read top to bottom, each step named by a comment, and splitting it would
@@ -22,13 +22,9 @@ use crate::source::static_list;
 use crate::store::Store;
 use crate::view::View;
 
-mod config;
-mod sizing;
 mod supervise;
 
-pub use config::{RunConfig, RunError};
-use sizing::SPARE_FILES;
-pub use sizing::{size_api, ApiSizing, SizingError, SizingInput, READER_CONNECTIONS};
+use crate::config::{RunConfig, RunError, SPARE_FILES};
 use supervise::{Supervised, Task, TaskResult};
 
 /// Where a local client reaches a listener: a wildcard address becomes loopback.
@@ -38,19 +34,6 @@ fn reachable(local: std::net::SocketAddr) -> std::net::SocketAddr {
         IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, local.port()).into(),
         IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, local.port()).into(),
         _ => local,
-    }
-}
-
-/// Raises the open-file soft limit to the hard limit; returns the limit in force.
-pub fn raise_open_file_limit() -> u64 {
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(limit) => limit,
-        Err(e) => {
-            tracing::warn!("cannot raise the open-file limit: {e}");
-            rlimit::getrlimit(rlimit::Resource::NOFILE)
-                .map(|(soft, _)| soft)
-                .unwrap_or(1024)
-        }
     }
 }
 

@@ -184,7 +184,7 @@ fn taint_json(t: &Taint) -> Value {
         v["value"] = json!(t.value);
     }
     if let Some(at) = t.added {
-        v["timeAdded"] = json!(crate::kube::time(at));
+        v["timeAdded"] = json!(crate::k8s::time(at));
     }
     v
 }

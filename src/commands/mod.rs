@@ -110,8 +110,8 @@ pub(crate) fn node_list_text(
     version: u64,
     yaml: bool,
 ) -> Result<String, Failure> {
-    let list = crate::kube::node_list(
-        nodes.iter().map(|(n, beat)| crate::kube::node(n, *beat)),
+    let list = crate::k8s::node_list(
+        nodes.iter().map(|(n, beat)| crate::k8s::node(n, *beat)),
         version,
     );
     if yaml {

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Failure, Outcome};
-use crate::app::{self, RunConfig, RunError};
+use crate::app;
 use crate::cli::RunArgs;
+use crate::config::{RunConfig, RunError};
 use crate::discovery::Discovery;
 use crate::simulate::Simulator;
 use crate::store::StoreError;

@@ -4,7 +4,7 @@
 //!
 //! One task owns all state. Probe sweeps run in a task of their own and hand
 //! back their answers; pushed status, leases and registrations arrive as
-//! [`Push`] messages; the HTTP server reads the published [`View`]. Every
+//! [`WriteRequest`] messages; the HTTP server reads the published [`View`]. Every
 //! write goes through the store writer's thread ([`writer`]), which makes
 //! changes durable in groups and only then publishes them: the controller
 //! waits for the disk only where it must (a sweep's or a monitor pass's
@@ -53,7 +53,7 @@ pub use cloud_sync::{CloudSource, SourceStatus, TAINT_SHUTDOWN};
 use conditions::Health;
 pub use operator::{OperatorFields, Preconditions, SourceListing, MANAGED_TAINTS};
 pub use push::{
-    ControllerHandle, ObjectWrite, Push, PushError, PushedStatus, StatusAnswer,
+    ControllerHandle, ObjectWrite, PushError, PushedStatus, StatusAnswer, WriteRequest,
     MAX_OBJECTS_PER_NODE,
 };
 pub use static_sync::NodesFile;
@@ -682,7 +682,7 @@ impl Controller {
     pub async fn run(
         mut self,
         specs: Vec<NodeSpec>,
-        mut pushes: mpsc::Receiver<Push>,
+        mut pushes: mpsc::Receiver<WriteRequest>,
         shutdown: CancellationToken,
     ) -> Result<(), ControllerError> {
         self.shutdown = shutdown.clone();

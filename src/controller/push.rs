@@ -1,5 +1,5 @@
 //! What kubelets push: node status updates, Lease renewals, and (when
-//! allowed) their own registration. The HTTP server sends these as [`Push`]
+//! allowed) their own registration. The HTTP server sends these as [`WriteRequest`]
 //! messages; each is answered once the result is as durable as it must be:
 //! at once for a heartbeat (times only, checkpointed), and by the store
 //! writer after the flush that holds it for any other change, so changes
@@ -35,8 +35,11 @@ pub enum StatusAnswer {
     Durable(oneshot::Receiver<Result<Node, PushError>>),
 }
 
-/// What the server asks of the controller.
-pub enum Push {
+/// A write the server asks of the controller, with the channel its answer
+/// goes back on: what kubelets push (status, Leases, Events, registration,
+/// their CSINodes and mirror pods), operators' edits and deletes, and what
+/// the mirror records.
+pub enum WriteRequest {
     /// A node status update (PUT or PATCH of `nodes/{name}/status`).
     Status {
         name: String,
@@ -155,19 +158,19 @@ pub enum PushError {
 /// The server's end of the channel.
 #[derive(Clone)]
 pub struct ControllerHandle {
-    sender: mpsc::Sender<Push>,
+    sender: mpsc::Sender<WriteRequest>,
 }
 
 impl ControllerHandle {
     /// A handle and the receiver the controller runs with.
-    pub fn channel() -> (ControllerHandle, mpsc::Receiver<Push>) {
+    pub fn channel() -> (ControllerHandle, mpsc::Receiver<WriteRequest>) {
         let (sender, receiver) = mpsc::channel(QUEUE);
         (ControllerHandle { sender }, receiver)
     }
 
     async fn ask<T>(
         &self,
-        make: impl FnOnce(oneshot::Sender<Result<T, PushError>>) -> Push,
+        make: impl FnOnce(oneshot::Sender<Result<T, PushError>>) -> WriteRequest,
     ) -> Result<T, PushError> {
         let (reply, answer) = oneshot::channel();
         self.sender
@@ -186,7 +189,7 @@ impl ControllerHandle {
         expected_version: Option<u64>,
     ) -> Result<Arc<Node>, PushError> {
         let answer = self
-            .ask(|reply| Push::Status {
+            .ask(|reply| WriteRequest::Status {
                 name,
                 status,
                 expected_version,
@@ -202,7 +205,8 @@ impl ControllerHandle {
     }
 
     pub async fn create_lease(&self, lease: Lease) -> Result<Lease, PushError> {
-        self.ask(|reply| Push::CreateLease { lease, reply }).await
+        self.ask(|reply| WriteRequest::CreateLease { lease, reply })
+            .await
     }
 
     pub async fn update_lease(
@@ -210,7 +214,7 @@ impl ControllerHandle {
         lease: Lease,
         expected_generation: Option<u64>,
     ) -> Result<Lease, PushError> {
-        self.ask(|reply| Push::UpdateLease {
+        self.ask(|reply| WriteRequest::UpdateLease {
             lease,
             expected_generation,
             reply,
@@ -227,7 +231,7 @@ impl ControllerHandle {
         kind: &'static str,
         summary: String,
     ) -> Result<NodeObject, PushError> {
-        self.ask(|reply| Push::WriteObject {
+        self.ask(|reply| WriteRequest::WriteObject {
             object,
             write,
             kind,
@@ -239,17 +243,18 @@ impl ControllerHandle {
 
     /// Keeps an Event a node's kubelet posted in the node's history.
     pub async fn kubelet_event(&self, name: String, kind: EventKind) -> Result<(), PushError> {
-        self.ask(|reply| Push::KubeletEvent { name, kind, reply })
+        self.ask(|reply| WriteRequest::KubeletEvent { name, kind, reply })
             .await
     }
 
     /// Records `kind` in the node's history, durably.
     pub async fn record(&self, name: String, kind: EventKind) -> Result<(), PushError> {
-        self.ask(|reply| Push::Record { name, kind, reply }).await
+        self.ask(|reply| WriteRequest::Record { name, kind, reply })
+            .await
     }
 
     pub async fn register(&self, spec: NodeSpec, status: PushedStatus) -> Result<Node, PushError> {
-        self.ask(|reply| Push::Register {
+        self.ask(|reply| WriteRequest::Register {
             spec,
             status,
             reply,
@@ -265,7 +270,7 @@ impl ControllerHandle {
         expected_version: Option<u64>,
         by: String,
     ) -> Result<Node, PushError> {
-        self.ask(|reply| Push::Edit {
+        self.ask(|reply| WriteRequest::Edit {
             name,
             fields,
             expected_version,
@@ -282,7 +287,7 @@ impl ControllerHandle {
         preconditions: Preconditions,
         by: String,
     ) -> Result<Node, PushError> {
-        self.ask(|reply| Push::Delete {
+        self.ask(|reply| WriteRequest::Delete {
             name,
             preconditions,
             by,
@@ -293,26 +298,26 @@ impl ControllerHandle {
 }
 
 impl Controller {
-    pub(super) async fn handle_push(&mut self, push: Push) {
+    pub(super) async fn handle_push(&mut self, push: WriteRequest) {
         match push {
-            Push::Status {
+            WriteRequest::Status {
                 name,
                 status,
                 expected_version,
                 reply,
             } => self.apply_status(&name, status, expected_version, StatusReply::Push(reply)),
-            Push::CreateLease { lease, reply } => self.create_lease(lease, reply),
-            Push::UpdateLease {
+            WriteRequest::CreateLease { lease, reply } => self.create_lease(lease, reply),
+            WriteRequest::UpdateLease {
                 lease,
                 expected_generation,
                 reply,
             } => self.update_lease(lease, expected_generation, reply),
-            Push::Register {
+            WriteRequest::Register {
                 spec,
                 status,
                 reply,
             } => self.register_pushed(spec, status, reply).await,
-            Push::Edit {
+            WriteRequest::Edit {
                 name,
                 fields,
                 expected_version,
@@ -324,7 +329,7 @@ impl Controller {
                         .await,
                 );
             }
-            Push::Delete {
+            WriteRequest::Delete {
                 name,
                 preconditions,
                 by,
@@ -332,7 +337,7 @@ impl Controller {
             } => {
                 let _ = reply.send(self.operator_delete(&name, preconditions, &by).await);
             }
-            Push::WriteObject {
+            WriteRequest::WriteObject {
                 object,
                 write,
                 kind,
@@ -341,7 +346,7 @@ impl Controller {
             } => {
                 let _ = reply.send(self.write_object(object, write, kind, summary).await);
             }
-            Push::KubeletEvent { name, kind, reply } => {
+            WriteRequest::KubeletEvent { name, kind, reply } => {
                 if let Err(e) = self.take_event_budget(&name) {
                     let _ = reply.send(Err(e));
                     return;
@@ -350,7 +355,7 @@ impl Controller {
                 batch.node_event(&name, kind);
                 self.commit_ahead(Change::of(batch), Vec::new(), &[], Done::Unit(reply));
             }
-            Push::Record { name, kind, reply } => {
+            WriteRequest::Record { name, kind, reply } => {
                 let mut batch = Batch::new(Micros::now());
                 batch.node_event(&name, kind);
                 self.commit_ahead(Change::of(batch), Vec::new(), &[], Done::Unit(reply));

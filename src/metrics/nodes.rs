@@ -3,7 +3,7 @@
 //! kube-state-metrics work against nodekeeper unchanged. Each family is
 //! what kube-state-metrics v2 makes of a Node (kubernetes/kube-state-metrics
 //! at c92fe0c5, internal/store/node.go; the line numbers below are that
-//! file's), from the Node nodekeeper serves (`kube::node`):
+//! file's), from the Node nodekeeper serves (`k8s::node`):
 //!
 //! - `kube_node_created` (86-108): `metadata.creationTimestamp`, Unix seconds.
 //! - `kube_node_info` (133-183): `nodeInfo` fields, `provider_id`, `pod_cidr`,
@@ -302,7 +302,7 @@ fn render_node(n: &Node, allowlist: &LabelsAllowlist) -> [String; FAMILIES.len()
         1.0,
     );
     if allowlist.nodes.is_some() {
-        let labels = crate::kube::node_labels(n);
+        let labels = crate::k8s::node_labels(n);
         let names = prometheus_label_names(allowlist.allowed(&labels));
         let pairs: Vec<(&str, &str)> = names.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         line(&mut f[LABELS], "kube_node_labels", node, &pairs, 1.0);
@@ -323,8 +323,8 @@ fn render_node(n: &Node, allowlist: &LabelsAllowlist) -> [String; FAMILIES.len()
         &[],
         if n.unschedulable { 1.0 } else { 0.0 },
     );
-    // Allocatable equals capacity: nothing is reserved (kube::node).
-    let pods: f64 = crate::kube::MAX_PODS.parse().unwrap_or(0.0);
+    // Allocatable equals capacity: nothing is reserved (k8s::node).
+    let pods: f64 = crate::k8s::MAX_PODS.parse().unwrap_or(0.0);
     for (i, name) in [
         (5, "kube_node_status_allocatable"),
         (6, "kube_node_status_capacity"),

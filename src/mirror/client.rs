@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ::kube::client::{ClientBuilder, DynBody};
-use ::kube::config::{KubeConfigOptions, Kubeconfig};
-use ::kube::{Client, Config};
+use kube::client::{ClientBuilder, DynBody};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
 use tower::{Layer, Service};
 
 /// Where the API server is, as the flags said.

@@ -14,8 +14,8 @@
 
 use std::sync::MutexGuard;
 
-use ::kube::api::{Api, DeleteParams, PostParams};
 use k8s_openapi::api::storage::v1::CSINode;
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{json, Value};
 
 use super::budget::Priority;

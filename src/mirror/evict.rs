@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use ::kube::api::{Api, DeleteParams, ListParams};
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams};
 
 use super::budget::Priority;
 use super::jobs::{done, failed, store_error, Ctx, PAGE};

@@ -11,11 +11,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use ::kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use ::kube::Client;
 use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::Client;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -105,7 +105,7 @@ impl Ctx {
     ) -> Result<T, ApiError>
     where
         F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, ::kube::Error>>,
+        Fut: Future<Output = Result<T, kube::Error>>,
     {
         let mut attempt = 0;
         // Bounded: THROTTLE_RETRIES sends again at most.
@@ -165,9 +165,9 @@ impl Ctx {
         request: F,
     ) -> Result<K, ApiError>
     where
-        K: ::kube::Resource,
+        K: kube::Resource,
         F: Fn() -> Fut,
-        Fut: Future<Output = Result<K, ::kube::Error>>,
+        Fut: Future<Output = Result<K, kube::Error>>,
     {
         let before = self.versions.floor();
         let written = self.call(priority, verb, request).await?;
@@ -201,7 +201,7 @@ impl Ctx {
     pub(crate) fn desired(&self, name: &str) -> Option<Value> {
         let (record, _) = self.view.get(name)?;
         Some(
-            serde_json::to_value(crate::kube::NodeJson::shown(&record, None))
+            serde_json::to_value(crate::k8s::NodeJson::shown(&record, None))
                 .expect("a node writes as JSON"),
         )
     }

@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
-use ::kube::api::{Api, PostParams};
-use ::kube::Client;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use kube::Client;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -95,9 +95,9 @@ enum ElectionError {
     )]
     NoAnswer,
     #[error("cannot read the lease: {0}")]
-    Read(#[source] ::kube::Error),
+    Read(#[source] kube::Error),
     #[error("cannot write the lease: {0}")]
-    Write(#[source] ::kube::Error),
+    Write(#[source] kube::Error),
     /// Deleted while we held it: there is nothing to give up.
     #[error("the lease is gone")]
     LeaseGone,
@@ -256,7 +256,7 @@ async fn try_acquire_or_renew(
     let Some(current) = current else {
         return match api.create(&pp, &mine(None, Some(0), None)).await {
             Ok(_) => Ok(Tried::Holding),
-            Err(::kube::Error::Api(s)) if s.code == 409 => Ok(Tried::Conflict),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Tried::Conflict),
             Err(e) => Err(ElectionError::Write(e)),
         };
     };
@@ -296,7 +296,7 @@ async fn try_acquire_or_renew(
     {
         Ok(_) => Ok(Tried::Holding),
         // Someone else wrote it first.
-        Err(::kube::Error::Api(s)) if s.code == 409 => Ok(Tried::Conflict),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Tried::Conflict),
         Err(e) => Err(ElectionError::Write(e)),
     }
 }

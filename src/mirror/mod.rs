@@ -54,7 +54,7 @@ use watch::Report;
 
 pub use crate::backoff::Backoff;
 use crate::controller::ControllerHandle;
-use crate::kube::mirror_patch;
+use crate::k8s::mirror_patch;
 use crate::metrics::Metrics;
 use crate::model::{ConditionStatus, Micros};
 use crate::store::Store;
@@ -144,10 +144,10 @@ impl std::fmt::Display for ApiError {
     }
 }
 
-impl From<::kube::Error> for ApiError {
-    fn from(e: ::kube::Error) -> Self {
+impl From<kube::Error> for ApiError {
+    fn from(e: kube::Error) -> Self {
         match e {
-            ::kube::Error::Api(status) => ApiError {
+            kube::Error::Api(status) => ApiError {
                 code: Some(status.code),
                 message: format!("{} ({})", status.message, status.code),
                 retry_after: status
@@ -528,12 +528,12 @@ mod tests {
 
     #[test]
     fn a_429_keeps_its_retry_after() {
-        let status: ::kube::core::Status = serde_json::from_value(serde_json::json!({
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
             "status": "Failure", "message": "Too many requests", "reason": "TooManyRequests",
             "code": 429, "details": {"retryAfterSeconds": 3}
         }))
         .unwrap();
-        let e = ApiError::from(::kube::Error::Api(Box::new(status)));
+        let e = ApiError::from(kube::Error::Api(Box::new(status)));
         assert!(e.is(429));
         assert_eq!(e.retry_after, Some(Duration::from_secs(3)));
     }

@@ -16,9 +16,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node as KubeNode;
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -263,8 +263,7 @@ fn compare(ctx: &Ctx, name: &str, current: &Value) -> Option<bool> {
             Some(differs)
         }
         None => {
-            let ours =
-                !current["metadata"]["annotations"][crate::kube::SOURCE_ANNOTATION].is_null();
+            let ours = !current["metadata"]["annotations"][crate::k8s::SOURCE_ANNOTATION].is_null();
             ours.then_some(true)
         }
     }

@@ -1,5 +1,5 @@
 //! What an operator owns on a node, as one write asks for it: read from a
-//! Kubernetes object by [`crate::kube`], folded into the node by the
+//! Kubernetes object by [`crate::k8s`], folded into the node by the
 //! controller (`controller::operator::fold`).
 
 use std::collections::BTreeMap;

@@ -276,7 +276,7 @@ fn integer(digits: &[u8]) -> Option<u128> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::{cpu_quantity, memory_quantity};
+    use crate::k8s::{cpu_quantity, memory_quantity};
     use proptest::prelude::*;
 
     #[test]

@@ -539,7 +539,7 @@ fn admission_forbidden(attrs: &Attributes<'_>, message: &str) -> Response {
 
 /// A refused non-resource path (`/metrics`, nodekeeper's `/v1/…`).
 fn forbidden_path(user: &str, verb: &str, path: &str) -> Response {
-    let body = crate::kube::status_error(
+    let body = crate::k8s::status_error(
         403,
         "Forbidden",
         &format!(
@@ -561,7 +561,7 @@ fn status(code: u16, reason: &str, resource: &str, name: &str, message: &str) ->
         format!("{resource} {name:?} is forbidden: {message}")
     };
     let kind = resource.split('.').next().unwrap_or(resource);
-    let body = crate::kube::status_error(
+    let body = crate::k8s::status_error(
         code,
         reason,
         &text,

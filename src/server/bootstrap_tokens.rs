@@ -217,7 +217,7 @@ fn check_namespace(namespace: &str) -> Result<(), Response> {
 fn not_found(name: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(crate::kube::not_found(RESOURCE, name)),
+        Json(crate::k8s::not_found(RESOURCE, name)),
     )
         .into_response()
 }
@@ -525,7 +525,7 @@ pub fn checked(mut secret: Secret) -> Result<Secret, String> {
     meta.managed_fields = None;
     meta.generate_name = None;
     meta.uid = Some(uuid::Uuid::new_v4().to_string());
-    meta.creation_timestamp = Some(crate::kube::time(Micros::now()));
+    meta.creation_timestamp = Some(crate::k8s::time(Micros::now()));
     Ok(secret)
 }
 

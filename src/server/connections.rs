@@ -623,7 +623,7 @@ fn parse_error_as_status(head: &[u8]) -> Option<Vec<u8>> {
         ),
         _ => return None,
     };
-    let status = crate::kube::status_error(code, reason, message, None, None);
+    let status = crate::k8s::status_error(code, reason, message, None, None);
     let body = serde_json::to_vec(&status).ok()?;
     let phrase = axum::http::StatusCode::from_u16(code)
         .ok()

@@ -45,7 +45,7 @@ fn key(name: &str) -> ObjectKey {
 fn not_found(name: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(crate::kube::not_found(RESOURCE, name)),
+        Json(crate::k8s::not_found(RESOURCE, name)),
     )
         .into_response()
 }
@@ -171,7 +171,7 @@ pub(crate) async fn put_csinode(
         Ok(c) => c,
         Err(e) => return super::push::malformed(&e),
     };
-    let expected = match crate::kube::expected_version(&csinode.metadata) {
+    let expected = match crate::k8s::expected_version(&csinode.metadata) {
         Ok(e) => e,
         Err(e) => return super::push::invalid("CSINode", &name, e),
     };
@@ -323,7 +323,7 @@ fn stored(
         }
         _ => {
             meta.uid = Some(uuid::Uuid::new_v4().to_string());
-            meta.creation_timestamp = Some(crate::kube::time(Micros::now()));
+            meta.creation_timestamp = Some(crate::k8s::time(Micros::now()));
         }
     }
     let json = serde_json::to_string(&csinode).map_err(super::internal)?;

@@ -199,7 +199,7 @@ fn next_step(
             return Step::Nothing;
         };
         let mut csr = csr.clone();
-        let at = Some(crate::kube::time(now));
+        let at = Some(crate::k8s::time(now));
         csr.status
             .get_or_insert_with(csrs::empty_status)
             .conditions
@@ -228,7 +228,7 @@ fn next_step(
         Ok(r) => r,
         Err(e) => {
             // csrsigning's answer to a request its signer refuses.
-            let at = Some(crate::kube::time(now));
+            let at = Some(crate::k8s::time(now));
             csr.status
                 .get_or_insert_with(csrs::empty_status)
                 .conditions

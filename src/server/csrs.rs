@@ -34,7 +34,7 @@ use super::identity::Principal;
 use super::params::ListParams;
 use super::push::{json_body, ContentType};
 use super::{bad_request, status_error, AppState, Identity};
-use crate::kube::watch::{bookmark, watch_line, WatchEventType};
+use crate::k8s::watch::{bookmark, watch_line, WatchEventType};
 use crate::model::Micros;
 use crate::store::{ApiObject, ApiWriteError};
 
@@ -60,7 +60,7 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 fn not_found(name: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(crate::kube::not_found(RESOURCE, name)),
+        Json(crate::k8s::not_found(RESOURCE, name)),
     )
         .into_response()
 }
@@ -187,7 +187,7 @@ fn prepared(
     meta.resource_version = None;
     meta.managed_fields = None;
     meta.uid = Some(uuid::Uuid::new_v4().to_string());
-    meta.creation_timestamp = Some(crate::kube::time(Micros::now()));
+    meta.creation_timestamp = Some(crate::k8s::time(Micros::now()));
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(APPROVED_BY);
     }
@@ -351,7 +351,7 @@ pub(crate) async fn list_csrs(
             .filter(|o| selected(&query, o))
             .filter_map(|o| Some((read(o)?, served(o))))
             .collect();
-        let table = crate::kube::table::csr_table(&rows, metadata, query.include, Micros::now());
+        let table = crate::k8s::table::csr_table(&rows, metadata, query.include, Micros::now());
         return Json(table).into_response();
     }
     let items: Vec<Value> = objects
@@ -553,7 +553,7 @@ pub(crate) async fn put_approval(
         let mut new = new;
         for c in &mut new {
             if c.last_update_time.is_none() {
-                c.last_update_time = Some(crate::kube::time(Micros::now()));
+                c.last_update_time = Some(crate::k8s::time(Micros::now()));
             }
         }
         current.status.get_or_insert_with(Default::default).conditions = Some(new);
@@ -615,7 +615,7 @@ async fn update(
             sent.metadata.name.unwrap_or_default()
         ));
     }
-    let expected = match crate::kube::expected_version(&sent.metadata) {
+    let expected = match crate::k8s::expected_version(&sent.metadata) {
         Ok(e) => e,
         Err(e) => return invalid(name, vec![("metadata.resourceVersion", e)]),
     };

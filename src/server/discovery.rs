@@ -50,7 +50,7 @@ fn version_info() -> Info {
         platform: format!(
             "{}/{}",
             std::env::consts::OS,
-            crate::kube::go_arch(std::env::consts::ARCH)
+            crate::k8s::go_arch(std::env::consts::ARCH)
         ),
         ..Info::default()
     }

@@ -113,7 +113,7 @@ impl Empty {
     pub fn get(&self, name: &str) -> Response {
         (
             StatusCode::NOT_FOUND,
-            Json(crate::kube::not_found(self.resource, name)),
+            Json(crate::k8s::not_found(self.resource, name)),
         )
             .into_response()
     }

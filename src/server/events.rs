@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use super::params::{wants_table, ListParams, ListQuery};
 use super::v1::stream_history;
 use super::{bad_request, internal, paging, status_error, table, AppState};
-use crate::kube::EVENT_NAMESPACE;
+use crate::k8s::EVENT_NAMESPACE;
 use crate::model::Micros;
 use crate::store::HistoryQuery;
 
@@ -67,7 +67,7 @@ pub(crate) async fn get_event(
     let not_found = || {
         (
             StatusCode::NOT_FOUND,
-            Json(crate::kube::not_found("events", &name)),
+            Json(crate::k8s::not_found("events", &name)),
         )
             .into_response()
     };
@@ -90,7 +90,7 @@ pub(crate) async fn get_event(
         Ok(events) => match events
             .first()
             .filter(|e| e.seq == seq)
-            .and_then(crate::kube::node_event)
+            .and_then(crate::k8s::node_event)
             .filter(|e| e.metadata.name.as_deref() == Some(name.as_str()))
         {
             Some(event) if wants_table(&headers) => {
@@ -166,7 +166,7 @@ async fn list(
     let include = query.include;
     let now = Micros::now();
     let keep = move |e: &crate::model::Event| {
-        crate::kube::node_event(e)
+        crate::k8s::node_event(e)
             .filter(|e| namespace.is_none() || e.metadata.namespace == namespace)
             .filter(|e| selected(&query, e))
     };

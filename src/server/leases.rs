@@ -3,7 +3,7 @@
 //! and decided by the controller; errors are the Statuses kubectl shows.
 //!
 //! A node whose kubelet keeps no Lease (a probed node) is served the one its
-//! heartbeats make ([`crate::kube::heartbeat_lease`]), as kube-apiserver
+//! heartbeats make ([`crate::k8s::heartbeat_lease`]), as kube-apiserver
 //! would hold one for every node whose kubelet is alive: `kubectl describe
 //! node` reads it. A kubelet that writes it back (`PUT`, `PATCH`) makes a
 //! Lease of its own in its place.
@@ -24,7 +24,7 @@ use super::push::{
 };
 use super::{status_error, AppState};
 use crate::controller::PushError;
-use crate::kube::LeaseJson;
+use crate::k8s::LeaseJson;
 use crate::model::{Lease, NODE_LEASE_NAMESPACE};
 
 fn check_namespace(namespace: &str) -> Result<(), Response> {
@@ -41,7 +41,7 @@ fn check_namespace(namespace: &str) -> Result<(), Response> {
 fn lease_not_found(name: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(crate::kube::not_found("leases.coordination.k8s.io", name)),
+        Json(crate::k8s::not_found("leases.coordination.k8s.io", name)),
     )
         .into_response()
 }
@@ -68,7 +68,7 @@ fn served_lease(s: &AppState, name: &str) -> Option<(Lease, bool)> {
         return Some((lease, true));
     }
     s.view
-        .with_node(name, crate::kube::heartbeat_lease)
+        .with_node(name, crate::k8s::heartbeat_lease)
         .map(|lease| (lease, false))
 }
 
@@ -97,10 +97,10 @@ fn lease_list(s: &AppState) -> Response {
         .collect();
     for (node, beat) in s.view.list() {
         if !leases.contains_key(&node.name) {
-            leases.insert(node.name.clone(), crate::kube::heartbeat_lease(&node, beat));
+            leases.insert(node.name.clone(), crate::k8s::heartbeat_lease(&node, beat));
         }
     }
-    let items: Vec<KubeLease> = leases.values().map(crate::kube::kube_lease).collect();
+    let items: Vec<KubeLease> = leases.values().map(crate::k8s::kube_lease).collect();
     let list = k8s_openapi::List::<KubeLease> {
         items,
         metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta {
@@ -130,7 +130,7 @@ pub(crate) async fn create_lease(
     if let Err(r) = super::authz::admit(&caller, super::authz::Kind::Lease, &name) {
         return r;
     }
-    let lease = match crate::kube::lease(&kube, &name) {
+    let lease = match crate::k8s::lease(&kube, &name) {
         Ok(l) => l,
         Err(e) => return invalid("Lease", &name, e),
     };
@@ -186,9 +186,9 @@ async fn replace_served(s: &AppState, lease: Lease) -> Response {
 fn renewal(ct: &str, body: &Bytes, name: &str) -> Result<(Lease, Option<u64>), Response> {
     let body = body_json(ct, body)?;
     let kube = serde_json::from_slice::<KubeLease>(&body).map_err(|e| malformed(&e))?;
-    let lease = crate::kube::lease(&kube, name).map_err(|e| invalid("Lease", name, e))?;
+    let lease = crate::k8s::lease(&kube, name).map_err(|e| invalid("Lease", name, e))?;
     let expected =
-        crate::kube::expected_version(&kube.metadata).map_err(|e| invalid("Lease", name, e))?;
+        crate::k8s::expected_version(&kube.metadata).map_err(|e| invalid("Lease", name, e))?;
     Ok((lease, expected))
 }
 
@@ -217,7 +217,7 @@ pub(crate) async fn patch_lease(
         Err(r) => return r,
     };
     // The patch applies to the current Lease; its version is not a precondition.
-    match crate::kube::lease(&kube, &name) {
+    match crate::k8s::lease(&kube, &name) {
         Ok(lease) if !own => replace_served(&s, lease).await,
         Ok(lease) => update_lease(&s, lease, None).await,
         Err(e) => invalid("Lease", &name, e),

@@ -276,7 +276,7 @@ pub(super) fn body_read(
 
 /// The 429 kube-apiserver's max-in-flight filter answers.
 fn too_many_requests() -> Response {
-    let mut status = crate::kube::status_error(
+    let mut status = crate::k8s::status_error(
         429,
         "TooManyRequests",
         "Too many requests, please try again later.",

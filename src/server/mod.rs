@@ -54,7 +54,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use tokio_util::sync::CancellationToken;
 
-use crate::kube::{json_patch, paging, patch, selectors, table};
+use crate::k8s::{json_patch, paging, patch, selectors, table};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::view::View;
@@ -391,7 +391,7 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 
 /// A Kubernetes `Status` error response.
 pub(crate) fn status_error(code: StatusCode, reason: &str, message: String) -> Response {
-    let body = crate::kube::status_error(code.as_u16(), reason, &message, None, None);
+    let body = crate::k8s::status_error(code.as_u16(), reason, &message, None, None);
     (code, Json(body)).into_response()
 }
 

@@ -160,8 +160,8 @@ impl NodeJson {
     }
 
     /// The items `range` of `encoded` as a `NodeList` response (its head
-    /// and tail as [`crate::kube::NODE_LIST_HEAD`] and
-    /// [`crate::kube::node_list_tail`] write them), streamed at the lists'
+    /// and tail as [`crate::k8s::NODE_LIST_HEAD`] and
+    /// [`crate::k8s::node_list_tail`] write them), streamed at the lists'
     /// shared rate.
     pub fn list_response(
         &self,
@@ -183,7 +183,7 @@ impl NodeJson {
 
 fn encode(shown: &Shown) -> Item {
     // Kept for as long as the node is unchanged: written with no spare room.
-    let json = crate::kube::NodeJson::shown(&shown.node, shown.beat).to_vec();
+    let json = crate::k8s::NodeJson::shown(&shown.node, shown.beat).to_vec();
     Item {
         name: Arc::from(shown.node.name.as_str()),
         json: Bytes::from(json),
@@ -221,8 +221,8 @@ pub struct ListBody {
 
 impl ListBody {
     pub fn new(encoded: Arc<Encoded>, range: Range<usize>, metadata: &ListMeta) -> ListBody {
-        let head = Bytes::from_static(crate::kube::NODE_LIST_HEAD);
-        let tail = crate::kube::node_list_tail(metadata);
+        let head = Bytes::from_static(crate::k8s::NODE_LIST_HEAD);
+        let tail = crate::k8s::node_list_tail(metadata);
         let items = &encoded.items[range.clone()];
         let remaining = (head.len() + tail.len()) as u64
             + items.iter().map(|i| i.json.len() as u64).sum::<u64>()

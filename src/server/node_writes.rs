@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::json_patch;
 use super::patch::{self, PatchKind};
-use crate::kube::{self, ObjectError};
+use crate::k8s::{self, ObjectError};
 use crate::model::{Micros, Node, OperatorFields};
 use crate::validation::{FieldError, Invalid};
 
@@ -110,7 +110,7 @@ fn status_refused(name: &str) -> WriteError {
 }
 
 /// Reads `write` against `node` as the API shows it (`heartbeat` as for
-/// [`crate::kube::node`]): the operator fields it asks for and the version
+/// [`crate::k8s::node`]): the operator fields it asks for and the version
 /// it applies to, or why it is refused.
 pub fn prepare(
     node: &Node,
@@ -133,7 +133,7 @@ pub fn prepare(
             if touches_status {
                 return Err(status_refused(&node.name));
             }
-            let mut current = serde_json::to_value(crate::kube::NodeJson::shown(node, heartbeat))
+            let mut current = serde_json::to_value(crate::k8s::NodeJson::shown(node, heartbeat))
                 .map_err(|e| WriteError::BadRequest(e.to_string()))?;
             let applied = match format {
                 PatchFormat::Merge => {
@@ -171,11 +171,11 @@ pub fn prepare(
             })?;
             // A resourceVersion the patch itself set is the writer's precondition.
             let version =
-                kube::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
+                k8s::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
             if version.is_some_and(|v| v != node.resource_version) {
                 return Err(WriteError::Conflict(conflict_message(&node.name)));
             }
-            let fields = kube::operator_fields(node, &object, false)?;
+            let fields = k8s::operator_fields(node, &object, false)?;
             Ok(Prepared {
                 fields,
                 expected_version: Some(node.resource_version),
@@ -184,11 +184,11 @@ pub fn prepare(
         }
         NodeWrite::Replace(object) => {
             let version =
-                kube::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
+                k8s::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
             if version.is_some_and(|v| v != node.resource_version) {
                 return Err(WriteError::Conflict(conflict_message(&node.name)));
             }
-            let fields = kube::operator_fields(node, object, true)?;
+            let fields = k8s::operator_fields(node, object, true)?;
             Ok(Prepared {
                 fields,
                 expected_version: version,
@@ -287,7 +287,7 @@ mod tests {
             prepare(&node, None, &stale),
             Err(WriteError::Conflict(_))
         ));
-        let mut object = crate::kube::node(&node, None);
+        let mut object = crate::k8s::node(&node, None);
         object.metadata.resource_version = Some("2".into());
         assert!(matches!(
             prepare(&node, None, &NodeWrite::Replace(Box::new(object))),
@@ -357,7 +357,7 @@ mod tests {
             i += round;
         }
         assert!(crate::validation::node_bytes(&node) > crate::validation::MAX_NODE_BYTES - 16);
-        let object = crate::kube::node(&node, Some(Micros(1)));
+        let object = crate::k8s::node(&node, Some(Micros(1)));
         let body = serde_json::to_vec(&object).unwrap();
         assert!(
             body.len() <= super::super::BODY_LIMIT,
@@ -371,7 +371,7 @@ mod tests {
     #[test]
     fn a_put_of_the_node_as_read_is_a_no_op_write() {
         let node = sample_node();
-        let object = crate::kube::node(&node, None);
+        let object = crate::k8s::node(&node, None);
         let p = prepare(&node, None, &NodeWrite::Replace(Box::new(object))).unwrap();
         assert_eq!(p.expected_version, Some(node.resource_version));
         assert!(crate::controller::operator::fold(&node, p.fields, Micros(1)).is_none());

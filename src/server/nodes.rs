@@ -80,7 +80,7 @@ pub(crate) async fn list_nodes(
                 "metadata.name" => Some(node.name.as_str()),
                 "spec.unschedulable" => Some(unschedulable),
                 _ => None,
-            }) && (query.labels.is_empty() || query.labels.matches(&crate::kube::node_labels(node)))
+            }) && (query.labels.is_empty() || query.labels.matches(&crate::k8s::node_labels(node)))
         });
     }
     let page = paging::page(
@@ -122,7 +122,7 @@ pub(crate) async fn get_node(
     let Some(shown) = s.view.shown_node(&name) else {
         return (
             StatusCode::NOT_FOUND,
-            Json(crate::kube::not_found("nodes", &name)),
+            Json(crate::k8s::not_found("nodes", &name)),
         )
             .into_response();
     };
@@ -170,7 +170,7 @@ async fn watch(
             "metadata.name" => Some(node.name.as_str()),
             "spec.unschedulable" => Some(unschedulable),
             _ => None,
-        }) && filter_query.labels.matches(&crate::kube::node_labels(node))
+        }) && filter_query.labels.matches(&crate::k8s::node_labels(node))
     });
     // kubectl get -w asks for Tables: each event carries a one-row Table.
     let render: Option<super::watch::NodeRender> = wants_table(headers).then(|| {
@@ -244,7 +244,7 @@ fn check_operator(caller: &Caller, name: &str) -> Result<(), Response> {
 fn not_found(name: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(crate::kube::not_found("nodes", name)),
+        Json(crate::k8s::not_found("nodes", name)),
     )
         .into_response()
 }
@@ -260,7 +260,7 @@ fn write_error(e: WriteError) -> Response {
         ),
         WriteError::Invalid(i) => (
             StatusCode::UNPROCESSABLE_ENTITY,
-            Json(crate::kube::invalid(&i)),
+            Json(crate::k8s::invalid(&i)),
         )
             .into_response(),
     }
@@ -336,7 +336,7 @@ pub(crate) async fn patch_node(
         };
         match commit(&s, &name, prepared, &by).await {
             Ok(node) => {
-                let answer = super::push::json_reply(&crate::kube::NodeJson::shown(&node, None));
+                let answer = super::push::json_reply(&crate::k8s::NodeJson::shown(&node, None));
                 return super::openapi::with_warnings(answer, &warnings);
             }
             // The node changed since it was read: apply the patch again to
@@ -423,7 +423,7 @@ pub(crate) async fn put_node(
     };
     match commit(&s, &name, prepared, &writer(identity, &headers)).await {
         Ok(node) => super::openapi::with_warnings(
-            super::push::json_reply(&crate::kube::NodeJson::shown(&node, None)),
+            super::push::json_reply(&crate::k8s::NodeJson::shown(&node, None)),
             &warnings,
         ),
         Err(e) => super::push::push_error(e),

@@ -317,7 +317,7 @@ fn walk(
     depth: usize,
 ) {
     // Deeper than any Kubernetes object nests: stop, as the patch's own bound does.
-    if depth > crate::kube::patch::MAX_DEPTH {
+    if depth > crate::k8s::patch::MAX_DEPTH {
         return;
     }
     let schema = resolve(schemas, schema);

@@ -34,9 +34,9 @@ use super::watch::{
     DEFAULT_TIMEOUT, PAGE,
 };
 use super::{bad_request, AppState};
-use crate::kube::selectors::{FieldSelector, LabelSelector};
-use crate::kube::table::{self, IncludeObject};
-use crate::kube::watch::{bookmark, WatchEventType};
+use crate::k8s::selectors::{FieldSelector, LabelSelector};
+use crate::k8s::table::{self, IncludeObject};
+use crate::k8s::watch::{bookmark, WatchEventType};
 use crate::model::{EventKind, Micros, ObjectKey};
 
 /// What a pod watch selects and how it renders.

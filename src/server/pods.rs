@@ -29,8 +29,8 @@ use super::params::{wants_table, ListParams};
 use super::push::{body_json, json_body, malformed, push_error, ContentType};
 use super::{bad_request, status_error, AppState, Caller};
 use crate::controller::ObjectWrite;
-use crate::kube::patch::{apply_with_keys, PatchKind};
-use crate::kube::table;
+use crate::k8s::patch::{apply_with_keys, PatchKind};
+use crate::k8s::table;
 use crate::model::{Micros, NodeObject, ObjectKey};
 
 /// The resource, as errors and the history name it.
@@ -96,7 +96,7 @@ fn find(s: &AppState, caller: &Caller, namespace: &str, name: &str) -> Option<No
 fn not_found(name: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(crate::kube::not_found(RESOURCE, name)),
+        Json(crate::k8s::not_found(RESOURCE, name)),
     )
         .into_response()
 }
@@ -361,7 +361,7 @@ fn mirror_pod(
         }
     }
     meta.uid = Some(uuid::Uuid::new_v4().to_string());
-    meta.creation_timestamp = Some(crate::kube::time(Micros::now()));
+    meta.creation_timestamp = Some(crate::k8s::time(Micros::now()));
     meta.resource_version = None;
     meta.managed_fields = None;
     meta.deletion_timestamp = None;

@@ -115,7 +115,7 @@ pub(crate) async fn post_events_event(
 pub(crate) async fn patch_event(Path((_namespace, name)): Path<(String, String)>) -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(crate::kube::not_found("events", &name)),
+        Json(crate::k8s::not_found("events", &name)),
     )
         .into_response()
 }

@@ -47,7 +47,7 @@ pub(crate) fn push_error(e: PushError) -> Response {
         }
         PushError::Rejected(invalid) => (
             StatusCode::UNPROCESSABLE_ENTITY,
-            Json(crate::kube::invalid(&invalid)),
+            Json(crate::k8s::invalid(&invalid)),
         )
             .into_response(),
         PushError::TooManyRequests {
@@ -161,11 +161,11 @@ pub(crate) fn json_body<T: DeserializeOwned>(ct: &str, body: &Bytes) -> Result<T
 
 /// The body of a `PUT` or `POST` sent as `ct`, as JSON: a JSON body as it
 /// is, a protobuf one read into the Kubernetes JSON of its object
-/// ([`crate::kube::protobuf`]); any other type is refused (415), as
+/// ([`crate::k8s::protobuf`]); any other type is refused (415), as
 /// kube-apiserver refuses a type it has no serializer for.
 pub(crate) fn body_json(ct: &str, body: &Bytes) -> Result<Bytes, Response> {
-    if crate::kube::protobuf::is_protobuf(ct) {
-        return crate::kube::protobuf::to_json(body)
+    if crate::k8s::protobuf::is_protobuf(ct) {
+        return crate::k8s::protobuf::to_json(body)
             .map(Bytes::from)
             .map_err(|e| {
                 status_error(
@@ -183,7 +183,7 @@ pub(crate) fn body_json(ct: &str, body: &Bytes) -> Result<Bytes, Response> {
             format!(
                 "the body of the request was in an unknown format - accepted media types include: \
                  application/json, {} (got {ct:?})",
-                crate::kube::protobuf::MEDIA_TYPE
+                crate::k8s::protobuf::MEDIA_TYPE
             ),
         ));
     }
@@ -251,7 +251,7 @@ pub(super) fn invalid_fields(
     };
     (
         StatusCode::UNPROCESSABLE_ENTITY,
-        Json(crate::kube::invalid(&e)),
+        Json(crate::k8s::invalid(&e)),
     )
         .into_response()
 }
@@ -272,7 +272,7 @@ pub(super) fn current_node(
     let status_named = |key: &str| status_named(patch, key);
     // A patch that is not an object, or has a directive at the top, gets it all.
     let names = |key: &str| whole(patch) || patch.get(key).is_some();
-    let parts = crate::kube::Parts {
+    let parts = crate::k8s::Parts {
         metadata: names("metadata"),
         spec: names("spec"),
         status: names("status"),
@@ -285,13 +285,13 @@ pub(super) fn current_node(
     };
     // Written from the published node in place: no copy of it per push.
     let written = s.view.with_node(name, |node, _| {
-        serde_json::to_value(crate::kube::NodeJson::parts(node, parts))
+        serde_json::to_value(crate::k8s::NodeJson::parts(node, parts))
     });
     match written {
         Some(current) => current.map_err(super::internal),
         None => Err((
             StatusCode::NOT_FOUND,
-            Json(crate::kube::not_found("nodes", name)),
+            Json(crate::k8s::not_found("nodes", name)),
         )
             .into_response()),
     }
@@ -392,11 +392,11 @@ fn status_to_write(
         ));
     }
     if only.is_none() {
-        if let Err(e) = crate::kube::check_condition_types(&node) {
+        if let Err(e) = crate::k8s::check_condition_types(&node) {
             return Err(invalid_fields("Node", name, vec![e]));
         }
     }
-    let status = match crate::kube::pushed_status_of(node.status.take()) {
+    let status = match crate::k8s::pushed_status_of(node.status.take()) {
         Ok(mut status) => {
             if let Some(only) = &only {
                 only.keep_only(&mut status);
@@ -405,7 +405,7 @@ fn status_to_write(
         }
         Err(causes) => return Err(invalid_fields("Node", name, causes)),
     };
-    match crate::kube::expected_version(&node.metadata) {
+    match crate::k8s::expected_version(&node.metadata) {
         Ok(expected) => Ok((status, expected)),
         Err(e) => Err(invalid("Node", name, e)),
     }
@@ -433,7 +433,7 @@ async fn push_status(
     expected: Option<u64>,
 ) -> Response {
     match s.controller.status(name, status, expected).await {
-        Ok(node) => json_reply(&crate::kube::NodeJson::shown(&node, None)),
+        Ok(node) => json_reply(&crate::k8s::NodeJson::shown(&node, None)),
         Err(e) => push_error(e),
     }
 }
@@ -504,13 +504,13 @@ pub(crate) async fn create_node(
     if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
-    let (spec, status) = match crate::kube::node_registration(&node) {
+    let (spec, status) = match crate::k8s::node_registration(&node) {
         Ok(parts) => parts,
         Err(causes) => return invalid_fields("Node", &name, causes),
     };
     match s.controller.register(spec, status).await {
         Ok(node) => {
-            let mut created = json_reply(&crate::kube::NodeJson::shown(&node, None));
+            let mut created = json_reply(&crate::k8s::NodeJson::shown(&node, None));
             *created.status_mut() = StatusCode::CREATED;
             created
         }

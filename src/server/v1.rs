@@ -42,7 +42,7 @@ pub(crate) async fn get_node_record(
         Some((node, heartbeat)) => Json(NodeEntry { node, heartbeat }).into_response(),
         None => (
             StatusCode::NOT_FOUND,
-            Json(crate::kube::not_found("nodes", &name)),
+            Json(crate::k8s::not_found("nodes", &name)),
         )
             .into_response(),
     }
@@ -261,8 +261,8 @@ pub(crate) async fn at(State(s): State<AppState>, Query(params): Query<AtParams>
         Ok(Ok(at)) if params.records == Some(true) => (instant, Json(at)).into_response(),
         Ok(Ok(at)) => (
             instant,
-            Json(crate::kube::node_list(
-                at.nodes.values().map(|n| crate::kube::node(n, None)),
+            Json(crate::k8s::node_list(
+                at.nodes.values().map(|n| crate::k8s::node(n, None)),
                 at.seq,
             )),
         )

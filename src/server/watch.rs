@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::{status_error, AppState};
 use crate::history::Replay;
-use crate::kube::watch::{
+use crate::k8s::watch::{
     bookmark, error_line, internal_error, too_large_version, too_old_version, watch_line,
     WatchEventType,
 };
@@ -305,7 +305,7 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
     let render = |node: &Node| match &params.render {
         Some(render) => render(node),
         None => {
-            serde_json::to_value(crate::kube::NodeJson::shown(node, None)).unwrap_or(Value::Null)
+            serde_json::to_value(crate::k8s::NodeJson::shown(node, None)).unwrap_or(Value::Null)
         }
     };
     let keep = |node: &Node| params.filter.as_ref().is_none_or(|f| f(node));

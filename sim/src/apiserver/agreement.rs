@@ -1,12 +1,12 @@
 //! The fake API server and nodekeeper read patches and selectors the same
-//! way: each case goes through nodekeeper's `kube::patch` and
-//! `kube::selectors` and through the fake's own `strategic` and `selectors`,
+//! way: each case goes through nodekeeper's `k8s::patch` and
+//! `k8s::selectors` and through the fake's own `strategic` and `selectors`,
 //! written separately from apimachinery. A bug in either shows as a
 //! disagreement here; where they differ on purpose, the difference is listed
 //! and checked too, so a change to either side is seen.
 
-use nodekeeper::kube::patch::{self as product_patch, PatchKind};
-use nodekeeper::kube::selectors as product;
+use nodekeeper::k8s::patch::{self as product_patch, PatchKind};
+use nodekeeper::k8s::selectors as product;
 use serde_json::{json, Value};
 
 use super::patch::{self, PatchType};
@@ -147,7 +147,7 @@ fn patches_differ_where_nodekeeper_says_so() {
     // A new condition: kube-apiserver puts items new to a merged list before
     // the ones it had (see `strategic`); nodekeeper keeps the node's
     // conditions in their order and appends (its kubelet path keeps
-    // conditions in the node's order, `src/kube/patch.rs`).
+    // conditions in the node's order, `src/k8s/patch.rs`).
     let patch = json!({"status": {"conditions": [{"type": "PIDPressure", "status": "False"}]}});
     let types = |doc: Value| -> Vec<String> {
         doc["status"]["conditions"]

@@ -879,7 +879,7 @@ struct SteadyRow {
 async fn steady_state(env: &Env<'_>) -> Result<SteadyRow> {
     let args = env.args;
     let nodes = args.steady_nodes;
-    let limit = nodekeeper::app::raise_open_file_limit();
+    let limit = nodekeeper::config::raise_open_file_limit();
     if nodes as u64 + SPARE_FILES > limit {
         bail!(
             "{nodes} simulated nodes need about {} open files in this process; the limit is {limit}",

@@ -89,7 +89,7 @@ async fn the_list_is_byte_for_byte_what_a_kubernetes_list_serializes_to() {
         serde_json::to_vec(&List::<KubeNode> {
             items: nodes[range]
                 .iter()
-                .map(|n| crate::kube::node(n, (n.name == "n001").then_some(Micros(9_000_000))))
+                .map(|n| crate::k8s::node(n, (n.name == "n001").then_some(Micros(9_000_000))))
                 .collect(),
             metadata: metadata.clone(),
         })
@@ -258,7 +258,7 @@ async fn the_list_follows_every_published_change() {
         let (n, beat) = s.view.get(name).unwrap();
         assert_eq!(
             item,
-            &serde_json::to_value(crate::kube::node(&n, beat)).unwrap()
+            &serde_json::to_value(crate::k8s::node(&n, beat)).unwrap()
         );
     }
 }

@@ -223,8 +223,8 @@ mod tests {
             metadata: ObjectMeta {
                 name: Some(lease.name.clone()),
                 namespace: Some(NODE_LEASE_NAMESPACE.into()),
-                uid: crate::kube::non_empty(&lease.uid),
-                creation_timestamp: Some(crate::kube::time(lease.created)),
+                uid: crate::k8s::non_empty(&lease.uid),
+                creation_timestamp: Some(crate::k8s::time(lease.created)),
                 resource_version: Some(lease.generation.to_string()),
                 owner_references: (!lease.owner_references.is_empty()).then(|| {
                     lease

@@ -428,7 +428,7 @@ mod tests {
         );
         // Applied: the API server now has it all, and the record of it.
         let mut there = current.clone();
-        crate::kube::patch::merge_patch(&mut there, &patch);
+        crate::k8s::patch::merge_patch(&mut there, &patch);
         assert_eq!(spec_patch(&there, &want), None);
 
         // Uncordoned, unlabeled, untainted, unannotated here: removed there,
@@ -454,7 +454,7 @@ mod tests {
                 &format!("{TAINT_UNREACHABLE}:NoSchedule")
             ]
         );
-        crate::kube::patch::merge_patch(&mut there, &patch);
+        crate::k8s::patch::merge_patch(&mut there, &patch);
         assert_eq!(there["metadata"]["labels"]["team"], "x");
         assert_eq!(spec_patch(&there, &desired()), None);
 

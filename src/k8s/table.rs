@@ -202,7 +202,7 @@ pub fn node_table(
     let rows = nodes
         .iter()
         .map(|(node, beat)| {
-            let k = crate::kube::node(node, *beat);
+            let k = crate::k8s::node(node, *beat);
             Row {
                 cells: node_cells(node, now).into_iter().map(Value::from).collect(),
                 object: row_object(include, &k.metadata, || serde_json::to_value(&k).ok()),
@@ -722,7 +722,7 @@ mod tests {
                 message: "HTTP 500".into(),
             },
         };
-        let event = crate::kube::node_event(&e).unwrap();
+        let event = crate::k8s::node_event(&e).unwrap();
         let now = at("2026-11-30T12:00:00Z");
         let v = serde_json::to_value(event_table(
             &[event],

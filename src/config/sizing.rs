@@ -8,7 +8,7 @@ use crate::server::ApiLimits;
 
 /// Open files kept for everything but probes and API connections: the
 /// store, the listener, logs, the mirror's client, name lookups.
-pub(super) const SPARE_FILES: u64 = 256;
+pub const SPARE_FILES: u64 = 256;
 /// API connections wanted beyond one per pushing node: kubectl, the CLI,
 /// health checks and metrics scrapes.
 pub const READER_CONNECTIONS: usize = 256;
@@ -232,6 +232,19 @@ fn open_file_limit(
         holders.join(", "),
         remedies.join(", or ")
     )
+}
+
+/// Raises the open-file soft limit to the hard limit; returns the limit in force.
+pub fn raise_open_file_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!("cannot raise the open-file limit: {e}");
+            rlimit::getrlimit(rlimit::Resource::NOFILE)
+                .map(|(soft, _)| soft)
+                .unwrap_or(1024)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -688,7 +688,7 @@ mod tests {
                 .expect("ts")
         );
         // Before the epoch, truncation still goes to the whole second at or before.
-        assert_eq!(crate::kube::time(Micros(-1)).0.as_second(), -1);
+        assert_eq!(crate::k8s::time(Micros(-1)).0.as_second(), -1);
     }
 
     #[test]
@@ -778,7 +778,7 @@ mod tests {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
         use super::super::{cpu_quantity, go_arch, memory_quantity, node_labels};
-        use crate::kube::{non_empty, time, MAX_PODS, SOURCE_ANNOTATION};
+        use crate::k8s::{non_empty, time, MAX_PODS, SOURCE_ANNOTATION};
         use crate::model::{self, Micros};
 
         fn node_info(info: &model::NodeInfo) -> NodeSystemInfo {

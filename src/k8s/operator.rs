@@ -237,7 +237,7 @@ mod tests {
     }
 
     fn as_object(node: &Node) -> Value {
-        serde_json::to_value(crate::kube::node(node, None)).unwrap()
+        serde_json::to_value(crate::k8s::node(node, None)).unwrap()
     }
 
     fn read(object: Value, check_conditions: bool) -> Result<OperatorFields, ObjectError> {
