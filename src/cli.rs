@@ -302,6 +302,13 @@ pub struct RunArgs {
     /// in a key matching any text). Without it, no `kube_node_labels`.
     #[arg(long, value_name = "RESOURCE=[KEY,...]")]
     pub metric_labels_allowlist: Option<String>,
+    /// The resources whose kube-state-metrics series are served, as
+    /// kube-state-metrics' flag of the same name: its resources, separated
+    /// by commas. nodekeeper has nodes only, so a list without `nodes`
+    /// (`pods`, say) serves no `kube_node_*` series, for a site whose own
+    /// kube-state-metrics makes them. Without it, every resource.
+    #[arg(long, value_name = "RESOURCE,...")]
+    pub resources: Option<String>,
 
     /// Address for the HTTP API (nodes, history, metrics). A non-loopback
     /// address needs --tls-cert-file and --token-file (or --insecure-listen).

@@ -19,7 +19,7 @@ mod exposition;
 pub mod nodes;
 
 pub use exposition::Exposition;
-pub use nodes::{LabelsAllowlist, NodeSeries};
+pub use nodes::{LabelsAllowlist, NodeSeries, ResourceSet};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Status {
@@ -146,6 +146,8 @@ pub struct Metrics {
     site: Option<String>,
     /// kube-state-metrics' node series (`metrics::nodes`).
     node_series: NodeSeries,
+    /// Whether they are served (`--resources` names nodes, or is not given).
+    node_series_served: bool,
     pub nodes: Family<ConditionLabels, Gauge>,
     pub transitions: Family<ConditionLabels, Counter>,
     pub probes: Family<ProbeLabels, Counter>,
@@ -747,6 +749,7 @@ impl Metrics {
             backup_last_duration,
             site: site.map(str::to_string),
             node_series: NodeSeries::default(),
+            node_series_served: true,
             status_heartbeats,
             lease_heartbeats,
             inflight,
@@ -885,6 +888,12 @@ impl Metrics {
         self
     }
 
+    /// Serves the node series only if `resources` has nodes (`--resources`).
+    pub fn with_resources(mut self, resources: ResourceSet) -> Metrics {
+        self.node_series_served = resources.nodes();
+        self
+    }
+
     /// The exposition in `format` with kube-state-metrics' series of
     /// `nodes` (in name order), in pieces to send one after the other:
     /// nodekeeper's own families, then the node families, then the end.
@@ -894,7 +903,11 @@ impl Metrics {
         nodes: impl ExactSizeIterator<Item = &'a crate::model::Node>,
     ) -> [bytes::Bytes; 3] {
         let own = self.encode_as(format);
-        let node_text = self.node_series.render(nodes);
+        let node_text = if self.node_series_served {
+            self.node_series.render(nodes)
+        } else {
+            bytes::Bytes::new()
+        };
         match format {
             Exposition::OpenMetrics { .. } => {
                 let own = own.strip_suffix("# EOF\n").unwrap_or(&own).to_string();

@@ -1,7 +1,8 @@
 //! What the API answers, with the real binary, where it follows
 //! kube-apiserver: concurrent patches without a precondition all apply;
 //! every answer says `X-Content-Type-Options: nosniff`. `/metrics` answers
-//! in the format asked for, as Prometheus client libraries do. A probed
+//! in the format asked for, as Prometheus client libraries do, with
+//! kube-state-metrics' node series unless `--resources` leaves nodes out. A probed
 //! node has the Lease its probes renew, as `kubectl describe node` reads it.
 // Tests set up files with std::fs and time real processes: clippy.toml's
 // runtime rules are for the product.
@@ -219,6 +220,35 @@ async fn metrics_are_answered_in_the_format_asked_for() {
         text.contains("kube_node_spec_unschedulable{node=\""),
         "{text}"
     );
+    assert!(c.stop().success());
+}
+
+/// kube-state-metrics' `--resources` selects the resources whose series it
+/// makes (kubernetes/kube-state-metrics at c92fe0c5, pkg/options/options.go:188;
+/// none given: every resource, pkg/app/server.go:215-216). A list without
+/// `nodes`, here from the config file's `resources` key, serves no
+/// `kube_node_*` series and keeps nodekeeper's own; without it they are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_without_nodes_serve_no_node_series() {
+    let site = one_node();
+    let config = site.path().join("resources.yaml");
+    std::fs::write(&config, "resources: [pods, leases]\n").unwrap();
+    let c = site.controller_with(&["--config", config.to_str().unwrap()]);
+    registered(&c).await;
+    for accept in [None, Some("application/openmetrics-text;version=1.0.0")] {
+        let (_, text) = metrics(&c, accept).await;
+        assert!(!text.contains("kube_node_"), "{accept:?}: {text}");
+        assert!(
+            text.contains("nodekeeper_build_info{"),
+            "{accept:?}: {text}"
+        );
+    }
+    assert!(c.stop().success());
+
+    let c = site.controller(&[]);
+    registered(&c).await;
+    let (_, text) = metrics(&c, None).await;
+    assert!(text.contains("kube_node_info{node=\"edge-1\""), "{text}");
     assert!(c.stop().success());
 }
 

@@ -111,7 +111,8 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
     let view = Arc::new(View::default());
     let metrics = Arc::new(
         Metrics::for_site(config.site.as_deref())
-            .with_labels_allowlist(std::mem::take(&mut config.labels_allowlist)),
+            .with_labels_allowlist(std::mem::take(&mut config.labels_allowlist))
+            .with_resources(config.resources),
     );
     let (handle, pushes) = ControllerHandle::channel();
     let mirror = match (config.mirror.take(), client) {

@@ -35,6 +35,8 @@ pub struct RunConfig {
     pub backups: Option<crate::backups::BackupConfig>,
     /// `--metric-labels-allowlist`.
     pub labels_allowlist: crate::metrics::LabelsAllowlist,
+    /// `--resources`: whether the node series are served.
+    pub resources: crate::metrics::ResourceSet,
     pub db: PathBuf,
     pub listen: std::net::SocketAddr,
     /// Serving TLS (`--tls-cert-file`), and that certificate's path for the discovery file.
@@ -134,6 +136,12 @@ impl RunConfig {
             Some(text) => crate::metrics::LabelsAllowlist::parse(text)
                 .map_err(|e| flag("--metric-labels-allowlist", e))?,
         };
+        let resources = match &args.resources {
+            None => crate::metrics::ResourceSet::default(),
+            Some(text) => {
+                crate::metrics::ResourceSet::parse(text).map_err(|e| flag("--resources", e))?
+            }
+        };
         let capacity = node_capacity(args)?;
         check_periods_and_rates(args)?;
         check_api_server_flags(args)?;
@@ -167,6 +175,7 @@ impl RunConfig {
             backups,
             site,
             labels_allowlist,
+            resources,
             transition_hook,
             mirror,
             retention,

@@ -149,6 +149,93 @@ impl LabelsAllowlist {
     }
 }
 
+/// `--resources`, as kube-state-metrics takes it (kubernetes/kube-state-metrics
+/// at c92fe0c5): a comma-separated list, each name trimmed and empty ones
+/// dropped (pkg/options/types.go:91-100, `ResourceSet.Set`), and no name
+/// at all meaning every resource (pkg/app/server.go:215-216). A name that
+/// is not one of its resources is refused, as its builder refuses it
+/// (internal/store/builder.go:121). nodekeeper has nodes only: what the list
+/// decides here is whether `nodes` is in it, i.e. whether the `kube_node_*`
+/// series are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceSet {
+    nodes: bool,
+}
+
+/// kube-state-metrics' resources (pkg/options/resource.go:28-62, `DefaultResources`).
+const KUBE_STATE_METRICS_RESOURCES: [&str; 33] = [
+    "certificatesigningrequests",
+    "configmaps",
+    "cronjobs",
+    "customresourcedefinitions",
+    "daemonsets",
+    "deployments",
+    "endpointslices",
+    "horizontalpodautoscalers",
+    "ingresses",
+    "jobs",
+    "leases",
+    "limitranges",
+    "mutatingadmissionpolicies",
+    "mutatingadmissionpolicybindings",
+    "mutatingwebhookconfigurations",
+    "namespaces",
+    "networkpolicies",
+    "nodes",
+    "persistentvolumes",
+    "persistentvolumeclaims",
+    "poddisruptionbudgets",
+    "pods",
+    "replicasets",
+    "replicationcontrollers",
+    "resourcequotas",
+    "secrets",
+    "services",
+    "statefulsets",
+    "storageclasses",
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
+    "validatingwebhookconfigurations",
+    "volumeattachments",
+];
+
+impl Default for ResourceSet {
+    /// Every resource, as kube-state-metrics without the flag.
+    fn default() -> ResourceSet {
+        ResourceSet { nodes: true }
+    }
+}
+
+impl ResourceSet {
+    /// Parses the flag's value; an unknown name is an error naming it and
+    /// the names there are.
+    pub fn parse(text: &str) -> Result<ResourceSet, String> {
+        let names: Vec<&str> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .collect();
+        if let Some(unknown) = names
+            .iter()
+            .find(|name| !KUBE_STATE_METRICS_RESOURCES.contains(name))
+        {
+            return Err(format!(
+                "resource {unknown:?} does not exist; kube-state-metrics' resources are {} \
+                 (nodekeeper makes the series of nodes only: a list without nodes, e.g. pods, serves none)",
+                KUBE_STATE_METRICS_RESOURCES.join(",")
+            ));
+        }
+        Ok(ResourceSet {
+            nodes: names.is_empty() || names.contains(&"nodes"),
+        })
+    }
+
+    /// Whether the `kube_node_*` series are served.
+    pub fn nodes(&self) -> bool {
+        self.nodes
+    }
+}
+
 /// One node's lines, per family, and the version they were made from.
 struct Rendered {
     resource_version: u64,
@@ -567,5 +654,26 @@ mod tests {
         // A * after another pattern is ignored, as kube-state-metrics ignores it.
         let late = LabelsAllowlist::parse("nodes=[fooBar,*]").unwrap();
         assert_eq!(late.allowed(&labels), vec![("fooBar", "4")]);
+    }
+
+    #[test]
+    fn resources_parse_as_kube_state_metrics_takes_them() {
+        assert!(ResourceSet::default().nodes());
+        for with_nodes in ["nodes", " pods , nodes ", "nodes,", "", " , "] {
+            assert!(
+                ResourceSet::parse(with_nodes).unwrap().nodes(),
+                "{with_nodes:?}"
+            );
+        }
+        for without in ["pods", "pods,leases", "leases, "] {
+            assert!(!ResourceSet::parse(without).unwrap().nodes(), "{without:?}");
+        }
+        for unknown in ["node", "nodes,Pods", "csinodes"] {
+            let e = ResourceSet::parse(unknown).unwrap_err();
+            assert!(
+                e.contains("does not exist") && e.contains("volumeattachments"),
+                "{e}"
+            );
+        }
     }
 }
