@@ -60,6 +60,8 @@ fn push_config(args: &SimArgs) -> Result<Option<PushConfig>, Failure> {
             flag: "--push-ca-file",
         }),
         Some(path) => {
+            // Read once while `sim` checks its flags, before the fleet starts.
+            #[allow(clippy::disallowed_methods)]
             std::fs::read_to_string(path)
                 .map(Some)
                 .map_err(|source| PushSetupError::CaFile {
