@@ -669,6 +669,20 @@ pub struct SimArgs {
     /// Send `Authorization: Bearer` with the first line of this file.
     #[arg(long, value_name = "FILE", requires = "push")]
     pub push_token_file: Option<PathBuf>,
+    /// Over https, trust this CA (PEM) for the controller's serving
+    /// certificate, as a kubeconfig's certificate-authority.
+    #[arg(long, value_name = "FILE", requires = "push")]
+    pub push_ca_file: Option<PathBuf>,
+    /// Over https, each node authenticates with its own client certificate:
+    /// DIR/NAME.pem holds its chain and key, as a kubelet's
+    /// kubelet-client-current.pem does.
+    #[arg(
+        long,
+        value_name = "DIR",
+        requires = "push",
+        conflicts_with = "push_token_file"
+    )]
+    pub push_cert_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::push::ClientCerts;
 use crate::{BearerToken, Fleet, FleetConfig, KubeletState, PushConfig, PushSetupError};
 use nodekeeper::cli::{SimArgs, SimCommand};
 use nodekeeper::commands::{Failure, Outcome};
@@ -53,12 +54,40 @@ fn push_config(args: &SimArgs) -> Result<Option<PushConfig>, Failure> {
         Some(path) => Some(BearerToken::from_file(path).map_err(usage)?),
         None => None,
     };
+    let https = url.starts_with("https://");
+    let server_ca = match &args.push_ca_file {
+        Some(_) if !https => Err(PushSetupError::NeedsHttps {
+            flag: "--push-ca-file",
+        }),
+        Some(path) => {
+            // Read once while `sim` checks its flags, before the fleet starts.
+            #[allow(clippy::disallowed_methods)]
+            std::fs::read_to_string(path)
+                .map(Some)
+                .map_err(|source| PushSetupError::CaFile {
+                    path: path.clone(),
+                    source,
+                })
+        }
+        None => Ok(None),
+    }
+    .map_err(usage)?;
+    let client_certs = match &args.push_cert_dir {
+        Some(_) if !https => Err(PushSetupError::NeedsHttps {
+            flag: "--push-cert-dir",
+        }),
+        Some(dir) => ClientCerts::from_dir(dir).map(Some),
+        None => Ok(None),
+    }
+    .map_err(usage)?;
     let config = PushConfig {
         lease_renew_interval: args.lease_renew_interval,
         status_update_interval: args.status_update_interval,
         clock_skew: args.clock_skew,
         register: args.register,
         token,
+        server_ca,
+        client_certs,
         ..PushConfig::new(url.clone())
     };
     config.validate().map_err(usage)?;

@@ -4,15 +4,20 @@
 //! - `PUT /nodes/{name}` with `{"state":"down"}`: set one node, answer its new status.
 //! - `PUT /nodes` with `{"state":"down"}`: set every node (a whole-site partition).
 //! - `GET /stats`: [`FleetStats`](super::FleetStats): nodes by state, and what the fleet pushed.
+//! - `POST /reconnect`: every pushing node drops its connection to the
+//!   controller at once and reconnects (a reconnect storm); answers
+//!   `{"nodes": N}`, the nodes that owe a heartbeat on a new connection,
+//!   timed in `GET /stats` as `pushes.lastReconnect`. 409 if the fleet does not push.
 //! - `GET /healthz`: `ok`.
 //!
-//! Errors are `{"error": "..."}` with 400 (bad body or state) or 404 (unknown node).
+//! Errors are `{"error": "..."}` with 400 (bad body or state), 404 (unknown
+//! node) or 409 (a reconnect asked of a fleet that does not push).
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +32,7 @@ pub(super) fn router(handle: FleetHandle) -> Router {
         .route("/nodes", get(list).put(set_all))
         .route("/nodes/{name}", get(get_one).put(set_one))
         .route("/stats", get(stats))
+        .route("/reconnect", post(reconnect))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(handle)
 }
@@ -69,6 +75,25 @@ async fn list(State(h): State<FleetHandle>) -> Response {
 
 async fn stats(State(h): State<FleetHandle>) -> Response {
     Json(h.stats()).into_response()
+}
+
+#[derive(Serialize)]
+struct Reconnecting {
+    nodes: u64,
+}
+
+async fn reconnect(State(h): State<FleetHandle>) -> Response {
+    match h.reconnect() {
+        Some(nodes) => {
+            tracing::info!(nodes, "simulated fleet: every node reconnects");
+            Json(Reconnecting { nodes }).into_response()
+        }
+        None => error(
+            StatusCode::CONFLICT,
+            "the fleet does not push, so it holds no connection to drop; start it with --push"
+                .into(),
+        ),
+    }
 }
 
 async fn get_one(State(h): State<FleetHandle>, Path(name): Path<String>) -> Response {

@@ -439,9 +439,31 @@ mod tests {
         assert_eq!((change.requested, change.answered), (Some(0), 0));
         assert!(change.all_answered());
 
-        // A status patch for a node it does not know is refused with a Status.
+        // A reconnect storm: every node drops its connection, opens a new
+        // one and has a heartbeat answered on it, timed from the request.
         nodekeeper::install_crypto_provider();
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let before = fleet.handle().push_stats().unwrap().connections;
+        assert_eq!(stats.last_reconnect, None);
+        let answer: Value = client
+            .post(format!("http://{}/reconnect", fleet.control_addr()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer, serde_json::json!({"nodes": 3}));
+        let stats = wait_pushes(&fleet, |s| {
+            s.last_reconnect.as_ref().is_some_and(|c| c.all_answered())
+        })
+        .await;
+        let reconnect = stats.last_reconnect.expect("timed");
+        assert_eq!((reconnect.requested, reconnect.answered), (Some(3), 3));
+        assert_eq!(stats.connections, before + 3, "a new connection each");
+        assert_eq!((stats.failed, &stats.last_error), (0, &None));
+
+        // A status patch for a node it does not know is refused with a Status.
         let answer = client
             .patch(format!("http://{addr}/api/v1/nodes/nobody/status"))
             .body("{}")

@@ -155,6 +155,15 @@ impl Default for FleetConfig {
     }
 }
 
+impl FleetConfig {
+    /// The nodes' names, in order: known before the fleet starts, so that
+    /// their client certificates can be made first.
+    pub fn node_names(&self) -> impl Iterator<Item = String> + '_ {
+        let width = name_width(self.nodes);
+        (0..self.nodes).map(move |i| node_name(&self.name_prefix, i, width))
+    }
+}
+
 /// One simulated kubelet's identity.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimNode {
@@ -374,12 +383,10 @@ impl Fleet {
         let (port, listeners) = bind_nodes(&ips, config.port)?;
         let (control_listener, control_addr) = bind_control(config.control).await?;
 
-        let width = name_width(config.nodes);
         let mut nodes = Vec::with_capacity(ips.len());
         let mut shared = Vec::with_capacity(ips.len());
         let mut by_name = HashMap::with_capacity(ips.len());
-        for (i, ip) in ips.iter().enumerate() {
-            let name = node_name(&config.name_prefix, i, width);
+        for ((i, ip), name) in ips.iter().enumerate().zip(config.node_names()) {
             let address = SocketAddr::V4(SocketAddrV4::new(*ip, port));
             by_name.insert(name.clone(), i);
             nodes.push(SimNode {
@@ -542,6 +549,23 @@ impl FleetHandle {
         if let Some(p) = pusher {
             p.change_made(requested, state, moved);
         }
+    }
+
+    /// Every pushing node drops its connection to the controller at once
+    /// and reconnects, timed until each has had a heartbeat answered on its
+    /// new connection (`PushStats::last_reconnect`). The nodes that owe one
+    /// (those in a state that pushes); `None` if the fleet does not push.
+    pub fn reconnect(&self) -> Option<u64> {
+        let pusher = self.inner.pusher.get()?;
+        let at = tokio::time::Instant::now();
+        let pushing = self
+            .inner
+            .nodes
+            .iter()
+            .filter(|n| push::pushes(*n.state.borrow()))
+            .count() as u64;
+        pusher.reconnect(at, pushing);
+        Some(pushing)
     }
 
     /// The state a node was last set to.

@@ -116,10 +116,10 @@ pub type NodeCert = (
 /// its chain and key (typically `CN=system:node:NAME, O=system:nodes`
 /// issued by the controller's `--client-ca-file` CA).
 #[derive(Clone)]
-pub struct ClientCerts(pub Arc<IssueCert>);
+pub struct ClientCerts(pub Arc<CertSource>);
 
-/// Given a node's name, its certificate, or why there is none.
-pub type IssueCert = dyn Fn(&str) -> Result<NodeCert, String> + Send + Sync;
+/// Given a node's name, its client certificate chain and key.
+pub type CertSource = dyn Fn(&str) -> Result<NodeCert, String> + Send + Sync;
 
 impl fmt::Debug for ClientCerts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -230,6 +230,45 @@ pub enum PushSetupError {
     Tls { url: String, reason: String },
     #[error("the fleet already pushes")]
     AlreadyPushing,
+    #[error("cannot read --push-ca-file {}: {source}", .path.display())]
+    CaFile { path: PathBuf, source: io::Error },
+    #[error("--push-cert-dir {}: not a directory; give the directory that holds each node's NAME.pem", .path.display())]
+    CertDir { path: PathBuf },
+    #[error("{flag} is for https; give --push as https://HOST:PORT")]
+    NeedsHttps { flag: &'static str },
+}
+
+impl ClientCerts {
+    /// Each node's chain and key from `dir/NAME.pem` (certificates, then
+    /// or before the key, in PEM), read when the node first connects, as a
+    /// kubelet reads its kubelet-client-current.pem
+    /// (client-go `util/certificate/certificate_store.go`).
+    pub fn from_dir(dir: &Path) -> Result<ClientCerts, PushSetupError> {
+        if !dir.is_dir() {
+            return Err(PushSetupError::CertDir {
+                path: dir.to_owned(),
+            });
+        }
+        let dir = dir.to_owned();
+        Ok(ClientCerts(Arc::new(move |name: &str| {
+            use rustls::pki_types::pem::PemObject;
+            use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+            let path = dir.join(format!("{name}.pem"));
+            // Once per node, when its task first connects: a file of about
+            // a kilobyte, as a kubelet reads its own at start.
+            #[allow(clippy::disallowed_methods)]
+            let pem = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let chain = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            if chain.is_empty() {
+                return Err(format!("{}: no certificate in it", path.display()));
+            }
+            let key = PrivateKeyDer::from_pem_slice(&pem)
+                .map_err(|e| format!("{}: no private key in it ({e})", path.display()))?;
+            Ok((chain, key))
+        })))
+    }
 }
 
 /// Where the pushes go: the parts of the `--push` URL, checked.
@@ -322,6 +361,11 @@ pub struct PushStats {
     /// How the last change of state asked of the fleet was answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_change: Option<ChangeTiming>,
+    /// How the last reconnect asked of the fleet (`FleetHandle::reconnect`)
+    /// was answered: each pushing node owes one heartbeat answered on its
+    /// new connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reconnect: Option<ChangeTiming>,
     /// The newest failure, as `METHOD path: what happened`.
     pub last_error: Option<String>,
     /// How long answered requests took, from sending to the whole answer,
@@ -359,6 +403,10 @@ pub(super) struct Pusher {
     counters: Counters,
     /// The last change of state requested, and its answers.
     change_timer: ChangeTimer,
+    /// The last reconnect requested (its time, sent to every node's task),
+    /// and its answers.
+    reconnect: tokio::sync::watch::Sender<Option<Instant>>,
+    reconnect_timer: ChangeTimer,
     warned_unknown: AtomicBool,
     warned_refused: AtomicBool,
     /// Connection tasks run here, so the fleet waits for them on stop.
@@ -426,7 +474,7 @@ fn ticks(first: Instant, period: Duration) -> Interval {
 }
 
 /// Whether a kubelet in `state` talks to the API server at all.
-fn pushes(state: KubeletState) -> bool {
+pub(super) fn pushes(state: KubeletState) -> bool {
     !matches!(state, KubeletState::Down | KubeletState::Hang)
 }
 
@@ -444,6 +492,10 @@ async fn node_loop(
     let mut status_ticks = ticks(first_status, pusher.config.status_update_interval);
     let mut state = node.state.subscribe();
     state.mark_unchanged();
+    let mut reconnects = pusher.reconnect.subscribe();
+    reconnects.mark_unchanged();
+    // When a reconnect was noticed, until a heartbeat on the new connection is answered.
+    let mut reconnected_at: Option<Instant> = None;
     let mut lease_created = false;
     let mut csinode_ready = false;
     // When the state last changed, until a status update reports it.
@@ -460,6 +512,15 @@ async fn node_loop(
                 changed_at = Some(Instant::now());
                 false
             }
+            changed = reconnects.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                link.disconnect();
+                reconnected_at = Some(Instant::now());
+                // At once, on a new connection.
+                true
+            }
             _ = status_ticks.tick() => false,
             _ = lease_ticks.tick() => true,
         };
@@ -468,15 +529,23 @@ async fn node_loop(
             // A kubelet that comes back reads its node afresh: what it saw
             // before is stale by then.
             status.forget();
+            reconnected_at = None;
             continue;
         }
         if renew {
-            link.renew_lease(&mut lease_created).await;
+            if link.renew_lease(&mut lease_created).await {
+                if let Some(noticed) = reconnected_at.take() {
+                    pusher.reconnect_timer.answered(noticed, Instant::now());
+                }
+            }
             continue;
         }
         if link.update_status(&mut status, current).await {
             if let Some(noticed) = changed_at.take() {
                 pusher.change_reported(noticed);
+            }
+            if let Some(noticed) = reconnected_at.take() {
+                pusher.reconnect_timer.answered(noticed, Instant::now());
             }
             // Once its node exists, as the kubelet's CSI plugin retries
             // until it does (see `Link::init_csinode`).
@@ -601,6 +670,8 @@ impl Pusher {
             authorization,
             counters: Counters::default(),
             change_timer: ChangeTimer::default(),
+            reconnect: tokio::sync::watch::Sender::new(None),
+            reconnect_timer: ChangeTimer::default(),
             warned_unknown: AtomicBool::new(false),
             warned_refused: AtomicBool::new(false),
             tracker,
@@ -623,6 +694,7 @@ impl Pusher {
             changes: c.changes.load(Ordering::Relaxed),
             change_latency_max_ms: c.change_latency_max_ms.load(Ordering::Relaxed),
             last_change: self.change_timer.timing(),
+            last_reconnect: self.reconnect_timer.timing(),
             last_error: c
                 .last_error
                 .lock()
@@ -671,6 +743,16 @@ impl Pusher {
         self.change_timer.requested(at);
     }
 
+    /// Every node drops its connection at once and renews its Lease on a new
+    /// one, as kubelets do when their API server restarts or a load balancer
+    /// drops them; `pushing` of them (those in a state that pushes) each owe
+    /// a heartbeat answered on the new connection, timed from `at`.
+    pub(super) fn reconnect(&self, at: Instant, pushing: u64) {
+        self.reconnect_timer.requested(at);
+        self.reconnect_timer.expect(at, pushing);
+        self.reconnect.send_replace(Some(at));
+    }
+
     /// The change requested at `at` has moved `nodes` nodes into `state`;
     /// those that push in it each owe an answer.
     pub(super) fn change_made(&self, at: Instant, state: KubeletState, nodes: u64) {
@@ -702,12 +784,18 @@ fn tls_connector(
             .with_platform_verifier()
             .map_err(|e| e.to_string())?,
     };
-    let config = match cert {
+    let mut config = match cert {
         None => builder.with_no_client_auth(),
         Some((chain, key)) => builder
             .with_client_auth_cert(chain, key)
             .map_err(|e| format!("the client certificate: {e}"))?,
     };
+    // A kubelet's client makes a full handshake on every new connection:
+    // client-go's tls.Config has no ClientSessionCache (kubernetes
+    // staging/src/k8s.io/client-go/transport/transport.go, `TLSConfigFor`),
+    // so Go's crypto/tls never resumes. So does this one, or a reconnect
+    // would cost the server less than a kubelet's does.
+    config.resumption = rustls::client::Resumption::disabled();
     let name = ServerName::try_from(endpoint.host.clone()).map_err(|e| e.to_string())?;
     Ok((TlsConnector::from(Arc::new(config)), name))
 }
@@ -759,6 +847,12 @@ impl<'a> Link<'a> {
             )?);
         }
         Ok(self.tls.clone())
+    }
+
+    /// Closes the connection (once idle, which it is between pushes); the
+    /// next request opens a new one.
+    fn disconnect(&mut self) {
+        self.sender = None;
     }
 
     /// Opens the connection: TCP (and TLS), then an HTTP/1.1 handshake.
@@ -901,8 +995,8 @@ impl<'a> Link<'a> {
     }
 
     /// Creates the Lease if it is not known to exist, else renews it; a
-    /// renewal of a Lease that is gone creates it again.
-    async fn renew_lease(&mut self, created: &mut bool) {
+    /// renewal of a Lease that is gone creates it again. Whether it was accepted.
+    async fn renew_lease(&mut self, created: &mut bool) -> bool {
         let p = self.pusher;
         let name = &self.node.name;
         // In protobuf, as a kubelet sends its Lease (see `protobuf`).
@@ -916,23 +1010,30 @@ impl<'a> Link<'a> {
             };
             let answer = match self.send(method, path, PROTOBUF, body.clone()).await {
                 Sent::Answered(a) => a,
-                Sent::Failed(message) => return p.failed(message),
-                Sent::Stopped => return,
+                Sent::Failed(message) => {
+                    p.failed(message);
+                    return false;
+                }
+                Sent::Stopped => return false,
             };
             match answer.status {
                 s if s.is_success() => {
                     *created = true;
                     p.counters.leases.fetch_add(1, Ordering::Relaxed);
-                    return;
+                    return true;
                 }
                 StatusCode::NOT_FOUND if *created => *created = false,
                 StatusCode::CONFLICT if !*created => *created = true,
-                _ => return p.refused(&answer),
+                _ => {
+                    p.refused(&answer);
+                    return false;
+                }
             }
         }
         p.failed(format!(
             "lease {name}: created and deleted again while renewing"
         ));
+        false
     }
 
     /// A kubelet's CSINode initialisation at start, request by request
@@ -1306,6 +1407,31 @@ mod tests {
         assert!(matches!(
             BearerToken::from_file(&dir.path().join("missing")),
             Err(PushSetupError::TokenFile { .. })
+        ));
+    }
+
+    #[test]
+    fn client_certificates_are_read_from_each_node_s_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let pem = format!("{}{}", cert.pem(), key.serialize_pem());
+        std::fs::write(dir.path().join("node-a.pem"), &pem).unwrap();
+        std::fs::write(dir.path().join("node-b.pem"), cert.pem()).unwrap();
+        let certs = ClientCerts::from_dir(dir.path()).unwrap();
+        let (chain, read_key) = (certs.0)("node-a").unwrap();
+        assert_eq!(chain, vec![cert.der().clone()]);
+        assert_eq!(read_key.secret_der(), key.serialize_der().as_slice());
+        let no_key = (certs.0)("node-b").unwrap_err();
+        assert!(no_key.contains("node-b.pem: no private key"), "{no_key}");
+        let missing = (certs.0)("node-c").unwrap_err();
+        assert!(missing.contains("node-c.pem"), "{missing}");
+        assert!(matches!(
+            ClientCerts::from_dir(&dir.path().join("node-a.pem")),
+            Err(PushSetupError::CertDir { .. })
         ));
     }
 }

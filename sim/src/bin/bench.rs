@@ -17,6 +17,8 @@
 mod burst;
 mod history;
 mod readers;
+mod storm;
+mod tls;
 
 use std::fmt::Write as _;
 use std::fs;
@@ -88,6 +90,16 @@ struct Args {
     /// answered (each answer comes only once the change is on disk).
     #[arg(long, requires = "push")]
     burst: bool,
+    /// Serve the controller over https: `client-certs` gives it
+    /// --client-ca-file and every simulated kubelet a client certificate of
+    /// its own (CN=system:node:NAME, O=system:nodes), read from a file.
+    #[arg(long, value_enum, requires = "push", conflicts_with = "floor")]
+    tls: Option<tls::TlsMode>,
+    /// After the window (and any bursts), every simulated kubelet drops its
+    /// connection at once and reconnects; time until each has had a
+    /// heartbeat answered on its new connection, and the controller's CPU.
+    #[arg(long, requires = "push")]
+    reconnect_storm: bool,
     /// Run the floor (nodekeeper-floor) in place of the controller: the
     /// least server of the sims' requests on the controller's HTTP stack,
     /// which says what this machine costs per heartbeat before any work of
@@ -187,10 +199,17 @@ async fn real_main() -> Result<()> {
         floor,
     };
     let machine = Machine::probe(&bins.controller);
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(HTTP_TIMEOUT)
-        .build()?;
+    let pki = match args.tls {
+        Some(tls::TlsMode::ClientCerts) => Some(tls::Pki::new()?),
+        None => None,
+    };
+    let client = match &pki {
+        Some(pki) => pki.client(HTTP_TIMEOUT)?,
+        None => reqwest::Client::builder()
+            .no_proxy()
+            .timeout(HTTP_TIMEOUT)
+            .build()?,
+    };
 
     let mut rows = Vec::new();
     let mut failure = None;
@@ -198,7 +217,7 @@ async fn real_main() -> Result<()> {
         eprintln!("== {nodes} nodes");
         // On Ctrl-C the run is dropped, which stops its processes and removes its files.
         let outcome = tokio::select! {
-            outcome = bench_size(&args, mode, &bins, &client, &machine, nodes) => outcome,
+            outcome = bench_size(&args, mode, &bins, &client, &machine, pki.as_ref(), nodes) => outcome,
             _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
         };
         match outcome {
@@ -256,14 +275,15 @@ impl Mode {
     }
 
     /// Flags for each sim process beyond its fleet layout.
-    fn sim_args(self, controller: SocketAddr) -> Vec<String> {
+    fn sim_args(self, controller: SocketAddr, https: bool) -> Vec<String> {
         match self {
             Mode::Probe { .. } => Vec::new(),
             Mode::Push { interval } => {
                 let interval = nodekeeper::duration::format(interval);
+                let scheme = if https { "https" } else { "http" };
                 vec![
                     "--push".into(),
-                    format!("http://{controller}"),
+                    format!("{scheme}://{controller}"),
                     "--lease-renew-interval".into(),
                     interval.clone(),
                     "--status-update-interval".into(),
@@ -313,6 +333,10 @@ struct Row {
     bursts: Vec<burst::Burst>,
     /// One window per reader load, with --readers.
     reader_windows: Vec<ReaderWindow>,
+    /// With --reconnect-storm.
+    storm: Option<storm::Storm>,
+    /// With --tls client-certs: node certificates made, and how long that took.
+    certs_made: Option<(usize, Duration)>,
     stop: String,
 }
 
@@ -322,13 +346,41 @@ async fn bench_size(
     bins: &Bins,
     client: &reqwest::Client,
     machine: &Machine,
+    pki: Option<&tls::Pki>,
     nodes: usize,
 ) -> Result<Row> {
     let mut run = Run::new(nodes, mode, &args.ranges)?;
     run.floor = bins.floor.is_some();
+    let tls_files = match pki {
+        Some(pki) => {
+            let names = split(nodes, MAX_NODES_PER_SIM)
+                .into_iter()
+                .enumerate()
+                .flat_map(|(index, count)| {
+                    let config = nodekeeper_sim::FleetConfig {
+                        nodes: count,
+                        name_prefix: sim_prefix(index),
+                        ..Default::default()
+                    };
+                    config.node_names().collect::<Vec<_>>()
+                });
+            let files = pki.write(&run.procs.dir, names)?;
+            eprintln!(
+                "   {} client certificates made in {:.2}s",
+                files.made.0,
+                files.made.1.as_secs_f64()
+            );
+            Some(files)
+        }
+        None => None,
+    };
     let started = Instant::now();
     let listen = mode.controller_listen()?;
-    let (port, merged) = start_fleet(&mut run, &bins.sim, nodes, &mode.sim_args(listen)).await?;
+    let mut sim_extra = mode.sim_args(listen, tls_files.is_some());
+    if let Some(files) = &tls_files {
+        sim_extra.extend(files.sim_args());
+    }
+    let (port, merged) = start_fleet(&mut run, &bins.sim, nodes, &sim_extra).await?;
     eprintln!(
         "   {} sim process(es) up on port {port} after {:.1}s",
         run.procs.sims.len(),
@@ -339,6 +391,9 @@ async fn bench_size(
     let url = match &bins.floor {
         None => {
             let mut extra = mode.controller_args(port);
+            if let Some(files) = &tls_files {
+                extra.extend(files.controller_args());
+            }
             extra.extend(args.controller_args.iter().cloned());
             let flags = controller_args(&run.procs.dir, &merged, listen, args.grace, &extra);
             run.procs.start_controller(&bins.controller, &flags)?;
@@ -440,6 +495,15 @@ async fn bench_size(
         }
     }
 
+    let storm = if args.reconnect_storm {
+        run.procs.check_alive()?;
+        let storm = storm::reconnect_storm(&mut run, client, machine).await?;
+        eprintln!("   {}", storm.describe());
+        Some(storm)
+    } else {
+        None
+    };
+
     let stop = run.stop().await;
     eprintln!("   {stop}");
     Ok(Row {
@@ -451,6 +515,8 @@ async fn bench_size(
         soak,
         bursts,
         reader_windows,
+        storm,
+        certs_made: tls_files.map(|f| f.made),
         stop,
     })
 }
@@ -499,6 +565,11 @@ fn split(total: usize, max: usize) -> Vec<usize> {
         .collect()
 }
 
+/// Sim process `index`'s node name prefix.
+fn sim_prefix(index: usize) -> String {
+    format!("sim-p{index}-")
+}
+
 /// Sim process `index`'s flags: `nodes` nodes from 127.`octet`.0.1 on.
 fn sim_args(
     octet: u8,
@@ -521,7 +592,7 @@ fn sim_args(
         "--control".into(),
         "127.0.0.1:0".into(),
         "--prefix".into(),
-        format!("sim-p{index}-"),
+        sim_prefix(index),
         "--write-nodes-file".into(),
         nodes_file.to_string_lossy().into_owned(),
     ];
@@ -1033,9 +1104,13 @@ fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row])
             nodekeeper::duration::format(args.grace)
         ),
         Mode::Push { interval } => format!(
-            "--node-status-mode push, nodes file, grace {}, every node renews its Lease and patches its status every {} over a kept-alive connection of its own",
+            "--node-status-mode push, nodes file, grace {}, every node renews its Lease and patches its status every {} over a kept-alive connection of its own{}",
             nodekeeper::duration::format(args.grace),
-            nodekeeper::duration::format(interval)
+            nodekeeper::duration::format(interval),
+            match args.tls {
+                Some(tls::TlsMode::ClientCerts) => ", https with --client-ca-file: each node authenticates with its own client certificate (ECDSA P-256), a full TLS handshake per connection",
+                None => ", plain http",
+            }
         ),
     };
     let _ = writeln!(
@@ -1106,6 +1181,17 @@ fn report(args: &Args, mode: Mode, bins: &Bins, machine: &Machine, rows: &[Row])
     }
     for row in rows.iter().filter(|r| !r.bursts.is_empty()) {
         out.push_str(&burst::section(row.nodes, &row.bursts));
+    }
+    let storms: Vec<(usize, storm::Storm)> = rows
+        .iter()
+        .filter_map(|r| Some((r.nodes, r.storm.clone()?)))
+        .collect();
+    if !storms.is_empty() {
+        let how = match args.tls {
+            Some(tls::TlsMode::ClientCerts) => "https, client certificates",
+            None => "plain http",
+        };
+        out.push_str(&storm::section(how, &storms));
     }
     let notes: Vec<String> = rows.iter().flat_map(|r| row_notes(r, mode)).collect();
     if !notes.is_empty() {
@@ -1364,6 +1450,16 @@ fn row_notes(row: &Row, mode: Mode) -> Vec<String> {
             let _ = write!(note, " (last: {})", e.last_error.as_deref().unwrap_or("?"));
         }
         notes.push(note);
+    }
+    if let Some((count, took)) = row.certs_made {
+        notes.push(format!(
+            "{} nodes: {count} client certificates (ECDSA P-256 keys, signed, one file each) made in {:.2} s before the start",
+            row.nodes,
+            took.as_secs_f64()
+        ));
+    }
+    if let Some(storm) = &row.storm {
+        notes.push(format!("{} nodes: {}", row.nodes, storm.describe()));
     }
     notes.push(format!("{} nodes: {}", row.nodes, row.stop));
     notes
