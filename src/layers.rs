@@ -37,8 +37,10 @@ const FLOORS: &[&[&str]] = &[
     &["server"],
     // The command line's definitions, and inspection of a store.
     &["cli", "inspect"],
-    // `run`, and the configuration `config` shows.
-    &["app", "config"],
+    // `run`'s configuration (the --config file, the validated flags, the
+    // API's sizing), then `run` itself.
+    &["config"],
+    &["app"],
     &["commands"],
 ];
 

@@ -606,7 +606,7 @@ fn an_export_in_format_1_is_read_as_format_1_and_a_newer_format_is_refused() {
     );
     check_fixture_store(&imported);
 
-    let (code, _, err) = cli(&db, &["db", "export", "--format-version", "3"]);
+    let (code, _, err) = cli(&db, &["db", "export", "--format-version", "4"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--format-version"), "{err}");
 }

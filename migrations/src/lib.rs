@@ -13,6 +13,7 @@ mod v3_leases;
 pub mod v4_history_index;
 mod v5_sparse_indexes;
 mod v6_node_objects;
+mod v7_api_objects;
 
 use thiserror::Error;
 
@@ -48,7 +49,7 @@ pub mod trees {
     pub const NODE_OBJECTS: &str = "node_objects";
     /// Resource, `0x00`, namespace, `0x00`, name → an API object kept on
     /// its own, not with a node (bootstrap-token Secrets, CSRs), as its
-    /// version and JSON. Created empty on open: no schema step.
+    /// version and JSON (schema 7).
     pub const API_OBJECTS: &str = "api_objects";
 }
 
@@ -56,7 +57,7 @@ pub mod trees {
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
 
 /// The schema this build writes.
-pub const CURRENT: u32 = 6;
+pub const CURRENT: u32 = 7;
 
 /// One schema step: what it does and how.
 struct Step {
@@ -95,6 +96,11 @@ const STEPS: &[Step] = &[
         version: 6,
         description: "keep the objects a node's kubelet writes beside its Node (node_objects)",
         run: v6_node_objects::run,
+    },
+    Step {
+        version: 7,
+        description: "keep API objects of their own (api_objects: bootstrap tokens, CSRs); issued certificates in the history, Leases' owners",
+        run: v7_api_objects::run,
     },
 ];
 
@@ -202,7 +208,7 @@ mod tests {
             Report {
                 from: None,
                 to: CURRENT,
-                steps_run: vec![1, 2, 3, 4, 5, 6]
+                steps_run: vec![1, 2, 3, 4, 5, 6, 7]
             }
         );
         assert_eq!(schema_version(&db).unwrap(), Some(CURRENT));

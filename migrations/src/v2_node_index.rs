@@ -93,7 +93,7 @@ mod tests {
             events.insert(seq.to_be_bytes(), bytes).unwrap();
         }
         let report = crate::migrate(&db).unwrap();
-        assert_eq!(report.steps_run, vec![2, 3, 4, 5, 6]);
+        assert_eq!(report.steps_run, vec![2, 3, 4, 5, 6, 7]);
         let index = db.open_tree(trees::NODE_EVENTS).unwrap();
         let keys: Vec<Vec<u8>> = index.iter().keys().map(|k| k.unwrap().to_vec()).collect();
         assert_eq!(

@@ -79,6 +79,10 @@ pub async fn db(
             output,
             format_version: 1,
         } => export_format1(&store, output.as_deref()),
+        DbCommand::Export {
+            output,
+            format_version: 2,
+        } => export_format2(&store, output.as_deref()),
         DbCommand::Export { output, .. } => export(&store, output.as_deref()),
         DbCommand::Import { input } => import(
             &store,
@@ -244,6 +248,32 @@ fn export_format1(store: &Store, output: Option<&Path>) -> Outcome {
     eprintln!(
         "exported {} nodes and {} events in format 1; format 1 has no place for {} leases and {} outbox entries, left out (the kubelets renew their Leases, and the mirror finds its differences again)",
         summary.nodes, summary.events, left_out.leases, left_out.outbox
+    );
+    Ok(String::new())
+}
+
+/// `db export --format-version 2`.
+#[allow(clippy::disallowed_methods)] // a one-shot command on a stopped store
+fn export_format2(store: &Store, output: Option<&Path>) -> Outcome {
+    let (summary, left_out) = match output {
+        None => {
+            let mut out = BufWriter::new(super::stdout());
+            let s = store.export_format2(&mut out)?;
+            out.flush()?;
+            s
+        }
+        Some(path) => {
+            let file =
+                File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            let mut out = BufWriter::new(file);
+            let s = store.export_format2(&mut out)?;
+            out.into_inner().map_err(|e| e.to_string())?.sync_all()?;
+            s
+        }
+    };
+    eprintln!(
+        "exported {} nodes and {} events in format 2; format 2 has no place for {} API objects (bootstrap tokens, CSRs: make tokens again with `nodekeeper token create`), {} CertificateIssued events, and Leases' owners (the kubelets set them again), left out",
+        summary.nodes, summary.events, left_out.api_objects, left_out.events
     );
     Ok(String::new())
 }

@@ -1,11 +1,11 @@
 //! Export and import as JSON lines, independent of sled and of the schema.
 //! Both stream: memory stays flat whatever the history's length.
 //!
-//! Format 2, one JSON object per line, each line one record kind:
+//! Format 3, one JSON object per line, each line one record kind:
 //!
 //! | line | what |
 //! |---|---|
-//! | `{"format":"nodekeeper-export","version":2,"exportedAt":T,"lastSeq":N,"horizon":{"seq":H,"time":T}}` | the header; `horizon` only when the history was pruned |
+//! | `{"format":"nodekeeper-export","version":3,"exportedAt":T,"lastSeq":N,"horizon":{"seq":H,"time":T}}` | the header; `horizon` only when the history was pruned |
 //! | `{"meta":{"created":T,"instance":ID,"lastCleanStop":T,"other":{KEY:VALUE}}}` | the store's identity: when it was made, the last controller, its clean stop; and every other value it keeps (the mirror's last error) |
 //! | `{"node":NODE}` | a registry record (the domain's node, as `/v1/nodes` shows it) |
 //! | `{"lease":LEASE}` | a node Lease (`kube-node-lease`) |
@@ -14,6 +14,11 @@
 //! | `{"checkpointNode":NODE}` | the registry as of the horizon, one node a line |
 //! | `{"event":EVENT}` | one event of the kept history, oldest first (as `history -o json`) |
 //! | `{"end":{"nodes":N,"leases":N,"nodeObjects":N,"outbox":N,"checkpointNodes":N,"events":N}}` | the counts: an export without it is incomplete and is refused |
+//!
+//! Format 2 is format 3 without `apiObject` lines, `CertificateIssued`
+//! events and Leases' `ownerReferences`: what schema 6 keeps. It is still
+//! read, and written by `db export --format-version 2`, which leaves those
+//! out and says how many.
 //!
 //! Format 1 (a header with `nodes` and `events` counts, then `node` and
 //! `event` lines) is still read; its history is taken to start from an empty
@@ -39,7 +44,7 @@ use crate::model::{Event, EventKind, Lease, Micros, Node, NodeObject};
 
 const FORMAT: &str = "nodekeeper-export";
 /// The export format this build writes (and the newest it reads).
-pub const EXPORT_FORMAT_VERSION: u32 = 2;
+pub const EXPORT_FORMAT_VERSION: u32 = 3;
 /// Records loaded between flushes, so an import's writes reach the disk as
 /// it goes rather than all at its end.
 const FLUSH_LINES: usize = 100_000;
@@ -256,6 +261,29 @@ pub(super) fn export(
     out: &mut dyn Write,
     at: Option<u64>,
 ) -> Result<ExportSummary, StoreError> {
+    export_as(store, out, at, EXPORT_FORMAT_VERSION).map(|(counts, _)| counts)
+}
+
+/// Writes the store in format 2, what schema 6's releases read: format 3
+/// without what they cannot take (API objects, `CertificateIssued` events,
+/// Leases' owners). Returns what it wrote and what it left out.
+pub(super) fn export_format2(
+    store: &Store,
+    out: &mut dyn Write,
+) -> Result<(ExportSummary, Counts), StoreError> {
+    export_as(store, out, None, 2)
+}
+
+/// Writes the store in `version` (2 or 3); returns what it wrote and what
+/// that format has no place for.
+fn export_as(
+    store: &Store,
+    out: &mut dyn Write,
+    at: Option<u64>,
+    version: u32,
+) -> Result<(ExportSummary, Counts), StoreError> {
+    let v2 = version == 2;
+    let mut left_out = Counts::default();
     // The history from the horizon on is held for the export's length: a
     // prune meanwhile waits for it (or, past the pin's time to live, is
     // found out at the end and fails the export rather than leave holes).
@@ -271,7 +299,7 @@ pub(super) fn export(
         out,
         &Header {
             format: FORMAT.into(),
-            version: EXPORT_FORMAT_VERSION,
+            version,
             exported_at: Micros::now(),
             last_seq,
             nodes: None,
@@ -301,7 +329,11 @@ pub(super) fn export(
     }
     // Leases are renewals, not history: as they are when read.
     for value in store.leases.iter().values() {
-        let lease = records::decode_lease(&value?)?;
+        let mut lease = records::decode_lease(&value?)?;
+        if v2 {
+            // The kubelet sets its owner again at its next renewal.
+            lease.owner_references.clear();
+        }
         write_line(out, &Line::Lease(Box::new(lease)))?;
         counts.leases += 1;
     }
@@ -326,6 +358,10 @@ pub(super) fn export(
         counts.node_objects += 1;
     }
     for object in store.all_api_objects()? {
+        if v2 {
+            left_out.api_objects += 1;
+            continue;
+        }
         let super::ApiObject {
             resource,
             namespace,
@@ -381,13 +417,17 @@ pub(super) fn export(
     {
         let (key, value) = entry?;
         let event = records::decode_event(seq_from_key(&key)?, &value)?;
+        if v2 && matches!(event.kind, EventKind::CertificateIssued { .. }) {
+            left_out.events += 1;
+            continue;
+        }
         write_line(out, &Line::Event(Box::new(event)))?;
         counts.events += 1;
     }
     store.check_kept(horizon)?;
     write_line(out, &Line::End(counts.clone()))?;
     out.flush().map_err(StoreError::Export)?;
-    Ok(counts)
+    Ok((counts, left_out))
 }
 
 /// Writes the store in format 1, what releases before format 2 read: a

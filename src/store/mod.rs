@@ -1187,6 +1187,16 @@ impl Store {
         exchange::export_format1(self, out)
     }
 
+    /// The store in export format 2, for a release of schema 6 (see
+    /// [`exchange::export_format2`]); returns what it wrote and what it
+    /// left out.
+    pub fn export_format2(
+        &self,
+        out: &mut dyn std::io::Write,
+    ) -> Result<(ExportSummary, ExportSummary), StoreError> {
+        exchange::export_format2(self, out)
+    }
+
     /// A consistent snapshot of a store that is being written, in the
     /// export format: everything as of the durable seq `seq` (the newest
     /// when it is larger), streamed while writes go on. Returns what it

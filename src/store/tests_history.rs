@@ -685,3 +685,96 @@ fn an_import_names_the_line_of_outbox_work_or_a_checkpoint_node_it_refuses() {
         "a checkpointNode line in an export without a horizon"
     );
 }
+
+/// `db export --format-version 2` writes what a schema-6 release reads:
+/// every line format 3 has, but no API objects, no `CertificateIssued`
+/// events and no Leases' owners, each left out and counted; the result
+/// imports, and holds everything else.
+#[test]
+fn a_format_2_export_leaves_out_what_schema_6_cannot_read() {
+    let (_d, store) = open();
+    let n = node("n001");
+    let mut b = Batch::new(Micros(1));
+    b.record(
+        n.clone(),
+        [EventKind::Registered {
+            node: Box::new(n.clone()),
+        }],
+    );
+    store.write(b).unwrap();
+    let mut b = Batch::new(Micros(2));
+    b.record(
+        n.clone(),
+        [EventKind::CertificateIssued {
+            csr: "csr-1".into(),
+            serial: "01".into(),
+            not_after: Micros(9),
+            requested_by: "system:bootstrap:abcdef".into(),
+            approval: "AutoApproved".into(),
+        }],
+    );
+    store.write(b).unwrap();
+    let mut b = Batch::new(Micros(3));
+    b.record(n.clone(), [ready(ConditionStatus::True)]);
+    store.write(b).unwrap();
+    store
+        .put_leases(&[crate::model::Lease {
+            name: "n001".into(),
+            uid: "u".into(),
+            created: Micros(1),
+            generation: 1,
+            holder_identity: Some("n001".into()),
+            lease_duration_seconds: Some(40),
+            acquire_time: None,
+            renew_time: Some(Micros(2)),
+            lease_transitions: None,
+            owner_references: vec![crate::model::OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: "n001".into(),
+                uid: "node-uid".into(),
+                controller: None,
+                block_owner_deletion: None,
+            }],
+        }])
+        .unwrap();
+    store
+        .put_api_object(
+            ApiObject {
+                resource: "secrets".into(),
+                namespace: "kube-system".into(),
+                name: "bootstrap-token-abcdef".into(),
+                version: 0,
+                json: "{}".into(),
+            },
+            None,
+        )
+        .unwrap();
+    store.flush_blocking().unwrap();
+
+    let mut v3 = Vec::new();
+    let all = store.export(&mut v3).unwrap();
+    assert_eq!((all.events, all.api_objects), (3, 1));
+    let text = String::from_utf8(v3).unwrap();
+    assert!(text.contains("\"version\":3") && text.contains("ownerReferences"));
+
+    let mut v2 = Vec::new();
+    let (written, left_out) = store.export_format2(&mut v2).unwrap();
+    assert_eq!(
+        (written.events, written.api_objects, written.leases),
+        (2, 0, 1)
+    );
+    assert_eq!((left_out.events, left_out.api_objects), (1, 1));
+    let text = String::from_utf8(v2.clone()).unwrap();
+    assert!(
+        text.starts_with("{\"format\":\"nodekeeper-export\",\"version\":2,"),
+        "{text}"
+    );
+    for absent in ["{\"apiObject\":", "CertificateIssued", "ownerReferences"] {
+        assert!(!text.contains(absent), "{absent} in {text}");
+    }
+    let (_d2, copy) = open();
+    let imported = copy.import(&mut v2.as_slice()).unwrap();
+    assert_eq!((imported.counts.nodes, imported.counts.events), (1, 2));
+    assert_eq!(copy.last_seq(), store.last_seq());
+}
