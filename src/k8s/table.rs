@@ -141,6 +141,22 @@ struct Column {
     priority: i32,
 }
 
+/// A printer's column: every one nodekeeper serves is a string.
+fn column(
+    name: &'static str,
+    format: &'static str,
+    description: &'static str,
+    priority: i32,
+) -> Column {
+    Column {
+        name,
+        kind: "string",
+        format,
+        description,
+        priority,
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct Row {
     cells: Vec<Value>,
@@ -154,13 +170,6 @@ const ADDRESSES_DOC: &str = "List of addresses reachable to the node. Queried fr
 
 /// The node printer's columns, in its order.
 fn node_columns() -> Vec<Column> {
-    let column = |name, format, description, priority| Column {
-        name,
-        kind: "string",
-        format,
-        description,
-        priority,
-    };
     vec![
         column("Name", "name", NAME_DOC, 0),
         column("Status", "", "The status of the node", 0),
@@ -221,13 +230,6 @@ pub fn node_table(
 /// The pod printer's columns, in its order (kubernetes
 /// `pkg/printers/internalversion/printers.go` `podColumnDefinitions`).
 fn pod_columns() -> Vec<Column> {
-    let column = |name, format, description, priority| Column {
-        name,
-        kind: "string",
-        format,
-        description,
-        priority,
-    };
     vec![
         column("Name", "name", NAME_DOC, 0),
         column("Ready", "", "The aggregate readiness state of this pod for accepting traffic.", 0),
@@ -293,13 +295,6 @@ pub fn csr_table(
     include: IncludeObject,
     now: Micros,
 ) -> Table {
-    let column = |name, format, description| Column {
-        name,
-        kind: "string",
-        format,
-        description,
-        priority: 0,
-    };
     let rows = csrs
         .iter()
         .map(|(csr, served)| {
@@ -329,12 +324,12 @@ pub fn csr_table(
         api_version: "meta.k8s.io/v1",
         metadata,
         column_definitions: vec![
-            column("Name", "name", NAME_DOC),
-            column("Age", "", CREATION_DOC),
-            column("SignerName", "", "Requested signer"),
-            column("Requestor", "", "Request originator"),
-            column("RequestedDuration", "", "Requested certificate duration"),
-            column("Condition", "", "Current condition of the request"),
+            column("Name", "name", NAME_DOC, 0),
+            column("Age", "", CREATION_DOC, 0),
+            column("SignerName", "", "Requested signer", 0),
+            column("Requestor", "", "Request originator", 0),
+            column("RequestedDuration", "", "Requested certificate duration", 0),
+            column("Condition", "", "Current condition of the request", 0),
         ],
         rows,
     }
@@ -366,13 +361,6 @@ fn csr_condition(csr: &k8s_openapi::api::certificates::v1::CertificateSigningReq
 
 /// The event printer's columns, in its order.
 fn event_columns() -> Vec<Column> {
-    let column = |name, format, description, priority| Column {
-        name,
-        kind: "string",
-        format,
-        description,
-        priority,
-    };
     vec![
         column("Last Seen", "", "The time at which the most recent occurrence of this event was recorded.", 0),
         column("Type", "", "Type of this event (Normal, Warning), new types could be added in the future", 0),
