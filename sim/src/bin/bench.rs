@@ -894,20 +894,25 @@ struct SimPushes {
     latency: Vec<u64>,
 }
 
+/// One sim's `/stats` (its control endpoint's counters), as JSON.
+async fn sim_stats(client: &reqwest::Client, control: &str) -> Result<serde_json::Value> {
+    let url = format!("{control}/stats");
+    client
+        .get(&url)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .with_context(|| format!("GET {url}"))?
+        .json()
+        .await
+        .with_context(|| format!("GET {url}: not JSON"))
+}
+
 /// Asks every sim's control endpoint for its push counters.
 async fn sim_pushes(client: &reqwest::Client, controls: &[String]) -> Result<SimPushes> {
     let mut total = SimPushes::default();
     for control in controls {
-        let url = format!("{control}/stats");
-        let stats: serde_json::Value = client
-            .get(&url)
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .with_context(|| format!("GET {url}"))?
-            .json()
-            .await
-            .with_context(|| format!("GET {url}: not JSON"))?;
+        let stats = sim_stats(client, control).await?;
         let pushes = &stats["pushes"];
         let count = |key: &str| pushes[key].as_u64().unwrap_or(0);
         total.nodes += stats["nodes"].as_u64().unwrap_or(0);

@@ -14,7 +14,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use nodekeeper_sim::bench::{cpu_ticks, Machine};
 use nodekeeper_sim::push::{ChangeTiming, Percentiles};
 
-use super::{sim_pushes, Run};
+use super::{sim_pushes, sim_stats, Run};
 
 /// How long every node may take to be answered on a new connection.
 const STORM_TIMEOUT: Duration = Duration::from_secs(120);
@@ -155,18 +155,11 @@ async fn reconnect_timings(
 ) -> Result<Vec<ChangeTiming>> {
     let mut timings = Vec::with_capacity(controls.len());
     for control in controls {
-        let url = format!("{control}/stats");
-        let stats: serde_json::Value = client
-            .get(&url)
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .with_context(|| format!("GET {url}"))?
-            .json()
-            .await
-            .with_context(|| format!("GET {url}: not JSON"))?;
+        let stats = sim_stats(client, control).await?;
         let timing = serde_json::from_value(stats["pushes"]["lastReconnect"].clone())
-            .with_context(|| format!("GET {url}: pushes.lastReconnect is not a timing"))?;
+            .with_context(|| {
+                format!("GET {control}/stats: pushes.lastReconnect is not a timing")
+            })?;
         timings.push(timing);
     }
     Ok(timings)
