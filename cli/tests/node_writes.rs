@@ -132,8 +132,8 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
 
     let c = Controller::start(db, &site.args());
     let (a, b) = (fleet.name(0), fleet.name(1));
-    c.wait_ready(&a, "True").await;
-    c.wait_ready(&b, "True").await;
+    c.wait_settled(&a).await;
+    c.wait_settled(&b).await;
     let k = Kubectl::new(&c.url, dir);
 
     assert_eq!(
@@ -340,7 +340,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
 
     // Back to service: the operator's taint, label and cordon go; the controller's taint follows Ready.
     fleet.handle.set(&a, KubeletState::Up).unwrap();
-    c.wait_ready(&a, "True").await;
+    c.wait_settled(&a).await;
     k.ok(&["taint", "node", &a, "dedicated-"]).await;
     k.ok(&["label", "node", &a, "maintenance-"]).await;
     assert_eq!(
@@ -804,7 +804,7 @@ async fn operator_changes_go_up_and_the_clusters_own_stay() {
     );
     let c = Controller::start(db, &args);
     let (a, b) = (fleet.name(0), fleet.name(1));
-    c.wait_ready(&a, "True").await;
+    c.wait_settled(&a).await;
     let upstream = |name: &str| api.node(name).unwrap_or(Value::Null);
     eventually("both nodes upstream", || {
         let ok = api.node(&a).is_some() && api.node(&b).is_some();

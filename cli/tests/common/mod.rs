@@ -762,6 +762,32 @@ impl Controller {
         }
     }
 
+    /// Waits until `node` is Ready and the controller has taken off the
+    /// taints it keeps while a node is not: Ready turns first and the
+    /// taints follow in a later write, as upstream's node lifecycle
+    /// controller does. A kubectl taint read before then writes back a
+    /// list the controller has since changed, and is refused.
+    pub async fn wait_settled(&self, node: &str) {
+        self.wait_ready(node, "True").await;
+        self.wait_for(
+            &format!("/api/v1/nodes/{node}"),
+            "the readiness taints gone",
+            |n| {
+                !n["spec"]["taints"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|t| {
+                        matches!(
+                            t["key"].as_str(),
+                            Some("node.kubernetes.io/not-ready" | "node.kubernetes.io/unreachable")
+                        )
+                    })
+            },
+        )
+        .await;
+    }
+
     /// Polls `path` until `check` holds for its JSON, and returns it.
     pub async fn wait_for(&self, path: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
         let started = Instant::now();
