@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::{Controller, ControllerError, ControllerHandle};
@@ -70,12 +69,10 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         }
     };
     let store = Arc::new(Store::open(&config.db, &config.store)?);
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| RunError::Listen {
-            addr: config.listen,
-            source,
-        })?;
+    let listener = crate::server::listen(config.listen).map_err(|source| RunError::Listen {
+        addr: config.listen,
+        source,
+    })?;
     let local = listener.local_addr().map_err(|source| RunError::Listen {
         addr: config.listen,
         source,

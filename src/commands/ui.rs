@@ -5,7 +5,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::{Failure, Outcome};
@@ -101,8 +100,7 @@ pub async fn ui(args: &UiArgs, db: &Path) -> Outcome {
         node_json: Default::default(),
     });
     let router = crate::server::console::read_only_router(state, tokens);
-    let listener = TcpListener::bind(args.listen)
-        .await
+    let listener = crate::server::listen(args.listen)
         .map_err(|e| format!("cannot listen on {} (--listen): {e}", args.listen))?;
     let local = listener
         .local_addr()

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,6 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +28,30 @@ use crate::metrics::Metrics;
 /// without an answer. A connection that sends nothing is still closed by
 /// the header timeout, and after this grace may make room like an idle one.
 const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(2);
+
+/// The accept queue asked of the kernel, which cuts it to
+/// `net.core.somaxconn` (4096 on Linux 5.4 and later). kube-apiserver
+/// listens with the same: Go's net package asks for somaxconn
+/// (golang/go src/net/sock_linux.go, `maxListenerBacklog`), at most
+/// 65535 because older kernels keep the backlog in 16 bits. tokio's
+/// `TcpListener::bind` asks for 1024: when thousands of kubelets reconnect
+/// at once, as after a restart, the queue fills behind the TLS handshakes
+/// and the kernel drops the rest's handshakes, which clients send again
+/// only after 1 s, then 3 s.
+const ACCEPT_BACKLOG: u32 = 65_535;
+
+/// Listens on `addr` as `TcpListener::bind` does (SO_REUSEADDR, so a
+/// restart does not wait for the old connections' TIME_WAIT), with the
+/// kernel's largest accept queue.
+pub(crate) fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(ACCEPT_BACKLOG)
+}
 
 /// Every open connection of one server, and the cap on their number.
 pub(crate) struct Connections {
@@ -641,6 +667,34 @@ fn parse_error_as_status(head: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kernel completes a client's handshake into the accept queue
+    /// before the server accepts it: with tokio's 1024, the 1,026th
+    /// connection of a burst waits a second for its SYN to be sent again.
+    #[tokio::test]
+    async fn a_burst_of_connections_queues_beyond_tokios_default_backlog() {
+        const BURST: usize = 2_000;
+        let listener = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut clients = Vec::with_capacity(BURST);
+        for i in 0..BURST {
+            // Queued by the kernel, unaccepted: it answers at once; a
+            // dropped SYN is only sent again after a second.
+            let connect = tokio::time::timeout(
+                Duration::from_millis(900),
+                tokio::net::TcpStream::connect(addr),
+            );
+            match connect.await {
+                Ok(Ok(stream)) => clients.push(stream),
+                other => panic!(
+                    "connection {i} of {BURST} not queued ({other:?}): the accept \
+                     queue is short; this needs net.core.somaxconn >= {BURST} \
+                     (Linux 5.4 and later default to 4096)"
+                ),
+            }
+        }
+        drop(listener);
+    }
 
     #[test]
     fn only_hypers_bodiless_parse_error_answers_are_rewritten() {

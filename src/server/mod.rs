@@ -40,6 +40,7 @@ use std::sync::Arc;
 
 pub use auth::{authenticate, Authn, Tokens};
 pub use authz::check_may_write_node;
+pub(crate) use connections::listen;
 pub use identity::{principal, Caller, Identity, Principal, User};
 pub use limits::{ApiLimits, Budgets};
 pub use serve::{
