@@ -252,32 +252,6 @@ async fn resources_without_nodes_serve_no_node_series() {
     assert!(c.stop().success());
 }
 
-/// `kubectl describe node NAME` against `c`, with nothing from the environment.
-async fn kubectl_describe_node(c: &Controller, dir: &std::path::Path, name: &str) -> String {
-    std::fs::write(dir.join("kubeconfig"), "").unwrap();
-    let out = tokio::process::Command::new("kubectl")
-        .args(["--server", &c.url, "--request-timeout=10s", "--cache-dir"])
-        .arg(dir.join("cache"))
-        .args(["describe", "node", name])
-        .env("KUBECONFIG", dir.join("kubeconfig"))
-        .env("HOME", dir)
-        .env_remove("HTTP_PROXY")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("https_proxy")
-        .env("NO_PROXY", "127.0.0.1")
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("cannot run kubectl ({e}): these tests need it on PATH"));
-    let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl describe: {said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    said
-}
-
 /// `kubectl describe node` reads the node's Lease
 /// (kubernetes/kubectl pkg/describe/describe.go:3513-3516, "Failed to get
 /// lease" when it cannot; describeNodeLease, line 3649). kube-apiserver holds
@@ -292,7 +266,9 @@ async fn a_probed_node_is_described_with_the_lease_its_answers_renew() {
     let name = site.name(0);
     c.wait_ready(&name, "True").await;
 
-    let described = kubectl_describe_node(&c, site.path(), &name).await;
+    let described = Kubectl::new(&c.url, site.path())
+        .ok(&["describe", "node", &name])
+        .await;
     assert!(!described.contains("Failed to get lease"), "{described}");
     let lease: Vec<&str> = described
         .split("Lease:")
@@ -316,15 +292,7 @@ async fn a_probed_node_is_described_with_the_lease_its_answers_renew() {
     assert_eq!(code, 200, "{served}");
     assert_eq!(served["spec"]["leaseDurationSeconds"], 40);
     served["spec"]["renewTime"] = json!("2030-01-01T00:00:00.000000Z");
-    let (code, own) = send_as(
-        &c,
-        "PUT",
-        &path,
-        "application/json",
-        &served.to_string(),
-        None,
-    )
-    .await;
+    let (code, own) = c.call("PUT", &path).json(&served).send().await;
     assert_eq!(code, 200, "{own}");
     let (_, now) = c.get(&path).await;
     assert_eq!(
