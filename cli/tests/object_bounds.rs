@@ -265,15 +265,7 @@ async fn a_kubelet_cannot_register_a_node_past_its_bound() {
     body["metadata"]["name"] = json!("edge-1");
     body["apiVersion"] = json!("v1");
     body["kind"] = json!("Node");
-    let (code, status) = send_as(
-        &c,
-        "POST",
-        "/api/v1/nodes",
-        "application/json",
-        &body.to_string(),
-        None,
-    )
-    .await;
+    let (code, status) = c.call("POST", "/api/v1/nodes").json(&body).send().await;
     too_long(code, &status);
     let (code, _) = c.get("/api/v1/nodes/edge-1").await;
     assert_eq!(code, 404, "a refused registration stores nothing");
