@@ -1221,30 +1221,3 @@ impl Kubectl {
         err
     }
 }
-/// A request to `c` as the holder of `token` (none: anonymous): (status, JSON body).
-pub async fn send_as(
-    c: &Controller,
-    method: &str,
-    path: &str,
-    content_type: &str,
-    body: &str,
-    token: Option<&str>,
-) -> (u16, Value) {
-    let mut r = client()
-        .request(
-            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
-            format!("{}{path}", c.url),
-        )
-        .header("content-type", content_type)
-        .body(body.to_string());
-    if let Some(token) = token {
-        r = r.bearer_auth(token);
-    }
-    let response = r.send().await.unwrap();
-    let code = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (
-        code,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
