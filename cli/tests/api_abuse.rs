@@ -317,9 +317,10 @@ async fn bodies_that_dribble_in_are_cut_at_the_body_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_file_only_health_checks_answer_without_a_token() {
     let site = one_node();
-    let tokens = site.path().join("tokens");
-    std::fs::write(&tokens, "reader-secret\nedge-1-secret,edge-1\n").unwrap();
-    let c = site.controller_with(&["--token-file", tokens.to_str().unwrap()]);
+    let c = site
+        .run()
+        .tokens("reader-secret\nedge-1-secret,edge-1\n")
+        .start();
     let http = client();
     let unauthorized = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                               "message": "Unauthorized", "reason": "Unauthorized", "code": 401});
@@ -684,18 +685,11 @@ async fn ten_thousand_kept_alive_connections_all_fit() {
 #[tokio::test]
 async fn a_client_holding_lists_on_windows_of_zero_leaves_other_clients_reading() {
     let site = one_node();
-    let tokens = site.path().join("tokens");
-    std::fs::write(
-        &tokens,
-        "reader-secret,reader,2\nattacker-secret,attacker,1\n",
-    )
-    .unwrap();
-    let c = site.controller_with(&[
-        "--token-file",
-        tokens.to_str().unwrap(),
-        "--max-requests-inflight",
-        "400",
-    ]);
+    let c = site
+        .run()
+        .tokens("reader-secret,reader,2\nattacker-secret,attacker,1\n")
+        .flags(&["--max-requests-inflight", "400"])
+        .start();
     let addr = host_port(&c.url);
 
     let mut held = Vec::new();
