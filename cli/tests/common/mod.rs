@@ -762,6 +762,14 @@ impl Controller {
         }
     }
 
+    /// A kubelet's status update: `body` as a strategic merge patch of
+    /// `node`'s status (kubernetes `pkg/kubelet/kubelet_node_status.go:643`
+    /// via `component-helpers/node/util/status.go:39`; docs/kubelet-api.md 2.1).
+    pub fn status_patch(&self, node: &str, body: &Value) -> Call<'_> {
+        self.call("PATCH", &format!("/api/v1/nodes/{node}/status"))
+            .body("application/strategic-merge-patch+json", body.to_string())
+    }
+
     /// `method path` to the controller, to be given a body and a user;
     /// as [`Controller::request`]'s, it starts with the controller's
     /// operator token, if it has one.
