@@ -28,15 +28,7 @@ async fn patch_status(c: &Controller, status: &str, message: &str) -> u16 {
                         "message": message}],
         "nodeInfo": {"kubeletVersion": VERSION}
     }});
-    client()
-        .patch(format!("{}/api/v1/nodes/edge-1/status", c.url))
-        .header("content-type", "application/strategic-merge-patch+json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
+    c.status_patch("edge-1", &body).send().await.0
 }
 
 /// No control character but the line feeds that end lines.
