@@ -16,13 +16,6 @@ use common::*;
 use nodekeeper_sim::KubeletState;
 use serde_json::{json, Value};
 
-async fn patch_status(c: &Controller, node: &str, body: Value) -> (u16, Value) {
-    c.call("PATCH", &format!("/api/v1/nodes/{node}/status"))
-        .body("application/strategic-merge-patch+json", &body.to_string())
-        .send()
-        .await
-}
-
 fn conditions(types: impl IntoIterator<Item = String>) -> Value {
     let list: Vec<Value> = types
         .into_iter()
@@ -81,12 +74,10 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
     let (seq, types) = state(&c, "edge-1").await;
 
     // 4,000 made-up types in one patch: one 422, nothing written.
-    let (code, s) = patch_status(
-        &c,
-        "edge-1",
-        conditions((0..4000).map(|i| format!("Made{i}"))),
-    )
-    .await;
+    let (code, s) = c
+        .status_patch("edge-1", &conditions((0..4000).map(|i| format!("Made{i}"))))
+        .send()
+        .await;
     // On failure, the message only: the answer may be a node with 4,000 conditions.
     assert_eq!(
         (code, s["reason"].as_str()),
@@ -116,23 +107,33 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
         "NetworkUnavailable",
     ]
     .map(String::from);
-    let (code, s) = patch_status(
-        &c,
-        "edge-1",
-        conditions(known.iter().cloned().chain(npd.iter().cloned())),
-    )
-    .await;
+    let (code, s) = c
+        .status_patch(
+            "edge-1",
+            &conditions(known.iter().cloned().chain(npd.iter().cloned())),
+        )
+        .send()
+        .await;
     assert_eq!(code, 200, "{s}");
     let (_, types) = state(&c, "edge-1").await;
     assert_eq!(types.len(), 1 + 4 + 8, "{types:?}");
     // A ninth other type, alone or with the eight: refused; the eight update fine.
-    let (code, s) = patch_status(&c, "edge-1", conditions(["Ninth".to_string()])).await;
+    let (code, s) = c
+        .status_patch("edge-1", &conditions(["Ninth".to_string()]))
+        .send()
+        .await;
     assert_eq!(code, 422, "{s}");
     assert!(s["message"].as_str().unwrap().contains("\"Ninth\""), "{s}");
-    let (code, _) = patch_status(&c, "edge-1", conditions(npd.iter().cloned())).await;
+    let (code, _) = c
+        .status_patch("edge-1", &conditions(npd.iter().cloned()))
+        .send()
+        .await;
     assert_eq!(code, 200);
     // The bound is per node: edge-2 has its own eight.
-    let (code, _) = patch_status(&c, "edge-2", conditions(["Ninth".to_string()])).await;
+    let (code, _) = c
+        .status_patch("edge-2", &conditions(["Ninth".to_string()]))
+        .send()
+        .await;
     assert_eq!(code, 200);
 
     // Oversized or malformed fields, each named; nothing written.
@@ -144,7 +145,7 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
         {"type": "bad type!", "status": "False"},
         {"type": "PIDPressure", "status": "Perhaps"}
     ]}});
-    let (code, s) = patch_status(&c, "edge-1", body).await;
+    let (code, s) = c.status_patch("edge-1", &body).send().await;
     assert_eq!(code, 422, "{s}");
     assert_eq!(
         causes(&s),
@@ -157,12 +158,13 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
             "status.conditions[13].type"
         ]
     );
-    let (code, s) = patch_status(
-        &c,
-        "edge-1",
-        json!({"status": {"nodeInfo": {"osImage": "x".repeat(5000)}}}),
-    )
-    .await;
+    let (code, s) = c
+        .status_patch(
+            "edge-1",
+            &json!({"status": {"nodeInfo": {"osImage": "x".repeat(5000)}}}),
+        )
+        .send()
+        .await;
     assert_eq!(
         (code, causes(&s)),
         (422, vec!["status.nodeInfo.osImage".to_string()])
@@ -211,12 +213,13 @@ async fn an_empty_patch_changes_nothing() {
     assert_eq!(after["node"], before["node"], "the record is what it was");
     assert_eq!(state(&c, "edge-1").await.0, seq);
     // A patch that sets one nodeInfo field stores that field, not the display defaults.
-    let (code, _) = patch_status(
-        &c,
-        "edge-1",
-        json!({"status": {"nodeInfo": {"kubeletVersion": "v1.32.4"}}}),
-    )
-    .await;
+    let (code, _) = c
+        .status_patch(
+            "edge-1",
+            &json!({"status": {"nodeInfo": {"kubeletVersion": "v1.32.4"}}}),
+        )
+        .send()
+        .await;
     assert_eq!(code, 200);
     let after = record(&c).await;
     assert_eq!(after["node"]["nodeInfo"]["kubeletVersion"], "v1.32.4");
