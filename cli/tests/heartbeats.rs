@@ -40,11 +40,7 @@ impl Kubelet<'_> {
                          "containerRuntimeVersion": "containerd://1.7.24", "machineID": "m", "systemUUID": "s",
                          "bootID": "b", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}
         }});
-        self.c
-            .call("PATCH", &format!("/api/v1/nodes/{}/status", self.name))
-            .body("application/strategic-merge-patch+json", body.to_string())
-            .send()
-            .await
+        self.c.status_patch(&self.name, &body).send().await
     }
 
     async fn ready(&mut self, status: &str) -> (u16, Value) {
