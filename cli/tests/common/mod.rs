@@ -892,6 +892,17 @@ impl Controller {
         }
     }
 
+    /// Waits until `node` is registered, and returns it: registration runs
+    /// beside the API, which serves before it ends.
+    pub async fn wait_registered(&self, node: &str) -> Value {
+        self.wait_for(
+            &format!("/api/v1/nodes/{node}"),
+            &format!("{node} registered"),
+            |n| n["kind"] == "Node",
+        )
+        .await
+    }
+
     /// Waits until `node`'s history holds an event of `kind`, and returns
     /// the first one.
     pub async fn wait_event(&self, node: &str, kind: &str) -> Value {
