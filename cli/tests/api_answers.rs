@@ -15,19 +15,12 @@ use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// A site in push mode of one node, `edge-1`, on this file's loopback range
 /// (push mode never probes it).
 fn one_node() -> TestSite<()> {
     TestSite::named(&["edge-1"], Ipv4Addr::new(127, 162, 0, 1)).start()
-}
-
-async fn registered(c: &Controller) -> Value {
-    c.wait_for("/api/v1/nodes/edge-1", "edge-1 registered", |n| {
-        n["kind"] == "Node"
-    })
-    .await
 }
 
 /// kube-apiserver applies a patch without a resourceVersion precondition
@@ -41,7 +34,7 @@ async fn registered(c: &Controller) -> Value {
 async fn concurrent_patches_without_a_precondition_all_apply() {
     let site = one_node();
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     const WRITERS: usize = 300;
     let patches = (0..WRITERS).map(|i| {
         let url = format!("{}/api/v1/nodes/edge-1", c.url);
@@ -84,7 +77,7 @@ async fn concurrent_patches_without_a_precondition_all_apply() {
 async fn every_answer_says_nosniff() {
     let site = one_node();
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     let url = |path: &str| format!("{}{path}", c.url);
     let requests = [
         client().get(url("/api/v1/nodes")),
@@ -183,7 +176,7 @@ async fn metrics(c: &Controller, accept: Option<&str>) -> (String, String) {
 async fn metrics_are_answered_in_the_format_asked_for() {
     let site = one_node();
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     let text_type = "text/plain; version=0.0.4; charset=utf-8";
     for accept in [Some("*/*"), None, Some("text/plain;version=0.0.4")] {
         let (content_type, text) = metrics(&c, accept).await;
@@ -234,7 +227,7 @@ async fn resources_without_nodes_serve_no_node_series() {
     let config = site.path().join("resources.yaml");
     std::fs::write(&config, "resources: [pods, leases]\n").unwrap();
     let c = site.controller_with(&["--config", config.to_str().unwrap()]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     for accept in [None, Some("application/openmetrics-text;version=1.0.0")] {
         let (_, text) = metrics(&c, accept).await;
         assert!(!text.contains("kube_node_"), "{accept:?}: {text}");
@@ -246,7 +239,7 @@ async fn resources_without_nodes_serve_no_node_series() {
     assert!(c.stop().success());
 
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     let (_, text) = metrics(&c, None).await;
     assert!(text.contains("kube_node_info{node=\"edge-1\""), "{text}");
     assert!(c.stop().success());
