@@ -76,23 +76,6 @@ fn two_nodes() -> TestSiteBuilder<()> {
         .flag("--node-startup-grace-period", "1s")
 }
 
-/// Waits until the nodes file's nodes are registered: registration runs
-/// beside the API, and a push for a node not yet registered is answered 404.
-async fn wait_registered(c: &Controller, token: Option<&str>) {
-    eventually("edge-1 and edge-2 registered", || async {
-        let mut registered = true;
-        for name in ["edge-1", "edge-2"] {
-            let mut request = client().get(format!("{}/api/v1/nodes/{name}", c.url));
-            if let Some(token) = token {
-                request = request.bearer_auth(token);
-            }
-            registered &= request.send().await.is_ok_and(|r| r.status() == 200);
-        }
-        registered
-    })
-    .await;
-}
-
 fn kinds(history: &Value) -> Vec<&str> {
     history
         .as_array()
@@ -118,7 +101,8 @@ async fn push_mode_heartbeats_keep_nodes_ready_and_silence_makes_them_unknown() 
     // not let the node lapse between two renewals.
     let site = two_nodes().grace("6s").start();
     let c = site.controller(&[]);
-    wait_registered(&c, None).await;
+    c.wait_registered("edge-1").await;
+    c.wait_registered("edge-2").await;
     // The node's clock is five hours behind: it must not matter.
     let mut k = Kubelet {
         c: &c,
@@ -449,7 +433,8 @@ async fn with_tokens_a_node_may_update_only_itself() {
         .run()
         .tokens("# operators and nodes\nop-secret\nedge-1-secret,edge-1\n")
         .start();
-    wait_registered(&c, Some("op-secret")).await;
+    c.wait_registered("edge-1").await;
+    c.wait_registered("edge-2").await;
     let patch = |token: Option<&'static str>, node: &'static str| {
         let mut request = client()
             .patch(format!("{}/api/v1/nodes/{node}/status", c.url))
@@ -546,7 +531,8 @@ async fn a_kubelet_status_patch_reads_as_the_merge_would() {
         .flag("--node-startup-grace-period", "10m")
         .start();
     let c = site.controller(&[]);
-    wait_registered(&c, None).await;
+    c.wait_registered("edge-1").await;
+    c.wait_registered("edge-2").await;
     let info = json!({"kubeletVersion": "v1.32.4", "osImage": "Debian GNU/Linux 12", "kernelVersion": "6.1.0",
         "containerRuntimeVersion": "containerd://1.7.24", "machineID": "m", "systemUUID": "s",
         "bootID": "b", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"});
