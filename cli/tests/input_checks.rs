@@ -143,11 +143,7 @@ fn a_dotted_quad_that_is_not_an_ipv4_address_is_refused_with_its_line() {
 async fn a_pushed_memory_capacity_in_exponent_form_is_accepted() {
     let site = TestSite::named(&["edge-1"], Ipv4Addr::new(127, 81, 2, 1)).start();
     let c = site.controller(&[]);
-    // The API serves before the nodes file's nodes are registered.
-    c.wait_for("/api/v1/nodes/edge-1", "edge-1 registered", |n| {
-        n["metadata"]["name"] == "edge-1"
-    })
-    .await;
+    c.wait_registered("edge-1").await;
     let beat = format!("{:.6}", jiff::Timestamp::now());
     for (memory, cpu, bytes, millis) in [
         ("1e9", "2", "1000000000", "2"),
