@@ -14,13 +14,8 @@ async fn register(c: &Controller, name: &str) {
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
         "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.9"}]},
     });
-    let response = client()
-        .post(format!("{}/api/v1/nodes", c.url))
-        .json(&node)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 201);
+    let (code, created) = c.call("POST", "/api/v1/nodes").json(&node).send().await;
+    assert_eq!(code, 201, "{created}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,13 +167,12 @@ async fn kubectl_explains_applies_and_edits_with_validation_on() {
     // CSINodes are checked the same way, against their own schema.
     let csinode = json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
                          "metadata": {"name": "edge-41"}, "spec": {"drivers": []}});
-    let response = client()
-        .post(format!("{}/apis/storage.k8s.io/v1/csinodes", c.url))
+    let (code, created) = c
+        .call("POST", "/apis/storage.k8s.io/v1/csinodes")
         .json(&csinode)
         .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 201);
+        .await;
+    assert_eq!(code, 201, "{created}");
     let patch = json!({"spec": {"drivers": [{"name": "d", "nodeID": "n", "colour": "x"}]}});
     let send = |validation: &'static str| {
         client()
