@@ -17,6 +17,12 @@ use nodekeeper_sim::apiserver::FakeApiServer;
 use nodekeeper_sim::KubeletState;
 use serde_json::{json, Value};
 
+/// A grace no stalled machine outlasts, for the tests whose nodes must stay
+/// Ready: between a read and the write that follows it (kubectl's, or a
+/// PUT), a healthy node going Unknown would change the node (its taint),
+/// and the write would be refused.
+const STEADY: &str = "20s";
+
 async fn history(c: &Controller, node: &str) -> Vec<Value> {
     let (_, h) = c.get(&format!("/v1/history?node={node}")).await;
     h.as_array().unwrap().clone()
@@ -55,10 +61,8 @@ fn row_status(table: &str, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
-    // A grace no stalled machine outlasts between kubectl's read and its
-    // write: a healthy node going NotReady mid-test would add its taint.
     let site = TestSite::builder(2, Ipv4Addr::new(127, 83, 1, 1))
-        .grace("20s")
+        .grace(STEADY)
         .start()
         .await;
     let (fleet, dir, db) = (&site.fleet, site.dir.path(), &site.db);
@@ -309,7 +313,10 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_follow_kube_apiserver_preconditions() {
-    let site = TestSite::start(1, Ipv4Addr::new(127, 83, 2, 1)).await;
+    let site = TestSite::builder(1, Ipv4Addr::new(127, 83, 2, 1))
+        .grace(STEADY)
+        .start()
+        .await;
     let (fleet, db) = (&site.fleet, &site.db);
 
     let c = Controller::start(db, &site.args());
@@ -536,7 +543,10 @@ async fn a_node_no_source_lists_is_deleted_and_its_history_kept() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
-    let site = TestSite::start(1, Ipv4Addr::new(127, 83, 5, 1)).await;
+    let site = TestSite::builder(1, Ipv4Addr::new(127, 83, 5, 1))
+        .grace(STEADY)
+        .start()
+        .await;
     let (fleet, db) = (&site.fleet, &site.db);
 
     let a = fleet.name(0);
@@ -609,7 +619,10 @@ async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cordoned_node_is_evicted_only_for_its_conditions() {
-    let site = TestSite::start(3, Ipv4Addr::new(127, 83, 6, 1)).await;
+    let site = TestSite::builder(3, Ipv4Addr::new(127, 83, 6, 1))
+        .grace(STEADY)
+        .start()
+        .await;
     let fleet = &site.fleet;
     let c = site.controller_with(&["--pod-eviction-timeout", "1s", "--node-eviction-rate", "10"]);
     let (a, b) = (fleet.name(0), fleet.name(1));
@@ -660,7 +673,10 @@ async fn a_cordoned_node_is_evicted_only_for_its_conditions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_changes_go_up_and_the_clusters_own_stay() {
-    let site = TestSite::start(2, Ipv4Addr::new(127, 83, 7, 1)).await;
+    let site = TestSite::builder(2, Ipv4Addr::new(127, 83, 7, 1))
+        .grace(STEADY)
+        .start()
+        .await;
     let (fleet, dir) = (&site.fleet, site.dir.path());
     let api = FakeApiServer::start().await;
     let c = site.controller_with(&[
