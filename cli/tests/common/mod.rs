@@ -779,7 +779,6 @@ impl Controller {
             method: reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
             path: path.to_string(),
             token: self.token.clone(),
-            identity: None,
             headers: Vec::new(),
             body: None,
         }
@@ -1057,7 +1056,6 @@ pub struct Call<'a> {
     method: reqwest::Method,
     path: String,
     token: Option<String>,
-    identity: Option<String>,
     headers: Vec<(&'static str, String)>,
     body: Option<(String, Vec<u8>)>,
 }
@@ -1074,12 +1072,6 @@ impl Call<'_> {
     /// As the holder of `token`; `None`: anonymous.
     pub fn token(mut self, token: Option<&str>) -> Self {
         self.token = token.map(str::to_string);
-        self
-    }
-
-    /// With the client certificate `pem` (the certificate, then its key).
-    pub fn identity(mut self, pem: &str) -> Self {
-        self.identity = Some(pem.to_string());
         self
     }
 
@@ -1116,23 +1108,12 @@ impl Call<'_> {
         (answer.code, answer.body)
     }
 
+    /// Sends it: the status, the answer's type and the answer.
     pub async fn answer(self) -> Answer {
-        let client = match &self.identity {
-            None => self.c.client(),
-            Some(pem) => {
-                let mut builder = reqwest::Client::builder()
-                    .no_proxy()
-                    .timeout(Duration::from_secs(10))
-                    .identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap());
-                if let Some(server) = &self.c.server_pem {
-                    builder = builder.tls_certs_only(
-                        reqwest::Certificate::from_pem_bundle(server.as_bytes()).unwrap(),
-                    );
-                }
-                builder.build().unwrap()
-            }
-        };
-        let mut request = client.request(self.method, format!("{}{}", self.c.url, self.path));
+        let mut request = self
+            .c
+            .client()
+            .request(self.method, format!("{}{}", self.c.url, self.path));
         for (name, value) in self.headers {
             request = request.header(name, value);
         }
