@@ -246,7 +246,7 @@ async fn a_patch_whose_order_is_not_json_is_refused_and_writes_nothing() {
     for order in ["[1e400]", r#"[{"type":"\ud800"}]"#, &deep] {
         let (code, status) = c
             .call("PATCH", "/api/v1/nodes/edge-1/status")
-            .body("application/strategic-merge-patch+json", &patch(order))
+            .body("application/strategic-merge-patch+json", patch(order))
             .send()
             .await;
         assert_eq!(code, 400, "{order}: {status}");
@@ -257,7 +257,7 @@ async fn a_patch_whose_order_is_not_json_is_refused_and_writes_nothing() {
         .call("PATCH", "/api/v1/nodes/edge-1/status")
         .body(
             "application/strategic-merge-patch+json",
-            &patch(r#"[{"type":"Ready"}]"#),
+            patch(r#"[{"type":"Ready"}]"#),
         )
         .send()
         .await;
@@ -295,7 +295,7 @@ async fn a_node_cannot_move_its_address_onto_another_kubelet() {
     let claim = json!({"status": {"addresses": [{"type": "InternalIP", "address": b_ip}]}});
     let (code, n) = c
         .call("PATCH", &format!("/api/v1/nodes/{a}/status"))
-        .body("application/merge-patch+json", &claim.to_string())
+        .body("application/merge-patch+json", claim.to_string())
         .token(Some(&format!("{a}-secret")))
         .send()
         .await;
