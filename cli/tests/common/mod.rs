@@ -982,6 +982,22 @@ pub fn ready_of(node: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
+/// A node's taints as `key:effect`, in order.
+pub fn taints(node: &Value) -> Vec<String> {
+    node["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            format!(
+                "{}:{}",
+                t["key"].as_str().unwrap(),
+                t["effect"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
 pub fn client() -> reqwest::Client {
     nodekeeper::install_crypto_provider();
     reqwest::Client::builder()
