@@ -10,24 +10,6 @@ use std::net::Ipv4Addr;
 
 use common::*;
 use nodekeeper_sim::KubeletState;
-use serde_json::Value;
-
-fn taints(node: &Value) -> Vec<String> {
-    node["spec"]["taints"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .map(|t| {
-                    format!(
-                        "{}:{}",
-                        t["key"].as_str().unwrap(),
-                        t["effect"].as_str().unwrap()
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_down_past_the_timeout_is_tainted_evicted_and_hooked() {

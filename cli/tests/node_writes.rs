@@ -35,21 +35,6 @@ fn operator_changes(history: &[Value]) -> Vec<&Value> {
         .collect()
 }
 
-fn taint_keys(node: &Value) -> Vec<String> {
-    node["spec"]["taints"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            format!(
-                "{}:{}",
-                t["key"].as_str().unwrap(),
-                t["effect"].as_str().unwrap()
-            )
-        })
-        .collect()
-}
-
 fn row_status(table: &str, name: &str) -> String {
     table
         .lines()
@@ -116,7 +101,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
         node["metadata"]["annotations"]["nodekeeper.io/source"],
         "static"
     );
-    assert_eq!(taint_keys(&node), ["dedicated:NoSchedule"]);
+    assert_eq!(taints(&node), ["dedicated:NoSchedule"]);
 
     // The history says what changed and who did it.
     let h = history(&c, &a).await;
@@ -155,11 +140,11 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
     c.wait_ready(&a, "False").await;
     let node = c
         .wait_for(&format!("/api/v1/nodes/{a}"), "the not-ready taint", |n| {
-            taint_keys(n).contains(&"node.kubernetes.io/not-ready:NoSchedule".to_string())
+            taints(n).contains(&"node.kubernetes.io/not-ready:NoSchedule".to_string())
         })
         .await;
     assert_eq!(
-        taint_keys(&node),
+        taints(&node),
         [
             "dedicated:NoSchedule",
             "node.kubernetes.io/not-ready:NoSchedule"
@@ -285,7 +270,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
     );
     let node = c
         .wait_for(&format!("/api/v1/nodes/{a}"), "no taints left", |n| {
-            taint_keys(n).is_empty()
+            taints(n).is_empty()
         })
         .await;
     assert!(node["spec"]["unschedulable"].is_null(), "{node}");
@@ -578,7 +563,7 @@ async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
     assert!(err.contains("spec.taints: Forbidden"), "{err}");
     let (_, node) = c.get(&format!("/api/v1/nodes/{a}")).await;
     assert_eq!(node["spec"]["unschedulable"], true);
-    assert_eq!(taint_keys(&node), ["dedicated:NoSchedule"]);
+    assert_eq!(taints(&node), ["dedicated:NoSchedule"]);
     assert!(c.stop().success());
 
     // Stopped: the same commands, the same checks, the same history.
@@ -612,7 +597,7 @@ async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
     let (_, node) = c.get(&format!("/api/v1/nodes/{a}")).await;
     assert!(node["spec"]["unschedulable"].is_null(), "{node}");
     assert_eq!(node["metadata"]["labels"]["rack"], "r9");
-    assert!(taint_keys(&node).is_empty());
+    assert!(taints(&node).is_empty());
     assert!(c.stop().success());
     site.stop().await;
 }
@@ -652,14 +637,14 @@ async fn a_cordoned_node_is_evicted_only_for_its_conditions() {
     );
     let node = c
         .wait_for(&format!("/api/v1/nodes/{b}"), "NoExecute", |n| {
-            taint_keys(n).contains(&"node.kubernetes.io/not-ready:NoExecute".to_string())
+            taints(n).contains(&"node.kubernetes.io/not-ready:NoExecute".to_string())
         })
         .await;
     assert_eq!(node["spec"]["unschedulable"], true, "the cordon stays");
     assert_eq!(node["metadata"]["labels"]["maintenance"], "true");
     // By now a has been cordoned for more than the timeout, over many monitor passes.
     let (_, node) = c.get(&format!("/api/v1/nodes/{a}")).await;
-    assert!(taint_keys(&node).is_empty(), "{node}");
+    assert!(taints(&node).is_empty(), "{node}");
     let h = history(&c, &a).await;
     assert!(h.iter().all(|e| e["kind"] != "EvictionStarted"), "{h:?}");
     let metrics = c.text("/metrics").await;
@@ -713,7 +698,7 @@ async fn operator_changes_go_up_and_the_clusters_own_stay() {
         let n = upstream(&a);
         let ok = n["spec"]["unschedulable"] == true
             && n["metadata"]["labels"]["maintenance"] == "true"
-            && taint_keys(&n).contains(&"dedicated:NoSchedule".to_string());
+            && taints(&n).contains(&"dedicated:NoSchedule".to_string());
         async move { ok }
     })
     .await;
@@ -722,10 +707,7 @@ async fn operator_changes_go_up_and_the_clusters_own_stay() {
         n["metadata"]["labels"]["team"], "storage",
         "theirs stays: {n}"
     );
-    assert!(
-        taint_keys(&n).contains(&"theirs:NoSchedule".to_string()),
-        "{n}"
-    );
+    assert!(taints(&n).contains(&"theirs:NoSchedule".to_string()), "{n}");
 
     // Undone here: undone there; the cluster's own still stay.
     k.ok(&["uncordon", &a]).await;
@@ -735,13 +717,13 @@ async fn operator_changes_go_up_and_the_clusters_own_stay() {
         let n = upstream(&a);
         let ok = n["spec"]["unschedulable"] != true
             && n["metadata"]["labels"]["maintenance"].is_null()
-            && !taint_keys(&n).contains(&"dedicated:NoSchedule".to_string());
+            && !taints(&n).contains(&"dedicated:NoSchedule".to_string());
         async move { ok }
     })
     .await;
     let n = upstream(&a);
     assert_eq!(n["metadata"]["labels"]["team"], "storage", "{n}");
-    assert_eq!(taint_keys(&n), ["theirs:NoSchedule"], "{n}");
+    assert_eq!(taints(&n), ["theirs:NoSchedule"], "{n}");
     // b's cordon, made on the cluster, survives b's syncs (a label here makes one).
     k.ok(&["label", "node", &b, "rack=r2"]).await;
     eventually("b's label upstream", || {
