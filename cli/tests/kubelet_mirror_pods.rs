@@ -378,18 +378,11 @@ async fn a_kubelet_creates_sees_patches_and_deletes_its_mirror_pods() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_mirror_pods_of_the_callers_own_node_are_kept_and_few_of_them() {
     let site = TestSite::unlisted().start();
-    let tokens = site.path().join("tokens.csv");
-    tokio::fs::write(
-        &tokens,
-        "op-secret,admin,uid-0\nn32-secret,system:node:edge-32,uid-1,system:nodes\n",
-    )
-    .await
-    .unwrap();
-    let c = site.controller_with(&[
-        "--allow-node-registration",
-        "--token-file",
-        tokens.to_str().unwrap(),
-    ]);
+    let c = site
+        .run()
+        .tokens("op-secret,admin,uid-0\nn32-secret,system:node:edge-32,uid-1,system:nodes\n")
+        .flags(&["--allow-node-registration"])
+        .start();
     let uid = register(&c, "edge-32").await;
     let other = register(&c, "edge-33").await;
     let node_token = Some("n32-secret");
