@@ -15,9 +15,9 @@ use serde_json::{json, Value};
 const ACCEPT: &str = "application/vnd.kubernetes.protobuf,application/json";
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
 
-/// A request as a kubelet makes it: `body` sent in protobuf when
-/// `content_type` is [`PROTOBUF`], else as JSON: the status, the answer's
-/// type and the answer.
+/// A request as a kubelet makes it, with no token: `body` sent in protobuf
+/// when `content_type` is [`PROTOBUF`], else as JSON: the status, the
+/// answer's type and the answer.
 async fn kubelet(
     c: &Controller,
     method: &str,
@@ -27,6 +27,7 @@ async fn kubelet(
 ) -> (u16, String, Value) {
     let answer = c
         .call(method, path)
+        .token(None)
         .header("accept", ACCEPT)
         .kubelet_body(content_type, body)
         .answer()
