@@ -36,17 +36,19 @@ async fn concurrent_patches_without_a_precondition_all_apply() {
     let c = site.controller(&[]);
     c.wait_registered("edge-1").await;
     const WRITERS: usize = 300;
+    // One client, built before any writer connects: a client built inside
+    // each writer held every connection made before it without its request
+    // while the rest were built, and on a busy machine past the
+    // controller's 10 s for a new connection's headers.
+    let http = client();
     let patches = (0..WRITERS).map(|i| {
-        let url = format!("{}/api/v1/nodes/edge-1", c.url);
+        let request = http
+            .patch(format!("{}/api/v1/nodes/edge-1", c.url))
+            .timeout(DEADLINE)
+            .header("content-type", "application/merge-patch+json")
+            .body(json!({"metadata": {"labels": {format!("writer-{i}"): "done"}}}).to_string());
         async move {
-            let response = client()
-                .patch(url)
-                .timeout(DEADLINE)
-                .header("content-type", "application/merge-patch+json")
-                .body(json!({"metadata": {"labels": {format!("writer-{i}"): "done"}}}).to_string())
-                .send()
-                .await
-                .expect("the controller answers");
+            let response = request.send().await.expect("the controller answers");
             let code = response.status().as_u16();
             (code, response.text().await.unwrap())
         }
