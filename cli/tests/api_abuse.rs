@@ -129,14 +129,6 @@ async fn heartbeat(c: &Controller, token: Option<&str>) -> u16 {
     code
 }
 
-/// Waits until edge-1 is registered (the API serves before registration ends).
-async fn registered(c: &Controller) {
-    c.wait_for("/api/v1/nodes/edge-1", "edge-1 registered", |n| {
-        n["kind"] == "Node"
-    })
-    .await;
-}
-
 /// What must keep answering, quickly, whatever else holds the API.
 async fn still_answering(c: &Controller, what: &str) {
     let started = Instant::now();
@@ -173,7 +165,7 @@ async fn idle_watches_and_idle_connections_cannot_lock_out_the_api() {
         "--max-requests-inflight",
         "10",
     ]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     let addr = host_port(&c.url);
 
     // Sixty watches, each on its own connection, left open: five stream, the
@@ -233,7 +225,7 @@ async fn at_the_default_caps_4200_idle_watches_leave_the_api_answering() {
     nodekeeper::config::raise_open_file_limit();
     let site = one_node();
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     let addr = host_port(&c.url);
     let opened = futures_util::future::join_all((0..4200).map(|_| {
         let addr = addr.clone();
@@ -259,7 +251,7 @@ async fn bodies_that_dribble_in_are_cut_at_the_body_timeout() {
     nodekeeper::config::raise_open_file_limit();
     let site = one_node();
     let c = site.controller_with(&["--request-body-timeout", "1s"]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     let addr = host_port(&c.url);
     // 1,000 status PUTs announce 100 bytes and send one.
     let head = "PUT /api/v1/nodes/edge-1/status HTTP/1.1\r\nHost: nodekeeper\r\n\
@@ -317,9 +309,10 @@ async fn bodies_that_dribble_in_are_cut_at_the_body_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_file_only_health_checks_answer_without_a_token() {
     let site = one_node();
-    let tokens = site.path().join("tokens");
-    std::fs::write(&tokens, "reader-secret\nedge-1-secret,edge-1\n").unwrap();
-    let c = site.controller_with(&["--token-file", tokens.to_str().unwrap()]);
+    let c = site
+        .run()
+        .tokens("reader-secret\nedge-1-secret,edge-1\n")
+        .start();
     let http = client();
     let unauthorized = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                               "message": "Unauthorized", "reason": "Unauthorized", "code": 401});
@@ -382,14 +375,7 @@ async fn with_a_token_file_only_health_checks_answer_without_a_token() {
             .unwrap();
         assert_eq!(response.status(), code, "{path} with {token}");
     }
-    eventually("edge-1 registered", || async {
-        http.get(format!("{}/api/v1/nodes/edge-1", c.url))
-            .bearer_auth("reader-secret")
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    c.wait_registered("edge-1").await;
     assert_eq!(heartbeat(&c, Some("edge-1-secret")).await, 200);
 
     // The CLI says what it needs, and reads with it.
@@ -520,11 +506,7 @@ where
 async fn http2_in_clear_with_prior_knowledge_and_over_tls_by_alpn() {
     let site = one_node();
     let c = site.controller(&[]);
-    // The API serves before the first registration is stored.
-    c.wait_for("/api/v1/nodes/edge-1", "edge-1 registered", |n| {
-        n["metadata"]["name"] == "edge-1"
-    })
-    .await;
+    c.wait_registered("edge-1").await;
     let tcp = TcpStream::connect(host_port(&c.url)).await.unwrap();
     let answers = h2_gets(
         tcp,
@@ -626,7 +608,7 @@ async fn ten_thousand_kept_alive_connections_all_fit() {
     );
     let site = one_node();
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     let addr = host_port(&c.url);
     let mut kept = Vec::with_capacity(10_000);
     for _ in 0..20 {
@@ -684,18 +666,11 @@ async fn ten_thousand_kept_alive_connections_all_fit() {
 #[tokio::test]
 async fn a_client_holding_lists_on_windows_of_zero_leaves_other_clients_reading() {
     let site = one_node();
-    let tokens = site.path().join("tokens");
-    std::fs::write(
-        &tokens,
-        "reader-secret,reader,2\nattacker-secret,attacker,1\n",
-    )
-    .unwrap();
-    let c = site.controller_with(&[
-        "--token-file",
-        tokens.to_str().unwrap(),
-        "--max-requests-inflight",
-        "400",
-    ]);
+    let c = site
+        .run()
+        .tokens("reader-secret,reader,2\nattacker-secret,attacker,1\n")
+        .flags(&["--max-requests-inflight", "400"])
+        .start();
     let addr = host_port(&c.url);
 
     let mut held = Vec::new();

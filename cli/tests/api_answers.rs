@@ -15,19 +15,12 @@ use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// A site in push mode of one node, `edge-1`, on this file's loopback range
 /// (push mode never probes it).
 fn one_node() -> TestSite<()> {
     TestSite::named(&["edge-1"], Ipv4Addr::new(127, 162, 0, 1)).start()
-}
-
-async fn registered(c: &Controller) -> Value {
-    c.wait_for("/api/v1/nodes/edge-1", "edge-1 registered", |n| {
-        n["kind"] == "Node"
-    })
-    .await
 }
 
 /// kube-apiserver applies a patch without a resourceVersion precondition
@@ -41,19 +34,21 @@ async fn registered(c: &Controller) -> Value {
 async fn concurrent_patches_without_a_precondition_all_apply() {
     let site = one_node();
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     const WRITERS: usize = 300;
+    // One client, built before any writer connects: a client built inside
+    // each writer held every connection made before it without its request
+    // while the rest were built, and on a busy machine past the
+    // controller's 10 s for a new connection's headers.
+    let http = client();
     let patches = (0..WRITERS).map(|i| {
-        let url = format!("{}/api/v1/nodes/edge-1", c.url);
+        let request = http
+            .patch(format!("{}/api/v1/nodes/edge-1", c.url))
+            .timeout(DEADLINE)
+            .header("content-type", "application/merge-patch+json")
+            .body(json!({"metadata": {"labels": {format!("writer-{i}"): "done"}}}).to_string());
         async move {
-            let response = client()
-                .patch(url)
-                .timeout(DEADLINE)
-                .header("content-type", "application/merge-patch+json")
-                .body(json!({"metadata": {"labels": {format!("writer-{i}"): "done"}}}).to_string())
-                .send()
-                .await
-                .expect("the controller answers");
+            let response = request.send().await.expect("the controller answers");
             let code = response.status().as_u16();
             (code, response.text().await.unwrap())
         }
@@ -84,7 +79,7 @@ async fn concurrent_patches_without_a_precondition_all_apply() {
 async fn every_answer_says_nosniff() {
     let site = one_node();
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     let url = |path: &str| format!("{}{path}", c.url);
     let requests = [
         client().get(url("/api/v1/nodes")),
@@ -183,7 +178,7 @@ async fn metrics(c: &Controller, accept: Option<&str>) -> (String, String) {
 async fn metrics_are_answered_in_the_format_asked_for() {
     let site = one_node();
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     let text_type = "text/plain; version=0.0.4; charset=utf-8";
     for accept in [Some("*/*"), None, Some("text/plain;version=0.0.4")] {
         let (content_type, text) = metrics(&c, accept).await;
@@ -234,7 +229,7 @@ async fn resources_without_nodes_serve_no_node_series() {
     let config = site.path().join("resources.yaml");
     std::fs::write(&config, "resources: [pods, leases]\n").unwrap();
     let c = site.controller_with(&["--config", config.to_str().unwrap()]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     for accept in [None, Some("application/openmetrics-text;version=1.0.0")] {
         let (_, text) = metrics(&c, accept).await;
         assert!(!text.contains("kube_node_"), "{accept:?}: {text}");
@@ -246,36 +241,10 @@ async fn resources_without_nodes_serve_no_node_series() {
     assert!(c.stop().success());
 
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     let (_, text) = metrics(&c, None).await;
     assert!(text.contains("kube_node_info{node=\"edge-1\""), "{text}");
     assert!(c.stop().success());
-}
-
-/// `kubectl describe node NAME` against `c`, with nothing from the environment.
-async fn kubectl_describe_node(c: &Controller, dir: &std::path::Path, name: &str) -> String {
-    std::fs::write(dir.join("kubeconfig"), "").unwrap();
-    let out = tokio::process::Command::new("kubectl")
-        .args(["--server", &c.url, "--request-timeout=10s", "--cache-dir"])
-        .arg(dir.join("cache"))
-        .args(["describe", "node", name])
-        .env("KUBECONFIG", dir.join("kubeconfig"))
-        .env("HOME", dir)
-        .env_remove("HTTP_PROXY")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("https_proxy")
-        .env("NO_PROXY", "127.0.0.1")
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("cannot run kubectl ({e}): these tests need it on PATH"));
-    let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl describe: {said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    said
 }
 
 /// `kubectl describe node` reads the node's Lease
@@ -292,7 +261,9 @@ async fn a_probed_node_is_described_with_the_lease_its_answers_renew() {
     let name = site.name(0);
     c.wait_ready(&name, "True").await;
 
-    let described = kubectl_describe_node(&c, site.path(), &name).await;
+    let described = Kubectl::new(&c.url, site.path())
+        .ok(&["describe", "node", &name])
+        .await;
     assert!(!described.contains("Failed to get lease"), "{described}");
     let lease: Vec<&str> = described
         .split("Lease:")
@@ -316,15 +287,7 @@ async fn a_probed_node_is_described_with_the_lease_its_answers_renew() {
     assert_eq!(code, 200, "{served}");
     assert_eq!(served["spec"]["leaseDurationSeconds"], 40);
     served["spec"]["renewTime"] = json!("2030-01-01T00:00:00.000000Z");
-    let (code, own) = send_as(
-        &c,
-        "PUT",
-        &path,
-        "application/json",
-        &served.to_string(),
-        None,
-    )
-    .await;
+    let (code, own) = c.call("PUT", &path).json(&served).send().await;
     assert_eq!(code, 200, "{own}");
     let (_, now) = c.get(&path).await;
     assert_eq!(

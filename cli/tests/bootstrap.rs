@@ -16,7 +16,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cli, cli_ok, client_trusting, self_signed_cert, Controller, TestSite};
+use common::{cli, cli_ok, TestSite};
 use nodekeeper_sim::bootstrap::load_client_cert;
 use serde_json::{json, Value};
 use x509_parser::prelude::{FromDer, X509Certificate};
@@ -43,30 +43,6 @@ fn cluster_ca(dir: &std::path::Path) -> (String, String) {
     )
 }
 
-/// A request as `token`'s holder: (status, JSON body).
-async fn call(
-    client: &reqwest::Client,
-    c: &Controller,
-    method: reqwest::Method,
-    path: &str,
-    token: &str,
-    body: Option<&Value>,
-) -> (u16, Value) {
-    let mut request = client
-        .request(method, format!("{}{path}", c.url))
-        .bearer_auth(token);
-    if let Some(body) = body {
-        request = request.json(body);
-    }
-    let response = request.send().await.unwrap();
-    let code = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (
-        code,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
 fn names(cert: &X509Certificate<'_>) -> (Vec<String>, Vec<String>, Vec<String>) {
     let text = |it: &mut dyn Iterator<Item = &x509_parser::x509::AttributeTypeAndValue<'_>>| {
         it.map(|a| a.as_str().unwrap().to_string())
@@ -82,27 +58,22 @@ fn names(cert: &X509Certificate<'_>) -> (Vec<String>, Vec<String>, Vec<String>) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_operator() {
     let site = TestSite::named(&["edge-1", "edge-2"], "127.0.71.1".parse().unwrap()).start();
-    let dir = site.path();
-    let (cert, key, pem) = self_signed_cert(dir, &["127.0.0.1"]);
-    let (ca_cert, ca_key) = cluster_ca(dir);
-    let tokens = dir.join("tokens");
-    std::fs::write(&tokens, format!("{OPERATOR}\n")).unwrap();
-    let c = site.controller_with(&[
-        "--tls-cert-file",
-        &cert,
-        "--tls-private-key-file",
-        &key,
-        "--token-file",
-        tokens.to_str().unwrap(),
-        "--enable-bootstrap-token-auth",
-        "--cluster-signing-cert-file",
-        &ca_cert,
-        "--cluster-signing-key-file",
-        &ca_key,
-        "--client-ca-file",
-        &ca_cert,
-    ]);
-    let client = client_trusting(pem.as_bytes());
+    let (ca_cert, ca_key) = cluster_ca(site.path());
+    let c = site
+        .run()
+        .tls()
+        .tokens(&format!("{OPERATOR}\n"))
+        .flags(&[
+            "--enable-bootstrap-token-auth",
+            "--cluster-signing-cert-file",
+            &ca_cert,
+            "--cluster-signing-key-file",
+            &ca_key,
+            "--client-ca-file",
+            &ca_cert,
+        ])
+        .start();
+    let client = c.client();
     let db = &site.db;
 
     // The operator makes a token, as `kubeadm token create` would.
@@ -138,32 +109,25 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
                        "usage-bootstrap-authentication": "true",
                        "expiration": "2026-01-01T00:00:00Z"},
     });
-    let (code, s) = call(
-        &client,
-        &c,
-        reqwest::Method::POST,
-        SECRETS,
-        OPERATOR,
-        Some(&expired),
-    )
-    .await;
+    let (code, s) = c
+        .call("POST", SECRETS)
+        .token(Some(OPERATOR))
+        .json(&expired)
+        .send()
+        .await;
     assert_eq!(code, 201, "{s}");
     for bad in ["oldold.0123456789abcdef", "zzzzzz.0123456789abcdef"] {
-        let (code, _) = call(&client, &c, reqwest::Method::GET, CSRS, bad, None).await;
+        let (code, _) = c.call("GET", CSRS).token(Some(bad)).send().await;
         assert_eq!(code, 401, "{bad}");
     }
     // A bootstrapper may not manage tokens; only kube-system's are kept.
-    let (code, _) = call(&client, &c, reqwest::Method::GET, SECRETS, &token, None).await;
+    let (code, _) = c.call("GET", SECRETS).token(Some(&token)).send().await;
     assert_eq!(code, 403);
-    let (code, s) = call(
-        &client,
-        &c,
-        reqwest::Method::GET,
-        "/api/v1/namespaces/default/secrets",
-        OPERATOR,
-        None,
-    )
-    .await;
+    let (code, s) = c
+        .call("GET", "/api/v1/namespaces/default/secrets")
+        .token(Some(OPERATOR))
+        .send()
+        .await;
     assert_eq!(code, 403, "{s}");
     assert!(
         s["message"].as_str().unwrap().contains("kube-system"),
@@ -195,15 +159,11 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
     assert!(eku.client_auth && !eku.server_auth);
 
     // The CSR says who asked and how it was approved (sarapprove.go).
-    let (code, csr) = call(
-        &client,
-        &c,
-        reqwest::Method::GET,
-        &format!("{CSRS}/{}", joined.csr_name),
-        OPERATOR,
-        None,
-    )
-    .await;
+    let (code, csr) = c
+        .call("GET", &format!("{CSRS}/{}", joined.csr_name))
+        .token(Some(OPERATOR))
+        .send()
+        .await;
     assert_eq!(code, 200, "{csr}");
     let id = &token[..6];
     assert_eq!(csr["spec"]["username"], format!("system:bootstrap:{id}"));
@@ -264,7 +224,7 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
     let name = named_rx.await.unwrap();
     let path = format!("{CSRS}/{name}");
     // No source lists it: no condition, Pending.
-    let (_, pending) = call(&client, &c, reqwest::Method::GET, &path, OPERATOR, None).await;
+    let (_, pending) = c.call("GET", &path).token(Some(OPERATOR)).send().await;
     assert!(pending["status"]["conditions"].is_null(), "{pending}");
     // A bootstrapper may not approve it.
     let mut approval = pending.clone();
@@ -272,25 +232,19 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
         "type": "Approved", "status": "True", "reason": "KubectlApprove",
         "message": "This CSR was approved by kubectl certificate approve.",
     }]);
-    let (code, _) = call(
-        &client,
-        &c,
-        reqwest::Method::PUT,
-        &format!("{path}/approval"),
-        &token,
-        Some(&approval),
-    )
-    .await;
+    let (code, _) = c
+        .call("PUT", &format!("{path}/approval"))
+        .token(Some(&token))
+        .json(&approval)
+        .send()
+        .await;
     assert_eq!(code, 403);
-    let (code, approved) = call(
-        &client,
-        &c,
-        reqwest::Method::PUT,
-        &format!("{path}/approval"),
-        OPERATOR,
-        Some(&approval),
-    )
-    .await;
+    let (code, approved) = c
+        .call("PUT", &format!("{path}/approval"))
+        .token(Some(OPERATOR))
+        .json(&approval)
+        .send()
+        .await;
     assert_eq!(code, 200, "{approved}");
     let joined = stranger.await.unwrap().unwrap();
     let der = pem_der(&joined.cert_pem);
@@ -304,22 +258,18 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
 
     // Deleting the token ends it: 401 from then on.
     cli_ok(db, &["--token", OPERATOR, "token", "delete", &token]);
-    let (code, _) = call(&client, &c, reqwest::Method::GET, CSRS, &token, None).await;
+    let (code, _) = c.call("GET", CSRS).token(Some(&token)).send().await;
     assert_eq!(code, 401);
     // The CSR list as kubectl asks for it: a Table with the condition.
-    let table: Value = client
-        .get(format!("{}{CSRS}", c.url))
-        .bearer_auth(OPERATOR)
+    let (_, table) = c
+        .call("GET", CSRS)
+        .token(Some(OPERATOR))
         .header(
             "accept",
             "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
         )
         .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .await;
     let conditions: Vec<&str> = table["rows"]
         .as_array()
         .unwrap()

@@ -15,7 +15,7 @@ mod common;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use common::{self_signed_cert, TestSite, DEADLINE};
+use common::{TestSite, DEADLINE};
 use nodekeeper_sim::push::{ClientCerts, NodeCert};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use serde_json::{json, Value};
@@ -109,27 +109,20 @@ async fn kubelets_authenticate_by_their_certificates_and_write_only_their_own_ob
         .listing_first(0)
         .start()
         .await;
-    let dir = site.path();
-    let (cert, key, server_pem) = self_signed_cert(dir, &["127.0.0.1"]);
     let ca = Arc::new(Ca::new());
-    let ca_file = dir.join("client-ca.pem");
-    std::fs::write(&ca_file, &ca.pem).unwrap();
-    let c = site.controller_with(&[
-        "--tls-cert-file",
-        &cert,
-        "--tls-private-key-file",
-        &key,
-        "--client-ca-file",
-        ca_file.to_str().unwrap(),
-        "--allow-node-registration",
-    ]);
+    let c = site
+        .run()
+        .tls()
+        .client_ca(&ca.pem)
+        .flags(&["--allow-node-registration"])
+        .start();
+    let server_pem = c.server_pem.clone().unwrap();
     let (a, b) = (site.fleet.name(0), site.fleet.name(1));
 
     // Each kubelet its own certificate, CN=system:node:NAME, O=system:nodes.
     let issuer = ca.clone();
     site.fleet.push_to(&c, |p| {
         p.register = true;
-        p.server_ca = Some(server_pem.clone());
         p.client_certs = Some(ClientCerts(Arc::new(move |name: &str| {
             Ok(issuer
                 .issue(&format!("system:node:{name}"), "system:nodes")

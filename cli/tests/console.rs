@@ -553,9 +553,7 @@ async fn in_a_browser_a_token_is_asked_for_and_kept_for_the_tab() {
         .start()
         .await;
     let fleet = &site.fleet;
-    let tokens = site.path().join("tokens");
-    std::fs::write(&tokens, "operator-secret\n").unwrap();
-    let c = site.controller(&["--token-file".into(), tokens.display().to_string()]);
+    let c = site.run().tokens("operator-secret\n").start();
     c.wait_ready(&fleet.name(0), "True").await;
     let started = Instant::now();
     let script = Script::start(

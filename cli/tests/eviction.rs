@@ -10,24 +10,6 @@ use std::net::Ipv4Addr;
 
 use common::*;
 use nodekeeper_sim::KubeletState;
-use serde_json::Value;
-
-fn taints(node: &Value) -> Vec<String> {
-    node["spec"]["taints"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .map(|t| {
-                    format!(
-                        "{}:{}",
-                        t["key"].as_str().unwrap(),
-                        t["effect"].as_str().unwrap()
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_down_past_the_timeout_is_tainted_evicted_and_hooked() {
@@ -36,9 +18,7 @@ async fn a_node_down_past_the_timeout_is_tainted_evicted_and_hooked() {
 
     let hooked = dir.join("hooked");
     let hook = format!("echo >> {}", hooked.display());
-    let mut args = site.args();
-    args.extend(["--pod-eviction-timeout", "1s", "--eviction-hook", &hook].map(String::from));
-    let c = Controller::start(db, &args);
+    let c = site.controller_with(&["--pod-eviction-timeout", "1s", "--eviction-hook", &hook]);
     let victim = fleet.name(0);
     for i in 0..4 {
         c.wait_ready(&fleet.name(i), "True").await;
@@ -106,11 +86,9 @@ async fn a_node_down_past_the_timeout_is_tainted_evicted_and_hooked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_every_node_is_down_nothing_is_evicted() {
     let site = TestSite::start(3, Ipv4Addr::new(127, 112, 0, 1)).await;
-    let (fleet, db, _nodes) = (&site.fleet, &site.db, &site.nodes_file);
+    let fleet = &site.fleet;
 
-    let mut args = site.args();
-    args.extend(["--pod-eviction-timeout", "500ms"].map(String::from));
-    let c = Controller::start(db, &args);
+    let c = site.controller_with(&["--pod-eviction-timeout", "500ms"]);
     for i in 0..3 {
         c.wait_ready(&fleet.name(i), "True").await;
     }

@@ -115,19 +115,7 @@ async fn metric(c: &Controller, name: &str) -> Option<f64> {
 async fn patch_ready(c: &Controller, node: &str, status: &str, beat: &str) -> (u16, Value) {
     let body = json!({"status": {"conditions": [{"type": "Ready", "status": status,
         "lastHeartbeatTime": beat, "reason": "KubeletReady", "message": "pushed by the test"}]}});
-    let response = client()
-        .patch(format!("{}/api/v1/nodes/{node}/status", c.url))
-        .header("content-type", "application/strategic-merge-patch+json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("the controller answers");
-    let code = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (
-        code,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    c.status_patch(node, &body).send().await
 }
 
 fn nodes_file(dir: &Path) -> PathBuf {
@@ -239,14 +227,8 @@ async fn a_full_disk_refuses_changes_and_keeps_serving() {
         let body = json!({"status": {"conditions": [{"type": "Ready", "status": status,
             "lastHeartbeatTime": format!("2026-11-30T09:00:{:02}Z", 11 + i),
             "reason": "KubeletNotReady", "message": long}]}});
-        let response = client()
-            .patch(format!("{}/api/v1/nodes/edge-push/status", c.url))
-            .header("content-type", "application/strategic-merge-patch+json")
-            .body(body.to_string())
-            .send()
-            .await
-            .expect("the controller answers");
-        assert_eq!(response.status().as_u16(), 503);
+        let (code, answer) = c.status_patch("edge-push", &body).send().await;
+        assert_eq!(code, 503, "{answer}");
     }
     // A heartbeat needs no write: it is taken.
     let (code, body) = patch_ready(&c, "edge-push", "True", "2026-11-30T09:00:20Z").await;

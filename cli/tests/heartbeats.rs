@@ -40,14 +40,7 @@ impl Kubelet<'_> {
                          "containerRuntimeVersion": "containerd://1.7.24", "machineID": "m", "systemUUID": "s",
                          "bootID": "b", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}
         }});
-        send(
-            self.c,
-            "PATCH",
-            &format!("/api/v1/nodes/{}/status", self.name),
-            "application/strategic-merge-patch+json",
-            body,
-        )
-        .await
+        self.c.status_patch(&self.name, &body).send().await
     }
 
     async fn ready(&mut self, status: &str) -> (u16, Value) {
@@ -66,58 +59,13 @@ impl Kubelet<'_> {
         let body = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": self.name, "namespace": "kube-node-lease"},
             "spec": {"holderIdentity": self.name, "leaseDurationSeconds": 40, "renewTime": renew}});
-        let (code, v) = send(self.c, "PUT", &path, "application/json", body.clone()).await;
+        let (code, v) = self.c.call("PUT", &path).json(&body).send().await;
         if code == 404 {
             let create = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
-            return send(self.c, "POST", create, "application/json", body).await;
+            return self.c.call("POST", create).json(&body).send().await;
         }
         (code, v)
     }
-}
-
-async fn send(
-    c: &Controller,
-    method: &str,
-    path: &str,
-    content_type: &str,
-    body: Value,
-) -> (u16, Value) {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let response = client()
-        .request(method, format!("{}{path}", c.url))
-        .header("content-type", content_type)
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    let code = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (
-        code,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
-async fn send_raw(
-    c: &Controller,
-    method: &str,
-    path: &str,
-    content_type: &str,
-    body: &str,
-) -> (u16, Value) {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let response = client()
-        .request(method, format!("{}{path}", c.url))
-        .header("content-type", content_type)
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    let code = response.status().as_u16();
-    (
-        code,
-        serde_json::from_str(&response.text().await.unwrap()).unwrap_or(Value::Null),
-    )
 }
 
 /// A site in push mode of two nodes, `edge-1` and `edge-2`, on this file's
@@ -126,23 +74,6 @@ async fn send_raw(
 fn two_nodes() -> TestSiteBuilder<()> {
     TestSite::named(&["edge-1", "edge-2"], Ipv4Addr::new(127, 81, 0, 1))
         .flag("--node-startup-grace-period", "1s")
-}
-
-/// Waits until the nodes file's nodes are registered: registration runs
-/// beside the API, and a push for a node not yet registered is answered 404.
-async fn wait_registered(c: &Controller, token: Option<&str>) {
-    eventually("edge-1 and edge-2 registered", || async {
-        let mut registered = true;
-        for name in ["edge-1", "edge-2"] {
-            let mut request = client().get(format!("{}/api/v1/nodes/{name}", c.url));
-            if let Some(token) = token {
-                request = request.bearer_auth(token);
-            }
-            registered &= request.send().await.is_ok_and(|r| r.status() == 200);
-        }
-        registered
-    })
-    .await;
 }
 
 fn kinds(history: &Value) -> Vec<&str> {
@@ -170,7 +101,8 @@ async fn push_mode_heartbeats_keep_nodes_ready_and_silence_makes_them_unknown() 
     // not let the node lapse between two renewals.
     let site = two_nodes().grace("6s").start();
     let c = site.controller(&[]);
-    wait_registered(&c, None).await;
+    c.wait_registered("edge-1").await;
+    c.wait_registered("edge-2").await;
     // The node's clock is five hours behind: it must not matter.
     let mut k = Kubelet {
         c: &c,
@@ -272,52 +204,47 @@ async fn bad_pushes_get_the_status_kubectl_shows() {
     let site = two_nodes().start();
     let c = site.controller(&[]);
     let status_path = "/api/v1/nodes/edge-1/status";
-    let (code, s) = send_raw(
-        &c,
-        "PATCH",
-        "/api/v1/nodes/nope/status",
-        "application/merge-patch+json",
-        "{}",
-    )
-    .await;
+    let (code, s) = c
+        .call("PATCH", "/api/v1/nodes/nope/status")
+        .body("application/merge-patch+json", "{}")
+        .send()
+        .await;
     assert_eq!((code, s["reason"].as_str()), (404, Some("NotFound")), "{s}");
     assert_eq!(s["message"], "nodes \"nope\" not found");
-    let (code, s) = send_raw(
-        &c,
-        "PATCH",
-        status_path,
-        "application/merge-patch+json",
-        "{not json",
-    )
-    .await;
+    let (code, s) = c
+        .call("PATCH", status_path)
+        .body("application/merge-patch+json", "{not json")
+        .send()
+        .await;
     assert_eq!(
         (code, s["reason"].as_str()),
         (400, Some("BadRequest")),
         "{s}"
     );
-    let (code, s) = send_raw(
-        &c,
-        "PATCH",
-        status_path,
-        "application/json-patch+json",
-        "[]",
-    )
-    .await;
+    let (code, s) = c
+        .call("PATCH", status_path)
+        .body("application/json-patch+json", "[]")
+        .send()
+        .await;
     assert_eq!(
         (code, s["reason"].as_str()),
         (415, Some("UnsupportedMediaType")),
         "{s}"
     );
-    let (code, s) = send_raw(&c, "PUT", status_path, "text/plain", "hello").await;
+    let (code, s) = c
+        .call("PUT", status_path)
+        .body("text/plain", "hello")
+        .send()
+        .await;
     assert_eq!(code, 415, "{s}");
-    let (code, s) = send(
-        &c,
-        "PATCH",
-        status_path,
-        "application/merge-patch+json",
-        json!({"status": {"conditions": [{"type": "Ready", "status": "Perhaps"}]}}),
-    )
-    .await;
+    let (code, s) = c
+        .call("PATCH", status_path)
+        .body(
+            "application/merge-patch+json",
+            json!({"status": {"conditions": [{"type": "Ready", "status": "Perhaps"}]}}).to_string(),
+        )
+        .send()
+        .await;
     assert_eq!((code, s["reason"].as_str()), (422, Some("Invalid")), "{s}");
     assert!(
         s["message"]
@@ -326,34 +253,25 @@ async fn bad_pushes_get_the_status_kubectl_shows() {
             .contains("status.conditions[0].status"),
         "{s}"
     );
-    let (code, s) = send(
-        &c,
-        "PUT",
-        status_path,
-        "application/json",
-        json!({"metadata": {"name": "edge-2"}}),
-    )
-    .await;
+    let (code, s) = c
+        .call("PUT", status_path)
+        .json(&json!({"metadata": {"name": "edge-2"}}))
+        .send()
+        .await;
     assert_eq!(code, 400, "{s}");
     // A stale resourceVersion on a full update is a conflict.
-    let (code, s) = send(
-        &c,
-        "PUT",
-        status_path,
-        "application/json",
-        json!({"metadata": {"name": "edge-1", "resourceVersion": "1"}, "status": {}}),
-    )
-    .await;
+    let (code, s) = c
+        .call("PUT", status_path)
+        .json(&json!({"metadata": {"name": "edge-1", "resourceVersion": "1"}, "status": {}}))
+        .send()
+        .await;
     assert_eq!((code, s["reason"].as_str()), (409, Some("Conflict")), "{s}");
     // Registration is off by default, and says how to turn it on.
-    let (code, s) = send(
-        &c,
-        "POST",
-        "/api/v1/nodes",
-        "application/json",
-        json!({"metadata": {"name": "stranger"}}),
-    )
-    .await;
+    let (code, s) = c
+        .call("POST", "/api/v1/nodes")
+        .json(&json!({"metadata": {"name": "stranger"}}))
+        .send()
+        .await;
     assert_eq!(
         (code, s["reason"].as_str()),
         (403, Some("Forbidden")),
@@ -370,51 +288,48 @@ async fn bad_pushes_get_the_status_kubectl_shows() {
     let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
     let lease = |name: &str| json!({"metadata": {"name": name}, "spec": {"holderIdentity": name, "renewTime": "2026-11-30T09:00:00.000000Z"}});
     assert_eq!(
-        send(&c, "POST", leases, "application/json", lease("edge-1"))
-            .await
-            .0,
+        c.call("POST", leases).json(&lease("edge-1")).send().await.0,
         201
     );
-    let (code, s) = send(&c, "POST", leases, "application/json", lease("edge-1")).await;
+    let (code, s) = c.call("POST", leases).json(&lease("edge-1")).send().await;
     assert_eq!(
         (code, s["reason"].as_str()),
         (409, Some("AlreadyExists")),
         "{s}"
     );
     assert_eq!(
-        send(&c, "POST", leases, "application/json", lease("stranger"))
+        c.call("POST", leases)
+            .json(&lease("stranger"))
+            .send()
             .await
             .0,
         403
     );
-    let (code, _) = send(
-        &c,
-        "POST",
-        "/apis/coordination.k8s.io/v1/namespaces/default/leases",
-        "application/json",
-        lease("edge-1"),
-    )
-    .await;
+    let (code, _) = c
+        .call(
+            "POST",
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+        )
+        .json(&lease("edge-1"))
+        .send()
+        .await;
     assert_eq!(code, 404);
     let mut stale = lease("edge-1");
     stale["metadata"]["resourceVersion"] = json!("999");
-    let (code, s) = send(
-        &c,
-        "PUT",
-        &format!("{leases}/edge-1"),
-        "application/json",
-        stale,
-    )
-    .await;
+    let (code, s) = c
+        .call("PUT", &format!("{leases}/edge-1"))
+        .json(&stale)
+        .send()
+        .await;
     assert_eq!((code, s["reason"].as_str()), (409, Some("Conflict")), "{s}");
-    let (code, s) = send(
-        &c,
-        "PATCH",
-        &format!("{leases}/edge-1"),
-        "application/merge-patch+json",
-        json!({"spec": {"renewTime": "2026-11-30T09:00:10.000000Z"}}),
-    )
-    .await;
+    let (code, s) = c
+        .call("PATCH", &format!("{leases}/edge-1"))
+        .body(
+            "application/merge-patch+json",
+            json!({"spec": {"renewTime": "2026-11-30T09:00:10.000000Z"}}).to_string(),
+        )
+        .send()
+        .await;
     assert_eq!(code, 200, "{s}");
     assert_eq!(s["metadata"]["resourceVersion"], "2");
     // Nothing of that changed the registry's history beyond registration
@@ -484,14 +399,7 @@ async fn kubelets_may_register_themselves_when_allowed() {
         "status": {"addresses": [{"type": "InternalIP", "address": "127.83.0.1"}],
                    "capacity": {"cpu": "2", "memory": "4Gi"},
                    "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-11-30T09:00:00Z", "reason": "KubeletReady"}]}});
-    let (code, node) = send(
-        &c,
-        "POST",
-        "/api/v1/nodes",
-        "application/json",
-        body.clone(),
-    )
-    .await;
+    let (code, node) = c.call("POST", "/api/v1/nodes").json(&body).send().await;
     assert_eq!(code, 201, "{node}");
     assert_eq!(node["metadata"]["name"], "newcomer");
     assert_eq!(condition(&node, "Ready")["status"], "True");
@@ -500,7 +408,7 @@ async fn kubelets_may_register_themselves_when_allowed() {
         node["metadata"]["labels"]["topology.kubernetes.io/zone"],
         "z1"
     );
-    let (code, s) = send(&c, "POST", "/api/v1/nodes", "application/json", body).await;
+    let (code, s) = c.call("POST", "/api/v1/nodes").json(&body).send().await;
     assert_eq!(
         (code, s["reason"].as_str()),
         (409, Some("AlreadyExists")),
@@ -521,14 +429,12 @@ async fn kubelets_may_register_themselves_when_allowed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_tokens_a_node_may_update_only_itself() {
     let site = two_nodes().start();
-    let tokens = site.path().join("tokens");
-    std::fs::write(
-        &tokens,
-        "# operators and nodes\nop-secret\nedge-1-secret,edge-1\n",
-    )
-    .unwrap();
-    let c = site.controller_with(&["--token-file", tokens.to_str().unwrap()]);
-    wait_registered(&c, Some("op-secret")).await;
+    let c = site
+        .run()
+        .tokens("# operators and nodes\nop-secret\nedge-1-secret,edge-1\n")
+        .start();
+    c.wait_registered("edge-1").await;
+    c.wait_registered("edge-2").await;
     let patch = |token: Option<&'static str>, node: &'static str| {
         let mut request = client()
             .patch(format!("{}/api/v1/nodes/{node}/status", c.url))
@@ -625,7 +531,8 @@ async fn a_kubelet_status_patch_reads_as_the_merge_would() {
         .flag("--node-startup-grace-period", "10m")
         .start();
     let c = site.controller(&[]);
-    wait_registered(&c, None).await;
+    c.wait_registered("edge-1").await;
+    c.wait_registered("edge-2").await;
     let info = json!({"kubeletVersion": "v1.32.4", "osImage": "Debian GNU/Linux 12", "kernelVersion": "6.1.0",
         "containerRuntimeVersion": "containerd://1.7.24", "machineID": "m", "systemUUID": "s",
         "bootID": "b", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"});
@@ -668,14 +575,11 @@ async fn a_kubelet_status_patch_reads_as_the_merge_would() {
         let mut merged = patch.clone();
         merged["metadata"] = json!({});
         for (node, body) in [("edge-1", patch.clone()), ("edge-2", merged)] {
-            let (code, answer) = send(
-                &c,
-                "PATCH",
-                &path(node),
-                "application/strategic-merge-patch+json",
-                body,
-            )
-            .await;
+            let (code, answer) = c
+                .call("PATCH", &path(node))
+                .body("application/strategic-merge-patch+json", body.to_string())
+                .send()
+                .await;
             assert_eq!(code, 200, "{node}: {answer}");
         }
     }
@@ -685,14 +589,11 @@ async fn a_kubelet_status_patch_reads_as_the_merge_would() {
     let mut merged = merge.clone();
     merged["metadata"] = json!({});
     for (node, body) in [("edge-1", merge), ("edge-2", merged)] {
-        let (code, answer) = send(
-            &c,
-            "PATCH",
-            &path(node),
-            "application/merge-patch+json",
-            body,
-        )
-        .await;
+        let (code, answer) = c
+            .call("PATCH", &path(node))
+            .body("application/merge-patch+json", body.to_string())
+            .send()
+            .await;
         assert_eq!(code, 200, "{node}: {answer}");
     }
     let shown = |node: &Value| {

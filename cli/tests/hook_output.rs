@@ -39,11 +39,9 @@ fn loud_hook(flag: &std::path::Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transition_hook_printing_400_mb_does_not_grow_the_controller() {
     let site = TestSite::start(2, Ipv4Addr::new(127, 157, 0, 1)).await;
-    let (fleet, dir, db) = (&site.fleet, site.dir.path(), &site.db);
+    let (fleet, dir) = (&site.fleet, site.dir.path());
     let flag = dir.join("loud");
-    let mut args = site.args();
-    args.extend(["--transition-hook".to_string(), loud_hook(&flag)]);
-    let c = Controller::start(db, &args);
+    let c = site.controller_with(&["--transition-hook", &loud_hook(&flag)]);
     let (a, b) = (fleet.name(0), fleet.name(1));
     c.wait_ready(&a, "True").await;
     c.wait_ready(&b, "True").await;
@@ -73,19 +71,14 @@ async fn a_transition_hook_printing_400_mb_does_not_grow_the_controller() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_hook_printing_400_mb_does_not_grow_the_controller() {
     let site = TestSite::start(4, Ipv4Addr::new(127, 157, 1, 1)).await;
-    let (fleet, dir, db) = (&site.fleet, site.dir.path(), &site.db);
+    let (fleet, dir) = (&site.fleet, site.dir.path());
     let flag = dir.join("loud");
-    let mut args = site.args();
-    args.extend(
-        [
-            "--pod-eviction-timeout",
-            "1s",
-            "--eviction-hook",
-            &loud_hook(&flag),
-        ]
-        .map(String::from),
-    );
-    let c = Controller::start(db, &args);
+    let c = site.controller_with(&[
+        "--pod-eviction-timeout",
+        "1s",
+        "--eviction-hook",
+        &loud_hook(&flag),
+    ]);
     for i in 0..4 {
         c.wait_ready(&fleet.name(i), "True").await;
     }

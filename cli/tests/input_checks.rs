@@ -11,7 +11,7 @@ use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Runs `run ARGS` expecting a flag error; returns its stderr. A controller
 /// that starts instead is killed (it listens on a free loopback port only).
@@ -143,11 +143,7 @@ fn a_dotted_quad_that_is_not_an_ipv4_address_is_refused_with_its_line() {
 async fn a_pushed_memory_capacity_in_exponent_form_is_accepted() {
     let site = TestSite::named(&["edge-1"], Ipv4Addr::new(127, 81, 2, 1)).start();
     let c = site.controller(&[]);
-    // The API serves before the nodes file's nodes are registered.
-    c.wait_for("/api/v1/nodes/edge-1", "edge-1 registered", |n| {
-        n["metadata"]["name"] == "edge-1"
-    })
-    .await;
+    c.wait_registered("edge-1").await;
     let beat = format!("{:.6}", jiff::Timestamp::now());
     for (memory, cpu, bytes, millis) in [
         ("1e9", "2", "1000000000", "2"),
@@ -159,15 +155,7 @@ async fn a_pushed_memory_capacity_in_exponent_form_is_accepted() {
             "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": beat,
                             "reason": "KubeletReady", "message": "kubelet is posting ready status"}]
         }});
-        let response = client()
-            .patch(format!("{}/api/v1/nodes/edge-1/status", c.url))
-            .header("content-type", "application/strategic-merge-patch+json")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
-        let code = response.status().as_u16();
-        let node: Value = response.json().await.unwrap();
+        let (code, node) = c.status_patch("edge-1", &body).send().await;
         assert_eq!(code, 200, "memory {memory}: {node}");
         assert_eq!(node["status"]["capacity"]["memory"], bytes, "{node}");
         assert_eq!(node["status"]["capacity"]["cpu"], millis, "{node}");

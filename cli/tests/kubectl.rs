@@ -8,93 +8,22 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
 
 use common::*;
 use nodekeeper_sim::KubeletState;
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 
-/// kubectl with nothing from the environment: an empty kubeconfig, its own
-/// cache and home, no proxy.
-struct Kubectl {
-    server: String,
-    dir: PathBuf,
-}
-
-impl Kubectl {
-    fn new(server: &str, dir: &Path) -> Kubectl {
-        std::fs::write(dir.join("kubeconfig"), "").unwrap();
-        Kubectl {
-            server: server.to_string(),
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    /// `kubectl get nodes -w`, running until dropped; its stdout is piped.
-    fn watch_nodes(&self) -> tokio::process::Child {
-        self.command()
-            .args(["get", "nodes", "--watch"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("kubectl starts")
-    }
-
-    fn command(&self) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new("kubectl");
-        command
-            .arg("--server")
-            .arg(&self.server)
-            .arg("--cache-dir")
-            .arg(self.dir.join("cache"))
-            .env("KUBECONFIG", self.dir.join("kubeconfig"))
-            .env("HOME", &self.dir)
-            .env_remove("HTTP_PROXY")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("http_proxy")
-            .env_remove("https_proxy")
-            .env("NO_PROXY", "127.0.0.1");
-        command
-    }
-
-    /// Runs kubectl and returns (exit code, stdout, stderr).
-    async fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let out = tokio::process::Command::new("kubectl")
-            .arg("--server")
-            .arg(&self.server)
-            .arg("--request-timeout=10s")
-            .arg("--cache-dir")
-            .arg(self.dir.join("cache"))
-            .args(args)
-            .env("KUBECONFIG", self.dir.join("kubeconfig"))
-            .env("HOME", &self.dir)
-            .env_remove("HTTP_PROXY")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("http_proxy")
-            .env_remove("https_proxy")
-            .env("NO_PROXY", "127.0.0.1")
-            .output()
-            .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run kubectl ({e}): these tests need the real kubectl on PATH; \
-                     install Debian's `kubernetes-client` package (CI installs it)"
-                )
-            });
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    async fn ok(&self, args: &[&str]) -> String {
-        let (code, out, err) = self.run(args).await;
-        assert_eq!(code, 0, "kubectl {args:?} failed: {err}\n{out}");
-        out
-    }
+/// `kubectl get nodes -w`, running until dropped; its stdout is piped.
+fn watch_nodes(kubectl: &Kubectl) -> tokio::process::Child {
+    kubectl
+        .command()
+        .args(["get", "nodes", "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl starts")
 }
 
 /// A `kubectl get` table as rows of whitespace-separated cells (header first).
@@ -200,7 +129,7 @@ async fn kubectl_gets_and_describes_nodes() {
     assert_eq!(err.matches("continue=").count(), 2, "{err}");
 
     // get -w: the list, then a line per change, as Table rows.
-    let mut watch = kubectl.watch_nodes();
+    let mut watch = watch_nodes(&kubectl);
     let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
     async fn next_line(
         lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,

@@ -8,15 +8,16 @@
 
 mod common;
 
-use common::{client, Controller, TestSite};
+use common::{client, Controller, Kubectl, TestSite};
 use nodekeeper_sim::protobuf::{encode, PROTOBUF};
 use serde_json::{json, Value};
 
 const ACCEPT: &str = "application/vnd.kubernetes.protobuf,application/json";
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
 
-/// A request as a kubelet makes it: `body` sent in protobuf when
-/// `content_type` is [`PROTOBUF`], else as JSON.
+/// A request as a kubelet makes it, with no token: `body` sent in protobuf
+/// when `content_type` is [`PROTOBUF`], else as JSON: the status, the
+/// answer's type and the answer.
 async fn kubelet(
     c: &Controller,
     method: &str,
@@ -24,32 +25,14 @@ async fn kubelet(
     content_type: &str,
     body: &Value,
 ) -> (u16, String, Value) {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let bytes = if content_type == PROTOBUF {
-        encode(body)
-    } else {
-        body.to_string().into_bytes()
-    };
-    let response = client()
-        .request(method, format!("{}{path}", c.url))
+    let answer = c
+        .call(method, path)
+        .token(None)
         .header("accept", ACCEPT)
-        .header("content-type", content_type)
-        .body(bytes)
-        .send()
-        .await
-        .unwrap();
-    let code = response.status().as_u16();
-    let answer_type = response
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
-    let text = response.text().await.unwrap();
-    (
-        code,
-        answer_type,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+        .kubelet_body(content_type, body)
+        .answer()
+        .await;
+    (answer.code, answer.content_type, answer.body)
 }
 
 /// The Node a kubelet registers (`pkg/kubelet/kubelet_node_status.go:92`,
@@ -617,37 +600,9 @@ fn node_event(node: &str, reason: &str, message: &str, nanos: u64) -> Value {
     })
 }
 
-/// kubectl (v1.32 here) with nothing from the environment.
+/// kubectl (v1.32 here) with nothing from the environment: its stdout.
 async fn kubectl(c: &Controller, dir: &std::path::Path, args: &[&str]) -> String {
-    tokio::fs::write(dir.join("kubeconfig"), "").await.unwrap();
-    let out = tokio::process::Command::new("kubectl")
-        .arg("--server")
-        .arg(&c.url)
-        .arg("--request-timeout=10s")
-        .arg("--cache-dir")
-        .arg(dir.join("cache"))
-        .args(args)
-        .env("KUBECONFIG", dir.join("kubeconfig"))
-        .env("HOME", dir)
-        .env_remove("HTTP_PROXY")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("https_proxy")
-        .output()
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run kubectl ({e}): these tests need the real kubectl on PATH; \
-                 install Debian's `kubernetes-client` package (CI installs it)"
-            )
-        });
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    Kubectl::new(&c.url, dir).ok(args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

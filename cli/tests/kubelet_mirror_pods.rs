@@ -18,8 +18,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, Controller, TestSite};
-use nodekeeper_sim::protobuf::{encode, PROTOBUF};
+use common::{client, Controller, Kubectl, TestSite};
+use nodekeeper_sim::protobuf::PROTOBUF;
 use serde_json::{json, Value};
 
 const ACCEPT: &str = "application/vnd.kubernetes.protobuf,application/json";
@@ -35,29 +35,16 @@ async fn send(
     body: &Value,
     token: Option<&str>,
 ) -> (u16, Value) {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let bytes = match (content_type, body) {
-        (_, Value::Null) => Vec::new(),
-        (PROTOBUF, _) => encode(body),
-        _ => body.to_string().into_bytes(),
-    };
-    let mut request = client()
-        .request(method, format!("{}{path}", c.url))
+    let call = c
+        .call(method, path)
         .header("accept", ACCEPT)
-        .body(bytes);
-    if !content_type.is_empty() {
-        request = request.header("content-type", content_type);
+        .kubelet_body(content_type, body);
+    match token {
+        Some(token) => call.token(Some(token)),
+        None => call,
     }
-    if let Some(token) = token.or(c.token.as_deref()) {
-        request = request.bearer_auth(token);
-    }
-    let response = request.send().await.unwrap();
-    let code = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (
-        code,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    .send()
+    .await
 }
 
 /// The Node a kubelet registers (`pkg/kubelet/kubelet_node_status.go:92`).
@@ -391,18 +378,11 @@ async fn a_kubelet_creates_sees_patches_and_deletes_its_mirror_pods() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_mirror_pods_of_the_callers_own_node_are_kept_and_few_of_them() {
     let site = TestSite::unlisted().start();
-    let tokens = site.path().join("tokens.csv");
-    tokio::fs::write(
-        &tokens,
-        "op-secret,admin,uid-0\nn32-secret,system:node:edge-32,uid-1,system:nodes\n",
-    )
-    .await
-    .unwrap();
-    let c = site.controller_with(&[
-        "--allow-node-registration",
-        "--token-file",
-        tokens.to_str().unwrap(),
-    ]);
+    let c = site
+        .run()
+        .tokens("op-secret,admin,uid-0\nn32-secret,system:node:edge-32,uid-1,system:nodes\n")
+        .flags(&["--allow-node-registration"])
+        .start();
     let uid = register(&c, "edge-32").await;
     let other = register(&c, "edge-33").await;
     let node_token = Some("n32-secret");
@@ -550,35 +530,7 @@ async fn only_mirror_pods_of_the_callers_own_node_are_kept_and_few_of_them() {
     assert_eq!(list["items"], json!([]));
 }
 
-/// kubectl (v1.32 here) with nothing from the environment.
+/// kubectl (v1.32 here) with nothing from the environment: its stdout.
 async fn kubectl(c: &Controller, dir: &std::path::Path, args: &[&str]) -> String {
-    tokio::fs::write(dir.join("kubeconfig"), "").await.unwrap();
-    let out = tokio::process::Command::new("kubectl")
-        .arg("--server")
-        .arg(&c.url)
-        .arg("--request-timeout=10s")
-        .arg("--cache-dir")
-        .arg(dir.join("cache"))
-        .args(args)
-        .env("KUBECONFIG", dir.join("kubeconfig"))
-        .env("HOME", dir)
-        .env_remove("HTTP_PROXY")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("https_proxy")
-        .output()
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run kubectl ({e}): these tests need the real kubectl on PATH; \
-                 install Debian's `kubernetes-client` package (CI installs it)"
-            )
-        });
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    Kubectl::new(&c.url, dir).ok(args).await
 }

@@ -83,25 +83,7 @@ fn condition<'a>(node: &'a Value, kind: &str) -> &'a Value {
 }
 
 fn upstream_ready(api: &FakeApiServer, name: &str) -> Option<String> {
-    let node = api.node(name)?;
-    condition(&node, "Ready")["status"]
-        .as_str()
-        .map(str::to_string)
-}
-
-fn taints(node: &Value) -> Vec<String> {
-    node["spec"]["taints"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            format!(
-                "{}:{}",
-                t["key"].as_str().unwrap(),
-                t["effect"].as_str().unwrap()
-            )
-        })
-        .collect()
+    ready_of(&api.node(name)?)
 }
 
 fn pod(namespace: &str, name: &str, node: &str) -> Value {

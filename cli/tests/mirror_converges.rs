@@ -55,28 +55,7 @@ fn mirror_flags(
 }
 
 fn ready_of_upstream(api: &FakeApiServer, name: &str) -> Option<String> {
-    let node = api.node(name)?;
-    node["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "Ready")?["status"]
-        .as_str()
-        .map(str::to_string)
-}
-
-fn taints(node: &Value) -> Vec<String> {
-    node["spec"]["taints"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            format!(
-                "{}:{}",
-                t["key"].as_str().unwrap_or(""),
-                t["effect"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
+    ready_of(&api.node(name)?)
 }
 
 /// Whether the API server has every node as the controller has it: the

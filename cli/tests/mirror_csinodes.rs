@@ -30,17 +30,6 @@ fn mirror_args(api: &FakeApiServer) -> Vec<String> {
     .collect()
 }
 
-async fn send(c: &Controller, method: &str, path: &str, body: &Value) -> (u16, Value) {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut request = client().request(method, format!("{}{path}", c.url));
-    if !body.is_null() {
-        request = request.json(body);
-    }
-    let response = request.send().await.unwrap();
-    let code = response.status().as_u16();
-    (code, response.json().await.unwrap_or(Value::Null))
-}
-
 async fn upstream(what: &str, check: impl Fn() -> bool) {
     eventually(what, || {
         let ok = check();
@@ -73,7 +62,7 @@ async fn a_nodes_csinode_goes_up_changes_and_goes_with_it() {
         "metadata": {"name": "edge-51"},
         "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.9"}]},
     });
-    let (code, n) = send(&c, "POST", "/api/v1/nodes", &node).await;
+    let (code, n) = c.call("POST", "/api/v1/nodes").json(&node).send().await;
     assert_eq!(code, 201, "{n}");
     let here = n["metadata"]["uid"].as_str().unwrap().to_string();
     upstream("edge-51 created upstream", || api.node("edge-51").is_some()).await;
@@ -83,7 +72,11 @@ async fn a_nodes_csinode_goes_up_changes_and_goes_with_it() {
         .to_string();
 
     // Created: owned by the API server's Node, not by nodekeeper's uid.
-    let (code, s) = send(&c, "POST", CSINODES, &csinode("edge-51", &here)).await;
+    let (code, s) = c
+        .call("POST", CSINODES)
+        .json(&csinode("edge-51", &here))
+        .send()
+        .await;
     assert_eq!(code, 201, "{s}");
     upstream("the CSINode created upstream", || {
         api.csinode("edge-51").is_some_and(|c| {
@@ -95,9 +88,13 @@ async fn a_nodes_csinode_goes_up_changes_and_goes_with_it() {
     .await;
 
     // A driver registers: replaced upstream.
-    let (_, mut kept) = send(&c, "GET", &format!("{CSINODES}/edge-51"), &Value::Null).await;
+    let (_, mut kept) = c.call("GET", &format!("{CSINODES}/edge-51")).send().await;
     kept["spec"]["drivers"] = json!([{"name": "csi.example.com", "nodeID": "edge-51"}]);
-    let (code, s) = send(&c, "PUT", &format!("{CSINODES}/edge-51"), &kept).await;
+    let (code, s) = c
+        .call("PUT", &format!("{CSINODES}/edge-51"))
+        .json(&kept)
+        .send()
+        .await;
     assert_eq!(code, 200, "{s}");
     upstream("the driver upstream", || {
         api.csinode("edge-51")
@@ -106,7 +103,10 @@ async fn a_nodes_csinode_goes_up_changes_and_goes_with_it() {
     .await;
 
     // Deleted on its own: deleted upstream; the Node stays.
-    let (code, _) = send(&c, "DELETE", &format!("{CSINODES}/edge-51"), &Value::Null).await;
+    let (code, _) = c
+        .call("DELETE", &format!("{CSINODES}/edge-51"))
+        .send()
+        .await;
     assert_eq!(code, 200);
     upstream("the CSINode deleted upstream", || {
         api.csinode("edge-51").is_none()
@@ -115,13 +115,17 @@ async fn a_nodes_csinode_goes_up_changes_and_goes_with_it() {
     assert!(api.node("edge-51").is_some());
 
     // Created again, then its node deleted: both go upstream.
-    let (code, _) = send(&c, "POST", CSINODES, &csinode("edge-51", &here)).await;
+    let (code, _) = c
+        .call("POST", CSINODES)
+        .json(&csinode("edge-51", &here))
+        .send()
+        .await;
     assert_eq!(code, 201);
     upstream("the CSINode back upstream", || {
         api.csinode("edge-51").is_some()
     })
     .await;
-    let (code, _) = send(&c, "DELETE", "/api/v1/nodes/edge-51", &Value::Null).await;
+    let (code, _) = c.call("DELETE", "/api/v1/nodes/edge-51").send().await;
     assert_eq!(code, 200);
     upstream("the node and its CSINode deleted upstream", || {
         api.node("edge-51").is_none() && api.csinodes().is_empty()

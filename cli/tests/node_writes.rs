@@ -11,78 +11,17 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
 
 use common::*;
 use nodekeeper_sim::apiserver::FakeApiServer;
 use nodekeeper_sim::KubeletState;
 use serde_json::{json, Value};
 
-/// kubectl with nothing from the environment (as in tests/kubectl.rs).
-struct Kubectl {
-    server: String,
-    dir: PathBuf,
-}
-
-impl Kubectl {
-    fn new(server: &str, dir: &Path) -> Kubectl {
-        std::fs::write(dir.join("kubeconfig"), "").unwrap();
-        Kubectl {
-            server: server.to_string(),
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    async fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-        let mut command = tokio::process::Command::new("kubectl");
-        command
-            .arg("--server")
-            .arg(&self.server)
-            .arg("--request-timeout=10s")
-            .arg("--cache-dir")
-            .arg(self.dir.join("cache"))
-            .args(args)
-            .env("KUBECONFIG", self.dir.join("kubeconfig"))
-            .env("HOME", &self.dir)
-            .env_remove("HTTP_PROXY")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("http_proxy")
-            .env_remove("https_proxy")
-            .env("NO_PROXY", "127.0.0.1");
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let out = command.output().await.unwrap_or_else(|e| {
-            panic!("cannot run kubectl ({e}): these tests need the real kubectl on PATH")
-        });
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    async fn run(&self, args: &[&str]) -> (i32, String, String) {
-        self.run_with(args, &[]).await
-    }
-
-    async fn ok(&self, args: &[&str]) -> String {
-        let (code, out, err) = self.run(args).await;
-        assert_eq!(code, 0, "kubectl {args:?} failed: {err}\n{out}");
-        out
-    }
-
-    /// kubectl fails, and says `want`.
-    async fn refused(&self, args: &[&str], want: &str) -> String {
-        let (code, out, err) = self.run(args).await;
-        assert_ne!(code, 0, "kubectl {args:?} was accepted: {out}");
-        assert!(
-            err.contains(want),
-            "kubectl {args:?}: {err:?} lacks {want:?}"
-        );
-        err
-    }
-}
+/// A grace no stalled machine outlasts, for the tests whose nodes must stay
+/// Ready: between a read and the write that follows it (kubectl's, or a
+/// PUT), a healthy node going Unknown would change the node (its taint),
+/// and the write would be refused.
+const STEADY: &str = "20s";
 
 async fn history(c: &Controller, node: &str) -> Vec<Value> {
     let (_, h) = c.get(&format!("/v1/history?node={node}")).await;
@@ -93,21 +32,6 @@ fn operator_changes(history: &[Value]) -> Vec<&Value> {
     history
         .iter()
         .filter(|e| e["kind"] == "OperatorChanged")
-        .collect()
-}
-
-fn taint_keys(node: &Value) -> Vec<String> {
-    node["spec"]["taints"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            format!(
-                "{}:{}",
-                t["key"].as_str().unwrap(),
-                t["effect"].as_str().unwrap()
-            )
-        })
         .collect()
 }
 
@@ -122,10 +46,8 @@ fn row_status(table: &str, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
-    // A grace no stalled machine outlasts between kubectl's read and its
-    // write: a healthy node going NotReady mid-test would add its taint.
     let site = TestSite::builder(2, Ipv4Addr::new(127, 83, 1, 1))
-        .grace("20s")
+        .grace(STEADY)
         .start()
         .await;
     let (fleet, dir, db) = (&site.fleet, site.dir.path(), &site.db);
@@ -179,7 +101,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
         node["metadata"]["annotations"]["nodekeeper.io/source"],
         "static"
     );
-    assert_eq!(taint_keys(&node), ["dedicated:NoSchedule"]);
+    assert_eq!(taints(&node), ["dedicated:NoSchedule"]);
 
     // The history says what changed and who did it.
     let h = history(&c, &a).await;
@@ -218,11 +140,11 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
     c.wait_ready(&a, "False").await;
     let node = c
         .wait_for(&format!("/api/v1/nodes/{a}"), "the not-ready taint", |n| {
-            taint_keys(n).contains(&"node.kubernetes.io/not-ready:NoSchedule".to_string())
+            taints(n).contains(&"node.kubernetes.io/not-ready:NoSchedule".to_string())
         })
         .await;
     assert_eq!(
-        taint_keys(&node),
+        taints(&node),
         [
             "dedicated:NoSchedule",
             "node.kubernetes.io/not-ready:NoSchedule"
@@ -290,8 +212,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
         .await;
     let after = c.get(&format!("/api/v1/nodes/{a}")).await.1["metadata"]["resourceVersion"].clone();
     assert_eq!(before, after, "refused writes wrote nothing");
-    let (code, s) = send_as(&c, "PATCH", &format!("/api/v1/nodes/{a}"), "application/merge-patch+json",
-        r#"{"metadata": {"labels": {"ok": "yes", "bad/key/x": "y"}}, "spec": {"taints": [{"key": "a", "effect": "Never"}]}}"#, None).await;
+    let (code, s) = c.call("PATCH", &format!("/api/v1/nodes/{a}")).body("application/merge-patch+json", r#"{"metadata": {"labels": {"ok": "yes", "bad/key/x": "y"}}, "spec": {"taints": [{"key": "a", "effect": "Never"}]}}"#).send().await;
     assert_eq!((code, s["reason"].as_str()), (422, Some("Invalid")), "{s}");
     let fields: Vec<&str> = s["details"]["causes"]
         .as_array()
@@ -349,7 +270,7 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
     );
     let node = c
         .wait_for(&format!("/api/v1/nodes/{a}"), "no taints left", |n| {
-            taint_keys(n).is_empty()
+            taints(n).is_empty()
         })
         .await;
     assert!(node["spec"]["unschedulable"].is_null(), "{node}");
@@ -377,7 +298,10 @@ async fn kubectl_cordons_labels_taints_and_uncordons_a_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_follow_kube_apiserver_preconditions() {
-    let site = TestSite::start(1, Ipv4Addr::new(127, 83, 2, 1)).await;
+    let site = TestSite::builder(1, Ipv4Addr::new(127, 83, 2, 1))
+        .grace(STEADY)
+        .start()
+        .await;
     let (fleet, db) = (&site.fleet, &site.db);
 
     let c = Controller::start(db, &site.args());
@@ -397,28 +321,18 @@ async fn writes_follow_kube_apiserver_preconditions() {
     let mut stale = node.clone();
     stale["metadata"]["resourceVersion"] = json!("1");
     stale["spec"]["unschedulable"] = json!(true);
-    let (code, s) = send_as(
-        &c,
-        "PUT",
-        &path,
-        "application/json",
-        &stale.to_string(),
-        None,
-    )
-    .await;
+    let (code, s) = c.call("PUT", &path).json(&stale).send().await;
     assert_eq!((code, s["reason"].as_str()), (409, Some("Conflict")), "{s}");
-    let (code, s) = send_as(
-        &c,
-        "PATCH",
-        &path,
-        "application/merge-patch+json",
-        r#"{"metadata": {"resourceVersion": "1"}, "spec": {"unschedulable": true}}"#,
-        None,
-    )
-    .await;
+    let (code, s) = c
+        .call("PATCH", &path)
+        .body(
+            "application/merge-patch+json",
+            r#"{"metadata": {"resourceVersion": "1"}, "spec": {"unschedulable": true}}"#,
+        )
+        .send()
+        .await;
     assert_eq!((code, s["reason"].as_str()), (409, Some("Conflict")), "{s}");
-    let (code, s) = send_as(&c, "PATCH", &path, "application/json-patch+json",
-        r#"[{"op": "test", "path": "/spec/unschedulable", "value": true}, {"op": "remove", "path": "/spec/unschedulable"}]"#, None).await;
+    let (code, s) = c.call("PATCH", &path).body("application/json-patch+json", r#"[{"op": "test", "path": "/spec/unschedulable", "value": true}, {"op": "remove", "path": "/spec/unschedulable"}]"#).send().await;
     assert_eq!(code, 422, "a failed test operation: {s}");
     assert_eq!(
         c.get(&path).await.1["metadata"]["resourceVersion"],
@@ -428,46 +342,33 @@ async fn writes_follow_kube_apiserver_preconditions() {
     // The current version: accepted, and the answer is the new node.
     let mut put = node.clone();
     put["spec"]["unschedulable"] = json!(true);
-    let (code, n) = send_as(&c, "PUT", &path, "application/json", &put.to_string(), None).await;
+    let (code, n) = c.call("PUT", &path).json(&put).send().await;
     assert_eq!(code, 200, "{n}");
     assert_eq!(n["spec"]["unschedulable"], true);
     assert_ne!(n["metadata"]["resourceVersion"], rv.as_str());
     // The same write again changes nothing and writes nothing.
     let again = n["metadata"]["resourceVersion"].clone();
-    let (code, n) = send_as(
-        &c,
-        "PATCH",
-        &path,
-        "application/strategic-merge-patch+json",
-        r#"{"spec": {"unschedulable": true}}"#,
-        None,
-    )
-    .await;
+    let (code, n) = c
+        .call("PATCH", &path)
+        .body(
+            "application/strategic-merge-patch+json",
+            r#"{"spec": {"unschedulable": true}}"#,
+        )
+        .send()
+        .await;
     assert_eq!((code, &n["metadata"]["resourceVersion"]), (200, &again));
     // A PUT claiming another Ready status is refused.
     let mut claim = n.clone();
     claim["status"]["conditions"][0]["status"] = json!("False");
-    let (code, s) = send_as(
-        &c,
-        "PUT",
-        &path,
-        "application/json",
-        &claim.to_string(),
-        None,
-    )
-    .await;
+    let (code, s) = c.call("PUT", &path).json(&claim).send().await;
     assert_eq!(code, 422, "{s}");
     assert_eq!(s["details"]["causes"][0]["field"], "status.conditions");
     // Wrong formats and names.
-    let (code, s) = send_as(
-        &c,
-        "PATCH",
-        &path,
-        "application/apply-patch+yaml",
-        "{}",
-        None,
-    )
-    .await;
+    let (code, s) = c
+        .call("PATCH", &path)
+        .body("application/apply-patch+yaml", "{}")
+        .send()
+        .await;
     assert_eq!(
         (code, s["reason"].as_str()),
         (415, Some("UnsupportedMediaType")),
@@ -475,36 +376,23 @@ async fn writes_follow_kube_apiserver_preconditions() {
     );
     let mut other = n.clone();
     other["metadata"]["name"] = json!("someone-else");
-    let (code, _) = send_as(
-        &c,
-        "PUT",
-        &path,
-        "application/json",
-        &other.to_string(),
-        None,
-    )
-    .await;
+    let (code, _) = c.call("PUT", &path).json(&other).send().await;
     assert_eq!(code, 400);
-    let (code, s) = send_as(
-        &c,
-        "PATCH",
-        "/api/v1/nodes/nope",
-        "application/merge-patch+json",
-        "{}",
-        None,
-    )
-    .await;
+    let (code, s) = c
+        .call("PATCH", "/api/v1/nodes/nope")
+        .body("application/merge-patch+json", "{}")
+        .send()
+        .await;
     assert_eq!((code, s["reason"].as_str()), (404, Some("NotFound")), "{s}");
     // A delete whose preconditions do not hold.
-    let (code, s) = send_as(
-        &c,
-        "DELETE",
-        &path,
-        "application/json",
-        r#"{"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "not-it"}}"#,
-        None,
-    )
-    .await;
+    let (code, s) = c
+        .call("DELETE", &path)
+        .body(
+            "application/json",
+            r#"{"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "not-it"}}"#,
+        )
+        .send()
+        .await;
     assert_eq!((code, s["reason"].as_str()), (409, Some("Conflict")), "{s}");
     assert!(
         s["message"]
@@ -523,67 +411,58 @@ async fn with_tokens_the_history_names_the_operator_and_nodes_may_not_cordon() {
     let (fleet, dir, db) = (&site.fleet, site.dir.path(), &site.db);
 
     let (a, b) = (fleet.name(0), fleet.name(1));
-    let tokens = dir.join("tokens.csv");
-    std::fs::write(
-        &tokens,
-        format!("alice-secret,alice,uid-1,\"ops\"\nplain-secret\n{a}-secret,{a}\n"),
-    )
-    .unwrap();
-    let mut args = site.args();
-    args.extend([
-        "--token-file".to_string(),
-        tokens.to_string_lossy().into_owned(),
-    ]);
-    let c = Controller::start(db, &args);
+    let c = site
+        .run()
+        .tokens(&format!(
+            "alice-secret,alice,uid-1,\"ops\"\nplain-secret\n{a}-secret,{a}\n"
+        ))
+        .start();
+    let tokens = dir.join("tokens");
     c.wait_ready(&a, "True").await;
     let cordon = r#"{"spec": {"unschedulable": true}}"#;
     let ct = "application/strategic-merge-patch+json";
-    let (code, _) = send_as(&c, "PATCH", &format!("/api/v1/nodes/{a}"), ct, cordon, None).await;
+    let (code, _) = c
+        .call("PATCH", &format!("/api/v1/nodes/{a}"))
+        .body(ct, cordon)
+        .token(None)
+        .send()
+        .await;
     assert_eq!(code, 401);
     // A node's token may push its status, never cordon (even itself) or delete.
-    let (code, s) = send_as(
-        &c,
-        "PATCH",
-        &format!("/api/v1/nodes/{a}"),
-        ct,
-        cordon,
-        Some(&format!("{a}-secret")),
-    )
-    .await;
+    let (code, s) = c
+        .call("PATCH", &format!("/api/v1/nodes/{a}"))
+        .body(ct, cordon)
+        .token(Some(&format!("{a}-secret")))
+        .send()
+        .await;
     assert_eq!(
         (code, s["reason"].as_str()),
         (403, Some("Forbidden")),
         "{s}"
     );
-    let (code, _) = send_as(
-        &c,
-        "DELETE",
-        &format!("/api/v1/nodes/{b}"),
-        ct,
-        "",
-        Some(&format!("{a}-secret")),
-    )
-    .await;
+    let (code, _) = c
+        .call("DELETE", &format!("/api/v1/nodes/{b}"))
+        .body(ct, "")
+        .token(Some(&format!("{a}-secret")))
+        .send()
+        .await;
     assert_eq!(code, 403);
-    let (code, s) = send_as(
-        &c,
-        "PATCH",
-        &format!("/api/v1/nodes/{a}"),
-        ct,
-        cordon,
-        Some("alice-secret"),
-    )
-    .await;
+    let (code, s) = c
+        .call("PATCH", &format!("/api/v1/nodes/{a}"))
+        .body(ct, cordon)
+        .token(Some("alice-secret"))
+        .send()
+        .await;
     assert_eq!(code, 200, "{s}");
-    let (code, _) = send_as(
-        &c,
-        "PATCH",
-        &format!("/api/v1/nodes/{b}"),
-        "application/merge-patch+json",
-        r#"{"metadata": {"labels": {"x": "y"}}}"#,
-        Some("plain-secret"),
-    )
-    .await;
+    let (code, _) = c
+        .call("PATCH", &format!("/api/v1/nodes/{b}"))
+        .body(
+            "application/merge-patch+json",
+            r#"{"metadata": {"labels": {"x": "y"}}}"#,
+        )
+        .token(Some("plain-secret"))
+        .send()
+        .await;
     assert_eq!(code, 200);
     assert_eq!(operator_changes(&history(&c, &a).await)[0]["by"], "alice");
     assert_eq!(
@@ -611,15 +490,7 @@ async fn a_node_no_source_lists_is_deleted_and_its_history_kept() {
     let c = site.controller_with(&["--allow-node-registration"]);
     let register = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "visitor"},
         "status": {"addresses": [{"type": "InternalIP", "address": "127.83.4.2"}]}});
-    let (code, s) = send_as(
-        &c,
-        "POST",
-        "/api/v1/nodes",
-        "application/json",
-        &register.to_string(),
-        None,
-    )
-    .await;
+    let (code, s) = c.call("POST", "/api/v1/nodes").json(&register).send().await;
     assert_eq!(code, 201, "{s}");
     let k = Kubectl::new(&c.url, dir.path());
     k.ok(&["label", "node", "visitor", "team=edge"]).await;
@@ -657,7 +528,10 @@ async fn a_node_no_source_lists_is_deleted_and_its_history_kept() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
-    let site = TestSite::start(1, Ipv4Addr::new(127, 83, 5, 1)).await;
+    let site = TestSite::builder(1, Ipv4Addr::new(127, 83, 5, 1))
+        .grace(STEADY)
+        .start()
+        .await;
     let (fleet, db) = (&site.fleet, &site.db);
 
     let a = fleet.name(0);
@@ -689,7 +563,7 @@ async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
     assert!(err.contains("spec.taints: Forbidden"), "{err}");
     let (_, node) = c.get(&format!("/api/v1/nodes/{a}")).await;
     assert_eq!(node["spec"]["unschedulable"], true);
-    assert_eq!(taint_keys(&node), ["dedicated:NoSchedule"]);
+    assert_eq!(taints(&node), ["dedicated:NoSchedule"]);
     assert!(c.stop().success());
 
     // Stopped: the same commands, the same checks, the same history.
@@ -723,35 +597,32 @@ async fn the_cli_writes_through_a_running_controller_and_on_a_stopped_store() {
     let (_, node) = c.get(&format!("/api/v1/nodes/{a}")).await;
     assert!(node["spec"]["unschedulable"].is_null(), "{node}");
     assert_eq!(node["metadata"]["labels"]["rack"], "r9");
-    assert!(taint_keys(&node).is_empty());
+    assert!(taints(&node).is_empty());
     assert!(c.stop().success());
     site.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cordoned_node_is_evicted_only_for_its_conditions() {
-    let site = TestSite::start(3, Ipv4Addr::new(127, 83, 6, 1)).await;
-    let (fleet, db) = (&site.fleet, &site.db);
-
-    let mut args = site.args();
-    args.extend(["--pod-eviction-timeout", "1s", "--node-eviction-rate", "10"].map(String::from));
-    let c = Controller::start(db, &args);
+    let site = TestSite::builder(3, Ipv4Addr::new(127, 83, 6, 1))
+        .grace(STEADY)
+        .start()
+        .await;
+    let fleet = &site.fleet;
+    let c = site.controller_with(&["--pod-eviction-timeout", "1s", "--node-eviction-rate", "10"]);
     let (a, b) = (fleet.name(0), fleet.name(1));
+    // Settled: a's taint-free state below is the controller's own decision, not a leftover.
     for n in [&a, &b] {
-        c.wait_ready(n, "True").await;
+        c.wait_settled(n).await;
     }
     let cordon =
         r#"{"spec": {"unschedulable": true}, "metadata": {"labels": {"maintenance": "true"}}}"#;
     for n in [&a, &b] {
-        let (code, s) = send_as(
-            &c,
-            "PATCH",
-            &format!("/api/v1/nodes/{n}"),
-            "application/merge-patch+json",
-            cordon,
-            None,
-        )
-        .await;
+        let (code, s) = c
+            .call("PATCH", &format!("/api/v1/nodes/{n}"))
+            .body("application/merge-patch+json", cordon)
+            .send()
+            .await;
         assert_eq!(code, 200, "{s}");
     }
     // b goes down while cordoned; a stays up, cordoned, well past the eviction timeout.
@@ -766,14 +637,14 @@ async fn a_cordoned_node_is_evicted_only_for_its_conditions() {
     );
     let node = c
         .wait_for(&format!("/api/v1/nodes/{b}"), "NoExecute", |n| {
-            taint_keys(n).contains(&"node.kubernetes.io/not-ready:NoExecute".to_string())
+            taints(n).contains(&"node.kubernetes.io/not-ready:NoExecute".to_string())
         })
         .await;
     assert_eq!(node["spec"]["unschedulable"], true, "the cordon stays");
     assert_eq!(node["metadata"]["labels"]["maintenance"], "true");
     // By now a has been cordoned for more than the timeout, over many monitor passes.
     let (_, node) = c.get(&format!("/api/v1/nodes/{a}")).await;
-    assert!(taint_keys(&node).is_empty(), "{node}");
+    assert!(taints(&node).is_empty(), "{node}");
     let h = history(&c, &a).await;
     assert!(h.iter().all(|e| e["kind"] != "EvictionStarted"), "{h:?}");
     let metrics = c.text("/metrics").await;
@@ -787,22 +658,20 @@ async fn a_cordoned_node_is_evicted_only_for_its_conditions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_changes_go_up_and_the_clusters_own_stay() {
-    let site = TestSite::start(2, Ipv4Addr::new(127, 83, 7, 1)).await;
-    let (fleet, dir, db) = (&site.fleet, site.dir.path(), &site.db);
+    let site = TestSite::builder(2, Ipv4Addr::new(127, 83, 7, 1))
+        .grace(STEADY)
+        .start()
+        .await;
+    let (fleet, dir) = (&site.fleet, site.dir.path());
     let api = FakeApiServer::start().await;
-    let mut args = site.args();
-    args.extend(
-        [
-            "--master",
-            &api.url(),
-            "--kube-api-timeout",
-            "2s",
-            "--leader-elect",
-            "false",
-        ]
-        .map(String::from),
-    );
-    let c = Controller::start(db, &args);
+    let c = site.controller_with(&[
+        "--master",
+        &api.url(),
+        "--kube-api-timeout",
+        "2s",
+        "--leader-elect",
+        "false",
+    ]);
     let (a, b) = (fleet.name(0), fleet.name(1));
     c.wait_settled(&a).await;
     let upstream = |name: &str| api.node(name).unwrap_or(Value::Null);
@@ -829,7 +698,7 @@ async fn operator_changes_go_up_and_the_clusters_own_stay() {
         let n = upstream(&a);
         let ok = n["spec"]["unschedulable"] == true
             && n["metadata"]["labels"]["maintenance"] == "true"
-            && taint_keys(&n).contains(&"dedicated:NoSchedule".to_string());
+            && taints(&n).contains(&"dedicated:NoSchedule".to_string());
         async move { ok }
     })
     .await;
@@ -838,10 +707,7 @@ async fn operator_changes_go_up_and_the_clusters_own_stay() {
         n["metadata"]["labels"]["team"], "storage",
         "theirs stays: {n}"
     );
-    assert!(
-        taint_keys(&n).contains(&"theirs:NoSchedule".to_string()),
-        "{n}"
-    );
+    assert!(taints(&n).contains(&"theirs:NoSchedule".to_string()), "{n}");
 
     // Undone here: undone there; the cluster's own still stay.
     k.ok(&["uncordon", &a]).await;
@@ -851,13 +717,13 @@ async fn operator_changes_go_up_and_the_clusters_own_stay() {
         let n = upstream(&a);
         let ok = n["spec"]["unschedulable"] != true
             && n["metadata"]["labels"]["maintenance"].is_null()
-            && !taint_keys(&n).contains(&"dedicated:NoSchedule".to_string());
+            && !taints(&n).contains(&"dedicated:NoSchedule".to_string());
         async move { ok }
     })
     .await;
     let n = upstream(&a);
     assert_eq!(n["metadata"]["labels"]["team"], "storage", "{n}");
-    assert_eq!(taint_keys(&n), ["theirs:NoSchedule"], "{n}");
+    assert_eq!(taints(&n), ["theirs:NoSchedule"], "{n}");
     // b's cordon, made on the cluster, survives b's syncs (a label here makes one).
     k.ok(&["label", "node", &b, "rack=r2"]).await;
     eventually("b's label upstream", || {

@@ -25,26 +25,6 @@ fn one_node() -> TestSite<()> {
     TestSite::named(&["edge-1"], Ipv4Addr::new(127, 161, 0, 1)).start()
 }
 
-async fn registered(c: &Controller) -> Value {
-    c.wait_for("/api/v1/nodes/edge-1", "edge-1 registered", |n| {
-        n["kind"] == "Node"
-    })
-    .await
-}
-
-/// A PATCH of `body` sent as `content_type`: its status code and body.
-async fn patch(c: &Controller, path: &str, content_type: &str, body: String) -> (u16, Value) {
-    let response = client()
-        .patch(format!("{}{path}", c.url))
-        .header("content-type", content_type)
-        .body(body)
-        .send()
-        .await
-        .expect("the controller answers");
-    let code = response.status().as_u16();
-    (code, response.json().await.expect("a JSON answer"))
-}
-
 /// The most memory the controller has held, from the kernel's account of it.
 fn peak_rss_mib(c: &Controller) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", c.child.id())).unwrap();
@@ -76,7 +56,7 @@ fn doubling_patch() -> String {
 async fn a_json_patch_that_doubles_a_value_is_refused_before_it_grows() {
     let site = one_node();
     let c = site.controller(&[]);
-    let before = registered(&c).await;
+    let before = c.wait_registered("edge-1").await;
     let rss_before = peak_rss_mib(&c);
 
     let body = doubling_patch();
@@ -85,13 +65,11 @@ async fn a_json_patch_that_doubles_a_value_is_refused_before_it_grows() {
         "the patch is small: {} bytes",
         body.len()
     );
-    let (code, status) = patch(
-        &c,
-        "/api/v1/nodes/edge-1",
-        "application/json-patch+json",
-        body,
-    )
-    .await;
+    let (code, status) = c
+        .call("PATCH", "/api/v1/nodes/edge-1")
+        .body("application/json-patch+json", body)
+        .send()
+        .await;
     assert_eq!(code, 422, "{status}");
     assert_eq!(status["reason"], "Invalid", "{status}");
     let message = status["message"].as_str().unwrap();
@@ -112,13 +90,14 @@ async fn a_json_patch_that_doubles_a_value_is_refused_before_it_grows() {
 
     // More operations than kube-apiserver takes: a 413 in its words.
     let many = vec![json!({"op": "test", "path": "/spec", "value": {}}); 10_001];
-    let (code, status) = patch(
-        &c,
-        "/api/v1/nodes/edge-1",
-        "application/json-patch+json",
-        serde_json::to_string(&many).unwrap(),
-    )
-    .await;
+    let (code, status) = c
+        .call("PATCH", "/api/v1/nodes/edge-1")
+        .body(
+            "application/json-patch+json",
+            serde_json::to_string(&many).unwrap(),
+        )
+        .send()
+        .await;
     assert_eq!(code, 413, "{status}");
     assert_eq!(status["reason"], "RequestEntityTooLarge", "{status}");
     assert_eq!(
@@ -151,13 +130,13 @@ async fn label_patch(c: &Controller, from: usize, to: usize, remove: bool) -> (u
         "within the body limit: {}",
         body.len()
     );
-    patch(
-        c,
-        "/api/v1/nodes/edge-1",
-        "application/merge-patch+json",
-        body,
-    )
-    .await
+    let (code, answer) = c
+        .call("PATCH", "/api/v1/nodes/edge-1")
+        .body("application/merge-patch+json", body)
+        .send()
+        .await;
+    assert!(answer.is_object(), "not a JSON answer: {}", short(&answer));
+    (code, answer)
 }
 
 /// The start of an answer, for a failure's message (a node here is a megabyte).
@@ -206,7 +185,7 @@ async fn operator_changes(c: &Controller) -> usize {
 async fn a_node_cannot_grow_past_its_bound_by_any_write() {
     let site = one_node();
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
 
     let (code, node) = label_patch(&c, 0, 20_000, false).await;
     assert_eq!(code, 200, "{}", short(&node));
@@ -226,13 +205,11 @@ async fn a_node_cannot_grow_past_its_bound_by_any_write() {
         {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory", "message": big},
         {"type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure", "message": big},
     ]}});
-    let (code, refused) = patch(
-        &c,
-        "/api/v1/nodes/edge-1/status",
-        "application/strategic-merge-patch+json",
-        status.to_string(),
-    )
-    .await;
+    let (code, refused) = c
+        .call("PATCH", "/api/v1/nodes/edge-1/status")
+        .body("application/strategic-merge-patch+json", status.to_string())
+        .send()
+        .await;
     too_long(code, &refused);
 
     // The node as the API shows it, at its largest, goes back whole.
@@ -265,15 +242,7 @@ async fn a_kubelet_cannot_register_a_node_past_its_bound() {
     body["metadata"]["name"] = json!("edge-1");
     body["apiVersion"] = json!("v1");
     body["kind"] = json!("Node");
-    let (code, status) = send_as(
-        &c,
-        "POST",
-        "/api/v1/nodes",
-        "application/json",
-        &body.to_string(),
-        None,
-    )
-    .await;
+    let (code, status) = c.call("POST", "/api/v1/nodes").json(&body).send().await;
     too_long(code, &status);
     let (code, _) = c.get("/api/v1/nodes/edge-1").await;
     assert_eq!(code, 404, "a refused registration stores nothing");
@@ -301,7 +270,7 @@ fn with_node_changed(export: &str, change: impl Fn(&mut Value)) -> String {
 async fn an_import_refuses_a_node_out_of_bounds_and_names_it() {
     let site = one_node();
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     assert!(c.stop().success());
     let export = cli_ok(&site.db, &["db", "export"]);
     let copy = site.path().join("copy");
@@ -359,7 +328,7 @@ fn open_store(db: &Path) -> Store {
 async fn a_node_stored_past_its_bound_still_loads_and_may_shrink() {
     let site = one_node();
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     assert!(c.stop().success());
     {
         // What an older build wrote: 30,000 labels, 1.2 MB.
@@ -404,7 +373,7 @@ async fn a_node_stored_past_its_bound_still_loads_and_may_shrink() {
 async fn an_import_that_leaves_no_seq_to_write_is_refused() {
     let site = one_node();
     let c = site.controller(&[]);
-    registered(&c).await;
+    c.wait_registered("edge-1").await;
     assert!(c.stop().success());
     let export = cli_ok(&site.db, &["db", "export"]);
     let last: String = export

@@ -5,48 +5,8 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::{client, Controller, TestSite};
+use common::{client, Controller, Kubectl, TestSite};
 use serde_json::{json, Value};
-
-/// kubectl with nothing from the environment but `env`: its status, stdout
-/// and stderr.
-async fn kubectl(
-    c: &Controller,
-    dir: &Path,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> (bool, String, String) {
-    tokio::fs::write(dir.join("kubeconfig"), "").await.unwrap();
-    let out = tokio::process::Command::new("kubectl")
-        .arg("--server")
-        .arg(&c.url)
-        .arg("--request-timeout=10s")
-        .arg("--cache-dir")
-        .arg(dir.join("cache"))
-        .args(args)
-        .env("KUBECONFIG", dir.join("kubeconfig"))
-        .env("HOME", dir)
-        .envs(env.iter().copied())
-        .env_remove("HTTP_PROXY")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("https_proxy")
-        .output()
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run kubectl ({e}): these tests need the real kubectl on PATH; \
-                 install Debian's `kubernetes-client` package (CI installs it)"
-            )
-        });
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 async fn register(c: &Controller, name: &str) {
     let node = json!({
@@ -54,13 +14,8 @@ async fn register(c: &Controller, name: &str) {
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
         "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.9"}]},
     });
-    let response = client()
-        .post(format!("{}/api/v1/nodes", c.url))
-        .json(&node)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 201);
+    let (code, created) = c.call("POST", "/api/v1/nodes").json(&node).send().await;
+    assert_eq!(code, 201, "{created}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,10 +94,10 @@ async fn kubectl_explains_applies_and_edits_with_validation_on() {
     let c = site.controller_with(&["--allow-node-registration"]);
     register(&c, "edge-41").await;
     let dir = tempfile::tempdir().unwrap();
+    let k = Kubectl::new(&c.url, dir.path());
 
     // explain reads the v3 document.
-    let (ok, out, err) = kubectl(&c, dir.path(), &["explain", "node.spec"], &[]).await;
-    assert!(ok, "{err}");
+    let out = k.ok(&["explain", "node.spec"]).await;
     assert!(out.contains("KIND:       Node"), "{out}");
     assert!(out.contains("unschedulable\t<boolean>"), "{out}");
     assert!(out.contains("taints\t<[]Taint>"), "{out}");
@@ -159,8 +114,8 @@ async fn kubectl_explains_applies_and_edits_with_validation_on() {
         .await
         .unwrap();
     let file = manifest.to_str().unwrap();
-    let (ok, out, err) = kubectl(&c, dir.path(), &["apply", "-f", file], &[]).await;
-    assert!(ok, "{err}");
+    let (code, out, err) = k.run(&["apply", "-f", file]).await;
+    assert_eq!(code, 0, "{err}");
     assert!(out.contains("node/edge-41 configured"), "{out}");
     assert!(!err.contains("openapi"), "{err}");
     let (_, node) = c.get("/api/v1/nodes/edge-41").await;
@@ -172,8 +127,8 @@ async fn kubectl_explains_applies_and_edits_with_validation_on() {
     )
     .await
     .unwrap();
-    let (ok, _, err) = kubectl(&c, dir.path(), &["apply", "-f", file], &[]).await;
-    assert!(!ok);
+    let (code, _, err) = k.run(&["apply", "-f", file]).await;
+    assert_ne!(code, 0);
     assert!(
         err.contains(r#"strict decoding error: unknown field "spec.unschedulabel""#),
         "{err}"
@@ -184,14 +139,8 @@ async fn kubectl_explains_applies_and_edits_with_validation_on() {
     tokio::fs::write(&manifest, write("    tier: core\n", ""))
         .await
         .unwrap();
-    let (ok, _, err) = kubectl(
-        &c,
-        dir.path(),
-        &["apply", "--dry-run=server", "-f", file],
-        &[],
-    )
-    .await;
-    assert!(!ok);
+    let (code, _, err) = k.run(&["apply", "--dry-run=server", "-f", file]).await;
+    assert_ne!(code, 0);
     assert!(err.contains("nodekeeper has no dry runs"), "{err}");
     let (_, node) = c.get("/api/v1/nodes/edge-41").await;
     assert_eq!(node["metadata"]["labels"]["tier"], "edge");
@@ -204,14 +153,13 @@ async fn kubectl_explains_applies_and_edits_with_validation_on() {
     )
     .await
     .unwrap();
-    let (ok, out, err) = kubectl(
-        &c,
-        dir.path(),
-        &["edit", "node", "edge-41"],
-        &[("EDITOR", &format!("sh {}", editor.to_str().unwrap()))],
-    )
-    .await;
-    assert!(ok, "{err}");
+    let (code, out, err) = k
+        .run_with(
+            &["edit", "node", "edge-41"],
+            &[("EDITOR", &format!("sh {}", editor.to_str().unwrap()))],
+        )
+        .await;
+    assert_eq!(code, 0, "{err}");
     assert!(out.contains("node/edge-41 edited"), "{out}");
     let (_, node) = c.get("/api/v1/nodes/edge-41").await;
     assert_eq!(node["metadata"]["labels"]["edited"], "yes");
@@ -219,13 +167,12 @@ async fn kubectl_explains_applies_and_edits_with_validation_on() {
     // CSINodes are checked the same way, against their own schema.
     let csinode = json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
                          "metadata": {"name": "edge-41"}, "spec": {"drivers": []}});
-    let response = client()
-        .post(format!("{}/apis/storage.k8s.io/v1/csinodes", c.url))
+    let (code, created) = c
+        .call("POST", "/apis/storage.k8s.io/v1/csinodes")
         .json(&csinode)
         .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 201);
+        .await;
+    assert_eq!(code, 201, "{created}");
     let patch = json!({"spec": {"drivers": [{"name": "d", "nodeID": "n", "colour": "x"}]}});
     let send = |validation: &'static str| {
         client()

@@ -16,18 +16,6 @@ use common::*;
 use nodekeeper_sim::KubeletState;
 use serde_json::{json, Value};
 
-async fn patch_status(c: &Controller, node: &str, body: Value) -> (u16, Value) {
-    send_as(
-        c,
-        "PATCH",
-        &format!("/api/v1/nodes/{node}/status"),
-        "application/strategic-merge-patch+json",
-        &body.to_string(),
-        None,
-    )
-    .await
-}
-
 fn conditions(types: impl IntoIterator<Item = String>) -> Value {
     let list: Vec<Value> = types
         .into_iter()
@@ -86,12 +74,10 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
     let (seq, types) = state(&c, "edge-1").await;
 
     // 4,000 made-up types in one patch: one 422, nothing written.
-    let (code, s) = patch_status(
-        &c,
-        "edge-1",
-        conditions((0..4000).map(|i| format!("Made{i}"))),
-    )
-    .await;
+    let (code, s) = c
+        .status_patch("edge-1", &conditions((0..4000).map(|i| format!("Made{i}"))))
+        .send()
+        .await;
     // On failure, the message only: the answer may be a node with 4,000 conditions.
     assert_eq!(
         (code, s["reason"].as_str()),
@@ -104,15 +90,11 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
     // The same as a PUT of the whole status.
     let mut put = conditions((0..4000).map(|i| format!("Made{i}")));
     put["metadata"] = json!({"name": "edge-1"});
-    let (code, _) = send_as(
-        &c,
-        "PUT",
-        "/api/v1/nodes/edge-1/status",
-        "application/json",
-        &put.to_string(),
-        None,
-    )
-    .await;
+    let (code, _) = c
+        .call("PUT", "/api/v1/nodes/edge-1/status")
+        .json(&put)
+        .send()
+        .await;
     assert_eq!(code, 422);
     assert_eq!(state(&c, "edge-1").await, (seq, types.clone()));
 
@@ -125,23 +107,33 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
         "NetworkUnavailable",
     ]
     .map(String::from);
-    let (code, s) = patch_status(
-        &c,
-        "edge-1",
-        conditions(known.iter().cloned().chain(npd.iter().cloned())),
-    )
-    .await;
+    let (code, s) = c
+        .status_patch(
+            "edge-1",
+            &conditions(known.iter().cloned().chain(npd.iter().cloned())),
+        )
+        .send()
+        .await;
     assert_eq!(code, 200, "{s}");
     let (_, types) = state(&c, "edge-1").await;
     assert_eq!(types.len(), 1 + 4 + 8, "{types:?}");
     // A ninth other type, alone or with the eight: refused; the eight update fine.
-    let (code, s) = patch_status(&c, "edge-1", conditions(["Ninth".to_string()])).await;
+    let (code, s) = c
+        .status_patch("edge-1", &conditions(["Ninth".to_string()]))
+        .send()
+        .await;
     assert_eq!(code, 422, "{s}");
     assert!(s["message"].as_str().unwrap().contains("\"Ninth\""), "{s}");
-    let (code, _) = patch_status(&c, "edge-1", conditions(npd.iter().cloned())).await;
+    let (code, _) = c
+        .status_patch("edge-1", &conditions(npd.iter().cloned()))
+        .send()
+        .await;
     assert_eq!(code, 200);
     // The bound is per node: edge-2 has its own eight.
-    let (code, _) = patch_status(&c, "edge-2", conditions(["Ninth".to_string()])).await;
+    let (code, _) = c
+        .status_patch("edge-2", &conditions(["Ninth".to_string()]))
+        .send()
+        .await;
     assert_eq!(code, 200);
 
     // Oversized or malformed fields, each named; nothing written.
@@ -153,7 +145,7 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
         {"type": "bad type!", "status": "False"},
         {"type": "PIDPressure", "status": "Perhaps"}
     ]}});
-    let (code, s) = patch_status(&c, "edge-1", body).await;
+    let (code, s) = c.status_patch("edge-1", &body).send().await;
     assert_eq!(code, 422, "{s}");
     assert_eq!(
         causes(&s),
@@ -166,12 +158,13 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
             "status.conditions[13].type"
         ]
     );
-    let (code, s) = patch_status(
-        &c,
-        "edge-1",
-        json!({"status": {"nodeInfo": {"osImage": "x".repeat(5000)}}}),
-    )
-    .await;
+    let (code, s) = c
+        .status_patch(
+            "edge-1",
+            &json!({"status": {"nodeInfo": {"osImage": "x".repeat(5000)}}}),
+        )
+        .send()
+        .await;
     assert_eq!(
         (code, causes(&s)),
         (422, vec!["status.nodeInfo.osImage".to_string()])
@@ -180,15 +173,7 @@ async fn made_up_conditions_beyond_the_bound_are_refused_and_write_nothing() {
 
     // Registration: labels as Kubernetes validates them.
     let register = json!({"metadata": {"name": "newcomer", "labels": {"ok": "x".repeat(64)}}});
-    let (code, s) = send_as(
-        &c,
-        "POST",
-        "/api/v1/nodes",
-        "application/json",
-        &register.to_string(),
-        None,
-    )
-    .await;
+    let (code, s) = c.call("POST", "/api/v1/nodes").json(&register).send().await;
     assert_eq!(
         (code, causes(&s)),
         (422, vec!["metadata.labels[ok]".to_string()]),
@@ -217,27 +202,24 @@ async fn an_empty_patch_changes_nothing() {
         "application/strategic-merge-patch+json",
         "application/merge-patch+json",
     ] {
-        let (code, n) = send_as(
-            &c,
-            "PATCH",
-            "/api/v1/nodes/edge-1/status",
-            content_type,
-            "{}",
-            None,
-        )
-        .await;
+        let (code, n) = c
+            .call("PATCH", "/api/v1/nodes/edge-1/status")
+            .body(content_type, "{}")
+            .send()
+            .await;
         assert_eq!(code, 200, "{n}");
     }
     let after = record(&c).await;
     assert_eq!(after["node"], before["node"], "the record is what it was");
     assert_eq!(state(&c, "edge-1").await.0, seq);
     // A patch that sets one nodeInfo field stores that field, not the display defaults.
-    let (code, _) = patch_status(
-        &c,
-        "edge-1",
-        json!({"status": {"nodeInfo": {"kubeletVersion": "v1.32.4"}}}),
-    )
-    .await;
+    let (code, _) = c
+        .status_patch(
+            "edge-1",
+            &json!({"status": {"nodeInfo": {"kubeletVersion": "v1.32.4"}}}),
+        )
+        .send()
+        .await;
     assert_eq!(code, 200);
     let after = record(&c).await;
     assert_eq!(after["node"]["nodeInfo"]["kubeletVersion"], "v1.32.4");
@@ -262,28 +244,23 @@ async fn a_patch_whose_order_is_not_json_is_refused_and_writes_nothing() {
     let before = state(&c, "edge-1").await;
     let deep = format!("[{}1{}]", "[".repeat(200), "]".repeat(200));
     for order in ["[1e400]", r#"[{"type":"\ud800"}]"#, &deep] {
-        let (code, status) = send_as(
-            &c,
-            "PATCH",
-            "/api/v1/nodes/edge-1/status",
-            "application/strategic-merge-patch+json",
-            &patch(order),
-            None,
-        )
-        .await;
+        let (code, status) = c
+            .call("PATCH", "/api/v1/nodes/edge-1/status")
+            .body("application/strategic-merge-patch+json", patch(order))
+            .send()
+            .await;
         assert_eq!(code, 400, "{order}: {status}");
         assert_eq!(status["reason"], "BadRequest", "{status}");
     }
     assert_eq!(state(&c, "edge-1").await, before, "nothing was written");
-    let (code, node) = send_as(
-        &c,
-        "PATCH",
-        "/api/v1/nodes/edge-1/status",
-        "application/strategic-merge-patch+json",
-        &patch(r#"[{"type":"Ready"}]"#),
-        None,
-    )
-    .await;
+    let (code, node) = c
+        .call("PATCH", "/api/v1/nodes/edge-1/status")
+        .body(
+            "application/strategic-merge-patch+json",
+            patch(r#"[{"type":"Ready"}]"#),
+        )
+        .send()
+        .await;
     assert_eq!(code, 200, "{node}");
     let ready = node["status"]["conditions"]
         .as_array()
@@ -298,25 +275,17 @@ async fn a_patch_whose_order_is_not_json_is_refused_and_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cannot_move_its_address_onto_another_kubelet() {
     let site = TestSite::start(2, Ipv4Addr::new(127, 83, 11, 1)).await;
-    let (fleet, dir, db) = (&site.fleet, &site.dir, &site.db);
+    let fleet = &site.fleet;
     let (a, b) = (fleet.name(0), fleet.name(1));
     let (a_ip, b_ip) = (
         fleet.fleet.nodes()[0].address.ip().to_string(),
         fleet.fleet.nodes()[1].address.ip().to_string(),
     );
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, format!("op\n{a}-secret,{a}\n")).unwrap();
-    let mut args = site.args();
-    args.extend(
-        [
-            "--node-status-mode",
-            "probe",
-            "--token-file",
-            tokens.to_str().unwrap(),
-        ]
-        .map(String::from),
-    );
-    let c = Controller::start(db, &args);
+    let c = site
+        .run()
+        .tokens(&format!("op\n{a}-secret,{a}\n"))
+        .flags(&["--node-status-mode", "probe"])
+        .start();
     c.wait_ready(&a, "True").await;
     c.wait_ready(&b, "True").await;
     fleet.handle.set(&a, KubeletState::Down).unwrap();
@@ -324,15 +293,12 @@ async fn a_node_cannot_move_its_address_onto_another_kubelet() {
 
     // a's own token claims b's kubelet as a's address.
     let claim = json!({"status": {"addresses": [{"type": "InternalIP", "address": b_ip}]}});
-    let (code, n) = send_as(
-        &c,
-        "PATCH",
-        &format!("/api/v1/nodes/{a}/status"),
-        "application/merge-patch+json",
-        &claim.to_string(),
-        Some(&format!("{a}-secret")),
-    )
-    .await;
+    let (code, n) = c
+        .call("PATCH", &format!("/api/v1/nodes/{a}/status"))
+        .body("application/merge-patch+json", claim.to_string())
+        .token(Some(&format!("{a}-secret")))
+        .send()
+        .await;
     assert_eq!(code, 200, "{n}");
     assert_eq!(
         n["status"]["addresses"],

@@ -31,17 +31,8 @@ async fn over_tls_the_api_and_the_cli_work_and_plain_clients_do_not() {
         .start()
         .await;
     let (dir, db) = (site.path(), &site.db);
-    let (cert, key, pem) = self_signed_cert(dir, &["127.0.0.1"]);
-    let tokens = dir.join("tokens");
-    std::fs::write(&tokens, "operator-secret\n").unwrap();
-    let c = site.controller_with(&[
-        "--tls-cert-file",
-        &cert,
-        "--tls-private-key-file",
-        &key,
-        "--token-file",
-        tokens.to_str().unwrap(),
-    ]);
+    let c = site.run().tls().tokens("operator-secret\n").start();
+    let cert = dir.join("tls.crt");
     assert!(c.url.starts_with("https://127.0.0.1:"), "{}", c.url);
     let discovery: Value = json(&std::fs::read_to_string(db.join("controller.json")).unwrap());
     assert_eq!(
@@ -49,7 +40,7 @@ async fn over_tls_the_api_and_the_cli_work_and_plain_clients_do_not() {
         Some(std::path::absolute(&cert).unwrap().to_str().unwrap())
     );
 
-    let trusting = client_trusting(pem.as_bytes());
+    let trusting = c.client();
     let health = trusting
         .get(format!("{}/healthz", c.url))
         .send()
@@ -95,13 +86,12 @@ async fn over_tls_the_api_and_the_cli_work_and_plain_clients_do_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_and_reads_need_a_token() {
     let site = TestSite::start(1, Ipv4Addr::new(127, 90, 1, 1)).await;
-    let tokens = site.path().join("tokens.csv");
-    std::fs::write(
-        &tokens,
-        "# operator\noperator-secret\nnode-secret,system:node:edge-1,uid-1,\"system:nodes\"\n",
-    )
-    .unwrap();
-    let c = site.controller_with(&["--token-file", tokens.to_str().unwrap()]);
+    let c = site
+        .run()
+        .tokens(
+            "# operator\noperator-secret\nnode-secret,system:node:edge-1,uid-1,\"system:nodes\"\n",
+        )
+        .start();
     let http = client();
     let nodes = format!("{}/api/v1/nodes", c.url);
 

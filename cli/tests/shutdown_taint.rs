@@ -56,12 +56,23 @@ async fn a_stopped_machine_is_tainted_only_while_not_ready() {
     c.wait_ready(&node.name, "True").await;
 
     // The source says stopped; the kubelet answers. Once a listing made
-    // after the change has been applied, the node is still untainted.
+    // after the change has been applied, the node is still untainted. One
+    // listing runs at a time, so the one applied after the first to be
+    // applied after the change started after it, however slow the machine.
     let changed = write("stopped");
-    c.wait_for("/v1/sources", "a listing after the change", |s| {
-        s["lastSuccess"].as_str().is_some_and(|t| {
-            t.parse::<jiff::Timestamp>().unwrap() > changed + jiff::SignedDuration::from_millis(500)
+    let applied = |s: &Value| {
+        s["lastSuccess"]
+            .as_str()
+            .map(|t| t.parse::<jiff::Timestamp>().unwrap())
+    };
+    let first = c
+        .wait_for("/v1/sources", "a listing applied after the change", |s| {
+            applied(s).is_some_and(|t| t > changed)
         })
+        .await;
+    let first = applied(&first).unwrap();
+    c.wait_for("/v1/sources", "a listing made after the change", |s| {
+        applied(s).is_some_and(|t| t > first)
     })
     .await;
     let (_, ready) = c.get(&path).await;

@@ -28,15 +28,7 @@ async fn patch_status(c: &Controller, status: &str, message: &str) -> u16 {
                         "message": message}],
         "nodeInfo": {"kubeletVersion": VERSION}
     }});
-    client()
-        .patch(format!("{}/api/v1/nodes/edge-1/status", c.url))
-        .header("content-type", "application/strategic-merge-patch+json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
+    c.status_patch("edge-1", &body).send().await.0
 }
 
 /// No control character but the line feeds that end lines.
@@ -53,13 +45,7 @@ async fn a_pushed_message_is_escaped_in_every_text_output_and_exact_in_json() {
     let site = TestSite::named(&["edge-1"], Ipv4Addr::new(127, 158, 0, 1)).start();
     let c = site.controller(&[]);
     let db = &site.db;
-    eventually("edge-1 registered", || async {
-        c.request("/api/v1/nodes/edge-1")
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    c.wait_registered("edge-1").await;
     assert_eq!(patch_status(&c, "True", "ready").await, 200);
     assert_eq!(patch_status(&c, "False", HOSTILE).await, 200);
     c.wait_ready("edge-1", "False").await;

@@ -21,15 +21,8 @@ const NODES: usize = 1000;
 async fn post_ready(c: &Controller, node: &str) {
     let body = json!({"status": {"conditions": [{"type": "Ready", "status": "True",
         "reason": "KubeletReady", "message": "kubelet is posting ready status"}]}});
-    let status = client()
-        .patch(format!("{}/api/v1/nodes/{node}/status", c.url))
-        .header("content-type", "application/strategic-merge-patch+json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(status, 200, "{node}");
+    let (code, answer) = c.status_patch(node, &body).send().await;
+    assert_eq!(code, 200, "{node}: {answer}");
 }
 
 /// Every `(count, first seq, last seq, arguments)` the hook recorded.

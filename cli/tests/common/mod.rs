@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nodekeeper_sim::protobuf::PROTOBUF;
 use nodekeeper_sim::{Fleet, FleetConfig, FleetHandle, PushConfig, PushStats};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -54,9 +55,11 @@ impl TestFleet {
         self.fleet.nodes()[i].name.clone()
     }
 
-    /// Makes the fleet push to `controller` every 200ms, changed by `tweak`.
+    /// Makes the fleet push to `controller` every 200ms (trusting its
+    /// certificate if it serves TLS), changed by `tweak`.
     pub fn push_to(&self, controller: &Controller, tweak: impl FnOnce(&mut PushConfig)) {
         let mut config = fast_push(&controller.url);
+        config.server_ca = controller.server_pem.clone();
         tweak(&mut config);
         self.fleet.start_pushing(config).expect("pushing starts");
     }
@@ -244,6 +247,54 @@ impl<F> TestSite<F> {
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
+
+    /// A controller to start with credentials as well as the site's flags:
+    /// `site.run().tls().tokens("operator-secret\n").flags(&[...]).start()`.
+    pub fn run(&self) -> Run<'_, F> {
+        Run {
+            site: self,
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// Starts a controller on a [`TestSite`]; its files go in the site's directory.
+pub struct Run<'a, F> {
+    site: &'a TestSite<F>,
+    extra: Vec<String>,
+}
+
+impl<F> Run<'_, F> {
+    /// Serves TLS with a self-signed certificate for 127.0.0.1 (`tls.crt`,
+    /// `tls.key`); the controller's helpers, and a fleet pushing to it, trust it.
+    pub fn tls(self) -> Self {
+        let (cert, key, _) = self_signed_cert(self.site.path(), &["127.0.0.1"]);
+        self.flags(&["--tls-cert-file", &cert, "--tls-private-key-file", &key])
+    }
+
+    /// `--token-file` with `lines` (written as `tokens`); the controller's
+    /// helpers present its first operator's token.
+    pub fn tokens(self, lines: &str) -> Self {
+        let path = self.site.path().join("tokens");
+        std::fs::write(&path, lines).unwrap();
+        self.flags(&["--token-file", path.to_str().unwrap()])
+    }
+
+    /// `--client-ca-file` with the CA certificate `pem` (written as `client-ca.pem`).
+    pub fn client_ca(self, pem: &str) -> Self {
+        let path = self.site.path().join("client-ca.pem");
+        std::fs::write(&path, pem).unwrap();
+        self.flags(&["--client-ca-file", path.to_str().unwrap()])
+    }
+
+    pub fn flags(mut self, flags: &[&str]) -> Self {
+        self.extra.extend(flags.iter().map(|f| f.to_string()));
+        self
+    }
+
+    pub fn start(self) -> Controller {
+        self.site.controller(&self.extra)
+    }
 }
 
 impl TestSite {
@@ -386,6 +437,8 @@ pub struct Controller {
     /// With `--token-file`, the first operator's token in it: the helpers'
     /// reads present it, since every request but health checks needs one.
     pub token: Option<String>,
+    /// With `--tls-cert-file`, the certificate served: the helpers trust it.
+    pub server_pem: Option<String>,
 }
 
 /// The first token of a `--token-file` among `args` that is not bound to a
@@ -406,6 +459,12 @@ fn operator_token(args: &[String]) -> Option<String> {
                 _ => None,
             }
         })
+}
+
+/// The certificate of a `--tls-cert-file` among `args`.
+fn serving_pem(args: &[String]) -> Option<String> {
+    let at = args.iter().position(|a| a == "--tls-cert-file")?;
+    Some(std::fs::read_to_string(&args[at + 1]).expect("the --tls-cert-file is readable"))
 }
 
 /// The grace period of [`fast_args`]. Probes every 200 ms and a 3 s grace
@@ -654,6 +713,7 @@ impl Controller {
             url: String::new(),
             log,
             token: operator_token(args),
+            server_pem: serving_pem(args),
         };
         let started = Instant::now();
         loop {
@@ -685,12 +745,42 @@ impl Controller {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// A client for this controller: over TLS, one that trusts its certificate.
+    pub fn client(&self) -> reqwest::Client {
+        match &self.server_pem {
+            Some(pem) => client_trusting(pem.as_bytes()),
+            None => client(),
+        }
+    }
+
     /// A GET to the controller, with its reader token if it has one.
     pub fn request(&self, path: &str) -> reqwest::RequestBuilder {
-        let request = client().get(format!("{}{path}", self.url));
+        let request = self.client().get(format!("{}{path}", self.url));
         match &self.token {
             Some(token) => request.bearer_auth(token),
             None => request,
+        }
+    }
+
+    /// A kubelet's status update: `body` as a strategic merge patch of
+    /// `node`'s status (kubernetes `pkg/kubelet/kubelet_node_status.go:643`
+    /// via `component-helpers/node/util/status.go:39`; docs/kubelet-api.md 2.1).
+    pub fn status_patch(&self, node: &str, body: &Value) -> Call<'_> {
+        self.call("PATCH", &format!("/api/v1/nodes/{node}/status"))
+            .body("application/strategic-merge-patch+json", body.to_string())
+    }
+
+    /// `method path` to the controller, to be given a body and a user;
+    /// as [`Controller::request`]'s, it starts with the controller's
+    /// operator token, if it has one.
+    pub fn call(&self, method: &str, path: &str) -> Call<'_> {
+        Call {
+            c: self,
+            method: reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            path: path.to_string(),
+            token: self.token.clone(),
+            headers: Vec::new(),
+            body: None,
         }
     }
 
@@ -801,6 +891,17 @@ impl Controller {
         }
     }
 
+    /// Waits until `node` is registered, and returns it: registration runs
+    /// beside the API, which serves before it ends.
+    pub async fn wait_registered(&self, node: &str) -> Value {
+        self.wait_for(
+            &format!("/api/v1/nodes/{node}"),
+            &format!("{node} registered"),
+            |n| n["kind"] == "Node",
+        )
+        .await
+    }
+
     /// Waits until `node`'s history holds an event of `kind`, and returns
     /// the first one.
     pub async fn wait_event(&self, node: &str, kind: &str) -> Value {
@@ -881,6 +982,22 @@ pub fn ready_of(node: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
+/// A node's taints as `key:effect`, in order.
+pub fn taints(node: &Value) -> Vec<String> {
+    node["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            format!(
+                "{}:{}",
+                t["key"].as_str().unwrap(),
+                t["effect"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
 pub fn client() -> reqwest::Client {
     nodekeeper::install_crypto_provider();
     reqwest::Client::builder()
@@ -948,30 +1065,175 @@ pub fn self_signed_cert(dir: &Path, names: &[&str]) -> (String, String, String) 
     )
 }
 
-/// A request to `c` as the holder of `token` (none: anonymous): (status, JSON body).
-pub async fn send_as(
-    c: &Controller,
-    method: &str,
-    path: &str,
-    content_type: &str,
-    body: &str,
-    token: Option<&str>,
-) -> (u16, Value) {
-    let mut r = client()
-        .request(
-            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
-            format!("{}{path}", c.url),
-        )
-        .header("content-type", content_type)
-        .body(body.to_string());
-    if let Some(token) = token {
-        r = r.bearer_auth(token);
+/// A request to a controller as some user: `c.call("PATCH", &path)`, then
+/// who sends it and what, then [`Call::send`].
+pub struct Call<'a> {
+    c: &'a Controller,
+    method: reqwest::Method,
+    path: String,
+    token: Option<String>,
+    headers: Vec<(&'static str, String)>,
+    body: Option<(String, Vec<u8>)>,
+}
+
+/// What the controller answered a [`Call`]: the body as JSON (a string
+/// when it is not JSON).
+pub struct Answer {
+    pub code: u16,
+    pub content_type: String,
+    pub body: Value,
+}
+
+impl Call<'_> {
+    /// As the holder of `token`; `None`: anonymous.
+    pub fn token(mut self, token: Option<&str>) -> Self {
+        self.token = token.map(str::to_string);
+        self
     }
-    let response = r.send().await.unwrap();
-    let code = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (
-        code,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+
+    pub fn header(mut self, name: &'static str, value: &str) -> Self {
+        self.headers.push((name, value.to_string()));
+        self
+    }
+
+    /// `body` as `content_type` (no Content-Type header when empty).
+    pub fn body(mut self, content_type: &str, body: impl AsRef<[u8]>) -> Self {
+        self.body = Some((content_type.to_string(), body.as_ref().to_vec()));
+        self
+    }
+
+    /// `body` as `application/json`.
+    pub fn json(self, body: &Value) -> Self {
+        self.body("application/json", body.to_string())
+    }
+
+    /// `body` as a kubelet sends it: in Kubernetes protobuf when
+    /// `content_type` is [`PROTOBUF`], else as JSON; none when it is null.
+    pub fn kubelet_body(self, content_type: &str, body: &Value) -> Self {
+        let bytes = match (content_type, body) {
+            (_, Value::Null) => Vec::new(),
+            (PROTOBUF, _) => nodekeeper_sim::protobuf::encode(body),
+            _ => body.to_string().into_bytes(),
+        };
+        self.body(content_type, bytes)
+    }
+
+    /// Sends it: the status and the body.
+    pub async fn send(self) -> (u16, Value) {
+        let answer = self.answer().await;
+        (answer.code, answer.body)
+    }
+
+    /// Sends it: the status, the answer's type and the answer.
+    pub async fn answer(self) -> Answer {
+        let mut request = self
+            .c
+            .client()
+            .request(self.method, format!("{}{}", self.c.url, self.path));
+        for (name, value) in self.headers {
+            request = request.header(name, value);
+        }
+        if let Some((content_type, body)) = self.body {
+            if !content_type.is_empty() {
+                request = request.header("content-type", content_type);
+            }
+            request = request.body(body);
+        }
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("the controller answers");
+        let code = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let text = response.text().await.unwrap();
+        Answer {
+            code,
+            content_type,
+            body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        }
+    }
+}
+
+/// The real kubectl with nothing from the environment: an empty
+/// kubeconfig, its own cache and home, no proxy.
+pub struct Kubectl {
+    server: String,
+    dir: PathBuf,
+}
+
+impl Kubectl {
+    /// kubectl for the API at `server`, keeping its files in `dir`.
+    pub fn new(server: &str, dir: &Path) -> Kubectl {
+        std::fs::write(dir.join("kubeconfig"), "").unwrap();
+        Kubectl {
+            server: server.to_string(),
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// The command, to be given its arguments.
+    pub fn command(&self) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new("kubectl");
+        command
+            .arg("--server")
+            .arg(&self.server)
+            .arg("--cache-dir")
+            .arg(self.dir.join("cache"))
+            .env("KUBECONFIG", self.dir.join("kubeconfig"))
+            .env("HOME", &self.dir)
+            .env_remove("HTTP_PROXY")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("http_proxy")
+            .env_remove("https_proxy")
+            .env("NO_PROXY", "127.0.0.1");
+        command
+    }
+
+    /// Runs kubectl `args` with `env` set: (exit code, stdout, stderr).
+    pub async fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+        let out = self
+            .command()
+            .arg("--request-timeout=10s")
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run kubectl ({e}): these tests need the real kubectl on PATH; \
+                     install Debian's `kubernetes-client` package (CI installs it)"
+                )
+            });
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    pub async fn run(&self, args: &[&str]) -> (i32, String, String) {
+        self.run_with(args, &[]).await
+    }
+
+    /// kubectl succeeds: its stdout.
+    pub async fn ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.run(args).await;
+        assert_eq!(code, 0, "kubectl {args:?} failed: {err}\n{out}");
+        out
+    }
+
+    /// kubectl fails, and says `want`.
+    pub async fn refused(&self, args: &[&str], want: &str) -> String {
+        let (code, out, err) = self.run(args).await;
+        assert_ne!(code, 0, "kubectl {args:?} was accepted: {out}");
+        assert!(
+            err.contains(want),
+            "kubectl {args:?}: {err:?} lacks {want:?}"
+        );
+        err
+    }
 }
