@@ -45,19 +45,27 @@ enum StoredApiObject {
     V1 { version: u64, json: String },
 }
 
-/// How many deleted objects are remembered for watches (a CSR with its
-/// certificate takes ~3 kB): the cleaner's hourly removals of a busy site
-/// fit, and a watch from before the oldest is told to relist.
+/// How many deleted objects of a resource are remembered for watches (a
+/// CSR with its certificate takes ~3 kB): the cleaner's hourly removals of
+/// a busy site fit, and a watch from before the oldest is told to relist.
 const DELETIONS_KEPT: usize = 1024;
 
-/// The objects deleted lately, each at the version of its deletion: what a
-/// watch resuming from an older version has not seen, as kube-apiserver's
-/// watch cache keeps deletions. Deletions at or before `floor` may be
-/// forgotten (dropped, or made before the store was opened).
+/// The objects deleted lately, by resource, each at the version of its
+/// deletion: what a watch resuming from an older version has not seen, as
+/// kube-apiserver's watch cache keeps deletions. Deletions at or before
+/// `since` (made before the store was opened), or before a resource's own
+/// floor (dropped), may be forgotten.
 #[derive(Debug, Default)]
 pub(super) struct Deletions {
+    since: u64,
+    kept: std::collections::BTreeMap<String, Kept>,
+}
+
+/// One resource's remembered deletions, and the newest one dropped.
+#[derive(Debug, Default)]
+struct Kept {
     floor: u64,
-    kept: std::collections::VecDeque<ApiObject>,
+    objects: std::collections::VecDeque<ApiObject>,
 }
 
 /// A watch asked for deletions from a version older than those remembered.
@@ -242,26 +250,29 @@ impl Store {
         after: u64,
     ) -> Result<Vec<ApiObject>, DeletionsForgotten> {
         let deletions = self.api_deleted.lock().unwrap_or_else(|p| p.into_inner());
-        if after < deletions.floor {
+        let kept = deletions.kept.get(resource);
+        let floor = deletions.since.max(kept.map_or(0, |k| k.floor));
+        if after < floor {
             return Err(DeletionsForgotten {
                 requested: after,
-                floor: deletions.floor,
+                floor,
             });
         }
-        Ok(deletions
-            .kept
-            .iter()
-            .filter(|o| o.version > after && o.resource == resource)
+        Ok(kept
+            .into_iter()
+            .flat_map(|k| k.objects.iter())
+            .filter(|o| o.version > after)
             .cloned()
             .collect())
     }
 
     fn remember_deletion(&self, object: ApiObject) {
         let mut deletions = self.api_deleted.lock().unwrap_or_else(|p| p.into_inner());
-        deletions.kept.push_back(object);
-        while deletions.kept.len() > DELETIONS_KEPT {
-            if let Some(dropped) = deletions.kept.pop_front() {
-                deletions.floor = deletions.floor.max(dropped.version);
+        let kept = deletions.kept.entry(object.resource.clone()).or_default();
+        kept.objects.push_back(object);
+        while kept.objects.len() > DELETIONS_KEPT {
+            if let Some(dropped) = kept.objects.pop_front() {
+                kept.floor = kept.floor.max(dropped.version);
             }
         }
     }
@@ -271,7 +282,7 @@ impl Store {
     pub(super) fn forget_api_deletions(&self, version: u64) {
         let mut deletions = self.api_deleted.lock().unwrap_or_else(|p| p.into_inner());
         deletions.kept.clear();
-        deletions.floor = version;
+        deletions.since = version;
     }
 
     /// Every object of every resource (for an export).
@@ -434,6 +445,14 @@ mod tests {
             .api_deletions("certificatesigningrequests.certificates.k8s.io", 0)
             .unwrap()
             .is_empty());
+        let csrs = "certificatesigningrequests.certificates.k8s.io";
+        let csr = ApiObject {
+            resource: csrs.into(),
+            namespace: String::new(),
+            ..object("c1", "{}")
+        };
+        store.put_api_object(csr, None).unwrap();
+        store.delete_api_object(csrs, "", "c1", None).unwrap();
         // Past the most kept, a watch from before the oldest must relist.
         for i in 0..DELETIONS_KEPT {
             let name = format!("x{i}");
@@ -444,10 +463,14 @@ mod tests {
         }
         let e = store.api_deletions("secrets", b.version).unwrap_err();
         assert_eq!(e.floor, deleted[0].version);
-        assert_eq!(
-            store.api_deletions("secrets", e.floor).unwrap().len(),
-            DELETIONS_KEPT
-        );
+        // Each resource keeps its own: these pushed out no CSR's.
+        let kept: Vec<_> = store
+            .api_deletions(csrs, b.version)
+            .unwrap()
+            .into_iter()
+            .map(|o| o.name)
+            .collect();
+        assert_eq!(kept, ["c1"]);
         store.flush_blocking().unwrap();
         let last = store.api_version();
         drop(store);
