@@ -823,6 +823,45 @@ mod tests {
         assert_eq!(answer(&a, "GET", "/metrics").await.0, 403);
     }
 
+    /// What a SubjectAccessReview asks: the kubelet's attributes
+    /// (kubernetes `pkg/kubelet/server/auth.go` `GetRequestAttributes`).
+    #[test]
+    fn reviews_are_decided_by_the_same_table() {
+        let kubelet_port = |verb, subresource| {
+            Asked::Resource(Attributes {
+                verb,
+                group: "",
+                resource: "nodes",
+                subresource,
+                namespace: "",
+                name: "edge-1",
+            })
+        };
+        let path = |path| Asked::Path { verb: "get", path };
+        let a = node("edge-2");
+        assert_eq!(decide_for(&a, &kubelet_port("get", "")), Ok(()));
+        for subresource in ["proxy", "stats", "metrics", "log"] {
+            assert_eq!(
+                decide_for(&a, &kubelet_port("get", subresource)),
+                Err(Refusal::NoRule(no_rule_reason(Who::Nodes)))
+            );
+        }
+        assert!(matches!(
+            decide_for(&a, &kubelet_port("update", "")),
+            Err(Refusal::NotOwn(m)) if m == "node \"edge-2\" is not allowed to modify node \"edge-1\""
+        ));
+        assert_eq!(decide_for(&a, &path("/healthz")), Ok(()));
+        assert_eq!(decide_for(&a, &path("/metrics")), Err(Refusal::Path));
+        let stranger = principal("system:node:edge-1".into(), vec![]);
+        assert_eq!(
+            decide_for(&stranger, &kubelet_port("get", "")),
+            Err(Refusal::NoGroup)
+        );
+        let alice = principal("alice".into(), vec![]);
+        assert_eq!(decide_for(&alice, &kubelet_port("create", "proxy")), Ok(()));
+        assert_eq!(decide_for(&alice, &path("/metrics")), Ok(()));
+    }
+
     #[tokio::test]
     async fn bootstrappers_may_only_ask_for_certificates() {
         let boot = principal(
