@@ -314,6 +314,199 @@ async fn signing_flags_are_checked_at_start() {
     assert!(err.contains("needs --token-file"), "{err}");
 }
 
+/// A CSR named `name` for node `node`'s client certificate, as a kubelet
+/// sends it (client-go `util/certificate/csr/csr.go` `RequestCertificate`).
+fn kubelet_csr(name: &str, node: &str) -> Value {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+    json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {
+            // base64 in JSON, as Go's []byte.
+            "request": k8s_openapi::ByteString(pem.into_bytes()),
+            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+            "usages": ["digital signature", "client auth"],
+        },
+    })
+}
+
+/// A watch's events, line by line, read as the operator.
+struct CsrWatch(reqwest::Response, Vec<u8>);
+
+impl CsrWatch {
+    async fn open(c: &Controller, query: &str) -> (u16, CsrWatch) {
+        let response = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .get(format!("{}{CSRS}?watch=true&{query}", c.url))
+            .bearer_auth(OPERATOR)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), CsrWatch(response, Vec::new()))
+    }
+
+    async fn next(&mut self) -> Value {
+        loop {
+            if let Some(i) = self.1.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.1.drain(..=i).collect();
+                return serde_json::from_slice(&line).unwrap();
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(20), self.0.chunk())
+                .await
+                .expect("a watch event in time")
+                .unwrap()
+                .expect("the watch ended before the event");
+            self.1.extend_from_slice(&chunk);
+        }
+    }
+}
+
+/// Deleted CSRs reach watches as kube-apiserver's watch sends them
+/// (`staging/src/k8s.io/apiserver/pkg/storage/cacher`: a `DELETED` event
+/// with the object as it was, at the version of the deletion), also when
+/// the deletion came between the client's list and its watch; a version
+/// whose deletions are no longer known is `410 Expired`, and client-go's
+/// reflector relists (`tools/cache/reflector.go` `isExpiredError`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csr_watches_see_deletions_made_before_and_while_they_run() {
+    let site = TestSite::named(&["edge-1"], "127.0.71.17".parse().unwrap()).start();
+    let tokens = site.path().join("tokens");
+    std::fs::write(&tokens, format!("{OPERATOR}\n")).unwrap();
+    let args = ["--token-file", tokens.to_str().unwrap()];
+    let c = site.controller_with(&args);
+    let client = common::client();
+    let post = reqwest::Method::POST;
+    let delete = reqwest::Method::DELETE;
+    for (name, node) in [
+        ("csr-a", "edge-a"),
+        ("csr-b", "edge-b"),
+        ("csr-c", "edge-c"),
+    ] {
+        let body = kubelet_csr(name, node);
+        let (code, s) = call(&client, &c, post.clone(), CSRS, OPERATOR, Some(&body)).await;
+        assert_eq!(code, 201, "{s}");
+    }
+    let (code, list) = call(&client, &c, reqwest::Method::GET, CSRS, OPERATOR, None).await;
+    assert_eq!(code, 200, "{list}");
+    let listed: u64 = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // Deleted after the list, before the watch: DELETED all the same.
+    let (code, s) = call(
+        &client,
+        &c,
+        delete.clone(),
+        &format!("{CSRS}/csr-a"),
+        OPERATOR,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{s}");
+    let (code, mut watch) = CsrWatch::open(&c, &format!("resourceVersion={listed}")).await;
+    assert_eq!(code, 200);
+    let event = watch.next().await;
+    assert_eq!(event["type"], "DELETED", "{event}");
+    assert_eq!(event["object"]["metadata"]["name"], "csr-a");
+    let deleted_at: u64 = event["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(deleted_at > listed, "{event}");
+    // A watch by name (the kubelet's `WaitForCertificate`) sees only its own.
+    let (_, mut by_name) = CsrWatch::open(
+        &c,
+        &format!("resourceVersion={listed}&fieldSelector=metadata.name%3Dcsr-b"),
+    )
+    .await;
+
+    // Deleted while watched: at the deletion's version, after every earlier one.
+    let (code, s) = call(
+        &client,
+        &c,
+        delete.clone(),
+        &format!("{CSRS}/csr-b"),
+        OPERATOR,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{s}");
+    for w in [&mut watch, &mut by_name] {
+        let event = w.next().await;
+        assert_eq!(event["type"], "DELETED", "{event}");
+        assert_eq!(event["object"]["metadata"]["name"], "csr-b");
+        let at: u64 = event["object"]["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(at > deleted_at, "{event}");
+    }
+    // And from the version of the first deletion on, only the second one.
+    let (_, mut later) = CsrWatch::open(&c, &format!("resourceVersion={deleted_at}")).await;
+    let event = later.next().await;
+    assert_eq!(
+        (
+            event["type"].as_str(),
+            event["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("DELETED"), Some("csr-b")),
+        "{event}"
+    );
+    drop((watch, by_name, later));
+
+    // After a restart the deletions before it are not known: 410, relist.
+    drop(c);
+    let c = site.controller_with(&args);
+    let (code, _) = CsrWatch::open(&c, &format!("resourceVersion={listed}")).await;
+    assert_eq!(code, 410);
+    let (_, list) = call(&client, &c, reqwest::Method::GET, CSRS, OPERATOR, None).await;
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["csr-c"]);
+    let rv = list["metadata"]["resourceVersion"].as_str().unwrap();
+    let (code, mut watch) = CsrWatch::open(&c, &format!("resourceVersion={rv}")).await;
+    assert_eq!(code, 200);
+    let (code, _) = call(
+        &client,
+        &c,
+        delete,
+        &format!("{CSRS}/csr-c"),
+        OPERATOR,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let event = watch.next().await;
+    assert_eq!(
+        (
+            event["type"].as_str(),
+            event["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("DELETED"), Some("csr-c")),
+        "{event}"
+    );
+}
+
 fn pem_der(pem: &str) -> Vec<u8> {
     let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
     block.contents

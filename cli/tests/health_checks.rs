@@ -90,7 +90,7 @@ async fn readyz_names_what_keeps_the_controller_from_deciding() {
         text(&c, "/livez?verbose").await,
         (
             200,
-            "[+]ping ok\n[+]controller ok\n[+]server ok\n[+]retention ok\n[+]liveness-stamp ok\nlivez check passed\n"
+            "[+]ping ok\n[+]controller ok\n[+]csr-signing ok\n[+]server ok\n[+]retention ok\n[+]liveness-stamp ok\nlivez check passed\n"
                 .into()
         )
     );
@@ -196,6 +196,10 @@ fn a_task_that_dies_stops_the_controller_with_a_non_zero_exit() {
         (
             "liveness-stamp",
             "the liveness stamp task failed: it panicked",
+        ),
+        (
+            "csr-signing",
+            "the certificate signing task failed: it panicked",
         ),
     ] {
         let db = site.path().join(task);

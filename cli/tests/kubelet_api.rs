@@ -528,7 +528,9 @@ async fn a_kubelets_reflectors_list_and_watch_what_it_needs() {
             "storage.k8s.io",
             "node.k8s.io",
             "events.k8s.io",
-            "certificates.k8s.io"
+            "certificates.k8s.io",
+            "authentication.k8s.io",
+            "authorization.k8s.io"
         ]
     );
     let (_, node_v1) = c.get("/apis/node.k8s.io/v1").await;

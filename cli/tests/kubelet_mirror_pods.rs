@@ -518,6 +518,70 @@ async fn only_mirror_pods_of_the_callers_own_node_are_kept_and_few_of_them() {
     )
     .await;
     assert_eq!(list["items"].as_array().unwrap().len(), 110);
+
+    // Pages, as a reflector's first list asks for them (client-go
+    // `tools/pager/pager.go:31` `defaultPageSize = 500`; kubectl's
+    // `--chunk-size` the same): in key order, each pod once, at the first
+    // page's resourceVersion, with `remainingItemCount` only when nothing
+    // is selected, as kube-apiserver pages (and nodekeeper pages nodes).
+    for (query, total, counted) in [
+        ("", 111, true),
+        ("&fieldSelector=spec.nodeName%3Dedge-32", 110, false),
+    ] {
+        let mut names = Vec::new();
+        let mut token = String::new();
+        let mut first_rv = None;
+        for page in 0.. {
+            assert!(page < 10, "the pages do not end");
+            let path = format!("/api/v1/pods?limit=50{query}&continue={token}");
+            let (code, list) = send(&c, "GET", &path, "", &Value::Null, None).await;
+            assert_eq!(code, 200, "{list}");
+            let items = list["items"].as_array().unwrap();
+            assert!(items.len() <= 50, "{}", items.len());
+            names.extend(items.iter().map(|p| {
+                let m = &p["metadata"];
+                format!(
+                    "{}/{}",
+                    m["namespace"].as_str().unwrap(),
+                    m["name"].as_str().unwrap()
+                )
+            }));
+            let rv = list["metadata"]["resourceVersion"].clone();
+            assert_eq!(first_rv.get_or_insert(rv.clone()), &rv);
+            let remaining = &list["metadata"]["remainingItemCount"];
+            match list["metadata"]["continue"].as_str() {
+                Some(next) => {
+                    let left = json!(total - names.len());
+                    assert_eq!(remaining, if counted { &left } else { &Value::Null });
+                    token = next.to_string();
+                }
+                None => {
+                    assert_eq!(remaining, &Value::Null);
+                    break;
+                }
+            }
+        }
+        assert_eq!(names.len(), total);
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(names, sorted, "not in key order, or twice");
+    }
+    // A token the server did not hand out: the API server's 400.
+    let (code, s) = send(
+        &c,
+        "GET",
+        "/api/v1/pods?limit=5&continue=nope",
+        "",
+        &Value::Null,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (code, s["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{s}"
+    );
     let (_, list) = send(
         &c,
         "GET",

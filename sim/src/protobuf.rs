@@ -30,6 +30,8 @@ pub fn encode(object: &Value) -> Vec<u8> {
         ("v1", "Event") => EVENT,
         ("v1", "Pod") => POD,
         ("v1", "DeleteOptions") => DELETE_OPTIONS,
+        ("authentication.k8s.io/v1", "TokenReview") => TOKEN_REVIEW,
+        ("authorization.k8s.io/v1", "SubjectAccessReview") => SUBJECT_ACCESS_REVIEW,
         other => panic!("the simulated kubelet sends no {other:?} in protobuf"),
     };
     let mut type_meta = Vec::new();
@@ -251,6 +253,42 @@ const PRECONDITIONS: &[Field] = &[
     (1, "uid", Kind::String),
     (2, "resourceVersion", Kind::String),
 ];
+/// What a kubelet's webhook authenticator sends (k8s.io/apiserver
+/// `plugin/pkg/authenticator/token/webhook/webhook.go:112-117`), from
+/// k8s.io/api `authentication/v1/generated.proto` `TokenReview`, `TokenReviewSpec`.
+const TOKEN_REVIEW: &[Field] = &[
+    (1, "metadata", Kind::Message(OBJECT_META)),
+    (2, "spec", Kind::Message(TOKEN_REVIEW_SPEC)),
+];
+const TOKEN_REVIEW_SPEC: &[Field] = &[(1, "token", Kind::String), (2, "audiences", Kind::String)];
+/// What a kubelet's webhook authorizer sends (k8s.io/apiserver
+/// `plugin/pkg/authorizer/webhook/webhook.go:187-204`), from k8s.io/api
+/// `authorization/v1/generated.proto` `SubjectAccessReview` and its spec.
+const SUBJECT_ACCESS_REVIEW: &[Field] = &[
+    (1, "metadata", Kind::Message(OBJECT_META)),
+    (2, "spec", Kind::Message(SUBJECT_ACCESS_REVIEW_SPEC)),
+];
+const SUBJECT_ACCESS_REVIEW_SPEC: &[Field] = &[
+    (1, "resourceAttributes", Kind::Message(RESOURCE_ATTRIBUTES)),
+    (
+        2,
+        "nonResourceAttributes",
+        Kind::Message(NON_RESOURCE_ATTRIBUTES),
+    ),
+    (3, "user", Kind::String),
+    (4, "groups", Kind::String),
+    (6, "uid", Kind::String),
+];
+const RESOURCE_ATTRIBUTES: &[Field] = &[
+    (1, "namespace", Kind::String),
+    (2, "verb", Kind::String),
+    (3, "group", Kind::String),
+    (4, "version", Kind::String),
+    (5, "resource", Kind::String),
+    (6, "subresource", Kind::String),
+    (7, "name", Kind::String),
+];
+const NON_RESOURCE_ATTRIBUTES: &[Field] = &[(1, "path", Kind::String), (2, "verb", Kind::String)];
 
 #[cfg(test)]
 mod tests {

@@ -232,18 +232,12 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
             config.list_bytes_per_second,
         )),
     });
-    // Approving, signing and cleaning up CSRs, and removing expired
-    // bootstrap tokens, until the server stops.
-    tokio::spawn(crate::server::csr_signing::run(
-        state.clone(),
-        config.signer.clone(),
-        server_shutdown.clone(),
-    ));
     let budgets = crate::server::Budgets::new(config.limits, Some(metrics.clone()));
     let mut authn = config.credentials.authn();
     if config.bootstrap_token_auth {
         authn.bootstrap = Some(store.clone());
     }
+    let csr_state = state.clone();
     let router = crate::server::limited_router(state, authn, budgets);
     let mut serve_config = config.serve.clone().metrics(metrics.clone());
     if config.api_runtime.is_some() {
@@ -268,6 +262,17 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         &health,
         controller.run(config.specs, pushes, controller_stop.clone()),
     );
+    // Approving, signing and cleaning up CSRs, and removing expired
+    // bootstrap tokens: supervised as the others, a panic ends the run.
+    let csr_stop = CancellationToken::new();
+    supervised.spawn(Task::CsrSigning, &health, {
+        let run =
+            crate::server::csr_signing::run(csr_state, config.signer.clone(), csr_stop.clone());
+        async move {
+            run.await;
+            Ok::<(), String>(())
+        }
+    });
     if let Some((_, ca)) = &config.credentials.client_ca {
         serve_config = serve_config.client_ca(ca.clone());
     }
@@ -389,6 +394,7 @@ pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(
         (Task::Mirror, &mirror_stop),
         (Task::TransitionHook, &hook_stop),
         (Task::Backups, &backups_stop),
+        (Task::CsrSigning, &csr_stop),
         (Task::Server, &server_shutdown),
         (Task::LivenessStamp, &stamp_stop),
     ] {

@@ -1,5 +1,5 @@
 //! The tasks `run` starts (the controller, the HTTP server, the mirror, the
-//! simulated fleet) and their supervision: the first to fail or stop on its
+//! CSR signer, the simulated fleet) and their supervision: the first to fail or stop on its
 //! own ends the run, with the reason.
 
 use crate::controller::ControllerError;
@@ -14,6 +14,7 @@ pub(super) enum Task {
     TransitionHook,
     LivenessStamp,
     Backups,
+    CsrSigning,
 }
 
 impl Task {
@@ -26,6 +27,7 @@ impl Task {
             Task::TransitionHook => "transition hook",
             Task::LivenessStamp => "liveness stamp",
             Task::Backups => "scheduled backups",
+            Task::CsrSigning => "certificate signing",
         }
     }
 
@@ -39,6 +41,7 @@ impl Task {
             Task::TransitionHook => "transition-hook",
             Task::LivenessStamp => "liveness-stamp",
             Task::Backups => "backups",
+            Task::CsrSigning => "csr-signing",
         }
     }
 }

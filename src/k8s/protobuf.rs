@@ -206,6 +206,8 @@ fn schema_of(api_version: &str, kind: &str) -> Option<&'static Message> {
         // (client-go `gentype/type.go` `Delete`: `Body(&opts)`).
         ("v1" | "meta.k8s.io/v1", "DeleteOptions") => Some(&DELETE_OPTIONS),
         ("certificates.k8s.io/v1", "CertificateSigningRequest") => Some(&CSR),
+        ("authentication.k8s.io/v1", "TokenReview") => Some(&TOKEN_REVIEW),
+        ("authorization.k8s.io/v1", "SubjectAccessReview") => Some(&SUBJECT_ACCESS_REVIEW),
         _ => None,
     }
 }
@@ -697,6 +699,85 @@ static CSR_CONDITION: Message = Message {
         one(3, "message", Kind::String),
         one(4, "lastUpdateTime", Kind::Time),
         one(5, "lastTransitionTime", Kind::Time),
+    ],
+};
+
+/// `authentication/v1` `TokenReview` (k8s.io/api
+/// `authentication/v1/generated.proto:159-239`; `user.extra` is left out:
+/// nodekeeper's rules do not read it).
+static TOKEN_REVIEW: Message = Message {
+    fields: &[
+        one(1, "metadata", Kind::Message(&OBJECT_META)),
+        one(2, "spec", Kind::Message(&TOKEN_REVIEW_SPEC)),
+        one(3, "status", Kind::Message(&TOKEN_REVIEW_STATUS)),
+    ],
+};
+static TOKEN_REVIEW_SPEC: Message = Message {
+    fields: &[
+        one(1, "token", Kind::String),
+        many(2, "audiences", Kind::String),
+    ],
+};
+static TOKEN_REVIEW_STATUS: Message = Message {
+    fields: &[
+        one(1, "authenticated", Kind::Bool),
+        one(2, "user", Kind::Message(&USER_INFO)),
+        many(4, "audiences", Kind::String),
+        one(3, "error", Kind::String),
+    ],
+};
+static USER_INFO: Message = Message {
+    fields: &[
+        one(1, "username", Kind::String),
+        one(2, "uid", Kind::String),
+        many(3, "groups", Kind::String),
+    ],
+};
+
+/// `authorization/v1` `SubjectAccessReview` (k8s.io/api
+/// `authorization/v1/generated.proto:115-177`, `:270-340`; `spec.extra`
+/// and the attributes' selectors are left out: nodekeeper's rules read
+/// neither).
+static SUBJECT_ACCESS_REVIEW: Message = Message {
+    fields: &[
+        one(1, "metadata", Kind::Message(&OBJECT_META)),
+        one(2, "spec", Kind::Message(&SUBJECT_ACCESS_REVIEW_SPEC)),
+        one(3, "status", Kind::Message(&SUBJECT_ACCESS_REVIEW_STATUS)),
+    ],
+};
+static SUBJECT_ACCESS_REVIEW_SPEC: Message = Message {
+    fields: &[
+        one(1, "resourceAttributes", Kind::Message(&RESOURCE_ATTRIBUTES)),
+        one(
+            2,
+            "nonResourceAttributes",
+            Kind::Message(&NON_RESOURCE_ATTRIBUTES),
+        ),
+        one(3, "user", Kind::String),
+        many(4, "groups", Kind::String),
+        one(6, "uid", Kind::String),
+    ],
+};
+static RESOURCE_ATTRIBUTES: Message = Message {
+    fields: &[
+        one(1, "namespace", Kind::String),
+        one(2, "verb", Kind::String),
+        one(3, "group", Kind::String),
+        one(4, "version", Kind::String),
+        one(5, "resource", Kind::String),
+        one(6, "subresource", Kind::String),
+        one(7, "name", Kind::String),
+    ],
+};
+static NON_RESOURCE_ATTRIBUTES: Message = Message {
+    fields: &[one(1, "path", Kind::String), one(2, "verb", Kind::String)],
+};
+static SUBJECT_ACCESS_REVIEW_STATUS: Message = Message {
+    fields: &[
+        one(1, "allowed", Kind::Bool),
+        one(4, "denied", Kind::Bool),
+        one(2, "reason", Kind::String),
+        one(3, "evaluationError", Kind::String),
     ],
 };
 

@@ -240,8 +240,10 @@ pub struct Authn {
 
 impl Authn {
     /// Who a bearer token stands for: a `--token-file` line, else a
-    /// bootstrap token ([`super::bootstrap_tokens::authenticate`]).
-    fn token(&self, token: &str) -> Option<Principal> {
+    /// bootstrap token ([`super::bootstrap_tokens::authenticate`]). The
+    /// guard asks it of a request's token, a TokenReview of the token it
+    /// carries.
+    pub(super) fn token(&self, token: &str) -> Option<Principal> {
         if let Some(tokens) = &self.tokens {
             if let Some(found) = tokens.current().principal(token) {
                 return Some(found.clone());
@@ -254,6 +256,13 @@ impl Authn {
     /// Whether requests need credentials (health checks aside).
     pub fn required(&self) -> bool {
         self.tokens.is_some() || self.client_certs || self.bootstrap.is_some()
+    }
+
+    /// Whether a caller without credentials is served at `path` (`None`:
+    /// a request that names no path): on an API that takes none, and for
+    /// the health checks.
+    pub(super) fn serves_anonymous(&self, path: Option<&str>) -> bool {
+        !self.required() || path.is_some_and(super::limits::is_health_check)
     }
 }
 
@@ -318,8 +327,7 @@ pub(super) fn identify(authn: &Authn, mut request: Request) -> Result<Request, R
             None => return Err(unauthorized()),
         },
         _ if bad_cert => return Err(unauthorized()),
-        _ if !authn.required() => anonymous(),
-        _ if super::limits::is_health_check(request.uri().path()) => anonymous(),
+        _ if authn.serves_anonymous(Some(request.uri().path())) => anonymous(),
         _ => return Err(unauthorized()),
     };
     request.extensions_mut().insert(found);

@@ -26,7 +26,7 @@ use crate::model::NODE_LEASE_NAMESPACE;
 /// What a request asks, as kube's `authorizer.Attributes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attributes<'a> {
-    pub verb: &'static str,
+    pub verb: &'a str,
     /// The API group, `""` for the core group.
     pub group: &'a str,
     pub resource: &'a str,
@@ -298,6 +298,58 @@ fn verb(method: &Method, named: bool, query: Option<&str>) -> &'static str {
     }
 }
 
+/// What a request asks the authorizer: a resource, or a path that names
+/// none (discovery, health, nodekeeper's own `/v1/…`, `/metrics`), as
+/// kube's `authorizer.Attributes` is a resource request or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked<'a> {
+    Resource(Attributes<'a>),
+    Path { verb: &'a str, path: &'a str },
+}
+
+/// Why the authorizer refuses a request: the 403 the guard answers, and
+/// the reason a SubjectAccessReview gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A path only operators may use.
+    Path,
+    /// A caller that is neither a node nor an operator, in no group a rule names.
+    NoGroup,
+    /// No rule grants the verb on the resource to this kind of caller.
+    NoRule(&'static str),
+    /// A rule grants the verb on the resource but not on this object: the
+    /// NodeRestriction refusal, with its message.
+    NotOwn(String),
+}
+
+impl Refusal {
+    /// The authorizer's reason, as a SubjectAccessReview's status gives it.
+    pub fn reason(&self) -> String {
+        match self {
+            Refusal::Path => PATH_REASON.into(),
+            Refusal::NoGroup => NO_GROUP_REASON.into(),
+            Refusal::NoRule(reason) => (*reason).into(),
+            Refusal::NotOwn(message) => message.clone(),
+        }
+    }
+
+    /// kube-apiserver's 403 for `asked` by `user`.
+    fn response(&self, asked: &Asked<'_>, user: &str) -> Response {
+        match (self, asked) {
+            (Refusal::NotOwn(message), Asked::Resource(attrs)) => {
+                admission_forbidden(attrs, message)
+            }
+            (_, Asked::Resource(attrs)) => forbidden(attrs, user, &self.reason()),
+            (_, Asked::Path { verb, path }) => forbidden_path(user, verb, path),
+        }
+    }
+}
+
+const PATH_REASON: &str =
+    "only operators may; nodes and bootstrappers may read discovery and health checks";
+const NO_GROUP_REASON: &str =
+    "the user is neither a node nor an operator, and no rule grants its groups this";
+
 /// Whether `principal` may make this request; else kube-apiserver's 403
 /// saying why. Called by the guard for every request it lets in.
 // The refusal is a ready 403, built once per refused request.
@@ -308,6 +360,25 @@ pub(super) fn authorize(
     path: &str,
     query: Option<&str>,
 ) -> Result<(), Response> {
+    if matches!(principal.caller(), Caller::Anonymous | Caller::Operator) {
+        return Ok(());
+    }
+    let verb;
+    let asked = match attributes(method, path, query) {
+        Some(attrs) => Asked::Resource(attrs),
+        None => {
+            verb = method.as_str().to_ascii_lowercase();
+            Asked::Path { verb: &verb, path }
+        }
+    };
+    decide_for(principal, &asked)
+        .map_err(|refusal| refusal.response(&asked, &principal.user().name))
+}
+
+/// The authorizer: whether `principal` may do what is `asked`, by the
+/// table. The guard asks it of every request ([`authorize`]), and a
+/// SubjectAccessReview of the user it names.
+pub fn decide_for(principal: &Principal, asked: &Asked<'_>) -> Result<(), Refusal> {
     let who = match principal.caller() {
         Caller::Anonymous | Caller::Operator => return Ok(()),
         Caller::Node(own) => Some((Who::Nodes, own.as_str())),
@@ -316,25 +387,18 @@ pub(super) fn authorize(
         }
         Caller::Limited => None,
     };
-    if is_discovery(path) {
-        return Ok(());
-    }
-    let user = &principal.user().name;
-    let Some(attrs) = attributes(method, path, query) else {
-        let verb = method.as_str().to_ascii_lowercase();
-        return Err(forbidden_path(user, &verb, path));
+    let attrs = match asked {
+        Asked::Path { path, .. } if is_discovery(path) => return Ok(()),
+        Asked::Path { .. } => return Err(Refusal::Path),
+        Asked::Resource(attrs) => attrs,
     };
     let Some((who, own)) = who else {
-        return Err(forbidden(
-            &attrs,
-            user,
-            "the user is neither a node nor an operator, and no rule grants its groups this",
-        ));
+        return Err(Refusal::NoGroup);
     };
-    match decide(who, own, &attrs) {
+    match decide(who, own, attrs) {
         Decision::Allow => Ok(()),
-        Decision::NoRule => Err(forbidden(&attrs, user, &no_rule_reason(who))),
-        Decision::NotOwn(message) => Err(admission_forbidden(&attrs, &message)),
+        Decision::NoRule => Err(Refusal::NoRule(no_rule_reason(who))),
+        Decision::NotOwn(message) => Err(Refusal::NotOwn(message)),
     }
 }
 
@@ -492,14 +556,16 @@ pub fn admit_pod(caller: &Caller, pod: &str, node_name: &str, verb: &str) -> Res
     }
 }
 
-fn no_rule_reason(who: Who) -> String {
+fn no_rule_reason(who: Who) -> &'static str {
     match who {
-        Who::Nodes => "a node may read what a kubelet reads and write only its own Node, \
+        Who::Nodes => {
+            "a node may read what a kubelet reads and write only its own Node, \
                        Lease, CSINode, mirror pods, events and certificate signing requests"
-            .into(),
-        Who::Bootstrappers => "system:bootstrappers may only create, get, list and watch \
+        }
+        Who::Bootstrappers => {
+            "system:bootstrappers may only create, get, list and watch \
                                certificatesigningrequests"
-            .into(),
+        }
     }
 }
 
@@ -542,10 +608,7 @@ fn forbidden_path(user: &str, verb: &str, path: &str) -> Response {
     let body = crate::k8s::status_error(
         403,
         "Forbidden",
-        &format!(
-            "forbidden: User {user:?} cannot {verb} path {path:?}: only operators may; \
-             nodes and bootstrappers may read discovery and health checks"
-        ),
+        &format!("forbidden: User {user:?} cannot {verb} path {path:?}: {PATH_REASON}"),
         None,
         None,
     );
@@ -758,6 +821,45 @@ mod tests {
             "{message}"
         );
         assert_eq!(answer(&a, "GET", "/metrics").await.0, 403);
+    }
+
+    /// What a SubjectAccessReview asks: the kubelet's attributes
+    /// (kubernetes `pkg/kubelet/server/auth.go` `GetRequestAttributes`).
+    #[test]
+    fn reviews_are_decided_by_the_same_table() {
+        let kubelet_port = |verb, subresource| {
+            Asked::Resource(Attributes {
+                verb,
+                group: "",
+                resource: "nodes",
+                subresource,
+                namespace: "",
+                name: "edge-1",
+            })
+        };
+        let path = |path| Asked::Path { verb: "get", path };
+        let a = node("edge-2");
+        assert_eq!(decide_for(&a, &kubelet_port("get", "")), Ok(()));
+        for subresource in ["proxy", "stats", "metrics", "log"] {
+            assert_eq!(
+                decide_for(&a, &kubelet_port("get", subresource)),
+                Err(Refusal::NoRule(no_rule_reason(Who::Nodes)))
+            );
+        }
+        assert!(matches!(
+            decide_for(&a, &kubelet_port("update", "")),
+            Err(Refusal::NotOwn(m)) if m == "node \"edge-2\" is not allowed to modify node \"edge-1\""
+        ));
+        assert_eq!(decide_for(&a, &path("/healthz")), Ok(()));
+        assert_eq!(decide_for(&a, &path("/metrics")), Err(Refusal::Path));
+        let stranger = principal("system:node:edge-1".into(), vec![]);
+        assert_eq!(
+            decide_for(&stranger, &kubelet_port("get", "")),
+            Err(Refusal::NoGroup)
+        );
+        let alice = principal("alice".into(), vec![]);
+        assert_eq!(decide_for(&alice, &kubelet_port("create", "proxy")), Ok(()));
+        assert_eq!(decide_for(&alice, &path("/metrics")), Ok(()));
     }
 
     #[tokio::test]

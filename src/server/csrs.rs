@@ -373,10 +373,14 @@ pub(crate) async fn list_csrs(
 
 /// A watch: every change of a selected CSR after the version asked for
 /// (all of them as `ADDED` without one), found by comparing the kept CSRs
-/// with what the stream has sent each time the tree changes. A CSR
-/// deleted between the list and the watch's start is not seen (there are
-/// no tombstones); its watcher sees no certificate and relists at its
-/// timeout.
+/// with what the stream has sent each time the tree changes. Deletions
+/// come from the store's remembered ones ([`Store::api_deletions`]), at
+/// the version of the deletion, as kube-apiserver's watch sends them: a
+/// CSR the client listed and that was deleted (by `DELETE`, or by the
+/// cleaner) before its watch began is `DELETED` too. A version older than
+/// the deletions remembered is `410 Expired`, so the client relists.
+///
+/// [`Store::api_deletions`]: crate::store::Store::api_deletions
 fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) -> Response {
     if let Err(r) = super::watch::check_watch_options(&params) {
         return r;
@@ -392,6 +396,12 @@ fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) 
             }
         },
     };
+    // Without a version, deletions count from now: everything kept is sent.
+    let mut deletions_seen = from.unwrap_or_else(|| s.store.api_version());
+    if let Err(e) = s.store.api_deletions(RESOURCE, deletions_seen) {
+        let status = crate::k8s::watch::too_old_version(e.requested, e.floor);
+        return (StatusCode::GONE, Json(status)).into_response();
+    }
     let bookmarks = params
         .allow_watch_bookmarks
         .as_deref()
@@ -412,6 +422,30 @@ fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) 
         let mut next_bookmark = tokio::time::Instant::now() + BOOKMARK_EVERY;
         loop {
             changes.borrow_and_update();
+            // Deletions first, then what is kept: a CSR deleted between the
+            // two reads is still caught by the comparison below.
+            let deleted = match s.store.api_deletions(RESOURCE, deletions_seen) {
+                Ok(deleted) => deleted,
+                Err(e) => {
+                    let status = crate::k8s::watch::too_old_version(e.requested, e.floor);
+                    let _ = sender
+                        .send(Bytes::from(crate::k8s::watch::error_line(&status)))
+                        .await;
+                    return;
+                }
+            };
+            for tombstone in deleted {
+                deletions_seen = deletions_seen.max(tombstone.version);
+                // Sent before, or perhaps in the list the client watches from.
+                let known = sent.remove(&tombstone.name).is_some() || (first && from.is_some());
+                if !known || !selected(&query, &tombstone) {
+                    continue;
+                }
+                let line = watch_line(WatchEventType::Deleted, served(&tombstone));
+                if sender.send(Bytes::from(line)).await.is_err() {
+                    return;
+                }
+            }
             let Ok(objects) = s.store.api_objects(RESOURCE, None) else {
                 return;
             };
@@ -441,6 +475,7 @@ fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) 
                     }
                 }
             }
+            // Gone, and not yet among the deletions read: as last sent.
             let gone: Vec<String> = sent
                 .keys()
                 .filter(|n| !now_kept.contains_key(*n))

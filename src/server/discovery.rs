@@ -20,6 +20,8 @@ const STORAGE_V1: &str = "storage.k8s.io/v1";
 const NODE: &str = "node.k8s.io";
 const EVENTS: &str = "events.k8s.io";
 const CERTIFICATES: &str = "certificates.k8s.io";
+const AUTHENTICATION: &str = "authentication.k8s.io";
+const AUTHORIZATION: &str = "authorization.k8s.io";
 /// What can be read of a resource nodekeeper serves empty.
 const READ: &[&str] = &["get", "list", "watch"];
 
@@ -165,6 +167,8 @@ pub(crate) async fn apis() -> Response {
             group(NODE),
             group(EVENTS),
             group(CERTIFICATES),
+            group(AUTHENTICATION),
+            group(AUTHORIZATION),
         ],
     })
     .into_response()
@@ -297,6 +301,49 @@ pub(crate) async fn certificates_v1() -> Response {
                 &[],
             ),
         ],
+    })
+    .into_response()
+}
+
+/// `/apis/authentication.k8s.io`.
+pub(crate) async fn authentication() -> Response {
+    Json(group(AUTHENTICATION)).into_response()
+}
+
+/// `/apis/authentication.k8s.io/v1`: TokenReviews, created only, as
+/// kube-apiserver lists them.
+pub(crate) async fn authentication_v1() -> Response {
+    Json(APIResourceList {
+        group_version: format!("{AUTHENTICATION}/v1"),
+        resources: vec![resource(
+            "tokenreviews",
+            "tokenreview",
+            "TokenReview",
+            false,
+            &["create"],
+            &[],
+        )],
+    })
+    .into_response()
+}
+
+/// `/apis/authorization.k8s.io`.
+pub(crate) async fn authorization() -> Response {
+    Json(group(AUTHORIZATION)).into_response()
+}
+
+/// `/apis/authorization.k8s.io/v1`: SubjectAccessReviews, created only.
+pub(crate) async fn authorization_v1() -> Response {
+    Json(APIResourceList {
+        group_version: format!("{AUTHORIZATION}/v1"),
+        resources: vec![resource(
+            "subjectaccessreviews",
+            "subjectaccessreview",
+            "SubjectAccessReview",
+            false,
+            &["create"],
+            &[],
+        )],
     })
     .into_response()
 }

@@ -31,6 +31,7 @@ pub mod pods;
 mod posted_events;
 mod push;
 pub mod reload;
+mod reviews;
 mod serve;
 mod v1;
 mod watch;
@@ -51,8 +52,8 @@ pub use v1::{HistoryParams, NodeEntry};
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
 use tokio_util::sync::CancellationToken;
 
 use crate::k8s::{json_patch, paging, patch, selectors, table};
@@ -120,6 +121,7 @@ pub fn secured_router(state: AppState, tokens: impl Into<Authn>) -> Router {
 /// [`secured_router`] with the given request budgets.
 /// Over 80 lines: it is the route table, one line per endpoint, read whole.
 pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Budgets>) -> Router {
+    let authn: Authn = tokens.into();
     let routes = Router::new()
         .route("/version", get(discovery::version))
         .route("/openapi/v2", get(openapi::v2))
@@ -255,6 +257,27 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
             "/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/status",
             get(csrs::get_csr).put(csrs::put_status),
         )
+        .route(
+            "/apis/authentication.k8s.io",
+            get(discovery::authentication),
+        )
+        .route(
+            "/apis/authentication.k8s.io/v1",
+            get(discovery::authentication_v1),
+        )
+        .route(
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            post(reviews::create_token_review).layer(Extension(authn.clone())),
+        )
+        .route("/apis/authorization.k8s.io", get(discovery::authorization))
+        .route(
+            "/apis/authorization.k8s.io/v1",
+            get(discovery::authorization_v1),
+        )
+        .route(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            post(reviews::create_subject_access_review).layer(Extension(authn.clone())),
+        )
         .route("/apis/node.k8s.io", get(discovery::node))
         .route("/apis/node.k8s.io/v1", get(discovery::node_v1))
         .route(
@@ -283,7 +306,7 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
         .route("/metrics", get(v1::metrics))
         .fallback(not_found_path);
     // The console's pages stay outside the auth layer: they carry no data.
-    harden_with(routes, tokens.into(), budgets)
+    harden_with(routes, authn, budgets)
         .merge(console::pages())
         .with_state(state)
 }

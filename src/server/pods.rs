@@ -30,7 +30,7 @@ use super::push::{body_json, json_body, malformed, push_error, ContentType};
 use super::{bad_request, status_error, AppState, Caller};
 use crate::controller::ObjectWrite;
 use crate::k8s::patch::{apply_with_keys, PatchKind};
-use crate::k8s::table;
+use crate::k8s::{paging, table};
 use crate::model::{Micros, NodeObject, ObjectKey};
 
 /// The resource, as errors and the history name it.
@@ -198,7 +198,9 @@ async fn list(
         Some(node) => s.view.node_objects_on(RESOURCE, node),
         None => s.view.node_objects(RESOURCE),
     };
-    let mut items: Vec<Value> = objects
+    // Kept by `namespace/name`, the order of kube-apiserver's etcd keys
+    // (`/registry/pods/NAMESPACE/NAME`): pages follow it.
+    let mut items: Vec<(String, Value)> = objects
         .iter()
         .map(served)
         .filter(|pod| {
@@ -208,23 +210,28 @@ async fn list(
                 && query.fields.matches(|f| field(pod, f))
                 && query.labels.matches(&labels(pod))
         })
+        .map(|pod| {
+            let key = format!(
+                "{}/{}",
+                pod["metadata"]["namespace"].as_str().unwrap_or(""),
+                pod["metadata"]["name"].as_str().unwrap_or("")
+            );
+            (key, pod)
+        })
         .collect();
-    items.sort_by(|a, b| {
-        let key = |p: &Value| {
-            (
-                p["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-                p["metadata"]["name"].as_str().unwrap_or("").to_string(),
-            )
-        };
-        key(a).cmp(&key(b))
-    });
-    let metadata = ListMeta {
-        resource_version: Some(version.to_string()),
-        ..ListMeta::default()
-    };
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    // `limit` and `continue` as for nodes: a reflector's first list asks
+    // for pages of 500 (client-go `tools/pager/pager.go:31`, `tools/cache/reflector.go:693-719`).
+    let page = paging::page(
+        &items,
+        |(key, _)| key,
+        params.limit,
+        query.continue_from.as_ref(),
+        version,
+        query.unfiltered(),
+    );
+    let metadata = page.metadata;
+    let items: Vec<Value> = items.drain(page.range).map(|(_, pod)| pod).collect();
     if wants_table(headers) {
         return Json(table::pod_table(
             &items,

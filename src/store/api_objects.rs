@@ -45,6 +45,37 @@ enum StoredApiObject {
     V1 { version: u64, json: String },
 }
 
+/// How many deleted objects of a resource are remembered for watches (a
+/// CSR with its certificate takes ~3 kB): the cleaner's hourly removals of
+/// a busy site fit, and a watch from before the oldest is told to relist.
+const DELETIONS_KEPT: usize = 1024;
+
+/// The objects deleted lately, by resource, each at the version of its
+/// deletion: what a watch resuming from an older version has not seen, as
+/// kube-apiserver's watch cache keeps deletions. Deletions at or before
+/// `since` (made before the store was opened), or before a resource's own
+/// floor (dropped), may be forgotten.
+#[derive(Debug, Default)]
+pub(super) struct Deletions {
+    since: u64,
+    kept: std::collections::BTreeMap<String, Kept>,
+}
+
+/// One resource's remembered deletions, and the newest one dropped.
+#[derive(Debug, Default)]
+struct Kept {
+    floor: u64,
+    objects: std::collections::VecDeque<ApiObject>,
+}
+
+/// A watch asked for deletions from a version older than those remembered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("deletions after version {requested} are no longer all known (known after {floor})")]
+pub struct DeletionsForgotten {
+    pub requested: u64,
+    pub floor: u64,
+}
+
 fn key(resource: &str, namespace: &str, name: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(resource.len() + namespace.len() + name.len() + 2);
     key.extend_from_slice(resource.as_bytes());
@@ -199,11 +230,59 @@ impl Store {
             .map_err(StoreError::from)?;
         match swapped {
             Ok(()) => {
+                self.remember_deletion(ApiObject {
+                    version,
+                    ..object.clone()
+                });
                 self.api_changed.send_replace(version);
                 Ok(object)
             }
             Err(_) => Err(ApiWriteError::Conflict),
         }
+    }
+
+    /// The objects of `resource` deleted after version `after`, oldest
+    /// first, each with the version of its deletion; or, when deletions
+    /// after `after` may have been forgotten, how far back they are known.
+    pub fn api_deletions(
+        &self,
+        resource: &str,
+        after: u64,
+    ) -> Result<Vec<ApiObject>, DeletionsForgotten> {
+        let deletions = self.api_deleted.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = deletions.kept.get(resource);
+        let floor = deletions.since.max(kept.map_or(0, |k| k.floor));
+        if after < floor {
+            return Err(DeletionsForgotten {
+                requested: after,
+                floor,
+            });
+        }
+        Ok(kept
+            .into_iter()
+            .flat_map(|k| k.objects.iter())
+            .filter(|o| o.version > after)
+            .cloned()
+            .collect())
+    }
+
+    fn remember_deletion(&self, object: ApiObject) {
+        let mut deletions = self.api_deleted.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = deletions.kept.entry(object.resource.clone()).or_default();
+        kept.objects.push_back(object);
+        while kept.objects.len() > DELETIONS_KEPT {
+            if let Some(dropped) = kept.objects.pop_front() {
+                kept.floor = kept.floor.max(dropped.version);
+            }
+        }
+    }
+
+    /// Forgets every deletion, known from `version` on (at open, at an
+    /// import, at a reset).
+    pub(super) fn forget_api_deletions(&self, version: u64) {
+        let mut deletions = self.api_deleted.lock().unwrap_or_else(|p| p.into_inner());
+        deletions.kept.clear();
+        deletions.since = version;
     }
 
     /// Every object of every resource (for an export).
@@ -227,6 +306,7 @@ impl Store {
             self.api_objects
                 .insert(VERSION_KEY, &object.version.to_be_bytes())?;
             self.api_versions.store(object.version, Ordering::Release);
+            self.forget_api_deletions(object.version);
             self.api_changed.send_replace(object.version);
         }
         Ok(())
@@ -338,6 +418,69 @@ mod tests {
             store.delete_api_object("secrets", "kube-system", "a", None),
             Err(ApiWriteError::NotFound)
         ));
+    }
+
+    #[test]
+    fn deletions_are_remembered_for_watches_until_too_many_or_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions::default();
+        let store = Store::open(dir.path(), &options).unwrap();
+        let a = store.put_api_object(object("a", "{}"), None).unwrap();
+        let b = store.put_api_object(object("b", "{}"), None).unwrap();
+        let gone = store
+            .delete_api_object("secrets", "kube-system", "a", None)
+            .unwrap();
+        let deleted = store.api_deletions("secrets", b.version).unwrap();
+        assert_eq!(deleted.len(), 1);
+        assert_eq!(deleted[0].name, "a");
+        assert_eq!(deleted[0].json, gone.json);
+        // At the version of the deletion, after every earlier one.
+        assert_eq!(deleted[0].version, store.api_version());
+        assert!(deleted[0].version > a.version);
+        assert!(store
+            .api_deletions("secrets", deleted[0].version)
+            .unwrap()
+            .is_empty());
+        assert!(store
+            .api_deletions("certificatesigningrequests.certificates.k8s.io", 0)
+            .unwrap()
+            .is_empty());
+        let csrs = "certificatesigningrequests.certificates.k8s.io";
+        let csr = ApiObject {
+            resource: csrs.into(),
+            namespace: String::new(),
+            ..object("c1", "{}")
+        };
+        store.put_api_object(csr, None).unwrap();
+        store.delete_api_object(csrs, "", "c1", None).unwrap();
+        // Past the most kept, a watch from before the oldest must relist.
+        for i in 0..DELETIONS_KEPT {
+            let name = format!("x{i}");
+            store.put_api_object(object(&name, "{}"), None).unwrap();
+            store
+                .delete_api_object("secrets", "kube-system", &name, None)
+                .unwrap();
+        }
+        let e = store.api_deletions("secrets", b.version).unwrap_err();
+        assert_eq!(e.floor, deleted[0].version);
+        // Each resource keeps its own: these pushed out no CSR's.
+        let kept: Vec<_> = store
+            .api_deletions(csrs, b.version)
+            .unwrap()
+            .into_iter()
+            .map(|o| o.name)
+            .collect();
+        assert_eq!(kept, ["c1"]);
+        store.flush_blocking().unwrap();
+        let last = store.api_version();
+        drop(store);
+        // Deletions before a restart are not known after it.
+        let store = Store::open(dir.path(), &options).unwrap();
+        assert_eq!(
+            store.api_deletions("secrets", last - 1).unwrap_err().floor,
+            last
+        );
+        assert!(store.api_deletions("secrets", last).unwrap().is_empty());
     }
 
     #[test]

@@ -40,7 +40,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use thiserror::Error;
 
 use crate::model::{Event, EventKind, Lease, Micros, Node, NodeObject, ObjectKey};
-pub use api_objects::{ApiObject, ApiWriteError};
+pub use api_objects::{ApiObject, ApiWriteError, DeletionsForgotten};
 pub use checkpoint::{Checkpoint, RegistryAt};
 pub use exchange::{
     ExportSummary, ImportProgress, ImportSummary, EXPORT_FORMAT_VERSION, MAX_LINE_BYTES,
@@ -382,6 +382,8 @@ pub struct Store {
     api_version_lock: Mutex<()>,
     /// Told the newest version after each write of `api_objects`.
     api_changed: tokio::sync::watch::Sender<u64>,
+    /// The objects of `api_objects` deleted lately, for watches.
+    api_deleted: Mutex<api_objects::Deletions>,
     writer: Mutex<WriterState>,
     durable_seq: AtomicU64,
     /// Whether changes queue mirror work (an API server is configured).
@@ -484,6 +486,7 @@ impl Store {
             api_versions: AtomicU64::new(0),
             api_version_lock: Mutex::new(()),
             api_changed: tokio::sync::watch::Sender::new(0),
+            api_deleted: Mutex::new(api_objects::Deletions::default()),
             api_objects: db.open_tree(trees::API_OBJECTS)?,
             db,
             writer: Mutex::new(WriterState::default()),
@@ -530,6 +533,8 @@ impl Store {
         let api_version = Store::read_api_version(&store.api_objects)?;
         store.api_versions.store(api_version, Ordering::Release);
         store.api_changed.send_replace(api_version);
+        // Deletions before this open are not known: watches start after them.
+        store.forget_api_deletions(api_version);
         checkpoint::discard_partial(&store)?;
         Ok(store)
     }
@@ -1280,6 +1285,7 @@ impl Store {
         self.guard.set_horizon(0);
         self.durable_seq.store(0, Ordering::Release);
         self.api_versions.store(0, Ordering::Release);
+        self.forget_api_deletions(0);
         self.db.flush()?;
         Ok(())
     }

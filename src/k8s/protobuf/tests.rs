@@ -263,3 +263,65 @@ fn strings_are_escaped_and_a_field_sent_twice_takes_its_last_value() {
         json!({"name": "edge-\"1\"\n", "annotations": {"a": "1", "b": "\\"}})
     );
 }
+
+/// The reviews a kubelet's webhook clients send (k8s.io/apiserver
+/// `plugin/pkg/authenticator/token/webhook/webhook.go:112-117`,
+/// `plugin/pkg/authorizer/webhook/webhook.go:187-204`), by the numbers of
+/// k8s.io/api `authentication/v1` and `authorization/v1` `generated.proto`.
+#[test]
+fn a_kubelets_reviews_read_as_their_json() {
+    let token_review = [
+        message(1, &[]),
+        message(2, &[text(1, "abc.def"), text(2, "aud-1"), text(2, "aud-2")]),
+        message(3, &[message(2, &[])]),
+    ]
+    .concat();
+    let body = envelope("authentication.k8s.io/v1", "TokenReview", &token_review);
+    assert_eq!(
+        to_value(&body).unwrap(),
+        json!({
+            // Empty messages are left out, as Go's JSON omits them.
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": "abc.def", "audiences": ["aud-1", "aud-2"]},
+        })
+    );
+    let attributes = message(
+        1,
+        &[
+            text(1, ""),
+            text(2, "get"),
+            text(3, ""),
+            text(4, "v1"),
+            text(5, "nodes"),
+            text(6, "proxy"),
+            text(7, "edge-1"),
+        ],
+    );
+    let review = [
+        message(1, &[]),
+        message(
+            2,
+            &[
+                attributes,
+                text(3, "alice"),
+                text(4, "admins"),
+                text(4, "system:authenticated"),
+                text(6, "uid-0"),
+            ],
+        ),
+        message(3, &[varint(1, 0), text(2, "")]),
+    ]
+    .concat();
+    let body = envelope("authorization.k8s.io/v1", "SubjectAccessReview", &review);
+    assert_eq!(
+        to_value(&body).unwrap(),
+        json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {"verb": "get", "version": "v1", "resource": "nodes",
+                                       "subresource": "proxy", "name": "edge-1"},
+                "user": "alice", "groups": ["admins", "system:authenticated"], "uid": "uid-0",
+            },
+        })
+    );
+}
