@@ -344,7 +344,7 @@ fn kubelet_csr(name: &str, node: &str) -> Value {
 struct CsrWatch(reqwest::Response, Vec<u8>);
 
 impl CsrWatch {
-    async fn open(c: &Controller, query: &str) -> (u16, CsrWatch) {
+    async fn open(c: &common::Controller, query: &str) -> (u16, CsrWatch) {
         let response = reqwest::Client::builder()
             .no_proxy()
             .build()
@@ -386,19 +386,21 @@ async fn csr_watches_see_deletions_made_before_and_while_they_run() {
     std::fs::write(&tokens, format!("{OPERATOR}\n")).unwrap();
     let args = ["--token-file", tokens.to_str().unwrap()];
     let c = site.controller_with(&args);
-    let client = common::client();
-    let post = reqwest::Method::POST;
-    let delete = reqwest::Method::DELETE;
     for (name, node) in [
         ("csr-a", "edge-a"),
         ("csr-b", "edge-b"),
         ("csr-c", "edge-c"),
     ] {
         let body = kubelet_csr(name, node);
-        let (code, s) = call(&client, &c, post.clone(), CSRS, OPERATOR, Some(&body)).await;
+        let (code, s) = c
+            .call("POST", CSRS)
+            .token(Some(OPERATOR))
+            .json(&body)
+            .send()
+            .await;
         assert_eq!(code, 201, "{s}");
     }
-    let (code, list) = call(&client, &c, reqwest::Method::GET, CSRS, OPERATOR, None).await;
+    let (code, list) = c.call("GET", CSRS).token(Some(OPERATOR)).send().await;
     assert_eq!(code, 200, "{list}");
     let listed: u64 = list["metadata"]["resourceVersion"]
         .as_str()
@@ -407,15 +409,11 @@ async fn csr_watches_see_deletions_made_before_and_while_they_run() {
         .unwrap();
 
     // Deleted after the list, before the watch: DELETED all the same.
-    let (code, s) = call(
-        &client,
-        &c,
-        delete.clone(),
-        &format!("{CSRS}/csr-a"),
-        OPERATOR,
-        None,
-    )
-    .await;
+    let (code, s) = c
+        .call("DELETE", &format!("{CSRS}/csr-a"))
+        .token(Some(OPERATOR))
+        .send()
+        .await;
     assert_eq!(code, 200, "{s}");
     let (code, mut watch) = CsrWatch::open(&c, &format!("resourceVersion={listed}")).await;
     assert_eq!(code, 200);
@@ -436,15 +434,11 @@ async fn csr_watches_see_deletions_made_before_and_while_they_run() {
     .await;
 
     // Deleted while watched: at the deletion's version, after every earlier one.
-    let (code, s) = call(
-        &client,
-        &c,
-        delete.clone(),
-        &format!("{CSRS}/csr-b"),
-        OPERATOR,
-        None,
-    )
-    .await;
+    let (code, s) = c
+        .call("DELETE", &format!("{CSRS}/csr-b"))
+        .token(Some(OPERATOR))
+        .send()
+        .await;
     assert_eq!(code, 200, "{s}");
     for w in [&mut watch, &mut by_name] {
         let event = w.next().await;
@@ -475,7 +469,7 @@ async fn csr_watches_see_deletions_made_before_and_while_they_run() {
     let c = site.controller_with(&args);
     let (code, _) = CsrWatch::open(&c, &format!("resourceVersion={listed}")).await;
     assert_eq!(code, 410);
-    let (_, list) = call(&client, &c, reqwest::Method::GET, CSRS, OPERATOR, None).await;
+    let (_, list) = c.call("GET", CSRS).token(Some(OPERATOR)).send().await;
     let names: Vec<&str> = list["items"]
         .as_array()
         .unwrap()
@@ -486,15 +480,11 @@ async fn csr_watches_see_deletions_made_before_and_while_they_run() {
     let rv = list["metadata"]["resourceVersion"].as_str().unwrap();
     let (code, mut watch) = CsrWatch::open(&c, &format!("resourceVersion={rv}")).await;
     assert_eq!(code, 200);
-    let (code, _) = call(
-        &client,
-        &c,
-        delete,
-        &format!("{CSRS}/csr-c"),
-        OPERATOR,
-        None,
-    )
-    .await;
+    let (code, _) = c
+        .call("DELETE", &format!("{CSRS}/csr-c"))
+        .token(Some(OPERATOR))
+        .send()
+        .await;
     assert_eq!(code, 200);
     let event = watch.next().await;
     assert_eq!(
