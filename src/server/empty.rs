@@ -74,12 +74,13 @@ impl Empty {
         if let Err(e) = params.query(self.fields) {
             return bad_request(e.to_string());
         }
-        Json(serde_json::json!({
-            "apiVersion": self.api_version,
-            "kind": format!("{}List", self.kind),
-            "metadata": {"resourceVersion": s.store.durable_seq().to_string()},
-            "items": [],
-        }))
+        let version = s.store.durable_seq();
+        Json(crate::k8s::list(
+            self.api_version,
+            self.kind,
+            version,
+            Vec::new(),
+        ))
         .into_response()
     }
 

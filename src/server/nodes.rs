@@ -9,7 +9,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::Node as KubeNode;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, StatusDetails};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
 use super::node_json;
 use super::node_writes::{self, NodeWrite, PatchFormat, WriteError};
@@ -153,14 +153,9 @@ async fn watch(
         Ok(q) => q,
         Err(e) => return bad_request(e.to_string()),
     };
-    let bookmarks = match params
-        .allow_watch_bookmarks
-        .as_deref()
-        .map(super::params::parse_bool)
-    {
-        None => false,
-        Some(Some(b)) => b,
-        Some(None) => return bad_request("allowWatchBookmarks: invalid value".into()),
+    let bookmarks = match super::watch::bookmarks_allowed(params) {
+        Ok(b) => b,
+        Err(r) => return r,
     };
     let include = query.include;
     let filter_query = query.clone();
@@ -488,17 +483,7 @@ pub(crate) async fn delete_node(
         .await
     {
         // What kube-apiserver answers for an object deleted at once.
-        Ok(node) => Json(Status {
-            status: Some("Success".into()),
-            details: Some(StatusDetails {
-                name: Some(name),
-                kind: Some("nodes".into()),
-                uid: Some(node.uid),
-                ..StatusDetails::default()
-            }),
-            ..Status::default()
-        })
-        .into_response(),
+        Ok(node) => Json(crate::k8s::deleted("nodes", &name, &node.uid)).into_response(),
         Err(e) => super::push::push_error(e),
     }
 }
