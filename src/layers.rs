@@ -11,7 +11,8 @@ use std::path::Path;
 
 /// From the bottom up; a module may use the modules of the floors below.
 const FLOORS: &[&[&str]] = &[
-    // The domain and its rules (model/duration, model/quantity, model/validation).
+    // The domain and its rules (model/duration, model/quantity, model/validation,
+    // model/eviction: eviction's mode, read by the store below the controller).
     &["model", "version", "serialize"],
     // What is read and shown of it: Kubernetes JSON, replayed history, the
     // published view, log lines, and small leaves.
