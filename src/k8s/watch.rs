@@ -101,6 +101,8 @@ pub fn too_large_version(requested: u64, current: u64, retry_after_seconds: i32)
 /// watch (client-go `tools/cache/reflector.go` `ListAndWatchWithContext`:
 /// any error from `watchList` sets `fallbackToList`); and
 /// `resourceVersionMatch` needs `sendInitialEvents`.
+// A refusal is built once per refused request: its size does not matter.
+#[allow(clippy::result_large_err)]
 pub fn check_watch_options(
     send_initial_events: bool,
     resource_version_match: Option<&str>,

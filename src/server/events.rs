@@ -178,15 +178,19 @@ async fn list(
             ..ListMeta::default()
         })
     };
-    let (head, item): (
-        _,
-        Box<dyn Fn(&crate::model::Event) -> Option<Vec<u8>> + Send>,
-    ) = if wants_table(headers) {
-        let row = move |e: &crate::model::Event| table::event_table_row(&keep(e)?, include, now);
-        (table::event_table_head(), Box::new(row))
+    let as_table = wants_table(headers);
+    let head = if as_table {
+        table::event_table_head()
     } else {
-        let item = move |e: &crate::model::Event| serde_json::to_vec(&keep(e)?).ok();
-        (crate::k8s::EVENT_LIST_HEAD.to_vec(), Box::new(item))
+        crate::k8s::EVENT_LIST_HEAD.to_vec()
+    };
+    let item = move |e: &crate::model::Event| {
+        let event = keep(e)?;
+        if as_table {
+            table::event_table_row(&event, include, now)
+        } else {
+            serde_json::to_vec(&event).ok()
+        }
     };
     let body = stream_history(s.store.clone(), history_query, limit, pin, head, item, tail);
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()

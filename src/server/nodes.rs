@@ -146,15 +146,12 @@ async fn watch(
     params: &ListParams,
     fields: &'static [&'static str],
 ) -> Response {
-    if let Err(r) = super::watch::check_watch_options(params) {
-        return r;
-    }
-    let query = match params.query(fields) {
-        Ok(q) => q,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    let bookmarks = match super::watch::bookmarks_allowed(params) {
-        Ok(b) => b,
+    let super::watch::WatchRequest {
+        query,
+        bookmarks,
+        timeout,
+    } = match super::watch::watch_request(params, fields) {
+        Ok(request) => request,
         Err(r) => return r,
     };
     let include = query.include;
@@ -183,10 +180,7 @@ async fn watch(
     });
     let watch = super::watch::WatchParams {
         resource_version: params.resource_version.clone(),
-        timeout: params
-            .timeout_seconds
-            .filter(|t| *t > 0)
-            .map(|t| std::time::Duration::from_secs(t as u64)),
+        timeout,
         bookmarks,
         filter: Some(filter),
         render,

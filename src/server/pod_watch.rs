@@ -33,7 +33,7 @@ use super::watch::{
     begin, gone_line, line, read_after, stream_response, WatchStart, BOOKMARK_EVERY,
     DEFAULT_TIMEOUT, PAGE,
 };
-use super::{bad_request, AppState};
+use super::AppState;
 use crate::k8s::selectors::{FieldSelector, LabelSelector};
 use crate::k8s::table::{self, IncludeObject};
 use crate::k8s::watch::{bookmark, WatchEventType};
@@ -84,22 +84,15 @@ pub(crate) async fn watch(
     params: ListParams,
     headers: &HeaderMap,
 ) -> Response {
-    if let Err(r) = super::watch::check_watch_options(&params) {
-        return r;
-    }
-    let query = match params.query(POD_FIELDS) {
-        Ok(q) => q,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    let bookmarks = match super::watch::bookmarks_allowed(&params) {
-        Ok(b) => b,
+    let super::watch::WatchRequest {
+        query,
+        bookmarks,
+        timeout,
+    } = match super::watch::watch_request(&params, POD_FIELDS) {
+        Ok(request) => request,
         Err(r) => return r,
     };
-    let timeout = params
-        .timeout_seconds
-        .filter(|t| *t > 0)
-        .map(|t| Duration::from_secs(t as u64))
-        .unwrap_or(DEFAULT_TIMEOUT);
+    let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
     let selection = Selection {
         namespace,
         node: query.fields.required("spec.nodeName").map(str::to_string),

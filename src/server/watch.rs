@@ -153,10 +153,41 @@ pub(crate) fn check_watch_options(params: &super::params::ListParams) -> Result<
     .map_err(|status| (StatusCode::UNPROCESSABLE_ENTITY, Json(status)).into_response())
 }
 
+/// What a watch request asks for besides where to start, read and checked
+/// in the order kube-apiserver checks it: the refused options, the
+/// selectors, `allowWatchBookmarks`.
+pub(crate) struct WatchRequest {
+    pub query: super::params::ListQuery,
+    pub bookmarks: bool,
+    /// `?timeoutSeconds=` (`None`: [`DEFAULT_TIMEOUT`]).
+    pub timeout: Option<Duration>,
+}
+
+/// Reads a watch request of a resource selectable by `fields`.
+// A refusal is a ready response, built once per refused request.
+#[allow(clippy::result_large_err)]
+pub(crate) fn watch_request(
+    params: &super::params::ListParams,
+    fields: &[&str],
+) -> Result<WatchRequest, Response> {
+    check_watch_options(params)?;
+    let query = params
+        .query(fields)
+        .map_err(|e| super::bad_request(e.to_string()))?;
+    Ok(WatchRequest {
+        query,
+        bookmarks: bookmarks_allowed(params)?,
+        timeout: params
+            .timeout_seconds
+            .filter(|t| *t > 0)
+            .map(|t| Duration::from_secs(t as u64)),
+    })
+}
+
 /// `?allowWatchBookmarks=`, read as Go's `strconv.ParseBool` reads it.
 // A refusal is a ready response, built once per refused request.
 #[allow(clippy::result_large_err)]
-pub(crate) fn bookmarks_allowed(params: &super::params::ListParams) -> Result<bool, Response> {
+fn bookmarks_allowed(params: &super::params::ListParams) -> Result<bool, Response> {
     match params
         .allow_watch_bookmarks
         .as_deref()
