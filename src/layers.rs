@@ -1,6 +1,7 @@
 //! The crate's floors, checked: a module names (`crate::…`) only modules on
 //! a floor below its own, so there is no import cycle and no arrow back up.
-//! docs/architecture.md lists the same floors.
+//! docs/architecture.md lists the same floors. Also checked here: Kubernetes
+//! objects are written out in `src/k8s/` only.
 #![cfg(test)]
 // A test reading the crate's sources from disk, outside any runtime.
 #![allow(clippy::disallowed_methods)]
@@ -10,7 +11,8 @@ use std::path::Path;
 
 /// From the bottom up; a module may use the modules of the floors below.
 const FLOORS: &[&[&str]] = &[
-    // The domain and its rules (model/duration, model/quantity, model/validation).
+    // The domain and its rules (model/duration, model/quantity, model/validation,
+    // model/eviction: eviction's mode, read by the store below the controller).
     &["model", "version", "serialize"],
     // What is read and shown of it: Kubernetes JSON, replayed history, the
     // published view, log lines, and small leaves.
@@ -167,4 +169,54 @@ fn the_floors_name_every_module_once() {
     for module in FLOORS.iter().flat_map(|f| f.iter()) {
         assert!(seen.insert(*module), "{module} is on two floors");
     }
+}
+
+/// Files outside `src/k8s/` that still write a Kubernetes object by hand,
+/// each to move its builder into `src/k8s/`.
+const HAND_BUILT: &[&str] = &["server/csrs.rs", "server/pods.rs"];
+
+/// Every Kubernetes object has an `apiVersion`: production code that spells
+/// the field is writing an object, and that is `src/k8s/`'s alone.
+#[test]
+fn kubernetes_objects_are_built_in_k8s_only() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    visit(&src, &mut files);
+    let mut wrong = Vec::new();
+    let mut listed = BTreeSet::new();
+    for file in files {
+        let relative = file.strip_prefix(&src).unwrap();
+        let name = relative.to_string_lossy().replace('\\', "/");
+        let test_file = relative.components().any(|c| c.as_os_str() == "tests")
+            || relative.file_name().is_some_and(|f| {
+                let f = f.to_string_lossy();
+                f == "tests.rs" || f.starts_with("tests_")
+            });
+        if name.starts_with("k8s/") || name == "layers.rs" || test_file {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let spelled = code
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .any(|l| l.contains("\"apiVersion\""));
+        match (spelled, HAND_BUILT.contains(&name.as_str())) {
+            (true, true) => {
+                listed.insert(name);
+            }
+            (true, false) => wrong.push(format!(
+                "{name} writes a Kubernetes object (\"apiVersion\"): build it in src/k8s/"
+            )),
+            (false, _) => {}
+        }
+    }
+    for name in HAND_BUILT {
+        if !listed.contains(*name) {
+            wrong.push(format!(
+                "{name} no longer builds objects: take it off HAND_BUILT"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

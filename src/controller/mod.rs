@@ -21,7 +21,6 @@
 mod clock;
 mod cloud_sync;
 pub mod conditions;
-mod evict;
 pub mod eviction;
 mod monitor;
 pub mod operator;

@@ -7,6 +7,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use super::{time, EVENT_COMPONENT, EVENT_NAMESPACE};
 use crate::model;
 
+/// The start of an `EventList`'s JSON, up to its first item, for a list
+/// streamed from the history; [`super::list_tail`] ends it.
+pub const EVENT_LIST_HEAD: &[u8] = br#"{"kind":"EventList","apiVersion":"v1","items":["#;
+
 /// A node's history entry as a `core/v1` Event, as the node controller
 /// records node events (namespace `default`, `involvedObject` the Node);
 /// `None` for controller-wide entries, which concern no node.

@@ -3,6 +3,8 @@
 //! including the Lease served for a node whose kubelet keeps none.
 
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use k8s_openapi::List;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
@@ -91,6 +93,20 @@ pub fn lease(lease: &KubeLease, path_name: &str) -> Result<Lease, String> {
 
 /// The most owners a Lease keeps: a kubelet's has one, its Node.
 pub const MAX_OWNERS: usize = 8;
+
+/// A `LeaseList` of `leases` at `resource_version`, as [`super::node_list`].
+pub fn lease_list<'a>(
+    leases: impl IntoIterator<Item = &'a Lease>,
+    resource_version: u64,
+) -> List<KubeLease> {
+    List {
+        items: leases.into_iter().map(kube_lease).collect(),
+        metadata: ListMeta {
+            resource_version: Some(resource_version.to_string()),
+            ..ListMeta::default()
+        },
+    }
+}
 
 /// The Kubernetes Lease object for a stored lease, read back from
 /// [`LeaseJson`]'s bytes (the one place a Lease's fields are laid out).

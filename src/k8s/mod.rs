@@ -9,6 +9,7 @@
 //! the domain, [`crate::model`] (with its pure rules: validation, quantities,
 //! durations), and on nothing above it.
 
+pub(crate) mod csinode;
 pub(crate) mod json_patch;
 pub(crate) mod mirror_patch;
 pub(crate) mod paging;
@@ -22,6 +23,7 @@ mod event;
 mod json;
 mod kubelet;
 mod lease;
+mod list;
 mod node;
 mod operator;
 mod pod;
@@ -31,15 +33,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use crate::model::Micros;
 
-pub use event::node_event;
+pub use event::{node_event, EVENT_LIST_HEAD};
 pub use kubelet::{check_condition_types, node_registration, pushed_status, pushed_status_of};
-pub use lease::{heartbeat_lease, kube_lease, lease, LeaseJson, KUBELET_LEASE_SECONDS};
+pub use lease::{heartbeat_lease, kube_lease, lease, lease_list, LeaseJson, KUBELET_LEASE_SECONDS};
+pub use list::{list, list_tail};
 pub use node::{
-    cpu_quantity, go_arch, memory_quantity, node, node_labels, node_list, node_list_tail, NodeJson,
-    Parts, NODE_LIST_HEAD,
+    cpu_quantity, go_arch, memory_quantity, node, node_labels, node_list, NodeJson, Parts,
+    NODE_LIST_HEAD,
 };
 pub use operator::{conditions_forbidden, operator_fields, ObjectError};
-pub use status::{invalid, not_found, status_error};
+pub use pod::{pod_at_version, pod_identity};
+pub use status::{deleted, invalid, invalid_in_group, not_found, status_error, too_many_requests};
 
 /// Annotation that records where a node came from (`static`, `cloud/<provider>`).
 pub const SOURCE_ANNOTATION: &str = "nodekeeper.io/source";

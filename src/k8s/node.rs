@@ -454,18 +454,9 @@ pub fn node_list(nodes: impl IntoIterator<Item = Node>, resource_version: u64) -
 }
 
 /// The start of a `NodeList`'s JSON, up to its first item, in the key
-/// order `k8s_openapi::List` writes: `{"apiVersion":"v1","kind":"NodeList","items":[`.
+/// order `k8s_openapi::List` writes: `{"apiVersion":"v1","kind":"NodeList","items":[`;
+/// [`super::list_tail`] ends it.
 pub const NODE_LIST_HEAD: &[u8] = br#"{"apiVersion":"v1","kind":"NodeList","items":["#;
-
-/// The end of a `NodeList`'s JSON after its last item: `],"metadata":{…}}`.
-pub fn node_list_tail(metadata: &ListMeta) -> Vec<u8> {
-    let metadata = serde_json::to_vec(metadata).unwrap_or_else(|_| b"{}".to_vec());
-    let mut tail = Vec::with_capacity(metadata.len() + 16);
-    tail.extend_from_slice(br#"],"metadata":"#);
-    tail.extend_from_slice(&metadata);
-    tail.push(b'}');
-    tail
-}
 
 /// CPU as Kubernetes writes it canonically: whole cores plain (`1`), otherwise millicores (`1500m`).
 pub fn cpu_quantity(millis: u64) -> Quantity {
@@ -1094,7 +1085,7 @@ mod tests {
         };
         let mut ours = NODE_LIST_HEAD.to_vec();
         ours.extend_from_slice(&NodeJson::shown(&n, None).to_vec());
-        ours.extend_from_slice(&node_list_tail(&meta));
+        ours.extend_from_slice(&crate::k8s::list_tail(&meta));
         let theirs = serde_json::to_vec(&node_list([node(&n, None)], 77)).unwrap();
         assert_eq!(
             String::from_utf8(ours).unwrap(),

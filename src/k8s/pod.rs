@@ -3,9 +3,26 @@
 //! read from a pod's Kubernetes JSON. nodekeeper keeps the mirror pods of
 //! kubelets' static pods only (see `docs/decisions/mirror-pods.md`).
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::model::Micros;
+
+/// What a watch streams of a deleted pod it knew nothing of: its identity,
+/// `namespace/name` on `node`.
+pub fn pod_identity(node: &str, name: &str) -> Value {
+    let (namespace, name) = name.split_once('/').unwrap_or(("", name));
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"nodeName": node},
+    })
+}
+
+/// A pod's JSON as of resourceVersion `seq`.
+pub fn pod_at_version(mut pod: Value, seq: u64) -> Value {
+    pod["metadata"]["resourceVersion"] = Value::from(seq.to_string());
+    pod
+}
 
 /// The pod's `creationTimestamp` (or any RFC 3339 time) as micros.
 fn micros(t: &Value) -> Option<Micros> {

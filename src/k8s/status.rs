@@ -32,6 +32,18 @@ pub fn status_error(
 /// The 422 kube-apiserver returns for an object that fails validation: the
 /// message lists every refused field, and `details.causes` names each.
 pub fn invalid(e: &crate::model::validation::Invalid) -> Status {
+    invalid_in_group("", e)
+}
+
+/// [`invalid`] for a kind of an API group (`ListOptions` of `meta.k8s.io`):
+/// the message names it `Kind.group` and `details.group` carries the group,
+/// as apimachinery's `errors.NewInvalid` writes them.
+pub fn invalid_in_group(group: &str, e: &crate::model::validation::Invalid) -> Status {
+    let mut message = e.to_string();
+    if !group.is_empty() {
+        // `Kind "name" is invalid: …` names the qualified kind.
+        message.insert_str(e.kind.len(), &format!(".{group}"));
+    }
     let causes = e
         .causes
         .iter()
@@ -45,12 +57,13 @@ pub fn invalid(e: &crate::model::validation::Invalid) -> Status {
     Status {
         code: Some(422),
         details: Some(StatusDetails {
-            name: Some(e.name.clone()),
+            name: non_empty(&e.name),
+            group: non_empty(group),
             kind: Some(e.kind.to_string()),
             causes: Some(causes),
             ..StatusDetails::default()
         }),
-        message: Some(e.to_string()),
+        message: Some(message),
         metadata: ListMeta::default(),
         reason: Some("Invalid".to_string()),
         status: Some("Failure".to_string()),
@@ -66,6 +79,37 @@ pub fn not_found(resource: &str, name: &str) -> Status {
         Some(name),
         Some(resource),
     )
+}
+
+/// What kube-apiserver answers a delete that removed the object at once.
+pub fn deleted(resource: &str, name: &str, uid: &str) -> Status {
+    Status {
+        status: Some("Success".into()),
+        details: Some(StatusDetails {
+            name: Some(name.to_string()),
+            kind: Some(resource.to_string()),
+            uid: Some(uid.to_string()),
+            ..StatusDetails::default()
+        }),
+        ..Status::default()
+    }
+}
+
+/// The 429 kube-apiserver's max-in-flight filter answers, with the seconds
+/// after which to retry.
+pub fn too_many_requests(retry_after_seconds: i32) -> Status {
+    let mut status = status_error(
+        429,
+        "TooManyRequests",
+        "Too many requests, please try again later.",
+        None,
+        None,
+    );
+    status.details = Some(StatusDetails {
+        retry_after_seconds: Some(retry_after_seconds),
+        ..StatusDetails::default()
+    });
+    status
 }
 
 #[cfg(test)]

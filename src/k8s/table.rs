@@ -382,19 +382,35 @@ pub fn event_table(
     include: IncludeObject,
     now: Micros,
 ) -> Table {
-    let rows = events
-        .iter()
-        .map(|e| Row {
-            cells: event_cells(e, now),
-            object: row_object(include, &e.metadata, || serde_json::to_value(e).ok()),
-        })
-        .collect();
     Table {
         kind: "Table",
         api_version: "meta.k8s.io/v1",
         metadata,
         column_definitions: event_columns(),
-        rows,
+        rows: events.iter().map(|e| event_row(e, include, now)).collect(),
+    }
+}
+
+/// The start of an event Table streamed a row at a time (a list read from
+/// the history), up to its first row: [`event_table_row`] writes the rows,
+/// [`super::list_tail`] the end with the list's metadata.
+pub fn event_table_head() -> Vec<u8> {
+    let columns = serde_json::to_value(event_columns()).unwrap_or_default();
+    format!(
+        r#"{{"kind":"Table","apiVersion":"meta.k8s.io/v1","columnDefinitions":{columns},"rows":["#
+    )
+    .into_bytes()
+}
+
+/// One row of a streamed event Table (see [`event_table_head`]).
+pub fn event_table_row(event: &Event, include: IncludeObject, now: Micros) -> Option<Vec<u8>> {
+    serde_json::to_vec(&event_row(event, include, now)).ok()
+}
+
+fn event_row(e: &Event, include: IncludeObject, now: Micros) -> Row {
+    Row {
+        cells: event_cells(e, now),
+        object: row_object(include, &e.metadata, || serde_json::to_value(e).ok()),
     }
 }
 
@@ -694,6 +710,42 @@ mod tests {
         .unwrap();
         assert!(v["rows"][0].get("object").is_none());
         assert_eq!(v["metadata"], json!({}));
+    }
+
+    #[test]
+    fn a_streamed_event_table_is_the_whole_one() {
+        let event = |seq| {
+            let e = model::Event {
+                seq,
+                time: at("2026-11-30T11:58:00Z"),
+                node: Some("edge-1".into()),
+                kind: model::EventKind::ConditionChanged {
+                    condition: "Ready".into(),
+                    from: None,
+                    to: ConditionStatus::True,
+                    reason: "KubeletReady".into(),
+                    message: String::new(),
+                },
+            };
+            crate::k8s::node_event(&e).unwrap()
+        };
+        let now = at("2026-11-30T12:00:00Z");
+        let metadata = ListMeta {
+            resource_version: Some("12".into()),
+            ..ListMeta::default()
+        };
+        let events = [event(3), event(4)];
+        let mut streamed = event_table_head();
+        for (i, e) in events.iter().enumerate() {
+            if i > 0 {
+                streamed.push(b',');
+            }
+            streamed.extend(event_table_row(e, IncludeObject::Object, now).unwrap());
+        }
+        streamed.extend(crate::k8s::list_tail(&metadata));
+        let streamed: Value = serde_json::from_slice(&streamed).expect("valid json");
+        let whole = event_table(&events, metadata, IncludeObject::Object, now);
+        assert_eq!(streamed, serde_json::to_value(whole).unwrap());
     }
 
     #[test]

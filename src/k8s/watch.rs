@@ -6,7 +6,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusCause, StatusDetails};
 use serde_json::{json, Value};
 
+use super::status::invalid_in_group;
 use super::status_error;
+use crate::model::validation::{FieldError, Invalid};
 
 /// The `type` of a watch event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +93,42 @@ pub fn too_large_version(requested: u64, current: u64, retry_after_seconds: i32)
     status
 }
 
+/// The options kube-apiserver refuses on a watch, as the 422 it answers
+/// (k8s.io/apimachinery `pkg/apis/meta/internalversion/validation/validation.go`
+/// `validateWatchOptions`): a streaming list (`sendInitialEvents`, KEP-3157)
+/// is refused as a v1.33 kube-apiserver with its `WatchList` gate at its
+/// default (off) refuses it, so that clients fall back to a list and a
+/// watch (client-go `tools/cache/reflector.go` `ListAndWatchWithContext`:
+/// any error from `watchList` sets `fallbackToList`); and
+/// `resourceVersionMatch` needs `sendInitialEvents`.
+// A refusal is built once per refused request: its size does not matter.
+#[allow(clippy::result_large_err)]
+pub fn check_watch_options(
+    send_initial_events: bool,
+    resource_version_match: Option<&str>,
+) -> Result<(), Status> {
+    let matching = resource_version_match.filter(|m| !m.is_empty());
+    let mut causes = Vec::new();
+    if send_initial_events {
+        if matching != Some("NotOlderThan") {
+            causes.push(FieldError::forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        causes.push(FieldError::forbidden(
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        ));
+    } else if matching.is_some() {
+        causes.push(FieldError::forbidden(
+            "resourceVersionMatch",
+            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
+    }
+    Invalid::check("ListOptions", "", causes).map_err(|e| invalid_in_group("meta.k8s.io", &e))
+}
+
 /// The `Status` of an `ERROR` event for a failure of the server's own.
 pub fn internal_error(message: &str) -> Status {
     status_error(500, "InternalError", message, None, None)
@@ -121,6 +159,36 @@ mod tests {
         assert_eq!(v["object"]["code"], 500);
         assert_eq!(v["object"]["reason"], "InternalError");
         assert_eq!(v["object"]["message"], "disk on fire");
+    }
+
+    #[test]
+    fn streaming_lists_are_refused_as_kube_apiserver_refuses_them() {
+        assert_eq!(check_watch_options(false, None), Ok(()));
+        assert_eq!(check_watch_options(false, Some("")), Ok(()));
+        let refused = |initial, matching| {
+            serde_json::to_value(check_watch_options(initial, matching).unwrap_err()).unwrap()
+        };
+        assert_eq!(
+            refused(true, Some("NotOlderThan")),
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                   "reason": "Invalid", "code": 422,
+                   "details": {"group": "meta.k8s.io", "kind": "ListOptions", "causes": [
+                       {"reason": "FieldValueForbidden", "field": "sendInitialEvents",
+                        "message": "Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"}]}})
+        );
+        let both = refused(true, None);
+        assert!(
+            both["message"].as_str().unwrap().starts_with(
+                "ListOptions.meta.k8s.io \"\" is invalid: [resourceVersionMatch: Forbidden: sendInitialEvents requires"
+            ),
+            "{both}"
+        );
+        assert_eq!(both["details"]["causes"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            refused(false, Some("Exact"))["details"]["causes"][0]["field"],
+            "resourceVersionMatch"
+        );
     }
 
     #[test]

@@ -178,22 +178,14 @@ fn retry_after_as_status(response: KubeResponse) -> KubeResponse {
         .get(http::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u32>().ok())
+        .and_then(|v| i32::try_from(v).ok())
     else {
         return response;
     };
-    let status = serde_json::json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": "Too many requests, please try again later.",
-        "reason": "TooManyRequests",
-        "details": {"retryAfterSeconds": seconds},
-        "code": 429,
-    });
+    let status = serde_json::to_vec(&crate::k8s::too_many_requests(seconds)).unwrap_or_default();
     let (parts, _) = response.into_parts();
     let body = http_body_util::BodyExt::map_err(
-        http_body_util::Full::new(bytes::Bytes::from(status.to_string())),
+        http_body_util::Full::new(bytes::Bytes::from(status)),
         |never: std::convert::Infallible| -> tower::BoxError { match never {} },
     );
     http::Response::from_parts(parts, Box::new(body) as Box<DynBody>)

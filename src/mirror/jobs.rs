@@ -1,7 +1,7 @@
 //! What each piece of the mirror's work does against the API server: bring
 //! a Node (and its CSINode, `csinodes.rs`) to the registry's record (or
 //! delete it), renew a Lease, delete an
-//! evicted node's pods (`evict.rs`). Every request goes through [`Ctx::call`]: a token
+//! evicted node's pods (`eviction.rs`). Every request goes through [`Ctx::call`]: a token
 //! from the budget at the work's priority, the request timeout, metrics, and
 //! the API server's `429 Retry-After` honoured.
 
@@ -539,7 +539,8 @@ pub(crate) async fn work(ctx: &Ctx, job: &Job, priority: Priority) -> Outcome {
                     }
                 },
                 OutboxKey::EvictPods(name) => {
-                    if let Err(outcome) = super::evict::evict_and_record(ctx, name, priority).await
+                    if let Err(outcome) =
+                        super::eviction::evict_and_record(ctx, name, priority).await
                     {
                         return outcome;
                     }

@@ -28,7 +28,7 @@ pub mod capacity;
 pub mod client;
 mod csinodes;
 mod drain;
-mod evict;
+mod eviction;
 mod jobs;
 pub mod leader;
 mod queue;

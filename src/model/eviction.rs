@@ -1,5 +1,8 @@
 //! What eviction does to a node that stays down (`--eviction-mode`), as the
-//! flag, the `EvictionStarted` event and the outbox all name it.
+//! flag, the `EvictionStarted` event and the outbox all name it. Evictions
+//! are decided and recorded by the controller (`crate::controller::eviction`)
+//! and a node's pods deleted by the mirror (`crate::mirror`, its `eviction`
+//! module).
 
 use std::fmt;
 

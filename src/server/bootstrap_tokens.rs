@@ -23,7 +23,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use k8s_openapi::ByteString;
 use serde_json::Value;
 
@@ -273,16 +272,7 @@ pub(crate) async fn list_secrets(
         })
         .map(served)
         .collect();
-    Json(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "SecretList",
-        "metadata": ListMeta {
-            resource_version: Some(version.to_string()),
-            ..ListMeta::default()
-        },
-        "items": items,
-    }))
-    .into_response()
+    Json(crate::k8s::list("v1", "Secret", version, items)).into_response()
 }
 
 /// `GET /api/v1/namespaces/{namespace}/secrets/{name}`.

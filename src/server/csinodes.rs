@@ -17,7 +17,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::storage::v1::CSINode;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde_json::Value;
 
 use super::params::ListParams;
@@ -113,15 +112,12 @@ pub(crate) async fn list_csinodes(
                 )
         })
         .collect();
-    Json(serde_json::json!({
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "CSINodeList",
-        "metadata": ListMeta {
-            resource_version: Some(version.to_string()),
-            ..ListMeta::default()
-        },
-        "items": items,
-    }))
+    Json(crate::k8s::list(
+        "storage.k8s.io/v1",
+        "CSINode",
+        version,
+        items,
+    ))
     .into_response()
 }
 

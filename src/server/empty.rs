@@ -74,34 +74,26 @@ impl Empty {
         if let Err(e) = params.query(self.fields) {
             return bad_request(e.to_string());
         }
-        Json(serde_json::json!({
-            "apiVersion": self.api_version,
-            "kind": format!("{}List", self.kind),
-            "metadata": {"resourceVersion": s.store.durable_seq().to_string()},
-            "items": [],
-        }))
+        let version = s.store.durable_seq();
+        Json(crate::k8s::list(
+            self.api_version,
+            self.kind,
+            version,
+            Vec::new(),
+        ))
         .into_response()
     }
 
     async fn watch(&'static self, s: AppState, params: &ListParams) -> Response {
-        if let Err(r) = super::watch::check_watch_options(params) {
-            return r;
-        }
-        if let Err(e) = params.query(self.fields) {
-            return bad_request(e.to_string());
-        }
-        let bookmarks = match super::watch::bookmarks_allowed(params) {
-            Ok(b) => b,
+        let request = match super::watch::watch_request(params, self.fields) {
+            Ok(request) => request,
             Err(r) => return r,
         };
         // The history's versions, with no object of this resource in it.
         let watch = super::watch::WatchParams {
             resource_version: params.resource_version.clone(),
-            timeout: params
-                .timeout_seconds
-                .filter(|t| *t > 0)
-                .map(|t| std::time::Duration::from_secs(t as u64)),
-            bookmarks,
+            timeout: request.timeout,
+            bookmarks: request.bookmarks,
             filter: Some(std::sync::Arc::new(|_: &crate::model::Node| false)),
             render: None,
             kind: Some((self.api_version, self.kind)),

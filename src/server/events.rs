@@ -171,51 +171,28 @@ async fn list(
             .filter(|e| selected(&query, e))
     };
     let tail = move |cut: Option<u64>| {
-        let metadata = ListMeta {
+        crate::k8s::list_tail(&ListMeta {
             resource_version: Some(rv.to_string()),
             continue_: cut
                 .map(|seq| paging::ContinueToken::after(rv, &format!("{seq:020}")).encode()),
             ..ListMeta::default()
-        };
-        let mut tail = b"],\"metadata\":".to_vec();
-        tail.extend(serde_json::to_vec(&metadata).unwrap_or_else(|_| b"{}".to_vec()));
-        tail.push(b'}');
-        tail
+        })
     };
-    let body = if wants_table(headers) {
-        let empty = table::event_table(&[], ListMeta::default(), include, now);
-        let columns = serde_json::to_value(&empty)
-            .ok()
-            .map(|v| v["columnDefinitions"].clone())
-            .unwrap_or_default();
-        let head = format!(
-            r#"{{"kind":"Table","apiVersion":"meta.k8s.io/v1","columnDefinitions":{columns},"rows":["#
-        );
-        stream_history(
-            s.store.clone(),
-            history_query,
-            limit,
-            pin,
-            head.into_bytes(),
-            move |e| {
-                let event = keep(e)?;
-                let table = table::event_table(&[event], ListMeta::default(), include, now);
-                let row = serde_json::to_value(&table).ok()?["rows"][0].take();
-                serde_json::to_vec(&row).ok()
-            },
-            tail,
-        )
+    let as_table = wants_table(headers);
+    let head = if as_table {
+        table::event_table_head()
     } else {
-        stream_history(
-            s.store.clone(),
-            history_query,
-            limit,
-            pin,
-            br#"{"kind":"EventList","apiVersion":"v1","items":["#.to_vec(),
-            move |e| serde_json::to_vec(&keep(e)?).ok(),
-            tail,
-        )
+        crate::k8s::EVENT_LIST_HEAD.to_vec()
     };
+    let item = move |e: &crate::model::Event| {
+        let event = keep(e)?;
+        if as_table {
+            table::event_table_row(&event, include, now)
+        } else {
+            serde_json::to_vec(&event).ok()
+        }
+    };
+    let body = stream_history(s.store.clone(), history_query, limit, pin, head, item, tail);
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

@@ -100,15 +100,11 @@ fn lease_list(s: &AppState) -> Response {
             leases.insert(node.name.clone(), crate::k8s::heartbeat_lease(&node, beat));
         }
     }
-    let items: Vec<KubeLease> = leases.values().map(crate::k8s::kube_lease).collect();
-    let list = k8s_openapi::List::<KubeLease> {
-        items,
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta {
-            resource_version: Some(s.store.durable_seq().to_string()),
-            ..Default::default()
-        },
-    };
-    Json(list).into_response()
+    Json(crate::k8s::lease_list(
+        leases.values(),
+        s.store.durable_seq(),
+    ))
+    .into_response()
 }
 
 /// `POST .../namespaces/kube-node-lease/leases`: a kubelet's first renewal.

@@ -276,19 +276,7 @@ pub(super) fn body_read(
 
 /// The 429 kube-apiserver's max-in-flight filter answers.
 fn too_many_requests() -> Response {
-    let mut status = crate::k8s::status_error(
-        429,
-        "TooManyRequests",
-        "Too many requests, please try again later.",
-        None,
-        None,
-    );
-    status.details = Some(
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusDetails {
-            retry_after_seconds: Some(1),
-            ..Default::default()
-        },
-    );
+    let status = crate::k8s::too_many_requests(1);
     let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(status)).into_response();
     response
         .headers_mut()

@@ -161,7 +161,7 @@ impl NodeJson {
 
     /// The items `range` of `encoded` as a `NodeList` response (its head
     /// and tail as [`crate::k8s::NODE_LIST_HEAD`] and
-    /// [`crate::k8s::node_list_tail`] write them), streamed at the lists'
+    /// [`crate::k8s::list_tail`] write them), streamed at the lists'
     /// shared rate.
     pub fn list_response(
         &self,
@@ -222,7 +222,7 @@ pub struct ListBody {
 impl ListBody {
     pub fn new(encoded: Arc<Encoded>, range: Range<usize>, metadata: &ListMeta) -> ListBody {
         let head = Bytes::from_static(crate::k8s::NODE_LIST_HEAD);
-        let tail = crate::k8s::node_list_tail(metadata);
+        let tail = crate::k8s::list_tail(metadata);
         let items = &encoded.items[range.clone()];
         let remaining = (head.len() + tail.len()) as u64
             + items.iter().map(|i| i.json.len() as u64).sum::<u64>()

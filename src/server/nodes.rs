@@ -9,7 +9,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::Node as KubeNode;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, StatusDetails};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
 use super::node_json;
 use super::node_writes::{self, NodeWrite, PatchFormat, WriteError};
@@ -146,21 +146,13 @@ async fn watch(
     params: &ListParams,
     fields: &'static [&'static str],
 ) -> Response {
-    if let Err(r) = super::watch::check_watch_options(params) {
-        return r;
-    }
-    let query = match params.query(fields) {
-        Ok(q) => q,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    let bookmarks = match params
-        .allow_watch_bookmarks
-        .as_deref()
-        .map(super::params::parse_bool)
-    {
-        None => false,
-        Some(Some(b)) => b,
-        Some(None) => return bad_request("allowWatchBookmarks: invalid value".into()),
+    let super::watch::WatchRequest {
+        query,
+        bookmarks,
+        timeout,
+    } = match super::watch::watch_request(params, fields) {
+        Ok(request) => request,
+        Err(r) => return r,
     };
     let include = query.include;
     let filter_query = query.clone();
@@ -188,10 +180,7 @@ async fn watch(
     });
     let watch = super::watch::WatchParams {
         resource_version: params.resource_version.clone(),
-        timeout: params
-            .timeout_seconds
-            .filter(|t| *t > 0)
-            .map(|t| std::time::Duration::from_secs(t as u64)),
+        timeout,
         bookmarks,
         filter: Some(filter),
         render,
@@ -488,17 +477,7 @@ pub(crate) async fn delete_node(
         .await
     {
         // What kube-apiserver answers for an object deleted at once.
-        Ok(node) => Json(Status {
-            status: Some("Success".into()),
-            details: Some(StatusDetails {
-                name: Some(name),
-                kind: Some("nodes".into()),
-                uid: Some(node.uid),
-                ..StatusDetails::default()
-            }),
-            ..Status::default()
-        })
-        .into_response(),
+        Ok(node) => Json(crate::k8s::deleted("nodes", &name, &node.uid)).into_response(),
         Err(e) => super::push::push_error(e),
     }
 }

@@ -24,7 +24,7 @@ use axum::body::Bytes;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::params::{wants_table, ListParams};
@@ -33,10 +33,11 @@ use super::watch::{
     begin, gone_line, line, read_after, stream_response, WatchStart, BOOKMARK_EVERY,
     DEFAULT_TIMEOUT, PAGE,
 };
-use super::{bad_request, AppState};
+use super::AppState;
 use crate::k8s::selectors::{FieldSelector, LabelSelector};
 use crate::k8s::table::{self, IncludeObject};
 use crate::k8s::watch::{bookmark, WatchEventType};
+use crate::k8s::{pod_at_version, pod_identity};
 use crate::model::{EventKind, Micros, ObjectKey};
 
 /// What a pod watch selects and how it renders.
@@ -83,22 +84,15 @@ pub(crate) async fn watch(
     params: ListParams,
     headers: &HeaderMap,
 ) -> Response {
-    if let Err(r) = super::watch::check_watch_options(&params) {
-        return r;
-    }
-    let query = match params.query(POD_FIELDS) {
-        Ok(q) => q,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    let bookmarks = match super::watch::bookmarks_allowed(&params) {
-        Ok(b) => b,
+    let super::watch::WatchRequest {
+        query,
+        bookmarks,
+        timeout,
+    } = match super::watch::watch_request(&params, POD_FIELDS) {
+        Ok(request) => request,
         Err(r) => return r,
     };
-    let timeout = params
-        .timeout_seconds
-        .filter(|t| *t > 0)
-        .map(|t| Duration::from_secs(t as u64))
-        .unwrap_or(DEFAULT_TIMEOUT);
+    let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
     let selection = Selection {
         namespace,
         node: query.fields.required("spec.nodeName").map(str::to_string),
@@ -117,21 +111,6 @@ pub(crate) async fn watch(
 
 /// A pod known by its node and `namespace/name`.
 type Known = BTreeMap<(String, String), Value>;
-
-/// What a deleted pod unknown to the watch is streamed as: its identity.
-fn identity(node: &str, name: &str) -> Value {
-    let (namespace, name) = name.split_once('/').unwrap_or(("", name));
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"nodeName": node},
-    })
-}
-
-fn at_version(mut pod: Value, seq: u64) -> Value {
-    pod["metadata"]["resourceVersion"] = json!(seq.to_string());
-    pod
-}
 
 /// The events one history entry makes for this watch.
 fn events_of(
@@ -157,15 +136,15 @@ fn events_of(
             if action == "deleted" {
                 return match known.remove(&k) {
                     Some(pod) if sel.keeps(&pod) => {
-                        vec![(WatchEventType::Deleted, at_version(pod, event.seq))]
+                        vec![(WatchEventType::Deleted, pod_at_version(pod, event.seq))]
                     }
                     Some(_) => Vec::new(),
                     // Unknown here: its identity, if the selection can tell.
                     None => {
-                        let pod = identity(node, name);
+                        let pod = pod_identity(node, name);
                         let plain = sel.labels.is_empty() && sel.keeps(&pod);
                         match plain {
-                            true => vec![(WatchEventType::Deleted, at_version(pod, event.seq))],
+                            true => vec![(WatchEventType::Deleted, pod_at_version(pod, event.seq))],
                             false => Vec::new(),
                         }
                     }
@@ -210,7 +189,7 @@ fn events_of(
             gone.into_iter()
                 .filter_map(|k| known.remove(&k))
                 .filter(|pod| sel.keeps(pod))
-                .map(|pod| (WatchEventType::Deleted, at_version(pod, event.seq)))
+                .map(|pod| (WatchEventType::Deleted, pod_at_version(pod, event.seq)))
                 .collect()
         }
         _ => Vec::new(),

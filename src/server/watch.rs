@@ -142,75 +142,52 @@ pub(crate) fn stream_response(receiver: mpsc::Receiver<Bytes>) -> Response {
 }
 
 /// Refuses the options kube-apiserver refuses on a watch
-/// (k8s.io/apimachinery `pkg/apis/meta/internalversion/validation/validation.go`
-/// `validateWatchOptions`): a streaming list (`sendInitialEvents`, KEP-3157)
-/// is refused as a v1.33 kube-apiserver with its `WatchList` gate at its
-/// default (off) refuses it, a 422, so that clients fall back to a list and
-/// a watch (client-go `tools/cache/reflector.go` `ListAndWatchWithContext`:
-/// any error from `watchList` sets `fallbackToList`); and
-/// `resourceVersionMatch` needs `sendInitialEvents`.
+/// ([`crate::k8s::watch::check_watch_options`]).
 // A refusal is a ready response, built once per refused request.
 #[allow(clippy::result_large_err)]
 pub(crate) fn check_watch_options(params: &super::params::ListParams) -> Result<(), Response> {
-    let mut causes = Vec::new();
-    let initial = params.send_initial_events.is_some();
-    let matching = params
-        .resource_version_match
-        .as_deref()
-        .filter(|m| !m.is_empty());
-    if initial {
-        if matching != Some("NotOlderThan") {
-            causes.push((
-                "resourceVersionMatch",
-                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-            ));
-        }
-        causes.push((
-            "sendInitialEvents",
-            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
-        ));
-    } else if matching.is_some() {
-        causes.push((
-            "resourceVersionMatch",
-            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-        ));
-    }
-    if causes.is_empty() {
-        return Ok(());
-    }
-    let message = causes
-        .iter()
-        .map(|(field, why)| format!("{field}: Forbidden: {why}"))
-        .collect::<Vec<_>>();
-    let message = match message.as_slice() {
-        [one] => one.clone(),
-        many => format!("[{}]", many.join(", ")),
-    };
-    let status = serde_json::json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": format!("ListOptions.meta.k8s.io \"\" is invalid: {message}"),
-        "reason": "Invalid",
-        "details": {
-            "group": "meta.k8s.io",
-            "kind": "ListOptions",
-            "causes": causes.iter().map(|(field, why)| serde_json::json!({
-                "reason": "FieldValueForbidden",
-                "message": format!("Forbidden: {why}"),
-                "field": field,
-            })).collect::<Vec<_>>(),
-        },
-        "code": 422,
-    });
-    Err((StatusCode::UNPROCESSABLE_ENTITY, Json(status)).into_response())
+    crate::k8s::watch::check_watch_options(
+        params.send_initial_events.is_some(),
+        params.resource_version_match.as_deref(),
+    )
+    .map_err(|status| (StatusCode::UNPROCESSABLE_ENTITY, Json(status)).into_response())
+}
+
+/// What a watch request asks for besides where to start, read and checked
+/// in the order kube-apiserver checks it: the refused options, the
+/// selectors, `allowWatchBookmarks`.
+pub(crate) struct WatchRequest {
+    pub query: super::params::ListQuery,
+    pub bookmarks: bool,
+    /// `?timeoutSeconds=` (`None`: [`DEFAULT_TIMEOUT`]).
+    pub timeout: Option<Duration>,
+}
+
+/// Reads a watch request of a resource selectable by `fields`.
+// A refusal is a ready response, built once per refused request.
+#[allow(clippy::result_large_err)]
+pub(crate) fn watch_request(
+    params: &super::params::ListParams,
+    fields: &[&str],
+) -> Result<WatchRequest, Response> {
+    check_watch_options(params)?;
+    let query = params
+        .query(fields)
+        .map_err(|e| super::bad_request(e.to_string()))?;
+    Ok(WatchRequest {
+        query,
+        bookmarks: bookmarks_allowed(params)?,
+        timeout: params
+            .timeout_seconds
+            .filter(|t| *t > 0)
+            .map(|t| Duration::from_secs(t as u64)),
+    })
 }
 
 /// `?allowWatchBookmarks=`, read as Go's `strconv.ParseBool` reads it.
 // A refusal is a ready response, built once per refused request.
 #[allow(clippy::result_large_err)]
-pub(crate) fn bookmarks_allowed(params: &super::params::ListParams) -> Result<bool, Response> {
+fn bookmarks_allowed(params: &super::params::ListParams) -> Result<bool, Response> {
     match params
         .allow_watch_bookmarks
         .as_deref()

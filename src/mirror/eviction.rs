@@ -1,7 +1,9 @@
-//! An evicted (or deleted) node's pods, deleted from the API server after
-//! re-checking that the decision still holds: not for a node Ready again or
-//! recovered since, not while the whole site looks down. DaemonSet pods and
-//! static pods' mirrors stay, as upstream.
+//! Eviction in the mirror: an evicted (or deleted) node's pods, deleted
+//! from the API server after re-checking that the decision still holds: not
+//! for a node Ready again or recovered since, not while the whole site looks
+//! down. DaemonSet pods and static pods' mirrors stay, as upstream. The
+//! controller decides evictions (`crate::controller::eviction`); the
+//! store's outbox brings the work here (`OutboxKey::EvictPods`).
 
 use std::time::Duration;
 
