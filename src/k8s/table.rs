@@ -602,6 +602,7 @@ mod tests {
                 kernel_version: "6.1.0".into(),
                 ..NodeInfo::default()
             },
+            reported: Default::default(),
         }
     }
 

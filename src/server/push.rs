@@ -281,6 +281,7 @@ pub(super) fn current_node(
         capacity: status_named("capacity"),
         conditions: status_named("conditions"),
         node_info: status_named("nodeInfo"),
+        reported: REPORTED.iter().any(|key| status_named(key)),
         stored_node_info: true,
     };
     // Written from the published node in place: no copy of it per push.
@@ -330,6 +331,18 @@ fn names_field(patch_key: &str, field: &str) -> bool {
     }
 }
 
+/// The `status` fields kept as the kubelet reports them
+/// ([`crate::model::Reported`]): a patch naming any of them pushes all
+/// six, as the merge left them.
+const REPORTED: [&str; 6] = [
+    "daemonEndpoints",
+    "features",
+    "images",
+    "runtimeHandlers",
+    "volumesAttached",
+    "volumesInUse",
+];
+
 /// What a status patch itself sets: only that is pushed. The rest of the
 /// merged object is what readers were shown (times cut to seconds, probe
 /// heartbeats overlaid), and must not pass for a heartbeat or a report.
@@ -340,6 +353,7 @@ struct PatchedFields {
     addresses: bool,
     node_info: bool,
     capacity: bool,
+    reported: bool,
 }
 
 impl PatchedFields {
@@ -355,6 +369,11 @@ impl PatchedFields {
             addresses: !status["addresses"].is_null(),
             node_info: !status["nodeInfo"].is_null(),
             capacity: !status["capacity"].is_null(),
+            // Named at all, even as null (a field the kubelet no longer
+            // reports is deleted by its patch with a null).
+            reported: status
+                .as_object()
+                .is_some_and(|o| o.keys().any(|k| REPORTED.iter().any(|f| names_field(k, f)))),
         }
     }
 
@@ -370,6 +389,9 @@ impl PatchedFields {
         }
         if !self.capacity {
             status.capacity = None;
+        }
+        if !self.reported {
+            status.reported = None;
         }
     }
 }

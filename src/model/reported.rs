@@ -1,0 +1,92 @@
+//! What a kubelet reports of its node beyond its conditions, addresses,
+//! capacity and machine: the images it holds, the port its API listens on,
+//! its runtime handlers and features, and the volumes in use and attached.
+//! Kept with the node as it was reported, shown back as Kubernetes shows
+//! it, and never decided on: no history entry is made of it (see
+//! `controller::push::fold`).
+//!
+//! Its serde form (export lines, the node's size bound) names the fields
+//! as Kubernetes does, the kubelet's port aside; the node's Kubernetes JSON
+//! (`k8s::NodeJson`) writes `daemonEndpoints` around it.
+
+use serde::{Deserialize, Serialize};
+
+/// The fields of `status` a kubelet reports that nodekeeper keeps as given.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reported {
+    /// `status.images`: the kubelet sends its largest images, at most
+    /// `nodeStatusMaxImages` (50 by default) of at most 5 names each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
+    /// `status.daemonEndpoints.kubeletEndpoint.Port`; 0 when not reported.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kubelet_port: i32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtime_handlers: Vec<RuntimeHandler>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<Features>,
+    /// `status.volumesInUse`: unique volume names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes_in_use: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes_attached: Vec<AttachedVolume>,
+}
+
+fn is_zero(port: &i32) -> bool {
+    *port == 0
+}
+
+impl Reported {
+    /// Nothing reported: what every node had before kubelets reported these.
+    pub fn is_empty(&self) -> bool {
+        *self == Reported::default()
+    }
+}
+
+/// One entry of `status.images`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Image {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
+}
+
+/// One entry of `status.runtimeHandlers`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeHandler {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<RuntimeHandlerFeatures>,
+}
+
+/// `status.runtimeHandlers[].features`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeHandlerFeatures {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive_read_only_mounts: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_namespaces: Option<bool>,
+}
+
+/// `status.features`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Features {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supplemental_groups_policy: Option<bool>,
+}
+
+/// One entry of `status.volumesAttached`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachedVolume {
+    // Kubernetes' JSON order.
+    pub device_path: String,
+    pub name: String,
+}
