@@ -1027,47 +1027,10 @@ mod tests {
         }
     }
 
-    /// What a kubelet reports beyond conditions, as a v1.33 kubelet sends
-    /// it (`pkg/kubelet/nodestatus/setters.go`: `Images`, `DaemonEndpoints`,
-    /// `RuntimeHandlers`, `NodeFeatures`, `VolumesInUse`).
-    pub(crate) fn kubelet_report() -> model::Reported {
-        model::Reported {
-            images: vec![
-                model::Image {
-                    names: vec![
-                        "registry.k8s.io/pause@sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a".into(),
-                        "registry.k8s.io/pause:3.10".into(),
-                    ],
-                    size_bytes: Some(320_368),
-                },
-                model::Image {
-                    names: vec!["docker.io/library/nginx:1.27".into()],
-                    size_bytes: Some(72_955_450),
-                },
-            ],
-            kubelet_port: 10250,
-            runtime_handlers: vec![model::RuntimeHandler {
-                name: String::new(),
-                features: Some(model::RuntimeHandlerFeatures {
-                    recursive_read_only_mounts: Some(true),
-                    user_namespaces: Some(false),
-                }),
-            }],
-            features: Some(model::Features {
-                supplemental_groups_policy: Some(true),
-            }),
-            volumes_in_use: vec!["kubernetes.io/csi/ebs.csi.aws.com^vol-0a1".into()],
-            volumes_attached: vec![model::AttachedVolume {
-                name: "kubernetes.io/csi/ebs.csi.aws.com^vol-0a1".into(),
-                device_path: String::new(),
-            }],
-        }
-    }
-
     #[test]
     fn a_kubelets_report_is_written_as_its_kubernetes_object() {
         let mut n = sample();
-        n.reported = kubelet_report();
+        n.reported = model::Reported::sample();
         same_as_the_kubernetes_object(&n, None);
         let v = to_json(&NodeJson::shown(&n, None));
         assert_eq!(
@@ -1077,7 +1040,7 @@ mod tests {
         assert_eq!(v["status"]["images"][1]["sizeBytes"], 72_955_450);
         // And read back as the kubelet sent it.
         let back = crate::k8s::pushed_status(&node(&n, None)).unwrap();
-        assert_eq!(back.reported, Some(kubelet_report()));
+        assert_eq!(back.reported, Some(model::Reported::sample()));
         // Each on its own too: an empty field is left out, not written empty.
         for only in [
             model::Reported {

@@ -42,6 +42,44 @@ impl Reported {
     pub fn is_empty(&self) -> bool {
         *self == Reported::default()
     }
+
+    #[cfg(test)]
+    /// What a kubelet reports beyond conditions, as a v1.33 kubelet sends
+    /// it (`pkg/kubelet/nodestatus/setters.go`: `Images`, `DaemonEndpoints`,
+    /// `RuntimeHandlers`, `NodeFeatures`, `VolumesInUse`).
+    pub(crate) fn sample() -> Reported {
+        Reported {
+            images: vec![
+                Image {
+                    names: vec![
+                        "registry.k8s.io/pause@sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a".into(),
+                        "registry.k8s.io/pause:3.10".into(),
+                    ],
+                    size_bytes: Some(320_368),
+                },
+                Image {
+                    names: vec!["docker.io/library/nginx:1.27".into()],
+                    size_bytes: Some(72_955_450),
+                },
+            ],
+            kubelet_port: 10250,
+            runtime_handlers: vec![RuntimeHandler {
+                name: String::new(),
+                features: Some(RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: Some(true),
+                    user_namespaces: Some(false),
+                }),
+            }],
+            features: Some(Features {
+                supplemental_groups_policy: Some(true),
+            }),
+            volumes_in_use: vec!["kubernetes.io/csi/ebs.csi.aws.com^vol-0a1".into()],
+            volumes_attached: vec![AttachedVolume {
+                name: "kubernetes.io/csi/ebs.csi.aws.com^vol-0a1".into(),
+                device_path: String::new(),
+            }],
+        }
+    }
 }
 
 /// One entry of `status.images`.

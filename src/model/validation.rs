@@ -651,6 +651,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_kubelets_report_is_bounded_field_by_field() {
+        use crate::model::{Image, Reported};
+        assert!(reported(&Reported::sample()).is_empty());
+        let image = |names: usize| Image {
+            names: (0..names).map(|i| format!("r/i:{i}")).collect(),
+            size_bytes: Some(1),
+        };
+        // What a kubelet sends at its default (50 images of at most 5 names) fits.
+        let default = Reported {
+            images: (0..50).map(|_| image(5)).collect(),
+            ..Reported::default()
+        };
+        assert!(reported(&default).is_empty());
+        let over = Reported {
+            images: (0..MAX_IMAGES + 1).map(|_| image(1)).collect(),
+            volumes_in_use: vec!["v".repeat(MAX_REPORTED_STRING + 1)],
+            kubelet_port: 70000,
+            ..Reported::default()
+        };
+        let errors = reported(&over);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "status.images",
+                "status.volumesInUse[0]",
+                "status.daemonEndpoints.kubeletEndpoint.Port"
+            ],
+            "{errors:?}"
+        );
+        assert_eq!(errors[0].reason, "FieldValueTooMany");
+        assert_eq!(errors[1].reason, "FieldValueTooLong");
+        let names = Reported {
+            images: vec![image(MAX_IMAGE_NAMES + 1)],
+            ..Reported::default()
+        };
+        assert_eq!(reported(&names)[0].field, "status.images[0].names");
+    }
+
+    #[test]
     fn qualified_names_follow_kubernetes() {
         for ok in [
             "a",

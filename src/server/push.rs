@@ -596,6 +596,30 @@ mod tests {
     }
 
     #[test]
+    fn a_patch_naming_any_reported_field_pushes_all_six() {
+        let of = |patch: serde_json::Value| PatchedFields::of(&patch).reported;
+        // What a kubelet sends in the steady state: conditions only.
+        assert!(!of(serde_json::json!({"status": {
+            "$setElementOrder/conditions": [{"type": "Ready"}],
+            "conditions": [{"type": "Ready", "lastHeartbeatTime": "2026-12-04T00:00:00Z"}]
+        }})));
+        assert!(of(serde_json::json!({"status": {"images": []}})));
+        // A field the kubelet no longer reports is deleted with a null.
+        assert!(of(serde_json::json!({"status": {"volumesInUse": null}})));
+        assert!(of(
+            serde_json::json!({"status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}})
+        ));
+        assert!(of(serde_json::json!({"status": {"$patch": "replace"}})));
+        let mut status = PushedStatus {
+            reported: Some(crate::model::Reported::sample()),
+            ..PushedStatus::default()
+        };
+        PatchedFields::of(&serde_json::json!({"status": {"conditions": []}}))
+            .keep_only(&mut status);
+        assert_eq!(status.reported, None);
+    }
+
+    #[test]
     fn a_patch_with_a_directive_at_the_top_renders_everything() {
         assert!(whole(
             &serde_json::json!({"$patch": "replace", "status": {}})

@@ -666,6 +666,62 @@ mod tests {
         assert_eq!(ready.last_transition, node.conditions[0].last_transition);
     }
 
+    /// The kubelet's images (and the rest it reports) are written with the
+    /// node but make no history entry; the same report again is a heartbeat.
+    #[test]
+    fn a_new_image_list_is_written_without_an_event_and_the_same_is_a_heartbeat() {
+        let node = ready_node();
+        let mut push = pushed(READY, ConditionStatus::True, "KubeletReady", 7);
+        push.reported = Some(crate::model::Reported::sample());
+        let Fold::Write {
+            node: written,
+            events,
+            ..
+        } = fold(&node, push.clone(), &PUSH).fold
+        else {
+            panic!("a first report is written");
+        };
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(written.reported, crate::model::Reported::sample());
+        assert_eq!(written.conditions, {
+            let mut c = node.conditions.clone();
+            c[0].last_heartbeat = Micros(7);
+            c
+        });
+
+        // Reported again unchanged: times only.
+        assert!(heartbeat_only(&written, &push, StatusMode::Push));
+        assert_eq!(
+            fold(&written, push.clone(), &PUSH).fold,
+            Fold::Beats(vec![(0, Micros(7))])
+        );
+        // And a repeat that moves no time moves nothing.
+        let mut same = written.clone();
+        assert!(!set_heartbeat_times(
+            &mut same,
+            &push,
+            StatusMode::Push,
+            WALL
+        ));
+        assert_eq!(same, written);
+
+        // One image fewer: a write, still no event.
+        let mut fewer = push.clone();
+        fewer.reported.as_mut().unwrap().images.pop();
+        assert!(!heartbeat_only(&written, &fewer, StatusMode::Push));
+        let Fold::Write {
+            node: n, events, ..
+        } = fold(&written, fewer, &PUSH).fold
+        else {
+            panic!("a changed report is written");
+        };
+        assert!(events.is_empty());
+        assert_eq!(n.reported.images.len(), 1);
+        // A push that does not name them leaves them as they are.
+        let plain = pushed(READY, ConditionStatus::True, "KubeletReady", 8);
+        assert!(heartbeat_only(&written, &plain, StatusMode::Push));
+    }
+
     #[test]
     fn probe_mode_ignores_the_kubelets_ready() {
         let node = ready_node();
