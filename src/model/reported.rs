@@ -63,13 +63,22 @@ impl Reported {
                 },
             ],
             kubelet_port: 10250,
-            runtime_handlers: vec![RuntimeHandler {
-                name: String::new(),
-                features: Some(RuntimeHandlerFeatures {
-                    recursive_read_only_mounts: Some(true),
-                    user_namespaces: Some(false),
-                }),
-            }],
+            runtime_handlers: vec![
+                RuntimeHandler {
+                    name: String::new(),
+                    features: Some(RuntimeHandlerFeatures {
+                        recursive_read_only_mounts: Some(true),
+                        user_namespaces: Some(false),
+                    }),
+                },
+                RuntimeHandler {
+                    name: "runc".into(),
+                    features: Some(RuntimeHandlerFeatures {
+                        recursive_read_only_mounts: Some(true),
+                        user_namespaces: Some(false),
+                    }),
+                },
+            ],
             features: Some(Features {
                 supplemental_groups_policy: Some(true),
             }),
@@ -96,10 +105,11 @@ pub struct Image {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeHandler {
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub name: String,
+    // Kubernetes' JSON order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub features: Option<RuntimeHandlerFeatures>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
 }
 
 /// `status.runtimeHandlers[].features`.
