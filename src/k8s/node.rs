@@ -937,7 +937,7 @@ mod tests {
             use k8s_openapi::api::core::v1 as core;
             let some = |empty: bool| !empty;
             NodeStatus {
-                daemon_endpoints: (r.kubelet_port != 0).then(|| core::NodeDaemonEndpoints {
+                daemon_endpoints: (r.kubelet_port != 0).then_some(core::NodeDaemonEndpoints {
                     kubelet_endpoint: Some(core::DaemonEndpoint {
                         port: r.kubelet_port,
                     }),
