@@ -847,30 +847,47 @@ fn status_patch(beat: &str) -> Value {
 }
 
 /// What a kubelet reports beyond its conditions (images, its port, runtime
-/// handlers, features, volumes in use) is kept, shown by GET and kubectl,
-/// survives a kill -9, and the same patch again changes no version.
+/// handlers, features, volumes in use) and the architecture label it adds
+/// are kept, shown by GET and kubectl, survive a kill -9, and the same
+/// patch again changes no version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubelets_images_and_port_are_kept_and_shown() {
     const SMP: &str = "application/strategic-merge-patch+json";
     let site = TestSite::unlisted().start();
     let c = site.controller_with(&["--allow-node-registration"]);
-    // Registered with its port (`initialNode` sets daemonEndpoints).
-    let (code, _, n) = kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &node("edge-5")).await;
+    // Registered with its port (`initialNode` sets daemonEndpoints), and
+    // here without its architecture label, as a node a source listed.
+    let mut registration = node("edge-5");
+    registration["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("kubernetes.io/arch");
+    let (code, _, n) = kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &registration).await;
     assert_eq!(code, 201, "{n}");
     assert_eq!(
         n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
         10250
     );
+    assert!(
+        n["metadata"]["labels"]["kubernetes.io/arch"].is_null(),
+        "{n}"
+    );
     let status = "/api/v1/nodes/edge-5/status";
-    let (code, _, patched) = kubelet(
-        &c,
-        "PATCH",
-        status,
-        SMP,
-        &status_patch("2026-11-30T09:00:30Z"),
-    )
-    .await;
+    // The kubelet adds the missing label in its status patch
+    // (kubelet_node_status.go:614-631); other metadata there is not kept.
+    let mut first = status_patch("2026-11-30T09:00:30Z");
+    first["metadata"] =
+        json!({"labels": {"kubernetes.io/arch": "amd64", "example.com/other": "x"}});
+    let (code, _, patched) = kubelet(&c, "PATCH", status, SMP, &first).await;
     assert_eq!(code, 200, "{patched}");
+    assert_eq!(
+        patched["metadata"]["labels"]["kubernetes.io/arch"], "amd64",
+        "{patched}"
+    );
+    assert!(
+        patched["metadata"]["labels"]["example.com/other"].is_null(),
+        "{patched}"
+    );
     let check = |n: &Value| {
         let s = &n["status"];
         assert_eq!(
@@ -894,14 +911,9 @@ async fn a_kubelets_images_and_port_are_kept_and_shown() {
 
     // The same patch again (a kubelet's 5-minute report with nothing
     // changed but its heartbeat): nothing new to keep, no new version.
-    let (code, _, again) = kubelet(
-        &c,
-        "PATCH",
-        status,
-        SMP,
-        &status_patch("2026-11-30T09:05:30Z"),
-    )
-    .await;
+    let mut same = status_patch("2026-11-30T09:05:30Z");
+    same["metadata"] = first["metadata"].clone();
+    let (code, _, again) = kubelet(&c, "PATCH", status, SMP, &same).await;
     assert_eq!(code, 200, "{again}");
     assert_eq!(again["metadata"]["resourceVersion"], version);
     // Past the bound: a 422 naming the field, nothing kept of it.
@@ -939,4 +951,5 @@ async fn a_kubelets_images_and_port_are_kept_and_shown() {
     let (code, _, got) = kubelet(&c, "GET", "/api/v1/nodes/edge-5", "", &Value::Null).await;
     assert_eq!(code, 200);
     check(&got);
+    assert_eq!(got["metadata"]["labels"]["kubernetes.io/arch"], "amd64");
 }

@@ -434,18 +434,75 @@ fn status_to_write(
 }
 
 /// The status a patch pushes by the general merge onto `current` (the node
-/// as [`current_node`] renders it for that patch).
+/// as [`current_node`] renders it for that patch), and the labels the
+/// merge leaves the node with when the patch names `metadata`.
 fn merged_status(
     ct: &str,
     patch: Result<serde_json::Value, serde_json::Error>,
     current: serde_json::Value,
     name: &str,
     only: PatchedFields,
-) -> Result<(PushedStatus, Option<u64>), Response> {
+) -> Result<MergedStatus, Response> {
     let mut node: KubeNode = patched_with(ct, patch, current)?;
     // The patch applies to the current object; its version is not a precondition.
     node.metadata.resource_version = None;
-    status_to_write(name, node, Some(only))
+    let labels = node.metadata.labels.take();
+    let (status, expected) = status_to_write(name, node, Some(only))?;
+    Ok((status, expected, labels))
+}
+
+/// A status patch's status, the version it expects, and the labels it
+/// leaves (`None` when it names no `metadata`).
+type MergedStatus = (
+    PushedStatus,
+    Option<u64>,
+    Option<std::collections::BTreeMap<String, String>>,
+);
+
+/// The labels a kubelet keeps on its own node through its status patch:
+/// the OS and architecture it runs on, set whenever missing or different
+/// (kubernetes `pkg/kubelet/kubelet_node_status.go:614-631`, `updateNode`;
+/// a missing one counts as a change, so without it every status sync is a
+/// patch). Both are labels NodeRestriction lets a node set on itself.
+/// kube-apiserver keeps all of a status patch's metadata (its status
+/// strategy resets only the spec: `pkg/registry/core/node/strategy.go`
+/// `nodeStatusStrategy.PrepareForUpdate`); nodekeeper keeps these two, as
+/// an edit of the node recorded under the kubelet's name, and no other
+/// metadata from a status patch.
+const KUBELET_LABELS: [&str; 2] = [crate::k8s::OS_LABEL, crate::k8s::ARCH_LABEL];
+
+/// Sets the [`KUBELET_LABELS`] `labels` gives that the node does not show
+/// yet; nothing when it shows them all.
+async fn kubelet_labels(
+    s: &AppState,
+    name: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+    by: String,
+) -> Result<(), Response> {
+    let Some((node, _)) = s.view.get(name) else {
+        return Ok(());
+    };
+    let shown = crate::k8s::node_labels(&node);
+    let wanted: Vec<(&str, &String)> = KUBELET_LABELS
+        .iter()
+        .filter_map(|key| Some((*key, labels.get(*key)?)))
+        .filter(|(key, value)| shown.get(*key) != Some(*value))
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let mut object = crate::k8s::node(&node, None);
+    let own = object.metadata.labels.get_or_insert_with(Default::default);
+    for (key, value) in wanted {
+        own.insert(key.to_string(), value.clone());
+    }
+    let fields = crate::k8s::operator_fields(&node, &object, false)
+        .map_err(|e| super::nodes::write_error(e.into()))?;
+    s.controller
+        .edit(name.to_string(), fields, Some(node.resource_version), by)
+        .await
+        .map(|_| ())
+        .map_err(push_error)
 }
 
 async fn push_status(
@@ -486,6 +543,7 @@ pub(crate) async fn patch_status(
     State(s): State<AppState>,
     Path(name): Path<String>,
     caller: super::Caller,
+    super::Identity(user): super::Identity,
     ct: ContentType,
     body: Bytes,
 ) -> Response {
@@ -506,7 +564,14 @@ pub(crate) async fn patch_status(
         return invalid_fields("Node", &name, vec![e]);
     }
     match merged_status(ct.as_str(), parsed, current, &name, only) {
-        Ok((status, expected)) => push_status(&s, name, status, expected).await,
+        Ok((status, expected, labels)) => {
+            if let Some(labels) = &labels {
+                if let Err(r) = kubelet_labels(&s, &name, labels, user).await {
+                    return r;
+                }
+            }
+            push_status(&s, name, status, expected).await
+        }
         Err(r) => r,
     }
 }
