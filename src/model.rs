@@ -15,6 +15,7 @@ mod name;
 mod operator;
 mod pushed;
 pub mod quantity;
+mod reported;
 mod status;
 mod taints;
 pub mod validation;
@@ -24,6 +25,9 @@ pub use eviction::{EvictionMode, UnknownEvictionMode};
 pub use name::{normalize_name, not_quite_ipv4, InvalidName};
 pub use operator::OperatorFields;
 pub use pushed::{PushedCondition, PushedStatus};
+pub use reported::{
+    AttachedVolume, Features, Image, Reported, RuntimeHandler, RuntimeHandlerFeatures,
+};
 pub use status::{SourceStatus, StoreHealth};
 pub use taints::{
     is_managed_taint, MANAGED_TAINTS, TAINT_NOT_READY, TAINT_SHUTDOWN, TAINT_UNREACHABLE,
@@ -275,6 +279,9 @@ pub struct Node {
     pub conditions: Vec<Condition>,
     #[serde(rename = "nodeInfo", default)]
     pub node_info: NodeInfo,
+    /// The rest of what its kubelet reports, kept as given.
+    #[serde(default, skip_serializing_if = "Reported::is_empty")]
+    pub reported: Reported,
 }
 
 impl Node {

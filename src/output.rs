@@ -405,6 +405,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             node_info: Default::default(),
+            reported: Default::default(),
         }
     }
 

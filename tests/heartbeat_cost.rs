@@ -108,6 +108,7 @@ fn node(name: &str) -> Node {
             operating_system: "linux".into(),
             architecture: "amd64".into(),
         },
+        reported: Default::default(),
     }
 }
 

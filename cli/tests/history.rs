@@ -43,6 +43,7 @@ fn node(name: &str, at: Micros) -> Node {
             message: "never probed".into(),
         }],
         node_info: Default::default(),
+        reported: Default::default(),
     }
 }
 

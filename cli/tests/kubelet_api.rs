@@ -776,3 +776,137 @@ async fn a_kubelet_that_floods_events_is_held_to_its_budget() {
         .unwrap();
     assert_eq!(kept["message"].as_str().unwrap().len(), 1024);
 }
+
+/// A status patch as a v1.33 kubelet sends it once its node is Ready and
+/// has pulled images: the two-way strategic merge patch between the node
+/// it read and the node its status setters built (`PatchNodeStatus`,
+/// kubernetes `staging/src/k8s.io/component-helpers/node/util/status.go:39`,
+/// from `kubelet_node_status.go:643`), JSON whatever the content type
+/// configured. Images come from `nodestatus.Images`, the runtime handlers
+/// and features from `RuntimeHandlers` and `NodeFeatures`, volumes in use
+/// from `VolumesInUse` (`pkg/kubelet/nodestatus/setters.go`).
+fn status_patch(beat: &str) -> Value {
+    json!({"status": {
+        "$setElementOrder/conditions": [{"type": "Ready"}],
+        "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": beat,
+                        "lastTransitionTime": "2026-11-30T09:00:30Z",
+                        "reason": "KubeletReady", "message": "kubelet is posting ready status"}],
+        "features": {"supplementalGroupsPolicy": true},
+        "images": [
+            {"names": ["registry.k8s.io/pause@sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a",
+                       "registry.k8s.io/pause:3.10"], "sizeBytes": 320368},
+            {"names": ["docker.io/library/nginx:1.27"], "sizeBytes": 72955450},
+        ],
+        "runtimeHandlers": [{"features": {"recursiveReadOnlyMounts": true, "userNamespaces": false}},
+                            {"name": "runc", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": false}}],
+        "volumesInUse": ["kubernetes.io/csi/ebs.csi.aws.com^vol-0a1"],
+    }})
+}
+
+/// What a kubelet reports beyond its conditions (images, its port, runtime
+/// handlers, features, volumes in use) and the architecture label it adds
+/// are kept, shown by GET and kubectl, survive a kill -9, and the same
+/// patch again changes no version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelets_images_and_port_are_kept_and_shown() {
+    const SMP: &str = "application/strategic-merge-patch+json";
+    let site = TestSite::unlisted().start();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    // Registered with its port (`initialNode` sets daemonEndpoints), and
+    // here without its architecture label, as a node a source listed.
+    let mut registration = node("edge-5");
+    registration["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("kubernetes.io/arch");
+    let (code, _, n) = kubelet(&c, "POST", "/api/v1/nodes", PROTOBUF, &registration).await;
+    assert_eq!(code, 201, "{n}");
+    assert_eq!(
+        n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
+        10250
+    );
+    assert!(
+        n["metadata"]["labels"]["kubernetes.io/arch"].is_null(),
+        "{n}"
+    );
+    let status = "/api/v1/nodes/edge-5/status";
+    // The kubelet adds the missing label in its status patch
+    // (kubelet_node_status.go:614-631); other metadata there is not kept.
+    let mut first = status_patch("2026-11-30T09:00:30Z");
+    first["metadata"] =
+        json!({"labels": {"kubernetes.io/arch": "amd64", "example.com/other": "x"}});
+    let (code, _, patched) = kubelet(&c, "PATCH", status, SMP, &first).await;
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(
+        patched["metadata"]["labels"]["kubernetes.io/arch"], "amd64",
+        "{patched}"
+    );
+    assert!(
+        patched["metadata"]["labels"]["example.com/other"].is_null(),
+        "{patched}"
+    );
+    let check = |n: &Value| {
+        let s = &n["status"];
+        assert_eq!(
+            s["daemonEndpoints"],
+            json!({"kubeletEndpoint": {"Port": 10250}}),
+            "{n}"
+        );
+        assert_eq!(s["images"], status_patch("")["status"]["images"], "{n}");
+        assert_eq!(s["runtimeHandlers"][1]["name"], "runc", "{n}");
+        assert_eq!(s["features"]["supplementalGroupsPolicy"], true, "{n}");
+        assert_eq!(
+            s["volumesInUse"][0], "kubernetes.io/csi/ebs.csi.aws.com^vol-0a1",
+            "{n}"
+        );
+    };
+    check(&patched);
+    let (code, _, got) = kubelet(&c, "GET", "/api/v1/nodes/edge-5", "", &Value::Null).await;
+    assert_eq!(code, 200);
+    check(&got);
+    let version = got["metadata"]["resourceVersion"].clone();
+
+    // The same patch again (a kubelet's 5-minute report with nothing
+    // changed but its heartbeat): nothing new to keep, no new version.
+    let mut same = status_patch("2026-11-30T09:05:30Z");
+    same["metadata"] = first["metadata"].clone();
+    let (code, _, again) = kubelet(&c, "PATCH", status, SMP, &same).await;
+    assert_eq!(code, 200, "{again}");
+    assert_eq!(again["metadata"]["resourceVersion"], version);
+    // Past the bound: a 422 naming the field, nothing kept of it.
+    let mut over = status_patch("2026-11-30T09:05:40Z");
+    over["status"]["images"][0]["names"] =
+        json!((0..6).map(|i| format!("r/i:{i}")).collect::<Vec<_>>());
+    let (code, _, refused) = kubelet(&c, "PATCH", status, SMP, &over).await;
+    assert_eq!(code, 422, "{refused}");
+    assert_eq!(
+        refused["details"]["causes"][0]["field"], "status.images[0].names",
+        "{refused}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = kubectl(
+        &c,
+        dir.path(),
+        &[
+            "get",
+            "node",
+            "edge-5",
+            "-o",
+            "jsonpath={.status.daemonEndpoints.kubeletEndpoint.Port}",
+        ],
+    )
+    .await;
+    assert_eq!(port, "10250");
+    let yaml = kubectl(&c, dir.path(), &["get", "node", "edge-5", "-o", "yaml"]).await;
+    assert!(yaml.contains("docker.io/library/nginx:1.27"), "{yaml}");
+    assert!(yaml.contains("Port: 10250"), "{yaml}");
+
+    // Written before the answer: a kill -9 loses none of it.
+    c.kill9();
+    let c = site.controller_with(&["--allow-node-registration"]);
+    let (code, _, got) = kubelet(&c, "GET", "/api/v1/nodes/edge-5", "", &Value::Null).await;
+    assert_eq!(code, 200);
+    check(&got);
+    assert_eq!(got["metadata"]["labels"]["kubernetes.io/arch"], "amd64");
+}

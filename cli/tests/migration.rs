@@ -146,6 +146,7 @@ fn write_schema_1_fixture() {
             }],
             conditions: vec![nodekeeper::controller::conditions::never_probed(Micros(t))],
             node_info: Default::default(),
+            reported: Default::default(),
         };
         log(
             Some(name),

@@ -22,7 +22,7 @@ use nodekeeper::controller::{
     Controller, ControllerConfig, ControllerHandle, FreeSpace, PushError, PushedStatus, StatusMode,
 };
 use nodekeeper::metrics::Metrics;
-use nodekeeper::model::{ConditionStatus, EventKind, Lease, Micros, Node};
+use nodekeeper::model::{ConditionStatus, EventKind, Image, Lease, Micros, Node, Reported};
 use nodekeeper::source::static_list::static_spec;
 use nodekeeper::store::{HistoryQuery, Store, StoreOptions};
 use nodekeeper::view::View;
@@ -230,6 +230,110 @@ async fn pushed_changes_are_durable_when_answered() {
         assert_eq!(c.ready_history(i), [ConditionStatus::True]);
     }
     c.stop().await;
+}
+
+/// What a kubelet reports beyond its conditions, as a v1.33 kubelet's
+/// status setters write it (kubernetes `pkg/kubelet/nodestatus/setters.go`:
+/// `Images`, `DaemonEndpoints`, `VolumesInUse`).
+fn kubelet_report(images: usize) -> Reported {
+    Reported {
+        images: (0..images)
+            .map(|i| Image {
+                names: vec![format!("registry.example/app-{i}:1.0")],
+                size_bytes: Some(1_000_000 + i as i64),
+            })
+            .collect(),
+        kubelet_port: 10250,
+        volumes_in_use: vec!["kubernetes.io/csi/ebs.csi.aws.com^vol-0a1".into()],
+        ..Reported::default()
+    }
+}
+
+/// A kubelet whose status changed nothing since it last read the node
+/// sends nothing (`nodeStatusHasChanged`, kubernetes
+/// `pkg/kubelet/kubelet_node_status.go:813-832`), unless 5 minutes passed;
+/// a client that sends the same status again anyway gets no write: no
+/// flush, no seq, no new resourceVersion. A new image list is a write of
+/// the node, but no history entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_report_again_writes_nothing_and_new_images_are_no_history() {
+    let c = InProcess::start(1, Duration::from_secs(600)).await;
+    let report = |images: usize, beat: i64| PushedStatus {
+        conditions: vec![PushedCondition {
+            kind: "Ready".into(),
+            status: ConditionStatus::True,
+            last_heartbeat: Some(Micros(beat)),
+            reason: "KubeletReady".into(),
+            message: "kubelet is posting ready status".into(),
+        }],
+        reported: Some(kubelet_report(images)),
+        ..PushedStatus::default()
+    };
+    let first = c
+        .handle
+        .status(name(0), report(3, 1_000_000), None)
+        .await
+        .unwrap();
+    assert_eq!(first.reported, kubelet_report(3));
+    // The taints pass takes the not-ready taint off (a write of its own) first.
+    let view = c.view.clone();
+    eventually("no taints", || {
+        let view = view.clone();
+        async move { view.list().iter().all(|(n, _)| n.taints.is_empty()) }
+    })
+    .await;
+    let stored = c.store.node(&name(0)).unwrap().unwrap();
+    assert_eq!(stored.reported, kubelet_report(3));
+    let history = |c: &InProcess| {
+        let query = HistoryQuery {
+            node: Some(name(0)),
+            ..HistoryQuery::default()
+        };
+        c.store.history(&query).unwrap().len()
+    };
+    let (flushes, seq, events) = (
+        c.metrics.store_flushes.get(),
+        c.store.last_seq(),
+        history(&c),
+    );
+
+    for _ in 0..20 {
+        let answer = c
+            .handle
+            .status(name(0), report(3, 1_000_000), None)
+            .await
+            .unwrap();
+        assert_eq!(answer.resource_version, stored.resource_version);
+    }
+    assert_eq!(
+        c.metrics.store_flushes.get(),
+        flushes,
+        "identical reports flushed"
+    );
+    assert_eq!(c.store.last_seq(), seq);
+    assert_eq!(c.store.node(&name(0)).unwrap().unwrap(), stored);
+
+    // One image fewer: the node is written, its history gains nothing.
+    let answer = c
+        .handle
+        .status(name(0), report(2, 1_000_000), None)
+        .await
+        .unwrap();
+    assert_eq!(answer.reported.images.len(), 2);
+    assert!(c.metrics.store_flushes.get() > flushes);
+    assert_eq!(
+        c.store.node(&name(0)).unwrap().unwrap().reported,
+        kubelet_report(2)
+    );
+    assert_eq!((c.store.last_seq(), history(&c)), (seq, events));
+    let dir = c.stop().await;
+
+    // Kept across a restart.
+    let store = Store::open(&dir.path().join("db"), &StoreOptions::default()).unwrap();
+    assert_eq!(
+        store.node(&name(0)).unwrap().unwrap().reported,
+        kubelet_report(2)
+    );
 }
 
 /// A disk short of space: changes are refused (nothing of them is kept),

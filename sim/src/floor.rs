@@ -100,7 +100,8 @@ pub fn read_nodes(path: &Path) -> Result<Vec<FloorNode>, FloorError> {
 
 /// The node a status patch is answered with, as the controller answers it
 /// (`metadata`, `spec`, and a `status` of addresses, capacity, the four
-/// conditions a kubelet keeps with Ready first, and `nodeInfo`), its times
+/// conditions a kubelet keeps with Ready first, `nodeInfo`, and the port,
+/// features, images and runtime handlers the sims report), its times
 /// `at`: the same keys in the same order, and the same size give or take
 /// the digits of its resource version. Its conditions are those a Ready
 /// sim node keeps, so a sim's next patch against it names each condition's
@@ -119,7 +120,7 @@ pub fn stored_node(node: &FloorNode, at: Timestamp, resource_version: u64) -> St
     };
     let name = &node.name;
     let resources = json!({"cpu": "1", "memory": "3Gi", "pods": "110"});
-    json!({
+    let mut stored = json!({
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
@@ -157,8 +158,13 @@ pub fn stored_node(node: &FloorNode, at: Timestamp, resource_version: u64) -> St
                 "systemUUID": name,
             },
         },
-    })
-    .to_string()
+    });
+    // What the sims report beyond conditions, kept and shown as the
+    // controller keeps and shows it.
+    if let Some(status) = stored["status"].as_object_mut() {
+        status.extend(crate::push::kubelet_report());
+    }
+    stored.to_string()
 }
 
 /// Each node's answer to a status patch, rendered once.
@@ -282,9 +288,11 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: Cancellation
 }
 
 /// What the controller answered a status patch with (captured from a
-/// running controller): the floor's stored node must look the same.
+/// running controller, then the port, features, images and runtime
+/// handlers the sims report added where and as it writes them): the
+/// floor's stored node must look the same.
 #[cfg(test)]
-pub(crate) const CONTROLLER_REPLY: &str = r#"{"apiVersion":"v1","kind":"Node","metadata":{"annotations":{"nodekeeper.io/source":"static"},"creationTimestamp":"2026-12-02T06:15:39Z","labels":{"kubernetes.io/hostname":"sim-p0-00000","kubernetes.io/os":"linux"},"name":"sim-p0-00000","resourceVersion":"10","uid":"04449d6c-8835-48a7-98c6-be0206ce85d6"},"spec":{"externalID":"sim-p0-00000"},"status":{"addresses":[{"address":"127.72.0.1","type":"InternalIP"}],"allocatable":{"cpu":"1","memory":"3Gi","pods":"110"},"capacity":{"cpu":"1","memory":"3Gi","pods":"110"},"conditions":[{"lastHeartbeatTime":"2026-12-02T06:15:44Z","lastTransitionTime":"2026-12-02T06:15:42Z","message":"kubelet is posting ready status","reason":"KubeletReady","status":"True","type":"Ready"},{"lastHeartbeatTime":"2026-12-02T06:15:44Z","lastTransitionTime":"2026-12-02T06:15:42Z","message":"kubelet has sufficient memory available","reason":"KubeletHasSufficientMemory","status":"False","type":"MemoryPressure"},{"lastHeartbeatTime":"2026-12-02T06:15:44Z","lastTransitionTime":"2026-12-02T06:15:42Z","message":"kubelet has no disk pressure","reason":"KubeletHasNoDiskPressure","status":"False","type":"DiskPressure"},{"lastHeartbeatTime":"2026-12-02T06:15:44Z","lastTransitionTime":"2026-12-02T06:15:42Z","message":"kubelet has sufficient PID available","reason":"KubeletHasSufficientPID","status":"False","type":"PIDPressure"}],"nodeInfo":{"architecture":"x86_64","bootID":"7d3c7a56-2f0e-4d7f-a0a3-5f8a7e7b1c11","containerRuntimeVersion":"sim://1.0.0","kernelVersion":"6.1.0-sim","kubeProxyVersion":"","kubeletVersion":"v1.33.0-nodekeeper-sim.0.1.0","machineID":"sim-p0-00000","operatingSystem":"linux","osImage":"nodekeeper simulated kubelet","systemUUID":"sim-p0-00000"}}}"#;
+pub(crate) const CONTROLLER_REPLY: &str = r#"{"apiVersion":"v1","kind":"Node","metadata":{"annotations":{"nodekeeper.io/source":"static"},"creationTimestamp":"2026-12-02T06:15:39Z","labels":{"kubernetes.io/hostname":"sim-p0-00000","kubernetes.io/os":"linux"},"name":"sim-p0-00000","resourceVersion":"10","uid":"04449d6c-8835-48a7-98c6-be0206ce85d6"},"spec":{"externalID":"sim-p0-00000"},"status":{"addresses":[{"address":"127.72.0.1","type":"InternalIP"}],"allocatable":{"cpu":"1","memory":"3Gi","pods":"110"},"capacity":{"cpu":"1","memory":"3Gi","pods":"110"},"conditions":[{"lastHeartbeatTime":"2026-12-02T06:15:44Z","lastTransitionTime":"2026-12-02T06:15:42Z","message":"kubelet is posting ready status","reason":"KubeletReady","status":"True","type":"Ready"},{"lastHeartbeatTime":"2026-12-02T06:15:44Z","lastTransitionTime":"2026-12-02T06:15:42Z","message":"kubelet has sufficient memory available","reason":"KubeletHasSufficientMemory","status":"False","type":"MemoryPressure"},{"lastHeartbeatTime":"2026-12-02T06:15:44Z","lastTransitionTime":"2026-12-02T06:15:42Z","message":"kubelet has no disk pressure","reason":"KubeletHasNoDiskPressure","status":"False","type":"DiskPressure"},{"lastHeartbeatTime":"2026-12-02T06:15:44Z","lastTransitionTime":"2026-12-02T06:15:42Z","message":"kubelet has sufficient PID available","reason":"KubeletHasSufficientPID","status":"False","type":"PIDPressure"}],"daemonEndpoints":{"kubeletEndpoint":{"Port":10250}},"features":{"supplementalGroupsPolicy":true},"images":[{"names":["docker.io/library/nginx:1.27"],"sizeBytes":72955450},{"names":["registry.k8s.io/kube-proxy:v1.33.0"],"sizeBytes":31252360},{"names":["registry.k8s.io/pause:3.10"],"sizeBytes":320368}],"nodeInfo":{"architecture":"x86_64","bootID":"7d3c7a56-2f0e-4d7f-a0a3-5f8a7e7b1c11","containerRuntimeVersion":"sim://1.0.0","kernelVersion":"6.1.0-sim","kubeProxyVersion":"","kubeletVersion":"v1.33.0-nodekeeper-sim.0.1.0","machineID":"sim-p0-00000","operatingSystem":"linux","osImage":"nodekeeper simulated kubelet","systemUUID":"sim-p0-00000"},"runtimeHandlers":[{"features":{"recursiveReadOnlyMounts":true,"userNamespaces":false}},{"features":{"recursiveReadOnlyMounts":true,"userNamespaces":false},"name":"runc"}]}}"#;
 
 #[cfg(test)]
 mod tests {

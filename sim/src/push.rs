@@ -55,6 +55,7 @@ use node_status::NodeStatus;
 
 mod change_timing;
 mod node_status;
+pub(crate) use node_status::kubelet_report;
 
 /// kubelet's default for both intervals (nodeStatusUpdateFrequency, and a
 /// quarter of the 40s Lease duration).

@@ -399,14 +399,18 @@ impl Controller {
         if ready_beat(&tracked.node, &pushed, mode, wall) {
             tracked.health.heartbeat(self.clock.now());
         }
-        set_heartbeat_times(&mut tracked.node, &pushed, mode, wall);
+        let moved = set_heartbeat_times(&mut tracked.node, &pushed, mode, wall);
         self.metrics.heartbeat_counter(Via::Status).inc();
-        // A node with a write on its way shows once that write is durable.
-        if !ahead {
-            self.view.publish_heartbeats(&tracked.node);
+        // A push that changes nothing, not even a time, leaves nothing to
+        // publish or checkpoint.
+        if moved {
+            // A node with a write on its way shows once that write is durable.
+            if !ahead {
+                self.view.publish_heartbeats(&tracked.node);
+            }
+            self.beats_changed = true;
+            tracked.beats_unwritten = true;
         }
-        self.beats_changed = true;
-        tracked.beats_unwritten = true;
         reply.answer(tracked.node.share());
     }
 

@@ -248,6 +248,7 @@ pub(super) fn new_node(spec: &NodeSpec, now: Micros) -> Node {
         addresses: spec.addresses.clone(),
         conditions: vec![never_probed(now)],
         node_info: Default::default(),
+        reported: Default::default(),
     }
 }
 

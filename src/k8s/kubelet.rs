@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{Node as KubeNode, NodeStatus};
 use super::micros;
 use crate::model::validation::{self, FieldError};
 use crate::model::{
-    Address, AddressKind, NodeInfo, NodeSpec, PushedCondition, PushedStatus, Resources,
-    SELF_REGISTERED,
+    Address, AddressKind, AttachedVolume, Features, Image, NodeInfo, NodeSpec, PushedCondition,
+    PushedStatus, Reported, Resources, RuntimeHandler, RuntimeHandlerFeatures, SELF_REGISTERED,
 };
 
 /// The status a kubelet reports, from a Node object, within Kubernetes'
@@ -178,6 +178,15 @@ fn status_of(status: NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
             }
         }
     };
+    let reported = reported_of(
+        status.images,
+        status.daemon_endpoints,
+        status.runtime_handlers,
+        status.features,
+        status.volumes_in_use,
+        status.volumes_attached,
+    );
+    errors.extend(validation::reported(&reported));
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -186,7 +195,55 @@ fn status_of(status: NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
         addresses,
         node_info,
         capacity,
+        reported: Some(reported),
     })
+}
+
+/// The six `status` fields a kubelet reports that are kept as given.
+fn reported_of(
+    images: Option<Vec<k8s_openapi::api::core::v1::ContainerImage>>,
+    daemon_endpoints: Option<k8s_openapi::api::core::v1::NodeDaemonEndpoints>,
+    runtime_handlers: Option<Vec<k8s_openapi::api::core::v1::NodeRuntimeHandler>>,
+    features: Option<k8s_openapi::api::core::v1::NodeFeatures>,
+    volumes_in_use: Option<Vec<String>>,
+    volumes_attached: Option<Vec<k8s_openapi::api::core::v1::AttachedVolume>>,
+) -> Reported {
+    Reported {
+        images: images
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| Image {
+                names: i.names.unwrap_or_default(),
+                size_bytes: i.size_bytes,
+            })
+            .collect(),
+        kubelet_port: daemon_endpoints
+            .and_then(|d| d.kubelet_endpoint)
+            .map_or(0, |e| e.port),
+        runtime_handlers: runtime_handlers
+            .unwrap_or_default()
+            .into_iter()
+            .map(|h| RuntimeHandler {
+                name: h.name.unwrap_or_default(),
+                features: h.features.map(|f| RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: f.recursive_read_only_mounts,
+                    user_namespaces: f.user_namespaces,
+                }),
+            })
+            .collect(),
+        features: features.map(|f| Features {
+            supplemental_groups_policy: f.supplemental_groups_policy,
+        }),
+        volumes_in_use: volumes_in_use.unwrap_or_default(),
+        volumes_attached: volumes_attached
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| AttachedVolume {
+                name: v.name,
+                device_path: v.device_path,
+            })
+            .collect(),
+    }
 }
 
 /// The per-node bound on condition types is the controller's; a whole

@@ -178,7 +178,8 @@ pub fn spec_patch(current: &Value, desired: &Value) -> Option<Value> {
 
 /// A strategic merge patch for the status subresource: the conditions that
 /// differ (heartbeat times aside: the Lease carries liveness), capacity,
-/// allocatable and node info if they differ. Conditions merge by type, so
+/// allocatable, node info, and what the kubelet reported (images, its
+/// port, …) if they differ. Conditions merge by type, so
 /// conditions others set are kept.
 pub fn status_patch(current: &Value, desired: &Value) -> Option<Value> {
     let cur = &current["status"];
@@ -215,6 +216,26 @@ pub fn status_patch(current: &Value, desired: &Value) -> Option<Value> {
     if !has_addresses && want["addresses"].as_array().is_some_and(|a| !a.is_empty()) {
         status.insert("addresses".into(), want["addresses"].clone());
     }
+    // What the kubelet reports and nodekeeper keeps as given: sent whole
+    // when it differs (each is replaced whole by a strategic merge: the
+    // lists have no merge key), a null where nothing is reported any more.
+    // `volumesAttached` stays the API server's: its attach/detach
+    // controller writes it there.
+    for field in MIRRORED_REPORTS {
+        if cur[field] != want[field] {
+            status.insert(field.into(), want[field].clone());
+        }
+    }
+    // kube-apiserver shows a Node's `daemonEndpoints` always, with port 0
+    // while none is known; nodekeeper leaves it out then.
+    let port = |v: &Value| v["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_i64();
+    let wanted_port = port(want).unwrap_or(0);
+    if port(cur).unwrap_or(0) != wanted_port {
+        status.insert(
+            "daemonEndpoints".into(),
+            json!({"kubeletEndpoint": {"Port": wanted_port}}),
+        );
+    }
     let info = &want["nodeInfo"];
     if info
         .as_object()
@@ -225,6 +246,9 @@ pub fn status_patch(current: &Value, desired: &Value) -> Option<Value> {
     }
     (!status.is_empty()).then(|| json!({ "status": status }))
 }
+
+/// The status fields a kubelet reports that the mirror sends up as kept.
+const MIRRORED_REPORTS: [&str; 4] = ["features", "images", "runtimeHandlers", "volumesInUse"];
 
 /// A JSON merge patch replacing the address list, if it differs (a merge by
 /// type could not remove a stale address of a type still present).
@@ -492,6 +516,40 @@ mod tests {
             desired()["status"]["conditions"]
         );
         assert_eq!(addresses_patch(&created, &desired()), None);
+    }
+
+    #[test]
+    fn what_the_kubelet_reported_goes_up_and_an_unknown_port_is_no_change() {
+        // kube-apiserver shows port 0 on a Node nobody reported a port for.
+        let mut there = desired();
+        there["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": 0}});
+        assert_eq!(status_patch(&there, &desired()), None);
+
+        let mut want = desired();
+        want["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": 10250}});
+        want["status"]["images"] =
+            json!([{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320368}]);
+        want["status"]["volumesAttached"] = json!([{"name": "v", "devicePath": "/dev/x"}]);
+        let patch = status_patch(&there, &want).unwrap();
+        assert_eq!(
+            patch,
+            json!({"status": {
+                "images": want["status"]["images"],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            }}),
+            "volumesAttached is the API server's attach/detach controller's"
+        );
+        crate::k8s::patch::merge_patch(&mut there, &patch);
+        assert_eq!(status_patch(&there, &want), None);
+
+        // Images gone here: removed there.
+        let patch = status_patch(&there, &desired()).unwrap();
+        assert_eq!(patch["status"]["images"], Value::Null);
+        assert!(patch["status"].as_object().unwrap().contains_key("images"));
+        assert_eq!(
+            patch["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
+            0
+        );
     }
 
     #[test]

@@ -51,6 +51,10 @@ pub struct Parts {
     pub capacity: bool,
     pub conditions: bool,
     pub node_info: bool,
+    /// `daemonEndpoints`, `features`, `images`, `runtimeHandlers`,
+    /// `volumesAttached` and `volumesInUse` (each only when it holds
+    /// something): the rest of what the kubelet reports.
+    pub reported: bool,
     /// `nodeInfo` as stored, not with the operating system and architecture
     /// shown before a kubelet has reported them.
     pub stored_node_info: bool,
@@ -67,6 +71,7 @@ impl Parts {
         capacity: true,
         conditions: true,
         node_info: true,
+        reported: true,
         stored_node_info: false,
     };
 }
@@ -287,6 +292,20 @@ impl Serialize for Status<'_> {
             };
             map.serialize_entry("conditions", &conditions)?;
         }
+        // k8s-openapi's order: daemonEndpoints, features and images come
+        // before nodeInfo, the rest after it.
+        let reported = parts.reported.then_some(&node.reported);
+        if let Some(r) = reported {
+            if r.kubelet_port != 0 {
+                map.serialize_entry("daemonEndpoints", &DaemonEndpoints(r.kubelet_port))?;
+            }
+            if let Some(features) = &r.features {
+                map.serialize_entry("features", features)?;
+            }
+            if !r.images.is_empty() {
+                map.serialize_entry("images", &r.images)?;
+            }
+        }
         if parts.node_info {
             let info = Info {
                 info: &node.node_info,
@@ -294,6 +313,39 @@ impl Serialize for Status<'_> {
             };
             map.serialize_entry("nodeInfo", &info)?;
         }
+        if let Some(r) = reported {
+            if !r.runtime_handlers.is_empty() {
+                map.serialize_entry("runtimeHandlers", &r.runtime_handlers)?;
+            }
+            if !r.volumes_attached.is_empty() {
+                map.serialize_entry("volumesAttached", &r.volumes_attached)?;
+            }
+            if !r.volumes_in_use.is_empty() {
+                map.serialize_entry("volumesInUse", &r.volumes_in_use)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// `status.daemonEndpoints`: `{"kubeletEndpoint":{"Port":N}}` (the port's
+/// JSON name is capitalised upstream).
+struct DaemonEndpoints(i32);
+
+impl Serialize for DaemonEndpoints {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry("kubeletEndpoint", &Port(self.0))?;
+        map.end()
+    }
+}
+
+struct Port(i32);
+
+impl Serialize for Port {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry("Port", &self.0)?;
         map.end()
     }
 }
@@ -543,6 +595,7 @@ mod tests {
                 message: "Kubelet stopped posting node status.".into(),
             }],
             node_info: Default::default(),
+            reported: Default::default(),
         }
     }
 
@@ -860,13 +913,63 @@ mod tests {
                 allocatable: Some(resources(&node.capacity)),
                 conditions: Some(conditions),
                 node_info: Some(node_info(&node.node_info)),
-                ..NodeStatus::default()
+                ..reported(&node.reported)
             };
 
             Node {
                 metadata,
                 spec: Some(spec),
                 status: Some(status),
+            }
+        }
+
+        /// What the kubelet reported, each field left out while empty.
+        fn reported(r: &model::Reported) -> NodeStatus {
+            use k8s_openapi::api::core::v1 as core;
+            let some = |empty: bool| !empty;
+            NodeStatus {
+                daemon_endpoints: (r.kubelet_port != 0).then_some(core::NodeDaemonEndpoints {
+                    kubelet_endpoint: Some(core::DaemonEndpoint {
+                        port: r.kubelet_port,
+                    }),
+                }),
+                features: r.features.as_ref().map(|f| core::NodeFeatures {
+                    supplemental_groups_policy: f.supplemental_groups_policy,
+                }),
+                images: some(r.images.is_empty()).then(|| {
+                    r.images
+                        .iter()
+                        .map(|i| core::ContainerImage {
+                            names: some(i.names.is_empty()).then(|| i.names.clone()),
+                            size_bytes: i.size_bytes,
+                        })
+                        .collect()
+                }),
+                runtime_handlers: some(r.runtime_handlers.is_empty()).then(|| {
+                    r.runtime_handlers
+                        .iter()
+                        .map(|h| core::NodeRuntimeHandler {
+                            name: non_empty(&h.name),
+                            features: h.features.as_ref().map(|f| {
+                                core::NodeRuntimeHandlerFeatures {
+                                    recursive_read_only_mounts: f.recursive_read_only_mounts,
+                                    user_namespaces: f.user_namespaces,
+                                }
+                            }),
+                        })
+                        .collect()
+                }),
+                volumes_attached: some(r.volumes_attached.is_empty()).then(|| {
+                    r.volumes_attached
+                        .iter()
+                        .map(|v| core::AttachedVolume {
+                            name: v.name.clone(),
+                            device_path: v.device_path.clone(),
+                        })
+                        .collect()
+                }),
+                volumes_in_use: some(r.volumes_in_use.is_empty()).then(|| r.volumes_in_use.clone()),
+                ..NodeStatus::default()
             }
         }
 
@@ -911,6 +1014,37 @@ mod tests {
             addresses: Vec::new(),
             conditions: Vec::new(),
             node_info: model::NodeInfo::default(),
+            reported: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_kubelets_report_is_written_as_its_kubernetes_object() {
+        let mut n = sample();
+        n.reported = model::Reported::sample();
+        same_as_the_kubernetes_object(&n, None);
+        let v = to_json(&NodeJson::shown(&n, None));
+        assert_eq!(
+            v["status"]["daemonEndpoints"],
+            json!({"kubeletEndpoint": {"Port": 10250}})
+        );
+        assert_eq!(v["status"]["images"][1]["sizeBytes"], 72_955_450);
+        // And read back as the kubelet sent it.
+        let back = crate::k8s::pushed_status(&node(&n, None)).unwrap();
+        assert_eq!(back.reported, Some(model::Reported::sample()));
+        // Each on its own too: an empty field is left out, not written empty.
+        for only in [
+            model::Reported {
+                kubelet_port: 10250,
+                ..Default::default()
+            },
+            model::Reported {
+                features: Some(model::Features::default()),
+                ..Default::default()
+            },
+        ] {
+            n.reported = only;
+            same_as_the_kubernetes_object(&n, None);
         }
     }
 
@@ -1054,6 +1188,7 @@ mod tests {
             capacity: false,
             conditions: true,
             node_info: true,
+            reported: false,
             stored_node_info: true,
         };
         let v = to_json(&NodeJson::parts(&n, only));

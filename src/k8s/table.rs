@@ -618,6 +618,7 @@ mod tests {
                 kernel_version: "6.1.0".into(),
                 ..NodeInfo::default()
             },
+            reported: Default::default(),
         }
     }
 

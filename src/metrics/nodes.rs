@@ -561,6 +561,7 @@ mod tests {
                 message: String::new(),
             }],
             node_info: Default::default(),
+            reported: Default::default(),
         };
         n.node_info.kernel_version = "6.1 \"x\"".into();
         n

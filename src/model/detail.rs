@@ -219,6 +219,7 @@ pub(crate) mod tests {
             ],
             conditions: vec![],
             node_info: Default::default(),
+            reported: Default::default(),
         };
         EventKind::Registered {
             node: Box::new(node),

@@ -1,7 +1,7 @@
 //! What a kubelet pushes: the part of a node's status it reports, as read
 //! from its status update, before the controller folds it into the node.
 
-use super::{Address, ConditionStatus, Micros, NodeInfo, Resources};
+use super::{Address, ConditionStatus, Micros, NodeInfo, Reported, Resources};
 
 /// One pushed condition, as the kubelet wrote it.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,4 +21,7 @@ pub struct PushedStatus {
     pub addresses: Option<Vec<Address>>,
     pub node_info: Option<NodeInfo>,
     pub capacity: Option<Resources>,
+    /// Images, daemon endpoints, runtime handlers, features and volumes,
+    /// all six as they are to be kept, when the write names any of them.
+    pub reported: Option<Reported>,
 }

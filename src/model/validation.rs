@@ -408,6 +408,7 @@ pub fn node(node: &Node) -> Vec<FieldError> {
     let mut errors = labels(&node.labels);
     errors.extend(annotations(&node.annotations));
     errors.extend(taints(&node.taints));
+    errors.extend(reported(&node.reported));
     errors.extend(node_size(node, None).err());
     errors
 }
@@ -547,9 +548,147 @@ pub fn node_info_field(name: &str, value: &str) -> Vec<FieldError> {
     Vec::new()
 }
 
+/// Images a node may report. A kubelet sends its largest images, at most
+/// `--node-status-max-images` (50 by default: `nodeStatusMaxImages`,
+/// kubernetes `pkg/kubelet/apis/config/v1beta1/defaults.go`), so a site
+/// that raised it still fits; one set past this bound is refused as a
+/// whole status (a 422 naming the field), not kept unbounded.
+pub const MAX_IMAGES: usize = 256;
+/// Names of one image: the kubelet sends at most 5
+/// (`MaxNamesPerImageInNodeStatus`, kubernetes `pkg/kubelet/nodestatus/setters.go`).
+pub const MAX_IMAGE_NAMES: usize = 5;
+/// Volumes in use, and volumes attached: more than the 110 pods a kubelet
+/// runs by default, each with a few.
+pub const MAX_VOLUMES: usize = 1024;
+/// Runtime handlers (containerd's configured runtimes).
+pub const MAX_RUNTIME_HANDLERS: usize = 64;
+/// Each string of those lists: an image reference, a volume's unique
+/// name, a device path, a handler's name.
+pub const MAX_REPORTED_STRING: usize = 1024;
+
+/// What a kubelet reports beyond conditions, addresses, capacity and
+/// machine: each list and each of its strings bounded, the port a port.
+/// The node's size bound ([`node_size`]) holds over all of it together.
+pub fn reported(r: &crate::model::Reported) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let mut list = |field: &str, count: usize, max: usize| {
+        let over = count > max;
+        if over {
+            errors.push(FieldError::too_many(
+                format!("status.{field}"),
+                count,
+                max,
+                "",
+            ));
+        }
+        !over
+    };
+    let images_ok = list("images", r.images.len(), MAX_IMAGES);
+    let in_use_ok = list("volumesInUse", r.volumes_in_use.len(), MAX_VOLUMES);
+    let attached_ok = list("volumesAttached", r.volumes_attached.len(), MAX_VOLUMES);
+    let handlers_ok = list(
+        "runtimeHandlers",
+        r.runtime_handlers.len(),
+        MAX_RUNTIME_HANDLERS,
+    );
+    let mut string = |field: &dyn Fn() -> String, value: &str| {
+        if value.len() > MAX_REPORTED_STRING {
+            errors.push(FieldError::too_long(
+                field(),
+                value.len(),
+                MAX_REPORTED_STRING,
+            ));
+        }
+    };
+    if images_ok {
+        for (i, image) in r.images.iter().enumerate() {
+            for (j, name) in image.names.iter().enumerate() {
+                string(&|| format!("status.images[{i}].names[{j}]"), name);
+            }
+        }
+    }
+    if in_use_ok {
+        for (i, v) in r.volumes_in_use.iter().enumerate() {
+            string(&|| format!("status.volumesInUse[{i}]"), v);
+        }
+    }
+    if attached_ok {
+        for (i, v) in r.volumes_attached.iter().enumerate() {
+            string(&|| format!("status.volumesAttached[{i}].name"), &v.name);
+            string(
+                &|| format!("status.volumesAttached[{i}].devicePath"),
+                &v.device_path,
+            );
+        }
+    }
+    if handlers_ok {
+        for (i, h) in r.runtime_handlers.iter().enumerate() {
+            string(&|| format!("status.runtimeHandlers[{i}].name"), &h.name);
+        }
+    }
+    for (i, image) in r.images.iter().enumerate().take(MAX_IMAGES) {
+        if image.names.len() > MAX_IMAGE_NAMES {
+            errors.push(FieldError::too_many(
+                format!("status.images[{i}].names"),
+                image.names.len(),
+                MAX_IMAGE_NAMES,
+                "",
+            ));
+        }
+    }
+    if !(0..=65535).contains(&r.kubelet_port) {
+        errors.push(FieldError::invalid(
+            "status.daemonEndpoints.kubeletEndpoint.Port",
+            &r.kubelet_port.to_string(),
+            "must be a port number, between 0 and 65535",
+        ));
+    }
+    errors
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kubelets_report_is_bounded_field_by_field() {
+        use crate::model::{Image, Reported};
+        assert!(reported(&Reported::sample()).is_empty());
+        let image = |names: usize| Image {
+            names: (0..names).map(|i| format!("r/i:{i}")).collect(),
+            size_bytes: Some(1),
+        };
+        // What a kubelet sends at its default (50 images of at most 5 names) fits.
+        let default = Reported {
+            images: (0..50).map(|_| image(5)).collect(),
+            ..Reported::default()
+        };
+        assert!(reported(&default).is_empty());
+        let over = Reported {
+            images: (0..MAX_IMAGES + 1).map(|_| image(1)).collect(),
+            volumes_in_use: vec!["v".repeat(MAX_REPORTED_STRING + 1)],
+            kubelet_port: 70000,
+            ..Reported::default()
+        };
+        let errors = reported(&over);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "status.images",
+                "status.volumesInUse[0]",
+                "status.daemonEndpoints.kubeletEndpoint.Port"
+            ],
+            "{errors:?}"
+        );
+        assert_eq!(errors[0].reason, "FieldValueTooMany");
+        assert_eq!(errors[1].reason, "FieldValueTooLong");
+        let names = Reported {
+            images: vec![image(MAX_IMAGE_NAMES + 1)],
+            ..Reported::default()
+        };
+        assert_eq!(reported(&names)[0].field, "status.images[0].names");
+    }
 
     #[test]
     fn qualified_names_follow_kubernetes() {

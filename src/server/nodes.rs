@@ -238,7 +238,7 @@ fn not_found(name: &str) -> Response {
         .into_response()
 }
 
-fn write_error(e: WriteError) -> Response {
+pub(super) fn write_error(e: WriteError) -> Response {
     match e {
         WriteError::BadRequest(m) => bad_request(m),
         WriteError::Conflict(m) => status_error(StatusCode::CONFLICT, "Conflict", m),

@@ -281,6 +281,7 @@ pub(super) fn current_node(
         capacity: status_named("capacity"),
         conditions: status_named("conditions"),
         node_info: status_named("nodeInfo"),
+        reported: REPORTED.iter().any(|key| status_named(key)),
         stored_node_info: true,
     };
     // Written from the published node in place: no copy of it per push.
@@ -330,6 +331,18 @@ fn names_field(patch_key: &str, field: &str) -> bool {
     }
 }
 
+/// The `status` fields kept as the kubelet reports them
+/// ([`crate::model::Reported`]): a patch naming any of them pushes all
+/// six, as the merge left them.
+const REPORTED: [&str; 6] = [
+    "daemonEndpoints",
+    "features",
+    "images",
+    "runtimeHandlers",
+    "volumesAttached",
+    "volumesInUse",
+];
+
 /// What a status patch itself sets: only that is pushed. The rest of the
 /// merged object is what readers were shown (times cut to seconds, probe
 /// heartbeats overlaid), and must not pass for a heartbeat or a report.
@@ -340,6 +353,7 @@ struct PatchedFields {
     addresses: bool,
     node_info: bool,
     capacity: bool,
+    reported: bool,
 }
 
 impl PatchedFields {
@@ -355,6 +369,11 @@ impl PatchedFields {
             addresses: !status["addresses"].is_null(),
             node_info: !status["nodeInfo"].is_null(),
             capacity: !status["capacity"].is_null(),
+            // Named at all, even as null (a field the kubelet no longer
+            // reports is deleted by its patch with a null).
+            reported: status
+                .as_object()
+                .is_some_and(|o| o.keys().any(|k| REPORTED.iter().any(|f| names_field(k, f)))),
         }
     }
 
@@ -370,6 +389,9 @@ impl PatchedFields {
         }
         if !self.capacity {
             status.capacity = None;
+        }
+        if !self.reported {
+            status.reported = None;
         }
     }
 }
@@ -412,18 +434,75 @@ fn status_to_write(
 }
 
 /// The status a patch pushes by the general merge onto `current` (the node
-/// as [`current_node`] renders it for that patch).
+/// as [`current_node`] renders it for that patch), and the labels the
+/// merge leaves the node with when the patch names `metadata`.
 fn merged_status(
     ct: &str,
     patch: Result<serde_json::Value, serde_json::Error>,
     current: serde_json::Value,
     name: &str,
     only: PatchedFields,
-) -> Result<(PushedStatus, Option<u64>), Response> {
+) -> Result<MergedStatus, Response> {
     let mut node: KubeNode = patched_with(ct, patch, current)?;
     // The patch applies to the current object; its version is not a precondition.
     node.metadata.resource_version = None;
-    status_to_write(name, node, Some(only))
+    let labels = node.metadata.labels.take();
+    let (status, expected) = status_to_write(name, node, Some(only))?;
+    Ok((status, expected, labels))
+}
+
+/// A status patch's status, the version it expects, and the labels it
+/// leaves (`None` when it names no `metadata`).
+type MergedStatus = (
+    PushedStatus,
+    Option<u64>,
+    Option<std::collections::BTreeMap<String, String>>,
+);
+
+/// The labels a kubelet keeps on its own node through its status patch:
+/// the OS and architecture it runs on, set whenever missing or different
+/// (kubernetes `pkg/kubelet/kubelet_node_status.go:614-631`, `updateNode`;
+/// a missing one counts as a change, so without it every status sync is a
+/// patch). Both are labels NodeRestriction lets a node set on itself.
+/// kube-apiserver keeps all of a status patch's metadata (its status
+/// strategy resets only the spec: `pkg/registry/core/node/strategy.go`
+/// `nodeStatusStrategy.PrepareForUpdate`); nodekeeper keeps these two, as
+/// an edit of the node recorded under the kubelet's name, and no other
+/// metadata from a status patch.
+const KUBELET_LABELS: [&str; 2] = [crate::k8s::OS_LABEL, crate::k8s::ARCH_LABEL];
+
+/// Sets the [`KUBELET_LABELS`] `labels` gives that the node does not show
+/// yet; nothing when it shows them all.
+async fn kubelet_labels(
+    s: &AppState,
+    name: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+    by: String,
+) -> Result<(), Response> {
+    let Some((node, _)) = s.view.get(name) else {
+        return Ok(());
+    };
+    let shown = crate::k8s::node_labels(&node);
+    let wanted: Vec<(&str, &String)> = KUBELET_LABELS
+        .iter()
+        .filter_map(|key| Some((*key, labels.get(*key)?)))
+        .filter(|(key, value)| shown.get(*key) != Some(*value))
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let mut object = crate::k8s::node(&node, None);
+    let own = object.metadata.labels.get_or_insert_with(Default::default);
+    for (key, value) in wanted {
+        own.insert(key.to_string(), value.clone());
+    }
+    let fields = crate::k8s::operator_fields(&node, &object, false)
+        .map_err(|e| super::nodes::write_error(e.into()))?;
+    s.controller
+        .edit(name.to_string(), fields, Some(node.resource_version), by)
+        .await
+        .map(|_| ())
+        .map_err(push_error)
 }
 
 async fn push_status(
@@ -464,6 +543,7 @@ pub(crate) async fn patch_status(
     State(s): State<AppState>,
     Path(name): Path<String>,
     caller: super::Caller,
+    super::Identity(user): super::Identity,
     ct: ContentType,
     body: Bytes,
 ) -> Response {
@@ -484,7 +564,14 @@ pub(crate) async fn patch_status(
         return invalid_fields("Node", &name, vec![e]);
     }
     match merged_status(ct.as_str(), parsed, current, &name, only) {
-        Ok((status, expected)) => push_status(&s, name, status, expected).await,
+        Ok((status, expected, labels)) => {
+            if let Some(labels) = &labels {
+                if let Err(r) = kubelet_labels(&s, &name, labels, user).await {
+                    return r;
+                }
+            }
+            push_status(&s, name, status, expected).await
+        }
         Err(r) => r,
     }
 }
@@ -571,6 +658,30 @@ mod tests {
         // About the whole map: every field.
         assert!(names_field("$patch", "capacity"));
         assert!(names_field("$retainKeys", "nodeInfo"));
+    }
+
+    #[test]
+    fn a_patch_naming_any_reported_field_pushes_all_six() {
+        let of = |patch: serde_json::Value| PatchedFields::of(&patch).reported;
+        // What a kubelet sends in the steady state: conditions only.
+        assert!(!of(serde_json::json!({"status": {
+            "$setElementOrder/conditions": [{"type": "Ready"}],
+            "conditions": [{"type": "Ready", "lastHeartbeatTime": "2026-12-04T00:00:00Z"}]
+        }})));
+        assert!(of(serde_json::json!({"status": {"images": []}})));
+        // A field the kubelet no longer reports is deleted with a null.
+        assert!(of(serde_json::json!({"status": {"volumesInUse": null}})));
+        assert!(of(
+            serde_json::json!({"status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}})
+        ));
+        assert!(of(serde_json::json!({"status": {"$patch": "replace"}})));
+        let mut status = PushedStatus {
+            reported: Some(crate::model::Reported::sample()),
+            ..PushedStatus::default()
+        };
+        PatchedFields::of(&serde_json::json!({"status": {"conditions": []}}))
+            .keep_only(&mut status);
+        assert_eq!(status.reported, None);
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! | `{"end":{"nodes":N,"leases":N,"nodeObjects":N,"outbox":N,"checkpointNodes":N,"events":N}}` | the counts: an export without it is incomplete and is refused |
 //!
 //! Format 2 is format 3 without `apiObject` lines, `CertificateIssued`
-//! events and Leases' `ownerReferences`: what schema 6 keeps. It is still
+//! events, Leases' `ownerReferences` and nodes' `reported` (images, the
+//! kubelet's port, runtime handlers, features, volumes): what schema 6 keeps. It is still
 //! read, and written by `db export --format-version 2`, which leaves those
 //! out and says how many.
 //!
@@ -317,13 +318,13 @@ fn export_as(
         // checkpoint and the events after it): records written since, and
         // heartbeat times kept without an event, are not in it.
         for node in store.registry_at(last_seq)?.nodes.into_values() {
-            write_line(out, &Line::Node(Box::new(node)))?;
+            write_line(out, &Line::Node(Box::new(for_version(node, version))))?;
             counts.nodes += 1;
         }
     } else {
         for value in store.nodes.iter().values() {
             let node = records::decode_node(&value?)?;
-            write_line(out, &Line::Node(Box::new(node)))?;
+            write_line(out, &Line::Node(Box::new(for_version(node, version))))?;
             counts.nodes += 1;
         }
     }
@@ -407,7 +408,10 @@ fn export_as(
             .values()
         {
             let node = records::decode_node(&value?)?;
-            write_line(out, &Line::CheckpointNode(Box::new(node)))?;
+            write_line(
+                out,
+                &Line::CheckpointNode(Box::new(for_version(node, version))),
+            )?;
             counts.checkpoint_nodes += 1;
         }
     }
@@ -428,6 +432,16 @@ fn export_as(
     write_line(out, &Line::End(counts.clone()))?;
     out.flush().map_err(StoreError::Export)?;
     Ok((counts, left_out))
+}
+
+/// A node as export format `version` holds it: format 2 has no place for
+/// what a kubelet reports beyond its conditions, addresses, capacity and
+/// machine (the kubelet reports it again at its next status update).
+fn for_version(mut node: Node, version: u32) -> Node {
+    if version < 3 {
+        node.reported = Default::default();
+    }
+    node
 }
 
 /// Writes the store in format 1, what releases before format 2 read: a
@@ -463,7 +477,7 @@ pub(super) fn export_format1(
     )?;
     let mut counts = Counts::default();
     for value in store.nodes.iter().values() {
-        let node = records::decode_node(&value?)?;
+        let node = for_version(records::decode_node(&value?)?, 1);
         write_line(out, &serde_json::json!({ "node": node }))?;
         counts.nodes += 1;
     }

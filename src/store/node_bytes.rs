@@ -1,7 +1,9 @@
 //! A node record encoded straight from the node: the bytes of
 //! `StoredNode::V3(NodeV3::from(node))` (see [`super::records`]) without
 //! first copying every string of the node into that owned record. The
-//! store writes one per status change, thousands in a burst.
+//! store writes one per status change, thousands in a burst. A node with
+//! something its kubelet reported beyond that ([`Node::reported`]) is a
+//! `V4`: the same `V3` fields, then that part, copied into its record.
 //!
 //! postcard writes a struct as its fields in order and a newtype variant
 //! as its index then its value, so these borrowed mirrors of `NodeV3`,
@@ -12,12 +14,15 @@
 use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
 
-use super::records::{address_code, status_code};
+use super::records::{address_code, status_code, ReportedV1};
 use crate::model::{Address, Condition, Node, NodeInfo, Taint};
 use crate::serialize::Each;
 
-/// `StoredNode`'s variant index of `V3`, the version written today.
+/// `StoredNode`'s variant index of `V3`, written for a node with nothing in
+/// [`Node::reported`] (so a store of such nodes is what it was before `V4`).
 const STORED_NODE_V3: u32 = 2;
+/// `StoredNode`'s variant index of `V4`, written for the others.
+const STORED_NODE_V4: u32 = 3;
 
 /// The node's record, as [`super::records::encode_node`] stores it.
 pub(super) fn encode(node: &Node) -> Vec<u8> {
@@ -29,8 +34,23 @@ struct Stored<'a>(&'a Node);
 
 impl Serialize for Stored<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // The Box around `NodeV3` adds nothing to the bytes.
-        s.serialize_newtype_variant("StoredNode", STORED_NODE_V3, "V3", &V3(self.0))
+        // The Box around `NodeV3` or `NodeV4` adds nothing to the bytes.
+        if self.0.reported.is_empty() {
+            return s.serialize_newtype_variant("StoredNode", STORED_NODE_V3, "V3", &V3(self.0));
+        }
+        s.serialize_newtype_variant("StoredNode", STORED_NODE_V4, "V4", &V4(self.0))
+    }
+}
+
+struct V4<'a>(&'a Node);
+
+impl Serialize for V4<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("NodeV4", 2)?;
+        st.serialize_field("v3", &V3(self.0))?;
+        // Written only when a kubelet's report changed: its copy costs little.
+        st.serialize_field("reported", &ReportedV1::from(&self.0.reported))?;
+        st.end()
     }
 }
 

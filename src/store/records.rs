@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use super::outbox::OutboxEntry;
 use crate::model::{
-    Address, AddressKind, Condition, ConditionStatus, Event, EventKind, Lease, Micros, Node,
-    NodeChange, NodeObject, ObjectKey, OwnerReference, Resources, Taint, UnknownEvictionMode,
+    Address, AddressKind, AttachedVolume, Condition, ConditionStatus, Event, EventKind, Features,
+    Image, Lease, Micros, Node, NodeChange, NodeObject, ObjectKey, OwnerReference, Reported,
+    Resources, RuntimeHandler, RuntimeHandlerFeatures, Taint, UnknownEvictionMode,
 };
 
 /// Envelope for node records.
@@ -26,6 +27,10 @@ pub enum StoredNode {
     V2(Box<NodeV2>),
     /// V2 plus the operator's annotations.
     V3(Box<NodeV3>),
+    /// V3 plus the rest of what the kubelet reports (images, its port,
+    /// runtime handlers, features, volumes). A node with none of it is
+    /// still written as V3.
+    V4(Box<NodeV4>),
 }
 
 /// Envelope for event records. Keyed by `seq`, so the seq is not repeated here.
@@ -62,6 +67,51 @@ pub struct NodeV2 {
 pub struct NodeV3 {
     pub v2: NodeV2,
     pub annotations: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeV4 {
+    pub v3: NodeV3,
+    pub reported: ReportedV1,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReportedV1 {
+    pub images: Vec<ImageV1>,
+    pub kubelet_port: i32,
+    pub runtime_handlers: Vec<RuntimeHandlerV1>,
+    pub features: Option<FeaturesV1>,
+    pub volumes_in_use: Vec<String>,
+    pub volumes_attached: Vec<AttachedVolumeV1>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageV1 {
+    pub names: Vec<String>,
+    pub size_bytes: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeHandlerV1 {
+    pub name: String,
+    pub features: Option<RuntimeHandlerFeaturesV1>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeHandlerFeaturesV1 {
+    pub recursive_read_only_mounts: Option<bool>,
+    pub user_namespaces: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FeaturesV1 {
+    pub supplemental_groups_policy: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttachedVolumeV1 {
+    pub name: String,
+    pub device_path: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -437,10 +487,24 @@ pub(super) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_allocvec(value).expect("postcard encodes record types into a Vec")
 }
 
-/// `StoredNode::V3(NodeV3::from(node))`'s bytes, written from the node
-/// without that copy (see [`super::node_bytes`]).
+/// `StoredNode::V3(NodeV3::from(node))`'s bytes, or `V4` for a node with
+/// something in [`Node::reported`], written from the node without that
+/// copy (see [`super::node_bytes`]).
 pub fn encode_node(node: &Node) -> Vec<u8> {
     super::node_bytes::encode(node)
+}
+
+/// The owned record [`encode_node`] writes the bytes of.
+#[cfg(test)]
+fn stored_node(n: &Node) -> StoredNode {
+    if n.reported.is_empty() {
+        StoredNode::V3(Box::new(NodeV3::from(n)))
+    } else {
+        StoredNode::V4(Box::new(NodeV4 {
+            v3: NodeV3::from(n),
+            reported: ReportedV1::from(&n.reported),
+        }))
+    }
 }
 
 pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
@@ -448,6 +512,90 @@ pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
         StoredNode::V1(v1) => (*v1).try_into(),
         StoredNode::V2(v2) => (*v2).try_into(),
         StoredNode::V3(v3) => (*v3).try_into(),
+        StoredNode::V4(v4) => {
+            let NodeV4 { v3, reported } = *v4;
+            let mut node = Node::try_from(v3)?;
+            node.reported = reported.into();
+            Ok(node)
+        }
+    }
+}
+
+impl From<&Reported> for ReportedV1 {
+    fn from(r: &Reported) -> Self {
+        ReportedV1 {
+            images: r
+                .images
+                .iter()
+                .map(|i| ImageV1 {
+                    names: i.names.clone(),
+                    size_bytes: i.size_bytes,
+                })
+                .collect(),
+            kubelet_port: r.kubelet_port,
+            runtime_handlers: r
+                .runtime_handlers
+                .iter()
+                .map(|h| RuntimeHandlerV1 {
+                    name: h.name.clone(),
+                    features: h.features.as_ref().map(|f| RuntimeHandlerFeaturesV1 {
+                        recursive_read_only_mounts: f.recursive_read_only_mounts,
+                        user_namespaces: f.user_namespaces,
+                    }),
+                })
+                .collect(),
+            features: r.features.as_ref().map(|f| FeaturesV1 {
+                supplemental_groups_policy: f.supplemental_groups_policy,
+            }),
+            volumes_in_use: r.volumes_in_use.clone(),
+            volumes_attached: r
+                .volumes_attached
+                .iter()
+                .map(|v| AttachedVolumeV1 {
+                    name: v.name.clone(),
+                    device_path: v.device_path.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<ReportedV1> for Reported {
+    fn from(r: ReportedV1) -> Self {
+        Reported {
+            images: r
+                .images
+                .into_iter()
+                .map(|i| Image {
+                    names: i.names,
+                    size_bytes: i.size_bytes,
+                })
+                .collect(),
+            kubelet_port: r.kubelet_port,
+            runtime_handlers: r
+                .runtime_handlers
+                .into_iter()
+                .map(|h| RuntimeHandler {
+                    name: h.name,
+                    features: h.features.map(|f| RuntimeHandlerFeatures {
+                        recursive_read_only_mounts: f.recursive_read_only_mounts,
+                        user_namespaces: f.user_namespaces,
+                    }),
+                })
+                .collect(),
+            features: r.features.map(|f| Features {
+                supplemental_groups_policy: f.supplemental_groups_policy,
+            }),
+            volumes_in_use: r.volumes_in_use,
+            volumes_attached: r
+                .volumes_attached
+                .into_iter()
+                .map(|v| AttachedVolume {
+                    name: v.name,
+                    device_path: v.device_path,
+                })
+                .collect(),
+        }
     }
 }
 
@@ -733,6 +881,7 @@ impl TryFrom<NodeV1> for Node {
             unschedulable: v.unschedulable,
             node_info: Default::default(),
             taints: taints_from(v.taints),
+            reported: Reported::default(),
         })
     }
 }
@@ -740,6 +889,8 @@ impl TryFrom<NodeV1> for Node {
 impl From<&EventKind> for EventKindV1 {
     fn from(k: &EventKind) -> Self {
         match k {
+            // A node is registered before its kubelet reports anything
+            // (`register::new_node`), so V3 holds all of it.
             EventKind::Registered { node } => {
                 EventKindV1::RegisteredV3(Box::new(NodeV3::from(node.as_ref())))
             }
@@ -993,6 +1144,7 @@ pub(crate) mod tests {
                 message: "ok".into(),
             }],
             node_info: Default::default(),
+            reported: Default::default(),
         }
     }
 
@@ -1051,6 +1203,54 @@ pub(crate) mod tests {
              62656c65745265616479026f6b0000000000000776312e33322e3000000561726d363401056f776e6572\
              036f7073"
         );
+        assert_eq!(decode_node(&bytes).unwrap(), node);
+    }
+
+    /// A node with what its kubelet reported beyond V3: the V3 fields
+    /// under variant 3, then that part. Without it, the same node is the V3
+    /// bytes above.
+    #[test]
+    fn node_v4_golden_bytes() {
+        let mut node = sample_node();
+        node.node_info.kubelet_version = "v1.32.0".into();
+        node.node_info.architecture = "arm64".into();
+        node.unschedulable = true;
+        node.annotations = BTreeMap::from([("owner".to_string(), "ops".to_string())]);
+        let v3 = hex(&encode_node(&node));
+        node.reported = Reported {
+            images: vec![Image {
+                names: vec!["p".into()],
+                size_bytes: Some(2),
+            }],
+            kubelet_port: 10250,
+            runtime_handlers: vec![RuntimeHandler {
+                name: "r".into(),
+                features: Some(RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: Some(true),
+                    user_namespaces: None,
+                }),
+            }],
+            features: Some(Features {
+                supplemental_groups_policy: Some(true),
+            }),
+            volumes_in_use: vec!["v".into()],
+            volumes_attached: vec![AttachedVolume {
+                name: "a".into(),
+                device_path: "d".into(),
+            }],
+        };
+        let bytes = encode_node(&node);
+        assert!(v3.starts_with("02"), "{v3}");
+        // images [{["p"], Some(2)}]; port 10250 (zigzag 20500); handlers
+        // [{"r", Some({Some(true), None})}]; features Some({Some(true)});
+        // volumesInUse ["v"]; volumesAttached [{"a", "d"}].
+        let reported = "010101700104\
+                        94a001\
+                        01017201010100\
+                        010101\
+                        010176\
+                        0101610164";
+        assert_eq!(hex(&bytes), format!("03{}{reported}", &v3[2..]));
         assert_eq!(decode_node(&bytes).unwrap(), node);
     }
 
@@ -1459,7 +1659,19 @@ mod round_trips {
                     n.unschedulable = unschedulable;
                     n.node_info.kubelet_version = kubelet.clone();
                     if !kubelet.is_empty() {
-                        n.annotations.insert(kubelet, n.name.clone());
+                        n.annotations.insert(kubelet.clone(), n.name.clone());
+                        // Half the nodes with a kubelet's report: V4.
+                        if unschedulable {
+                            n.reported.images = vec![Image {
+                                names: vec![kubelet.clone(), n.name.clone()],
+                                size_bytes: Some(cpu as i64),
+                            }];
+                            n.reported.kubelet_port = (mem % 65536) as i32;
+                            n.reported.volumes_in_use = vec![kubelet];
+                            n.reported.features = Some(Features {
+                                supplemental_groups_policy: Some(cpu % 2 == 0),
+                            });
+                        }
                     }
                     n
                 },
@@ -1474,16 +1686,16 @@ mod round_trips {
 
         #[test]
         fn a_node_written_from_the_node_is_the_owned_record(n in node()) {
-            prop_assert_eq!(
-                encode_node(&n),
-                encode(&StoredNode::V3(Box::new(NodeV3::from(&n))))
-            );
+            prop_assert_eq!(encode_node(&n), encode(&stored_node(&n)));
         }
 
         #[test]
         fn events_round_trip(n in node(), seq in any::<u64>(), time in any::<i64>(), to in status()) {
+            // A node is registered before its kubelet reports anything
+            // (`register::new_node`): the record of it is V3's.
+            let registered = Node { reported: Reported::default(), ..n.clone() };
             for kind in [
-                EventKind::Registered { node: Box::new(n.clone()) },
+                EventKind::Registered { node: Box::new(registered) },
                 EventKind::ConditionChanged { condition: "Ready".into(), from: None, to, reason: "r".into(), message: n.name.clone() },
                 EventKind::TaintsChanged { from: vec![], to: n.taints.clone() },
             ] {

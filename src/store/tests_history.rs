@@ -688,8 +688,9 @@ fn an_import_names_the_line_of_outbox_work_or_a_checkpoint_node_it_refuses() {
 
 /// `db export --format-version 2` writes what a schema-6 release reads:
 /// every line format 3 has, but no API objects, no `CertificateIssued`
-/// events and no Leases' owners, each left out and counted; the result
-/// imports, and holds everything else.
+/// events, no Leases' owners and no nodes' `reported` (images, the
+/// kubelet's port, …), which format 3 keeps; the result imports, and holds
+/// everything else.
 #[test]
 fn a_format_2_export_leaves_out_what_schema_6_cannot_read() {
     let (_d, store) = open();
@@ -714,8 +715,15 @@ fn a_format_2_export_leaves_out_what_schema_6_cannot_read() {
         }],
     );
     store.write(b).unwrap();
+    // What a kubelet reports beyond conditions: format 3 only.
+    let mut reporting = n.clone();
+    reporting.reported.images = vec![crate::model::Image {
+        names: vec!["registry.k8s.io/pause:3.10".into()],
+        size_bytes: Some(320_368),
+    }];
+    reporting.reported.kubelet_port = 10250;
     let mut b = Batch::new(Micros(3));
-    b.record(n.clone(), [ready(ConditionStatus::True)]);
+    b.record(reporting, [ready(ConditionStatus::True)]);
     store.write(b).unwrap();
     store
         .put_leases(&[crate::model::Lease {
@@ -755,8 +763,13 @@ fn a_format_2_export_leaves_out_what_schema_6_cannot_read() {
     let mut v3 = Vec::new();
     let all = store.export(&mut v3).unwrap();
     assert_eq!((all.events, all.api_objects), (3, 1));
-    let text = String::from_utf8(v3).unwrap();
+    let text = String::from_utf8(v3.clone()).unwrap();
     assert!(text.contains("\"version\":3") && text.contains("ownerReferences"));
+    assert!(text.contains("\"kubeletPort\":10250"), "{text}");
+    let (_d3, whole) = open();
+    whole.import(&mut v3.as_slice()).unwrap();
+    assert_eq!(whole.nodes().unwrap(), store.nodes().unwrap());
+    assert_eq!(whole.nodes().unwrap()[0].reported.kubelet_port, 10250);
 
     let mut v2 = Vec::new();
     let (written, left_out) = store.export_format2(&mut v2).unwrap();
@@ -770,11 +783,18 @@ fn a_format_2_export_leaves_out_what_schema_6_cannot_read() {
         text.starts_with("{\"format\":\"nodekeeper-export\",\"version\":2,"),
         "{text}"
     );
-    for absent in ["{\"apiObject\":", "CertificateIssued", "ownerReferences"] {
+    for absent in [
+        "{\"apiObject\":",
+        "CertificateIssued",
+        "ownerReferences",
+        "\"reported\"",
+        "pause:3.10",
+    ] {
         assert!(!text.contains(absent), "{absent} in {text}");
     }
     let (_d2, copy) = open();
     let imported = copy.import(&mut v2.as_slice()).unwrap();
     assert_eq!((imported.counts.nodes, imported.counts.events), (1, 2));
     assert_eq!(copy.last_seq(), store.last_seq());
+    assert!(copy.nodes().unwrap()[0].reported.is_empty());
 }

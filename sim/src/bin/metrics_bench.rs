@@ -108,6 +108,7 @@ fn node(i: usize, rv: u64) -> Node {
             system_uuid: format!("4c4c4544-{i:04}"),
             ..NodeInfo::default()
         },
+        reported: Default::default(),
     }
 }
 

@@ -12,7 +12,9 @@
 //! with (what its informer holds a moment later); when the answer does not
 //! show the node's conditions, what it wrote. Knowing nothing (the first
 //! update, after a failed one, after a pause), it sends everything, as on
-//! registration.
+//! registration. The rest a kubelet reports (its port, images, runtime
+//! handlers, features: [`kubelet_report`]) goes in that first patch and
+//! the registration, and after that only where the node shown differs.
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -50,15 +52,73 @@ struct AnsweredNode {
 struct AnsweredStatus {
     #[serde(default)]
     conditions: Vec<Condition>,
+    #[serde(default, rename = "daemonEndpoints")]
+    daemon_endpoints: Option<Value>,
+    #[serde(default)]
+    features: Option<Value>,
+    #[serde(default)]
+    images: Option<Value>,
+    #[serde(default, rename = "runtimeHandlers")]
+    runtime_handlers: Option<Value>,
 }
 
-/// One kubelet's node status: its `nodeInfo` and what it last saw.
+impl AnsweredStatus {
+    /// What it shows of [`kubelet_report`]'s fields.
+    fn report(&mut self) -> Map<String, Value> {
+        [
+            ("daemonEndpoints", self.daemon_endpoints.take()),
+            ("features", self.features.take()),
+            ("images", self.images.take()),
+            ("runtimeHandlers", self.runtime_handlers.take()),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key.to_string(), value?)))
+        .collect()
+    }
+}
+
+/// The `status` fields a kubelet's setters fill beyond its conditions and
+/// `nodeInfo` that a simulated kubelet reports, in Kubernetes' key order
+/// (kubernetes `pkg/kubelet/nodestatus/setters.go`): `DaemonEndpoints`
+/// (its port, 10250), `NodeFeatures` (`supplementalGroupsPolicy`, on by
+/// default in v1.33), `Images` (largest first, each with at most 5 names)
+/// and `RuntimeHandlers` (containerd 2's default handler and runc). It
+/// holds no volumes, so `volumesInUse` stays unset, as a kubelet leaves it.
+pub(crate) fn kubelet_report() -> Map<String, Value> {
+    let features = json!({"recursiveReadOnlyMounts": true, "userNamespaces": false});
+    let report = json!({
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "features": {"supplementalGroupsPolicy": true},
+        "images": [
+            {"names": ["docker.io/library/nginx:1.27"], "sizeBytes": 72_955_450},
+            {"names": ["registry.k8s.io/kube-proxy:v1.33.0"], "sizeBytes": 31_252_360},
+            {"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320_368},
+        ],
+        "runtimeHandlers": [
+            {"features": features},
+            {"features": features, "name": "runc"},
+        ],
+    });
+    match report {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+/// One kubelet's node status: its `nodeInfo`, the rest it reports, and
+/// what it last saw.
 #[derive(Debug)]
 pub(super) struct NodeStatus {
     info: Value,
+    /// [`kubelet_report`].
+    report: Map<String, Value>,
     /// The node's conditions as the kubelet last saw them; `None` when it
     /// does not know them, and the next update sends everything.
     seen: Option<Vec<Condition>>,
+    /// The fields of [`NodeStatus::report`] as the node last showed them:
+    /// each that differs goes into the next patch whole (the lists have no
+    /// merge key). A server that drops them gets them in every patch.
+    seen_report: Map<String, Value>,
 }
 
 /// A status write: its body, and the conditions it leaves the node with.
@@ -70,7 +130,12 @@ pub(super) struct StatusWrite {
 
 impl NodeStatus {
     pub fn new(info: Value) -> NodeStatus {
-        NodeStatus { info, seen: None }
+        NodeStatus {
+            info,
+            report: kubelet_report(),
+            seen: None,
+            seen_report: Map::new(),
+        }
     }
 
     /// The strategic merge patch of `nodes/{name}/status` a kubelet in
@@ -83,8 +148,14 @@ impl NodeStatus {
             status.insert(ORDER.into(), order(&wanted));
             status.insert("conditions".into(), json!(wanted));
             status.insert("nodeInfo".into(), self.info.clone());
+            status.extend(self.report.clone());
         } else {
             status = conditions_patch(seen, &wanted);
+            for (key, value) in &self.report {
+                if self.seen_report.get(key) != Some(value) {
+                    status.insert(key.clone(), value.clone());
+                }
+            }
         }
         let body = if status.is_empty() {
             json!({})
@@ -127,6 +198,12 @@ impl NodeStatus {
                 "nodeInfo": self.info,
             },
         });
+        let mut body = body;
+        // `initialNode` runs every status setter (kubelet_node_status.go:92
+        // registers the node it built).
+        if let Some(status) = body["status"].as_object_mut() {
+            status.extend(self.report.clone());
+        }
         Some(StatusWrite { body, conditions })
     }
 
@@ -135,15 +212,25 @@ impl NodeStatus {
     pub fn accepted(&mut self, answer: &[u8], written: Vec<Condition>) {
         let shown = serde_json::from_slice::<AnsweredNode>(answer)
             .ok()
-            .map(|node| node.status.conditions)
-            .filter(|conditions| !conditions.is_empty());
-        self.seen = Some(shown.unwrap_or(written));
+            .map(|node| node.status)
+            .filter(|status| !status.conditions.is_empty());
+        match shown {
+            Some(mut status) => {
+                self.seen_report = status.report();
+                self.seen = Some(status.conditions);
+            }
+            None => {
+                self.seen = Some(written);
+                self.seen_report = self.report.clone();
+            }
+        }
     }
 
     /// The node is no longer known (a write failed, or the kubelet paused):
     /// the next update sends everything.
     pub fn forget(&mut self) {
         self.seen = None;
+        self.seen_report.clear();
     }
 }
 
@@ -366,6 +453,57 @@ mod tests {
             .patch(KubeletState::Slow, at("2026-12-02T03:00:10.5Z"))
             .unwrap();
         assert_eq!(same.body, json!({}));
+    }
+
+    /// kubelet sends the rest it reports in its first patch, then only
+    /// what differs from the node it read (`nodeStatusHasChanged`,
+    /// kubernetes `pkg/kubelet/kubelet_node_status.go:813-832`): against a
+    /// server that keeps it, nothing more; against one that drops it,
+    /// all of it in every patch.
+    #[test]
+    fn the_report_goes_first_then_only_where_the_node_shown_differs() {
+        let mut s = status();
+        let first = s
+            .patch(KubeletState::Up, at("2026-12-02T03:00:00Z"))
+            .unwrap();
+        let st = &first.body["status"];
+        assert_eq!(st["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);
+        assert_eq!(st["images"].as_array().unwrap().len(), 3);
+        assert_eq!(st["runtimeHandlers"][1]["name"], "runc");
+        assert_eq!(st["features"]["supplementalGroupsPolicy"], true);
+        // Answered with the node as kept: the next patch has heartbeats only.
+        let mut kept = json!({"kind": "Node", "status": {"conditions": first.conditions}});
+        for (key, value) in kubelet_report() {
+            kept["status"][key] = value;
+        }
+        s.accepted(kept.to_string().as_bytes(), first.conditions.clone());
+        let next = s
+            .patch(KubeletState::Up, at("2026-12-02T03:00:10Z"))
+            .unwrap();
+        let keys: Vec<&String> = next.body["status"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, [ORDER, "conditions"]);
+        // Answered by a server that dropped it: all of it again, each time.
+        let dropped = json!({"kind": "Node", "status": {"conditions": next.conditions}});
+        s.accepted(dropped.to_string().as_bytes(), next.conditions.clone());
+        let again = s
+            .patch(KubeletState::Up, at("2026-12-02T03:00:20Z"))
+            .unwrap();
+        for key in ["daemonEndpoints", "features", "images", "runtimeHandlers"] {
+            assert_eq!(again.body["status"][key], kubelet_report()[key], "{key}");
+        }
+        // A registration carries it too (`initialNode` runs every setter).
+        let registered = status()
+            .registration(
+                "n",
+                "127.0.0.2",
+                KubeletState::Up,
+                at("2026-12-02T03:00:00Z"),
+            )
+            .unwrap();
+        assert_eq!(
+            registered.body["status"]["images"],
+            kubelet_report()["images"]
+        );
     }
 
     #[test]

@@ -163,6 +163,7 @@ mod tests {
                 message: String::new(),
             }],
             node_info: Default::default(),
+            reported: Default::default(),
         }
     }
 

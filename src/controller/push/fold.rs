@@ -134,6 +134,16 @@ pub(crate) fn fold_status(
     if let Some(capacity) = pushed.capacity {
         next.capacity = capacity;
     }
+    // Images, the kubelet's port, runtime handlers, features and volumes
+    // are kept as reported and written with the node, but make no entry
+    // in its history: they are an inventory the kubelet refreshes (images
+    // come and go with every pull and garbage collection), not a
+    // transition anyone decides on, as `nodeInfo` and capacity are not
+    // either. The history keeps what changes the node's health and its
+    // place in the cluster; `kubectl get node -o yaml` shows the rest.
+    if let Some(reported) = pushed.reported {
+        next.reported = reported;
+    }
     if events.is_empty() && same_but_heartbeats(node, &next) {
         return Ok(Folded {
             fold: Fold::Quiet(next),
@@ -212,18 +222,24 @@ fn heartbeat_time(
 }
 
 /// Folds a push for which [`heartbeat_only`] holds into `node` in place:
-/// what [`Fold::Beats`] says, without a list of it.
+/// what [`Fold::Beats`] says, without a list of it. Whether any time
+/// moved: a push that repeats the node as it is changes nothing, so
+/// nothing is left to checkpoint.
 pub(crate) fn set_heartbeat_times(
     node: &mut Node,
     pushed: &PushedStatus,
     mode: StatusMode,
     wall: Micros,
-) {
+) -> bool {
+    let mut moved = false;
     for pc in &pushed.conditions {
         if let Some((index, beat)) = heartbeat_time(node, pc, mode, wall) {
-            node.conditions[index].last_heartbeat = beat;
+            let held = &mut node.conditions[index].last_heartbeat;
+            moved |= *held != beat;
+            *held = beat;
         }
     }
+    moved
 }
 
 /// Whether folding `pushed` into `node` changes heartbeat times at most:
@@ -245,6 +261,7 @@ pub(crate) fn heartbeat_only(node: &Node, pushed: &PushedStatus, mode: StatusMod
             .as_ref()
             .is_none_or(|i| *i == node.node_info)
         && pushed.capacity.as_ref().is_none_or(|c| *c == node.capacity)
+        && pushed.reported.as_ref().is_none_or(|r| *r == node.reported)
 }
 
 /// Whether two records of a node differ in heartbeat times at most.
@@ -266,6 +283,7 @@ pub(crate) fn same_but_heartbeats(a: &Node, b: &Node) -> bool {
         addresses,
         conditions,
         node_info,
+        reported,
     } = a;
     *name == b.name
         && *uid == b.uid
@@ -281,6 +299,7 @@ pub(crate) fn same_but_heartbeats(a: &Node, b: &Node) -> bool {
         && *taints == b.taints
         && *addresses == b.addresses
         && *node_info == b.node_info
+        && *reported == b.reported
         && conditions.len() == b.conditions.len()
         && conditions.iter().zip(&b.conditions).all(|(x, y)| {
             x.kind == y.kind
@@ -645,6 +664,62 @@ mod tests {
         let ready = written.condition(READY).expect("kept");
         assert_eq!(ready.reason, "Other");
         assert_eq!(ready.last_transition, node.conditions[0].last_transition);
+    }
+
+    /// The kubelet's images (and the rest it reports) are written with the
+    /// node but make no history entry; the same report again is a heartbeat.
+    #[test]
+    fn a_new_image_list_is_written_without_an_event_and_the_same_is_a_heartbeat() {
+        let node = ready_node();
+        let mut push = pushed(READY, ConditionStatus::True, "KubeletReady", 7);
+        push.reported = Some(crate::model::Reported::sample());
+        let Fold::Write {
+            node: written,
+            events,
+            ..
+        } = fold(&node, push.clone(), &PUSH).fold
+        else {
+            panic!("a first report is written");
+        };
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(written.reported, crate::model::Reported::sample());
+        assert_eq!(written.conditions, {
+            let mut c = node.conditions.clone();
+            c[0].last_heartbeat = Micros(7);
+            c
+        });
+
+        // Reported again unchanged: times only.
+        assert!(heartbeat_only(&written, &push, StatusMode::Push));
+        assert_eq!(
+            fold(&written, push.clone(), &PUSH).fold,
+            Fold::Beats(vec![(0, Micros(7))])
+        );
+        // And a repeat that moves no time moves nothing.
+        let mut same = written.clone();
+        assert!(!set_heartbeat_times(
+            &mut same,
+            &push,
+            StatusMode::Push,
+            WALL
+        ));
+        assert_eq!(same, written);
+
+        // One image fewer: a write, still no event.
+        let mut fewer = push.clone();
+        fewer.reported.as_mut().unwrap().images.pop();
+        assert!(!heartbeat_only(&written, &fewer, StatusMode::Push));
+        let Fold::Write {
+            node: n, events, ..
+        } = fold(&written, fewer, &PUSH).fold
+        else {
+            panic!("a changed report is written");
+        };
+        assert!(events.is_empty());
+        assert_eq!(n.reported.images.len(), 1);
+        // A push that does not name them leaves them as they are.
+        let plain = pushed(READY, ConditionStatus::True, "KubeletReady", 8);
+        assert!(heartbeat_only(&written, &plain, StatusMode::Push));
     }
 
     #[test]

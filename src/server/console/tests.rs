@@ -37,6 +37,7 @@ fn node(name: &str, ready: Option<ConditionStatus>) -> Node {
             .into_iter()
             .collect(),
         node_info: Default::default(),
+        reported: Default::default(),
     }
 }
 

@@ -40,6 +40,7 @@ fn node(name: &str, zone: &str, rv: u64) -> Node {
             message: "ok".into(),
         }],
         node_info: Default::default(),
+        reported: Default::default(),
     }
 }
 

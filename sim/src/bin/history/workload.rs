@@ -63,6 +63,7 @@ fn node(i: usize, at: Micros) -> Node {
         }],
         node_info: Default::default(),
         name,
+        reported: Default::default(),
     }
 }
 
