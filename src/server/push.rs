@@ -542,12 +542,13 @@ pub(crate) async fn put_status(
 pub(crate) async fn patch_status(
     State(s): State<AppState>,
     Path(name): Path<String>,
-    caller: super::Caller,
-    super::Identity(user): super::Identity,
+    // The caller as one shared value: naming the user costs a copy only
+    // when a patch sets a label.
+    principal: super::Principal,
     ct: ContentType,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
+    if let Err(r) = super::check_may_write_node(principal.caller(), &name) {
         return r;
     }
     let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&body);
@@ -566,7 +567,9 @@ pub(crate) async fn patch_status(
     match merged_status(ct.as_str(), parsed, current, &name, only) {
         Ok((status, expected, labels)) => {
             if let Some(labels) = &labels {
-                if let Err(r) = kubelet_labels(&s, &name, labels, user).await {
+                if let Err(r) =
+                    kubelet_labels(&s, &name, labels, principal.user().name.clone()).await
+                {
                     return r;
                 }
             }
