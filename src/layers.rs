@@ -171,10 +171,6 @@ fn the_floors_name_every_module_once() {
     }
 }
 
-/// Files outside `src/k8s/` that still write a Kubernetes object by hand,
-/// each to move its builder into `src/k8s/`.
-const HAND_BUILT: &[&str] = &["server/csrs.rs", "server/pods.rs"];
-
 /// Every Kubernetes object has an `apiVersion`: production code that spells
 /// the field is writing an object, and that is `src/k8s/`'s alone.
 #[test]
@@ -183,7 +179,6 @@ fn kubernetes_objects_are_built_in_k8s_only() {
     let mut files = Vec::new();
     visit(&src, &mut files);
     let mut wrong = Vec::new();
-    let mut listed = BTreeSet::new();
     for file in files {
         let relative = file.strip_prefix(&src).unwrap();
         let name = relative.to_string_lossy().replace('\\', "/");
@@ -201,20 +196,9 @@ fn kubernetes_objects_are_built_in_k8s_only() {
             .lines()
             .filter(|l| !l.trim_start().starts_with("//"))
             .any(|l| l.contains("\"apiVersion\""));
-        match (spelled, HAND_BUILT.contains(&name.as_str())) {
-            (true, true) => {
-                listed.insert(name);
-            }
-            (true, false) => wrong.push(format!(
-                "{name} writes a Kubernetes object (\"apiVersion\"): build it in src/k8s/"
-            )),
-            (false, _) => {}
-        }
-    }
-    for name in HAND_BUILT {
-        if !listed.contains(*name) {
+        if spelled {
             wrong.push(format!(
-                "{name} no longer builds objects: take it off HAND_BUILT"
+                "{name} writes a Kubernetes object (\"apiVersion\"): build it in src/k8s/"
             ));
         }
     }

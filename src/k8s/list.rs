@@ -9,13 +9,20 @@ use serde_json::{json, Value};
 /// `resource_version`:
 /// `{"apiVersion":…,"items":[…],"kind":"…List","metadata":{"resourceVersion":"N"}}`.
 pub fn list(api_version: &str, kind: &str, resource_version: u64, items: Vec<Value>) -> Value {
+    let metadata = ListMeta {
+        resource_version: Some(resource_version.to_string()),
+        ..ListMeta::default()
+    };
+    list_page(api_version, kind, metadata, items)
+}
+
+/// [`list`] with its whole `metadata`: a page of a paged list, with its
+/// `continue` token and `remainingItemCount`.
+pub fn list_page(api_version: &str, kind: &str, metadata: ListMeta, items: Vec<Value>) -> Value {
     json!({
         "apiVersion": api_version,
         "kind": format!("{kind}List"),
-        "metadata": ListMeta {
-            resource_version: Some(resource_version.to_string()),
-            ..ListMeta::default()
-        },
+        "metadata": metadata,
         "items": items,
     })
 }

@@ -36,13 +36,13 @@ use crate::model::Micros;
 pub use event::{node_event, EVENT_LIST_HEAD};
 pub use kubelet::{check_condition_types, node_registration, pushed_status, pushed_status_of};
 pub use lease::{heartbeat_lease, kube_lease, lease, lease_list, LeaseJson, KUBELET_LEASE_SECONDS};
-pub use list::{list, list_tail};
+pub use list::{list, list_page, list_tail};
 pub use node::{
     cpu_quantity, go_arch, memory_quantity, node, node_labels, node_list, NodeJson, Parts,
     NODE_LIST_HEAD,
 };
 pub use operator::{conditions_forbidden, operator_fields, ObjectError};
-pub use pod::{pod_at_version, pod_identity};
+pub use pod::{pod_at_version, pod_identity, typed_pod};
 pub use status::{deleted, invalid, invalid_in_group, not_found, status_error, too_many_requests};
 
 /// Annotation that records where a node came from (`static`, `cloud/<provider>`).

@@ -18,6 +18,15 @@ pub fn pod_identity(node: &str, name: &str) -> Value {
     })
 }
 
+/// A pod as JSON with its `apiVersion` and `kind`, which k8s-openapi's
+/// `Pod` leaves to the list or the watch event it is read from.
+pub fn typed_pod(pod: &k8s_openapi::api::core::v1::Pod) -> serde_json::Result<Value> {
+    let mut value = serde_json::to_value(pod)?;
+    value["apiVersion"] = json!("v1");
+    value["kind"] = json!("Pod");
+    Ok(value)
+}
+
 /// A pod's JSON as of resourceVersion `seq`.
 pub fn pod_at_version(mut pod: Value, seq: u64) -> Value {
     pod["metadata"]["resourceVersion"] = Value::from(seq.to_string());

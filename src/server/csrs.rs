@@ -35,6 +35,7 @@ use super::params::ListParams;
 use super::push::{json_body, ContentType};
 use super::{bad_request, status_error, AppState, Identity};
 use crate::k8s::watch::{bookmark, watch_line, WatchEventType};
+use crate::model::validation::{FieldError, Invalid};
 use crate::model::Micros;
 use crate::store::{ApiObject, ApiWriteError};
 
@@ -163,9 +164,9 @@ fn prepared(
             None => {
                 return Err(invalid(
                     "",
-                    vec![(
+                    vec![FieldError::required(
                         "metadata.name",
-                        "Required value: name or generateName is required".into(),
+                        "name or generateName is required",
                     )],
                 ))
             }
@@ -177,9 +178,10 @@ fn prepared(
     if name.len() > 253 || name == "." || name == ".." || name.contains(['/', '%']) {
         return Err(invalid(
             &name,
-            vec![(
+            vec![FieldError::invalid(
                 "metadata.name",
-                format!("Invalid value: {name:?}: may not be '.' or '..', contain '/' or '%', or exceed 253 characters"),
+                &name,
+                "may not be '.' or '..', contain '/' or '%', or exceed 253 characters",
             )],
         ));
     }
@@ -199,31 +201,37 @@ fn prepared(
     csr.status = None;
     let mut causes = Vec::new();
     if let Err(e) = crate::certificates::parse_request(&csr.spec.request.0) {
-        causes.push(("spec.request", format!("Invalid value: {e}")));
+        causes.push(cause(
+            "spec.request",
+            "FieldValueInvalid",
+            format!("Invalid value: {e}"),
+        ));
     }
     if csr.spec.signer_name.is_empty() {
-        causes.push(("spec.signerName", "Required value".into()));
-    } else if !is_signer_name(&csr.spec.signer_name) {
-        causes.push((
+        // field.Required(path, ""): no detail, so no colon.
+        causes.push(cause(
             "spec.signerName",
-            format!(
-                "Invalid value: {:?}: must be a fully qualified domain and path of the form \
-                 'example.com/signer-name'",
-                csr.spec.signer_name
-            ),
+            "FieldValueRequired",
+            "Required value".into(),
+        ));
+    } else if !is_signer_name(&csr.spec.signer_name) {
+        causes.push(FieldError::invalid(
+            "spec.signerName",
+            &csr.spec.signer_name,
+            "must be a fully qualified domain and path of the form 'example.com/signer-name'",
         ));
     }
     let usages = csr.spec.usages.clone().unwrap_or_default();
     if usages.is_empty() {
-        causes.push((
+        causes.push(FieldError::required(
             "spec.usages",
-            "Required value: usages must be provided".into(),
+            "usages must be provided",
         ));
     }
     let mut seen = std::collections::BTreeSet::new();
     for (i, u) in usages.iter().enumerate() {
         if !seen.insert(u) {
-            causes.push(("spec.usages", format!("Duplicate value: [{i}] {u:?}")));
+            causes.push(FieldError::duplicate(format!("spec.usages[{i}]"), u));
         }
     }
     if csr
@@ -231,8 +239,9 @@ fn prepared(
         .expiration_seconds
         .is_some_and(|s| s < crate::certificates::MIN_EXPIRATION_SECONDS)
     {
-        causes.push((
+        causes.push(cause(
             "spec.expirationSeconds",
+            "FieldValueInvalid",
             "Invalid value: may not specify a duration less than 600 seconds (10 minutes)".into(),
         ));
     }
@@ -264,36 +273,25 @@ fn random_suffix() -> String {
         .collect()
 }
 
-/// A 422 naming each refused field.
-fn invalid(name: &str, causes: Vec<(&str, String)>) -> Response {
-    let message = causes
-        .iter()
-        .map(|(field, why)| format!("{field}: {why}"))
-        .collect::<Vec<_>>();
-    let message = match message.as_slice() {
-        [one] => one.clone(),
-        many => format!("[{}]", many.join(", ")),
+/// A 422 naming each refused field, as kube-apiserver's for a kind of
+/// the `certificates.k8s.io` group.
+fn invalid(name: &str, causes: Vec<FieldError>) -> Response {
+    let refused = Invalid {
+        kind: KIND,
+        name: name.to_string(),
+        causes,
     };
-    let body = serde_json::json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": format!("{KIND}.certificates.k8s.io {name:?} is invalid: {message}"),
-        "reason": "Invalid",
-        "details": {
-            "name": name,
-            "group": "certificates.k8s.io",
-            "kind": KIND,
-            "causes": causes.iter().map(|(field, why)| serde_json::json!({
-                "reason": "FieldValueInvalid",
-                "message": why,
-                "field": field,
-            })).collect::<Vec<_>>(),
-        },
-        "code": 422,
-    });
-    (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response()
+    let status = crate::k8s::invalid_in_group("certificates.k8s.io", &refused);
+    (StatusCode::UNPROCESSABLE_ENTITY, Json(status)).into_response()
+}
+
+/// A refused field whose message is not one of [`FieldError`]'s forms.
+fn cause(field: &str, reason: &'static str, message: String) -> FieldError {
+    FieldError {
+        field: field.to_string(),
+        reason,
+        message,
+    }
 }
 
 /// `GET …/certificatesigningrequests/{name}` (and its subresources).
@@ -359,16 +357,7 @@ pub(crate) async fn list_csrs(
         .filter(|o| selected(&query, o))
         .map(served)
         .collect();
-    Json(serde_json::json!({
-        "apiVersion": API_VERSION,
-        "kind": "CertificateSigningRequestList",
-        "metadata": ListMeta {
-            resource_version: Some(version.to_string()),
-            ..ListMeta::default()
-        },
-        "items": items,
-    }))
-    .into_response()
+    Json(crate::k8s::list(API_VERSION, KIND, version, items)).into_response()
 }
 
 /// A watch: every change of a selected CSR after the version asked for
@@ -550,34 +539,38 @@ pub(crate) async fn put_approval(
     update(&s, &name, sent, |current, sent| {
         let old = conditions(current);
         let new: Vec<_> = sent.status.and_then(|s| s.conditions).unwrap_or_default();
-        let has = |list: &[k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition],
-                   t: &str| list.iter().any(|c| c.type_ == t && c.status == "True");
+        let has =
+            |list: &[k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition],
+             t: &str| list.iter().any(|c| c.type_ == t && c.status == "True");
         let mut causes = Vec::new();
         for (i, c) in new.iter().enumerate() {
             if !["Approved", "Denied", "Failed"].contains(&c.type_.as_str()) {
-                causes.push((
-                    "status.conditions",
-                    format!("[{i}].type: Unsupported value: {:?}: supported values: \"Approved\", \"Denied\", \"Failed\"", c.type_),
+                causes.push(FieldError::not_supported(
+                    format!("status.conditions[{i}].type"),
+                    &c.type_,
+                    &["Approved", "Denied", "Failed"],
                 ));
             }
             if !["True", "False", "Unknown"].contains(&c.status.as_str()) {
-                causes.push((
-                    "status.conditions",
-                    format!("[{i}].status: Unsupported value: {:?}", c.status),
+                causes.push(FieldError::not_supported(
+                    format!("status.conditions[{i}].status"),
+                    &c.status,
+                    &["True", "False", "Unknown"],
                 ));
             }
         }
         if has(&new, "Approved") && has(&new, "Denied") {
-            causes.push((
+            causes.push(cause(
                 "status.conditions",
+                "FieldValueInvalid",
                 "Invalid value: Approved and Denied conditions are mutually exclusive".into(),
             ));
         }
         for t in ["Approved", "Denied"] {
             if has(&old, t) && !has(&new, t) {
-                causes.push((
+                causes.push(FieldError::forbidden(
                     "status.conditions",
-                    format!("Forbidden: updates may not remove a condition of type {t:?}"),
+                    &format!("updates may not remove a condition of type {t:?}"),
                 ));
             }
         }
@@ -591,7 +584,10 @@ pub(crate) async fn put_approval(
                 c.last_update_time = Some(crate::k8s::time(Micros::now()));
             }
         }
-        current.status.get_or_insert_with(Default::default).conditions = Some(new);
+        current
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions = Some(new);
         if newly_approved {
             current
                 .metadata
@@ -652,7 +648,18 @@ async fn update(
     }
     let expected = match crate::k8s::expected_version(&sent.metadata) {
         Ok(e) => e,
-        Err(e) => return invalid(name, vec![("metadata.resourceVersion", e)]),
+        Err(e) => {
+            return invalid(
+                name,
+                vec![cause(
+                    "metadata.resourceVersion",
+                    "FieldValueInvalid",
+                    // The message names its field already.
+                    e.trim_start_matches("metadata.resourceVersion: ")
+                        .to_string(),
+                )],
+            );
+        }
     };
     let current = match s.store.api_object(RESOURCE, "", name) {
         Ok(Some(o)) => o,

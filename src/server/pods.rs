@@ -241,13 +241,7 @@ async fn list(
         ))
         .into_response();
     }
-    Json(json!({
-        "apiVersion": "v1",
-        "kind": "PodList",
-        "metadata": metadata,
-        "items": items,
-    }))
-    .into_response()
+    Json(crate::k8s::list_page("v1", "Pod", metadata, items)).into_response()
 }
 
 /// `GET /api/v1/namespaces/{namespace}/pods/{name}` (and `…/status`).
@@ -382,9 +376,7 @@ fn mirror_pod(
 }
 
 fn stored(pod: &Pod, node: &str, namespace: &str, name: &str) -> Result<NodeObject, Response> {
-    let mut value = serde_json::to_value(pod).map_err(super::internal)?;
-    value["apiVersion"] = json!("v1");
-    value["kind"] = json!("Pod");
+    let value = crate::k8s::typed_pod(pod).map_err(super::internal)?;
     let json = value.to_string();
     if json.len() > MAX_BYTES {
         return Err(status_error(
