@@ -51,9 +51,13 @@ use super::KubeletState;
 use crate::protobuf::{self, PROTOBUF};
 use change_timing::ChangeTimer;
 pub use change_timing::{ChangeTiming, Percentiles};
+pub use kubelet_calls::REFLECTOR_CONNECTIONS;
+use kubelet_calls::{CallKind, StartCalls};
 use node_status::NodeStatus;
+pub use nodekeeper::cli::KubeletCalls;
 
 mod change_timing;
+mod kubelet_calls;
 mod node_status;
 pub(crate) use node_status::kubelet_report;
 
@@ -105,6 +109,8 @@ pub struct PushConfig {
     /// certificate, as a kubelet's kubeconfig does (`client-certificate-data`),
     /// instead of a bearer token.
     pub client_certs: Option<ClientCerts>,
+    /// Which of a kubelet's calls each node makes (`kubelet_calls`).
+    pub kubelet_calls: KubeletCalls,
 }
 
 /// A node's client certificate chain (leaf first) and key.
@@ -150,6 +156,7 @@ impl PushConfig {
             request_timeout: Duration::from_secs(10),
             server_ca: None,
             client_certs: None,
+            kubelet_calls: KubeletCalls::Lean,
         }
     }
 
@@ -369,6 +376,19 @@ pub struct PushStats {
     pub last_reconnect: Option<ChangeTiming>,
     /// The newest failure, as `METHOD path: what happened`.
     pub last_error: Option<String>,
+    /// With `--kubelet-calls all`: the answers, by call kind ("pods list",
+    /// "pods watch", "event", "mirror pod", ...; `kubelet_calls`), that a
+    /// kubelet takes as success.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub calls: std::collections::BTreeMap<String, u64>,
+    /// Answers a kubelet would log or retry: an error status (not those it
+    /// takes as normal: 409 on a create that exists, 404 on a first get,
+    /// 410 on a watch, which relists) or a watch stream that breaks.
+    #[serde(default)]
+    pub call_errors: u64,
+    /// The newest of `call_errors`, as `METHOD path: what happened`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_call_error: Option<String>,
     /// How long answered requests took, from sending to the whole answer,
     /// as counts by bucket of [`crate::latency`].
     #[serde(default)]
@@ -389,6 +409,9 @@ struct Counters {
     change_latency_max_ms: AtomicU64,
     last_error: Mutex<Option<String>>,
     latency: crate::latency::Histogram,
+    calls: [AtomicU64; CallKind::ALL.len()],
+    call_errors: AtomicU64,
+    last_call_error: Mutex<Option<String>>,
 }
 
 /// What every node's pushing shares: configuration, where to connect, counters.
@@ -499,6 +522,11 @@ async fn node_loop(
     let mut reconnected_at: Option<Instant> = None;
     let mut lease_created = false;
     let mut csinode_ready = false;
+    let all_calls = pusher.config.kubelet_calls == KubeletCalls::All;
+    let mut start_calls = StartCalls::default();
+    if all_calls {
+        kubelet_calls::start_reflectors(&pusher, &node);
+    }
     // When the state last changed, until a status update reports it.
     let mut changed_at: Option<Instant> = None;
     // Ends on shutdown; each turn is one renewal, one update, or one change.
@@ -548,10 +576,16 @@ async fn node_loop(
             if let Some(noticed) = reconnected_at.take() {
                 pusher.reconnect_timer.answered(noticed, Instant::now());
             }
+            if all_calls {
+                start_calls.events(&mut link, current).await;
+            }
             // Once its node exists, as the kubelet's CSI plugin retries
             // until it does (see `Link::init_csinode`).
             if !csinode_ready {
                 csinode_ready = link.init_csinode().await;
+            }
+            if all_calls && csinode_ready {
+                start_calls.mirror_pod(&mut link).await;
             }
         }
     }
@@ -702,6 +736,22 @@ impl Pusher {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             latency: c.latency.counts(),
+            calls: CallKind::ALL
+                .iter()
+                .map(|k| {
+                    (
+                        k.name().to_owned(),
+                        c.calls[*k as usize].load(Ordering::Relaxed),
+                    )
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            call_errors: c.call_errors.load(Ordering::Relaxed),
+            last_call_error: c
+                .last_call_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 
@@ -725,7 +775,24 @@ impl Pusher {
     /// A request the controller answered with an error status.
     fn refused(&self, answer: &Answer) {
         self.counters.refused.fetch_add(1, Ordering::Relaxed);
-        self.failed(answer.describe());
+        let text = answer.describe();
+        self.call_error(text.clone());
+        self.failed(text);
+    }
+
+    /// An answer a kubelet would log or retry (`PushStats::call_errors`).
+    fn call_error(&self, text: String) {
+        self.counters.call_errors.fetch_add(1, Ordering::Relaxed);
+        *self
+            .counters
+            .last_call_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(text);
+    }
+
+    /// A call of `kind` answered as a kubelet wants it.
+    fn answered(&self, kind: CallKind) {
+        self.counters.calls[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A change of state noticed at `noticed` was reported by an accepted status update just now.
@@ -959,6 +1026,23 @@ impl<'a> Link<'a> {
         content_type: &str,
         body: Bytes,
     ) -> Result<(StatusCode, Bytes, bool), Failure> {
+        let response = self.request(method, path, content_type, body).await?;
+        let status = response.status();
+        let (body, complete) = read_capped(response.into_body(), MAX_ANSWER)
+            .await
+            .map_err(|e| Failure::Other(format!("reading the answer: {}", error_chain(&e))))?;
+        Ok((status, body, complete))
+    }
+
+    /// Sends a request over the node's connection (opened first if
+    /// needed) and answers the response as it begins, its body unread.
+    async fn request(
+        &mut self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Bytes,
+    ) -> Result<hyper::Response<Incoming>, Failure> {
         let p = self.pusher;
         if self.sender.as_ref().is_none_or(SendRequest::is_closed) {
             self.sender = Some(self.connect().await.map_err(Failure::Other)?);
@@ -980,19 +1064,14 @@ impl<'a> Link<'a> {
         let request = request
             .body(Full::new(body))
             .map_err(|e| Failure::Other(format!("cannot build the request: {e}")))?;
-        let response = sender.send_request(request).await.map_err(|e| {
+        sender.send_request(request).await.map_err(|e| {
             // Closed before any answer began: the server never took the request up.
             if e.is_canceled() || e.is_incomplete_message() {
                 Failure::NotTaken(error_chain(&e))
             } else {
                 Failure::Other(error_chain(&e))
             }
-        })?;
-        let status = response.status();
-        let (body, complete) = read_capped(response.into_body(), MAX_ANSWER)
-            .await
-            .map_err(|e| Failure::Other(format!("reading the answer: {}", error_chain(&e))))?;
-        Ok((status, body, complete))
+        })
     }
 
     /// Creates the Lease if it is not known to exist, else renews it; a
@@ -1004,6 +1083,21 @@ impl<'a> Link<'a> {
         let body = Bytes::from(protobuf::encode(&lease_body(name, p.node_now())));
         // At most: renew (404) → create (409) → renew.
         for _ in 0..3 {
+            if !*created && p.config.kubelet_calls == KubeletCalls::All {
+                // A kubelet creates its Lease only once its node exists
+                // (pkg/kubelet/util/nodelease.go:39); until then it waits
+                // for the next round without an error.
+                let Some(node) = self.get(format!("{NODES_PATH}/{name}")).await else {
+                    return false;
+                };
+                if node.status == StatusCode::NOT_FOUND {
+                    return false;
+                }
+                if !node.status.is_success() {
+                    p.refused(&node);
+                    return false;
+                }
+            }
             let (method, path) = if *created {
                 (Method::PUT, format!("{LEASES_PATH}/{name}"))
             } else {
@@ -1069,14 +1163,7 @@ impl<'a> Link<'a> {
                 return false;
             }
         }
-        let Some(node) = self.get(format!("{NODES_PATH}/{name}")).await else {
-            return false;
-        };
-        let uid = serde_json::from_slice::<Value>(&node.body)
-            .ok()
-            .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_owned));
-        let (true, Some(uid)) = (node.status.is_success(), uid) else {
-            p.refused(&node);
+        let Some(uid) = self.node_uid().await else {
             return false;
         };
         let csinode = json!({
@@ -1106,6 +1193,22 @@ impl<'a> Link<'a> {
         }
         p.refused(&created);
         false
+    }
+
+    /// The node's uid, for an owner reference (`GET /api/v1/nodes/NAME`,
+    /// `nodeinfomanager.go:459`); `None`, the failure counted, without it.
+    async fn node_uid(&mut self) -> Option<String> {
+        let node = self.get(format!("{NODES_PATH}/{}", self.node.name)).await?;
+        let uid = serde_json::from_slice::<Value>(&node.body)
+            .ok()
+            .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_owned));
+        match (node.status.is_success(), uid) {
+            (true, Some(uid)) => Some(uid),
+            _ => {
+                self.pusher.refused(&node);
+                None
+            }
+        }
     }
 
     /// A `GET`; `None` (the failure counted) without an answer.
