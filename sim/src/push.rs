@@ -15,6 +15,9 @@
 //! into a status patch (the kubelet's four conditions, as a two-way diff
 //! against the node it last saw) is `node_status`.
 //!
+//! With `--kubelet-calls all` each node also makes the rest of a
+//! kubelet's calls (reflectors, events, a mirror pod): `kubelet_calls`.
+//!
 //! This file (about 1,000 lines) is over the ~600 the project aims for: one
 //! simulated kubelet is its schedule, its one connection (`Link`: connect,
 //! TLS, handshake, send, read, reconnect) and the bodies it sends, and they
@@ -609,6 +612,7 @@ async fn report_loop(pusher: Arc<Pusher>) {
             statuses = s.statuses,
             registrations = s.registrations,
             connections = s.connections,
+            call_errors = s.call_errors,
             last_error = s.last_error.as_deref().unwrap_or("none"),
             "simulated kubelet pushes so far"
         );

@@ -697,6 +697,141 @@ mod tests {
             .all(|(i, k)| *k as usize == i));
     }
 
+    /// A fake API server: every call but a watch answered 200 with an
+    /// object of resourceVersion 1; watches as `watch` scripts them.
+    #[derive(Clone, Default)]
+    struct Script {
+        /// The pods reflector's queries, in order.
+        pods: Arc<std::sync::Mutex<Vec<String>>>,
+        pods_watches: Arc<std::sync::atomic::AtomicUsize>,
+        services_watches: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    async fn answer(
+        axum::extract::State(s): axum::extract::State<Script>,
+        req: axum::extract::Request,
+    ) -> axum::response::Response {
+        use axum::body::Body;
+        use axum::response::IntoResponse;
+        let path = req.uri().path().to_owned();
+        let query = req.uri().query().unwrap_or("").to_owned();
+        if path == "/api/v1/pods" {
+            s.pods.lock().unwrap().push(query.clone());
+        }
+        if !query.contains("watch=true") {
+            let object = json!({"metadata": {"uid": "u1", "resourceVersion": "1"}});
+            return axum::Json(object).into_response();
+        }
+        let line = |v: Value| Body::from(format!("{v}\n"));
+        let n = match path.as_str() {
+            "/api/v1/pods" => s.pods_watches.fetch_add(1, Ordering::SeqCst),
+            "/api/v1/services" => s.services_watches.fetch_add(1, Ordering::SeqCst),
+            _ => usize::MAX,
+        };
+        match (path.as_str(), n) {
+            ("/api/v1/pods", 0) => (
+                StatusCode::GONE,
+                axum::Json(json!({"kind": "Status", "code": 410, "reason": "Expired"})),
+            )
+                .into_response(),
+            // One event, then the end of the stream (its timeout).
+            ("/api/v1/pods", 1) => line(json!({"type": "ADDED", "object": {
+                "kind": "Pod", "metadata": {"name": "p", "resourceVersion": "5"}}}))
+            .into_response(),
+            ("/api/v1/pods", 2) => line(json!({"type": "ERROR", "object": {
+                "kind": "Status", "code": 410, "reason": "Expired"}}))
+            .into_response(),
+            ("/api/v1/services", 0) => line(json!({"type": "ERROR", "object": {
+                "kind": "Status", "code": 500, "message": "boom"}}))
+            .into_response(),
+            // Held open until the fleet stops.
+            _ => {
+                Body::from_stream(futures_util::stream::pending::<Result<Bytes, std::io::Error>>())
+                    .into_response()
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reflectors_watch_again_list_again_on_410_count_errors_and_stop() {
+        let script = Script::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new()
+            .fallback(answer)
+            .with_state(script.clone());
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let config = crate::FleetConfig {
+            nodes: 1,
+            base_ip: std::net::Ipv4Addr::new(127, 78, 0, 1),
+            port: 0,
+            ..crate::FleetConfig::default()
+        };
+        let fleet = crate::Fleet::start(config, shutdown.clone()).await.unwrap();
+        let name = fleet.nodes()[0].name.clone();
+        fleet
+            .start_pushing(super::super::PushConfig {
+                lease_renew_interval: Duration::from_millis(100),
+                status_update_interval: Duration::from_millis(100),
+                kubelet_calls: nodekeeper::cli::KubeletCalls::All,
+                ..super::super::PushConfig::new(format!("http://{addr}"))
+            })
+            .unwrap();
+        let handle = fleet.handle();
+        let stats = || handle.push_stats().unwrap();
+        let calls = |kind: &str| stats().calls.get(kind).copied().unwrap_or(0);
+        let began = Instant::now();
+        // The services watch's error costs a back-off of 0.8 to 1.6 s, then a list.
+        while calls("pods watch") < 3 || calls("services list") < 2 || calls("mirror pod") < 1 {
+            assert!(began.elapsed() < Duration::from_secs(10), "{:?}", stats());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let seen: Vec<String> = script
+            .pods
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|q| {
+                assert!(
+                    q.starts_with(&format!("fieldSelector=spec.nodeName%3D{name}&")),
+                    "{q}"
+                );
+                match q
+                    .split('&')
+                    .find_map(|p| p.strip_prefix("resourceVersion="))
+                {
+                    Some(rv) if q.contains("watch=true") => {
+                        assert!(q.contains("allowWatchBookmarks=true&"), "{q}");
+                        format!("watch {rv}")
+                    }
+                    Some(rv) => format!("list {rv}"),
+                    None => q.clone(),
+                }
+            })
+            .collect();
+        // 410: list again; the end of a stream: watch again from its
+        // newest version; an ERROR 410 event: list again.
+        assert_eq!(
+            seen,
+            ["list 0", "watch 1", "list 0", "watch 1", "watch 5", "list 0", "watch 1"]
+        );
+        let s = stats();
+        assert_eq!((calls("pods list"), calls("pods watch")), (3, 3), "{s:?}");
+        assert_eq!(s.call_errors, 1, "{s:?}");
+        let last = s.last_call_error.unwrap_or_default();
+        assert!(
+            last.contains("/api/v1/services?") && last.contains("an ERROR event: boom"),
+            "{last}"
+        );
+        // The held watches end with the fleet.
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), fleet.closed())
+            .await
+            .expect("the reflectors stop on shutdown");
+        server.abort();
+    }
+
     #[test]
     fn a_static_pod_s_hash_is_the_same_from_run_to_run() {
         assert_eq!(config_hash("edge-1"), config_hash("edge-1"));
