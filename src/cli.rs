@@ -687,7 +687,8 @@ pub struct SimArgs {
     /// Lease renewals, status updates, CSINode) or `all` (also the
     /// reflectors' lists and watches of its node, pods, services,
     /// CSIDrivers and RuntimeClasses, its start events and a mirror pod,
-    /// as docs/kubelet-api.md lists them; five more connections a node).
+    /// as docs/kubelet-api.md lists them; five more connections a node,
+    /// and five watches of the controller's --max-watches).
     #[arg(long, value_enum, default_value_t = KubeletCalls::Lean, requires = "push")]
     pub kubelet_calls: KubeletCalls,
 }

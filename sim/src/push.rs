@@ -482,7 +482,12 @@ pub(super) fn start(
         status_update_interval = ?status,
         clock_skew = %format_args!("{:#}", pusher.config.clock_skew),
         register = pusher.config.register,
-        "simulated kubelets push, one connection each"
+        kubelet_calls = ?pusher.config.kubelet_calls,
+        connections_each = match pusher.config.kubelet_calls {
+            KubeletCalls::Lean => 1,
+            KubeletCalls::All => 1 + REFLECTOR_CONNECTIONS,
+        },
+        "simulated kubelets push, over connections of their own"
     );
     Ok(pusher)
 }
