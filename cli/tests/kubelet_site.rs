@@ -71,7 +71,7 @@ impl Ca {
 }
 
 /// The call kinds of `PushStats::calls` a kubelet makes once each at least.
-const CALL_KINDS: [&str; 12] = [
+const CALL_KINDS: [&str; 13] = [
     "nodes list",
     "nodes watch",
     "services list",
@@ -84,6 +84,7 @@ const CALL_KINDS: [&str; 12] = [
     "runtimeclasses watch",
     "event",
     "mirror pod",
+    "mirror pod status",
 ];
 
 /// The events each kubelet posts at start (docs/kubelet-api.md 2.5).
@@ -213,10 +214,11 @@ async fn a_site_of_kubelets_making_every_call_reaches_ready_without_an_error() {
             assert!(got.iter().any(|r| r == reason), "{name}: {got:?}\n{events}");
         }
     }
-    // Each kubelet's mirror pod is listed with the site's pods.
     let (code, pods) = c.get("/api/v1/pods").await;
     assert_eq!(code, 200, "{pods}");
-    let mut listed: Vec<(String, String)> = pods["items"]
+    // Each kubelet's mirror pod is listed with the site's pods, Running as
+    // its status patch says.
+    let mut listed: Vec<(String, String, String)> = pods["items"]
         .as_array()
         .unwrap()
         .iter()
@@ -224,13 +226,14 @@ async fn a_site_of_kubelets_making_every_call_reaches_ready_without_an_error() {
             (
                 p["metadata"]["name"].as_str().unwrap().to_owned(),
                 p["spec"]["nodeName"].as_str().unwrap().to_owned(),
+                p["status"]["phase"].as_str().unwrap_or_default().to_owned(),
             )
         })
         .collect();
     listed.sort();
-    let want: Vec<(String, String)> = names
+    let want: Vec<(String, String, String)> = names
         .iter()
-        .map(|n| (format!("node-agent-{n}"), n.clone()))
+        .map(|n| (format!("node-agent-{n}"), n.clone(), "Running".to_owned()))
         .collect();
     assert_eq!(listed, want, "{pods}");
 

@@ -30,6 +30,9 @@
 //!   `pkg/kubelet/pod/mirror_client.go:69-107`), once its CSINode is
 //!   initialised (so its node is there, `kubelet.go:3331-3348`); a 409 means
 //!   it is there from an earlier run, which a kubelet sees in its pods list.
+//!   Then its status, once: get the pod, patch its status with the pod's
+//!   uid as precondition (`pkg/kubelet/status/status_manager.go:885`, `:915`,
+//!   `pkg/util/pod/pod.go:34-71`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -64,10 +67,11 @@ pub(super) enum CallKind {
     RuntimeClassesWatch,
     Event,
     MirrorPod,
+    MirrorPodStatus,
 }
 
 impl CallKind {
-    pub const ALL: [CallKind; 12] = [
+    pub const ALL: [CallKind; 13] = [
         CallKind::NodesList,
         CallKind::NodesWatch,
         CallKind::ServicesList,
@@ -80,6 +84,7 @@ impl CallKind {
         CallKind::RuntimeClassesWatch,
         CallKind::Event,
         CallKind::MirrorPod,
+        CallKind::MirrorPodStatus,
     ];
 
     /// Its key in `PushStats::calls`.
@@ -97,6 +102,7 @@ impl CallKind {
             CallKind::RuntimeClassesWatch => "runtimeclasses watch",
             CallKind::Event => "event",
             CallKind::MirrorPod => "mirror pod",
+            CallKind::MirrorPodStatus => "mirror pod status",
         }
     }
 }
@@ -505,6 +511,8 @@ pub(super) struct StartCalls {
     /// Events sent, so that two in the same nanosecond get two names.
     sent: u64,
     mirror_pod: bool,
+    /// The mirror pod's status was patched.
+    mirror_status: bool,
 }
 
 impl StartCalls {
@@ -580,11 +588,17 @@ impl StartCalls {
         true
     }
 
-    /// Posts the mirror pod of the node's static pod, once.
+    /// Posts the mirror pod of the node's static pod, then its status, once each.
     pub async fn mirror_pod(&mut self, link: &mut Link<'_>) {
-        if self.mirror_pod {
-            return;
+        if !self.mirror_pod {
+            self.create_mirror_pod(link).await;
         }
+        if self.mirror_pod && !self.mirror_status {
+            self.mirror_status = patch_mirror_pod_status(link).await;
+        }
+    }
+
+    async fn create_mirror_pod(&mut self, link: &mut Link<'_>) {
         let p = link.pusher;
         // The kubelet takes the uid from its node lister (mirror_client.go:145).
         let Some(uid) = link.node_uid().await else {
@@ -642,6 +656,70 @@ impl StartCalls {
     }
 }
 
+/// The status manager's sync of the mirror pod's status
+/// (`status_manager.go:885`, `:915`): get the pod, then a strategic merge
+/// patch of its status carrying the pod's uid as precondition
+/// (`pkg/util/pod/pod.go:34-71`). True once accepted.
+async fn patch_mirror_pod_status(link: &mut Link<'_>) -> bool {
+    let p = link.pusher;
+    let node = link.node.name.clone();
+    let path = format!("/api/v1/namespaces/{MIRROR_PODS_NAMESPACE}/pods/{STATIC_POD}-{node}");
+    let Some(got) = link.get(path.clone()).await else {
+        return false;
+    };
+    let uid = serde_json::from_slice::<Value>(&got.body)
+        .ok()
+        .and_then(|pod| pod["metadata"]["uid"].as_str().map(str::to_owned));
+    let (true, Some(uid)) = (got.status.is_success(), uid) else {
+        p.refused(&got);
+        return false;
+    };
+    let ip = link.node.address.ip().to_string();
+    let now = time(p.node_now());
+    let patch = json!({
+        "metadata": {"uid": uid},
+        "status": {
+            "$setElementOrder/conditions": [{"type": "Initialized"}, {"type": "Ready"}],
+            "conditions": [
+                {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            ],
+            "phase": "Running",
+            "hostIP": ip, "hostIPs": [{"ip": ip}],
+            "podIP": ip, "podIPs": [{"ip": ip}],
+            "startTime": now,
+            "containerStatuses": [{
+                "name": STATIC_POD, "ready": true, "restartCount": 0, "started": true,
+                "image": "registry.k8s.io/pause:3.10", "imageID": "",
+                "containerID": format!("sim://{STATIC_POD}-{node}"),
+                "state": {"running": {"startedAt": now}},
+            }],
+        },
+    });
+    let answer = match link
+        .send(
+            Method::PATCH,
+            format!("{path}/status"),
+            super::STRATEGIC_MERGE,
+            Bytes::from(patch.to_string()),
+        )
+        .await
+    {
+        Sent::Answered(a) => a,
+        Sent::Failed(message) => {
+            p.failed(message);
+            return false;
+        }
+        Sent::Stopped => return false,
+    };
+    if answer.status.is_success() {
+        p.answered(CallKind::MirrorPodStatus);
+        return true;
+    }
+    p.refused(&answer);
+    false
+}
+
 /// The static pod's `kubernetes.io/config.hash`: a hash of the pod, which
 /// here is the same for a node from run to run (FNV-1a of its name).
 fn config_hash(node: &str) -> String {
@@ -690,7 +768,7 @@ mod tests {
             ]
         );
         let names: Vec<&str> = CallKind::ALL.iter().map(|k| k.name()).collect();
-        assert_eq!(names.len(), 12);
+        assert_eq!(names.len(), 13);
         assert!(CallKind::ALL
             .iter()
             .enumerate()
@@ -783,7 +861,10 @@ mod tests {
         let calls = |kind: &str| stats().calls.get(kind).copied().unwrap_or(0);
         let began = Instant::now();
         // The services watch's error costs a back-off of 0.8 to 1.6 s, then a list.
-        while calls("pods watch") < 3 || calls("services list") < 2 || calls("mirror pod") < 1 {
+        while calls("pods watch") < 3
+            || calls("services list") < 2
+            || calls("mirror pod status") < 1
+        {
             assert!(began.elapsed() < Duration::from_secs(10), "{:?}", stats());
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
