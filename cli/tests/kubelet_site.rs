@@ -214,6 +214,22 @@ async fn a_site_of_kubelets_making_every_call_reaches_ready_without_an_error() {
             assert!(got.iter().any(|r| r == reason), "{name}: {got:?}\n{events}");
         }
     }
+    // Each Lease is owned by its node (pkg/kubelet/util/nodelease.go), so
+    // that a kubelet stops reading its node before each renewal.
+    for name in &names {
+        let (_, node) = c.get(&format!("/api/v1/nodes/{name}")).await;
+        let (code, lease) = c
+            .get(&format!(
+                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+            ))
+            .await;
+        assert_eq!(code, 200, "{lease}");
+        assert!(node["metadata"]["uid"].is_string(), "{node}");
+        assert_eq!(
+            lease["metadata"]["ownerReferences"][0]["uid"], node["metadata"]["uid"],
+            "{lease}"
+        );
+    }
     let (code, pods) = c.get("/api/v1/pods").await;
     assert_eq!(code, 200, "{pods}");
     // Each kubelet's mirror pod is listed with the site's pods, Running as

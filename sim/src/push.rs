@@ -888,6 +888,8 @@ struct Link<'a> {
     sender: Option<SendRequest<Full<Bytes>>>,
     /// With client certificates, this node's own TLS client, made once.
     tls: Option<(TlsConnector, ServerName<'static>)>,
+    /// With `KubeletCalls::All`, the uid of the node that owns its Lease.
+    lease_owner: Option<String>,
 }
 
 impl<'a> Link<'a> {
@@ -903,6 +905,7 @@ impl<'a> Link<'a> {
             source,
             sender: None,
             tls: None,
+            lease_owner: None,
         }
     }
 
@@ -1088,8 +1091,7 @@ impl<'a> Link<'a> {
     async fn renew_lease(&mut self, created: &mut bool) -> bool {
         let p = self.pusher;
         let name = &self.node.name;
-        // In protobuf, as a kubelet sends its Lease (see `protobuf`).
-        let body = Bytes::from(protobuf::encode(&lease_body(name, p.node_now())));
+        let renew = p.node_now();
         // At most: renew (404) → create (409) → renew.
         for _ in 0..3 {
             if !*created && p.config.kubelet_calls == KubeletCalls::All {
@@ -1106,13 +1108,24 @@ impl<'a> Link<'a> {
                     p.refused(&node);
                     return false;
                 }
+                // Its owner from then on (nodelease.go:39-58 `setNodeOwnerFunc`).
+                self.lease_owner = serde_json::from_slice::<Value>(&node.body)
+                    .ok()
+                    .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_owned));
             }
+            let mut lease = lease_body(name, renew);
+            if let Some(uid) = &self.lease_owner {
+                lease["metadata"]["ownerReferences"] =
+                    json!([{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}]);
+            }
+            // In protobuf, as a kubelet sends its Lease (see `protobuf`).
+            let body = Bytes::from(protobuf::encode(&lease));
             let (method, path) = if *created {
                 (Method::PUT, format!("{LEASES_PATH}/{name}"))
             } else {
                 (Method::POST, LEASES_PATH.to_owned())
             };
-            let answer = match self.send(method, path, PROTOBUF, body.clone()).await {
+            let answer = match self.send(method, path, PROTOBUF, body).await {
                 Sent::Answered(a) => a,
                 Sent::Failed(message) => {
                     p.failed(message);
