@@ -683,6 +683,27 @@ pub struct SimArgs {
         conflicts_with = "push_token_file"
     )]
     pub push_cert_dir: Option<PathBuf>,
+    /// Which of a kubelet's calls each node makes: `lean` (register,
+    /// Lease renewals, status updates, CSINode) or `all` (also the
+    /// reflectors' lists and watches of its node, pods, services,
+    /// CSIDrivers and RuntimeClasses, its start events and a mirror pod,
+    /// as docs/kubelet-api.md lists them; five more connections a node,
+    /// and five watches of the controller's --max-watches).
+    #[arg(long, value_enum, default_value_t = KubeletCalls::Lean, requires = "push")]
+    pub kubelet_calls: KubeletCalls,
+}
+
+/// Which calls a simulated kubelet makes (`sim --kubelet-calls`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum KubeletCalls {
+    /// Registration, Lease renewals, status updates and the CSINode: one
+    /// connection a node.
+    #[default]
+    Lean,
+    /// Every call of docs/kubelet-api.md a kubelet makes without pods
+    /// from the API: also its watches (one connection each), events and
+    /// a mirror pod.
+    All,
 }
 
 #[derive(Debug, Subcommand)]

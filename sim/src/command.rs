@@ -4,7 +4,7 @@ use std::path::Path;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::push::ClientCerts;
+use crate::push::{ClientCerts, KubeletCalls};
 use crate::{BearerToken, Fleet, FleetConfig, KubeletState, PushConfig, PushSetupError};
 use nodekeeper::cli::{SimArgs, SimCommand};
 use nodekeeper::commands::{Failure, Outcome};
@@ -88,6 +88,7 @@ fn push_config(args: &SimArgs) -> Result<Option<PushConfig>, Failure> {
         token,
         server_ca,
         client_certs,
+        kubelet_calls: args.kubelet_calls,
         ..PushConfig::new(url.clone())
     };
     config.validate().map_err(usage)?;
@@ -98,8 +99,13 @@ async fn run_fleet(args: &SimArgs) -> Outcome {
     let push = push_config(args)?;
     let limit = nodekeeper::config::raise_open_file_limit();
     // A listener and a served connection per kubelet, its own connection to
-    // the controller when pushing, plus spare.
-    let per_node = if push.is_some() { 3 } else { 2 };
+    // the controller when pushing (and one per watch with
+    // `--kubelet-calls all`), plus spare.
+    let per_node = match &push {
+        None => 2,
+        Some(p) if p.kubelet_calls == KubeletCalls::All => 3 + crate::push::REFLECTOR_CONNECTIONS,
+        Some(_) => 3,
+    };
     let needed = args.nodes as u64 * per_node + 64;
     if needed > limit {
         return Err(Failure {

@@ -15,6 +15,9 @@
 //! into a status patch (the kubelet's four conditions, as a two-way diff
 //! against the node it last saw) is `node_status`.
 //!
+//! With `--kubelet-calls all` each node also makes the rest of a
+//! kubelet's calls (reflectors, events, a mirror pod): `kubelet_calls`.
+//!
 //! This file (about 1,000 lines) is over the ~600 the project aims for: one
 //! simulated kubelet is its schedule, its one connection (`Link`: connect,
 //! TLS, handshake, send, read, reconnect) and the bodies it sends, and they
@@ -51,9 +54,13 @@ use super::KubeletState;
 use crate::protobuf::{self, PROTOBUF};
 use change_timing::ChangeTimer;
 pub use change_timing::{ChangeTiming, Percentiles};
+pub use kubelet_calls::REFLECTOR_CONNECTIONS;
+use kubelet_calls::{CallKind, StartCalls};
 use node_status::NodeStatus;
+pub use nodekeeper::cli::KubeletCalls;
 
 mod change_timing;
+mod kubelet_calls;
 mod node_status;
 pub(crate) use node_status::kubelet_report;
 
@@ -105,6 +112,8 @@ pub struct PushConfig {
     /// certificate, as a kubelet's kubeconfig does (`client-certificate-data`),
     /// instead of a bearer token.
     pub client_certs: Option<ClientCerts>,
+    /// Which of a kubelet's calls each node makes (`kubelet_calls`).
+    pub kubelet_calls: KubeletCalls,
 }
 
 /// A node's client certificate chain (leaf first) and key.
@@ -150,6 +159,7 @@ impl PushConfig {
             request_timeout: Duration::from_secs(10),
             server_ca: None,
             client_certs: None,
+            kubelet_calls: KubeletCalls::Lean,
         }
     }
 
@@ -369,6 +379,19 @@ pub struct PushStats {
     pub last_reconnect: Option<ChangeTiming>,
     /// The newest failure, as `METHOD path: what happened`.
     pub last_error: Option<String>,
+    /// With `--kubelet-calls all`: the answers, by call kind ("pods list",
+    /// "pods watch", "event", "mirror pod", ...; `kubelet_calls`), that a
+    /// kubelet takes as success.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub calls: std::collections::BTreeMap<String, u64>,
+    /// Answers a kubelet would log or retry: an error status (not those it
+    /// takes as normal: 409 on a create that exists, 404 on a first get,
+    /// 410 on a watch, which relists) or a watch stream that breaks.
+    #[serde(default)]
+    pub call_errors: u64,
+    /// The newest of `call_errors`, as `METHOD path: what happened`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_call_error: Option<String>,
     /// How long answered requests took, from sending to the whole answer,
     /// as counts by bucket of [`crate::latency`].
     #[serde(default)]
@@ -389,6 +412,9 @@ struct Counters {
     change_latency_max_ms: AtomicU64,
     last_error: Mutex<Option<String>>,
     latency: crate::latency::Histogram,
+    calls: [AtomicU64; CallKind::ALL.len()],
+    call_errors: AtomicU64,
+    last_call_error: Mutex<Option<String>>,
 }
 
 /// What every node's pushing shares: configuration, where to connect, counters.
@@ -456,7 +482,12 @@ pub(super) fn start(
         status_update_interval = ?status,
         clock_skew = %format_args!("{:#}", pusher.config.clock_skew),
         register = pusher.config.register,
-        "simulated kubelets push, one connection each"
+        kubelet_calls = ?pusher.config.kubelet_calls,
+        connections_each = match pusher.config.kubelet_calls {
+            KubeletCalls::Lean => 1,
+            KubeletCalls::All => 1 + REFLECTOR_CONNECTIONS,
+        },
+        "simulated kubelets push, over connections of their own"
     );
     Ok(pusher)
 }
@@ -499,6 +530,11 @@ async fn node_loop(
     let mut reconnected_at: Option<Instant> = None;
     let mut lease_created = false;
     let mut csinode_ready = false;
+    let all_calls = pusher.config.kubelet_calls == KubeletCalls::All;
+    let mut start_calls = StartCalls::default();
+    if all_calls {
+        kubelet_calls::start_reflectors(&pusher, &node);
+    }
     // When the state last changed, until a status update reports it.
     let mut changed_at: Option<Instant> = None;
     // Ends on shutdown; each turn is one renewal, one update, or one change.
@@ -548,10 +584,16 @@ async fn node_loop(
             if let Some(noticed) = reconnected_at.take() {
                 pusher.reconnect_timer.answered(noticed, Instant::now());
             }
+            if all_calls {
+                start_calls.events(&mut link, current).await;
+            }
             // Once its node exists, as the kubelet's CSI plugin retries
             // until it does (see `Link::init_csinode`).
             if !csinode_ready {
                 csinode_ready = link.init_csinode().await;
+            }
+            if all_calls && csinode_ready {
+                start_calls.mirror_pod(&mut link).await;
             }
         }
     }
@@ -575,6 +617,7 @@ async fn report_loop(pusher: Arc<Pusher>) {
             statuses = s.statuses,
             registrations = s.registrations,
             connections = s.connections,
+            call_errors = s.call_errors,
             last_error = s.last_error.as_deref().unwrap_or("none"),
             "simulated kubelet pushes so far"
         );
@@ -702,6 +745,22 @@ impl Pusher {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             latency: c.latency.counts(),
+            calls: CallKind::ALL
+                .iter()
+                .map(|k| {
+                    (
+                        k.name().to_owned(),
+                        c.calls[*k as usize].load(Ordering::Relaxed),
+                    )
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            call_errors: c.call_errors.load(Ordering::Relaxed),
+            last_call_error: c
+                .last_call_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 
@@ -725,7 +784,24 @@ impl Pusher {
     /// A request the controller answered with an error status.
     fn refused(&self, answer: &Answer) {
         self.counters.refused.fetch_add(1, Ordering::Relaxed);
-        self.failed(answer.describe());
+        let text = answer.describe();
+        self.call_error(text.clone());
+        self.failed(text);
+    }
+
+    /// An answer a kubelet would log or retry (`PushStats::call_errors`).
+    fn call_error(&self, text: String) {
+        self.counters.call_errors.fetch_add(1, Ordering::Relaxed);
+        *self
+            .counters
+            .last_call_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(text);
+    }
+
+    /// A call of `kind` answered as a kubelet wants it.
+    fn answered(&self, kind: CallKind) {
+        self.counters.calls[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A change of state noticed at `noticed` was reported by an accepted status update just now.
@@ -812,6 +888,8 @@ struct Link<'a> {
     sender: Option<SendRequest<Full<Bytes>>>,
     /// With client certificates, this node's own TLS client, made once.
     tls: Option<(TlsConnector, ServerName<'static>)>,
+    /// With `KubeletCalls::All`, the uid of the node that owns its Lease.
+    lease_owner: Option<String>,
 }
 
 impl<'a> Link<'a> {
@@ -827,6 +905,7 @@ impl<'a> Link<'a> {
             source,
             sender: None,
             tls: None,
+            lease_owner: None,
         }
     }
 
@@ -959,6 +1038,23 @@ impl<'a> Link<'a> {
         content_type: &str,
         body: Bytes,
     ) -> Result<(StatusCode, Bytes, bool), Failure> {
+        let response = self.request(method, path, content_type, body).await?;
+        let status = response.status();
+        let (body, complete) = read_capped(response.into_body(), MAX_ANSWER)
+            .await
+            .map_err(|e| Failure::Other(format!("reading the answer: {}", error_chain(&e))))?;
+        Ok((status, body, complete))
+    }
+
+    /// Sends a request over the node's connection (opened first if
+    /// needed) and answers the response as it begins, its body unread.
+    async fn request(
+        &mut self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Bytes,
+    ) -> Result<hyper::Response<Incoming>, Failure> {
         let p = self.pusher;
         if self.sender.as_ref().is_none_or(SendRequest::is_closed) {
             self.sender = Some(self.connect().await.map_err(Failure::Other)?);
@@ -980,19 +1076,14 @@ impl<'a> Link<'a> {
         let request = request
             .body(Full::new(body))
             .map_err(|e| Failure::Other(format!("cannot build the request: {e}")))?;
-        let response = sender.send_request(request).await.map_err(|e| {
+        sender.send_request(request).await.map_err(|e| {
             // Closed before any answer began: the server never took the request up.
             if e.is_canceled() || e.is_incomplete_message() {
                 Failure::NotTaken(error_chain(&e))
             } else {
                 Failure::Other(error_chain(&e))
             }
-        })?;
-        let status = response.status();
-        let (body, complete) = read_capped(response.into_body(), MAX_ANSWER)
-            .await
-            .map_err(|e| Failure::Other(format!("reading the answer: {}", error_chain(&e))))?;
-        Ok((status, body, complete))
+        })
     }
 
     /// Creates the Lease if it is not known to exist, else renews it; a
@@ -1000,16 +1091,41 @@ impl<'a> Link<'a> {
     async fn renew_lease(&mut self, created: &mut bool) -> bool {
         let p = self.pusher;
         let name = &self.node.name;
-        // In protobuf, as a kubelet sends its Lease (see `protobuf`).
-        let body = Bytes::from(protobuf::encode(&lease_body(name, p.node_now())));
+        let renew = p.node_now();
         // At most: renew (404) → create (409) → renew.
         for _ in 0..3 {
+            if !*created && p.config.kubelet_calls == KubeletCalls::All {
+                // A kubelet creates its Lease only once its node exists
+                // (pkg/kubelet/util/nodelease.go:39); until then it waits
+                // for the next round without an error.
+                let Some(node) = self.get(format!("{NODES_PATH}/{name}")).await else {
+                    return false;
+                };
+                if node.status == StatusCode::NOT_FOUND {
+                    return false;
+                }
+                if !node.status.is_success() {
+                    p.refused(&node);
+                    return false;
+                }
+                // Its owner from then on (nodelease.go:39-58 `setNodeOwnerFunc`).
+                self.lease_owner = serde_json::from_slice::<Value>(&node.body)
+                    .ok()
+                    .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_owned));
+            }
+            let mut lease = lease_body(name, renew);
+            if let Some(uid) = &self.lease_owner {
+                lease["metadata"]["ownerReferences"] =
+                    json!([{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}]);
+            }
+            // In protobuf, as a kubelet sends its Lease (see `protobuf`).
+            let body = Bytes::from(protobuf::encode(&lease));
             let (method, path) = if *created {
                 (Method::PUT, format!("{LEASES_PATH}/{name}"))
             } else {
                 (Method::POST, LEASES_PATH.to_owned())
             };
-            let answer = match self.send(method, path, PROTOBUF, body.clone()).await {
+            let answer = match self.send(method, path, PROTOBUF, body).await {
                 Sent::Answered(a) => a,
                 Sent::Failed(message) => {
                     p.failed(message);
@@ -1069,14 +1185,7 @@ impl<'a> Link<'a> {
                 return false;
             }
         }
-        let Some(node) = self.get(format!("{NODES_PATH}/{name}")).await else {
-            return false;
-        };
-        let uid = serde_json::from_slice::<Value>(&node.body)
-            .ok()
-            .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_owned));
-        let (true, Some(uid)) = (node.status.is_success(), uid) else {
-            p.refused(&node);
+        let Some(uid) = self.node_uid().await else {
             return false;
         };
         let csinode = json!({
@@ -1106,6 +1215,22 @@ impl<'a> Link<'a> {
         }
         p.refused(&created);
         false
+    }
+
+    /// The node's uid, for an owner reference (`GET /api/v1/nodes/NAME`,
+    /// `nodeinfomanager.go:459`); `None`, the failure counted, without it.
+    async fn node_uid(&mut self) -> Option<String> {
+        let node = self.get(format!("{NODES_PATH}/{}", self.node.name)).await?;
+        let uid = serde_json::from_slice::<Value>(&node.body)
+            .ok()
+            .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_owned));
+        match (node.status.is_success(), uid) {
+            (true, Some(uid)) => Some(uid),
+            _ => {
+                self.pusher.refused(&node);
+                None
+            }
+        }
     }
 
     /// A `GET`; `None` (the failure counted) without an answer.

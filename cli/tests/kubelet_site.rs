@@ -1,0 +1,262 @@
+//! A simulated site whose kubelets make every call of docs/kubelet-api.md
+//! a v1.33 kubelet makes (`PushConfig::kubelet_calls` = `All`, `sim
+//! --kubelet-calls all`: registration, Lease, status, CSINode, the
+//! reflectors' lists and watches, start events and a mirror pod), against
+//! the real binary with TLS and `--client-ca-file`: three kubelets hold a
+//! client certificate from the site's CA, one of them registering itself,
+//! and one joins by bootstrap token and CSR
+//! (`pkg/kubelet/certificate/bootstrap/bootstrap.go` `LoadClientCert`,
+//! played by [`nodekeeper_sim::bootstrap::load_client_cert`]). Every kubelet
+//! reaches Ready, every kind of call is answered as a kubelet wants, and no
+//! answer is one a kubelet would log or retry (`PushStats::call_errors`).
+// Set-up writes small files before the controller starts.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{cli_ok, TestSite, DEADLINE};
+use nodekeeper_sim::bootstrap::load_client_cert;
+use nodekeeper_sim::push::{ClientCerts, KubeletCalls, NodeCert};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+const OPERATOR: &str = "operator-secret";
+
+/// The site's CA: it signs the kubelets' certificates, the controller's
+/// CSRs (`--cluster-signing-*`), and is the `--client-ca-file`.
+struct Ca {
+    params: CertificateParams,
+    key: KeyPair,
+    pem: String,
+}
+
+impl Ca {
+    fn new() -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "site kubelet CA");
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca { params, key, pem }
+    }
+
+    /// `CN=system:node:NAME, O=system:nodes`, as a kubelet's client certificate.
+    fn issue(&self, node: &str) -> NodeCert {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("system:node:{node}"));
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "system:nodes");
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params
+            .signed_by(&key, &Issuer::from_params(&self.params, &self.key))
+            .unwrap();
+        (
+            vec![cert.der().clone()],
+            PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+        )
+    }
+}
+
+/// The call kinds of `PushStats::calls` a kubelet makes once each at least.
+const CALL_KINDS: [&str; 13] = [
+    "nodes list",
+    "nodes watch",
+    "services list",
+    "services watch",
+    "pods list",
+    "pods watch",
+    "csidrivers list",
+    "csidrivers watch",
+    "runtimeclasses list",
+    "runtimeclasses watch",
+    "event",
+    "mirror pod",
+    "mirror pod status",
+];
+
+/// The events each kubelet posts at start (docs/kubelet-api.md 2.5).
+const START_EVENTS: [&str; 6] = [
+    "Starting",
+    "NodeHasSufficientMemory",
+    "NodeHasNoDiskPressure",
+    "NodeHasSufficientPID",
+    "NodeAllocatableEnforced",
+    "NodeReady",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_of_kubelets_making_every_call_reaches_ready_without_an_error() {
+    // Nodes 0-2 are listed (2 joins by bootstrap token: the listed names'
+    // CSRs are approved); node 3 is not, and registers itself.
+    let site = TestSite::builder(4, Ipv4Addr::new(127, 172, 0, 1))
+        .push_mode()
+        .listing_first(3)
+        .start()
+        .await;
+    let ca = Arc::new(Ca::new());
+    let (ca_cert, ca_key) = (site.path().join("ca.crt"), site.path().join("ca.key"));
+    std::fs::write(&ca_cert, &ca.pem).unwrap();
+    std::fs::write(&ca_key, ca.key.serialize_pem()).unwrap();
+    let c = site
+        .run()
+        .tls()
+        .tokens(&format!("{OPERATOR}\n"))
+        .client_ca(&ca.pem)
+        .flags(&[
+            "--allow-node-registration",
+            "--enable-bootstrap-token-auth",
+            "--cluster-signing-cert-file",
+            ca_cert.to_str().unwrap(),
+            "--cluster-signing-key-file",
+            ca_key.to_str().unwrap(),
+        ])
+        .start();
+    let names: Vec<String> = (0..4).map(|i| site.fleet.name(i)).collect();
+
+    // Node 2 joins: a bootstrap token made by the operator, a CSR, the
+    // certificate it is issued.
+    let token = cli_ok(&site.db, &["--token", OPERATOR, "token", "create"])
+        .trim()
+        .to_string();
+    let joined = load_client_cert(
+        &c.client(),
+        &c.url,
+        Some(&token),
+        &names[2],
+        Duration::from_secs(30),
+        |_| {},
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {}", c.log_text()));
+    let bootstrapped: NodeCert = (
+        CertificateDer::pem_slice_iter(joined.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap(),
+        PrivateKeyDer::from_pem_slice(joined.key_pem.as_bytes()).unwrap(),
+    );
+    let (issuer, joiner) = (ca.clone(), names[2].clone());
+    site.fleet.push_to(&c, |p| {
+        p.register = true;
+        p.kubelet_calls = KubeletCalls::All;
+        p.client_certs = Some(ClientCerts(Arc::new(move |name: &str| {
+            // Read by each of the node's connections.
+            if name == joiner {
+                return Ok((bootstrapped.0.clone(), bootstrapped.1.clone_key()));
+            }
+            Ok(issuer.issue(name))
+        })));
+    });
+
+    for name in &names {
+        c.wait_ready(name, "True").await;
+    }
+    // Every kind of call answered, by every node where a node makes it once.
+    let started = tokio::time::Instant::now();
+    let stats = loop {
+        let stats = site.fleet.push_stats();
+        let done = CALL_KINDS.iter().all(|kind| {
+            let want = if *kind == "event" {
+                names.len() * START_EVENTS.len()
+            } else {
+                names.len()
+            };
+            stats.calls.get(*kind).copied().unwrap_or(0) >= want as u64
+        });
+        if done && stats.csinodes >= 4 && stats.leases >= 8 {
+            break stats;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "not every call was answered: {stats:?}\n{}",
+            c.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(stats.registrations, 1, "{stats:?}");
+    assert_eq!(
+        (stats.call_errors, stats.last_call_error.as_deref()),
+        (0, None),
+        "{stats:?}"
+    );
+    let kinds: Vec<&str> = stats.calls.keys().map(String::as_str).collect();
+    let mut want: Vec<&str> = CALL_KINDS.to_vec();
+    want.sort_unstable();
+    assert_eq!(kinds, want, "{stats:?}");
+
+    // The events are the nodes', in kubectl's list.
+    let (code, events) = c.get("/api/v1/events").await;
+    assert_eq!(code, 200, "{events}");
+    let mut reasons: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for event in events["items"].as_array().unwrap() {
+        if event["source"]["component"] == "kubelet" {
+            reasons
+                .entry(event["involvedObject"]["name"].as_str().unwrap().to_owned())
+                .or_default()
+                .push(event["reason"].as_str().unwrap().to_owned());
+        }
+    }
+    for name in &names {
+        let got = reasons.get(name).cloned().unwrap_or_default();
+        for reason in START_EVENTS {
+            assert!(got.iter().any(|r| r == reason), "{name}: {got:?}\n{events}");
+        }
+    }
+    // Each Lease is owned by its node (pkg/kubelet/util/nodelease.go), so
+    // that a kubelet stops reading its node before each renewal.
+    for name in &names {
+        let (_, node) = c.get(&format!("/api/v1/nodes/{name}")).await;
+        let (code, lease) = c
+            .get(&format!(
+                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+            ))
+            .await;
+        assert_eq!(code, 200, "{lease}");
+        assert!(node["metadata"]["uid"].is_string(), "{node}");
+        assert_eq!(
+            lease["metadata"]["ownerReferences"][0]["uid"], node["metadata"]["uid"],
+            "{lease}"
+        );
+    }
+    let (code, pods) = c.get("/api/v1/pods").await;
+    assert_eq!(code, 200, "{pods}");
+    // Each kubelet's mirror pod is listed with the site's pods, Running as
+    // its status patch says.
+    let mut listed: Vec<(String, String, String)> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap().to_owned(),
+                p["spec"]["nodeName"].as_str().unwrap().to_owned(),
+                p["status"]["phase"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    listed.sort();
+    let want: Vec<(String, String, String)> = names
+        .iter()
+        .map(|n| (format!("node-agent-{n}"), n.clone(), "Running".to_owned()))
+        .collect();
+    assert_eq!(listed, want, "{pods}");
+
+    // The watches held open stop with the fleet.
+    let dir = tokio::time::timeout(DEADLINE, site.stop_fleet())
+        .await
+        .expect("the simulated kubelets stop, their watches with them");
+    drop(c);
+    drop(dir);
+}
