@@ -95,6 +95,7 @@ impl Empty {
             timeout: request.timeout,
             bookmarks: request.bookmarks,
             filter: Some(std::sync::Arc::new(|_: &crate::model::Node| false)),
+            scope: super::watch::Scope::Nothing,
             render: None,
             kind: Some((self.api_version, self.kind)),
         };

@@ -155,6 +155,10 @@ async fn watch(
         Err(r) => return r,
     };
     let include = query.include;
+    let scope = match query.fields.required("metadata.name") {
+        Some(name) => super::watch::Scope::One(name.to_string()),
+        None => super::watch::Scope::All,
+    };
     let filter_query = query.clone();
     let filter: super::watch::NodeFilter = std::sync::Arc::new(move |node: &crate::model::Node| {
         let unschedulable = if node.unschedulable { "true" } else { "false" };
@@ -183,6 +187,7 @@ async fn watch(
         timeout,
         bookmarks,
         filter: Some(filter),
+        scope,
         render,
         kind: None,
     };

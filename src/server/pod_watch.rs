@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 use super::params::{wants_table, ListParams};
 use super::pods::{field, labels, served, POD_FIELDS, RESOURCE};
 use super::watch::{
-    begin, gone_line, line, read_after, stream_response, WatchStart, BOOKMARK_EVERY,
+    begin, gone_line, line, read_after, stream_response, Scope, WatchStart, BOOKMARK_EVERY,
     DEFAULT_TIMEOUT, PAGE,
 };
 use super::AppState;
@@ -234,8 +234,8 @@ async fn stream(
     let mut ticks = tokio::time::interval(BOOKMARK_EVERY);
     ticks.reset();
     loop {
-        let events = match read_after(&s, last, pin.floor()).await {
-            Ok(events) => events,
+        let events = match read_after(&s, last, pin.floor(), &Scope::All).await {
+            Ok(read) => read.events,
             Err(e) => {
                 let _ = out.send(gone_line(e)).await;
                 return;

@@ -40,6 +40,33 @@ pub(crate) type NodeFilter = std::sync::Arc<dyn Fn(&Node) -> bool + Send + Sync>
 /// Renders a node for the stream (a Node, or a Table for kubectl).
 pub(crate) type NodeRender = std::sync::Arc<dyn Fn(&Node) -> Value + Send + Sync>;
 
+/// Which nodes' events a watch can show at all, known from the request
+/// before any node is read. A node outside it is neither looked up nor
+/// replayed: a kubelet's watch of its own node (`metadata.name=NAME`) holds
+/// one node, and a watch of a resource nodekeeper keeps none of holds none,
+/// however many nodes the site has. kube-apiserver's watch cache narrows
+/// the same way, by its index on `metadata.name` (`storage/cacher`'s
+/// `IndexerFuncs`).
+#[derive(Clone, Default, PartialEq, Eq, Debug)]
+pub(crate) enum Scope {
+    #[default]
+    All,
+    /// Only the node of this name.
+    One(String),
+    /// No node: only the versions go by (for bookmarks).
+    Nothing,
+}
+
+impl Scope {
+    fn holds(&self, node: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::One(name) => name == node,
+            Scope::Nothing => false,
+        }
+    }
+}
+
 /// What a watch request asks for.
 #[derive(Clone, Default)]
 pub(crate) struct WatchParams {
@@ -47,6 +74,8 @@ pub(crate) struct WatchParams {
     pub timeout: Option<Duration>,
     pub bookmarks: bool,
     pub filter: Option<NodeFilter>,
+    /// Narrows what is read before `filter` looks at a node.
+    pub scope: Scope,
     pub render: Option<NodeRender>,
     /// What is watched, for its bookmarks: `apiVersion` and `kind`
     /// (`None`: nodes).
@@ -217,22 +246,62 @@ fn too_large(requested: u64, current: u64) -> Response {
         .into_response()
 }
 
-/// Reads up to a page of durable events after `after`, down to the pin's
-/// `floor`; fails when pruning took history the watch had not read yet.
+/// A round of a watch's reading of the log.
+pub(crate) struct Read {
+    /// The events of the watch's [`Scope`], oldest first.
+    pub events: Vec<Event>,
+    /// How far the log was read: no event of the scope up to here is left.
+    pub read_to: u64,
+    /// A page's worth was read and more may follow at once.
+    pub more: bool,
+}
+
+/// Reads up to a page of the durable events of `scope` after `after`, down
+/// to the pin's `floor`; fails when pruning took history the watch had not
+/// read yet. A watch of one node reads that node's events by the store's
+/// index, and one of no node reads none: the cost of a round is the
+/// watch's own events, not the site's.
 pub(crate) async fn read_after(
     s: &AppState,
     after: u64,
     floor: u64,
-) -> Result<Vec<Event>, StoreError> {
+    scope: &Scope,
+) -> Result<Read, StoreError> {
     let store = s.store.clone();
+    let scope = scope.clone();
     tokio::task::spawn_blocking(move || {
+        // Every event up to here is durable before the page is read, so a
+        // page with nothing left after it has read at least this far.
+        let durable = store.durable_seq();
+        let node = match scope {
+            Scope::Nothing => {
+                store.check_kept(after)?;
+                return Ok(Read {
+                    events: Vec::new(),
+                    read_to: durable.max(after),
+                    more: false,
+                });
+            }
+            Scope::One(name) => Some(name),
+            Scope::All => None,
+        };
         let query = HistoryQuery {
             after_seq: Some(after),
+            node,
             ..HistoryQuery::default()
         };
         let page = store.history_page_pinned(&query, PAGE, floor)?;
         store.check_kept(after)?;
-        Ok(page.events)
+        let newest = page.events.last().map_or(after, |e| e.seq);
+        let (read_to, more) = match page.next_after {
+            Some(next) => (next.max(newest), true),
+            None => (durable.max(newest), false),
+        };
+        Ok(Read {
+            events: page.events,
+            read_to,
+            more,
+        })
     })
     .await
     .unwrap_or_else(|e| Err(StoreError::Io(sled::Error::ReportableBug(e.to_string()))))
@@ -305,6 +374,10 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
             }
             Err(_) => return,
         };
+        let nodes: std::collections::BTreeMap<_, _> = nodes
+            .into_iter()
+            .filter(|(name, _)| params.scope.holds(name))
+            .collect();
         for node in nodes.values().filter(|n| keep(n)) {
             if out
                 .send(line(WatchEventType::Added, render(node)))
@@ -325,8 +398,12 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
     let mut bookmarks = tokio::time::interval(BOOKMARK_EVERY);
     bookmarks.reset();
     loop {
-        let events = match read_after(&s, last, pin.floor()).await {
-            Ok(events) => events,
+        let Read {
+            events,
+            read_to,
+            more,
+        } = match read_after(&s, last, pin.floor(), &params.scope).await {
+            Ok(read) => read,
             Err(e) => {
                 let _ = out.send(gone(e)).await;
                 return;
@@ -335,7 +412,7 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
         if !everything {
             let mut wanted: Vec<(String, u64)> = Vec::new();
             for e in &events {
-                if let Some(name) = &e.node {
+                if let Some(name) = e.node.as_ref().filter(|n| params.scope.holds(n)) {
                     if followed.insert(name.clone()) {
                         wanted.push((name.clone(), e.seq - 1));
                     }
@@ -352,10 +429,13 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
             }
         }
         for event in &events {
+            last = event.seq;
             let name = event.node.clone().unwrap_or_default();
+            if !params.scope.holds(&name) {
+                continue;
+            }
             let before = replay.nodes().get(&name).cloned();
             replay.apply(event);
-            last = event.seq;
             let after = replay.nodes().get(&name);
             let (kind, node) = match (&event.kind, before, after) {
                 (EventKind::Registered { .. }, _, Some(node)) => {
@@ -379,8 +459,9 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
                 return;
             }
         }
+        last = last.max(read_to);
         pin.advance(last);
-        if events.len() >= PAGE {
+        if more {
             continue;
         }
         tokio::select! {
@@ -395,5 +476,88 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::controller::ControllerHandle;
+    use crate::model::Micros;
+    use crate::server::SharedState;
+    use crate::store::records::tests::sample_node;
+    use crate::store::{Batch, Store, StoreOptions};
+    use crate::view::View;
+
+    fn state(dir: &tempfile::TempDir) -> AppState {
+        let store = Store::open(&dir.path().join("db"), &StoreOptions::default()).unwrap();
+        let (controller, _) = ControllerHandle::channel();
+        AppState::new(SharedState {
+            view: Arc::new(View::default()),
+            store: Arc::new(store),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
+            controller,
+            shutdown: Default::default(),
+            mirror: None,
+            health: crate::readiness::Health::new(),
+            node_json: Default::default(),
+        })
+    }
+
+    /// Registers `name`, then marks it unschedulable: two events.
+    fn two_events(s: &AppState, name: &str) {
+        let mut node = sample_node();
+        node.name = name.into();
+        let mut batch = Batch::new(Micros(100));
+        batch.record(
+            node.clone(),
+            [EventKind::Registered {
+                node: Box::new(node.clone()),
+            }],
+        );
+        s.store.write(batch).unwrap();
+        node.unschedulable = true;
+        let mut batch = Batch::new(Micros(200));
+        batch.record(
+            node,
+            [EventKind::OperatorChanged {
+                by: "test".into(),
+                changes: Vec::new(),
+            }],
+        );
+        s.store.write(batch).unwrap();
+    }
+
+    /// A watch reads the events its scope can show and no others, and
+    /// still learns how far the log went (for its bookmarks and its pin).
+    #[tokio::test]
+    async fn a_scoped_read_takes_only_its_nodes_events_and_reads_to_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = state(&dir);
+        for name in ["a", "b", "c"] {
+            two_events(&s, name);
+        }
+        let durable = s.store.flush_blocking().unwrap();
+        assert_eq!(durable, 6);
+        let seqs = |read: &Read| read.events.iter().map(|e| e.seq).collect::<Vec<_>>();
+
+        let all = read_after(&s, 0, 0, &Scope::All).await.unwrap();
+        assert_eq!(
+            (seqs(&all), all.read_to, all.more),
+            (vec![1, 2, 3, 4, 5, 6], 6, false)
+        );
+        let b = read_after(&s, 0, 0, &Scope::One("b".into())).await.unwrap();
+        assert_eq!((seqs(&b), b.read_to, b.more), (vec![3, 4], 6, false));
+        let from_4 = read_after(&s, 4, 0, &Scope::One("b".into())).await.unwrap();
+        assert_eq!((seqs(&from_4), from_4.read_to), (vec![], 6));
+        let stranger = read_after(&s, 0, 0, &Scope::One("x".into())).await.unwrap();
+        assert_eq!((seqs(&stranger), stranger.read_to), (vec![], 6));
+        let nothing = read_after(&s, 2, 0, &Scope::Nothing).await.unwrap();
+        assert_eq!(
+            (seqs(&nothing), nothing.read_to, nothing.more),
+            (vec![], 6, false)
+        );
     }
 }
