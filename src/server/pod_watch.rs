@@ -30,8 +30,8 @@ use tokio::sync::mpsc;
 use super::params::{wants_table, ListParams};
 use super::pods::{field, labels, served, POD_FIELDS, RESOURCE};
 use super::watch::{
-    begin, gone_line, line, read_after, stream_response, Scope, WatchStart, BOOKMARK_EVERY,
-    DEFAULT_TIMEOUT, PAGE,
+    begin, gone_line, line, read_after, stream_response, Read, Scope, WatchStart, BOOKMARK_EVERY,
+    DEFAULT_TIMEOUT,
 };
 use super::AppState;
 use crate::k8s::selectors::{FieldSelector, LabelSelector};
@@ -227,6 +227,12 @@ async fn stream(
         }
         known.insert((object.node.clone(), object.name.clone()), pod);
     }
+    // A kubelet's watch of its own pods (`spec.nodeName=NAME`) reads its
+    // node's entries only.
+    let scope = match &sel.node {
+        Some(node) => Scope::One(node.clone()),
+        None => Scope::All,
+    };
     let mut last = start;
     let mut durable_rx = s.view.subscribe();
     let deadline = tokio::time::sleep(timeout);
@@ -234,8 +240,12 @@ async fn stream(
     let mut ticks = tokio::time::interval(BOOKMARK_EVERY);
     ticks.reset();
     loop {
-        let events = match read_after(&s, last, pin.floor(), &Scope::All).await {
-            Ok(read) => read.events,
+        let Read {
+            events,
+            read_to,
+            more,
+        } = match read_after(&s, last, pin.floor(), &scope).await {
+            Ok(read) => read,
             Err(e) => {
                 let _ = out.send(gone_line(e)).await;
                 return;
@@ -257,8 +267,12 @@ async fn stream(
                 }
             }
         }
+        if !behind {
+            // Every entry of the scope up to `read_to` was streamed.
+            last = last.max(read_to);
+        }
         pin.advance(last);
-        if events.len() >= PAGE && !behind {
+        if more && !behind {
             continue;
         }
         tokio::select! {
