@@ -1125,13 +1125,8 @@ impl<'a> Link<'a> {
             } else {
                 (Method::POST, LEASES_PATH.to_owned())
             };
-            let answer = match self.send(method, path, PROTOBUF, body).await {
-                Sent::Answered(a) => a,
-                Sent::Failed(message) => {
-                    p.failed(message);
-                    return false;
-                }
-                Sent::Stopped => return false,
+            let Some(answer) = self.answer(method, path, PROTOBUF, body).await else {
+                return false;
             };
             match answer.status {
                 s if s.is_success() => {
@@ -1198,16 +1193,11 @@ impl<'a> Link<'a> {
             "spec": {"drivers": []},
         });
         let body = Bytes::from(protobuf::encode(&csinode));
-        let created = match self
-            .send(Method::POST, CSINODES_PATH.to_owned(), PROTOBUF, body)
+        let Some(created) = self
+            .answer(Method::POST, CSINODES_PATH.to_owned(), PROTOBUF, body)
             .await
-        {
-            Sent::Answered(a) => a,
-            Sent::Failed(message) => {
-                p.failed(message);
-                return false;
-            }
-            Sent::Stopped => return false,
+        else {
+            return false;
         };
         if created.status.is_success() || created.status == StatusCode::CONFLICT {
             p.counters.csinodes.fetch_add(1, Ordering::Relaxed);
@@ -1235,7 +1225,19 @@ impl<'a> Link<'a> {
 
     /// A `GET`; `None` (the failure counted) without an answer.
     async fn get(&mut self, path: String) -> Option<Answer> {
-        match self.send(Method::GET, path, "", Bytes::new()).await {
+        self.answer(Method::GET, path, "", Bytes::new()).await
+    }
+
+    /// [`Link::send`]'s answer; `None` without one, the failure counted
+    /// (or the fleet stopping).
+    async fn answer(
+        &mut self,
+        method: Method,
+        path: String,
+        content_type: &str,
+        body: Bytes,
+    ) -> Option<Answer> {
+        match self.send(method, path, content_type, body).await {
             Sent::Answered(a) => Some(a),
             Sent::Failed(message) => {
                 self.pusher.failed(message);
@@ -1303,21 +1305,16 @@ impl<'a> Link<'a> {
         let Some(write) = status.registration(&node.name, &ip, state, p.node_now()) else {
             return false;
         };
-        let answer = match self
-            .send(
+        let Some(answer) = self
+            .answer(
                 Method::POST,
                 NODES_PATH.to_owned(),
                 PROTOBUF,
                 Bytes::from(protobuf::encode(&write.body)),
             )
             .await
-        {
-            Sent::Answered(a) => a,
-            Sent::Failed(message) => {
-                p.failed(message);
-                return false;
-            }
-            Sent::Stopped => return false,
+        else {
+            return false;
         };
         match answer.status {
             s if s.is_success() => {

@@ -564,21 +564,16 @@ impl StartCalls {
             "count": 1, "type": "Normal",
             "reportingComponent": "kubelet", "reportingInstance": name,
         });
-        let answer = match link
-            .send(
+        let Some(answer) = link
+            .answer(
                 Method::POST,
                 "/api/v1/namespaces/default/events".to_owned(),
                 PROTOBUF,
                 Bytes::from(protobuf::encode(&event)),
             )
             .await
-        {
-            Sent::Answered(a) => a,
-            Sent::Failed(message) => {
-                p.failed(message);
-                return false;
-            }
-            Sent::Stopped => return false,
+        else {
+            return false;
         };
         if answer.status.is_success() {
             p.answered(CallKind::Event);
@@ -627,21 +622,16 @@ impl StartCalls {
                 "containers": [{"name": STATIC_POD, "image": "registry.k8s.io/pause:3.10"}],
             },
         });
-        let answer = match link
-            .send(
+        let Some(answer) = link
+            .answer(
                 Method::POST,
                 format!("/api/v1/namespaces/{MIRROR_PODS_NAMESPACE}/pods"),
                 PROTOBUF,
                 Bytes::from(protobuf::encode(&pod)),
             )
             .await
-        {
-            Sent::Answered(a) => a,
-            Sent::Failed(message) => {
-                p.failed(message);
-                return;
-            }
-            Sent::Stopped => return,
+        else {
+            return;
         };
         match answer.status {
             s if s.is_success() => {
@@ -696,21 +686,16 @@ async fn patch_mirror_pod_status(link: &mut Link<'_>) -> bool {
             }],
         },
     });
-    let answer = match link
-        .send(
+    let Some(answer) = link
+        .answer(
             Method::PATCH,
             format!("{path}/status"),
             super::STRATEGIC_MERGE,
             Bytes::from(patch.to_string()),
         )
         .await
-    {
-        Sent::Answered(a) => a,
-        Sent::Failed(message) => {
-            p.failed(message);
-            return false;
-        }
-        Sent::Stopped => return false,
+    else {
+        return false;
     };
     if answer.status.is_success() {
         p.answered(CallKind::MirrorPodStatus);
