@@ -15,49 +15,9 @@ mod common;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use common::{TestSite, DEADLINE};
-use nodekeeper_sim::push::{ClientCerts, NodeCert};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use common::{Ca, TestSite, DEADLINE};
+use nodekeeper_sim::push::ClientCerts;
 use serde_json::{json, Value};
-
-/// A CA that signs client certificates.
-struct Ca {
-    params: CertificateParams,
-    key: KeyPair,
-    pem: String,
-}
-
-impl Ca {
-    fn new() -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "kubelets' CA");
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca { params, key, pem }
-    }
-
-    /// A client certificate `CN=cn, O=o`: its PEM with its key's, and as DER.
-    fn issue(&self, cn: &str, o: &str) -> (String, NodeCert) {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.distinguished_name.push(DnType::OrganizationName, o);
-        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-        let cert = params
-            .signed_by(&key, &Issuer::from_params(&self.params, &self.key))
-            .unwrap();
-        let pem = format!("{}{}", cert.pem(), key.serialize_pem());
-        let der = (
-            vec![cert.der().clone()],
-            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
-        );
-        (pem, der)
-    }
-}
 
 /// An HTTPS client trusting `server_pem`, with the client certificate
 /// `identity` (certificate and key PEM), if any.

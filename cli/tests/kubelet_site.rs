@@ -19,56 +19,13 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{cli_ok, TestSite, DEADLINE};
+use common::{cli_ok, Ca, TestSite, DEADLINE};
 use nodekeeper_sim::bootstrap::load_client_cert;
 use nodekeeper_sim::push::{ClientCerts, KubeletCalls, NodeCert};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 const OPERATOR: &str = "operator-secret";
-
-/// The site's CA: it signs the kubelets' certificates, the controller's
-/// CSRs (`--cluster-signing-*`), and is the `--client-ca-file`.
-struct Ca {
-    params: CertificateParams,
-    key: KeyPair,
-    pem: String,
-}
-
-impl Ca {
-    fn new() -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "site kubelet CA");
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca { params, key, pem }
-    }
-
-    /// `CN=system:node:NAME, O=system:nodes`, as a kubelet's client certificate.
-    fn issue(&self, node: &str) -> NodeCert {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, format!("system:node:{node}"));
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, "system:nodes");
-        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-        let cert = params
-            .signed_by(&key, &Issuer::from_params(&self.params, &self.key))
-            .unwrap();
-        (
-            vec![cert.der().clone()],
-            PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
-        )
-    }
-}
 
 /// The call kinds of `PushStats::calls` a kubelet makes once each at least.
 const CALL_KINDS: [&str; 13] = [
@@ -156,7 +113,7 @@ async fn a_site_of_kubelets_making_every_call_reaches_ready_without_an_error() {
             if name == joiner {
                 return Ok((bootstrapped.0.clone(), bootstrapped.1.clone_key()));
             }
-            Ok(issuer.issue(name))
+            Ok(issuer.node_cert(name))
         })));
     });
 

@@ -1237,3 +1237,53 @@ impl Kubectl {
         err
     }
 }
+
+/// A CA that signs client certificates (ECDSA P-256, as the simulated
+/// kubelets' and the bench's).
+pub struct Ca {
+    params: rcgen::CertificateParams,
+    pub key: rcgen::KeyPair,
+    /// The CA certificate, for `--client-ca-file`.
+    pub pem: String,
+}
+
+impl Ca {
+    pub fn new() -> Ca {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "kubelets' CA");
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca { params, key, pem }
+    }
+
+    /// A client certificate `CN=cn, O=o`: its PEM with its key's, and as DER.
+    pub fn issue(&self, cn: &str, o: &str) -> (String, nodekeeper_sim::push::NodeCert) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, o);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params
+            .signed_by(&key, &rcgen::Issuer::from_params(&self.params, &self.key))
+            .unwrap();
+        let pem = format!("{}{}", cert.pem(), key.serialize_pem());
+        let der = (
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+        );
+        (pem, der)
+    }
+
+    /// `CN=system:node:NAME, O=system:nodes`, as a kubelet's client certificate.
+    pub fn node_cert(&self, node: &str) -> nodekeeper_sim::push::NodeCert {
+        self.issue(&format!("system:node:{node}"), "system:nodes").1
+    }
+}
