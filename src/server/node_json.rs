@@ -329,4 +329,4 @@ impl hyper::body::Body for ListBody {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

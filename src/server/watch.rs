@@ -481,30 +481,11 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::controller::ControllerHandle;
     use crate::model::Micros;
-    use crate::server::SharedState;
+    use crate::server::node_json::tests::state;
     use crate::store::records::tests::sample_node;
-    use crate::store::{Batch, Store, StoreOptions};
-    use crate::view::View;
-
-    fn state(dir: &tempfile::TempDir) -> AppState {
-        let store = Store::open(&dir.path().join("db"), &StoreOptions::default()).unwrap();
-        let (controller, _) = ControllerHandle::channel();
-        AppState::new(SharedState {
-            view: Arc::new(View::default()),
-            store: Arc::new(store),
-            metrics: Arc::new(crate::metrics::Metrics::new()),
-            controller,
-            shutdown: Default::default(),
-            mirror: None,
-            health: crate::readiness::Health::new(),
-            node_json: Default::default(),
-        })
-    }
+    use crate::store::Batch;
 
     /// Registers `name`, then marks it unschedulable: two events.
     fn two_events(s: &AppState, name: &str) {

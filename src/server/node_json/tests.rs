@@ -184,7 +184,7 @@ async fn deleted_nodes_are_forgotten() {
 }
 
 /// A server state over a view the test publishes to (no controller runs).
-fn state(dir: &tempfile::TempDir) -> AppState {
+pub(crate) fn state(dir: &tempfile::TempDir) -> AppState {
     let store = Store::open(&dir.path().join("db"), &StoreOptions::default()).unwrap();
     let (controller, _) = ControllerHandle::channel();
     AppState::new(SharedState {
