@@ -5,9 +5,8 @@
 //! API's checks ([`crate::server::node_writes::prepare`]) and the
 //! controller's fold ([`crate::controller::operator`]).
 //!
-//! This file (about 610 production lines) is at the ~600 the project aims
-//! for: each command is one method of [`Source`] for a stopped store and one
-//! for a running controller, kept side by side so that the two answer alike.
+//! Each command is one method of [`Source`], its stopped-store and
+//! running-controller answers side by side so that the two answer alike.
 
 use std::path::Path;
 use std::time::Duration;
