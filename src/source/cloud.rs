@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use regex::Regex;
 
@@ -257,74 +257,75 @@ fn describe(instance: &Instance) -> String {
     }
 }
 
-/// An in-memory provider for tests. Clones share their machines, so a test
-/// can hand one to the controller and change the "cloud" under it.
-#[derive(Debug, Clone)]
-pub struct FakeCloud {
-    name: String,
-    state: Arc<Mutex<FakeState>>,
-}
-
-#[derive(Debug, Default)]
-struct FakeState {
-    machines: Vec<Instance>,
-    failure: Option<String>,
-    lists: u64,
-}
-
-impl FakeCloud {
-    /// A provider named `name` with these machines.
-    pub fn new(name: &str, machines: Vec<Instance>) -> FakeCloud {
-        FakeCloud {
-            name: name.into(),
-            state: Arc::new(Mutex::new(FakeState {
-                machines,
-                ..FakeState::default()
-            })),
-        }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
-        // A test that panicked while holding the lock has failed already.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Replaces the machines (they come and go).
-    pub fn set_machines(&self, machines: Vec<Instance>) {
-        self.state().machines = machines;
-    }
-
-    /// Makes every listing fail with `failure` (`None`: answer again).
-    pub fn fail_with(&self, failure: Option<&str>) {
-        self.state().failure = failure.map(str::to_string);
-    }
-
-    /// How many listings were asked for.
-    pub fn lists(&self) -> u64 {
-        self.state().lists
-    }
-}
-
-impl CloudProvider for FakeCloud {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn list(&self) -> BoxFuture<'_, CloudResult<Arc<Vec<Instance>>>> {
-        Box::pin(async move {
-            let mut state = self.state();
-            state.lists += 1;
-            match &state.failure {
-                Some(failure) => Err(CloudError::Network(failure.clone())),
-                None => Ok(Arc::new(state.machines.clone())),
-            }
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::AddressKind;
+    use std::sync::Mutex;
+
+    /// An in-memory provider for tests. Clones share their machines, so a test
+    /// can hand one to the controller and change the "cloud" under it.
+    #[derive(Debug, Clone)]
+    struct FakeCloud {
+        name: String,
+        state: Arc<Mutex<FakeState>>,
+    }
+
+    #[derive(Debug, Default)]
+    struct FakeState {
+        machines: Vec<Instance>,
+        failure: Option<String>,
+        lists: u64,
+    }
+
+    impl FakeCloud {
+        /// A provider named `name` with these machines.
+        fn new(name: &str, machines: Vec<Instance>) -> FakeCloud {
+            FakeCloud {
+                name: name.into(),
+                state: Arc::new(Mutex::new(FakeState {
+                    machines,
+                    ..FakeState::default()
+                })),
+            }
+        }
+
+        fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
+            // A test that panicked while holding the lock has failed already.
+            self.state.lock().unwrap_or_else(|e| e.into_inner())
+        }
+
+        /// Replaces the machines (they come and go).
+        fn set_machines(&self, machines: Vec<Instance>) {
+            self.state().machines = machines;
+        }
+
+        /// Makes every listing fail with `failure` (`None`: answer again).
+        fn fail_with(&self, failure: Option<&str>) {
+            self.state().failure = failure.map(str::to_string);
+        }
+
+        /// How many listings were asked for.
+        fn lists(&self) -> u64 {
+            self.state().lists
+        }
+    }
+
+    impl CloudProvider for FakeCloud {
+        fn name(&self) -> &str {
+            &self.name
+        }
+        fn list(&self) -> BoxFuture<'_, CloudResult<Arc<Vec<Instance>>>> {
+            Box::pin(async move {
+                let mut state = self.state();
+                state.lists += 1;
+                match &state.failure {
+                    Some(failure) => Err(CloudError::Network(failure.clone())),
+                    None => Ok(Arc::new(state.machines.clone())),
+                }
+            })
+        }
+    }
 
     fn machine(name: &str, cpu: Option<u64>) -> Instance {
         Instance {
