@@ -5,9 +5,8 @@
 //! API's checks ([`crate::server::node_writes::prepare`]) and the
 //! controller's fold ([`crate::controller::operator`]).
 //!
-//! This file (about 610 production lines) is at the ~600 the project aims
-//! for: each command is one method of [`Source`] for a stopped store and one
-//! for a running controller, kept side by side so that the two answer alike.
+//! Each command is one method of [`Source`], its stopped-store and
+//! running-controller answers side by side so that the two answer alike.
 
 use std::path::Path;
 use std::time::Duration;
@@ -246,60 +245,24 @@ impl Source {
         &self,
         path_and_query: &str,
     ) -> Result<Answer<T>, InspectError> {
-        let Source::Remote {
-            base,
-            client,
-            token,
-        } = self
-        else {
-            unreachable!("get is only called on a remote source")
-        };
-        let url = format!("{base}{path_and_query}");
-        let remote = |reason: String| InspectError::Remote {
-            url: base.clone(),
-            reason,
-        };
-        let mut request = client.get(&url);
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        let mut response = request.send().await.map_err(|e| remote(e.to_string()))?;
-        let status = response.status();
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| remote(e.to_string()))? {
-            if body.len() + chunk.len() > RESPONSE_CAP {
-                return Err(remote(format!("answer larger than {RESPONSE_CAP} bytes")));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        if status == reqwest::StatusCode::UNAUTHORIZED {
-            return Err(remote(
+        let (status, body) = self
+            .request(reqwest::Method::GET, path_and_query, None)
+            .await?;
+        match status {
+            reqwest::StatusCode::UNAUTHORIZED => Err(self.remote_error(
                 "401 Unauthorized: it runs with --token-file; give one of its tokens in NODEKEEPER_TOKEN (or --token)".into(),
-            ));
+            )),
+            reqwest::StatusCode::NOT_FOUND => Ok(Answer::NotFound(message(&body))),
+            reqwest::StatusCode::BAD_REQUEST => Err(InspectError::Invalid(message(&body))),
+            reqwest::StatusCode::GONE => Err(InspectError::Gone(message(&body))),
+            status if !status.is_success() => {
+                Err(self.remote_error(format!("{status}: {}", message(&body))))
+            }
+            _ => serde_json::from_slice(&body).map(Answer::Found).map_err(|e| {
+                let url = self.url();
+                self.remote_error(format!("unreadable answer from {url}{path_and_query}: {e}"))
+            }),
         }
-        let message = || {
-            serde_json::from_slice::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|v| {
-                    v.get("message")
-                        .and_then(|m| m.as_str())
-                        .map(str::to_string)
-                })
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(300).collect())
-        };
-        if status == reqwest::StatusCode::NOT_FOUND {
-            return Ok(Answer::NotFound(message()));
-        }
-        if !status.is_success() {
-            return Err(match status {
-                reqwest::StatusCode::BAD_REQUEST => InspectError::Invalid(message()),
-                reqwest::StatusCode::GONE => InspectError::Gone(message()),
-                _ => remote(format!("{status}: {}", message())),
-            });
-        }
-        serde_json::from_slice(&body)
-            .map(Answer::Found)
-            .map_err(|e| remote(format!("unreadable answer from {url}: {e}")))
     }
 
     /// Every node with its newest heartbeat.
@@ -663,12 +626,55 @@ impl Source {
         self.send(method, path, "application/json", body).await
     }
 
-    fn remote_error(&self, reason: String) -> InspectError {
-        let url = match self {
+    /// The controller's address, or the store's path.
+    fn url(&self) -> String {
+        match self {
             Source::Remote { base, .. } => base.clone(),
             Source::Local(store) => store.path().display().to_string(),
-        };
+        }
+    }
+
+    fn remote_error(&self, reason: String) -> InspectError {
+        let url = self.url();
         InspectError::Remote { url, reason }
+    }
+
+    /// One request to the running controller, with `body` of its content
+    /// type if given: the answer's status and body, read up to [`RESPONSE_CAP`].
+    async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, String)>,
+    ) -> Result<(reqwest::StatusCode, Vec<u8>), InspectError> {
+        let Source::Remote {
+            base,
+            client,
+            token,
+        } = self
+        else {
+            unreachable!("only a remote source is asked over HTTP")
+        };
+        let mut request = client.request(method, format!("{base}{path}"));
+        if let Some((content_type, body)) = body {
+            request = request
+                .header(reqwest::header::CONTENT_TYPE, content_type)
+                .body(body);
+        }
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let failed = |e: reqwest::Error| self.remote_error(e.to_string());
+        let mut response = request.send().await.map_err(failed)?;
+        let status = response.status();
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(failed)? {
+            if body.len() + chunk.len() > RESPONSE_CAP {
+                return Err(self.remote_error(format!("answer larger than {RESPONSE_CAP} bytes")));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok((status, body))
     }
 
     /// A write to the running controller; its answer's body, or the
@@ -680,44 +686,13 @@ impl Source {
         content_type: &str,
         body: String,
     ) -> Result<Vec<u8>, InspectError> {
-        let Source::Remote {
-            base,
-            client,
-            token,
-        } = self
-        else {
-            unreachable!("send is only called on a remote source")
-        };
-        let mut request = client
-            .request(method, format!("{base}{path}"))
-            .header(reqwest::header::CONTENT_TYPE, content_type)
-            .body(body);
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        let mut response = request
-            .send()
-            .await
-            .map_err(|e| self.remote_error(e.to_string()))?;
-        let status = response.status();
-        let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| self.remote_error(e.to_string()))?
-        {
-            if body.len() + chunk.len() > RESPONSE_CAP {
-                return Err(self.remote_error(format!("answer larger than {RESPONSE_CAP} bytes")));
-            }
-            body.extend_from_slice(&chunk);
-        }
+        let (status, body) = self
+            .request(method, path, Some((content_type, body)))
+            .await?;
         if status.is_success() {
             return Ok(body);
         }
-        let message = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v["message"].as_str().map(str::to_string))
-            .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(300).collect());
+        let message = message(&body);
         Err(match status.as_u16() {
             404 => InspectError::NotFound(message),
             409 => InspectError::Conflict(message),
@@ -729,6 +704,14 @@ impl Source {
             _ => self.remote_error(format!("{status}: {message}")),
         })
     }
+}
+
+/// The `message` of a refusal's `Status`, or the start of its body.
+fn message(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(300).collect())
 }
 
 /// Who a write to a stopped store is recorded as: the local user.

@@ -1,17 +1,16 @@
 //! Prometheus metrics, on a registry of our own (no globals). No per-node
 //! labels: a 10k-node site must not mean 10k series.
 //!
-//! `Metrics::new` is long (about 400 lines) on purpose: it is the one list of
-//! every metric, its help text and its registration, which the metrics
-//! table of docs/guide/operations.md documents (`cli/tests/dashboards.rs` checks that every
-//! family served is in it).
+//! `Metrics::for_site` is the one list of every metric with its help text,
+//! which the metrics table of docs/guide/operations.md documents
+//! (`cli/tests/dashboards.rs` checks that every family served is in it).
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Metric, Registry};
 
 use crate::model::ConditionStatus;
 
@@ -253,7 +252,6 @@ pub struct RejectedLabels {
     pub reason: RejectReason,
 }
 
-/// A wall-clock time as Unix seconds, for `*_timestamp_seconds` gauges.
 impl Metrics {
     /// `nodekeeper_credential_file_stale` for the file of `flag`.
     pub fn credential_file_stale(&self, flag: &str) -> Gauge {
@@ -263,8 +261,28 @@ impl Metrics {
     }
 }
 
+/// A wall-clock time as Unix seconds, for `*_timestamp_seconds` gauges.
 pub fn unix_seconds(t: crate::model::Micros) -> f64 {
     t.0 as f64 / 1e6
+}
+
+/// The `nodekeeper_` registry, handing back each metric it registers.
+struct Catalogue<'a>(&'a mut Registry);
+
+impl Catalogue<'_> {
+    /// A new metric (at 0, or a family without series) as `name`.
+    fn add<M: Metric + Clone + Default>(&mut self, name: &str, help: &str) -> M {
+        let metric = M::default();
+        self.0.register(name, help, metric.clone());
+        metric
+    }
+
+    /// A histogram as `name`, its buckets doubling from `start`.
+    fn histogram(&mut self, name: &str, help: &str, start: f64, buckets: u16) -> Histogram {
+        let metric = Histogram::new(exponential_buckets(start, 2.0, buckets));
+        self.0.register(name, help, metric.clone());
+        metric
+    }
 }
 
 impl Default for Metrics {
@@ -286,16 +304,16 @@ impl Metrics {
 
     /// Registers every series; `site` (`--site`) goes into
     /// `nodekeeper_build_info` only: a site is a target label, given by
-    /// the scrape configuration (docs/decisions/site-label.md). Over 80
-    /// lines: it is the catalogue of metrics, one registration with its
-    /// help text per series, read whole.
+    /// the scrape configuration (docs/decisions/site-label.md). Long: it
+    /// is the catalogue of metrics, one registration per family, in the
+    /// order they are served.
     pub fn for_site(site: Option<&str>) -> Metrics {
         let mut root = Registry::default();
         // The standard process_* series carry no prefix; ours all do.
         root.register_collector(Box::new(crate::process::ProcessCollector));
-        let registry = root.sub_registry_with_prefix("nodekeeper");
+        let mut r = Catalogue(root.sub_registry_with_prefix("nodekeeper"));
         let build = crate::version::build_info();
-        registry.register(
+        r.0.register(
             "build",
             "Which nodekeeper this is: version, git commit, build date, compiler and --site (always 1)",
             prometheus_client::metrics::info::Info::new(vec![
@@ -306,418 +324,292 @@ impl Metrics {
                 ("site", site.unwrap_or_default().to_string()),
             ]),
         );
-        let nodes = Family::<ConditionLabels, Gauge>::default();
-        registry.register(
-            "nodes",
-            "Registered nodes by condition status",
-            nodes.clone(),
-        );
-        let transitions = Family::<ConditionLabels, Counter>::default();
-        registry.register(
-            "condition_transitions",
-            "Condition changes, by the status changed to",
-            transitions.clone(),
-        );
-        let probes = Family::<ProbeLabels, Counter>::default();
-        registry.register("probes", "Kubelet health probes by result", probes.clone());
-        // 100µs … ~6.5s: loopback answers to timeouts.
-        let probe_duration = Histogram::new(
-            prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 17),
-        );
-        registry.register(
-            "probe_duration_seconds",
-            "Kubelet health probe latency",
-            probe_duration.clone(),
-        );
-        let sweep_duration = Histogram::new(
-            prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 16),
-        );
-        registry.register(
-            "sweep_duration_seconds",
-            "Time to probe every node once and store the results",
-            sweep_duration.clone(),
-        );
-        let store_size = Gauge::default();
-        registry.register(
-            "store_size_bytes",
-            "Size of the store on disk",
-            store_size.clone(),
-        );
-        let store_events = Gauge::default();
-        registry.register(
-            "store_last_seq",
-            "Sequence number of the newest durable event",
-            store_events.clone(),
-        );
-        let store_writable = Gauge::default();
-        store_writable.set(1);
-        registry.register(
-            "store_writable",
-            "1 while the store takes writes; 0 while it refuses them (a disk short of space, a failed write)",
-            store_writable.clone(),
-        );
-        let store_flushes = Counter::default();
-        registry.register(
-            "store_flushes",
-            "Flushes of the store; each makes a group of changes durable",
-            store_flushes.clone(),
-        );
-        let store_flush_duration = Histogram::new(
-            prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 16),
-        );
-        registry.register(
-            "store_flush_duration_seconds",
-            "Time to make one group of changes durable",
-            store_flush_duration.clone(),
-        );
-        let store_group_size = Histogram::new(
-            prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 13),
-        );
-        registry.register(
-            "store_group_size",
-            "Changes made durable by one flush (group commit)",
-            store_group_size.clone(),
-        );
-        let registered = Gauge::default();
-        registry.register(
-            "registered_nodes",
-            "Nodes in the registry",
-            registered.clone(),
-        );
-        let unregistered = Gauge::default();
-        registry.register(
-            "unregistered_nodes",
-            "Nodes a source names that are not registered yet (registration is tried again until they are)",
-            unregistered.clone(),
-        );
-        let heartbeats = Family::<HeartbeatLabels, Counter>::default();
-        registry.register(
-            "heartbeats",
-            "Heartbeats accepted, by how they came",
-            heartbeats.clone(),
-        );
-        let heartbeat_age =
-            Family::<QuantileLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register(
-            "heartbeat_age_seconds",
-            "Time since the last heartbeat of pushing nodes, over all of them (0.5, 0.99 and 1 quantiles)",
-            heartbeat_age.clone(),
-        );
-        let pushing = Gauge::default();
-        registry.register(
-            "pushing_nodes",
-            "Nodes whose health comes from their own heartbeats",
-            pushing.clone(),
-        );
-        let evictions = Counter::default();
-        registry.register(
-            "evictions",
-            "Nodes evicted (not Ready past --pod-eviction-timeout)",
-            evictions.clone(),
-        );
-        let source_failures = Counter::default();
-        registry.register(
-            "source_list_failures",
-            "Failed listings of the cloud or inventory source",
-            source_failures.clone(),
-        );
-        let source_failing = Family::<SourceLabels, Gauge>::default();
-        registry.register(
-            "source_failing",
-            "1 while a source of nodes cannot be followed (a nodes file that does not parse or cannot be read, a failed listing), else 0; the registry is left as it is meanwhile",
-            source_failing.clone(),
-        );
-        for source in [NodeSource::NodesFile, NodeSource::Cloud] {
-            let _ = source_failing.get_or_create(&SourceLabels { source });
-        }
-        let source_machines = Gauge::default();
-        registry.register(
-            "source_machines",
-            "Machines in the last good listing of the source",
-            source_machines.clone(),
-        );
-        let source_sync_duration = Histogram::new(
-            prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 16),
-        );
-        registry.register(
-            "source_sync_duration_seconds",
-            "Time to list the cloud or inventory source and bring the registry in line",
-            source_sync_duration.clone(),
-        );
-        let mirror_backlog = Gauge::default();
-        registry.register(
-            "mirror_backlog",
-            "Outbox entries (nodes and pod evictions) the API server has not been told yet",
-            mirror_backlog.clone(),
-        );
-        let mirror_oldest_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
-            "mirror_oldest_entry_age_seconds",
-            "Age of the oldest outbox entry (0 when the outbox is empty)",
-            mirror_oldest_age.clone(),
-        );
-        let mirror_requests = Family::<MirrorRequestLabels, Counter>::default();
-        registry.register(
-            "mirror_requests",
-            "Requests to the API server, by verb and answer",
-            mirror_requests.clone(),
-        );
-        let mirror_request_duration = Histogram::new(
-            prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 16),
-        );
-        registry.register(
-            "mirror_request_duration_seconds",
-            "API server request latency",
-            mirror_request_duration.clone(),
-        );
-        let mirror_retries = Counter::default();
-        registry.register(
-            "mirror_retries",
-            "Outbox entries and Lease renewals that failed and were scheduled again",
-            mirror_retries.clone(),
-        );
-        let mirror_lease_renewals = Counter::default();
-        registry.register(
-            "mirror_lease_renewals",
-            "Node Leases renewed in kube-node-lease",
-            mirror_lease_renewals.clone(),
-        );
-        let mirror_leader = Gauge::default();
-        registry.register(
-            "mirror_leader",
-            "1 while this controller holds the leader Lease and writes to the API server",
-            mirror_leader.clone(),
-        );
-        let mirror_configured = Gauge::default();
-        registry.register(
-            "mirror_configured",
-            "1 when this controller mirrors to an API server (--kubeconfig or --master), else 0",
-            mirror_configured.clone(),
-        );
-        let last_sweep = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
-            "last_sweep_timestamp_seconds",
-            "When the last probe sweep finished and its results were stored (Unix seconds; 0 before the first)",
-            last_sweep.clone(),
-        );
-        let last_monitor_pass = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
-            "last_monitor_pass_timestamp_seconds",
-            "When the last monitor pass (silence check and eviction) finished (Unix seconds; 0 before the first)",
-            last_monitor_pass.clone(),
-        );
-        let controller_lag = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
-            "controller_lag_seconds",
-            "The longest the controller went without running (starved of CPU, stopped or suspended) within the last 30 seconds; 0 while it runs on time. Grace periods are extended by as much",
-            controller_lag.clone(),
-        );
-        let controller_away = Counter::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
-            "controller_away_seconds",
-            "Time the controller went without running, in all: what its own clock leaves out of every grace period",
-            controller_away.clone(),
-        );
-        let http_connections = Gauge::default();
-        registry.register(
-            "http_connections",
-            "API connections open",
-            http_connections.clone(),
-        );
-        let http_connections_evicted = Counter::default();
-        registry.register(
-            "http_connections_evicted",
-            "Idle API connections closed to make room for new ones (the connection cap was reached)",
-            http_connections_evicted.clone(),
-        );
-        let http_connections_stalled = Counter::default();
-        registry.register(
-            "http_connections_stalled",
-            "API connections closed because their clients took nothing of the responses they were given for the stall timeout",
-            http_connections_stalled.clone(),
-        );
-        let http_inflight = Family::<RequestKindLabels, Gauge>::default();
-        registry.register(
-            "http_inflight_requests",
-            "API requests being served, by budget (watches, other reads, writes)",
-            http_inflight.clone(),
-        );
-        let http_rejected = Family::<RejectedLabels, Counter>::default();
-        registry.register(
-            "http_rejected_requests",
-            "API requests refused before being handled: budget full (429) or body too slow (408)",
-            http_rejected.clone(),
-        );
-        let mirror_throttled = Counter::default();
-        registry.register(
-            "mirror_throttled",
-            "API requests answered 429 Too Many Requests (API Priority and Fairness); each waits its Retry-After",
-            mirror_throttled.clone(),
-        );
-        let mirror_nodes_missing_upstream = Gauge::default();
-        registry.register(
-            "mirror_nodes_missing_upstream",
-            "Registry nodes the API server lacks, as last listed or watched",
-            mirror_nodes_missing_upstream.clone(),
-        );
-        let mirror_nodes_differ_upstream = Gauge::default();
-        registry.register(
-            "mirror_nodes_differ_upstream",
-            "Registry nodes whose Node on the API server differs from the registry, as last listed or watched",
-            mirror_nodes_differ_upstream.clone(),
-        );
-        let mirror_budget_qps = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
-            "mirror_budget_qps",
-            "The mirror's request budget in requests per second (--kube-api-qps, or sized from the Ready nodes)",
-            mirror_budget_qps.clone(),
-        );
-        let mirror_lease_qps_needed = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
-            "mirror_lease_qps_needed",
-            "Requests per second that renewing every Ready node's Lease needs",
-            mirror_lease_qps_needed.clone(),
-        );
-        let mirror_budget_sufficient = Gauge::default();
-        registry.register(
-            "mirror_budget_sufficient",
-            "1 when the request budget renews every Ready node's Lease in time with a fifth to spare, else 0",
-            mirror_budget_sufficient.clone(),
-        );
-        let zone_nodes = Family::<ZoneLabels, Gauge>::default();
-        // Served from the start, at 0 in the empty zone until the first
-        // monitor pass counts the nodes (an empty family is not served at all).
-        for status in [Status::True, Status::False, Status::Unknown] {
-            zone_nodes
-                .get_or_create(&ZoneLabels {
-                    zone: String::new(),
-                    status,
-                })
-                .set(0);
-        }
-        registry.register(
-            "zone_nodes",
-            "Nodes by zone (topology.kubernetes.io/zone) and Ready status, as of the last monitor pass",
-            zone_nodes.clone(),
-        );
-        let hook_runs = Family::<HookRunLabels, Counter>::default();
-        registry.register(
-            "transition_hook_runs",
-            "Runs of --transition-hook, by how they ended",
-            hook_runs.clone(),
-        );
-        let hook_duration = Histogram::new(
-            prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 16),
-        );
-        registry.register(
-            "transition_hook_duration_seconds",
-            "Time one --transition-hook run took",
-            hook_duration.clone(),
-        );
-        let hook_last_seq = Gauge::default();
-        registry.register(
-            "transition_hook_last_seq",
-            "Seq of the last event --transition-hook is done with (kept in the store)",
-            hook_last_seq.clone(),
-        );
-        let hook_pending = Gauge::default();
-        registry.register(
-            "transition_hook_pending_events",
-            "Durable events --transition-hook has not looked at yet (transitions and others)",
-            hook_pending.clone(),
-        );
-        let hook_lag = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
-            "transition_hook_lag_seconds",
-            "Age of the transition last handed to --transition-hook when it was handed over (0 while it has nothing to do)",
-            hook_lag.clone(),
-        );
-        let backups = Family::<BackupLabels, Counter>::default();
-        registry.register(
-            "backups",
-            "Scheduled backups (--backup-dir), by how they ended",
-            backups.clone(),
-        );
-        for result in [BackupResult::Succeeded, BackupResult::Failed] {
-            let _ = backups.get_or_create(&BackupLabels { result });
-        }
-        let backup_last_success = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
-            "backup_last_success_timestamp_seconds",
-            "When the last scheduled backup was written whole (Unix seconds; 0 before the first)",
-            backup_last_success.clone(),
-        );
-        let backup_last_seq = Gauge::default();
-        registry.register(
-            "backup_last_seq",
-            "The seq the last scheduled backup is a snapshot of",
-            backup_last_seq.clone(),
-        );
-        let backup_last_bytes = Gauge::default();
-        registry.register(
-            "backup_last_size_bytes",
-            "Size of the last scheduled backup",
-            backup_last_bytes.clone(),
-        );
-        let backup_last_duration = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
-            "backup_last_duration_seconds",
-            "Time the last scheduled backup took to write",
-            backup_last_duration.clone(),
-        );
-        let credential_file_stale = Family::<CredentialFileLabels, Gauge>::default();
-        // Served at 0 from the start (an empty family is not served at all).
-        for file in ["token-file", "client-ca-file", "tls-cert-file"] {
-            credential_file_stale
-                .get_or_create(&CredentialFileLabels { file: file.into() })
-                .set(0);
-        }
-        registry.register(
-            "credential_file_stale",
-            "1 while a credential file (--token-file, --client-ca-file, --tls-cert-file) changed on disk but cannot be read or used, so its last good copy is still in use; else 0",
-            credential_file_stale.clone(),
-        );
-        // Counters and label values known up front are exported at 0 from
-        // the start: a rate() or an alert has a series before the first event.
+        let mut metrics = Metrics {
+            nodes: r.add("nodes", "Registered nodes by condition status"),
+            transitions: r.add(
+                "condition_transitions",
+                "Condition changes, by the status changed to",
+            ),
+            probes: r.add("probes", "Kubelet health probes by result"),
+            // 100µs … ~6.5s: loopback answers to timeouts.
+            probe_duration: r.histogram(
+                "probe_duration_seconds",
+                "Kubelet health probe latency",
+                0.0001,
+                17,
+            ),
+            sweep_duration: r.histogram(
+                "sweep_duration_seconds",
+                "Time to probe every node once and store the results",
+                0.001,
+                16,
+            ),
+            store_size: r.add("store_size_bytes", "Size of the store on disk"),
+            store_events: r.add("store_last_seq", "Sequence number of the newest durable event"),
+            store_writable: r.add(
+                "store_writable",
+                "1 while the store takes writes; 0 while it refuses them (a disk short of space, a failed write)",
+            ),
+            store_flushes: r.add(
+                "store_flushes",
+                "Flushes of the store; each makes a group of changes durable",
+            ),
+            store_flush_duration: r.histogram(
+                "store_flush_duration_seconds",
+                "Time to make one group of changes durable",
+                0.0001,
+                16,
+            ),
+            store_group_size: r.histogram(
+                "store_group_size",
+                "Changes made durable by one flush (group commit)",
+                1.0,
+                13,
+            ),
+            registered: r.add("registered_nodes", "Nodes in the registry"),
+            unregistered: r.add(
+                "unregistered_nodes",
+                "Nodes a source names that are not registered yet (registration is tried again until they are)",
+            ),
+            heartbeats: r.add("heartbeats", "Heartbeats accepted, by how they came"),
+            heartbeat_age: r.add(
+                "heartbeat_age_seconds",
+                "Time since the last heartbeat of pushing nodes, over all of them (0.5, 0.99 and 1 quantiles)",
+            ),
+            pushing: r.add("pushing_nodes", "Nodes whose health comes from their own heartbeats"),
+            evictions: r.add("evictions", "Nodes evicted (not Ready past --pod-eviction-timeout)"),
+            source_failures: r.add(
+                "source_list_failures",
+                "Failed listings of the cloud or inventory source",
+            ),
+            source_failing: r.add(
+                "source_failing",
+                "1 while a source of nodes cannot be followed (a nodes file that does not parse or cannot be read, a failed listing), else 0; the registry is left as it is meanwhile",
+            ),
+            source_machines: r.add(
+                "source_machines",
+                "Machines in the last good listing of the source",
+            ),
+            source_sync_duration: r.histogram(
+                "source_sync_duration_seconds",
+                "Time to list the cloud or inventory source and bring the registry in line",
+                0.001,
+                16,
+            ),
+            mirror_backlog: r.add(
+                "mirror_backlog",
+                "Outbox entries (nodes and pod evictions) the API server has not been told yet",
+            ),
+            mirror_oldest_age: r.add(
+                "mirror_oldest_entry_age_seconds",
+                "Age of the oldest outbox entry (0 when the outbox is empty)",
+            ),
+            mirror_requests: r.add(
+                "mirror_requests",
+                "Requests to the API server, by verb and answer",
+            ),
+            mirror_request_duration: r.histogram(
+                "mirror_request_duration_seconds",
+                "API server request latency",
+                0.0005,
+                16,
+            ),
+            mirror_retries: r.add(
+                "mirror_retries",
+                "Outbox entries and Lease renewals that failed and were scheduled again",
+            ),
+            mirror_lease_renewals: r.add(
+                "mirror_lease_renewals",
+                "Node Leases renewed in kube-node-lease",
+            ),
+            mirror_leader: r.add(
+                "mirror_leader",
+                "1 while this controller holds the leader Lease and writes to the API server",
+            ),
+            mirror_configured: r.add(
+                "mirror_configured",
+                "1 when this controller mirrors to an API server (--kubeconfig or --master), else 0",
+            ),
+            last_sweep: r.add(
+                "last_sweep_timestamp_seconds",
+                "When the last probe sweep finished and its results were stored (Unix seconds; 0 before the first)",
+            ),
+            last_monitor_pass: r.add(
+                "last_monitor_pass_timestamp_seconds",
+                "When the last monitor pass (silence check and eviction) finished (Unix seconds; 0 before the first)",
+            ),
+            controller_lag: r.add(
+                "controller_lag_seconds",
+                "The longest the controller went without running (starved of CPU, stopped or suspended) within the last 30 seconds; 0 while it runs on time. Grace periods are extended by as much",
+            ),
+            controller_away: r.add(
+                "controller_away_seconds",
+                "Time the controller went without running, in all: what its own clock leaves out of every grace period",
+            ),
+            http_connections: r.add("http_connections", "API connections open"),
+            http_connections_evicted: r.add(
+                "http_connections_evicted",
+                "Idle API connections closed to make room for new ones (the connection cap was reached)",
+            ),
+            http_connections_stalled: r.add(
+                "http_connections_stalled",
+                "API connections closed because their clients took nothing of the responses they were given for the stall timeout",
+            ),
+            http_inflight: r.add(
+                "http_inflight_requests",
+                "API requests being served, by budget (watches, other reads, writes)",
+            ),
+            http_rejected: r.add(
+                "http_rejected_requests",
+                "API requests refused before being handled: budget full (429) or body too slow (408)",
+            ),
+            mirror_throttled: r.add(
+                "mirror_throttled",
+                "API requests answered 429 Too Many Requests (API Priority and Fairness); each waits its Retry-After",
+            ),
+            mirror_nodes_missing_upstream: r.add(
+                "mirror_nodes_missing_upstream",
+                "Registry nodes the API server lacks, as last listed or watched",
+            ),
+            mirror_nodes_differ_upstream: r.add(
+                "mirror_nodes_differ_upstream",
+                "Registry nodes whose Node on the API server differs from the registry, as last listed or watched",
+            ),
+            mirror_budget_qps: r.add(
+                "mirror_budget_qps",
+                "The mirror's request budget in requests per second (--kube-api-qps, or sized from the Ready nodes)",
+            ),
+            mirror_lease_qps_needed: r.add(
+                "mirror_lease_qps_needed",
+                "Requests per second that renewing every Ready node's Lease needs",
+            ),
+            mirror_budget_sufficient: r.add(
+                "mirror_budget_sufficient",
+                "1 when the request budget renews every Ready node's Lease in time with a fifth to spare, else 0",
+            ),
+            zone_nodes: r.add(
+                "zone_nodes",
+                "Nodes by zone (topology.kubernetes.io/zone) and Ready status, as of the last monitor pass",
+            ),
+            hook_runs: r.add(
+                "transition_hook_runs",
+                "Runs of --transition-hook, by how they ended",
+            ),
+            hook_duration: r.histogram(
+                "transition_hook_duration_seconds",
+                "Time one --transition-hook run took",
+                0.001,
+                16,
+            ),
+            hook_last_seq: r.add(
+                "transition_hook_last_seq",
+                "Seq of the last event --transition-hook is done with (kept in the store)",
+            ),
+            hook_pending: r.add(
+                "transition_hook_pending_events",
+                "Durable events --transition-hook has not looked at yet (transitions and others)",
+            ),
+            hook_lag: r.add(
+                "transition_hook_lag_seconds",
+                "Age of the transition last handed to --transition-hook when it was handed over (0 while it has nothing to do)",
+            ),
+            backups: r.add("backups", "Scheduled backups (--backup-dir), by how they ended"),
+            backup_last_success: r.add(
+                "backup_last_success_timestamp_seconds",
+                "When the last scheduled backup was written whole (Unix seconds; 0 before the first)",
+            ),
+            backup_last_seq: r.add(
+                "backup_last_seq",
+                "The seq the last scheduled backup is a snapshot of",
+            ),
+            backup_last_bytes: r.add("backup_last_size_bytes", "Size of the last scheduled backup"),
+            backup_last_duration: r.add(
+                "backup_last_duration_seconds",
+                "Time the last scheduled backup took to write",
+            ),
+            credential_file_stale: r.add(
+                "credential_file_stale",
+                "1 while a credential file (--token-file, --client-ca-file, --tls-cert-file) changed on disk but cannot be read or used, so its last good copy is still in use; else 0",
+            ),
+            site: site.map(str::to_string),
+            node_series: NodeSeries::default(),
+            node_series_served: true,
+            zones: std::sync::Mutex::new([String::new()].into()),
+            // Set below, once the families hold their series.
+            status_heartbeats: Counter::default(),
+            lease_heartbeats: Counter::default(),
+            inflight: Default::default(),
+            registry: root,
+        };
+        metrics.store_writable.set(1);
+        metrics.status_heartbeats = metrics.heartbeat_counter_of(Via::Status);
+        metrics.lease_heartbeats = metrics.heartbeat_counter_of(Via::Lease);
+        metrics.inflight =
+            [RequestKind::Watch, RequestKind::Read, RequestKind::Mutating].map(|kind| {
+                metrics
+                    .http_inflight
+                    .get_or_create(&RequestKindLabels { kind })
+                    .clone()
+            });
+        metrics.export_known_series();
+        metrics
+    }
+
+    fn heartbeat_counter_of(&self, via: Via) -> Counter {
+        self.heartbeats
+            .get_or_create(&HeartbeatLabels { via })
+            .clone()
+    }
+
+    /// Counters and label values known up front are exported at 0 from the
+    /// start: a rate() or an alert has a series before the first event (an
+    /// empty family is not served at all).
+    fn export_known_series(&self) {
         for status in [Status::True, Status::False, Status::Unknown] {
             let labels = ConditionLabels {
                 condition: crate::model::READY.into(),
+                status: status.clone(),
+            };
+            let _ = self.nodes.get_or_create(&labels);
+            let _ = self.transitions.get_or_create(&labels);
+            // The empty zone, until the first monitor pass counts the nodes.
+            let zone = ZoneLabels {
+                zone: String::new(),
                 status,
             };
-            let _ = nodes.get_or_create(&labels);
-            let _ = transitions.get_or_create(&labels);
+            let _ = self.zone_nodes.get_or_create(&zone);
         }
         for result in [
             ProbeResult::Healthy,
             ProbeResult::Unhealthy,
             ProbeResult::NoAnswer,
         ] {
-            let _ = probes.get_or_create(&ProbeLabels { result });
-        }
-        for via in [Via::Status, Via::Lease] {
-            let _ = heartbeats.get_or_create(&HeartbeatLabels { via });
+            let _ = self.probes.get_or_create(&ProbeLabels { result });
         }
         for quantile in ["0.5", "0.99", "1"] {
-            let _ = heartbeat_age.get_or_create(&QuantileLabels {
-                quantile: quantile.into(),
-            });
+            let quantile = quantile.into();
+            let _ = self
+                .heartbeat_age
+                .get_or_create(&QuantileLabels { quantile });
+        }
+        for source in [NodeSource::NodesFile, NodeSource::Cloud] {
+            let _ = self.source_failing.get_or_create(&SourceLabels { source });
         }
         for kind in [RequestKind::Watch, RequestKind::Read, RequestKind::Mutating] {
-            let _ = http_inflight.get_or_create(&RequestKindLabels { kind: kind.clone() });
             for reason in [
                 RejectReason::TooManyRequests,
                 RejectReason::ClientShare,
                 RejectReason::BodyTimeout,
             ] {
-                let _ = http_rejected.get_or_create(&RejectedLabels {
-                    kind: kind.clone(),
-                    reason,
-                });
+                let kind = kind.clone();
+                let _ = self
+                    .http_rejected
+                    .get_or_create(&RejectedLabels { kind, reason });
             }
         }
         // The mirror's answered requests; other codes appear as they are met.
         for verb in MIRROR_VERBS {
-            let _ = mirror_requests.get_or_create(&MirrorRequestLabels {
+            let _ = self.mirror_requests.get_or_create(&MirrorRequestLabels {
                 verb: verb.to_string(),
                 code: "2xx".into(),
             });
@@ -727,84 +619,13 @@ impl Metrics {
             HookResult::Failed,
             HookResult::TimedOut,
         ] {
-            let _ = hook_runs.get_or_create(&HookRunLabels { result });
+            let _ = self.hook_runs.get_or_create(&HookRunLabels { result });
         }
-        let status_heartbeats = heartbeats
-            .get_or_create(&HeartbeatLabels { via: Via::Status })
-            .clone();
-        let lease_heartbeats = heartbeats
-            .get_or_create(&HeartbeatLabels { via: Via::Lease })
-            .clone();
-        let inflight = [RequestKind::Watch, RequestKind::Read, RequestKind::Mutating].map(|kind| {
-            http_inflight
-                .get_or_create(&RequestKindLabels { kind })
-                .clone()
-        });
-        Metrics {
-            credential_file_stale,
-            backups,
-            backup_last_success,
-            backup_last_seq,
-            backup_last_bytes,
-            backup_last_duration,
-            site: site.map(str::to_string),
-            node_series: NodeSeries::default(),
-            node_series_served: true,
-            status_heartbeats,
-            lease_heartbeats,
-            inflight,
-            zone_nodes,
-            zones: std::sync::Mutex::new([String::new()].into()),
-            hook_runs,
-            hook_duration,
-            hook_last_seq,
-            hook_pending,
-            hook_lag,
-            last_sweep,
-            last_monitor_pass,
-            controller_lag,
-            controller_away,
-            http_connections,
-            http_connections_evicted,
-            http_connections_stalled,
-            http_inflight,
-            http_rejected,
-            mirror_throttled,
-            mirror_nodes_missing_upstream,
-            mirror_nodes_differ_upstream,
-            mirror_budget_qps,
-            mirror_lease_qps_needed,
-            mirror_budget_sufficient,
-            mirror_backlog,
-            mirror_oldest_age,
-            mirror_requests,
-            mirror_request_duration,
-            mirror_retries,
-            mirror_lease_renewals,
-            mirror_leader,
-            mirror_configured,
-            source_sync_duration,
-            source_failures,
-            source_failing,
-            source_machines,
-            evictions,
-            heartbeats,
-            heartbeat_age,
-            pushing,
-            registry: root,
-            nodes,
-            transitions,
-            probes,
-            probe_duration,
-            sweep_duration,
-            store_size,
-            store_events,
-            store_writable,
-            store_flushes,
-            store_flush_duration,
-            store_group_size,
-            registered,
-            unregistered,
+        for result in [BackupResult::Succeeded, BackupResult::Failed] {
+            let _ = self.backups.get_or_create(&BackupLabels { result });
+        }
+        for file in ["token-file", "client-ca-file", "tls-cert-file"] {
+            let _ = self.credential_file_stale(file);
         }
     }
 

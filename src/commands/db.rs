@@ -9,7 +9,7 @@ use super::{Failure, Outcome};
 use crate::cli::DbCommand;
 use crate::inspect::Source;
 use crate::logging::terminal::escape;
-use crate::store::{compact, Store, StoreOptions, StoreStatus};
+use crate::store::{compact, Store, StoreError, StoreOptions, StoreStatus};
 
 /// Runs a `db` command on the store at `db` (or through `server`).
 pub async fn db(
@@ -226,25 +226,31 @@ fn verify(store: &Store) -> Outcome {
     })
 }
 
-/// `db export --format-version 1`.
-#[allow(clippy::disallowed_methods)] // a one-shot command on a stopped store
-fn export_format1(store: &Store, output: Option<&Path>) -> Outcome {
-    let (summary, left_out) = match output {
-        None => {
-            let mut out = BufWriter::new(super::stdout());
-            let s = store.export_format1(&mut out)?;
-            out.flush()?;
-            s
-        }
-        Some(path) => {
-            let file =
-                File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-            let mut out = BufWriter::new(file);
-            let s = store.export_format1(&mut out)?;
-            out.into_inner().map_err(|e| e.to_string())?.sync_all()?;
-            s
-        }
+/// Runs `export` into `output` (standard output without one), made
+/// durable before it returns.
+// The `db` commands work alone on a stopped store (sled blocks as much as
+// the file calls do); nothing else shares the runtime.
+#[allow(clippy::disallowed_methods)]
+fn export_to<T>(
+    output: Option<&Path>,
+    export: impl FnOnce(&mut dyn Write) -> Result<T, StoreError>,
+) -> Result<T, Failure> {
+    let Some(path) = output else {
+        let mut out = BufWriter::new(super::stdout());
+        let summary = export(&mut out)?;
+        out.flush()?;
+        return Ok(summary);
     };
+    let file = File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let mut out = BufWriter::new(file);
+    let summary = export(&mut out)?;
+    out.into_inner().map_err(|e| e.to_string())?.sync_all()?;
+    Ok(summary)
+}
+
+/// `db export --format-version 1`.
+fn export_format1(store: &Store, output: Option<&Path>) -> Outcome {
+    let (summary, left_out) = export_to(output, |out| store.export_format1(out))?;
     eprintln!(
         "exported {} nodes and {} events in format 1; format 1 has no place for {} leases and {} outbox entries, left out (the kubelets renew their Leases, and the mirror finds its differences again)",
         summary.nodes, summary.events, left_out.leases, left_out.outbox
@@ -253,24 +259,8 @@ fn export_format1(store: &Store, output: Option<&Path>) -> Outcome {
 }
 
 /// `db export --format-version 2`.
-#[allow(clippy::disallowed_methods)] // a one-shot command on a stopped store
 fn export_format2(store: &Store, output: Option<&Path>) -> Outcome {
-    let (summary, left_out) = match output {
-        None => {
-            let mut out = BufWriter::new(super::stdout());
-            let s = store.export_format2(&mut out)?;
-            out.flush()?;
-            s
-        }
-        Some(path) => {
-            let file =
-                File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-            let mut out = BufWriter::new(file);
-            let s = store.export_format2(&mut out)?;
-            out.into_inner().map_err(|e| e.to_string())?.sync_all()?;
-            s
-        }
-    };
+    let (summary, left_out) = export_to(output, |out| store.export_format2(out))?;
     eprintln!(
         "exported {} nodes and {} events in format 2; format 2 has no place for {} API objects (bootstrap tokens, CSRs: make tokens again with `nodekeeper token create`), {} CertificateIssued events, and Leases' owners (the kubelets set them again), left out",
         summary.nodes, summary.events, left_out.api_objects, left_out.events
@@ -278,26 +268,8 @@ fn export_format2(store: &Store, output: Option<&Path>) -> Outcome {
     Ok(String::new())
 }
 
-// The `db` commands work alone on a stopped store (sled blocks as much as
-// the file calls do); nothing else shares the runtime.
-#[allow(clippy::disallowed_methods)]
 fn export(store: &Store, output: Option<&Path>) -> Outcome {
-    let summary = match output {
-        None => {
-            let mut out = BufWriter::new(super::stdout());
-            let s = store.export(&mut out)?;
-            out.flush()?;
-            s
-        }
-        Some(path) => {
-            let file =
-                File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-            let mut out = BufWriter::new(file);
-            let s = store.export(&mut out)?;
-            out.into_inner().map_err(|e| e.to_string())?.sync_all()?;
-            s
-        }
-    };
+    let summary = export_to(output, |out| store.export(out))?;
     eprintln!(
         "exported {} nodes, {} events, {} leases, {} outbox entries and {} checkpoint nodes",
         summary.nodes, summary.events, summary.leases, summary.outbox, summary.checkpoint_nodes

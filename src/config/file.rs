@@ -163,24 +163,15 @@ pub fn parse_args(args: Vec<OsString>) -> Result<(Cli, Vec<Setting>), ConfigErro
 
 /// The matches of a subcommand that takes `--config`, with the file if given.
 fn configured(matches: &ArgMatches) -> Option<(Option<PathBuf>, &ArgMatches)> {
-    for chain in CONFIGURED {
-        let mut current = matches;
-        let mut found = true;
-        for name in chain {
-            match current.subcommand() {
-                Some((n, sub)) if n == *name => current = sub,
-                _ => {
-                    found = false;
-                    break;
-                }
-            }
-        }
-        if found {
-            let path = current.get_one::<PathBuf>("config").cloned();
-            return Some((path, current));
-        }
-    }
-    None
+    CONFIGURED.iter().find_map(|chain| {
+        let sub = chain.iter().try_fold(matches, |current, name| {
+            current
+                .subcommand()
+                .filter(|(n, _)| n == name)
+                .map(|(_, sub)| sub)
+        })?;
+        Some((sub.get_one::<PathBuf>("config").cloned(), sub))
+    })
 }
 
 /// The flags `run` takes, with the global ones a config may set.

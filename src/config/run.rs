@@ -279,23 +279,18 @@ fn node_capacity(args: &RunArgs) -> Result<Resources, RunError> {
 
 /// The controller's periods, eviction rates, zone threshold and kubelet port.
 fn check_periods_and_rates(args: &RunArgs) -> Result<(), RunError> {
-    if args.node_sync_period.is_zero() {
-        return Err(flag("--node-sync-period", "must be more than zero".into()));
-    }
-    if args.node_monitor_grace_period.is_zero() {
-        return Err(flag(
+    for (name, period) in [
+        ("--node-sync-period", args.node_sync_period),
+        (
             "--node-monitor-grace-period",
-            "must be more than zero".into(),
-        ));
-    }
-    if args.kubelet_timeout.is_zero() {
-        return Err(flag("--kubelet-timeout", "must be more than zero".into()));
-    }
-    if args.node_monitor_period.is_zero() {
-        return Err(flag(
-            "--node-monitor-period",
-            "must be more than zero".into(),
-        ));
+            args.node_monitor_grace_period,
+        ),
+        ("--kubelet-timeout", args.kubelet_timeout),
+        ("--node-monitor-period", args.node_monitor_period),
+    ] {
+        if period.is_zero() {
+            return Err(flag(name, "must be more than zero".into()));
+        }
     }
     for (name, rate) in [
         ("--node-eviction-rate", args.node_eviction_rate),
@@ -409,9 +404,6 @@ fn cloud_source(
             },
             Err(e) => return Err(e.into()),
         };
-    if provider.instances().is_none() {
-        return Err(SourceError::CloudInstance(provider.name().to_string()).into());
-    }
     Ok(Some(CloudSource {
         provider,
         filter,

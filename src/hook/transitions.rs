@@ -609,21 +609,9 @@ mod tests {
 
     /// Runs `hook` until it is done with `seq`; what it logged, as text.
     async fn logged_while(hook: TransitionHook, site: &Site, seq: u64) -> String {
-        #[derive(Clone, Default)]
-        struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let sink = Sink::default();
-        let writer = sink.clone();
+        let sink = crate::logging::tests::Sink::default();
         let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
+            .with_writer(sink.clone())
             .with_ansi(false)
             .finish();
         let stop = CancellationToken::new();
@@ -637,8 +625,7 @@ mod tests {
         )
         .await;
         ran.unwrap();
-        let text = sink.0.lock().unwrap().clone();
-        String::from_utf8(text).unwrap()
+        sink.text()
     }
 
     /// An each-mode hook that appends the event it is given, a line each.

@@ -319,7 +319,7 @@ impl Visit for FieldsVisitor {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
@@ -422,30 +422,44 @@ mod tests {
         assert!(line["time"].as_str().unwrap().ends_with('Z'), "{line}");
     }
 
+    /// Where a test's log lines are written, to be read back as text.
+    #[derive(Clone, Default)]
+    pub(crate) struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Sink {
+        pub(crate) fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl tracing_subscriber::fmt::MakeWriter<'_> for Sink {
+        type Writer = Sink;
+        fn make_writer(&self) -> Sink {
+            self.clone()
+        }
+    }
+
     /// What the text format writes for one closure's events, without colour.
     fn capture_text(log: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Sink(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let sink = Sink::default();
-        let writer = sink.clone();
         let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
+            .with_writer(sink.clone())
             .with_ansi(false)
             .without_time()
             .fmt_fields(TextFields)
             .finish();
         tracing::subscriber::with_default(subscriber, log);
-        let bytes = sink.0.lock().unwrap().clone();
-        String::from_utf8(bytes).unwrap()
+        sink.text()
     }
 
     #[test]
@@ -519,21 +533,9 @@ mod tests {
             r#"{"time":"2026-12-01T15:04:05.5Z","level":"info","target":"nodekeeper::x","message":"hi","site":"lyon-3","field.site":"shadow"}"#
         );
 
-        #[derive(Clone, Default)]
-        struct Sink(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let sink = Sink::default();
-        let writer = sink.clone();
         let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
+            .with_writer(sink.clone())
             .with_ansi(false)
             .fmt_fields(TextFields)
             .event_format(SiteText {
@@ -545,9 +547,8 @@ mod tests {
             tracing::warn!(node = "n1", "one\ntwo");
             tracing::info!("plain");
         });
-        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
         assert_eq!(
-            text,
+            sink.text(),
             " WARN nodekeeper::logging::tests: one\\ntwo node=\"n1\" site=lyon-3\n \
              INFO nodekeeper::logging::tests: plain site=lyon-3\n"
         );

@@ -68,59 +68,41 @@ impl ProbeFailures {
         reason: &str,
         now: Instant,
     ) -> Option<ProbeLine> {
-        let line = match self.failing.get_mut(node) {
-            None => {
-                self.failing.insert(
-                    node.to_string(),
-                    Failing {
-                        since: now,
-                        logged: now,
-                        failures: 1,
-                        suppressed: 0,
-                    },
-                );
-                ProbeLine::Failing
-            }
-            Some(f) => {
-                f.failures += 1;
-                if now.saturating_duration_since(f.logged) < self.period {
-                    f.suppressed += 1;
-                    return None;
-                }
-                let line = ProbeLine::StillFailing {
-                    failures: f.failures,
-                    suppressed: f.suppressed,
-                    since: now.saturating_duration_since(f.since),
-                };
-                f.logged = now;
-                f.suppressed = 0;
-                line
-            }
+        let Some(f) = self.failing.get_mut(node) else {
+            let failing = Failing {
+                since: now,
+                logged: now,
+                failures: 1,
+                suppressed: 0,
+            };
+            self.failing.insert(node.to_string(), failing);
+            let address = address_text(address);
+            tracing::warn!(node, address, reason, "probe failed");
+            return Some(ProbeLine::Failing);
         };
-        let address = address_text(address);
-        match &line {
-            ProbeLine::Failing => {
-                tracing::warn!(node, address, reason, "probe failed");
-            }
-            ProbeLine::StillFailing {
-                failures,
-                suppressed,
-                since,
-            } => {
-                let for_seconds = since.as_secs();
-                tracing::warn!(
-                    node,
-                    address,
-                    reason,
-                    failures,
-                    suppressed,
-                    for_seconds,
-                    "probe still failing"
-                );
-            }
-            ProbeLine::Recovered { .. } => {}
+        f.failures += 1;
+        if now.saturating_duration_since(f.logged) < self.period {
+            f.suppressed += 1;
+            return None;
         }
-        Some(line)
+        let (failures, suppressed) = (f.failures, f.suppressed);
+        let since = now.saturating_duration_since(f.since);
+        (f.logged, f.suppressed) = (now, 0);
+        let (address, for_seconds) = (address_text(address), since.as_secs());
+        tracing::warn!(
+            node,
+            address,
+            reason,
+            failures,
+            suppressed,
+            for_seconds,
+            "probe still failing"
+        );
+        Some(ProbeLine::StillFailing {
+            failures,
+            suppressed,
+            since,
+        })
     }
 
     /// A probe of `node` was answered healthily at `now`; logs the recovery

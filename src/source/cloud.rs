@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use regex::Regex;
 
@@ -136,22 +136,15 @@ pub struct Instance {
     pub state: InstanceState,
 }
 
-/// A site's source of machines.
+/// A site's source of machines, listed in bulk.
 pub trait CloudProvider: Send + Sync {
     /// The provider's name, as given to `--cloud-provider`.
     fn name(&self) -> &str;
-    /// The instance interface, if this provider has one (`ErrCloudInstance` otherwise).
-    fn instances(&self) -> Option<&dyn Instances>;
-}
-
-/// Listing machines in bulk.
-pub trait Instances: Send + Sync {
-    /// Every machine whose name the (anchored) `filter` [`selects`], in one
-    /// answer. A failure of any kind — unreachable, refused, malformed, cut
-    /// short — is an `Err`, never a shorter or empty list: the caller reads
-    /// `Ok` as the whole truth and deletes nodes that are not in it. When
-    /// nothing matches, the answer is `Ok(vec![])`.
-    fn list<'a>(&'a self, filter: &'a Regex) -> BoxFuture<'a, CloudResult<Vec<Instance>>>;
+    /// Every machine, in one answer. A failure of any kind — unreachable,
+    /// refused, malformed, cut short — is an `Err`, never a shorter or empty
+    /// list: the caller reads `Ok` as the whole truth and deletes nodes that
+    /// are not in it. With no machines, the answer is `Ok(vec![])`.
+    fn list(&self) -> BoxFuture<'_, CloudResult<Arc<Vec<Instance>>>>;
 }
 
 /// Anchors a user's `--match` to the whole name, as the flag promises.
@@ -195,20 +188,14 @@ pub async fn cloud_node_specs(
     fallback: Resources,
 ) -> Result<Vec<CloudNode>, SourceError> {
     let provider_name = provider.name().to_string();
-    let instances = provider
-        .instances()
-        .ok_or_else(|| SourceError::CloudInstance(provider_name.clone()))?;
-    let listed = instances
-        .list(filter)
-        .await
-        .map_err(|error| SourceError::Cloud {
-            provider: provider_name.clone(),
-            error,
-        })?;
+    let listed = provider.list().await.map_err(|error| SourceError::Cloud {
+        provider: provider_name.clone(),
+        error,
+    })?;
     let mut nodes = Vec::with_capacity(listed.len());
     // node name -> the machine that claimed it, for the duplicate message.
     let mut claimed: HashMap<String, String> = HashMap::with_capacity(listed.len());
-    for instance in listed {
+    for instance in listed.iter().filter(|m| selects(filter, &m.name)).cloned() {
         let machine = describe(&instance);
         let name = match normalize_name(&instance.name) {
             Ok(name) => name,
@@ -270,96 +257,75 @@ fn describe(instance: &Instance) -> String {
     }
 }
 
-/// An in-memory provider for tests. Clones share their machines, so a test
-/// can hand one to the controller and change the "cloud" under it.
-#[derive(Debug, Clone)]
-pub struct FakeCloud {
-    name: String,
-    /// `false` makes it a provider without instances.
-    has_instances: bool,
-    state: Arc<Mutex<FakeState>>,
-}
-
-#[derive(Debug, Default)]
-struct FakeState {
-    machines: Vec<Instance>,
-    failure: Option<String>,
-    lists: u64,
-}
-
-impl FakeCloud {
-    /// A provider named `name` with these machines.
-    pub fn new(name: &str, machines: Vec<Instance>) -> FakeCloud {
-        FakeCloud {
-            name: name.into(),
-            has_instances: true,
-            state: Arc::new(Mutex::new(FakeState {
-                machines,
-                ..FakeState::default()
-            })),
-        }
-    }
-
-    /// A provider that cannot list instances (`ErrCloudInstance`).
-    pub fn without_instances(name: &str) -> FakeCloud {
-        FakeCloud {
-            has_instances: false,
-            ..FakeCloud::new(name, Vec::new())
-        }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
-        // A test that panicked while holding the lock has failed already.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Replaces the machines (they come and go).
-    pub fn set_machines(&self, machines: Vec<Instance>) {
-        self.state().machines = machines;
-    }
-
-    /// Makes every listing fail with `failure` (`None`: answer again).
-    pub fn fail_with(&self, failure: Option<&str>) {
-        self.state().failure = failure.map(str::to_string);
-    }
-
-    /// How many listings were asked for.
-    pub fn lists(&self) -> u64 {
-        self.state().lists
-    }
-}
-
-impl CloudProvider for FakeCloud {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn instances(&self) -> Option<&dyn Instances> {
-        self.has_instances.then_some(self as &dyn Instances)
-    }
-}
-
-impl Instances for FakeCloud {
-    fn list<'a>(&'a self, filter: &'a Regex) -> BoxFuture<'a, CloudResult<Vec<Instance>>> {
-        Box::pin(async move {
-            let mut state = self.state();
-            state.lists += 1;
-            if let Some(failure) = &state.failure {
-                return Err(CloudError::Network(failure.clone()));
-            }
-            Ok(state
-                .machines
-                .iter()
-                .filter(|m| selects(filter, &m.name))
-                .cloned()
-                .collect())
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::AddressKind;
+    use std::sync::Mutex;
+
+    /// An in-memory provider for tests. Clones share their machines, so a test
+    /// can hand one to the controller and change the "cloud" under it.
+    #[derive(Debug, Clone)]
+    struct FakeCloud {
+        name: String,
+        state: Arc<Mutex<FakeState>>,
+    }
+
+    #[derive(Debug, Default)]
+    struct FakeState {
+        machines: Vec<Instance>,
+        failure: Option<String>,
+        lists: u64,
+    }
+
+    impl FakeCloud {
+        /// A provider named `name` with these machines.
+        fn new(name: &str, machines: Vec<Instance>) -> FakeCloud {
+            FakeCloud {
+                name: name.into(),
+                state: Arc::new(Mutex::new(FakeState {
+                    machines,
+                    ..FakeState::default()
+                })),
+            }
+        }
+
+        fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
+            // A test that panicked while holding the lock has failed already.
+            self.state.lock().unwrap_or_else(|e| e.into_inner())
+        }
+
+        /// Replaces the machines (they come and go).
+        fn set_machines(&self, machines: Vec<Instance>) {
+            self.state().machines = machines;
+        }
+
+        /// Makes every listing fail with `failure` (`None`: answer again).
+        fn fail_with(&self, failure: Option<&str>) {
+            self.state().failure = failure.map(str::to_string);
+        }
+
+        /// How many listings were asked for.
+        fn lists(&self) -> u64 {
+            self.state().lists
+        }
+    }
+
+    impl CloudProvider for FakeCloud {
+        fn name(&self) -> &str {
+            &self.name
+        }
+        fn list(&self) -> BoxFuture<'_, CloudResult<Arc<Vec<Instance>>>> {
+            Box::pin(async move {
+                let mut state = self.state();
+                state.lists += 1;
+                match &state.failure {
+                    Some(failure) => Err(CloudError::Network(failure.clone())),
+                    None => Ok(Arc::new(state.machines.clone())),
+                }
+            })
+        }
+    }
 
     fn machine(name: &str, cpu: Option<u64>) -> Instance {
         Instance {
@@ -490,16 +456,6 @@ mod tests {
             nodes[0].spec.labels[ZONE_LABEL], "r1a",
             "the zone field wins over a label"
         );
-    }
-
-    #[tokio::test]
-    async fn a_provider_without_instances_is_err_cloud_instance() {
-        let c = FakeCloud::without_instances("bare");
-        let err = cloud_node_specs(&c, &anchored(".*").unwrap(), Resources::default())
-            .await
-            .unwrap_err();
-        assert!(matches!(err, SourceError::CloudInstance(_)));
-        assert!(err.to_string().contains("doesn't support instances"));
     }
 
     #[tokio::test]

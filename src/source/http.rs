@@ -23,14 +23,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use regex::Regex;
 use reqwest::header::{ACCEPT, AUTHORIZATION, ETAG, IF_NONE_MATCH};
 use reqwest::StatusCode;
 use serde::Deserialize;
 
-use super::cloud::{
-    selects, BoxFuture, CloudError, CloudProvider, CloudResult, Instance, Instances,
-};
+use super::cloud::{BoxFuture, CloudError, CloudProvider, CloudResult, Instance};
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_MAX_BODY: u64 = 64 << 20;
@@ -203,21 +200,8 @@ impl CloudProvider for HttpProvider {
     fn name(&self) -> &str {
         "http"
     }
-    fn instances(&self) -> Option<&dyn Instances> {
-        Some(self)
-    }
-}
-
-impl Instances for HttpProvider {
-    fn list<'a>(&'a self, filter: &'a Regex) -> BoxFuture<'a, CloudResult<Vec<Instance>>> {
-        Box::pin(async move {
-            let machines = self.fetch().await?;
-            Ok(machines
-                .iter()
-                .filter(|m| selects(filter, &m.name))
-                .cloned()
-                .collect())
-        })
+    fn list(&self) -> BoxFuture<'_, CloudResult<Arc<Vec<Instance>>>> {
+        Box::pin(self.fetch())
     }
 }
 

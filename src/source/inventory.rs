@@ -35,12 +35,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use regex::Regex;
 use serde::{Deserialize, Deserializer};
 
 use super::cloud::{
-    selects, BoxFuture, CloudError, CloudProvider, CloudResult, Instance, InstanceResources,
-    InstanceState, Instances, Zone,
+    BoxFuture, CloudError, CloudProvider, CloudResult, Instance, InstanceResources, InstanceState,
+    Zone,
 };
 use crate::model::{Address, AddressKind, Micros};
 
@@ -167,24 +166,13 @@ impl CloudProvider for InventoryProvider {
     fn name(&self) -> &str {
         "inventory"
     }
-    fn instances(&self) -> Option<&dyn Instances> {
-        Some(self)
-    }
-}
-
-impl Instances for InventoryProvider {
-    fn list<'a>(&'a self, filter: &'a Regex) -> BoxFuture<'a, CloudResult<Vec<Instance>>> {
+    fn list(&self) -> BoxFuture<'_, CloudResult<Arc<Vec<Instance>>>> {
         Box::pin(async move {
             // Reading and parsing a large file is blocking work.
             let inner = self.inner.clone();
-            let machines = tokio::task::spawn_blocking(move || inner.load())
+            tokio::task::spawn_blocking(move || inner.load())
                 .await
-                .map_err(|e| CloudError::File(format!("reading the inventory failed: {e}")))??;
-            Ok(machines
-                .iter()
-                .filter(|m| selects(filter, &m.name))
-                .cloned()
-                .collect())
+                .map_err(|e| CloudError::File(format!("reading the inventory failed: {e}")))?
         })
     }
 }

@@ -229,29 +229,23 @@ fn swap(path: &Path, copy: &Path, original: &Path) -> Result<(), StoreError> {
     }
 }
 
-/// Streams the export of `from` into the import of `to` through a small
-/// bounded pipe: memory stays flat whatever the history's length.
+/// Streams the export of `from` into the import of `to` through a pipe:
+/// memory stays flat whatever the history's length.
 fn stream(
     from: &Store,
     to: &Store,
     progress: &mut dyn FnMut(super::ImportProgress),
 ) -> Result<(super::ExportSummary, super::ImportSummary), StoreError> {
-    let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u8>>(8);
+    let (reader, writer) = std::io::pipe().map_err(StoreError::Export)?;
     std::thread::scope(|scope| {
         let exporter = scope.spawn(move || {
-            let mut out = std::io::BufWriter::with_capacity(256 << 10, PipeWriter(sender));
+            // The import's end of the pipe sees its end when `out` drops.
+            let mut out = std::io::BufWriter::with_capacity(256 << 10, writer);
             let summary = from.export(&mut out)?;
             std::io::Write::flush(&mut out).map_err(StoreError::Export)?;
             Ok::<_, StoreError>(summary)
         });
-        let mut input = std::io::BufReader::with_capacity(
-            256 << 10,
-            PipeReader {
-                receiver,
-                chunk: Vec::new(),
-                at: 0,
-            },
-        );
+        let mut input = std::io::BufReader::with_capacity(256 << 10, reader);
         let imported = to.import_reporting(&mut input, progress);
         // Whatever happened, the exporter stops once the pipe is gone.
         drop(input);
@@ -265,44 +259,4 @@ fn stream(
             (_, Err(e)) | (Err(e), _) => Err(e),
         }
     })
-}
-
-struct PipeWriter(std::sync::mpsc::SyncSender<Vec<u8>>);
-
-impl std::io::Write for PipeWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.send(buf.to_vec()).map_err(|_| {
-            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the import stopped")
-        })?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-struct PipeReader {
-    receiver: std::sync::mpsc::Receiver<Vec<u8>>,
-    chunk: Vec<u8>,
-    at: usize,
-}
-
-impl std::io::Read for PipeReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.at >= self.chunk.len() {
-            match self.receiver.recv() {
-                Ok(chunk) => {
-                    self.chunk = chunk;
-                    self.at = 0;
-                }
-                // The exporter finished (or failed, which it reports itself).
-                Err(_) => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.chunk.len() - self.at);
-        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
-    }
 }

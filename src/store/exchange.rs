@@ -25,9 +25,8 @@
 //! `event` lines) is still read; its history is taken to start from an empty
 //! registry before its first event.
 //!
-//! This file (about 620 production lines) is just over the ~600 the project
-//! aims for: export and import share the line types above, and a change to
-//! the format is made to both at once, so they are kept side by side.
+//! Export and import share the line types above, so a change to the format
+//! is made to both at once.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write};

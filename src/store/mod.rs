@@ -7,13 +7,10 @@
 //! The history is kept from a *horizon* on (see [`retention`]): the registry
 //! as of the horizon is a checkpoint, and everything after it is exact.
 //!
-//! This file (about 1,100 lines) is over the ~600 the project aims for: it is
-//! `Store`, the one handle every reader and the writer share, and its methods
-//! (open, write, flush, reads by node and by sequence, status, verify) work on
-//! the same trees and the same transaction; splitting the type's methods across
-//! files would scatter the invariant they keep (an event and its node change in
-//! one transaction). What stands alone already lives beside it: queries, export
-//! and import, retention, checkpoints, compaction, records, the outbox.
+//! `Store` is the one handle every reader and the writer share; its methods
+//! here work on the same trees and the same transaction (an event and its
+//! node change together). What stands alone lives beside it: queries,
+//! export and import, retention, checkpoints, compaction, records, the outbox.
 
 mod api_objects;
 pub mod checkpoint;

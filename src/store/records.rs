@@ -3,11 +3,7 @@
 //!
 //! Rules: a variant once written is never changed or removed, only appended;
 //! enums inside records are stored as explicit `u8` codes; every version has a
-//! golden-byte test.
-//!
-//! This file (about 730 production lines) is over the ~600 the project aims
-//! for: every stored version of every record stays, by the rule above, and
-//! its conversions sit next to it so that a new version is one place to read.
+//! golden-byte test. A version's conversions sit next to it.
 
 use serde::{Deserialize, Serialize};
 
