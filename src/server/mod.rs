@@ -122,19 +122,10 @@ pub fn secured_router(state: AppState, tokens: impl Into<Authn>) -> Router {
 /// Over 80 lines: it is the route table, one line per endpoint, read whole.
 pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Budgets>) -> Router {
     let authn: Authn = tokens.into();
-    let routes = Router::new()
-        .route("/version", get(discovery::version))
+    let routes = discovery::routes()
         .route("/openapi/v2", get(openapi::v2))
         .route("/openapi/v3", get(openapi::v3_index))
         .route("/openapi/v3/{*path}", get(openapi::v3))
-        .route("/api", get(discovery::api))
-        .route("/api/v1", get(discovery::api_v1))
-        .route("/apis", get(discovery::apis))
-        .route("/apis/coordination.k8s.io", get(discovery::coordination))
-        .route(
-            "/apis/coordination.k8s.io/v1",
-            get(discovery::coordination_v1),
-        )
         .route(
             "/api/v1/nodes",
             get(nodes::list_nodes).post(push::create_node),
@@ -161,8 +152,6 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
             "/api/v1/namespaces/{namespace}/events/{name}",
             get(events::get_event).patch(posted_events::patch_event),
         )
-        .route("/apis/events.k8s.io", get(discovery::events))
-        .route("/apis/events.k8s.io/v1", get(discovery::events_v1))
         .route(
             "/apis/events.k8s.io/v1/namespaces/{namespace}/events",
             axum::routing::post(posted_events::post_events_event),
@@ -207,8 +196,6 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
                 .put(leases::put_lease)
                 .patch(leases::patch_lease),
         )
-        .route("/apis/storage.k8s.io", get(discovery::storage))
-        .route("/apis/storage.k8s.io/v1", get(discovery::storage_v1))
         .route(
             "/apis/storage.k8s.io/v1/csinodes",
             get(csinodes::list_csinodes).post(csinodes::create_csinode),
@@ -236,11 +223,6 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
             "/api/v1/namespaces/{namespace}/secrets/{name}",
             get(bootstrap_tokens::get_secret).delete(bootstrap_tokens::delete_secret),
         )
-        .route("/apis/certificates.k8s.io", get(discovery::certificates))
-        .route(
-            "/apis/certificates.k8s.io/v1",
-            get(discovery::certificates_v1),
-        )
         .route(
             "/apis/certificates.k8s.io/v1/certificatesigningrequests",
             get(csrs::list_csrs).post(csrs::create_csr),
@@ -258,28 +240,13 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
             get(csrs::get_csr).put(csrs::put_status),
         )
         .route(
-            "/apis/authentication.k8s.io",
-            get(discovery::authentication),
-        )
-        .route(
-            "/apis/authentication.k8s.io/v1",
-            get(discovery::authentication_v1),
-        )
-        .route(
             "/apis/authentication.k8s.io/v1/tokenreviews",
             post(reviews::create_token_review).layer(Extension(authn.clone())),
-        )
-        .route("/apis/authorization.k8s.io", get(discovery::authorization))
-        .route(
-            "/apis/authorization.k8s.io/v1",
-            get(discovery::authorization_v1),
         )
         .route(
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
             post(reviews::create_subject_access_review).layer(Extension(authn.clone())),
         )
-        .route("/apis/node.k8s.io", get(discovery::node))
-        .route("/apis/node.k8s.io/v1", get(discovery::node_v1))
         .route(
             "/apis/node.k8s.io/v1/runtimeclasses",
             get(empty::list_runtime_classes),
