@@ -302,8 +302,6 @@ pub(super) fn user_of(request: &Request) -> Option<u64> {
 /// request with neither is refused (401), except the health checks
 /// `/healthz`, `/livez` and `/readyz`, where it is anonymous; a token or a
 /// certificate presented must be valid all the same, there too.
-// The refusal is a ready 401, built once per refused request.
-#[allow(clippy::result_large_err)]
 pub(super) fn identify(authn: &Authn, mut request: Request) -> Result<Request, Response> {
     let mut bad_cert = false;
     if authn.client_certs {

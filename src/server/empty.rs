@@ -12,18 +12,13 @@
 //! RuntimeClasses `pkg/kubelet/runtimeclass/runtimeclass_manager.go:38-39`.
 //! Pods are kept (the mirror pods, `super::pods`).
 
-// Checks return a ready response as their error, built once per refused
-// request: its size does not matter.
-#![allow(clippy::result_large_err)]
-
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::params::ListParams;
-use super::{bad_request, AppState};
+use super::{bad_request, not_found, Answer, AppState};
 
 /// A resource served empty.
 pub(crate) struct Empty {
@@ -65,30 +60,23 @@ pub(crate) const RUNTIME_CLASSES: Empty = Empty {
 
 impl Empty {
     /// A list or a watch of the resource.
-    pub async fn list(&'static self, s: AppState, params: ListParams) -> Response {
-        match params.is_watch() {
-            Ok(false) => {}
-            Ok(true) => return self.watch(s, &params).await,
-            Err(e) => return bad_request(e.to_string()),
+    pub async fn list(
+        &'static self,
+        s: AppState,
+        params: Result<Query<ListParams>, QueryRejection>,
+    ) -> Answer {
+        let (params, watch) = ListParams::list(params)?;
+        if watch {
+            return self.watch(s, &params).await;
         }
-        if let Err(e) = params.query(self.fields) {
-            return bad_request(e.to_string());
-        }
+        params.query(self.fields).map_err(bad_request)?;
         let version = s.store.durable_seq();
-        Json(crate::k8s::list(
-            self.api_version,
-            self.kind,
-            version,
-            Vec::new(),
-        ))
-        .into_response()
+        let list = crate::k8s::list(self.api_version, self.kind, version, Vec::new());
+        Ok(Json(list).into_response())
     }
 
-    async fn watch(&'static self, s: AppState, params: &ListParams) -> Response {
-        let request = match super::watch::watch_request(params, self.fields) {
-            Ok(request) => request,
-            Err(r) => return r,
-        };
+    async fn watch(&'static self, s: AppState, params: &ListParams) -> Answer {
+        let request = super::watch::watch_request(params, self.fields)?;
         // The history's versions, with no object of this resource in it.
         let watch = super::watch::WatchParams {
             resource_version: params.resource_version.clone(),
@@ -101,62 +89,41 @@ impl Empty {
         };
         super::watch::watch_nodes(s, watch).await
     }
-
-    /// A get: never found.
-    pub fn get(&self, name: &str) -> Response {
-        (
-            StatusCode::NOT_FOUND,
-            Json(crate::k8s::not_found(self.resource, name)),
-        )
-            .into_response()
-    }
-}
-
-fn params(params: Result<Query<ListParams>, QueryRejection>) -> Result<ListParams, Response> {
-    ListParams::from_query(params).map_err(|e| bad_request(e.to_string()))
 }
 
 /// `GET /api/v1/services` and `/api/v1/namespaces/{namespace}/services`.
 pub(crate) async fn list_services(
     State(s): State<AppState>,
     query: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    match params(query) {
-        Ok(p) => SERVICES.list(s, p).await,
-        Err(r) => r,
-    }
+) -> Answer {
+    SERVICES.list(s, query).await
 }
 
+/// A get: never found.
 pub(crate) async fn get_service(Path((_, name)): Path<(String, String)>) -> Response {
-    SERVICES.get(&name)
+    not_found(SERVICES.resource, &name)
 }
 
 /// `GET /apis/storage.k8s.io/v1/csidrivers`.
 pub(crate) async fn list_csi_drivers(
     State(s): State<AppState>,
     query: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    match params(query) {
-        Ok(p) => CSI_DRIVERS.list(s, p).await,
-        Err(r) => r,
-    }
+) -> Answer {
+    CSI_DRIVERS.list(s, query).await
 }
 
 pub(crate) async fn get_csi_driver(Path(name): Path<String>) -> Response {
-    CSI_DRIVERS.get(&name)
+    not_found(CSI_DRIVERS.resource, &name)
 }
 
 /// `GET /apis/node.k8s.io/v1/runtimeclasses`.
 pub(crate) async fn list_runtime_classes(
     State(s): State<AppState>,
     query: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    match params(query) {
-        Ok(p) => RUNTIME_CLASSES.list(s, p).await,
-        Err(r) => r,
-    }
+) -> Answer {
+    RUNTIME_CLASSES.list(s, query).await
 }
 
 pub(crate) async fn get_runtime_class(Path(name): Path<String>) -> Response {
-    RUNTIME_CLASSES.get(&name)
+    not_found(RUNTIME_CLASSES.resource, &name)
 }

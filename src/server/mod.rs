@@ -2,6 +2,11 @@
 //! selectors, pages and events `kubectl` uses), history, the registry at a
 //! past time, store status, health and metrics. Reads only what is durable.
 
+// Checks return a ready response as their error (`Answer`), built once
+// per refused request: its size does not matter.
+#![allow(clippy::result_large_err)]
+
+mod api_objects;
 mod auth;
 pub mod authz;
 mod backup;
@@ -324,7 +329,7 @@ async fn errors_as_status(health: bool, response: Response) -> Response {
     } else {
         code.canonical_reason().unwrap_or("error").to_string()
     };
-    let status = status_error(code, status_reason(code), message);
+    let status = refusal(code, message);
     parts.headers.remove(header::CONTENT_TYPE);
     parts.headers.remove(header::CONTENT_LENGTH);
     let (new_parts, body) = status.into_parts();
@@ -370,12 +375,11 @@ fn status_reason(code: StatusCode) -> &'static str {
 
 /// Any method a path does not serve, as kube-apiserver answers it.
 async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
-    status_error(
+    let path = uri.path();
+    refusal(
         StatusCode::METHOD_NOT_ALLOWED,
-        "MethodNotAllowed",
         format!(
-            "the server does not allow this method on the requested resource ({method} {})",
-            uri.path()
+            "the server does not allow this method on the requested resource ({method} {path})"
         ),
     )
 }
@@ -386,34 +390,67 @@ pub(crate) fn status_error(code: StatusCode, reason: &str, message: String) -> R
     (code, Json(body)).into_response()
 }
 
-pub(crate) fn bad_request(message: String) -> Response {
-    status_error(StatusCode::BAD_REQUEST, "BadRequest", message)
+/// A handler's answer: `Err` is a refusal, answered as it is.
+pub(crate) type Answer = Result<Response, Response>;
+
+/// A `Status` with the reason Kubernetes gives `code`.
+pub(crate) fn refusal(code: StatusCode, message: impl std::fmt::Display) -> Response {
+    status_error(code, status_reason(code), message.to_string())
+}
+
+pub(crate) fn bad_request(message: impl std::fmt::Display) -> Response {
+    refusal(StatusCode::BAD_REQUEST, message)
+}
+
+pub(crate) fn forbidden(message: impl std::fmt::Display) -> Response {
+    refusal(StatusCode::FORBIDDEN, message)
+}
+
+/// The 404 kube-apiserver answers for a missing object.
+pub(crate) fn not_found(resource: &str, name: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(crate::k8s::not_found(resource, name)),
+    )
+        .into_response()
+}
+
+/// A stored object's JSON as served, with its resourceVersion.
+pub(crate) fn with_version(json: &str, version: u64) -> serde_json::Value {
+    let mut value: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    if let Some(meta) = value.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        meta.insert("resourceVersion".into(), version.to_string().into());
+    }
+    value
+}
+
+/// An object's labels, for a label selector.
+pub(crate) fn labels_of(value: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    let labels = value["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten();
+    labels
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+        .collect()
 }
 
 pub(crate) fn internal(e: impl std::fmt::Display) -> Response {
-    status_error(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "InternalError",
-        e.to_string(),
-    )
+    refusal(StatusCode::INTERNAL_SERVER_ERROR, e)
 }
 
 async fn not_found_path(uri: axum::http::Uri) -> Response {
-    status_error(
+    let path = uri.path();
+    refusal(
         StatusCode::NOT_FOUND,
-        "NotFound",
-        format!(
-            "the server could not find the requested resource {}",
-            uri.path()
-        ),
+        format!("the server could not find the requested resource {path}"),
     )
 }
 
 /// `?watch=true` on resources nodekeeper lists but does not stream.
 pub(crate) fn watch_not_served(resource: &str) -> Response {
-    status_error(
+    refusal(
         StatusCode::METHOD_NOT_ALLOWED,
-        "MethodNotAllowed",
         format!("watching {resource} is not supported by nodekeeper; nodes can be watched, and /v1/history has every event"),
     )
 }

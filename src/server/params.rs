@@ -3,8 +3,10 @@
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
 use axum::http::{header, HeaderMap};
+use axum::response::Response;
 use serde::Deserialize;
 
+use super::bad_request;
 use super::paging::{ContinueToken, InvalidContinueToken};
 use super::selectors::{FieldSelector, FieldSelectorError, LabelSelector, LabelSelectorError};
 use super::table::{self, IncludeObject, UnknownIncludeObject};
@@ -104,6 +106,24 @@ impl ListParams {
 
     pub fn include_object(&self) -> Result<IncludeObject, ParamsError> {
         Ok(IncludeObject::parse(self.include_object.as_deref())?)
+    }
+
+    /// A list's query and whether it asks for a watch; a malformed one is a 400.
+    pub fn list(
+        params: Result<Query<ListParams>, QueryRejection>,
+    ) -> Result<(Self, bool), Response> {
+        let params = Self::from_query(params).map_err(bad_request)?;
+        let watch = params.is_watch().map_err(bad_request)?;
+        Ok((params, watch))
+    }
+
+    /// A get's `includeObject`; a malformed query is a 400.
+    pub fn get(
+        params: Result<Query<ListParams>, QueryRejection>,
+    ) -> Result<IncludeObject, Response> {
+        Self::from_query(params)
+            .and_then(|p| p.include_object())
+            .map_err(bad_request)
     }
 }
 
