@@ -19,7 +19,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
+    CertificateSigningRequest, CertificateSigningRequestCondition,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde_json::Value;
@@ -588,17 +588,14 @@ fn conflict(name: &str) -> Response {
     )
 }
 
-/// An empty status, for writers that start one.
-pub(crate) fn empty_status() -> CertificateSigningRequestStatus {
-    CertificateSigningRequestStatus::default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::certificates::testing::request;
     use crate::server::identity::{principal, BOOTSTRAPPERS_GROUP};
-    use k8s_openapi::api::certificates::v1::CertificateSigningRequestSpec;
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequestSpec, CertificateSigningRequestStatus,
+    };
     use k8s_openapi::ByteString;
 
     fn csr(name: &str, generate: &str, pem: &str) -> CertificateSigningRequest {
