@@ -127,36 +127,6 @@ impl ServeConfig {
         self
     }
 
-    pub fn header_read_timeout(mut self, d: Duration) -> Self {
-        self.header_read_timeout = d;
-        self
-    }
-
-    pub fn idle_timeout(mut self, d: Duration) -> Self {
-        self.idle_timeout = d;
-        self
-    }
-
-    pub fn tls_handshake_timeout(mut self, d: Duration) -> Self {
-        self.tls_handshake_timeout = d;
-        self
-    }
-
-    pub fn shutdown_grace(mut self, d: Duration) -> Self {
-        self.shutdown_grace = d;
-        self
-    }
-
-    pub fn stall_timeout(mut self, d: Duration) -> Self {
-        self.stall_timeout = d;
-        self
-    }
-
-    pub fn http2(mut self, http2: Http2Config) -> Self {
-        self.http2 = http2;
-        self
-    }
-
     pub fn kubelets(mut self, kubelets: KubeletHandoff) -> Self {
         self.kubelets = Some(kubelets);
         self
@@ -1092,7 +1062,10 @@ mod tests {
     #[tokio::test]
     async fn a_silent_client_is_disconnected_after_the_header_timeout() {
         let server = start(
-            ServeConfig::default().header_read_timeout(Duration::from_millis(200)),
+            ServeConfig {
+                header_read_timeout: Duration::from_millis(200),
+                ..ServeConfig::default()
+            },
             None,
         )
         .await;
@@ -1117,7 +1090,10 @@ mod tests {
         let (cert, key) = test_cert_files();
         let tls = tls_config(&cert.1, &key).unwrap();
         let server = start(
-            ServeConfig::default().tls_handshake_timeout(Duration::from_millis(200)),
+            ServeConfig {
+                tls_handshake_timeout: Duration::from_millis(200),
+                ..ServeConfig::default()
+            },
             Some(tls),
         )
         .await;
@@ -1169,9 +1145,11 @@ mod tests {
     #[tokio::test]
     async fn an_idle_keep_alive_connection_outlives_the_header_timeout() {
         let server = start(
-            ServeConfig::default()
-                .header_read_timeout(Duration::from_millis(200))
-                .idle_timeout(Duration::from_millis(1500)),
+            ServeConfig {
+                header_read_timeout: Duration::from_millis(200),
+                idle_timeout: Duration::from_millis(1500),
+                ..ServeConfig::default()
+            },
             None,
         )
         .await;
@@ -1300,9 +1278,11 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_takes_nothing_of_its_response_is_disconnected() {
         let server = start(
-            ServeConfig::default()
-                .stall_timeout(Duration::from_millis(300))
-                .shutdown_grace(Duration::from_millis(100)),
+            ServeConfig {
+                stall_timeout: Duration::from_millis(300),
+                shutdown_grace: Duration::from_millis(100),
+                ..ServeConfig::default()
+            },
             None,
         )
         .await;
@@ -1323,7 +1303,10 @@ mod tests {
     #[tokio::test]
     async fn a_response_that_waits_on_the_server_is_not_a_stall() {
         let server = start(
-            ServeConfig::default().stall_timeout(Duration::from_millis(100)),
+            ServeConfig {
+                stall_timeout: Duration::from_millis(100),
+                ..ServeConfig::default()
+            },
             None,
         )
         .await;
@@ -1413,7 +1396,10 @@ mod tests {
     #[tokio::test]
     async fn shutdown_closes_idle_connections_and_cuts_endless_requests_after_the_grace() {
         let server = start(
-            ServeConfig::default().shutdown_grace(Duration::from_millis(300)),
+            ServeConfig {
+                shutdown_grace: Duration::from_millis(300),
+                ..ServeConfig::default()
+            },
             None,
         )
         .await;
