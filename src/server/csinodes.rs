@@ -16,19 +16,24 @@ use k8s_openapi::api::storage::v1::CSINode;
 use serde_json::Value;
 
 use super::authz::{admit, Kind};
+use super::node_objects::{served, NodeKept};
 use super::openapi::{check_fields, with_warnings, WriteQuery};
 use super::params::ListParams;
-use super::pods::served;
-use super::push::{json_body, patched, push_error, ContentType};
-use super::{bad_request, not_found, refusal, Answer, AppState, Caller};
+use super::push::{json_body, patched, ContentType};
+use super::{bad_request, not_found, Answer, AppState, Caller};
 use crate::controller::ObjectWrite;
 use crate::model::{Micros, NodeObject, ObjectKey};
 
 /// The resource, as errors and the history name it.
 const RESOURCE: &str = "csinodes.storage.k8s.io";
 const API_VERSION: &str = "storage.k8s.io/v1";
-/// The largest CSINode kept, as JSON: room for dozens of drivers.
-const MAX_BYTES: usize = 64 * 1024;
+/// CSINodes as kept: at most 64 kB of JSON, room for dozens of drivers.
+const KEPT: NodeKept = NodeKept {
+    resource: RESOURCE,
+    kind: "CSINode",
+    max_bytes: 64 * 1024,
+    summary,
+};
 /// The fields CSINodes can be selected by, as in kube-apiserver.
 const FIELDS: &[&str] = &["metadata.name"];
 
@@ -90,7 +95,8 @@ pub(crate) async fn create_csinode(
     let name = csinode.metadata.name.clone().unwrap_or_default();
     admit(&caller, Kind::CSINode, &name)?;
     let object = stored(csinode, &name, None)?;
-    write(&s, object, ObjectWrite::Create, StatusCode::CREATED).await
+    KEPT.write(&s, object, ObjectWrite::Create, StatusCode::CREATED)
+        .await
 }
 
 /// `PUT /apis/storage.k8s.io/v1/csinodes/{name}`.
@@ -144,7 +150,8 @@ async fn replace(s: &AppState, csinode: CSINode, name: &str, expected: Option<u6
     }
     let current = current(s, name)?;
     let object = stored(csinode, name, Some(&current))?;
-    write(s, object, ObjectWrite::Replace { expected }, StatusCode::OK).await
+    let how = ObjectWrite::Replace { expected };
+    KEPT.write(s, object, how, StatusCode::OK).await
 }
 
 /// `DELETE /apis/storage.k8s.io/v1/csinodes/{name}`: answered with the
@@ -158,14 +165,7 @@ pub(crate) async fn delete_csinode(
     admit(&caller, Kind::CSINode, &name)?;
     let current = current(&s, &name)?;
     let how = ObjectWrite::Delete { expected: None };
-    write(&s, current, how, StatusCode::OK).await
-}
-
-async fn write(s: &AppState, object: NodeObject, how: ObjectWrite, code: StatusCode) -> Answer {
-    let summary = summary(&object);
-    let written = s.controller.write_object(object, how, RESOURCE, summary);
-    let object = written.await.map_err(push_error)?;
-    Ok((code, Json(served(&object))).into_response())
+    KEPT.write(&s, current, how, StatusCode::OK).await
 }
 
 /// What the history says a CSINode holds: its drivers.
@@ -228,31 +228,5 @@ fn stored(
         }
     }
     let json = serde_json::to_string(&csinode).map_err(super::internal)?;
-    node_object(key(name), "CSINode", json, MAX_BYTES)
-}
-
-/// An object kept with its node, at most `max_bytes` of JSON (a 413 past it).
-pub(crate) fn node_object(
-    key: ObjectKey,
-    kind: &str,
-    json: String,
-    max_bytes: usize,
-) -> Result<NodeObject, Response> {
-    if json.len() > max_bytes {
-        return Err(refusal(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "{kind} {:?} takes {} bytes as JSON; nodekeeper keeps at most {max_bytes}",
-                key.name.rsplit('/').next().unwrap_or_default(),
-                json.len()
-            ),
-        ));
-    }
-    Ok(NodeObject {
-        node: key.node,
-        resource: key.resource,
-        name: key.name,
-        generation: 0,
-        json,
-    })
+    KEPT.object(key(name), json)
 }

@@ -21,7 +21,6 @@ use axum::Json;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde_json::Value;
 
 pub(crate) use super::api_objects::served;
@@ -264,10 +263,7 @@ pub(crate) async fn list_csrs(
         .store
         .api_objects(RESOURCE, None)
         .map_err(super::internal)?;
-    let metadata = ListMeta {
-        resource_version: Some(version.to_string()),
-        ..ListMeta::default()
-    };
+    let metadata = super::at_version(version);
     if super::params::wants_table(&headers) {
         let rows: Vec<_> = objects
             .iter()

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::Event;
@@ -34,71 +34,17 @@ const EVENT_FIELDS: &[&str] = &[
     "metadata.namespace",
 ];
 
-/// `GET /api/v1/events`: events in every namespace.
-pub(crate) async fn list_events(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> Answer {
-    list(s, None, &headers, params).await
-}
-
-/// `GET /api/v1/namespaces/{namespace}/events`.
-pub(crate) async fn list_namespaced_events(
-    State(s): State<AppState>,
-    Path(namespace): Path<String>,
-    headers: HeaderMap,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> Answer {
-    list(s, Some(namespace), &headers, params).await
-}
-
-/// `GET /api/v1/namespaces/{namespace}/events/{name}`.
-pub(crate) async fn get_event(
-    State(s): State<AppState>,
-    Path((namespace, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> Answer {
-    let include = ListParams::get(params)?;
-    // Names are `<node>.<seq in hex>`; anything else was never ours.
-    let seq = name
-        .rsplit_once('.')
-        .and_then(|(_, hex)| u64::from_str_radix(hex, 16).ok())
-        .filter(|&seq| namespace == EVENT_NAMESPACE && seq != 0)
-        .ok_or_else(|| not_found("events", &name))?;
-    let query = HistoryQuery {
-        after_seq: Some(seq - 1),
-        limit: Some(1),
-        ..HistoryQuery::default()
-    };
-    let event = history(&s, query)
-        .await?
-        .first()
-        .filter(|e| e.seq == seq)
-        .and_then(crate::k8s::node_event)
-        .filter(|e| e.metadata.name.as_deref() == Some(name.as_str()))
-        .ok_or_else(|| not_found("events", &name))?;
-    if wants_table(&headers) {
-        let metadata = ListMeta {
-            resource_version: event.metadata.resource_version.clone(),
-            ..ListMeta::default()
-        };
-        let table = table::event_table(&[event], metadata, include, Micros::now());
-        return Ok(Json(table).into_response());
-    }
-    Ok(Json(event).into_response())
-}
-
-/// Lists events as an `EventList` or a `Table`, a page at a time, streamed
+/// `GET /api/v1/events` and `/api/v1/namespaces/{namespace}/events`:
+/// events as an `EventList` or a `Table`, a page at a time, streamed
 /// from the history. Over 80 lines: the request's checks, the page's start and
 /// the two shapes share one query, one pinned history and one list tail.
-async fn list(
-    s: AppState,
-    namespace: Option<String>,
-    headers: &HeaderMap,
+pub(crate) async fn list_events(
+    State(s): State<AppState>,
+    namespace: Option<Path<String>>,
+    headers: HeaderMap,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Answer {
+    let namespace = namespace.map(|Path(ns)| ns);
     let (params, watch) = ListParams::list(params)?;
     if watch {
         return Err(super::watch_not_served("events"));
@@ -151,7 +97,7 @@ async fn list(
             ..ListMeta::default()
         })
     };
-    let as_table = wants_table(headers);
+    let as_table = wants_table(&headers);
     let head = if as_table {
         table::event_table_head()
     } else {
@@ -166,7 +112,44 @@ async fn list(
         }
     };
     let body = stream_history(s.store.clone(), history_query, limit, pin, head, item, tail);
-    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+    Ok(super::json_response(body))
+}
+
+/// `GET /api/v1/namespaces/{namespace}/events/{name}`.
+pub(crate) async fn get_event(
+    State(s): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Answer {
+    let include = ListParams::get(params)?;
+    // Names are `<node>.<seq in hex>`; anything else was never ours.
+    let seq = name
+        .rsplit_once('.')
+        .and_then(|(_, hex)| u64::from_str_radix(hex, 16).ok())
+        .filter(|&seq| namespace == EVENT_NAMESPACE && seq != 0)
+        .ok_or_else(|| not_found("events", &name))?;
+    let query = HistoryQuery {
+        after_seq: Some(seq - 1),
+        limit: Some(1),
+        ..HistoryQuery::default()
+    };
+    let event = history(&s, query)
+        .await?
+        .first()
+        .filter(|e| e.seq == seq)
+        .and_then(crate::k8s::node_event)
+        .filter(|e| e.metadata.name.as_deref() == Some(name.as_str()))
+        .ok_or_else(|| not_found("events", &name))?;
+    if wants_table(&headers) {
+        let metadata = ListMeta {
+            resource_version: event.metadata.resource_version.clone(),
+            ..ListMeta::default()
+        };
+        let table = table::event_table(&[event], metadata, include, Micros::now());
+        return Ok(Json(table).into_response());
+    }
+    Ok(Json(event).into_response())
 }
 
 fn selected(query: &ListQuery, e: &Event) -> bool {

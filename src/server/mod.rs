@@ -26,6 +26,7 @@ pub mod identity;
 mod leases;
 pub mod limits;
 pub mod node_json;
+mod node_objects;
 pub(crate) mod node_writes;
 mod nodes;
 mod openapi;
@@ -55,10 +56,11 @@ pub use serve::{
 };
 pub use v1::{HistoryParams, NodeEntry};
 
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use tokio_util::sync::CancellationToken;
 
 use crate::k8s::{json_patch, paging, patch, selectors, table};
@@ -75,8 +77,7 @@ use crate::view::View;
 pub const BODY_LIMIT: usize = 1 << 20;
 
 /// What the handlers read: one [`SharedState`] behind one reference, so
-/// the `State` extractor's copy for each request is one reference count
-/// (it was a count for each field, and a lock for the shutdown token's).
+/// the `State` extractor's copy for each request is one reference count.
 #[derive(Clone)]
 pub struct AppState(Arc<SharedState>);
 
@@ -151,7 +152,7 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
         .route("/api/v1/events", get(events::list_events))
         .route(
             "/api/v1/namespaces/{namespace}/events",
-            get(events::list_namespaced_events).post(posted_events::post_core_event),
+            get(events::list_events).post(posted_events::post_core_event),
         )
         .route(
             "/api/v1/namespaces/{namespace}/events/{name}",
@@ -177,7 +178,7 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
         .route("/api/v1/pods", get(pods::list_pods))
         .route(
             "/api/v1/namespaces/{namespace}/pods",
-            get(pods::list_namespaced_pods).post(pods::create_pod),
+            get(pods::list_pods).post(pods::create_pod),
         )
         .route(
             "/api/v1/namespaces/{namespace}/pods/{name}/status",
@@ -422,6 +423,23 @@ pub(crate) fn with_version(json: &str, version: u64) -> serde_json::Value {
         meta.insert("resourceVersion".into(), version.to_string().into());
     }
     value
+}
+
+/// A response whose body is JSON already (or is streamed as JSON).
+pub(crate) fn json_response(body: impl Into<axum::body::Body>) -> Response {
+    let content_type = [(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    )];
+    (content_type, body.into()).into_response()
+}
+
+/// The metadata of a list (or a one-row Table) at `version`.
+pub(crate) fn at_version(version: impl ToString) -> ListMeta {
+    ListMeta {
+        resource_version: Some(version.to_string()),
+        ..ListMeta::default()
+    }
 }
 
 /// An object's labels, for a label selector.

@@ -9,11 +9,10 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::Node as KubeNode;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
 use super::node_json;
 use super::node_writes::{self, NodeWrite, PatchFormat, WriteError};
-use super::params::{wants_table, ListParams};
+use super::params::{wants_table, DeleteOptions, ListParams};
 use super::{
     bad_request, forbidden, not_found, paging, refusal, table, Answer, AppState, Caller, Identity,
 };
@@ -118,10 +117,7 @@ pub(crate) async fn get_node(
         .ok_or_else(|| not_found("nodes", &name))?;
     if wants_table(&headers) {
         // A single object's Table carries the object's resourceVersion.
-        let metadata = ListMeta {
-            resource_version: Some(shown.node.resource_version.to_string()),
-            ..ListMeta::default()
-        };
+        let metadata = super::at_version(shown.node.resource_version);
         let row = (Node::clone(&shown.node), shown.beat);
         let table = table::node_table(&[row], metadata, include, Micros::now());
         return Ok(Json(table).into_response());
@@ -147,10 +143,7 @@ async fn watch(s: AppState, headers: &HeaderMap, params: &ListParams) -> Answer 
     let render: Option<super::watch::NodeRender> = wants_table(headers).then(|| {
         let render: super::watch::NodeRender =
             std::sync::Arc::new(move |node: &crate::model::Node| {
-                let metadata = ListMeta {
-                    resource_version: Some(node.resource_version.to_string()),
-                    ..ListMeta::default()
-                };
+                let metadata = super::at_version(node.resource_version);
                 let table =
                     table::node_table(&[(node.clone(), None)], metadata, include, Micros::now());
                 serde_json::to_value(table).unwrap_or_default()
@@ -345,21 +338,6 @@ pub(crate) async fn put_node(
         .map_err(super::push::push_error)?;
     let answer = super::push::json_reply(&crate::k8s::NodeJson::shown(&node, None));
     Ok(super::openapi::with_warnings(answer, &warnings))
-}
-
-/// The parts of `DeleteOptions` that matter here.
-#[derive(Debug, Default, serde::Deserialize)]
-struct DeleteOptions {
-    #[serde(default)]
-    preconditions: Option<DeletePreconditions>,
-}
-
-#[derive(Debug, Default, serde::Deserialize)]
-struct DeletePreconditions {
-    #[serde(default)]
-    uid: Option<String>,
-    #[serde(default, rename = "resourceVersion")]
-    resource_version: Option<String>,
 }
 
 /// `DELETE /api/v1/nodes/{name}`: a node no source lists is deleted (its

@@ -49,6 +49,21 @@ pub(crate) struct ListParams {
     pub send_initial_events: Option<String>,
 }
 
+/// The parts of a delete's `DeleteOptions` that matter here.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct DeleteOptions {
+    #[serde(default)]
+    pub preconditions: Option<DeletePreconditions>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct DeletePreconditions {
+    #[serde(default)]
+    pub uid: Option<String>,
+    #[serde(default, rename = "resourceVersion")]
+    pub resource_version: Option<String>,
+}
+
 /// A list request, validated: what to select, where to start, what rows carry.
 #[derive(Debug, Clone)]
 pub(crate) struct ListQuery {

@@ -22,8 +22,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::node_objects::served;
 use super::params::{wants_table, ListParams};
-use super::pods::{field, served, POD_FIELDS, RESOURCE};
+use super::pods::{field, POD_FIELDS, RESOURCE};
 use super::watch::{
     begin, gone_line, line, read_after, stream_response, Read, Scope, WatchStart, BOOKMARK_EVERY,
     DEFAULT_TIMEOUT,

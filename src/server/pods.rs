@@ -18,11 +18,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde_json::{json, Value};
 
-use super::params::{wants_table, ListParams};
-use super::push::{body_json, json_body, malformed, push_error, ContentType};
+use super::node_objects::{served, NodeKept};
+use super::params::{wants_table, DeleteOptions, ListParams};
+use super::push::{body_json, json_body, malformed, ContentType};
 use super::{bad_request, forbidden, not_found, refusal, Answer, AppState, Caller};
 use crate::controller::ObjectWrite;
 use crate::k8s::patch::{apply_with_keys, PatchKind};
@@ -34,8 +34,14 @@ pub(crate) const RESOURCE: &str = "pods";
 /// The annotation that makes a pod a mirror pod: the static pod's hash
 /// (kubernetes `pkg/kubelet/types/pod_update.go` `ConfigMirrorAnnotationKey`).
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
-/// The largest pod kept, as JSON: a static control-plane pod takes a few kB.
-const MAX_BYTES: usize = 128 * 1024;
+/// Mirror pods as kept: at most 128 kB of JSON (a static control-plane pod
+/// takes a few kB).
+const KEPT: NodeKept = NodeKept {
+    resource: RESOURCE,
+    kind: "Pod",
+    max_bytes: 128 * 1024,
+    summary,
+};
 /// What nodekeeper says to a pod that is not a mirror pod.
 const SCHEDULES_NOTHING: &str = "nodekeeper schedules nothing: it keeps only the mirror pods \
      kubelets create for their static pods (annotation kubernetes.io/config.mirror, and \
@@ -99,12 +105,6 @@ fn found(
     find(s, caller, namespace, name).ok_or_else(|| not_found(RESOURCE, name))
 }
 
-/// A pod or CSINode as served: the stored JSON with its resourceVersion
-/// (the seq of the history entry that wrote it).
-pub(crate) fn served(object: &NodeObject) -> Value {
-    super::with_version(&object.json, object.generation)
-}
-
 /// A pod's value for a selectable field (`POD_FIELDS`).
 pub(crate) fn field<'a>(pod: &'a Value, name: &str) -> Option<&'a str> {
     let value = match name {
@@ -129,35 +129,18 @@ pub(crate) fn field<'a>(pod: &'a Value, name: &str) -> Option<&'a str> {
     value.as_str()
 }
 
-/// `GET /api/v1/pods`.
+/// `GET /api/v1/pods` and `/api/v1/namespaces/{namespace}/pods`: a
+/// `PodList` or a Table of the pods kept, selected; or a watch.
 pub(crate) async fn list_pods(
     State(s): State<AppState>,
+    namespace: Option<Path<String>>,
     headers: HeaderMap,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Answer {
-    list(s, None, &headers, params).await
-}
-
-/// `GET /api/v1/namespaces/{namespace}/pods`.
-pub(crate) async fn list_namespaced_pods(
-    State(s): State<AppState>,
-    Path(namespace): Path<String>,
-    headers: HeaderMap,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> Answer {
-    list(s, Some(namespace), &headers, params).await
-}
-
-/// A `PodList` or a Table of the pods kept, selected; or a watch.
-async fn list(
-    s: AppState,
-    namespace: Option<String>,
-    headers: &HeaderMap,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> Answer {
+    let namespace = namespace.map(|Path(ns)| ns);
     let (params, watch) = ListParams::list(params)?;
     if watch {
-        return super::pod_watch::watch(s, namespace, params, headers).await;
+        return super::pod_watch::watch(s, namespace, params, &headers).await;
     }
     let query = params.query(POD_FIELDS).map_err(bad_request)?;
     // Every change the view shows is at or before this version, so a
@@ -173,21 +156,13 @@ async fn list(
     // (`/registry/pods/NAMESPACE/NAME`): pages follow it.
     let mut items: Vec<(String, Value)> = objects
         .iter()
-        .map(served)
-        .filter(|pod| {
+        .map(|object| (object.name.clone(), served(object)))
+        .filter(|(_, pod)| {
             namespace
                 .as_deref()
                 .is_none_or(|ns| pod["metadata"]["namespace"] == ns)
                 && query.fields.matches(|f| field(pod, f))
                 && query.labels.matches(&super::labels_of(pod))
-        })
-        .map(|pod| {
-            let key = format!(
-                "{}/{}",
-                pod["metadata"]["namespace"].as_str().unwrap_or(""),
-                pod["metadata"]["name"].as_str().unwrap_or("")
-            );
-            (key, pod)
         })
         .collect();
     items.sort_by(|a, b| a.0.cmp(&b.0));
@@ -203,7 +178,7 @@ async fn list(
     );
     let metadata = page.metadata;
     let items: Vec<Value> = items.drain(page.range).map(|(_, pod)| pod).collect();
-    if wants_table(headers) {
+    if wants_table(&headers) {
         let table = table::pod_table(&items, metadata, query.include, Micros::now());
         return Ok(Json(table).into_response());
     }
@@ -222,10 +197,7 @@ pub(crate) async fn get_pod(
     let object = found(&s, &caller, &namespace, &name)?;
     let pod = served(&object);
     if wants_table(&headers) {
-        let metadata = ListMeta {
-            resource_version: Some(object.generation.to_string()),
-            ..ListMeta::default()
-        };
+        let metadata = super::at_version(object.generation);
         let table = table::pod_table(&[pod], metadata, include, Micros::now());
         return Ok(Json(table).into_response());
     }
@@ -242,7 +214,8 @@ pub(crate) async fn create_pod(
 ) -> Answer {
     let pod = json_body::<Pod>(ct.as_str(), &body)?;
     let object = mirror_pod(&s, &caller, pod, &namespace)?;
-    write(&s, object, ObjectWrite::Create, StatusCode::CREATED).await
+    KEPT.write(&s, object, ObjectWrite::Create, StatusCode::CREATED)
+        .await
 }
 
 /// The pod to keep, if it is a mirror pod this caller may write: checked
@@ -318,12 +291,7 @@ fn mirror_pod(
 
 fn stored(pod: &Pod, node: &str, namespace: &str, name: &str) -> Result<NodeObject, Response> {
     let value = crate::k8s::typed_pod(pod).map_err(super::internal)?;
-    super::csinodes::node_object(
-        key(node, namespace, name),
-        "Pod",
-        value.to_string(),
-        MAX_BYTES,
-    )
+    KEPT.object(key(node, namespace, name), value.to_string())
 }
 
 /// `PATCH /api/v1/namespaces/{namespace}/pods/{name}/status`, as the
@@ -379,7 +347,7 @@ pub(crate) async fn patch_pod_status(
     let how = ObjectWrite::Replace {
         expected: Some(current.generation),
     };
-    write(&s, object, how, StatusCode::OK).await
+    KEPT.write(&s, object, how, StatusCode::OK).await
 }
 
 /// A 409 for a delete's or a patch's precondition the pod does not meet.
@@ -391,21 +359,6 @@ fn precondition_failed(name: &str, what: &str, wanted: &str, got: &str) -> Respo
              precondition: {wanted}, {what} in object meta: {got}"
         ),
     )
-}
-
-/// The parts of `DeleteOptions` that matter here.
-#[derive(Debug, Default, serde::Deserialize)]
-struct DeleteOptions {
-    #[serde(default)]
-    preconditions: Option<Preconditions>,
-}
-
-#[derive(Debug, Default, serde::Deserialize)]
-struct Preconditions {
-    #[serde(default)]
-    uid: Option<String>,
-    #[serde(default, rename = "resourceVersion")]
-    resource_version: Option<String>,
 }
 
 /// `DELETE /api/v1/namespaces/{namespace}/pods/{name}`, with the
@@ -449,14 +402,7 @@ pub(crate) async fn delete_pod(
     let how = ObjectWrite::Delete {
         expected: Some(current.generation),
     };
-    write(&s, current, how, StatusCode::OK).await
-}
-
-async fn write(s: &AppState, object: NodeObject, how: ObjectWrite, code: StatusCode) -> Answer {
-    let summary = summary(&object);
-    let written = s.controller.write_object(object, how, RESOURCE, summary);
-    let object = written.await.map_err(push_error)?;
-    Ok((code, Json(served(&object))).into_response())
+    KEPT.write(&s, current, how, StatusCode::OK).await
 }
 
 /// What the history says of a pod: its phase, and its ready containers.

@@ -101,7 +101,7 @@ pub(crate) async fn history(
         |e| serde_json::to_vec(e).ok(),
         |_| b"]".to_vec(),
     );
-    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+    Ok(super::json_response(body))
 }
 
 /// `work` on the blocking pool; its panic is a 500.

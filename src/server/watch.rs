@@ -162,7 +162,7 @@ pub(crate) fn stream_response(receiver: mpsc::Receiver<Bytes>) -> Response {
                 .map(|chunk| (Ok::<_, Infallible>(chunk), rx))
         },
     ));
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    super::json_response(body)
 }
 
 /// Refuses the options kube-apiserver refuses on a watch
