@@ -14,8 +14,9 @@
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
 
 use super::params::ListParams;
 use super::{bad_request, not_found, Answer, AppState};
@@ -59,8 +60,25 @@ pub(crate) const RUNTIME_CLASSES: Empty = Empty {
 };
 
 impl Empty {
+    /// The resource's routes: each of `lists` serves a list or a watch,
+    /// `one` a get (never found).
+    pub fn routes(&'static self, lists: &[&str], one: &str) -> Router<AppState> {
+        let list = get(
+            move |State(s): State<AppState>, query: Result<Query<ListParams>, QueryRejection>| {
+                self.list(s, query)
+            },
+        );
+        let get_one = get(move |Path(path): Path<Vec<String>>| async move {
+            not_found(self.resource, path.last().map_or("", String::as_str))
+        });
+        let routes = Router::new().route(one, get_one);
+        lists
+            .iter()
+            .fold(routes, |routes, path| routes.route(path, list.clone()))
+    }
+
     /// A list or a watch of the resource.
-    pub async fn list(
+    async fn list(
         &'static self,
         s: AppState,
         params: Result<Query<ListParams>, QueryRejection>,
@@ -89,41 +107,4 @@ impl Empty {
         };
         super::watch::watch_nodes(s, watch).await
     }
-}
-
-/// `GET /api/v1/services` and `/api/v1/namespaces/{namespace}/services`.
-pub(crate) async fn list_services(
-    State(s): State<AppState>,
-    query: Result<Query<ListParams>, QueryRejection>,
-) -> Answer {
-    SERVICES.list(s, query).await
-}
-
-/// A get: never found.
-pub(crate) async fn get_service(Path((_, name)): Path<(String, String)>) -> Response {
-    not_found(SERVICES.resource, &name)
-}
-
-/// `GET /apis/storage.k8s.io/v1/csidrivers`.
-pub(crate) async fn list_csi_drivers(
-    State(s): State<AppState>,
-    query: Result<Query<ListParams>, QueryRejection>,
-) -> Answer {
-    CSI_DRIVERS.list(s, query).await
-}
-
-pub(crate) async fn get_csi_driver(Path(name): Path<String>) -> Response {
-    not_found(CSI_DRIVERS.resource, &name)
-}
-
-/// `GET /apis/node.k8s.io/v1/runtimeclasses`.
-pub(crate) async fn list_runtime_classes(
-    State(s): State<AppState>,
-    query: Result<Query<ListParams>, QueryRejection>,
-) -> Answer {
-    RUNTIME_CLASSES.list(s, query).await
-}
-
-pub(crate) async fn get_runtime_class(Path(name): Path<String>) -> Response {
-    not_found(RUNTIME_CLASSES.resource, &name)
 }

@@ -166,15 +166,6 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
             "/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}",
             axum::routing::patch(posted_events::patch_event),
         )
-        .route("/api/v1/services", get(empty::list_services))
-        .route(
-            "/api/v1/namespaces/{namespace}/services",
-            get(empty::list_services),
-        )
-        .route(
-            "/api/v1/namespaces/{namespace}/services/{name}",
-            get(empty::get_service),
-        )
         .route("/api/v1/pods", get(pods::list_pods))
         .route(
             "/api/v1/namespaces/{namespace}/pods",
@@ -214,14 +205,6 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
                 .delete(csinodes::delete_csinode),
         )
         .route(
-            "/apis/storage.k8s.io/v1/csidrivers",
-            get(empty::list_csi_drivers),
-        )
-        .route(
-            "/apis/storage.k8s.io/v1/csidrivers/{name}",
-            get(empty::get_csi_driver),
-        )
-        .route(
             "/api/v1/namespaces/{namespace}/secrets",
             get(bootstrap_tokens::list_secrets).post(bootstrap_tokens::create_secret),
         )
@@ -253,14 +236,6 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
             post(reviews::create_subject_access_review).layer(Extension(authn.clone())),
         )
-        .route(
-            "/apis/node.k8s.io/v1/runtimeclasses",
-            get(empty::list_runtime_classes),
-        )
-        .route(
-            "/apis/node.k8s.io/v1/runtimeclasses/{name}",
-            get(empty::get_runtime_class),
-        )
         .route("/v1/nodes", get(v1::list_node_records))
         .route("/v1/nodes/{name}", get(v1::get_node_record))
         .route("/v1/history", get(v1::history))
@@ -277,6 +252,21 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
         .route("/readyz", get(health::readyz))
         .route("/readyz/{check}", get(health::readyz_check))
         .route("/metrics", get(v1::metrics))
+        .merge(empty::SERVICES.routes(
+            &[
+                "/api/v1/services",
+                "/api/v1/namespaces/{namespace}/services",
+            ],
+            "/api/v1/namespaces/{namespace}/services/{name}",
+        ))
+        .merge(empty::CSI_DRIVERS.routes(
+            &["/apis/storage.k8s.io/v1/csidrivers"],
+            "/apis/storage.k8s.io/v1/csidrivers/{name}",
+        ))
+        .merge(empty::RUNTIME_CLASSES.routes(
+            &["/apis/node.k8s.io/v1/runtimeclasses"],
+            "/apis/node.k8s.io/v1/runtimeclasses/{name}",
+        ))
         .fallback(not_found_path);
     // The console's pages stay outside the auth layer: they carry no data.
     harden_with(routes, authn, budgets)
