@@ -202,22 +202,24 @@ impl Connections {
             }
         }
         table.insert(connection.id, connection.clone());
-        self.open.store(table.len(), Ordering::Relaxed);
-        if let Some(m) = &self.metrics {
-            m.http_connections.set(table.len() as i64);
-        }
+        self.count(table.len());
         Slot { connection }
     }
 
     fn remove(&self, id: u64) {
         let mut table = self.table();
         table.remove(&id);
-        self.open.store(table.len(), Ordering::Relaxed);
-        if let Some(m) = &self.metrics {
-            m.http_connections.set(table.len() as i64);
-        }
+        self.count(table.len());
         drop(table);
         self.changed.notify_waiters();
+    }
+
+    /// Notes how many connections are open.
+    fn count(&self, open: usize) {
+        self.open.store(open, Ordering::Relaxed);
+        if let Some(m) = &self.metrics {
+            m.http_connections.set(open as i64);
+        }
     }
 
     fn now_ms(&self) -> u64 {

@@ -299,10 +299,8 @@ pub(crate) async fn readiness(
         )));
     }
     let now = Micros::now();
-    let instant = |name: &str, v: &Option<String>| {
-        v.as_deref()
-            .map(|t| Micros::parse_instant(t, now).map_err(|e| bad_request(format!("{name}: {e}"))))
-            .transpose()
+    let instant = |name: &str, value: &Option<String>| {
+        super::v1::instant(name, value, now).map_err(bad_request)
     };
     let (since, until) = (
         instant("since", &params.since)?,

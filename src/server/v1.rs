@@ -53,20 +53,25 @@ pub struct HistoryParams {
 impl HistoryParams {
     /// Validates the parameters into a store query; times are RFC 3339 or ages (`10m`).
     pub fn to_query(&self, now: Micros) -> Result<HistoryQuery, String> {
-        let instant = |flag: &str, v: &Option<String>| {
-            v.as_deref()
-                .map(|t| Micros::parse_instant(t, now).map_err(|e| format!("{flag}: {e}")))
-                .transpose()
-        };
         Ok(HistoryQuery {
             node: self.node.clone(),
-            since: instant("since", &self.since)?,
-            until: instant("until", &self.until)?,
+            since: instant("since", &self.since, now)?,
+            until: instant("until", &self.until, now)?,
             condition: self.condition.clone(),
             after_seq: self.after,
             limit: self.limit,
         })
     }
+}
+
+/// The query parameter `name`, an instant in RFC 3339 or an age (`10m`), if given.
+pub(crate) fn instant(
+    name: &str,
+    value: &Option<String>,
+    now: Micros,
+) -> Result<Option<Micros>, String> {
+    let parse = |t: &str| Micros::parse_instant(t, now).map_err(|e| format!("{name}: {e}"));
+    value.as_deref().map(parse).transpose()
 }
 
 pub(crate) async fn history(
