@@ -10,7 +10,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::identity::{anonymous, principal, Caller, Identity, Principal, NODES_GROUP};
+use super::identity::{anonymous, principal, Principal, NODES_GROUP};
 use super::reload::Reloadable;
 use super::status_error;
 use super::x509::ClientCert;
@@ -82,19 +82,8 @@ impl Tokens {
         Ok(Tokens { entries })
     }
 
-    /// The caller a token stands for. Every known token is compared, each in
+    /// Who a token stands for. Every known token is compared, each in
     /// constant time, so the time taken says nothing about the secrets.
-    pub fn caller(&self, token: &str) -> Option<Caller> {
-        self.principal(token).map(|p| p.caller().clone())
-    }
-
-    /// The caller a token stands for, and its name.
-    pub fn identify(&self, token: &str) -> Option<(Caller, Identity)> {
-        self.principal(token)
-            .map(|p| (p.caller().clone(), Identity(p.user().name.clone())))
-    }
-
-    /// Who a token stands for, every known token compared.
     pub fn principal(&self, token: &str) -> Option<&Principal> {
         let mut found = None;
         for (known, principal) in &self.entries {
@@ -212,7 +201,7 @@ fn split_csv(line: &str) -> Result<Vec<String>, String> {
 }
 
 /// Compares two byte strings in time that depends on their lengths only.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
@@ -302,8 +291,6 @@ pub(super) fn user_of(request: &Request) -> Option<u64> {
 /// request with neither is refused (401), except the health checks
 /// `/healthz`, `/livez` and `/readyz`, where it is anonymous; a token or a
 /// certificate presented must be valid all the same, there too.
-// The refusal is a ready 401, built once per refused request.
-#[allow(clippy::result_large_err)]
 pub(super) fn identify(authn: &Authn, mut request: Request) -> Result<Request, Response> {
     let mut bad_cert = false;
     if authn.client_certs {
@@ -358,9 +345,21 @@ fn unauthorized() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::identity::{Caller, Identity};
 
     fn parse(text: &str) -> Result<Tokens, String> {
         Tokens::parse(text, "tokens.csv")
+    }
+
+    impl Tokens {
+        fn caller(&self, token: &str) -> Option<Caller> {
+            self.principal(token).map(|p| p.caller().clone())
+        }
+
+        fn identify(&self, token: &str) -> Option<(Caller, Identity)> {
+            self.principal(token)
+                .map(|p| (p.caller().clone(), Identity(p.user().name.clone())))
+        }
     }
 
     #[test]

@@ -352,8 +352,6 @@ const NO_GROUP_REASON: &str =
 
 /// Whether `principal` may make this request; else kube-apiserver's 403
 /// saying why. Called by the guard for every request it lets in.
-// The refusal is a ready 403, built once per refused request.
-#[allow(clippy::result_large_err)]
 pub(super) fn authorize(
     principal: &Principal,
     method: &Method,
@@ -510,8 +508,6 @@ fn not_own(kind: Kind, own: &str, name: &str) -> String {
 /// NodeRestriction on an object a handler has read from the body (a
 /// create names its object there): a node may write only its own Node,
 /// Lease and CSINode (named, not nameless). Others pass.
-// The refusal is a ready 403, as handlers answer it.
-#[allow(clippy::result_large_err)]
 pub fn admit(caller: &Caller, kind: Kind, name: &str) -> Result<(), Response> {
     match caller {
         Caller::Anonymous | Caller::Operator => Ok(()),
@@ -535,7 +531,6 @@ pub fn admit(caller: &Caller, kind: Kind, name: &str) -> Result<(), Response> {
 
 /// NodeRestriction on a pod a node creates or deletes: bound to itself
 /// (`admitPod`, `admitPodCreate`). For the pods API.
-#[allow(clippy::result_large_err)]
 pub fn admit_pod(caller: &Caller, pod: &str, node_name: &str, verb: &str) -> Result<(), Response> {
     match caller {
         Caller::Node(own) if own != node_name => Err(status(
@@ -637,7 +632,6 @@ fn status(code: u16, reason: &str, resource: &str, name: &str, message: &str) ->
 
 /// A node may change only its own Node (NodeRestriction's `admitNode`);
 /// operators and anonymous callers any.
-#[allow(clippy::result_large_err)]
 pub fn check_may_write_node(caller: &Caller, node: &str) -> Result<(), Response> {
     admit(caller, Kind::Node, node)
 }

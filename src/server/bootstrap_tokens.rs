@@ -10,10 +10,6 @@
 //! `AuthenticateToken` (`:92-155`). These Secrets are the only ones
 //! nodekeeper keeps: any other namespace or type is refused.
 
-// Checks return a ready response as their error, built once per refused
-// request: its size does not matter.
-#![allow(clippy::result_large_err)]
-
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
@@ -26,10 +22,11 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use serde_json::Value;
 
+use super::api_objects::{served, Kept};
 use super::identity::{principal, Principal, BOOTSTRAPPERS_GROUP};
 use super::params::ListParams;
 use super::push::{json_body, ContentType};
-use super::{bad_request, status_error, AppState};
+use super::{bad_request, forbidden, refusal, Answer, AppState};
 use crate::model::Micros;
 use crate::store::{ApiObject, ApiWriteError, Store};
 
@@ -45,8 +42,13 @@ pub const SECRET_PREFIX: &str = "bootstrap-token-";
 pub const USER_PREFIX: &str = "system:bootstrap:";
 /// The most tokens kept: far more than a site joins machines with at once.
 pub const MAX_TOKENS: usize = 1000;
-/// The largest Secret kept, as JSON.
-const MAX_BYTES: usize = 16 * 1024;
+/// These Secrets, as kept: at most 16 kB of JSON each.
+const KEPT: Kept = Kept {
+    resource: RESOURCE,
+    namespace: NAMESPACE,
+    kind: "Secret",
+    max_bytes: 16 * 1024,
+};
 /// The fields Secrets can be selected by, as kube-apiserver's.
 const FIELDS: &[&str] = &["metadata.name", "metadata.namespace", "type"];
 
@@ -173,13 +175,7 @@ pub fn authenticate(store: &Store, token: &str, now: Micros) -> Option<Principal
         return reject("has an invalid type");
     }
     let kept = data(&secret, KEY_SECRET).as_bytes();
-    let same = kept.len() == secret_half.len()
-        && std::hint::black_box(
-            kept.iter()
-                .zip(secret_half.as_bytes())
-                .fold(0u8, |d, (a, b)| d | (a ^ b)),
-        ) == 0;
-    if !same {
+    if !super::auth::constant_time_eq(kept, secret_half.as_bytes()) {
         return reject("has an invalid token-secret");
     }
     if data(&secret, KEY_ID) != id {
@@ -201,36 +197,12 @@ pub fn authenticate(store: &Store, token: &str, now: Micros) -> Option<Principal
 /// authorizer, [`super::authz`], gives Secrets to no node or bootstrapper.)
 fn check_namespace(namespace: &str) -> Result<(), Response> {
     if namespace != NAMESPACE {
-        return Err(status_error(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            format!(
-                "secrets is forbidden: nodekeeper keeps only bootstrap tokens, Secrets of type \
-                 {SECRET_TYPE} in namespace {NAMESPACE:?}; not namespace {namespace:?}"
-            ),
-        ));
+        return Err(forbidden(format!(
+            "secrets is forbidden: nodekeeper keeps only bootstrap tokens, Secrets of type \
+             {SECRET_TYPE} in namespace {NAMESPACE:?}; not namespace {namespace:?}"
+        )));
     }
     Ok(())
-}
-
-fn not_found(name: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(crate::k8s::not_found(RESOURCE, name)),
-    )
-        .into_response()
-}
-
-/// The Secret as served: the stored JSON with its resourceVersion.
-fn served(object: &ApiObject) -> Value {
-    let mut value: Value = serde_json::from_str(&object.json).unwrap_or(Value::Null);
-    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.insert(
-            "resourceVersion".into(),
-            Value::String(object.version.to_string()),
-        );
-    }
-    value
 }
 
 /// `GET /api/v1/namespaces/{namespace}/secrets`.
@@ -238,28 +210,18 @@ pub(crate) async fn list_secrets(
     State(s): State<AppState>,
     Path(namespace): Path<String>,
     params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    if let Err(r) = check_namespace(&namespace) {
-        return r;
+) -> Answer {
+    check_namespace(&namespace)?;
+    let (params, watch) = ListParams::list(params)?;
+    if watch {
+        return Err(super::watch_not_served("secrets"));
     }
-    let params = match ListParams::from_query(params) {
-        Ok(p) => p,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    match params.is_watch() {
-        Ok(false) => {}
-        Ok(true) => return super::watch_not_served("secrets"),
-        Err(e) => return bad_request(e.to_string()),
-    }
-    let query = match params.query(FIELDS) {
-        Ok(q) => q,
-        Err(e) => return bad_request(e.to_string()),
-    };
+    let query = params.query(FIELDS).map_err(bad_request)?;
     let version = s.store.api_version();
-    let objects = match s.store.api_objects(RESOURCE, Some(NAMESPACE)) {
-        Ok(o) => o,
-        Err(e) => return super::internal(e),
-    };
+    let objects = s
+        .store
+        .api_objects(RESOURCE, Some(NAMESPACE))
+        .map_err(super::internal)?;
     let items: Vec<Value> = objects
         .iter()
         .filter(|o| {
@@ -272,22 +234,16 @@ pub(crate) async fn list_secrets(
         })
         .map(served)
         .collect();
-    Json(crate::k8s::list("v1", "Secret", version, items)).into_response()
+    Ok(Json(crate::k8s::list("v1", "Secret", version, items)).into_response())
 }
 
 /// `GET /api/v1/namespaces/{namespace}/secrets/{name}`.
 pub(crate) async fn get_secret(
     State(s): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
-) -> Response {
-    if let Err(r) = check_namespace(&namespace) {
-        return r;
-    }
-    match s.store.api_object(RESOURCE, NAMESPACE, &name) {
-        Ok(Some(object)) => Json(served(&object)).into_response(),
-        Ok(None) => not_found(&name),
-        Err(e) => super::internal(e),
-    }
+) -> Answer {
+    check_namespace(&namespace)?;
+    KEPT.get(&s, &name)
 }
 
 /// `POST /api/v1/namespaces/{namespace}/secrets`: a bootstrap token,
@@ -297,81 +253,29 @@ pub(crate) async fn create_secret(
     Path(namespace): Path<String>,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    if let Err(r) = check_namespace(&namespace) {
-        return r;
-    }
-    let secret = match json_body::<Secret>(ct.as_str(), &body) {
-        Ok(secret) => secret,
-        Err(r) => return r,
-    };
-    let secret = match checked(secret) {
-        Ok(secret) => secret,
-        Err(message) => return status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message),
-    };
+) -> Answer {
+    check_namespace(&namespace)?;
+    let secret = json_body::<Secret>(ct.as_str(), &body)?;
+    let secret = checked(secret).map_err(|e| refusal(StatusCode::UNPROCESSABLE_ENTITY, e))?;
     let name = secret.metadata.name.clone().unwrap_or_default();
     if s.store.api_object_count(RESOURCE) >= MAX_TOKENS {
-        return status_error(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            format!(
-                "secrets {name:?} is forbidden: nodekeeper keeps at most {MAX_TOKENS} bootstrap \
-                 tokens; delete expired ones (`nodekeeper token list`, `nodekeeper token delete`)"
-            ),
-        );
+        return Err(forbidden(format!(
+            "secrets {name:?} is forbidden: nodekeeper keeps at most {MAX_TOKENS} bootstrap \
+             tokens; delete expired ones (`nodekeeper token list`, `nodekeeper token delete`)"
+        )));
     }
-    let json = match serde_json::to_string(&secret) {
-        Ok(json) => json,
-        Err(e) => return super::internal(e),
-    };
-    if json.len() > MAX_BYTES {
-        return status_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "RequestEntityTooLarge",
-            format!(
-                "Secret {name:?} takes {} bytes; at most {MAX_BYTES} are kept",
-                json.len()
-            ),
-        );
-    }
-    let object = ApiObject {
-        resource: RESOURCE.into(),
-        namespace: NAMESPACE.into(),
-        name: name.clone(),
-        version: 0,
-        json,
-    };
-    match durable_write(&s.store, || s.store.put_api_object(object, None)).await {
-        Ok(object) => {
-            tracing::info!(token_id = %&name[SECRET_PREFIX.len()..], "bootstrap token created");
-            (StatusCode::CREATED, Json(served(&object))).into_response()
-        }
-        Err(ApiWriteError::Exists) => status_error(
-            StatusCode::CONFLICT,
-            "AlreadyExists",
-            format!("secrets {name:?} already exists"),
-        ),
-        Err(e) => super::internal(e),
-    }
+    let object = KEPT.create(&s, &name, &secret).await?;
+    tracing::info!(token_id = %&name[SECRET_PREFIX.len()..], "bootstrap token created");
+    Ok((StatusCode::CREATED, Json(served(&object))).into_response())
 }
 
 /// `DELETE /api/v1/namespaces/{namespace}/secrets/{name}`.
 pub(crate) async fn delete_secret(
     State(s): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
-) -> Response {
-    if let Err(r) = check_namespace(&namespace) {
-        return r;
-    }
-    let deleted = durable_write(&s.store, || {
-        s.store.delete_api_object(RESOURCE, NAMESPACE, &name, None)
-    })
-    .await;
-    match deleted {
-        Ok(object) => Json(served(&object)).into_response(),
-        Err(ApiWriteError::NotFound) => not_found(&name),
-        Err(e) => super::internal(e),
-    }
+) -> Answer {
+    check_namespace(&namespace)?;
+    KEPT.delete(&s, &name).await
 }
 
 /// A bootstrap token's Secret, as `nodekeeper token create` makes it
@@ -438,16 +342,6 @@ pub fn create_in_store(store: &Store, secret: Secret) -> Result<ApiObject, Strin
     Ok(written)
 }
 
-/// A write of the API objects' tree, flushed before it is answered.
-pub(crate) async fn durable_write(
-    store: &Store,
-    write: impl FnOnce() -> Result<ApiObject, ApiWriteError>,
-) -> Result<ApiObject, ApiWriteError> {
-    let written = write()?;
-    store.flush().await?;
-    Ok(written)
-}
-
 /// The Secret to keep: a bootstrap token whose every field the
 /// authenticator will accept, `stringData` folded into `data` as
 /// kube-apiserver folds it, the server's metadata set.
@@ -474,24 +368,24 @@ pub fn checked(mut secret: Secret) -> Result<Secret, String> {
             format!("{name:?}: must be {SECRET_PREFIX}<id>, the id six of [a-z0-9]"),
         ));
     };
-    let mut data: BTreeMap<String, ByteString> = secret.data.take().unwrap_or_default();
+    let mut merged: BTreeMap<String, ByteString> = secret.data.take().unwrap_or_default();
     for (k, v) in secret.string_data.take().unwrap_or_default() {
-        data.insert(k, ByteString(v.into_bytes()));
+        merged.insert(k, ByteString(v.into_bytes()));
     }
-    secret.data = Some(data);
-    if data_of(&secret, KEY_ID) != id {
+    secret.data = Some(merged);
+    if data(&secret, KEY_ID) != id {
         return Err(invalid(
             &format!("data[{KEY_ID}]"),
             format!("must be the id of the name, {id:?}"),
         ));
     }
-    if !is_token_secret(data_of(&secret, KEY_SECRET)) {
+    if !is_token_secret(data(&secret, KEY_SECRET)) {
         return Err(invalid(
             &format!("data[{KEY_SECRET}]"),
             "must be sixteen of [a-z0-9]".into(),
         ));
     }
-    let expiration = data_of(&secret, KEY_EXPIRATION);
+    let expiration = data(&secret, KEY_EXPIRATION);
     if !expiration.is_empty() && Micros::parse_rfc3339(expiration).is_err() {
         return Err(invalid(
             &format!("data[{KEY_EXPIRATION}]"),
@@ -517,10 +411,6 @@ pub fn checked(mut secret: Secret) -> Result<Secret, String> {
     meta.uid = Some(uuid::Uuid::new_v4().to_string());
     meta.creation_timestamp = Some(crate::k8s::time(Micros::now()));
     Ok(secret)
-}
-
-fn data_of<'a>(secret: &'a Secret, key: &str) -> &'a str {
-    data(secret, key)
 }
 
 /// Removes the tokens whose expiration has passed, as kube-controller-manager's

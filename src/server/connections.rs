@@ -202,22 +202,24 @@ impl Connections {
             }
         }
         table.insert(connection.id, connection.clone());
-        self.open.store(table.len(), Ordering::Relaxed);
-        if let Some(m) = &self.metrics {
-            m.http_connections.set(table.len() as i64);
-        }
+        self.count(table.len());
         Slot { connection }
     }
 
     fn remove(&self, id: u64) {
         let mut table = self.table();
         table.remove(&id);
-        self.open.store(table.len(), Ordering::Relaxed);
-        if let Some(m) = &self.metrics {
-            m.http_connections.set(table.len() as i64);
-        }
+        self.count(table.len());
         drop(table);
         self.changed.notify_waiters();
+    }
+
+    /// Notes how many connections are open.
+    fn count(&self, open: usize) {
+        self.open.store(open, Ordering::Relaxed);
+        if let Some(m) = &self.metrics {
+            m.http_connections.set(open as i64);
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -594,18 +596,12 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for WatchedIo<I> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        std::task::ready!(self.poll_pending(cx))?;
-        if !self.connection.is_http2() {
-            // hyper writes a head alone, in one slice, when no body follows.
-            let mut slices = bufs.iter().filter(|b| !b.is_empty());
-            if let (Some(only), None) = (slices.next(), slices.next()) {
-                if let Some(answer) = parse_error_as_status(only) {
-                    self.pending = Some((answer, 0));
-                    std::task::ready!(self.poll_pending(cx))?;
-                    return Poll::Ready(Ok(only.len()));
-                }
-            }
+        // hyper writes a head alone, in one slice, when no body follows.
+        let mut slices = bufs.iter().filter(|b| !b.is_empty());
+        if let (Some(only), None) = (slices.next(), slices.next()) {
+            return self.poll_write(cx, only);
         }
+        std::task::ready!(self.poll_pending(cx))?;
         Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
     }
 

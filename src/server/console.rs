@@ -20,7 +20,8 @@ use axum::routing::get;
 use axum::{Extension, Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::{bad_request, internal, status_error, AppState, Tokens};
+use super::v1::blocking;
+use super::{bad_request, internal, refusal, Answer, AppState, Tokens};
 use crate::model::{ConditionStatus, Event, EventKind, Micros, READY};
 use crate::store::{Store, StoreError};
 
@@ -108,9 +109,8 @@ fn etag(index: usize) -> &'static str {
 
 fn serve_asset(name: &str, headers: &HeaderMap) -> Response {
     let Some((index, asset)) = ASSETS.iter().enumerate().find(|(_, a)| a.name == name) else {
-        return status_error(
+        return refusal(
             StatusCode::NOT_FOUND,
-            "NotFound",
             format!("the console has no file {name:?}"),
         );
     };
@@ -130,24 +130,22 @@ fn serve_asset(name: &str, headers: &HeaderMap) -> Response {
         )
             .into_response()
     };
-    let h = response.headers_mut();
-    h.insert(header::ETAG, HeaderValue::from_static(etag(index)));
     // Compiled in: a new binary may bring new files, so always revalidate.
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
+    // (The pages are served outside the guard, which adds `nosniff` to the API's answers.)
+    let mut headers = vec![
+        (header::ETAG, etag(index)),
+        (header::CACHE_CONTROL, "no-cache"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ];
     if asset.name == INDEX {
-        h.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-        );
-        h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+        headers.push((header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY));
+        headers.push((header::X_FRAME_OPTIONS, "DENY"));
+    }
+    for (name, value) in headers {
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
     }
     response
 }
@@ -204,22 +202,20 @@ pub fn read_only_router(state: AppState, tokens: Option<Arc<Tokens>>) -> Router 
         .layer(Extension(ConsoleMode::StoppedStore))
 }
 
-async fn stored_mirror(State(s): State<AppState>) -> Response {
+async fn stored_mirror(State(s): State<AppState>) -> Answer {
     let store = s.store.clone();
-    match tokio::task::spawn_blocking(move || crate::mirror::status_from_store(&store)).await {
-        Ok(Ok(status)) => Json(status).into_response(),
-        Ok(Err(e)) => internal(e),
-        Err(e) => internal(e),
-    }
+    let status = blocking(move || crate::mirror::status_from_store(&store))
+        .await?
+        .map_err(internal)?;
+    Ok(Json(status).into_response())
 }
 
 async fn refuse_writes(request: Request, next: Next) -> Response {
     if [Method::GET, Method::HEAD, Method::OPTIONS].contains(request.method()) {
         return next.run(request).await;
     }
-    status_error(
+    refusal(
         StatusCode::METHOD_NOT_ALLOWED,
-        "MethodNotAllowed",
         format!(
             "{} {}: `nodekeeper ui` serves a stopped store read-only; start the controller (`nodekeeper run`) on it to change anything",
             request.method(),
@@ -294,42 +290,35 @@ pub struct Readiness {
 pub(crate) async fn readiness(
     State(s): State<AppState>,
     params: Result<Query<ReadinessParams>, QueryRejection>,
-) -> Response {
-    let Query(params) = match params {
-        Ok(p) => p,
-        Err(e) => return bad_request(e.body_text()),
-    };
+) -> Answer {
+    let Query(params) = params.map_err(|e| bad_request(e.body_text()))?;
     let buckets = params.buckets.unwrap_or(DEFAULT_BUCKETS);
     if !(1..=MAX_BUCKETS).contains(&buckets) {
-        return bad_request(format!(
+        return Err(bad_request(format!(
             "buckets={buckets}: give between 1 and {MAX_BUCKETS} (about one per pixel of the strip)"
-        ));
+        )));
     }
     let now = Micros::now();
-    let instant = |name: &str, v: &Option<String>| {
-        v.as_deref()
-            .map(|t| Micros::parse_instant(t, now).map_err(|e| format!("{name}: {e}")))
-            .transpose()
+    let instant = |name: &str, value: &Option<String>| {
+        super::v1::instant(name, value, now).map_err(bad_request)
     };
-    let (since, until) = match (
-        instant("since", &params.since),
-        instant("until", &params.until),
-    ) {
-        (Ok(since), Ok(until)) => (since, until),
-        (Err(e), _) | (_, Err(e)) => return bad_request(e),
-    };
+    let (since, until) = (
+        instant("since", &params.since)?,
+        instant("until", &params.until)?,
+    );
     if let (Some(since), Some(until)) = (since, until) {
         if since >= until {
-            return bad_request(format!("since ({since}) must be before until ({until})"));
+            return Err(bad_request(format!(
+                "since ({since}) must be before until ({until})"
+            )));
         }
     }
     let store = s.store.clone();
     let to = until.unwrap_or(now);
-    match tokio::task::spawn_blocking(move || site_readiness(&store, since, to, buckets)).await {
-        Ok(Ok(readiness)) => Json(readiness).into_response(),
-        Ok(Err(e)) => internal(e),
-        Err(e) => internal(e),
-    }
+    let readiness = blocking(move || site_readiness(&store, since, to, buckets))
+        .await?
+        .map_err(internal)?;
+    Ok(Json(readiness).into_response())
 }
 
 /// Reads the history once and counts it into buckets.

@@ -6,10 +6,6 @@
 //! (kubernetes `pkg/volume/csi/csi_plugin.go:375-414`, `nodeinfomanager.go:433-483`):
 //! without one it reports NotReady and exits after about 140 s.
 
-// Checks return a ready response as their error, built once per refused
-// request: its size does not matter.
-#![allow(clippy::result_large_err)]
-
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -19,17 +15,25 @@ use axum::Json;
 use k8s_openapi::api::storage::v1::CSINode;
 use serde_json::Value;
 
+use super::authz::{admit, Kind};
+use super::node_objects::{served, NodeKept};
+use super::openapi::{check_fields, with_warnings, WriteQuery};
 use super::params::ListParams;
-use super::push::{json_body, patched, push_error, ContentType};
-use super::{bad_request, status_error, AppState, Caller};
+use super::push::{json_body, patched, ContentType};
+use super::{bad_request, not_found, Answer, AppState, Caller};
 use crate::controller::ObjectWrite;
 use crate::model::{Micros, NodeObject, ObjectKey};
 
 /// The resource, as errors and the history name it.
 const RESOURCE: &str = "csinodes.storage.k8s.io";
 const API_VERSION: &str = "storage.k8s.io/v1";
-/// The largest CSINode kept, as JSON: room for dozens of drivers.
-const MAX_BYTES: usize = 64 * 1024;
+/// CSINodes as kept: at most 64 kB of JSON, room for dozens of drivers.
+const KEPT: NodeKept = NodeKept {
+    resource: RESOURCE,
+    kind: "CSINode",
+    max_bytes: 64 * 1024,
+    summary,
+};
 /// The fields CSINodes can be selected by, as in kube-apiserver.
 const FIELDS: &[&str] = &["metadata.name"];
 
@@ -41,52 +45,28 @@ fn key(name: &str) -> ObjectKey {
     }
 }
 
-fn not_found(name: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(crate::k8s::not_found(RESOURCE, name)),
-    )
-        .into_response()
-}
-
-/// The object as served: the stored JSON with its resourceVersion.
-fn served(object: &NodeObject) -> Value {
-    let mut value: Value = serde_json::from_str(&object.json).unwrap_or(Value::Null);
-    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.insert(
-            "resourceVersion".into(),
-            Value::String(object.generation.to_string()),
-        );
-    }
-    value
+/// The CSINode kept as `name`, or a 404.
+fn current(s: &AppState, name: &str) -> Result<NodeObject, Response> {
+    s.view
+        .node_object(&key(name))
+        .ok_or_else(|| not_found(RESOURCE, name))
 }
 
 /// `GET /apis/storage.k8s.io/v1/csinodes/{name}`.
-pub(crate) async fn get_csinode(State(s): State<AppState>, Path(name): Path<String>) -> Response {
-    match s.view.node_object(&key(&name)) {
-        Some(object) => Json(served(&object)).into_response(),
-        None => not_found(&name),
-    }
+pub(crate) async fn get_csinode(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
+    Ok(Json(served(&current(&s, &name)?)).into_response())
 }
 
 /// `GET /apis/storage.k8s.io/v1/csinodes`: every node's, by name.
 pub(crate) async fn list_csinodes(
     State(s): State<AppState>,
     params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    let params = match ListParams::from_query(params) {
-        Ok(p) => p,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    match params.is_watch() {
-        Ok(false) => {}
-        Ok(true) => return super::watch_not_served("csinodes"),
-        Err(e) => return bad_request(e.to_string()),
+) -> Answer {
+    let (params, watch) = ListParams::list(params)?;
+    if watch {
+        return Err(super::watch_not_served("csinodes"));
     }
-    let query = match params.query(FIELDS) {
-        Ok(q) => q,
-        Err(e) => return bad_request(e.to_string()),
-    };
+    let query = params.query(FIELDS).map_err(bad_request)?;
     let version = s.store.durable_seq();
     let items: Vec<Value> = s
         .view
@@ -98,27 +78,10 @@ pub(crate) async fn list_csinodes(
                 .matches(|f| (f == "metadata.name").then_some(o.name.as_str()))
         })
         .map(served)
-        .filter(|v| {
-            query.labels.is_empty()
-                || query.labels.matches(
-                    &v["metadata"]["labels"]
-                        .as_object()
-                        .map(|m| {
-                            m.iter()
-                                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                )
-        })
+        .filter(|v| query.labels.is_empty() || query.labels.matches(&super::labels_of(v)))
         .collect();
-    Json(crate::k8s::list(
-        "storage.k8s.io/v1",
-        "CSINode",
-        version,
-        items,
-    ))
-    .into_response()
+    let list = crate::k8s::list(API_VERSION, "CSINode", version, items);
+    Ok(Json(list).into_response())
 }
 
 /// `POST /apis/storage.k8s.io/v1/csinodes`.
@@ -127,20 +90,13 @@ pub(crate) async fn create_csinode(
     caller: Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    let csinode = match json_body::<CSINode>(ct.as_str(), &body) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let csinode = json_body::<CSINode>(ct.as_str(), &body)?;
     let name = csinode.metadata.name.clone().unwrap_or_default();
-    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::CSINode, &name) {
-        return r;
-    }
-    let object = match stored(csinode, &name, None) {
-        Ok(o) => o,
-        Err(r) => return r,
-    };
-    write(&s, object, ObjectWrite::Create, StatusCode::CREATED).await
+    admit(&caller, Kind::CSINode, &name)?;
+    let object = stored(csinode, &name, None)?;
+    KEPT.write(&s, object, ObjectWrite::Create, StatusCode::CREATED)
+        .await
 }
 
 /// `PUT /apis/storage.k8s.io/v1/csinodes/{name}`.
@@ -149,30 +105,18 @@ pub(crate) async fn put_csinode(
     Path(name): Path<String>,
     caller: Caller,
     ct: ContentType,
-    Query(query): Query<super::openapi::WriteQuery>,
+    Query(query): Query<WriteQuery>,
     body: Bytes,
-) -> Response {
-    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::CSINode, &name) {
-        return r;
-    }
-    let value = match json_body::<Value>(ct.as_str(), &body) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let warnings = match super::openapi::check_fields(&query, API_VERSION, "CSINode", &value) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let csinode: CSINode = match serde_json::from_value(value) {
-        Ok(c) => c,
-        Err(e) => return super::push::malformed(&e),
-    };
-    let expected = match crate::k8s::expected_version(&csinode.metadata) {
-        Ok(e) => e,
-        Err(e) => return super::push::invalid("CSINode", &name, e),
-    };
+) -> Answer {
+    admit(&caller, Kind::CSINode, &name)?;
+    let value = json_body::<Value>(ct.as_str(), &body)?;
+    let warnings = check_fields(&query, API_VERSION, "CSINode", &value)?;
+    let csinode: CSINode = serde_json::from_value(value).map_err(|e| super::push::malformed(&e))?;
+    let expected = crate::k8s::expected_version(&csinode.metadata)
+        .map_err(|e| super::push::invalid("CSINode", &name, e))?;
     let answer = replace(&s, csinode, &name, expected).await;
-    super::openapi::with_warnings(answer, &warnings)
+    // Refused or not, the answer carries the warnings.
+    Ok(with_warnings(answer.unwrap_or_else(|r| r), &warnings))
 }
 
 /// `PATCH /apis/storage.k8s.io/v1/csinodes/{name}` (merge, strategic or JSON patch).
@@ -181,48 +125,33 @@ pub(crate) async fn patch_csinode(
     Path(name): Path<String>,
     caller: Caller,
     ct: ContentType,
-    Query(query): Query<super::openapi::WriteQuery>,
+    Query(query): Query<WriteQuery>,
     body: Bytes,
-) -> Response {
-    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::CSINode, &name) {
-        return r;
-    }
+) -> Answer {
+    admit(&caller, Kind::CSINode, &name)?;
     // A JSON patch names no fields by key: only merge patches are checked.
     let warnings = match serde_json::from_slice::<Value>(&body) {
-        Ok(patch) => match super::openapi::check_fields(&query, API_VERSION, "CSINode", &patch) {
-            Ok(w) => w,
-            Err(r) => return r,
-        },
+        Ok(patch) => check_fields(&query, API_VERSION, "CSINode", &patch)?,
         Err(_) => Vec::new(),
     };
-    let Some(current) = s.view.node_object(&key(&name)) else {
-        return not_found(&name);
-    };
-    let generation = current.generation;
-    let csinode = match patched::<CSINode>(ct.as_str(), &body, served(&current)) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+    let current = current(&s, &name)?;
+    let csinode = patched::<CSINode>(ct.as_str(), &body, served(&current))?;
     // The patch applies to this version: a write in between is a conflict.
-    let answer = replace(&s, csinode, &name, Some(generation)).await;
-    super::openapi::with_warnings(answer, &warnings)
+    let answer = replace(&s, csinode, &name, Some(current.generation)).await;
+    Ok(with_warnings(answer.unwrap_or_else(|r| r), &warnings))
 }
 
-async fn replace(s: &AppState, csinode: CSINode, name: &str, expected: Option<u64>) -> Response {
+async fn replace(s: &AppState, csinode: CSINode, name: &str, expected: Option<u64>) -> Answer {
     if csinode.metadata.name.as_deref().is_some_and(|n| n != name) {
-        return bad_request(format!(
+        return Err(bad_request(format!(
             "the name of the object ({}) does not match the name on the URL ({name})",
             csinode.metadata.name.unwrap_or_default()
-        ));
+        )));
     }
-    let Some(current) = s.view.node_object(&key(name)) else {
-        return not_found(name);
-    };
-    let object = match stored(csinode, name, Some(&current)) {
-        Ok(o) => o,
-        Err(r) => return r,
-    };
-    write(s, object, ObjectWrite::Replace { expected }, StatusCode::OK).await
+    let current = current(s, name)?;
+    let object = stored(csinode, name, Some(&current))?;
+    let how = ObjectWrite::Replace { expected };
+    KEPT.write(s, object, how, StatusCode::OK).await
 }
 
 /// `DELETE /apis/storage.k8s.io/v1/csinodes/{name}`: answered with the
@@ -232,37 +161,16 @@ pub(crate) async fn delete_csinode(
     State(s): State<AppState>,
     Path(name): Path<String>,
     caller: Caller,
-) -> Response {
-    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::CSINode, &name) {
-        return r;
-    }
-    let Some(current) = s.view.node_object(&key(&name)) else {
-        return not_found(&name);
-    };
-    write(
-        &s,
-        current,
-        ObjectWrite::Delete { expected: None },
-        StatusCode::OK,
-    )
-    .await
-}
-
-async fn write(s: &AppState, object: NodeObject, how: ObjectWrite, code: StatusCode) -> Response {
-    let summary = summary(&object);
-    match s
-        .controller
-        .write_object(object, how, RESOURCE, summary)
-        .await
-    {
-        Ok(object) => (code, Json(served(&object))).into_response(),
-        Err(e) => push_error(e),
-    }
+) -> Answer {
+    admit(&caller, Kind::CSINode, &name)?;
+    let current = current(&s, &name)?;
+    let how = ObjectWrite::Delete { expected: None };
+    KEPT.write(&s, current, how, StatusCode::OK).await
 }
 
 /// What the history says a CSINode holds: its drivers.
 fn summary(object: &NodeObject) -> String {
-    let value: Value = serde_json::from_str(&object.json).unwrap_or(Value::Null);
+    let value: Value = serde_json::from_str(&object.json).unwrap_or_default();
     let drivers: Vec<&str> = value["spec"]["drivers"]
         .as_array()
         .into_iter()
@@ -285,27 +193,24 @@ fn stored(
     name: &str,
     current: Option<&NodeObject>,
 ) -> Result<NodeObject, Response> {
+    let invalid = |problem: String| super::push::invalid("CSINode", name, problem);
     if name.is_empty() {
-        return Err(super::push::invalid(
-            "CSINode",
-            name,
+        return Err(invalid(
             "metadata.name: Required value: name or generateName is required".into(),
         ));
     }
     let mut seen = std::collections::BTreeSet::new();
     for (i, driver) in csinode.spec.drivers.iter().enumerate() {
         let field = format!("spec.drivers[{i}]");
-        let problem = if driver.name.is_empty() {
-            Some(format!("{field}.name: Required value"))
+        if driver.name.is_empty() {
+            return Err(invalid(format!("{field}.name: Required value")));
         } else if driver.node_id.is_empty() {
-            Some(format!("{field}.nodeID: Required value"))
+            return Err(invalid(format!("{field}.nodeID: Required value")));
         } else if !seen.insert(driver.name.as_str()) {
-            Some(format!("{field}.name: Duplicate value: {:?}", driver.name))
-        } else {
-            None
-        };
-        if let Some(problem) = problem {
-            return Err(super::push::invalid("CSINode", name, problem));
+            return Err(invalid(format!(
+                "{field}.name: Duplicate value: {:?}",
+                driver.name
+            )));
         }
     }
     let meta = &mut csinode.metadata;
@@ -323,21 +228,5 @@ fn stored(
         }
     }
     let json = serde_json::to_string(&csinode).map_err(super::internal)?;
-    if json.len() > MAX_BYTES {
-        return Err(status_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "RequestEntityTooLarge",
-            format!(
-                "CSINode {name:?} takes {} bytes as JSON; nodekeeper keeps at most {MAX_BYTES}",
-                json.len()
-            ),
-        ));
-    }
-    Ok(NodeObject {
-        node: name.to_string(),
-        resource: RESOURCE.to_string(),
-        name: name.to_string(),
-        generation: 0,
-        json,
-    })
+    KEPT.object(key(name), json)
 }

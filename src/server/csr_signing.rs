@@ -199,19 +199,7 @@ fn next_step(
             return Step::Nothing;
         };
         let mut csr = csr.clone();
-        let at = Some(crate::k8s::time(now));
-        csr.status
-            .get_or_insert_with(csrs::empty_status)
-            .conditions
-            .get_or_insert_with(Vec::new)
-            .push(CertificateSigningRequestCondition {
-                type_: "Approved".into(),
-                status: "True".into(),
-                reason: Some("AutoApproved".into()),
-                message: Some(message.into()),
-                last_update_time: at.clone(),
-                last_transition_time: at,
-            });
+        add_condition(&mut csr, "Approved", "AutoApproved", message.into(), now);
         tracing::info!(
             csr = csr.metadata.name.as_deref().unwrap_or(""),
             user = csr.spec.username.as_deref().unwrap_or(""),
@@ -228,21 +216,8 @@ fn next_step(
         Ok(r) => r,
         Err(e) => {
             // csrsigning's answer to a request its signer refuses.
-            let at = Some(crate::k8s::time(now));
-            csr.status
-                .get_or_insert_with(csrs::empty_status)
-                .conditions
-                .get_or_insert_with(Vec::new)
-                .push(CertificateSigningRequestCondition {
-                    type_: "Failed".into(),
-                    status: "True".into(),
-                    reason: Some("SignerValidationFailure".into()),
-                    message: Some(format!(
-                        "invalid {KUBELET_CLIENT_SIGNER} certificate request: {e}"
-                    )),
-                    last_update_time: at.clone(),
-                    last_transition_time: at,
-                });
+            let message = format!("invalid {KUBELET_CLIENT_SIGNER} certificate request: {e}");
+            add_condition(&mut csr, "Failed", "SignerValidationFailure", message, now);
             return Step::Update(Box::new(csr), None);
         }
     };
@@ -255,9 +230,8 @@ fn next_step(
             return Step::Nothing;
         }
     };
-    csr.status
-        .get_or_insert_with(csrs::empty_status)
-        .certificate = Some(ByteString(issued.pem.into_bytes()));
+    csr.status.get_or_insert_with(Default::default).certificate =
+        Some(ByteString(issued.pem.into_bytes()));
     let node = certificates::node_of(request)
         .map(|n| normalize_name(n).unwrap_or_else(|_| n.to_string()))
         .unwrap_or_default();
@@ -324,4 +298,27 @@ fn approval(
         );
     }
     None
+}
+
+/// Adds a condition of `type_`, true since `now`.
+fn add_condition(
+    csr: &mut CertificateSigningRequest,
+    type_: &str,
+    reason: &str,
+    message: String,
+    now: Micros,
+) {
+    let at = Some(crate::k8s::time(now));
+    let status = csr.status.get_or_insert_with(Default::default);
+    status
+        .conditions
+        .get_or_insert_with(Vec::new)
+        .push(CertificateSigningRequestCondition {
+            type_: type_.into(),
+            status: "True".into(),
+            reason: Some(reason.into()),
+            message: Some(message),
+            last_update_time: at.clone(),
+            last_transition_time: at,
+        });
 }

@@ -9,31 +9,27 @@
 //! ([`super::authz`]: nodes and bootstrappers create, get, list and watch;
 //! the rest is for operators).
 
-// Checks return a ready response as their error, built once per refused
-// request: its size does not matter.
-#![allow(clippy::result_large_err)]
-
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestStatus,
+    CertificateSigningRequest, CertificateSigningRequestCondition,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde_json::Value;
 
-use super::bootstrap_tokens::durable_write;
+pub(crate) use super::api_objects::served;
+use super::api_objects::{durable_write, Kept};
 use super::identity::Principal;
 use super::params::ListParams;
 use super::push::{json_body, ContentType};
-use super::{bad_request, status_error, AppState, Identity};
+use super::watch::{stream_response, BOOKMARK_EVERY, DEFAULT_TIMEOUT};
+use super::{bad_request, forbidden, not_found, refusal, Answer, AppState, Identity};
 use crate::k8s::watch::{bookmark, watch_line, WatchEventType};
 use crate::model::validation::{FieldError, Invalid};
 use crate::model::Micros;
@@ -48,39 +44,17 @@ pub const KIND: &str = "CertificateSigningRequest";
 pub const MAX_CSRS: usize = 10_000;
 /// The largest CSR kept, as JSON (a request is ~1 kB, a certificate ~1 kB).
 const MAX_BYTES: usize = 64 * 1024;
+const KEPT: Kept = Kept {
+    resource: RESOURCE,
+    namespace: "",
+    kind: KIND,
+    max_bytes: MAX_BYTES,
+};
 /// The fields CSRs can be selected by, as kube-apiserver's
 /// (`pkg/registry/certificates/certificates/strategy.go` `SelectableFields`).
 const FIELDS: &[&str] = &["metadata.name", "spec.signerName"];
 /// Who approved a request by `/approval`, for the history.
 pub const APPROVED_BY: &str = "certificates.nodekeeper.io/approved-by";
-/// How long a watch runs unless the client asks for less.
-const WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
-/// How often a watch that allows them gets a bookmark.
-const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
-
-fn not_found(name: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(crate::k8s::not_found(RESOURCE, name)),
-    )
-        .into_response()
-}
-
-fn forbidden(message: String) -> Response {
-    status_error(StatusCode::FORBIDDEN, "Forbidden", message)
-}
-
-/// The CSR as served: the stored JSON with its resourceVersion.
-pub(crate) fn served(object: &ApiObject) -> Value {
-    let mut value: Value = serde_json::from_str(&object.json).unwrap_or(Value::Null);
-    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.insert(
-            "resourceVersion".into(),
-            Value::String(object.version.to_string()),
-        );
-    }
-    value
-}
 
 /// A stored CSR, read.
 pub(crate) fn read(object: &ApiObject) -> Option<CertificateSigningRequest> {
@@ -96,56 +70,20 @@ pub(crate) async fn create_csr(
     principal: Principal,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    let csr = match json_body::<CertificateSigningRequest>(ct.as_str(), &body) {
-        Ok(csr) => csr,
-        Err(r) => return r,
-    };
-    let csr = match prepared(csr, &principal) {
-        Ok(csr) => csr,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let csr = json_body::<CertificateSigningRequest>(ct.as_str(), &body)?;
+    let csr = prepared(csr, &principal)?;
     let name = csr.metadata.name.clone().unwrap_or_default();
     if s.store.api_object_count(RESOURCE) >= MAX_CSRS {
-        return forbidden(format!(
+        return Err(forbidden(format!(
             "certificatesigningrequests {name:?} is forbidden: nodekeeper keeps at most {MAX_CSRS} \
              certificate signing requests; handled ones are removed an hour after, pending ones \
              after a day (`kubectl delete csr` removes them now)"
-        ));
+        )));
     }
-    let json = match serde_json::to_string(&csr) {
-        Ok(json) => json,
-        Err(e) => return super::internal(e),
-    };
-    if json.len() > MAX_BYTES {
-        return status_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "RequestEntityTooLarge",
-            format!(
-                "CertificateSigningRequest {name:?} takes {} bytes; at most {MAX_BYTES} are kept",
-                json.len()
-            ),
-        );
-    }
-    let object = ApiObject {
-        resource: RESOURCE.into(),
-        namespace: String::new(),
-        name: name.clone(),
-        version: 0,
-        json,
-    };
-    match durable_write(&s.store, || s.store.put_api_object(object, None)).await {
-        Ok(object) => {
-            tracing::info!(csr = %name, user = %principal.user().name, "certificate signing request created");
-            (StatusCode::CREATED, Json(served(&object))).into_response()
-        }
-        Err(ApiWriteError::Exists) => status_error(
-            StatusCode::CONFLICT,
-            "AlreadyExists",
-            format!("certificatesigningrequests.certificates.k8s.io {name:?} already exists"),
-        ),
-        Err(e) => super::internal(e),
-    }
+    let object = KEPT.create(&s, &name, &csr).await?;
+    tracing::info!(csr = %name, user = %principal.user().name, "certificate signing request created");
+    Ok((StatusCode::CREATED, Json(served(&object))).into_response())
 }
 
 /// kube-apiserver's create: the name (or one made from `generateName`),
@@ -295,12 +233,8 @@ fn cause(field: &str, reason: &'static str, message: String) -> FieldError {
 }
 
 /// `GET …/certificatesigningrequests/{name}` (and its subresources).
-pub(crate) async fn get_csr(State(s): State<AppState>, Path(name): Path<String>) -> Response {
-    match s.store.api_object(RESOURCE, "", &name) {
-        Ok(Some(object)) => Json(served(&object)).into_response(),
-        Ok(None) => not_found(&name),
-        Err(e) => super::internal(e),
-    }
+pub(crate) async fn get_csr(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
+    KEPT.get(&s, &name)
 }
 
 /// Whether a CSR is picked by a list's field selector.
@@ -318,31 +252,18 @@ pub(crate) async fn list_csrs(
     State(s): State<AppState>,
     headers: axum::http::HeaderMap,
     params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    let params = match ListParams::from_query(params) {
-        Ok(p) => p,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    let watch = match params.is_watch() {
-        Ok(w) => w,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    let query = match params.query(FIELDS) {
-        Ok(q) => q,
-        Err(e) => return bad_request(e.to_string()),
-    };
+) -> Answer {
+    let (params, watch) = ListParams::list(params)?;
+    let query = params.query(FIELDS).map_err(bad_request)?;
     if watch {
         return watch_csrs(s, params, query);
     }
     let version = s.store.api_version();
-    let objects = match s.store.api_objects(RESOURCE, None) {
-        Ok(o) => o,
-        Err(e) => return super::internal(e),
-    };
-    let metadata = ListMeta {
-        resource_version: Some(version.to_string()),
-        ..ListMeta::default()
-    };
+    let objects = s
+        .store
+        .api_objects(RESOURCE, None)
+        .map_err(super::internal)?;
+    let metadata = super::at_version(version);
     if super::params::wants_table(&headers) {
         let rows: Vec<_> = objects
             .iter()
@@ -350,14 +271,14 @@ pub(crate) async fn list_csrs(
             .filter_map(|o| Some((read(o)?, served(o))))
             .collect();
         let table = crate::k8s::table::csr_table(&rows, metadata, query.include, Micros::now());
-        return Json(table).into_response();
+        return Ok(Json(table).into_response());
     }
     let items: Vec<Value> = objects
         .iter()
         .filter(|o| selected(&query, o))
         .map(served)
         .collect();
-    Json(crate::k8s::list(API_VERSION, KIND, version, items)).into_response()
+    Ok(Json(crate::k8s::list(API_VERSION, KIND, version, items)).into_response())
 }
 
 /// A watch: every change of a selected CSR after the version asked for
@@ -370,26 +291,14 @@ pub(crate) async fn list_csrs(
 /// the deletions remembered is `410 Expired`, so the client relists.
 ///
 /// [`Store::api_deletions`]: crate::store::Store::api_deletions
-fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) -> Response {
-    if let Err(r) = super::watch::check_watch_options(&params) {
-        return r;
-    }
-    let from = match params.resource_version.as_deref() {
-        None | Some("") | Some("0") => None,
-        Some(v) => match v.parse::<u64>() {
-            Ok(v) => Some(v),
-            Err(_) => {
-                return bad_request(format!(
-                    "resourceVersion {v:?} is not one this server hands out"
-                ))
-            }
-        },
-    };
+fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) -> Answer {
+    super::watch::check_watch_options(&params)?;
+    let from = super::watch::version_asked(params.resource_version.as_deref())?;
     // Without a version, deletions count from now: everything kept is sent.
     let mut deletions_seen = from.unwrap_or_else(|| s.store.api_version());
     if let Err(e) = s.store.api_deletions(RESOURCE, deletions_seen) {
         let status = crate::k8s::watch::too_old_version(e.requested, e.floor);
-        return (StatusCode::GONE, Json(status)).into_response();
+        return Err((StatusCode::GONE, Json(status)).into_response());
     }
     let bookmarks = params
         .allow_watch_bookmarks
@@ -399,8 +308,8 @@ fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) 
     let timeout = params
         .timeout_seconds
         .filter(|t| *t > 0)
-        .map_or(WATCH_TIMEOUT, |t| {
-            Duration::from_secs(t as u64).min(WATCH_TIMEOUT)
+        .map_or(DEFAULT_TIMEOUT, |t| {
+            Duration::from_secs(t as u64).min(DEFAULT_TIMEOUT)
         });
     let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
@@ -497,28 +406,12 @@ fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) 
             }
         }
     });
-    let body = Body::from_stream(futures_util::stream::unfold(
-        receiver,
-        |mut rx| async move {
-            rx.recv()
-                .await
-                .map(|chunk| (Ok::<_, Infallible>(chunk), rx))
-        },
-    ));
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    Ok(stream_response(receiver))
 }
 
 /// `DELETE …/certificatesigningrequests/{name}`.
-pub(crate) async fn delete_csr(State(s): State<AppState>, Path(name): Path<String>) -> Response {
-    let deleted = durable_write(&s.store, || {
-        s.store.delete_api_object(RESOURCE, "", &name, None)
-    })
-    .await;
-    match deleted {
-        Ok(object) => Json(served(&object)).into_response(),
-        Err(ApiWriteError::NotFound) => not_found(&name),
-        Err(e) => super::internal(e),
-    }
+pub(crate) async fn delete_csr(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
+    KEPT.delete(&s, &name).await
 }
 
 /// `PUT …/{name}/approval`: only the conditions are taken from the body,
@@ -531,17 +424,14 @@ pub(crate) async fn put_approval(
     Identity(by): Identity,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    let sent = match json_body::<CertificateSigningRequest>(ct.as_str(), &body) {
-        Ok(csr) => csr,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let sent = json_body::<CertificateSigningRequest>(ct.as_str(), &body)?;
     update(&s, &name, sent, |current, sent| {
         let old = conditions(current);
         let new: Vec<_> = sent.status.and_then(|s| s.conditions).unwrap_or_default();
-        let has =
-            |list: &[k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition],
-             t: &str| list.iter().any(|c| c.type_ == t && c.status == "True");
+        let has = |list: &[CertificateSigningRequestCondition], t: &str| {
+            list.iter().any(|c| c.type_ == t && c.status == "True")
+        };
         let mut causes = Vec::new();
         for (i, c) in new.iter().enumerate() {
             if !["Approved", "Denied", "Failed"].contains(&c.type_.as_str()) {
@@ -607,11 +497,8 @@ pub(crate) async fn put_status(
     Path(name): Path<String>,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    let sent = match json_body::<CertificateSigningRequest>(ct.as_str(), &body) {
-        Ok(csr) => csr,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let sent = json_body::<CertificateSigningRequest>(ct.as_str(), &body)?;
     update(&s, &name, sent, |current, sent| {
         current.status = sent.status;
         Ok(())
@@ -622,7 +509,7 @@ pub(crate) async fn put_status(
 /// The conditions a CSR has.
 pub(crate) fn conditions(
     csr: &CertificateSigningRequest,
-) -> Vec<k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition> {
+) -> Vec<CertificateSigningRequestCondition> {
     csr.status
         .as_ref()
         .and_then(|s| s.conditions.clone())
@@ -639,73 +526,57 @@ async fn update(
         &mut CertificateSigningRequest,
         CertificateSigningRequest,
     ) -> Result<(), Response>,
-) -> Response {
+) -> Answer {
     if sent.metadata.name.as_deref().is_some_and(|n| n != name) {
-        return bad_request(format!(
+        return Err(bad_request(format!(
             "the name of the object ({}) does not match the name on the URL ({name})",
             sent.metadata.name.unwrap_or_default()
+        )));
+    }
+    let expected = crate::k8s::expected_version(&sent.metadata).map_err(|e| {
+        // The message names its field already.
+        let message = e
+            .trim_start_matches("metadata.resourceVersion: ")
+            .to_string();
+        let field = cause("metadata.resourceVersion", "FieldValueInvalid", message);
+        invalid(name, vec![field])
+    })?;
+    let current = s
+        .store
+        .api_object(RESOURCE, "", name)
+        .map_err(super::internal)?
+        .ok_or_else(|| not_found(RESOURCE, name))?;
+    if expected.is_some_and(|v| v != current.version) {
+        return Err(conflict(name));
+    }
+    let mut csr = read(&current)
+        .ok_or_else(|| super::internal(format!("the stored CSR {name:?} cannot be read")))?;
+    change(&mut csr, sent)?;
+    let json = serde_json::to_string(&csr).map_err(super::internal)?;
+    if json.len() > MAX_BYTES {
+        return Err(refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("CertificateSigningRequest {name:?} would take {} bytes; at most {MAX_BYTES} are kept", json.len()),
         ));
     }
-    let expected = match crate::k8s::expected_version(&sent.metadata) {
-        Ok(e) => e,
-        Err(e) => {
-            return invalid(
-                name,
-                vec![cause(
-                    "metadata.resourceVersion",
-                    "FieldValueInvalid",
-                    // The message names its field already.
-                    e.trim_start_matches("metadata.resourceVersion: ")
-                        .to_string(),
-                )],
-            );
-        }
-    };
-    let current = match s.store.api_object(RESOURCE, "", name) {
-        Ok(Some(o)) => o,
-        Ok(None) => return not_found(name),
-        Err(e) => return super::internal(e),
-    };
-    if expected.is_some_and(|v| v != current.version) {
-        return conflict(name);
-    }
-    let Some(mut csr) = read(&current) else {
-        return super::internal(format!("the stored CSR {name:?} cannot be read"));
-    };
-    if let Err(r) = change(&mut csr, sent) {
-        return r;
-    }
-    let json = match serde_json::to_string(&csr) {
-        Ok(json) if json.len() <= MAX_BYTES => json,
-        Ok(json) => {
-            return status_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestEntityTooLarge",
-                format!("CertificateSigningRequest {name:?} would take {} bytes; at most {MAX_BYTES} are kept", json.len()),
-            )
-        }
-        Err(e) => return super::internal(e),
-    };
     let object = ApiObject {
         json,
         ..current.clone()
     };
-    match durable_write(&s.store, || {
+    let written = durable_write(&s.store, || {
         s.store.put_api_object(object, Some(current.version))
-    })
-    .await
-    {
-        Ok(object) => Json(served(&object)).into_response(),
-        Err(ApiWriteError::Conflict) => conflict(name),
-        Err(ApiWriteError::NotFound) => not_found(name),
-        Err(e) => super::internal(e),
+    });
+    match written.await {
+        Ok(object) => Ok(Json(served(&object)).into_response()),
+        Err(ApiWriteError::Conflict) => Err(conflict(name)),
+        Err(ApiWriteError::NotFound) => Err(not_found(RESOURCE, name)),
+        Err(e) => Err(super::internal(e)),
     }
 }
 
 fn conflict(name: &str) -> Response {
-    status_error(
+    refusal(
         StatusCode::CONFLICT,
-        "Conflict",
         format!(
             "Operation cannot be fulfilled on {RESOURCE} {name:?}: the object has been modified; \
              please apply your changes to the latest version and try again"
@@ -713,17 +584,14 @@ fn conflict(name: &str) -> Response {
     )
 }
 
-/// An empty status, for writers that start one.
-pub(crate) fn empty_status() -> CertificateSigningRequestStatus {
-    CertificateSigningRequestStatus::default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::certificates::testing::request;
     use crate::server::identity::{principal, BOOTSTRAPPERS_GROUP};
-    use k8s_openapi::api::certificates::v1::CertificateSigningRequestSpec;
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequestSpec, CertificateSigningRequestStatus,
+    };
     use k8s_openapi::ByteString;
 
     fn csr(name: &str, generate: &str, pem: &str) -> CertificateSigningRequest {

@@ -6,22 +6,14 @@
 
 use axum::http::{header, HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::routing::get;
+use axum::{Json, Router};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery,
     ServerAddressByClientCIDR,
 };
 use k8s_openapi::apimachinery::pkg::version::Info;
 
-const COORDINATION: &str = "coordination.k8s.io";
-const COORDINATION_V1: &str = "coordination.k8s.io/v1";
-const STORAGE: &str = "storage.k8s.io";
-const STORAGE_V1: &str = "storage.k8s.io/v1";
-const NODE: &str = "node.k8s.io";
-const EVENTS: &str = "events.k8s.io";
-const CERTIFICATES: &str = "certificates.k8s.io";
-const AUTHENTICATION: &str = "authentication.k8s.io";
-const AUTHORIZATION: &str = "authorization.k8s.io";
 /// What can be read of a resource nodekeeper serves empty.
 const READ: &[&str] = &["get", "list", "watch"];
 
@@ -29,9 +21,219 @@ const READ: &[&str] = &["get", "list", "watch"];
 const KUBE_MAJOR: &str = "1";
 const KUBE_MINOR: &str = "33";
 
-/// `/version`: a `version.Info` naming the Kubernetes API level and this build.
-pub(crate) async fn version() -> Response {
-    Json(version_info()).into_response()
+/// A resource as discovery lists it.
+struct Resource {
+    name: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    verbs: &'static [&'static str],
+    short_names: &'static [&'static str],
+}
+
+const fn resource(
+    name: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    verbs: &'static [&'static str],
+    short_names: &'static [&'static str],
+) -> Resource {
+    Resource {
+        name,
+        singular,
+        kind,
+        namespaced,
+        verbs,
+        short_names,
+    }
+}
+
+/// What the core group serves here.
+const CORE_V1: &[Resource] = &[
+    resource(
+        "nodes",
+        "node",
+        "Node",
+        false,
+        &["get", "list", "watch", "create", "update", "patch"],
+        &["no"],
+    ),
+    resource(
+        "nodes/status",
+        "",
+        "Node",
+        false,
+        &["get", "patch", "update"],
+        &[],
+    ),
+    // The nodes' history, as events in `default` like the node controller's.
+    // Kubelets' Events are posted into it; a repeat's patch is a 404,
+    // which makes recorders post it again.
+    resource(
+        "events",
+        "event",
+        "Event",
+        true,
+        &["create", "get", "list", "patch"],
+        &["ev"],
+    ),
+    // The mirror pods of kubelets' static pods, and nothing else.
+    resource(
+        "pods",
+        "pod",
+        "Pod",
+        true,
+        &["create", "delete", "get", "list", "watch"],
+        &["po"],
+    ),
+    resource("pods/status", "", "Pod", true, &["get", "patch"], &[]),
+    // None kept: listed and watched empty, as kubelets do.
+    resource("services", "service", "Service", true, READ, &["svc"]),
+    // Bootstrap tokens only: kube-system, type bootstrap.kubernetes.io/token.
+    resource(
+        "secrets",
+        "secret",
+        "Secret",
+        true,
+        &["create", "delete", "get", "list"],
+        &[],
+    ),
+];
+
+/// The named groups, each served at `v1` only, in the order `/apis` lists
+/// them, with what each serves.
+const GROUPS: &[(&str, &[Resource])] = &[
+    // Node leases (heartbeats).
+    (
+        "coordination.k8s.io",
+        &[resource(
+            "leases",
+            "lease",
+            "Lease",
+            true,
+            &["get", "list", "create", "update", "patch"],
+            &[],
+        )],
+    ),
+    (
+        "storage.k8s.io",
+        &[
+            resource(
+                "csinodes",
+                "csinode",
+                "CSINode",
+                false,
+                &["create", "delete", "get", "list", "patch", "update"],
+                &[],
+            ),
+            // None kept: listed and watched empty, as kubelets do.
+            resource("csidrivers", "csidriver", "CSIDriver", false, READ, &[]),
+        ],
+    ),
+    // RuntimeClasses, none kept.
+    (
+        "node.k8s.io",
+        &[resource(
+            "runtimeclasses",
+            "runtimeclass",
+            "RuntimeClass",
+            false,
+            READ,
+            &[],
+        )],
+    ),
+    // Events may be posted (kept in the node's history).
+    (
+        "events.k8s.io",
+        &[resource(
+            "events",
+            "event",
+            "Event",
+            true,
+            &["create", "patch"],
+            &["ev"],
+        )],
+    ),
+    // CSRs and their subresources, as kube-apiserver lists them (`kubectl
+    // certificate approve` looks for `certificatesigningrequests/approval`).
+    (
+        "certificates.k8s.io",
+        &[
+            resource(
+                "certificatesigningrequests",
+                "certificatesigningrequest",
+                "CertificateSigningRequest",
+                false,
+                &["create", "delete", "get", "list", "watch"],
+                &["csr"],
+            ),
+            resource(
+                "certificatesigningrequests/approval",
+                "",
+                "CertificateSigningRequest",
+                false,
+                &["get", "update"],
+                &[],
+            ),
+            resource(
+                "certificatesigningrequests/status",
+                "",
+                "CertificateSigningRequest",
+                false,
+                &["get", "update"],
+                &[],
+            ),
+        ],
+    ),
+    // Reviews, created only, as kube-apiserver lists them.
+    (
+        "authentication.k8s.io",
+        &[resource(
+            "tokenreviews",
+            "tokenreview",
+            "TokenReview",
+            false,
+            &["create"],
+            &[],
+        )],
+    ),
+    (
+        "authorization.k8s.io",
+        &[resource(
+            "subjectaccessreviews",
+            "subjectaccessreview",
+            "SubjectAccessReview",
+            false,
+            &["create"],
+            &[],
+        )],
+    ),
+];
+
+/// The discovery documents' routes: `/version`, `/api`, `/api/v1`,
+/// `/apis`, and for each named group `/apis/GROUP` and `/apis/GROUP/v1`.
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    let mut routes = Router::new()
+        .route("/version", get(|| async { Json(version_info()) }))
+        .route("/api", get(api))
+        .route(
+            "/api/v1",
+            get(|| async { Json(resource_list("v1", CORE_V1)) }),
+        )
+        .route("/apis", get(|| async { Json(group_list()) }));
+    for &(name, resources) in GROUPS {
+        routes = routes
+            .route(
+                &format!("/apis/{name}"),
+                get(move || async move { Json(group(name)) }),
+            )
+            .route(
+                &format!("/apis/{name}/v1"),
+                get(move || async move { Json(resource_list(&format!("{name}/v1"), resources)) }),
+            );
+    }
+    routes
 }
 
 fn version_info() -> Info {
@@ -59,7 +261,7 @@ fn version_info() -> Info {
 }
 
 /// `/api`: the legacy core group's versions.
-pub(crate) async fn api(headers: HeaderMap, uri: Uri) -> Response {
+async fn api(headers: HeaderMap, uri: Uri) -> Response {
     Json(APIVersions {
         versions: vec!["v1".to_string()],
         server_address_by_client_cidrs: vec![ServerAddressByClientCIDR {
@@ -77,101 +279,28 @@ pub(crate) async fn api(headers: HeaderMap, uri: Uri) -> Response {
     .into_response()
 }
 
-fn resource(
-    name: &str,
-    singular: &str,
-    kind: &str,
-    namespaced: bool,
-    verbs: &[&str],
-    short_names: &[&str],
-) -> APIResource {
-    APIResource {
-        name: name.to_string(),
-        singular_name: singular.to_string(),
-        kind: kind.to_string(),
-        namespaced,
-        verbs: verbs.iter().map(|v| v.to_string()).collect(),
-        short_names: (!short_names.is_empty())
-            .then(|| short_names.iter().map(|s| s.to_string()).collect()),
+fn resource_list(group_version: &str, resources: &[Resource]) -> APIResourceList {
+    let strings = |list: &[&str]| list.iter().map(|v| v.to_string()).collect();
+    let resources = resources.iter().map(|r| APIResource {
+        name: r.name.to_string(),
+        singular_name: r.singular.to_string(),
+        kind: r.kind.to_string(),
+        namespaced: r.namespaced,
+        verbs: strings(r.verbs),
+        short_names: (!r.short_names.is_empty()).then(|| strings(r.short_names)),
         ..APIResource::default()
-    }
-}
-
-/// `/api/v1`: what the core group serves here.
-pub(crate) async fn api_v1() -> Response {
-    Json(core_v1_resources()).into_response()
-}
-
-fn core_v1_resources() -> APIResourceList {
+    });
     APIResourceList {
-        group_version: "v1".to_string(),
-        resources: vec![
-            resource(
-                "nodes",
-                "node",
-                "Node",
-                false,
-                &["get", "list", "watch", "create", "update", "patch"],
-                &["no"],
-            ),
-            resource(
-                "nodes/status",
-                "",
-                "Node",
-                false,
-                &["get", "patch", "update"],
-                &[],
-            ),
-            // The nodes' history, as events in `default` like the node controller's.
-            // Kubelets' Events are posted into it; a repeat's patch is a 404,
-            // which makes recorders post it again.
-            resource(
-                "events",
-                "event",
-                "Event",
-                true,
-                &["create", "get", "list", "patch"],
-                &["ev"],
-            ),
-            // The mirror pods of kubelets' static pods, and nothing else.
-            resource(
-                "pods",
-                "pod",
-                "Pod",
-                true,
-                &["create", "delete", "get", "list", "watch"],
-                &["po"],
-            ),
-            resource("pods/status", "", "Pod", true, &["get", "patch"], &[]),
-            // None kept: listed and watched empty, as kubelets do.
-            resource("services", "service", "Service", true, READ, &["svc"]),
-            // Bootstrap tokens only: kube-system, type bootstrap.kubernetes.io/token.
-            resource(
-                "secrets",
-                "secret",
-                "Secret",
-                true,
-                &["create", "delete", "get", "list"],
-                &[],
-            ),
-        ],
+        group_version: group_version.to_string(),
+        resources: resources.collect(),
     }
 }
 
 /// `/apis`: the named groups.
-pub(crate) async fn apis() -> Response {
-    Json(APIGroupList {
-        groups: vec![
-            group(COORDINATION),
-            group(STORAGE),
-            group(NODE),
-            group(EVENTS),
-            group(CERTIFICATES),
-            group(AUTHENTICATION),
-            group(AUTHORIZATION),
-        ],
-    })
-    .into_response()
+fn group_list() -> APIGroupList {
+    APIGroupList {
+        groups: GROUPS.iter().map(|(name, _)| group(name)).collect(),
+    }
 }
 
 /// A named group served at `v1` only.
@@ -186,182 +315,6 @@ fn group(name: &str) -> APIGroup {
         preferred_version: Some(v1),
         server_address_by_client_cidrs: None,
     }
-}
-
-fn coordination_group() -> APIGroup {
-    group(COORDINATION)
-}
-
-/// `/apis/coordination.k8s.io`.
-pub(crate) async fn coordination() -> Response {
-    Json(coordination_group()).into_response()
-}
-
-/// `/apis/storage.k8s.io`.
-pub(crate) async fn storage() -> Response {
-    Json(group(STORAGE)).into_response()
-}
-
-/// `/apis/storage.k8s.io/v1`: the nodes' CSINodes.
-pub(crate) async fn storage_v1() -> Response {
-    Json(APIResourceList {
-        group_version: STORAGE_V1.to_string(),
-        resources: vec![
-            resource(
-                "csinodes",
-                "csinode",
-                "CSINode",
-                false,
-                &["create", "delete", "get", "list", "patch", "update"],
-                &[],
-            ),
-            // None kept: listed and watched empty, as kubelets do.
-            resource("csidrivers", "csidriver", "CSIDriver", false, READ, &[]),
-        ],
-    })
-    .into_response()
-}
-
-/// `/apis/events.k8s.io`.
-pub(crate) async fn events() -> Response {
-    Json(group(EVENTS)).into_response()
-}
-
-/// `/apis/events.k8s.io/v1`: Events may be posted (kept in the node's history).
-pub(crate) async fn events_v1() -> Response {
-    Json(APIResourceList {
-        group_version: format!("{EVENTS}/v1"),
-        resources: vec![resource(
-            "events",
-            "event",
-            "Event",
-            true,
-            &["create", "patch"],
-            &["ev"],
-        )],
-    })
-    .into_response()
-}
-
-/// `/apis/node.k8s.io`.
-pub(crate) async fn node() -> Response {
-    Json(group(NODE)).into_response()
-}
-
-/// `/apis/node.k8s.io/v1`: RuntimeClasses, none kept.
-pub(crate) async fn node_v1() -> Response {
-    Json(APIResourceList {
-        group_version: format!("{NODE}/v1"),
-        resources: vec![resource(
-            "runtimeclasses",
-            "runtimeclass",
-            "RuntimeClass",
-            false,
-            READ,
-            &[],
-        )],
-    })
-    .into_response()
-}
-
-/// `/apis/certificates.k8s.io`.
-pub(crate) async fn certificates() -> Response {
-    Json(group(CERTIFICATES)).into_response()
-}
-
-/// `/apis/certificates.k8s.io/v1`: CSRs and their subresources, as
-/// kube-apiserver lists them (`kubectl certificate approve` looks for
-/// `certificatesigningrequests/approval`).
-pub(crate) async fn certificates_v1() -> Response {
-    Json(APIResourceList {
-        group_version: format!("{CERTIFICATES}/v1"),
-        resources: vec![
-            resource(
-                "certificatesigningrequests",
-                "certificatesigningrequest",
-                "CertificateSigningRequest",
-                false,
-                &["create", "delete", "get", "list", "watch"],
-                &["csr"],
-            ),
-            resource(
-                "certificatesigningrequests/approval",
-                "",
-                "CertificateSigningRequest",
-                false,
-                &["get", "update"],
-                &[],
-            ),
-            resource(
-                "certificatesigningrequests/status",
-                "",
-                "CertificateSigningRequest",
-                false,
-                &["get", "update"],
-                &[],
-            ),
-        ],
-    })
-    .into_response()
-}
-
-/// `/apis/authentication.k8s.io`.
-pub(crate) async fn authentication() -> Response {
-    Json(group(AUTHENTICATION)).into_response()
-}
-
-/// `/apis/authentication.k8s.io/v1`: TokenReviews, created only, as
-/// kube-apiserver lists them.
-pub(crate) async fn authentication_v1() -> Response {
-    Json(APIResourceList {
-        group_version: format!("{AUTHENTICATION}/v1"),
-        resources: vec![resource(
-            "tokenreviews",
-            "tokenreview",
-            "TokenReview",
-            false,
-            &["create"],
-            &[],
-        )],
-    })
-    .into_response()
-}
-
-/// `/apis/authorization.k8s.io`.
-pub(crate) async fn authorization() -> Response {
-    Json(group(AUTHORIZATION)).into_response()
-}
-
-/// `/apis/authorization.k8s.io/v1`: SubjectAccessReviews, created only.
-pub(crate) async fn authorization_v1() -> Response {
-    Json(APIResourceList {
-        group_version: format!("{AUTHORIZATION}/v1"),
-        resources: vec![resource(
-            "subjectaccessreviews",
-            "subjectaccessreview",
-            "SubjectAccessReview",
-            false,
-            &["create"],
-            &[],
-        )],
-    })
-    .into_response()
-}
-
-/// `/apis/coordination.k8s.io/v1`: node leases (heartbeats).
-pub(crate) async fn coordination_v1() -> Response {
-    Json(APIResourceList {
-        group_version: COORDINATION_V1.to_string(),
-        resources: vec![resource(
-            "leases",
-            "lease",
-            "Lease",
-            true,
-            &["get", "list", "create", "update", "patch"],
-            &[],
-        )],
-    })
-    .into_response()
 }
 
 #[cfg(test)]
@@ -389,7 +342,7 @@ mod tests {
 
     #[test]
     fn core_resources() {
-        let v = to_json(&core_v1_resources());
+        let v = to_json(&resource_list("v1", CORE_V1));
         assert_eq!(v["kind"], "APIResourceList");
         assert_eq!(v["groupVersion"], "v1");
         let nodes = &v["resources"][0];
@@ -405,7 +358,7 @@ mod tests {
     #[test]
     fn coordination_group_prefers_v1() {
         let v = to_json(&APIGroupList {
-            groups: vec![coordination_group()],
+            groups: vec![group("coordination.k8s.io")],
         });
         assert_eq!(v["kind"], "APIGroupList");
         assert_eq!(

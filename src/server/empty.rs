@@ -12,18 +12,14 @@
 //! RuntimeClasses `pkg/kubelet/runtimeclass/runtimeclass_manager.go:38-39`.
 //! Pods are kept (the mirror pods, `super::pods`).
 
-// Checks return a ready response as their error, built once per refused
-// request: its size does not matter.
-#![allow(clippy::result_large_err)]
-
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
 
 use super::params::ListParams;
-use super::{bad_request, AppState};
+use super::{bad_request, not_found, Answer, AppState};
 
 /// A resource served empty.
 pub(crate) struct Empty {
@@ -64,31 +60,41 @@ pub(crate) const RUNTIME_CLASSES: Empty = Empty {
 };
 
 impl Empty {
-    /// A list or a watch of the resource.
-    pub async fn list(&'static self, s: AppState, params: ListParams) -> Response {
-        match params.is_watch() {
-            Ok(false) => {}
-            Ok(true) => return self.watch(s, &params).await,
-            Err(e) => return bad_request(e.to_string()),
-        }
-        if let Err(e) = params.query(self.fields) {
-            return bad_request(e.to_string());
-        }
-        let version = s.store.durable_seq();
-        Json(crate::k8s::list(
-            self.api_version,
-            self.kind,
-            version,
-            Vec::new(),
-        ))
-        .into_response()
+    /// The resource's routes: each of `lists` serves a list or a watch,
+    /// `one` a get (never found).
+    pub fn routes(&'static self, lists: &[&str], one: &str) -> Router<AppState> {
+        let list = get(
+            move |State(s): State<AppState>, query: Result<Query<ListParams>, QueryRejection>| {
+                self.list(s, query)
+            },
+        );
+        let get_one = get(move |Path(path): Path<Vec<String>>| async move {
+            not_found(self.resource, path.last().map_or("", String::as_str))
+        });
+        let routes = Router::new().route(one, get_one);
+        lists
+            .iter()
+            .fold(routes, |routes, path| routes.route(path, list.clone()))
     }
 
-    async fn watch(&'static self, s: AppState, params: &ListParams) -> Response {
-        let request = match super::watch::watch_request(params, self.fields) {
-            Ok(request) => request,
-            Err(r) => return r,
-        };
+    /// A list or a watch of the resource.
+    async fn list(
+        &'static self,
+        s: AppState,
+        params: Result<Query<ListParams>, QueryRejection>,
+    ) -> Answer {
+        let (params, watch) = ListParams::list(params)?;
+        if watch {
+            return self.watch(s, &params).await;
+        }
+        params.query(self.fields).map_err(bad_request)?;
+        let version = s.store.durable_seq();
+        let list = crate::k8s::list(self.api_version, self.kind, version, Vec::new());
+        Ok(Json(list).into_response())
+    }
+
+    async fn watch(&'static self, s: AppState, params: &ListParams) -> Answer {
+        let request = super::watch::watch_request(params, self.fields)?;
         // The history's versions, with no object of this resource in it.
         let watch = super::watch::WatchParams {
             resource_version: params.resource_version.clone(),
@@ -101,62 +107,4 @@ impl Empty {
         };
         super::watch::watch_nodes(s, watch).await
     }
-
-    /// A get: never found.
-    pub fn get(&self, name: &str) -> Response {
-        (
-            StatusCode::NOT_FOUND,
-            Json(crate::k8s::not_found(self.resource, name)),
-        )
-            .into_response()
-    }
-}
-
-fn params(params: Result<Query<ListParams>, QueryRejection>) -> Result<ListParams, Response> {
-    ListParams::from_query(params).map_err(|e| bad_request(e.to_string()))
-}
-
-/// `GET /api/v1/services` and `/api/v1/namespaces/{namespace}/services`.
-pub(crate) async fn list_services(
-    State(s): State<AppState>,
-    query: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    match params(query) {
-        Ok(p) => SERVICES.list(s, p).await,
-        Err(r) => r,
-    }
-}
-
-pub(crate) async fn get_service(Path((_, name)): Path<(String, String)>) -> Response {
-    SERVICES.get(&name)
-}
-
-/// `GET /apis/storage.k8s.io/v1/csidrivers`.
-pub(crate) async fn list_csi_drivers(
-    State(s): State<AppState>,
-    query: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    match params(query) {
-        Ok(p) => CSI_DRIVERS.list(s, p).await,
-        Err(r) => r,
-    }
-}
-
-pub(crate) async fn get_csi_driver(Path(name): Path<String>) -> Response {
-    CSI_DRIVERS.get(&name)
-}
-
-/// `GET /apis/node.k8s.io/v1/runtimeclasses`.
-pub(crate) async fn list_runtime_classes(
-    State(s): State<AppState>,
-    query: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    match params(query) {
-        Ok(p) => RUNTIME_CLASSES.list(s, p).await,
-        Err(r) => r,
-    }
-}
-
-pub(crate) async fn get_runtime_class(Path(name): Path<String>) -> Response {
-    RUNTIME_CLASSES.get(&name)
 }

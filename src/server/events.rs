@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::Event;
@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
 use super::params::{wants_table, ListParams, ListQuery};
 use super::v1::stream_history;
-use super::{bad_request, internal, paging, status_error, table, AppState};
+use super::{bad_request, internal, not_found, paging, status_error, table, Answer, AppState};
 use crate::k8s::EVENT_NAMESPACE;
 use crate::model::Micros;
 use crate::store::HistoryQuery;
@@ -34,125 +34,44 @@ const EVENT_FIELDS: &[&str] = &[
     "metadata.namespace",
 ];
 
-/// `GET /api/v1/events`: events in every namespace.
-pub(crate) async fn list_events(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    list(s, None, &headers, params).await
-}
-
-/// `GET /api/v1/namespaces/{namespace}/events`.
-pub(crate) async fn list_namespaced_events(
-    State(s): State<AppState>,
-    Path(namespace): Path<String>,
-    headers: HeaderMap,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    list(s, Some(namespace), &headers, params).await
-}
-
-/// `GET /api/v1/namespaces/{namespace}/events/{name}`.
-pub(crate) async fn get_event(
-    State(s): State<AppState>,
-    Path((namespace, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    let include = match ListParams::from_query(params).and_then(|p| p.include_object()) {
-        Ok(include) => include,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    let not_found = || {
-        (
-            StatusCode::NOT_FOUND,
-            Json(crate::k8s::not_found("events", &name)),
-        )
-            .into_response()
-    };
-    // Names are `<node>.<seq in hex>`; anything else was never ours.
-    let Some(seq) = name
-        .rsplit_once('.')
-        .and_then(|(_, hex)| u64::from_str_radix(hex, 16).ok())
-    else {
-        return not_found();
-    };
-    if namespace != EVENT_NAMESPACE || seq == 0 {
-        return not_found();
-    }
-    let query = HistoryQuery {
-        after_seq: Some(seq - 1),
-        limit: Some(1),
-        ..HistoryQuery::default()
-    };
-    match history(&s, query).await {
-        Ok(events) => match events
-            .first()
-            .filter(|e| e.seq == seq)
-            .and_then(crate::k8s::node_event)
-            .filter(|e| e.metadata.name.as_deref() == Some(name.as_str()))
-        {
-            Some(event) if wants_table(&headers) => {
-                let metadata = ListMeta {
-                    resource_version: event.metadata.resource_version.clone(),
-                    ..ListMeta::default()
-                };
-                let table = table::event_table(&[event], metadata, include, Micros::now());
-                Json(table).into_response()
-            }
-            Some(event) => Json(event).into_response(),
-            None => not_found(),
-        },
-        Err(response) => response,
-    }
-}
-
-/// Lists events as an `EventList` or a `Table`, a page at a time, streamed
+/// `GET /api/v1/events` and `/api/v1/namespaces/{namespace}/events`:
+/// events as an `EventList` or a `Table`, a page at a time, streamed
 /// from the history. Over 80 lines: the request's checks, the page's start and
 /// the two shapes share one query, one pinned history and one list tail.
-async fn list(
-    s: AppState,
-    namespace: Option<String>,
-    headers: &HeaderMap,
+pub(crate) async fn list_events(
+    State(s): State<AppState>,
+    namespace: Option<Path<String>>,
+    headers: HeaderMap,
     params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    let params = match ListParams::from_query(params) {
-        Ok(p) => p,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    match params.is_watch() {
-        Ok(false) => {}
-        Ok(true) => return super::watch_not_served("events"),
-        Err(e) => return bad_request(e.to_string()),
+) -> Answer {
+    let namespace = namespace.map(|Path(ns)| ns);
+    let (params, watch) = ListParams::list(params)?;
+    if watch {
+        return Err(super::watch_not_served("events"));
     }
-    let query = match params.query(EVENT_FIELDS) {
-        Ok(q) => q,
-        Err(e) => return bad_request(e.to_string()),
-    };
+    let query = params.query(EVENT_FIELDS).map_err(bad_request)?;
     // Pages continue after the seq of the last event served.
     let (rv, after) = match &query.continue_from {
         Some(token) => match token.start.trim_end_matches('\u{0}').parse::<u64>() {
             Ok(seq) => (token.rv, Some(seq)),
             Err(_) => {
-                return bad_request("invalid continue token: continue key is not valid".into())
+                return Err(bad_request(
+                    "invalid continue token: continue key is not valid",
+                ))
             }
         },
         None => (s.store.durable_seq(), None),
     };
     let horizon = s.store.horizon();
     if after.is_some_and(|a| a < horizon) {
-        return status_error(
+        return Err(status_error(
             StatusCode::GONE,
             "Expired",
             "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
-        );
+        ));
     }
     let from = after.unwrap_or(0).max(horizon);
-    let pin = match s.store.pin_history(from) {
-        Ok(pin) => pin,
-        Err(e) => return super::v1::store_error(e),
-    };
+    let pin = s.store.pin_history(from).map_err(super::v1::store_error)?;
     // One node's history is read through the store's per-node index.
     let history_query = HistoryQuery {
         node: query
@@ -178,7 +97,7 @@ async fn list(
             ..ListMeta::default()
         })
     };
-    let as_table = wants_table(headers);
+    let as_table = wants_table(&headers);
     let head = if as_table {
         table::event_table_head()
     } else {
@@ -193,7 +112,44 @@ async fn list(
         }
     };
     let body = stream_history(s.store.clone(), history_query, limit, pin, head, item, tail);
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    Ok(super::json_response(body))
+}
+
+/// `GET /api/v1/namespaces/{namespace}/events/{name}`.
+pub(crate) async fn get_event(
+    State(s): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Answer {
+    let include = ListParams::get(params)?;
+    // Names are `<node>.<seq in hex>`; anything else was never ours.
+    let seq = name
+        .rsplit_once('.')
+        .and_then(|(_, hex)| u64::from_str_radix(hex, 16).ok())
+        .filter(|&seq| namespace == EVENT_NAMESPACE && seq != 0)
+        .ok_or_else(|| not_found("events", &name))?;
+    let query = HistoryQuery {
+        after_seq: Some(seq - 1),
+        limit: Some(1),
+        ..HistoryQuery::default()
+    };
+    let event = history(&s, query)
+        .await?
+        .first()
+        .filter(|e| e.seq == seq)
+        .and_then(crate::k8s::node_event)
+        .filter(|e| e.metadata.name.as_deref() == Some(name.as_str()))
+        .ok_or_else(|| not_found("events", &name))?;
+    if wants_table(&headers) {
+        let metadata = ListMeta {
+            resource_version: event.metadata.resource_version.clone(),
+            ..ListMeta::default()
+        };
+        let table = table::event_table(&[event], metadata, include, Micros::now());
+        return Ok(Json(table).into_response());
+    }
+    Ok(Json(event).into_response())
 }
 
 fn selected(query: &ListQuery, e: &Event) -> bool {
@@ -224,9 +180,7 @@ fn selected(query: &ListQuery, e: &Event) -> bool {
 
 async fn history(s: &AppState, query: HistoryQuery) -> Result<Vec<crate::model::Event>, Response> {
     let store = s.store.clone();
-    match tokio::task::spawn_blocking(move || store.history(&query)).await {
-        Ok(Ok(events)) => Ok(events),
-        Ok(Err(e)) => Err(internal(e)),
-        Err(e) => Err(internal(e)),
-    }
+    super::v1::blocking(move || store.history(&query))
+        .await?
+        .map_err(internal)
 }

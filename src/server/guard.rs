@@ -118,7 +118,6 @@ where
 }
 
 /// The authorizer's table, for the caller `identify` noted.
-#[allow(clippy::result_large_err)]
 fn authorized(request: &Request) -> Result<(), Response> {
     match request.extensions().get::<Principal>() {
         Some(principal) => authz::authorize(

@@ -174,8 +174,6 @@ impl Principal {
 }
 
 /// The caller a request was authenticated as, if the guard ran.
-// The refusal is a ready 500, built once per refused request.
-#[allow(clippy::result_large_err)]
 pub(super) fn of(parts: &Parts) -> Result<&Principal, Response> {
     parts.extensions.get::<Principal>().ok_or_else(|| {
         super::internal("the caller is unknown: the auth layer is not installed on this route")

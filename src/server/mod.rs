@@ -2,6 +2,11 @@
 //! selectors, pages and events `kubectl` uses), history, the registry at a
 //! past time, store status, health and metrics. Reads only what is durable.
 
+// Checks return a ready response as their error (`Answer`), built once
+// per refused request: its size does not matter.
+#![allow(clippy::result_large_err)]
+
+mod api_objects;
 mod auth;
 pub mod authz;
 mod backup;
@@ -21,6 +26,7 @@ pub mod identity;
 mod leases;
 pub mod limits;
 pub mod node_json;
+mod node_objects;
 pub(crate) mod node_writes;
 mod nodes;
 mod openapi;
@@ -50,10 +56,11 @@ pub use serve::{
 };
 pub use v1::{HistoryParams, NodeEntry};
 
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use tokio_util::sync::CancellationToken;
 
 use crate::k8s::{json_patch, paging, patch, selectors, table};
@@ -70,8 +77,7 @@ use crate::view::View;
 pub const BODY_LIMIT: usize = 1 << 20;
 
 /// What the handlers read: one [`SharedState`] behind one reference, so
-/// the `State` extractor's copy for each request is one reference count
-/// (it was a count for each field, and a lock for the shutdown token's).
+/// the `State` extractor's copy for each request is one reference count.
 #[derive(Clone)]
 pub struct AppState(Arc<SharedState>);
 
@@ -122,19 +128,10 @@ pub fn secured_router(state: AppState, tokens: impl Into<Authn>) -> Router {
 /// Over 80 lines: it is the route table, one line per endpoint, read whole.
 pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Budgets>) -> Router {
     let authn: Authn = tokens.into();
-    let routes = Router::new()
-        .route("/version", get(discovery::version))
+    let routes = discovery::routes()
         .route("/openapi/v2", get(openapi::v2))
         .route("/openapi/v3", get(openapi::v3_index))
         .route("/openapi/v3/{*path}", get(openapi::v3))
-        .route("/api", get(discovery::api))
-        .route("/api/v1", get(discovery::api_v1))
-        .route("/apis", get(discovery::apis))
-        .route("/apis/coordination.k8s.io", get(discovery::coordination))
-        .route(
-            "/apis/coordination.k8s.io/v1",
-            get(discovery::coordination_v1),
-        )
         .route(
             "/api/v1/nodes",
             get(nodes::list_nodes).post(push::create_node),
@@ -155,14 +152,12 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
         .route("/api/v1/events", get(events::list_events))
         .route(
             "/api/v1/namespaces/{namespace}/events",
-            get(events::list_namespaced_events).post(posted_events::post_core_event),
+            get(events::list_events).post(posted_events::post_core_event),
         )
         .route(
             "/api/v1/namespaces/{namespace}/events/{name}",
             get(events::get_event).patch(posted_events::patch_event),
         )
-        .route("/apis/events.k8s.io", get(discovery::events))
-        .route("/apis/events.k8s.io/v1", get(discovery::events_v1))
         .route(
             "/apis/events.k8s.io/v1/namespaces/{namespace}/events",
             axum::routing::post(posted_events::post_events_event),
@@ -171,19 +166,10 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
             "/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}",
             axum::routing::patch(posted_events::patch_event),
         )
-        .route("/api/v1/services", get(empty::list_services))
-        .route(
-            "/api/v1/namespaces/{namespace}/services",
-            get(empty::list_services),
-        )
-        .route(
-            "/api/v1/namespaces/{namespace}/services/{name}",
-            get(empty::get_service),
-        )
         .route("/api/v1/pods", get(pods::list_pods))
         .route(
             "/api/v1/namespaces/{namespace}/pods",
-            get(pods::list_namespaced_pods).post(pods::create_pod),
+            get(pods::list_pods).post(pods::create_pod),
         )
         .route(
             "/api/v1/namespaces/{namespace}/pods/{name}/status",
@@ -207,8 +193,6 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
                 .put(leases::put_lease)
                 .patch(leases::patch_lease),
         )
-        .route("/apis/storage.k8s.io", get(discovery::storage))
-        .route("/apis/storage.k8s.io/v1", get(discovery::storage_v1))
         .route(
             "/apis/storage.k8s.io/v1/csinodes",
             get(csinodes::list_csinodes).post(csinodes::create_csinode),
@@ -221,25 +205,12 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
                 .delete(csinodes::delete_csinode),
         )
         .route(
-            "/apis/storage.k8s.io/v1/csidrivers",
-            get(empty::list_csi_drivers),
-        )
-        .route(
-            "/apis/storage.k8s.io/v1/csidrivers/{name}",
-            get(empty::get_csi_driver),
-        )
-        .route(
             "/api/v1/namespaces/{namespace}/secrets",
             get(bootstrap_tokens::list_secrets).post(bootstrap_tokens::create_secret),
         )
         .route(
             "/api/v1/namespaces/{namespace}/secrets/{name}",
             get(bootstrap_tokens::get_secret).delete(bootstrap_tokens::delete_secret),
-        )
-        .route("/apis/certificates.k8s.io", get(discovery::certificates))
-        .route(
-            "/apis/certificates.k8s.io/v1",
-            get(discovery::certificates_v1),
         )
         .route(
             "/apis/certificates.k8s.io/v1/certificatesigningrequests",
@@ -258,35 +229,12 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
             get(csrs::get_csr).put(csrs::put_status),
         )
         .route(
-            "/apis/authentication.k8s.io",
-            get(discovery::authentication),
-        )
-        .route(
-            "/apis/authentication.k8s.io/v1",
-            get(discovery::authentication_v1),
-        )
-        .route(
             "/apis/authentication.k8s.io/v1/tokenreviews",
             post(reviews::create_token_review).layer(Extension(authn.clone())),
-        )
-        .route("/apis/authorization.k8s.io", get(discovery::authorization))
-        .route(
-            "/apis/authorization.k8s.io/v1",
-            get(discovery::authorization_v1),
         )
         .route(
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
             post(reviews::create_subject_access_review).layer(Extension(authn.clone())),
-        )
-        .route("/apis/node.k8s.io", get(discovery::node))
-        .route("/apis/node.k8s.io/v1", get(discovery::node_v1))
-        .route(
-            "/apis/node.k8s.io/v1/runtimeclasses",
-            get(empty::list_runtime_classes),
-        )
-        .route(
-            "/apis/node.k8s.io/v1/runtimeclasses/{name}",
-            get(empty::get_runtime_class),
         )
         .route("/v1/nodes", get(v1::list_node_records))
         .route("/v1/nodes/{name}", get(v1::get_node_record))
@@ -304,6 +252,21 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
         .route("/readyz", get(health::readyz))
         .route("/readyz/{check}", get(health::readyz_check))
         .route("/metrics", get(v1::metrics))
+        .merge(empty::SERVICES.routes(
+            &[
+                "/api/v1/services",
+                "/api/v1/namespaces/{namespace}/services",
+            ],
+            "/api/v1/namespaces/{namespace}/services/{name}",
+        ))
+        .merge(empty::CSI_DRIVERS.routes(
+            &["/apis/storage.k8s.io/v1/csidrivers"],
+            "/apis/storage.k8s.io/v1/csidrivers/{name}",
+        ))
+        .merge(empty::RUNTIME_CLASSES.routes(
+            &["/apis/node.k8s.io/v1/runtimeclasses"],
+            "/apis/node.k8s.io/v1/runtimeclasses/{name}",
+        ))
         .fallback(not_found_path);
     // The console's pages stay outside the auth layer: they carry no data.
     harden_with(routes, authn, budgets)
@@ -357,7 +320,7 @@ async fn errors_as_status(health: bool, response: Response) -> Response {
     } else {
         code.canonical_reason().unwrap_or("error").to_string()
     };
-    let status = status_error(code, status_reason(code), message);
+    let status = refusal(code, message);
     parts.headers.remove(header::CONTENT_TYPE);
     parts.headers.remove(header::CONTENT_LENGTH);
     let (new_parts, body) = status.into_parts();
@@ -403,12 +366,11 @@ fn status_reason(code: StatusCode) -> &'static str {
 
 /// Any method a path does not serve, as kube-apiserver answers it.
 async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
-    status_error(
+    let path = uri.path();
+    refusal(
         StatusCode::METHOD_NOT_ALLOWED,
-        "MethodNotAllowed",
         format!(
-            "the server does not allow this method on the requested resource ({method} {})",
-            uri.path()
+            "the server does not allow this method on the requested resource ({method} {path})"
         ),
     )
 }
@@ -419,34 +381,84 @@ pub(crate) fn status_error(code: StatusCode, reason: &str, message: String) -> R
     (code, Json(body)).into_response()
 }
 
-pub(crate) fn bad_request(message: String) -> Response {
-    status_error(StatusCode::BAD_REQUEST, "BadRequest", message)
+/// A handler's answer: `Err` is a refusal, answered as it is.
+pub(crate) type Answer = Result<Response, Response>;
+
+/// A `Status` with the reason Kubernetes gives `code`.
+pub(crate) fn refusal(code: StatusCode, message: impl std::fmt::Display) -> Response {
+    status_error(code, status_reason(code), message.to_string())
+}
+
+pub(crate) fn bad_request(message: impl std::fmt::Display) -> Response {
+    refusal(StatusCode::BAD_REQUEST, message)
+}
+
+pub(crate) fn forbidden(message: impl std::fmt::Display) -> Response {
+    refusal(StatusCode::FORBIDDEN, message)
+}
+
+/// The 404 kube-apiserver answers for a missing object.
+pub(crate) fn not_found(resource: &str, name: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(crate::k8s::not_found(resource, name)),
+    )
+        .into_response()
+}
+
+/// A stored object's JSON as served, with its resourceVersion.
+pub(crate) fn with_version(json: &str, version: u64) -> serde_json::Value {
+    let mut value: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    if let Some(meta) = value.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        meta.insert("resourceVersion".into(), version.to_string().into());
+    }
+    value
+}
+
+/// A response whose body is JSON already (or is streamed as JSON).
+pub(crate) fn json_response(body: impl Into<axum::body::Body>) -> Response {
+    let content_type = [(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    )];
+    (content_type, body.into()).into_response()
+}
+
+/// The metadata of a list (or a one-row Table) at `version`.
+pub(crate) fn at_version(version: impl ToString) -> ListMeta {
+    ListMeta {
+        resource_version: Some(version.to_string()),
+        ..ListMeta::default()
+    }
+}
+
+/// An object's labels, for a label selector.
+pub(crate) fn labels_of(value: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    let labels = value["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten();
+    labels
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+        .collect()
 }
 
 pub(crate) fn internal(e: impl std::fmt::Display) -> Response {
-    status_error(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "InternalError",
-        e.to_string(),
-    )
+    refusal(StatusCode::INTERNAL_SERVER_ERROR, e)
 }
 
 async fn not_found_path(uri: axum::http::Uri) -> Response {
-    status_error(
+    let path = uri.path();
+    refusal(
         StatusCode::NOT_FOUND,
-        "NotFound",
-        format!(
-            "the server could not find the requested resource {}",
-            uri.path()
-        ),
+        format!("the server could not find the requested resource {path}"),
     )
 }
 
 /// `?watch=true` on resources nodekeeper lists but does not stream.
 pub(crate) fn watch_not_served(resource: &str) -> Response {
-    status_error(
+    refusal(
         StatusCode::METHOD_NOT_ALLOWED,
-        "MethodNotAllowed",
         format!("watching {resource} is not supported by nodekeeper; nodes can be watched, and /v1/history has every event"),
     )
 }

@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::BytesMut;
 use hyper::body::{Frame, SizeHint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
@@ -170,14 +169,7 @@ impl NodeJson {
         metadata: &ListMeta,
     ) -> Response {
         let body = ListBody::new(encoded, range, metadata).paced(self.pacer.clone());
-        (
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
-            Body::new(body),
-        )
-            .into_response()
+        super::json_response(Body::new(body))
     }
 }
 
@@ -192,14 +184,7 @@ fn encode(shown: &Shown) -> Item {
 
 /// One node's JSON as a response.
 pub fn response(json: Bytes) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        json,
-    )
-        .into_response()
+    super::json_response(json)
 }
 
 /// A list's body: its head, the items in chunks of up to [`CHUNK`] as the

@@ -9,12 +9,13 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::Node as KubeNode;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
 use super::node_json;
 use super::node_writes::{self, NodeWrite, PatchFormat, WriteError};
-use super::params::{wants_table, ListParams};
-use super::{bad_request, paging, status_error, table, AppState, Caller, Identity};
+use super::params::{wants_table, DeleteOptions, ListParams};
+use super::{
+    bad_request, forbidden, not_found, paging, refusal, table, Answer, AppState, Caller, Identity,
+};
 use crate::controller::{Preconditions, PushError};
 use crate::model::{Micros, Node};
 
@@ -37,20 +38,12 @@ pub(crate) async fn list_nodes(
     State(s): State<AppState>,
     headers: HeaderMap,
     params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    let params = match ListParams::from_query(params) {
-        Ok(p) => p,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    match params.is_watch() {
-        Ok(true) => return watch(s, &headers, &params, NODE_FIELDS).await,
-        Ok(false) => {}
-        Err(e) => return bad_request(e.to_string()),
+) -> Answer {
+    let (params, watch) = ListParams::list(params)?;
+    if watch {
+        return self::watch(s, &headers, &params).await;
     }
-    let query = match params.query(NODE_FIELDS) {
-        Ok(q) => q,
-        Err(e) => return bad_request(e.to_string()),
-    };
+    let query = params.query(NODE_FIELDS).map_err(bad_request)?;
 
     // The version the view is known to show every change up to, read before
     // the view itself: the store's durable seq can be ahead of the view for
@@ -68,20 +61,12 @@ pub(crate) async fn list_nodes(
             version,
             true,
         );
-        return s.node_json.list_response(all, page.range, &page.metadata);
+        return Ok(s.node_json.list_response(all, page.range, &page.metadata));
     }
     // The view is in name order, as etcd keys are: pages follow it.
     let (stamp, mut shown) = s.view.shown();
     if !query.unfiltered() {
-        shown.retain(|s| {
-            let node = &s.node;
-            let unschedulable = if node.unschedulable { "true" } else { "false" };
-            query.fields.matches(|field| match field {
-                "metadata.name" => Some(node.name.as_str()),
-                "spec.unschedulable" => Some(unschedulable),
-                _ => None,
-            }) && (query.labels.is_empty() || query.labels.matches(&crate::k8s::node_labels(node)))
-        });
+        shown.retain(|s| selected(&query, &s.node));
     }
     let page = paging::page(
         &shown,
@@ -98,15 +83,25 @@ pub(crate) async fn list_nodes(
             .map(|s| (Node::clone(&s.node), s.beat))
             .collect();
         let table = table::node_table(&rows, page.metadata, query.include, Micros::now());
-        return Json(table).into_response();
+        return Ok(Json(table).into_response());
     }
     let items = s.node_json.encode(shown).await;
     let count = items.len();
-    s.node_json.list_response(
+    Ok(s.node_json.list_response(
         std::sync::Arc::new(node_json::Encoded { stamp, items }),
         0..count,
         &page.metadata,
-    )
+    ))
+}
+
+/// Whether a list's or a watch's selectors pick `node`.
+fn selected(query: &super::params::ListQuery, node: &Node) -> bool {
+    let unschedulable = if node.unschedulable { "true" } else { "false" };
+    query.fields.matches(|field| match field {
+        "metadata.name" => Some(node.name.as_str()),
+        "spec.unschedulable" => Some(unschedulable),
+        _ => None,
+    }) && (query.labels.is_empty() || query.labels.matches(&crate::k8s::node_labels(node)))
 }
 
 pub(crate) async fn get_node(
@@ -114,68 +109,41 @@ pub(crate) async fn get_node(
     Path(name): Path<String>,
     headers: HeaderMap,
     params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    let include = match ListParams::from_query(params).and_then(|p| p.include_object()) {
-        Ok(include) => include,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    let Some(shown) = s.view.shown_node(&name) else {
-        return (
-            StatusCode::NOT_FOUND,
-            Json(crate::k8s::not_found("nodes", &name)),
-        )
-            .into_response();
-    };
+) -> Answer {
+    let include = ListParams::get(params)?;
+    let shown = s
+        .view
+        .shown_node(&name)
+        .ok_or_else(|| not_found("nodes", &name))?;
     if wants_table(&headers) {
         // A single object's Table carries the object's resourceVersion.
-        let metadata = ListMeta {
-            resource_version: Some(shown.node.resource_version.to_string()),
-            ..ListMeta::default()
-        };
+        let metadata = super::at_version(shown.node.resource_version);
         let row = (Node::clone(&shown.node), shown.beat);
         let table = table::node_table(&[row], metadata, include, Micros::now());
-        return Json(table).into_response();
+        return Ok(Json(table).into_response());
     }
-    node_json::response(s.node_json.one(shown).await)
+    Ok(node_json::response(s.node_json.one(shown).await))
 }
 
 /// `?watch=true`: the same selectors and representation as the list, as a stream.
-async fn watch(
-    s: AppState,
-    headers: &HeaderMap,
-    params: &ListParams,
-    fields: &'static [&'static str],
-) -> Response {
+async fn watch(s: AppState, headers: &HeaderMap, params: &ListParams) -> Answer {
     let super::watch::WatchRequest {
         query,
         bookmarks,
         timeout,
-    } = match super::watch::watch_request(params, fields) {
-        Ok(request) => request,
-        Err(r) => return r,
-    };
+    } = super::watch::watch_request(params, NODE_FIELDS)?;
     let include = query.include;
     let scope = match query.fields.required("metadata.name") {
         Some(name) => super::watch::Scope::One(name.to_string()),
         None => super::watch::Scope::All,
     };
-    let filter_query = query.clone();
-    let filter: super::watch::NodeFilter = std::sync::Arc::new(move |node: &crate::model::Node| {
-        let unschedulable = if node.unschedulable { "true" } else { "false" };
-        filter_query.fields.matches(|field| match field {
-            "metadata.name" => Some(node.name.as_str()),
-            "spec.unschedulable" => Some(unschedulable),
-            _ => None,
-        }) && filter_query.labels.matches(&crate::k8s::node_labels(node))
-    });
+    let filter: super::watch::NodeFilter =
+        std::sync::Arc::new(move |node: &Node| selected(&query, node));
     // kubectl get -w asks for Tables: each event carries a one-row Table.
     let render: Option<super::watch::NodeRender> = wants_table(headers).then(|| {
         let render: super::watch::NodeRender =
             std::sync::Arc::new(move |node: &crate::model::Node| {
-                let metadata = ListMeta {
-                    resource_version: Some(node.resource_version.to_string()),
-                    ..ListMeta::default()
-                };
+                let metadata = super::at_version(node.resource_version);
                 let table =
                     table::node_table(&[(node.clone(), None)], metadata, include, Micros::now());
                 serde_json::to_value(table).unwrap_or_default()
@@ -215,41 +183,25 @@ fn writer(identity: Identity, headers: &HeaderMap) -> String {
 
 /// Node tokens push status and Leases; cordons, labels, taints and deletes
 /// are for operators.
-#[allow(clippy::result_large_err)]
 fn check_operator(caller: &Caller, name: &str) -> Result<(), Response> {
     match caller {
-        Caller::Node(own) => Err(status_error(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            format!(
-                "nodes {name:?} is forbidden: node {own:?} may update its own status and Lease \
-                 only; cordons, labels, annotations, taints and deletes need an operator's token"
-            ),
-        )),
-        Caller::Limited => Err(status_error(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            format!("nodes {name:?} is forbidden: only operators may change a node this way"),
-        )),
+        Caller::Node(own) => Err(forbidden(format!(
+            "nodes {name:?} is forbidden: node {own:?} may update its own status and Lease \
+             only; cordons, labels, annotations, taints and deletes need an operator's token"
+        ))),
+        Caller::Limited => Err(forbidden(format!(
+            "nodes {name:?} is forbidden: only operators may change a node this way"
+        ))),
         Caller::Anonymous | Caller::Operator => Ok(()),
     }
-}
-
-fn not_found(name: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(crate::k8s::not_found("nodes", name)),
-    )
-        .into_response()
 }
 
 pub(super) fn write_error(e: WriteError) -> Response {
     match e {
         WriteError::BadRequest(m) => bad_request(m),
-        WriteError::Conflict(m) => status_error(StatusCode::CONFLICT, "Conflict", m),
-        WriteError::TooLarge(m) => status_error(
+        WriteError::Conflict(m) => refusal(StatusCode::CONFLICT, m),
+        WriteError::TooLarge(m) => refusal(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "RequestEntityTooLarge",
             format!("Request entity too large: {m}"),
         ),
         WriteError::Invalid(i) => (
@@ -288,50 +240,34 @@ pub(crate) async fn patch_node(
     headers: HeaderMap,
     Query(query): Query<super::openapi::WriteQuery>,
     body: Bytes,
-) -> Response {
-    if let Err(r) = check_operator(&caller, &name) {
-        return r;
-    }
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+) -> Answer {
+    check_operator(&caller, &name)?;
+    let content_type = super::push::content_type(&headers);
     let Some(format) = PatchFormat::from_content_type(content_type) else {
-        return status_error(
+        return Err(refusal(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaType",
             format!(
                 "the body of the request was in an unknown format - accepted media types include: \
                  application/json-patch+json, application/merge-patch+json, \
                  application/strategic-merge-patch+json (got {content_type:?})"
             ),
-        );
+        ));
     };
-    let body: serde_json::Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => return bad_request(format!("the patch is not valid JSON: {e}")),
-    };
+    let body: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|e| bad_request(format!("the patch is not valid JSON: {e}")))?;
     // A JSON patch names no fields by key: only merge patches are checked.
-    let warnings = match super::openapi::check_fields(&query, "v1", "Node", &body) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
+    let warnings = super::openapi::check_fields(&query, "v1", "Node", &body)?;
     let by = writer(identity, &headers);
     let write = NodeWrite::Patch { format, body };
     // Subscribed before the first read, so no version published after it is missed.
     let mut published = s.view.subscribe();
     for _ in 0..PATCH_RETRIES {
-        let Some((node, beat)) = s.view.get(&name) else {
-            return not_found(&name);
-        };
-        let prepared = match node_writes::prepare(&node, beat, &write) {
-            Ok(p) => p,
-            Err(e) => return write_error(e),
-        };
+        let (node, beat) = s.view.get(&name).ok_or_else(|| not_found("nodes", &name))?;
+        let prepared = node_writes::prepare(&node, beat, &write).map_err(write_error)?;
         match commit(&s, &name, prepared, &by).await {
             Ok(node) => {
                 let answer = super::push::json_reply(&crate::k8s::NodeJson::shown(&node, None));
-                return super::openapi::with_warnings(answer, &warnings);
+                return Ok(super::openapi::with_warnings(answer, &warnings));
             }
             // The node changed since it was read: apply the patch again to
             // the newer node, once it is published.
@@ -340,14 +276,13 @@ pub(crate) async fn patch_node(
                     break;
                 }
             }
-            Err(e) => return super::push::push_error(e),
+            Err(e) => return Err(super::push::push_error(e)),
         }
     }
-    status_error(
+    Err(refusal(
         StatusCode::CONFLICT,
-        "Conflict",
         node_writes::conflict_message(&name),
-    )
+    ))
 }
 
 /// Waits until the view shows node `name` at a version other than
@@ -388,55 +323,21 @@ pub(crate) async fn put_node(
     headers: HeaderMap,
     Query(query): Query<super::openapi::WriteQuery>,
     body: Bytes,
-) -> Response {
-    if let Err(r) = check_operator(&caller, &name) {
-        return r;
-    }
-    let json = match super::push::body_json(super::push::content_type(&headers), &body) {
-        Ok(j) => j,
-        Err(r) => return r,
-    };
-    let value: serde_json::Value = match serde_json::from_slice(&json) {
-        Ok(v) => v,
-        Err(e) => return super::push::malformed(&e),
-    };
-    let warnings = match super::openapi::check_fields(&query, "v1", "Node", &value) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let object: KubeNode = match serde_json::from_value(value) {
-        Ok(o) => o,
-        Err(e) => return super::push::malformed(&e),
-    };
-    let Some((node, beat)) = s.view.get(&name) else {
-        return not_found(&name);
-    };
-    let prepared = match node_writes::prepare(&node, beat, &NodeWrite::Replace(Box::new(object))) {
-        Ok(p) => p,
-        Err(e) => return write_error(e),
-    };
-    match commit(&s, &name, prepared, &writer(identity, &headers)).await {
-        Ok(node) => super::openapi::with_warnings(
-            super::push::json_reply(&crate::k8s::NodeJson::shown(&node, None)),
-            &warnings,
-        ),
-        Err(e) => super::push::push_error(e),
-    }
-}
-
-/// The parts of `DeleteOptions` that matter here.
-#[derive(Debug, Default, serde::Deserialize)]
-struct DeleteOptions {
-    #[serde(default)]
-    preconditions: Option<DeletePreconditions>,
-}
-
-#[derive(Debug, Default, serde::Deserialize)]
-struct DeletePreconditions {
-    #[serde(default)]
-    uid: Option<String>,
-    #[serde(default, rename = "resourceVersion")]
-    resource_version: Option<String>,
+) -> Answer {
+    use super::push::malformed;
+    check_operator(&caller, &name)?;
+    let json = super::push::body_json(super::push::content_type(&headers), &body)?;
+    let value: serde_json::Value = serde_json::from_slice(&json).map_err(|e| malformed(&e))?;
+    let warnings = super::openapi::check_fields(&query, "v1", "Node", &value)?;
+    let object: KubeNode = serde_json::from_value(value).map_err(|e| malformed(&e))?;
+    let (node, beat) = s.view.get(&name).ok_or_else(|| not_found("nodes", &name))?;
+    let write = NodeWrite::Replace(Box::new(object));
+    let prepared = node_writes::prepare(&node, beat, &write).map_err(write_error)?;
+    let node = commit(&s, &name, prepared, &writer(identity, &headers))
+        .await
+        .map_err(super::push::push_error)?;
+    let answer = super::push::json_reply(&crate::k8s::NodeJson::shown(&node, None));
+    Ok(super::openapi::with_warnings(answer, &warnings))
 }
 
 /// `DELETE /api/v1/nodes/{name}`: a node no source lists is deleted (its
@@ -448,41 +349,32 @@ pub(crate) async fn delete_node(
     identity: Identity,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    if let Err(r) = check_operator(&caller, &name) {
-        return r;
-    }
+) -> Answer {
+    check_operator(&caller, &name)?;
     let options: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
     } else {
-        match serde_json::from_slice(&body) {
-            Ok(o) => o,
-            Err(e) => return bad_request(format!("the DeleteOptions are not valid JSON: {e}")),
-        }
+        serde_json::from_slice(&body)
+            .map_err(|e| bad_request(format!("the DeleteOptions are not valid JSON: {e}")))?
     };
     let pre = options.preconditions.unwrap_or_default();
     let resource_version = match pre.resource_version.as_deref() {
         None | Some("") => None,
-        Some(v) => match v.parse() {
-            Ok(v) => Some(v),
-            Err(_) => {
-                return bad_request(format!(
-                    "preconditions.resourceVersion: invalid value {v:?}"
-                ))
-            }
-        },
+        Some(v) => Some(v.parse().map_err(|_| {
+            bad_request(format!(
+                "preconditions.resourceVersion: invalid value {v:?}"
+            ))
+        })?),
     };
     let preconditions = Preconditions {
         uid: pre.uid.filter(|u| !u.is_empty()),
         resource_version,
     };
-    match s
+    let node = s
         .controller
         .delete(name.clone(), preconditions, writer(identity, &headers))
         .await
-    {
-        // What kube-apiserver answers for an object deleted at once.
-        Ok(node) => Json(crate::k8s::deleted("nodes", &name, &node.uid)).into_response(),
-        Err(e) => super::push::push_error(e),
-    }
+        .map_err(super::push::push_error)?;
+    // What kube-apiserver answers for an object deleted at once.
+    Ok(Json(crate::k8s::deleted("nodes", &name, &node.uid)).into_response())
 }

@@ -3,8 +3,10 @@
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
 use axum::http::{header, HeaderMap};
+use axum::response::Response;
 use serde::Deserialize;
 
+use super::bad_request;
 use super::paging::{ContinueToken, InvalidContinueToken};
 use super::selectors::{FieldSelector, FieldSelectorError, LabelSelector, LabelSelectorError};
 use super::table::{self, IncludeObject, UnknownIncludeObject};
@@ -45,6 +47,21 @@ pub(crate) struct ListParams {
     pub timeout_seconds: Option<i64>,
     pub allow_watch_bookmarks: Option<String>,
     pub send_initial_events: Option<String>,
+}
+
+/// The parts of a delete's `DeleteOptions` that matter here.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct DeleteOptions {
+    #[serde(default)]
+    pub preconditions: Option<DeletePreconditions>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct DeletePreconditions {
+    #[serde(default)]
+    pub uid: Option<String>,
+    #[serde(default, rename = "resourceVersion")]
+    pub resource_version: Option<String>,
 }
 
 /// A list request, validated: what to select, where to start, what rows carry.
@@ -104,6 +121,24 @@ impl ListParams {
 
     pub fn include_object(&self) -> Result<IncludeObject, ParamsError> {
         Ok(IncludeObject::parse(self.include_object.as_deref())?)
+    }
+
+    /// A list's query and whether it asks for a watch; a malformed one is a 400.
+    pub fn list(
+        params: Result<Query<ListParams>, QueryRejection>,
+    ) -> Result<(Self, bool), Response> {
+        let params = Self::from_query(params).map_err(bad_request)?;
+        let watch = params.is_watch().map_err(bad_request)?;
+        Ok((params, watch))
+    }
+
+    /// A get's `includeObject`; a malformed query is a 400.
+    pub fn get(
+        params: Result<Query<ListParams>, QueryRejection>,
+    ) -> Result<IncludeObject, Response> {
+        Self::from_query(params)
+            .and_then(|p| p.include_object())
+            .map_err(bad_request)
     }
 }
 

@@ -13,27 +13,23 @@
 //! was deleted before the watch began. Pods deleted with their node are
 //! streamed as `DELETED` at the node's deletion.
 
-// Checks return a ready response as their error, built once per refused
-// request: its size does not matter.
-#![allow(clippy::result_large_err)]
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::HeaderMap;
-use axum::response::Response;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::node_objects::served;
 use super::params::{wants_table, ListParams};
-use super::pods::{field, labels, served, POD_FIELDS, RESOURCE};
+use super::pods::{field, POD_FIELDS, RESOURCE};
 use super::watch::{
     begin, gone_line, line, read_after, stream_response, Read, Scope, WatchStart, BOOKMARK_EVERY,
     DEFAULT_TIMEOUT,
 };
-use super::AppState;
+use super::{Answer, AppState};
 use crate::k8s::selectors::{FieldSelector, LabelSelector};
 use crate::k8s::table::{self, IncludeObject};
 use crate::k8s::watch::{bookmark, WatchEventType};
@@ -57,7 +53,7 @@ impl Selection {
             .as_deref()
             .is_none_or(|ns| pod["metadata"]["namespace"] == ns)
             && self.fields.matches(|f| field(pod, f))
-            && self.labels.matches(&labels(pod))
+            && self.labels.matches(&super::labels_of(pod))
     }
 
     fn render(&self, pod: Value) -> Value {
@@ -83,15 +79,12 @@ pub(crate) async fn watch(
     namespace: Option<String>,
     params: ListParams,
     headers: &HeaderMap,
-) -> Response {
+) -> Answer {
     let super::watch::WatchRequest {
         query,
         bookmarks,
         timeout,
-    } = match super::watch::watch_request(&params, POD_FIELDS) {
-        Ok(request) => request,
-        Err(r) => return r,
-    };
+    } = super::watch::watch_request(&params, POD_FIELDS)?;
     let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
     let selection = Selection {
         namespace,
@@ -100,13 +93,10 @@ pub(crate) async fn watch(
         labels: query.labels,
         table: wants_table(headers).then_some(query.include),
     };
-    let at = match begin(&s, params.resource_version.as_deref()).await {
-        Ok(at) => at,
-        Err(r) => return r,
-    };
+    let at = begin(&s, params.resource_version.as_deref()).await?;
     let (sender, receiver) = mpsc::channel::<Bytes>(64);
     tokio::spawn(stream(s, selection, at, timeout, bookmarks, sender));
-    stream_response(receiver)
+    Ok(stream_response(receiver))
 }
 
 /// A pod known by its node and `namespace/name`.

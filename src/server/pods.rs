@@ -11,10 +11,6 @@
 //! node like its CSINode: stored beside it, in its history, deleted with it,
 //! at most [`crate::controller::MAX_OBJECTS_PER_NODE`] a node.
 
-// Checks return a ready response as their error, built once per refused
-// request: its size does not matter.
-#![allow(clippy::result_large_err)]
-
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -22,12 +18,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde_json::{json, Value};
 
-use super::params::{wants_table, ListParams};
-use super::push::{body_json, json_body, malformed, push_error, ContentType};
-use super::{bad_request, status_error, AppState, Caller};
+use super::node_objects::{served, NodeKept};
+use super::params::{wants_table, DeleteOptions, ListParams};
+use super::push::{body_json, json_body, malformed, ContentType};
+use super::{bad_request, forbidden, not_found, refusal, Answer, AppState, Caller};
 use crate::controller::ObjectWrite;
 use crate::k8s::patch::{apply_with_keys, PatchKind};
 use crate::k8s::{paging, table};
@@ -38,8 +34,14 @@ pub(crate) const RESOURCE: &str = "pods";
 /// The annotation that makes a pod a mirror pod: the static pod's hash
 /// (kubernetes `pkg/kubelet/types/pod_update.go` `ConfigMirrorAnnotationKey`).
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
-/// The largest pod kept, as JSON: a static control-plane pod takes a few kB.
-const MAX_BYTES: usize = 128 * 1024;
+/// Mirror pods as kept: at most 128 kB of JSON (a static control-plane pod
+/// takes a few kB).
+const KEPT: NodeKept = NodeKept {
+    resource: RESOURCE,
+    kind: "Pod",
+    max_bytes: 128 * 1024,
+    summary,
+};
 /// What nodekeeper says to a pod that is not a mirror pod.
 const SCHEDULES_NOTHING: &str = "nodekeeper schedules nothing: it keeps only the mirror pods \
      kubelets create for their static pods (annotation kubernetes.io/config.mirror, and \
@@ -93,25 +95,14 @@ fn find(s: &AppState, caller: &Caller, namespace: &str, name: &str) -> Option<No
         .find_node_object(RESOURCE, &format!("{namespace}/{name}"))
 }
 
-fn not_found(name: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(crate::k8s::not_found(RESOURCE, name)),
-    )
-        .into_response()
-}
-
-/// The pod as served: the stored JSON with its resourceVersion (the seq
-/// of the history entry that wrote it).
-pub(crate) fn served(object: &NodeObject) -> Value {
-    let mut value: Value = serde_json::from_str(&object.json).unwrap_or(Value::Null);
-    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.insert(
-            "resourceVersion".into(),
-            Value::String(object.generation.to_string()),
-        );
-    }
-    value
+/// The pod kept as `namespace/name`, or a 404.
+fn found(
+    s: &AppState,
+    caller: &Caller,
+    namespace: &str,
+    name: &str,
+) -> Result<NodeObject, Response> {
+    find(s, caller, namespace, name).ok_or_else(|| not_found(RESOURCE, name))
 }
 
 /// A pod's value for a selectable field (`POD_FIELDS`).
@@ -138,57 +129,20 @@ pub(crate) fn field<'a>(pod: &'a Value, name: &str) -> Option<&'a str> {
     value.as_str()
 }
 
-/// A pod's labels, for a label selector.
-pub(crate) fn labels(pod: &Value) -> std::collections::BTreeMap<String, String> {
-    pod["metadata"]["labels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// `GET /api/v1/pods`.
+/// `GET /api/v1/pods` and `/api/v1/namespaces/{namespace}/pods`: a
+/// `PodList` or a Table of the pods kept, selected; or a watch.
 pub(crate) async fn list_pods(
     State(s): State<AppState>,
+    namespace: Option<Path<String>>,
     headers: HeaderMap,
     params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    list(s, None, &headers, params).await
-}
-
-/// `GET /api/v1/namespaces/{namespace}/pods`.
-pub(crate) async fn list_namespaced_pods(
-    State(s): State<AppState>,
-    Path(namespace): Path<String>,
-    headers: HeaderMap,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    list(s, Some(namespace), &headers, params).await
-}
-
-/// A `PodList` or a Table of the pods kept, selected; or a watch.
-async fn list(
-    s: AppState,
-    namespace: Option<String>,
-    headers: &HeaderMap,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    let params = match ListParams::from_query(params) {
-        Ok(p) => p,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    match params.is_watch() {
-        Ok(false) => {}
-        Ok(true) => return super::pod_watch::watch(s, namespace, params, headers).await,
-        Err(e) => return bad_request(e.to_string()),
+) -> Answer {
+    let namespace = namespace.map(|Path(ns)| ns);
+    let (params, watch) = ListParams::list(params)?;
+    if watch {
+        return super::pod_watch::watch(s, namespace, params, &headers).await;
     }
-    let query = match params.query(POD_FIELDS) {
-        Ok(q) => q,
-        Err(e) => return bad_request(e.to_string()),
-    };
+    let query = params.query(POD_FIELDS).map_err(bad_request)?;
     // Every change the view shows is at or before this version, so a
     // watch from it misses none (it may see one twice).
     let version = s.view.published();
@@ -202,21 +156,13 @@ async fn list(
     // (`/registry/pods/NAMESPACE/NAME`): pages follow it.
     let mut items: Vec<(String, Value)> = objects
         .iter()
-        .map(served)
-        .filter(|pod| {
+        .map(|object| (object.name.clone(), served(object)))
+        .filter(|(_, pod)| {
             namespace
                 .as_deref()
                 .is_none_or(|ns| pod["metadata"]["namespace"] == ns)
                 && query.fields.matches(|f| field(pod, f))
-                && query.labels.matches(&labels(pod))
-        })
-        .map(|pod| {
-            let key = format!(
-                "{}/{}",
-                pod["metadata"]["namespace"].as_str().unwrap_or(""),
-                pod["metadata"]["name"].as_str().unwrap_or("")
-            );
-            (key, pod)
+                && query.labels.matches(&super::labels_of(pod))
         })
         .collect();
     items.sort_by(|a, b| a.0.cmp(&b.0));
@@ -232,16 +178,11 @@ async fn list(
     );
     let metadata = page.metadata;
     let items: Vec<Value> = items.drain(page.range).map(|(_, pod)| pod).collect();
-    if wants_table(headers) {
-        return Json(table::pod_table(
-            &items,
-            metadata,
-            query.include,
-            Micros::now(),
-        ))
-        .into_response();
+    if wants_table(&headers) {
+        let table = table::pod_table(&items, metadata, query.include, Micros::now());
+        return Ok(Json(table).into_response());
     }
-    Json(crate::k8s::list_page("v1", "Pod", metadata, items)).into_response()
+    Ok(Json(crate::k8s::list_page("v1", "Pod", metadata, items)).into_response())
 }
 
 /// `GET /api/v1/namespaces/{namespace}/pods/{name}` (and `…/status`).
@@ -251,23 +192,16 @@ pub(crate) async fn get_pod(
     caller: Caller,
     headers: HeaderMap,
     params: Result<Query<ListParams>, QueryRejection>,
-) -> Response {
-    let include = match ListParams::from_query(params).and_then(|p| p.include_object()) {
-        Ok(include) => include,
-        Err(e) => return bad_request(e.to_string()),
-    };
-    let Some(object) = find(&s, &caller, &namespace, &name) else {
-        return not_found(&name);
-    };
+) -> Answer {
+    let include = ListParams::get(params)?;
+    let object = found(&s, &caller, &namespace, &name)?;
     let pod = served(&object);
     if wants_table(&headers) {
-        let metadata = ListMeta {
-            resource_version: Some(object.generation.to_string()),
-            ..ListMeta::default()
-        };
-        return Json(table::pod_table(&[pod], metadata, include, Micros::now())).into_response();
+        let metadata = super::at_version(object.generation);
+        let table = table::pod_table(&[pod], metadata, include, Micros::now());
+        return Ok(Json(table).into_response());
     }
-    Json(pod).into_response()
+    Ok(Json(pod).into_response())
 }
 
 /// `POST /api/v1/namespaces/{namespace}/pods`: a kubelet's mirror pod.
@@ -277,24 +211,11 @@ pub(crate) async fn create_pod(
     caller: Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    let pod = match json_body::<Pod>(ct.as_str(), &body) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    let object = match mirror_pod(&s, &caller, pod, &namespace) {
-        Ok(o) => o,
-        Err(r) => return r,
-    };
-    let summary = summary(&object);
-    write(
-        &s,
-        object,
-        ObjectWrite::Create,
-        summary,
-        StatusCode::CREATED,
-    )
-    .await
+) -> Answer {
+    let pod = json_body::<Pod>(ct.as_str(), &body)?;
+    let object = mirror_pod(&s, &caller, pod, &namespace)?;
+    KEPT.write(&s, object, ObjectWrite::Create, StatusCode::CREATED)
+        .await
 }
 
 /// The pod to keep, if it is a mirror pod this caller may write: checked
@@ -315,8 +236,7 @@ fn mirror_pod(
         None | Some("") => meta.namespace = Some(namespace.to_string()),
         Some(ns) if ns == namespace => {}
         Some(_) => return Err(bad_request(
-            "the namespace of the provided object does not match the namespace sent on the request"
-                .into(),
+            "the namespace of the provided object does not match the namespace sent on the request",
         )),
     }
     if name.is_empty() {
@@ -337,28 +257,22 @@ fn mirror_pod(
         .and_then(|s| s.node_name.clone())
         .unwrap_or_default();
     if !mirror || node.is_empty() {
-        return Err(status_error(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            format!("pods {name:?} is forbidden: {SCHEDULES_NOTHING}"),
-        ));
+        return Err(forbidden(format!(
+            "pods {name:?} is forbidden: {SCHEDULES_NOTHING}"
+        )));
     }
     super::authz::admit_pod(caller, &name, &node, "create")?;
     let node_uid = s.view.get(&node).map(|(n, _)| n.uid);
     for owner in meta.owner_references.iter().flatten() {
         if owner.kind != "Node" || owner.name != node || Some(&owner.uid) != node_uid.as_ref() {
-            return Err(status_error(
-                StatusCode::FORBIDDEN,
-                "Forbidden",
-                format!(
-                    "pods {name:?} is forbidden: a mirror pod may be owned by its node only \
-                     (Node {node:?}, uid {:?}), not by {} {:?} (uid {:?})",
-                    node_uid.as_deref().unwrap_or(""),
-                    owner.kind,
-                    owner.name,
-                    owner.uid
-                ),
-            ));
+            return Err(forbidden(format!(
+                "pods {name:?} is forbidden: a mirror pod may be owned by its node only \
+                 (Node {node:?}, uid {:?}), not by {} {:?} (uid {:?})",
+                node_uid.as_deref().unwrap_or(""),
+                owner.kind,
+                owner.name,
+                owner.uid
+            )));
         }
     }
     meta.uid = Some(uuid::Uuid::new_v4().to_string());
@@ -377,25 +291,7 @@ fn mirror_pod(
 
 fn stored(pod: &Pod, node: &str, namespace: &str, name: &str) -> Result<NodeObject, Response> {
     let value = crate::k8s::typed_pod(pod).map_err(super::internal)?;
-    let json = value.to_string();
-    if json.len() > MAX_BYTES {
-        return Err(status_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "RequestEntityTooLarge",
-            format!(
-                "Pod {name:?} takes {} bytes as JSON; nodekeeper keeps at most {MAX_BYTES}",
-                json.len()
-            ),
-        ));
-    }
-    let key = key(node, namespace, name);
-    Ok(NodeObject {
-        node: key.node,
-        resource: key.resource,
-        name: key.name,
-        generation: 0,
-        json,
-    })
+    KEPT.object(key(node, namespace, name), value.to_string())
 }
 
 /// `PATCH /api/v1/namespaces/{namespace}/pods/{name}/status`, as the
@@ -408,81 +304,61 @@ pub(crate) async fn patch_pod_status(
     caller: Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    let Some(current) = find(&s, &caller, &namespace, &name) else {
-        return not_found(&name);
-    };
-    if let Err(r) = super::authz::admit_pod(&caller, &name, &current.node, "update") {
-        return r;
-    }
+) -> Answer {
+    let current = found(&s, &caller, &namespace, &name)?;
+    super::authz::admit_pod(&caller, &name, &current.node, "update")?;
     let Some(kind) = PatchKind::from_content_type(ct.as_str()) else {
-        return status_error(
+        return Err(refusal(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaType",
             format!(
                 "the body of the request was in an unknown format - accepted media types include: \
                  application/merge-patch+json, application/strategic-merge-patch+json (got {:?})",
                 ct.as_str()
             ),
-        );
+        ));
     };
-    let patch: Value = match serde_json::from_slice(&body) {
-        Ok(p) => p,
-        Err(e) => return malformed(&e),
-    };
+    let patch: Value = serde_json::from_slice(&body).map_err(|e| malformed(&e))?;
     let mut pod = served(&current);
     let uid = pod["metadata"]["uid"].clone();
     let mut target = json!({"metadata": {"uid": uid}, "status": pod["status"].take()});
-    if let Err(e) = apply_with_keys(kind, &mut target, &patch, status_merge_key) {
-        return status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", e.to_string());
-    }
+    apply_with_keys(kind, &mut target, &patch, status_merge_key)
+        .map_err(|e| refusal(StatusCode::UNPROCESSABLE_ENTITY, e))?;
     // A uid in the patch that is not the pod's: the pod was deleted and
     // created again since the kubelet read it.
+    let patched_uid = target["metadata"]["uid"].as_str().unwrap_or("");
     if target["metadata"]["uid"] != uid {
-        return status_error(
-            StatusCode::CONFLICT,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on pods {name:?}: Precondition failed: UID in \
-                 precondition: {}, UID in object meta: {}",
-                target["metadata"]["uid"].as_str().unwrap_or(""),
-                uid.as_str().unwrap_or("")
-            ),
-        );
+        return Err(precondition_failed(
+            &name,
+            "UID",
+            patched_uid,
+            uid.as_str().unwrap_or(""),
+        ));
     }
     let status = target["status"].take();
     if let Err(e) = serde_json::from_value::<PodStatus>(status.clone()) {
-        return super::push::invalid("Pod", &name, format!("status: {e}"));
+        return Err(super::push::invalid("Pod", &name, format!("status: {e}")));
     }
     pod["status"] = status;
     let Ok(mut pod) = serde_json::from_value::<Pod>(pod) else {
-        return super::internal("a kept pod is not a Pod");
+        return Err(super::internal("a kept pod is not a Pod"));
     };
     pod.metadata.resource_version = None;
-    let object = match stored(&pod, &current.node, &namespace, &name) {
-        Ok(o) => o,
-        Err(r) => return r,
-    };
-    let summary = summary(&object);
+    let object = stored(&pod, &current.node, &namespace, &name)?;
     let how = ObjectWrite::Replace {
         expected: Some(current.generation),
     };
-    write(&s, object, how, summary, StatusCode::OK).await
+    KEPT.write(&s, object, how, StatusCode::OK).await
 }
 
-/// The parts of `DeleteOptions` that matter here.
-#[derive(Debug, Default, serde::Deserialize)]
-struct DeleteOptions {
-    #[serde(default)]
-    preconditions: Option<Preconditions>,
-}
-
-#[derive(Debug, Default, serde::Deserialize)]
-struct Preconditions {
-    #[serde(default)]
-    uid: Option<String>,
-    #[serde(default, rename = "resourceVersion")]
-    resource_version: Option<String>,
+/// A 409 for a delete's or a patch's precondition the pod does not meet.
+fn precondition_failed(name: &str, what: &str, wanted: &str, got: &str) -> Response {
+    refusal(
+        StatusCode::CONFLICT,
+        format!(
+            "Operation cannot be fulfilled on pods {name:?}: Precondition failed: {what} in \
+             precondition: {wanted}, {what} in object meta: {got}"
+        ),
+    )
 }
 
 /// `DELETE /api/v1/namespaces/{namespace}/pods/{name}`, with the
@@ -495,38 +371,20 @@ pub(crate) async fn delete_pod(
     caller: Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
+) -> Answer {
     let options: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
     } else {
-        match body_json(ct.as_str(), &body)
-            .and_then(|json| serde_json::from_slice(&json).map_err(|e| malformed(&e)))
-        {
-            Ok(o) => o,
-            Err(r) => return r,
-        }
+        let json = body_json(ct.as_str(), &body)?;
+        serde_json::from_slice(&json).map_err(|e| malformed(&e))?
     };
-    let Some(current) = find(&s, &caller, &namespace, &name) else {
-        return not_found(&name);
-    };
-    if let Err(r) = super::authz::admit_pod(&caller, &name, &current.node, "delete") {
-        return r;
-    }
+    let current = found(&s, &caller, &namespace, &name)?;
+    super::authz::admit_pod(&caller, &name, &current.node, "delete")?;
     let pod = served(&current);
     let pre = options.preconditions.unwrap_or_default();
-    let conflict = |what: &str, wanted: &str, got: &str| {
-        status_error(
-            StatusCode::CONFLICT,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on pods {name:?}: Precondition failed: {what} in \
-                 precondition: {wanted}, {what} in object meta: {got}"
-            ),
-        )
-    };
     let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
     if let Some(wanted) = pre.uid.as_deref().filter(|u| !u.is_empty() && *u != uid) {
-        return conflict("UID", wanted, uid);
+        return Err(precondition_failed(&name, "UID", wanted, uid));
     }
     let version = current.generation.to_string();
     if let Some(wanted) = pre
@@ -534,30 +392,17 @@ pub(crate) async fn delete_pod(
         .as_deref()
         .filter(|v| !v.is_empty() && **v != version)
     {
-        return conflict("ResourceVersion", wanted, &version);
+        return Err(precondition_failed(
+            &name,
+            "ResourceVersion",
+            wanted,
+            &version,
+        ));
     }
     let how = ObjectWrite::Delete {
         expected: Some(current.generation),
     };
-    let summary = summary(&current);
-    write(&s, current, how, summary, StatusCode::OK).await
-}
-
-async fn write(
-    s: &AppState,
-    object: NodeObject,
-    how: ObjectWrite,
-    summary: String,
-    code: StatusCode,
-) -> Response {
-    match s
-        .controller
-        .write_object(object, how, RESOURCE, summary)
-        .await
-    {
-        Ok(object) => (code, Json(served(&object))).into_response(),
-        Err(e) => push_error(e),
-    }
+    KEPT.write(&s, current, how, StatusCode::OK).await
 }
 
 /// What the history says of a pod: its phase, and its ready containers.

@@ -10,10 +10,6 @@
 //! occurrence is a history entry of its own. Any refusal is dropped by the
 //! recorder with one log line, never retried (`event.go:355-365`).
 
-// Checks return a ready response as their error, built once per refused
-// request: its size does not matter.
-#![allow(clippy::result_large_err)]
-
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -21,9 +17,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event as EventsEvent;
+use serde_json::Value;
 
 use super::push::{json_body, push_error, ContentType};
-use super::{AppState, Caller};
+use super::{Answer, AppState, Caller};
 use crate::model::EventKind;
 
 /// Longest reason kept, in bytes (kube-apiserver's is 128 for events.k8s.io).
@@ -53,11 +50,8 @@ pub(crate) async fn post_core_event(
     caller: Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    let event = match json_body::<CoreEvent>(ct.as_str(), &body) {
-        Ok(e) => e,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let event = json_body::<CoreEvent>(ct.as_str(), &body)?;
     let source = event.source.clone().unwrap_or_default();
     let object = &event.involved_object;
     let kind = object.kind.clone().unwrap_or_default();
@@ -87,11 +81,8 @@ pub(crate) async fn post_events_event(
     caller: Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    let event = match json_body::<EventsEvent>(ct.as_str(), &body) {
-        Ok(e) => e,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let event = json_body::<EventsEvent>(ct.as_str(), &body)?;
     let regarding = event.regarding.clone().unwrap_or_default();
     let kind = regarding.kind.clone().unwrap_or_default();
     let posted = Posted {
@@ -113,11 +104,7 @@ pub(crate) async fn post_events_event(
 /// `PATCH .../namespaces/{namespace}/events/{name}`: never found, so the
 /// recorder posts the repeat as a new Event.
 pub(crate) async fn patch_event(Path((_namespace, name)): Path<(String, String)>) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(crate::k8s::not_found("events", &name)),
-    )
-        .into_response()
+    super::not_found("events", &name)
 }
 
 /// Keeps `posted` in its node's history, answering with the Event as sent.
@@ -125,28 +112,23 @@ async fn keep(
     s: &AppState,
     caller: &Caller,
     posted: Posted,
-    sent: Result<serde_json::Value, serde_json::Error>,
-) -> Response {
+    sent: Result<Value, serde_json::Error>,
+) -> Answer {
     // A node's token posts for its own node, whatever the Event says.
     let node = match caller {
         Caller::Node(own) => own.clone(),
-        _ => match posted.node.filter(|n| !n.is_empty()) {
-            Some(node) => node,
-            None => {
-                return super::push::invalid(
-                    "Event",
-                    "",
-                    "source.host: Required value: nodekeeper keeps an Event in the history of \
-                     the node that posts it; name it in source.host (reportingInstance for \
-                     events.k8s.io)"
-                        .into(),
-                )
-            }
-        },
+        _ => posted.node.filter(|n| !n.is_empty()).ok_or_else(|| {
+            super::push::invalid(
+                "Event",
+                "",
+                "source.host: Required value: nodekeeper keeps an Event in the history of \
+                 the node that posts it; name it in source.host (reportingInstance for \
+                 events.k8s.io)"
+                    .into(),
+            )
+        })?,
     };
-    if let Err(r) = super::check_may_write_node(caller, &node) {
-        return r;
-    }
+    super::check_may_write_node(caller, &node)?;
     let object = match &posted.namespace {
         Some(ns) if !ns.is_empty() => format!("{}/{ns}/{}", posted.kind, posted.name),
         _ => format!("{}/{}", posted.kind, posted.name),
@@ -158,14 +140,11 @@ async fn keep(
         message: cut(posted.message, MAX_MESSAGE),
         object: cut(object, 3 * MAX_NAME),
     };
-    match s.controller.kubelet_event(node, kind).await {
-        Ok(()) => (
-            StatusCode::CREATED,
-            Json(sent.unwrap_or(serde_json::Value::Null)),
-        )
-            .into_response(),
-        Err(e) => push_error(e),
-    }
+    s.controller
+        .kubelet_event(node, kind)
+        .await
+        .map_err(push_error)?;
+    Ok((StatusCode::CREATED, Json(sent.unwrap_or_default())).into_response())
 }
 
 /// `text` cut to at most `max` bytes, on a character boundary.

@@ -15,10 +15,6 @@
 //! `pkg/registry/authorization/subjectaccessreview/rest.go`): the answer is
 //! the request with its `status`, `201 Created`.
 
-// Checks return a ready response as their error, built once per refused
-// request: its size does not matter.
-#![allow(clippy::result_large_err)]
-
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -29,23 +25,22 @@ use k8s_openapi::api::authorization::v1::{SubjectAccessReview, SubjectAccessRevi
 use super::authz::{self, Asked, Attributes};
 use super::identity::{principal, Principal};
 use super::push::{json_body, ContentType};
-use super::{bad_request, status_error, Authn};
+use super::{bad_request, refusal, Answer, Authn};
 
 /// `POST /apis/authentication.k8s.io/v1/tokenreviews`.
 pub(crate) async fn create_token_review(
     Extension(authn): Extension<Authn>,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    let mut review = match json_body::<TokenReview>(ct.as_str(), &body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let mut review = json_body::<TokenReview>(ct.as_str(), &body)?;
     if review.spec.token.as_deref().unwrap_or("").is_empty() {
-        return bad_request("token is required for TokenReview in authentication".into());
+        return Err(bad_request(
+            "token is required for TokenReview in authentication",
+        ));
     }
     review.status = Some(token_status(&authn, &review));
-    (StatusCode::CREATED, Json(review)).into_response()
+    Ok((StatusCode::CREATED, Json(review)).into_response())
 }
 
 /// Who the review's token stands for. nodekeeper's tokens are not bound
@@ -85,14 +80,9 @@ pub(crate) async fn create_subject_access_review(
     Extension(authn): Extension<Authn>,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    let mut review = match json_body::<SubjectAccessReview>(ct.as_str(), &body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
-    if let Err(r) = check(&review) {
-        return r;
-    }
+) -> Answer {
+    let mut review = json_body::<SubjectAccessReview>(ct.as_str(), &body)?;
+    check(&review)?;
     let spec = &review.spec;
     let subject = principal(
         spec.user.clone().unwrap_or_default(),
@@ -133,7 +123,7 @@ pub(crate) async fn create_subject_access_review(
             ..SubjectAccessReviewStatus::default()
         },
     });
-    (StatusCode::CREATED, Json(review)).into_response()
+    Ok((StatusCode::CREATED, Json(review)).into_response())
 }
 
 /// The guard's decision for `subject`: a caller without credentials is
@@ -179,9 +169,8 @@ fn check(review: &SubjectAccessReview) -> Result<(), Response> {
     if causes.is_empty() {
         return Ok(());
     }
-    Err(status_error(
+    Err(refusal(
         StatusCode::UNPROCESSABLE_ENTITY,
-        "Invalid",
         format!(
             "SubjectAccessReview.authorization.k8s.io \"\" is invalid: [{}]",
             causes.join(", ")

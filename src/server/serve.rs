@@ -127,36 +127,6 @@ impl ServeConfig {
         self
     }
 
-    pub fn header_read_timeout(mut self, d: Duration) -> Self {
-        self.header_read_timeout = d;
-        self
-    }
-
-    pub fn idle_timeout(mut self, d: Duration) -> Self {
-        self.idle_timeout = d;
-        self
-    }
-
-    pub fn tls_handshake_timeout(mut self, d: Duration) -> Self {
-        self.tls_handshake_timeout = d;
-        self
-    }
-
-    pub fn shutdown_grace(mut self, d: Duration) -> Self {
-        self.shutdown_grace = d;
-        self
-    }
-
-    pub fn stall_timeout(mut self, d: Duration) -> Self {
-        self.stall_timeout = d;
-        self
-    }
-
-    pub fn http2(mut self, http2: Http2Config) -> Self {
-        self.http2 = http2;
-        self
-    }
-
     pub fn kubelets(mut self, kubelets: KubeletHandoff) -> Self {
         self.kubelets = Some(kubelets);
         self
@@ -234,17 +204,15 @@ pub async fn serve_with(
             _ = shutdown.cancelled() => break,
             _ = connections.room() => {}
         }
-        let slot = connections.admit();
-        tasks.spawn(serve_connection(
-            tcp,
+        let conn = Accepted {
             peer,
-            acceptor.clone(),
-            router.clone(),
-            config.clone(),
-            shutdown.clone(),
-            slot,
-            tasks.clone(),
-        ));
+            router: router.clone(),
+            config: config.clone(),
+            shutdown: shutdown.clone(),
+            slot: connections.admit(),
+            tasks: tasks.clone(),
+        };
+        tasks.spawn(serve_connection(tcp, acceptor.clone(), conn));
     }
     // Closing the listener refuses new clients while the old ones drain.
     drop(listener);
@@ -282,93 +250,108 @@ async fn close_stalled(
 /// sends first.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// One connection: the TLS handshake if any, the protocol (ALPN, or the
-/// HTTP/2 preface on a plain connection), then requests until the client
-/// leaves, a timeout closes it, it is evicted, or shutdown's grace runs out.
-#[allow(clippy::too_many_arguments)] // one connection's parts, each moved into its task
-async fn serve_connection(
-    tcp: TcpStream,
+/// An accepted connection's parts, moved into the task that serves it.
+struct Accepted {
     peer: SocketAddr,
-    acceptor: Option<TlsAcceptor>,
     router: Router,
     config: Arc<ServeConfig>,
     shutdown: CancellationToken,
     slot: Slot,
     tasks: TaskTracker,
-) {
+}
+
+impl Accepted {
+    /// What `work` gives, unless the server shuts down or the connection
+    /// is evicted first.
+    async fn until_closed<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            _ = self.shutdown.cancelled() => None,
+            _ = self.slot.close.cancelled() => None,
+            done = work => Some(done),
+        }
+    }
+
+    /// Serves the connection on this runtime. Boxed: each connection's
+    /// task then holds only the state of the protocol and transport it uses.
+    async fn serve<I>(self, io: I, http2: bool, client: Option<ClientCert>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        Box::pin(serve_http(io, http2, self, client)).await
+    }
+
+    /// Serves a kubelet's connection on the controller's runtime
+    /// (`handoff`), as a task of `tasks` (for the shutdown's drain) that
+    /// holds all of its state there.
+    fn hand_over<I>(
+        self,
+        kubelets: &KubeletHandoff,
+        mut io: I,
+        http2: bool,
+        client: Option<ClientCert>,
+    ) where
+        I: AsyncRead + AsyncWrite + Rebind + Unpin + Send + 'static,
+    {
+        let tasks = self.tasks.clone();
+        let task = tasks.track_future(async move {
+            if let Err(e) = io.rebind() {
+                tracing::debug!(peer = %self.peer, "cannot move a kubelet's connection: {e}");
+                return;
+            }
+            serve_http(io, http2, self, client).await
+        });
+        kubelets.runtime.spawn(task);
+    }
+}
+
+/// One connection: the TLS handshake if any, the protocol (ALPN, or the
+/// HTTP/2 preface on a plain connection), then requests until the client
+/// leaves, a timeout closes it, it is evicted, or shutdown's grace runs out.
+async fn serve_connection(tcp: TcpStream, acceptor: Option<TlsAcceptor>, conn: Accepted) {
     let Some(acceptor) = acceptor else {
         // hyper-util's auto builder sniffs the preface too, but without a
         // timeout: a silent client would hold its slot for ever.
-        let http2 = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = slot.close.cancelled() => return,
-            sniffed = sniff_http2(&tcp, config.header_read_timeout) => match sniffed {
-                Some(http2) => http2,
-                None => return,
-            },
+        let sniffed = sniff_http2(&tcp, conn.config.header_read_timeout);
+        let Some(Some(http2)) = conn.until_closed(sniffed).await else {
+            return;
         };
-        // Boxed, as below: each connection's task then holds only the state
-        // of the protocol and transport it uses.
         let tcp = Movable::new(tcp);
         if http2 {
-            return Box::pin(serve_http(
-                tcp, http2, peer, router, &config, &shutdown, &slot, None,
-            ))
-            .await;
+            return conn.serve(tcp, true, None).await;
         }
-        return Box::pin(serve_http1(
-            tcp, peer, router, config, shutdown, slot, tasks, None,
-        ))
-        .await;
+        return Box::pin(serve_http1(tcp, conn, None)).await;
     };
-    let handshake = tokio::time::timeout(
-        config.tls_handshake_timeout,
-        acceptor.accept(Movable::new(tcp)),
-    );
-    let tls = tokio::select! {
-        _ = shutdown.cancelled() => return,
-        _ = slot.close.cancelled() => return,
-        handshake = handshake => match handshake {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => {
-                tracing::debug!(%peer, "TLS handshake failed: {e}");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!(%peer, "TLS handshake not done within {:?}", config.tls_handshake_timeout);
-                return;
-            }
-        },
+    let limit = conn.config.tls_handshake_timeout;
+    let handshake = tokio::time::timeout(limit, acceptor.accept(Movable::new(tcp)));
+    let tls = match conn.until_closed(handshake).await {
+        None => return,
+        Some(Ok(Ok(tls))) => tls,
+        Some(Ok(Err(e))) => {
+            tracing::debug!(peer = %conn.peer, "TLS handshake failed: {e}");
+            return;
+        }
+        Some(Err(_)) => {
+            tracing::debug!(peer = %conn.peer, "TLS handshake not done within {limit:?}");
+            return;
+        }
     };
     let http2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     // Verified once, here, against the bundle current now.
-    let client = match (&config.client_ca, tls.get_ref().1.peer_certificates()) {
+    let client = match (&conn.config.client_ca, tls.get_ref().1.peer_certificates()) {
         (Some(ca), Some(chain)) => Some(ca.current().identify(chain)),
         _ => None,
     };
-    if http2 {
-        // A node's certificate makes the whole connection the node's: it
-        // moves to the controller's runtime as an HTTP/1 kubelet's does.
-        if let (Some(kubelets), true) = (config.kubelets.clone(), names_a_node(client.as_ref())) {
-            kubelets.runtime.spawn(tasks.track_future(async move {
-                let mut tls = tls;
-                if let Err(e) = tls.rebind() {
-                    tracing::debug!(%peer, "cannot move a kubelet's connection: {e}");
-                    return;
-                }
-                serve_http(tls, true, peer, router, &config, &shutdown, &slot, client).await
-            }));
-            return;
-        }
-        return Box::pin(serve_http(
-            tls, http2, peer, router, &config, &shutdown, &slot, client,
-        ))
-        .await;
+    if !http2 {
+        return Box::pin(serve_http1(tls, conn, client)).await;
     }
-    Box::pin(serve_http1(
-        tls, peer, router, config, shutdown, slot, tasks, client,
-    ))
-    .await
+    // A node's certificate makes the whole connection the node's: it
+    // moves to the controller's runtime as an HTTP/1 kubelet's does.
+    match conn.config.kubelets.clone() {
+        Some(kubelets) if names_a_node(client.as_ref()) => {
+            conn.hand_over(&kubelets, tls, true, client)
+        }
+        _ => conn.serve(tls, true, client).await,
+    }
 }
 
 /// Whether a connection's client certificate names a node
@@ -378,40 +361,25 @@ fn names_a_node(client: Option<&ClientCert>) -> bool {
 }
 
 /// An HTTP/1 connection: served here, or, when its first request is a
-/// kubelet's, on the controller's runtime (`handoff`), as a task of
-/// `tasks` (for the shutdown's drain) that holds all of its state there.
-#[allow(clippy::too_many_arguments)] // one connection's parts, each moved into its task
-async fn serve_http1<I>(
-    mut io: I,
-    peer: SocketAddr,
-    router: Router,
-    config: Arc<ServeConfig>,
-    shutdown: CancellationToken,
-    slot: Slot,
-    tasks: TaskTracker,
-    client: Option<ClientCert>,
-) where
+/// kubelet's, on the controller's runtime.
+async fn serve_http1<I>(mut io: I, conn: Accepted, client: Option<ClientCert>)
+where
     I: AsyncRead + AsyncWrite + Rebind + Unpin + Send + 'static,
 {
-    let Some(kubelets) = config.kubelets.clone() else {
-        return Box::pin(serve_http(
-            io, false, peer, router, &config, &shutdown, &slot, client,
-        ))
-        .await;
+    let Some(kubelets) = conn.config.kubelets.clone() else {
+        return conn.serve(io, false, client).await;
     };
     // Within the header timeout, as hyper would read it; the head is then
     // served again from memory.
-    let head = tokio::select! {
-        _ = shutdown.cancelled() => return,
-        _ = slot.close.cancelled() => return,
-        head = tokio::time::timeout(config.header_read_timeout, handoff::read_first_head(&mut io)) => match head {
-            Ok(Ok(Some(head))) => head,
-            Ok(Ok(None)) | Ok(Err(_)) => return,
-            Err(_) => {
-                tracing::debug!(%peer, "no request head within {:?}", config.header_read_timeout);
-                return;
-            }
-        },
+    let limit = conn.config.header_read_timeout;
+    let read = tokio::time::timeout(limit, handoff::read_first_head(&mut io));
+    let head = match conn.until_closed(read).await {
+        Some(Ok(Ok(Some(head)))) => head,
+        None | Some(Ok(Ok(None))) | Some(Ok(Err(_))) => return,
+        Some(Err(_)) => {
+            tracing::debug!(peer = %conn.peer, "no request head within {limit:?}");
+            return;
+        }
     };
     let certified = match &client {
         Some(ClientCert::Verified(p)) => Some(p),
@@ -419,20 +387,11 @@ async fn serve_http1<I>(
     };
     let kubelet = handoff::classify(&head, certified, &*kubelets.is_kubelet);
     let io = Prefixed::new(head, io);
-    if !kubelet {
-        return Box::pin(serve_http(
-            io, false, peer, router, &config, &shutdown, &slot, client,
-        ))
-        .await;
+    if kubelet {
+        conn.hand_over(&kubelets, io, false, client)
+    } else {
+        conn.serve(io, false, client).await
     }
-    kubelets.runtime.spawn(tasks.track_future(async move {
-        let mut io = io;
-        if let Err(e) = io.rebind() {
-            tracing::debug!(%peer, "cannot move a kubelet's connection: {e}");
-            return;
-        }
-        serve_http(io, false, peer, router, &config, &shutdown, &slot, client).await
-    }));
 }
 
 /// Whether a plain connection opens with the HTTP/2 preface; `None` if it
@@ -494,20 +453,19 @@ where
     }
 }
 
-#[allow(clippy::too_many_arguments)] // one connection's parts
-async fn serve_http<I>(
-    io: I,
-    http2: bool,
-    peer: SocketAddr,
-    router: Router,
-    config: &ServeConfig,
-    shutdown: &CancellationToken,
-    slot: &Slot,
-    client: Option<ClientCert>,
-) where
+async fn serve_http<I>(io: I, http2: bool, conn: Accepted, client: Option<ClientCert>)
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let connection: Arc<Connection> = Arc::clone(slot);
+    let Accepted {
+        peer,
+        router,
+        config,
+        shutdown,
+        slot,
+        ..
+    } = conn;
+    let connection: Arc<Connection> = Arc::clone(&slot);
     let io = TokioIo::new(WatchedIo::new(
         io,
         connection.clone(),
@@ -525,7 +483,7 @@ async fn serve_http<I>(
             .keep_alive_timeout(h2.keep_alive_timeout)
             .max_header_list_size(h2.max_header_list_size)
             .serve_connection(io, service);
-        Box::pin(drive(served, peer, config, shutdown, &connection)).await
+        Box::pin(drive(served, peer, &config, &shutdown, &connection)).await
     } else {
         let served = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -534,7 +492,7 @@ async fn serve_http<I>(
             // connections after the header timeout).
             .header_read_timeout(None)
             .serve_connection(io, service);
-        Box::pin(drive(served, peer, config, shutdown, &connection)).await
+        Box::pin(drive(served, peer, &config, &shutdown, &connection)).await
     }
 }
 
@@ -1104,7 +1062,10 @@ mod tests {
     #[tokio::test]
     async fn a_silent_client_is_disconnected_after_the_header_timeout() {
         let server = start(
-            ServeConfig::default().header_read_timeout(Duration::from_millis(200)),
+            ServeConfig {
+                header_read_timeout: Duration::from_millis(200),
+                ..ServeConfig::default()
+            },
             None,
         )
         .await;
@@ -1129,7 +1090,10 @@ mod tests {
         let (cert, key) = test_cert_files();
         let tls = tls_config(&cert.1, &key).unwrap();
         let server = start(
-            ServeConfig::default().tls_handshake_timeout(Duration::from_millis(200)),
+            ServeConfig {
+                tls_handshake_timeout: Duration::from_millis(200),
+                ..ServeConfig::default()
+            },
             Some(tls),
         )
         .await;
@@ -1181,9 +1145,11 @@ mod tests {
     #[tokio::test]
     async fn an_idle_keep_alive_connection_outlives_the_header_timeout() {
         let server = start(
-            ServeConfig::default()
-                .header_read_timeout(Duration::from_millis(200))
-                .idle_timeout(Duration::from_millis(1500)),
+            ServeConfig {
+                header_read_timeout: Duration::from_millis(200),
+                idle_timeout: Duration::from_millis(1500),
+                ..ServeConfig::default()
+            },
             None,
         )
         .await;
@@ -1312,9 +1278,11 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_takes_nothing_of_its_response_is_disconnected() {
         let server = start(
-            ServeConfig::default()
-                .stall_timeout(Duration::from_millis(300))
-                .shutdown_grace(Duration::from_millis(100)),
+            ServeConfig {
+                stall_timeout: Duration::from_millis(300),
+                shutdown_grace: Duration::from_millis(100),
+                ..ServeConfig::default()
+            },
             None,
         )
         .await;
@@ -1335,7 +1303,10 @@ mod tests {
     #[tokio::test]
     async fn a_response_that_waits_on_the_server_is_not_a_stall() {
         let server = start(
-            ServeConfig::default().stall_timeout(Duration::from_millis(100)),
+            ServeConfig {
+                stall_timeout: Duration::from_millis(100),
+                ..ServeConfig::default()
+            },
             None,
         )
         .await;
@@ -1425,7 +1396,10 @@ mod tests {
     #[tokio::test]
     async fn shutdown_closes_idle_connections_and_cuts_endless_requests_after_the_grace() {
         let server = start(
-            ServeConfig::default().shutdown_grace(Duration::from_millis(300)),
+            ServeConfig {
+                shutdown_grace: Duration::from_millis(300),
+                ..ServeConfig::default()
+            },
             None,
         )
         .await;

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 
-use super::{bad_request, internal, AppState};
+use super::{bad_request, internal, not_found, refusal, Answer, AppState};
 use tokio::sync::mpsc;
 
 use crate::metrics::Exposition;
@@ -34,18 +34,9 @@ pub(crate) async fn list_node_records(State(s): State<AppState>) -> Response {
     Json(entries).into_response()
 }
 
-pub(crate) async fn get_node_record(
-    State(s): State<AppState>,
-    Path(name): Path<String>,
-) -> Response {
-    match s.view.get(&name) {
-        Some((node, heartbeat)) => Json(NodeEntry { node, heartbeat }).into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            Json(crate::k8s::not_found("nodes", &name)),
-        )
-            .into_response(),
-    }
+pub(crate) async fn get_node_record(State(s): State<AppState>, Path(name): Path<String>) -> Answer {
+    let (node, heartbeat) = s.view.get(&name).ok_or_else(|| not_found("nodes", &name))?;
+    Ok(Json(NodeEntry { node, heartbeat }).into_response())
 }
 
 /// Query of `/v1/history`, the same filters as `nodekeeper history`.
@@ -62,15 +53,10 @@ pub struct HistoryParams {
 impl HistoryParams {
     /// Validates the parameters into a store query; times are RFC 3339 or ages (`10m`).
     pub fn to_query(&self, now: Micros) -> Result<HistoryQuery, String> {
-        let instant = |flag: &str, v: &Option<String>| {
-            v.as_deref()
-                .map(|t| Micros::parse_instant(t, now).map_err(|e| format!("{flag}: {e}")))
-                .transpose()
-        };
         Ok(HistoryQuery {
             node: self.node.clone(),
-            since: instant("since", &self.since)?,
-            until: instant("until", &self.until)?,
+            since: instant("since", &self.since, now)?,
+            until: instant("until", &self.until, now)?,
             condition: self.condition.clone(),
             after_seq: self.after,
             limit: self.limit,
@@ -78,43 +64,38 @@ impl HistoryParams {
     }
 }
 
+/// The query parameter `name`, an instant in RFC 3339 or an age (`10m`), if given.
+pub(crate) fn instant(
+    name: &str,
+    value: &Option<String>,
+    now: Micros,
+) -> Result<Option<Micros>, String> {
+    let parse = |t: &str| Micros::parse_instant(t, now).map_err(|e| format!("{name}: {e}"));
+    value.as_deref().map(parse).transpose()
+}
+
 pub(crate) async fn history(
     State(s): State<AppState>,
     params: Result<Query<HistoryParams>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let Query(params) = match params {
-        Ok(p) => p,
-        Err(e) => return bad_request(e.body_text()),
-    };
-    let query = match params.to_query(Micros::now()) {
-        Ok(q) => q,
-        Err(e) => return bad_request(e),
-    };
-    let store = s.store.clone();
-    let checked = query.clone();
-    match tokio::task::spawn_blocking(move || store.check_query(&checked)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return store_error(e),
-        Err(e) => return internal(e),
-    }
+) -> Answer {
+    let Query(params) = params.map_err(|e| bad_request(e.body_text()))?;
+    let mut query = params.to_query(Micros::now()).map_err(bad_request)?;
+    let (store, checked) = (s.store.clone(), query.clone());
+    blocking(move || store.check_query(&checked))
+        .await?
+        .map_err(store_error)?;
     // A cursor (`after`) behind the horizon lost events to pruning: say so.
     let horizon = s.store.horizon();
     let from = match query.after_seq {
         Some(after) if after > 0 && after < horizon => {
-            return store_error(StoreError::Expired {
-                requested: after,
-                horizon,
-            })
+            let requested = after;
+            return Err(store_error(StoreError::Expired { requested, horizon }));
         }
         Some(after) => after.max(horizon),
         None => horizon,
     };
-    let mut query = query;
     query.after_seq = Some(from);
-    let pin = match s.store.pin_history(from) {
-        Ok(pin) => pin,
-        Err(e) => return store_error(e),
-    };
+    let pin = s.store.pin_history(from).map_err(store_error)?;
     let limit = query.limit;
     let body = stream_history(
         s.store.clone(),
@@ -125,7 +106,14 @@ pub(crate) async fn history(
         |e| serde_json::to_vec(e).ok(),
         |_| b"]".to_vec(),
     );
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    Ok(super::json_response(body))
+}
+
+/// `work` on the blocking pool; its panic is a 500.
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Response> {
+    tokio::task::spawn_blocking(work).await.map_err(internal)
 }
 
 /// Events read from the store per page while streaming an answer.
@@ -169,14 +157,11 @@ pub(crate) fn stream_history(
                 Ok::<_, StoreError>(page)
             })
             .await;
-            let page = match page {
-                Ok(Ok(page)) => page,
-                Ok(Err(e)) => {
-                    let _ = sender.send(Err(std::io::Error::other(e.to_string()))).await;
-                    return;
-                }
+            let page = page.map_err(|e| e.to_string());
+            let page = match page.and_then(|read| read.map_err(|e| e.to_string())) {
+                Ok(page) => page,
                 Err(e) => {
-                    let _ = sender.send(Err(std::io::Error::other(e.to_string()))).await;
+                    let _ = sender.send(Err(std::io::Error::other(e))).await;
                     return;
                 }
             };
@@ -220,7 +205,7 @@ pub(crate) fn stream_history(
 pub(crate) fn store_error(e: StoreError) -> Response {
     match e {
         StoreError::UnknownNode(_) | StoreError::UnknownCondition { .. } => {
-            super::status_error(StatusCode::NOT_FOUND, "NotFound", e.to_string())
+            refusal(StatusCode::NOT_FOUND, e)
         }
         StoreError::Expired { .. } | StoreError::BeforeHorizon(..) => {
             super::status_error(StatusCode::GONE, "Expired", e.to_string())
@@ -240,45 +225,32 @@ pub(crate) struct AtParams {
     records: Option<bool>,
 }
 
-pub(crate) async fn at(State(s): State<AppState>, Query(params): Query<AtParams>) -> Response {
-    let Some(time) = params.time else {
-        return bad_request("give ?time= as RFC 3339 or an age such as 10m".into());
-    };
-    let when = match Micros::parse_instant(&time, Micros::now()) {
-        Ok(t) => t,
-        Err(e) => return bad_request(e),
-    };
+pub(crate) async fn at(State(s): State<AppState>, Query(params): Query<AtParams>) -> Answer {
+    let time = params
+        .time
+        .ok_or_else(|| bad_request("give ?time= as RFC 3339 or an age such as 10m"))?;
+    let when = Micros::parse_instant(&time, Micros::now()).map_err(bad_request)?;
     let store = s.store.clone();
-    let read = tokio::task::spawn_blocking(move || {
+    let at = blocking(move || {
         // Nothing it reads goes while it reads.
         let _pin = store.pin_history(store.horizon())?;
         store.registry_at_time(when)
     })
-    .await;
+    .await?
+    .map_err(store_error)?;
     // The instant itself, so that a page given an age can name the time it means.
     let instant = [(AT_HEADER, when.rfc3339())];
-    match read {
-        Ok(Ok(at)) if params.records == Some(true) => (instant, Json(at)).into_response(),
-        Ok(Ok(at)) => (
-            instant,
-            Json(crate::k8s::node_list(
-                at.nodes.values().map(|n| crate::k8s::node(n, None)),
-                at.seq,
-            )),
-        )
-            .into_response(),
-        Ok(Err(e)) => store_error(e),
-        Err(e) => internal(e),
+    if params.records == Some(true) {
+        return Ok((instant, Json(at)).into_response());
     }
+    let nodes = at.nodes.values().map(|n| crate::k8s::node(n, None));
+    Ok((instant, Json(crate::k8s::node_list(nodes, at.seq))).into_response())
 }
 
-pub(crate) async fn store_status(State(s): State<AppState>) -> Response {
+pub(crate) async fn store_status(State(s): State<AppState>) -> Answer {
     let store = s.store.clone();
-    match tokio::task::spawn_blocking(move || store.status()).await {
-        Ok(Ok(status)) => Json(status).into_response(),
-        Ok(Err(e)) => internal(e),
-        Err(e) => internal(e),
-    }
+    let status = blocking(move || store.status()).await?.map_err(internal)?;
+    Ok(Json(status).into_response())
 }
 
 /// `GET /metrics`, in the format `Accept` asks for (see [`Exposition`]).
@@ -316,38 +288,26 @@ pub(crate) async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Re
 
 /// `GET /v1/sources`: how the cloud or inventory source is doing.
 /// `GET /v1/mirror`: the mirror's backlog, last error and leadership.
-pub(crate) async fn mirror(State(s): State<AppState>) -> Response {
-    let Some(mirror) = &s.mirror else {
-        return super::status_error(
+pub(crate) async fn mirror(State(s): State<AppState>) -> Answer {
+    let Some(mirror) = s.mirror.clone() else {
+        return Err(refusal(
             StatusCode::NOT_FOUND,
-            "NotFound",
-            "no API server is configured (--kubeconfig or --master): nothing is mirrored".into(),
-        );
+            "no API server is configured (--kubeconfig or --master): nothing is mirrored",
+        ));
     };
     let store = s.store.clone();
-    let mirror = mirror.clone();
-    match tokio::task::spawn_blocking(move || mirror.status(&store)).await {
-        Ok(Ok(status)) => Json(status).into_response(),
-        Ok(Err(e)) => super::status_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalError",
-            e.to_string(),
-        ),
-        Err(e) => super::status_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalError",
-            e.to_string(),
-        ),
-    }
+    let status = blocking(move || mirror.status(&store))
+        .await?
+        .map_err(internal)?;
+    Ok(Json(status).into_response())
 }
 
-pub(crate) async fn sources(State(s): State<AppState>) -> Response {
-    match s.view.source_status() {
-        Some(status) => Json(status).into_response(),
-        None => super::status_error(
+pub(crate) async fn sources(State(s): State<AppState>) -> Answer {
+    let status = s.view.source_status().ok_or_else(|| {
+        refusal(
             StatusCode::NOT_FOUND,
-            "NotFound",
-            "no cloud or inventory source is configured".into(),
-        ),
-    }
+            "no cloud or inventory source is configured",
+        )
+    })?;
+    Ok(Json(status).into_response())
 }

@@ -13,7 +13,7 @@ use axum::Json;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::{status_error, AppState};
+use super::{Answer, AppState};
 use crate::history::Replay;
 use crate::k8s::watch::{
     bookmark, error_line, internal_error, too_large_version, too_old_version, watch_line,
@@ -91,14 +91,11 @@ pub(crate) struct WatchParams {
 /// kube-apiserver's `504 Timeout` "Too large resource version" with
 /// `retryAfterSeconds`, which makes client-go relist: nodekeeper's versions
 /// are its store's seqs, so one ahead of the log comes from another store.
-pub(crate) async fn watch_nodes(s: AppState, params: WatchParams) -> Response {
-    let start = match begin(&s, params.resource_version.as_deref()).await {
-        Ok(start) => start,
-        Err(r) => return r,
-    };
+pub(crate) async fn watch_nodes(s: AppState, params: WatchParams) -> Answer {
+    let start = begin(&s, params.resource_version.as_deref()).await?;
     let (sender, receiver) = mpsc::channel::<Bytes>(64);
     tokio::spawn(stream_events(s, params, start, sender));
-    stream_response(receiver)
+    Ok(stream_response(receiver))
 }
 
 /// Where a watch starts, checked: `from` the version asked for (`None`:
@@ -112,25 +109,11 @@ pub(crate) struct WatchStart {
 
 /// Reads a watch's `resourceVersion` and pins the history from it, with
 /// the answers kube-apiserver gives one it cannot serve (see [`watch_nodes`]).
-// A refusal is a ready response, built once per refused request.
-#[allow(clippy::result_large_err)]
 pub(crate) async fn begin(
     s: &AppState,
     resource_version: Option<&str>,
 ) -> Result<WatchStart, Response> {
-    let from = match resource_version {
-        None | Some("") | Some("0") => None,
-        Some(v) => match v.parse::<u64>() {
-            Ok(v) => Some(v),
-            Err(_) => {
-                return Err(status_error(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    format!("resourceVersion {v:?} is not one this server hands out"),
-                ))
-            }
-        },
-    };
+    let from = version_asked(resource_version)?;
     if let Some(v) = from {
         let mut durable_rx = s.view.subscribe();
         let reached = tokio::time::timeout(TOO_LARGE_WAIT, async {
@@ -157,6 +140,18 @@ pub(crate) async fn begin(
     }
 }
 
+/// The version a watch starts after (`None`: from now, for an empty or `0` one).
+pub(crate) fn version_asked(resource_version: Option<&str>) -> Result<Option<u64>, Response> {
+    match resource_version {
+        None | Some("") | Some("0") => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(|_| {
+            super::bad_request(format!(
+                "resourceVersion {v:?} is not one this server hands out"
+            ))
+        }),
+    }
+}
+
 /// The response of a watch: the lines `receiver` gets, as they come.
 pub(crate) fn stream_response(receiver: mpsc::Receiver<Bytes>) -> Response {
     let body = Body::from_stream(futures_util::stream::unfold(
@@ -167,13 +162,11 @@ pub(crate) fn stream_response(receiver: mpsc::Receiver<Bytes>) -> Response {
                 .map(|chunk| (Ok::<_, Infallible>(chunk), rx))
         },
     ));
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    super::json_response(body)
 }
 
 /// Refuses the options kube-apiserver refuses on a watch
 /// ([`crate::k8s::watch::check_watch_options`]).
-// A refusal is a ready response, built once per refused request.
-#[allow(clippy::result_large_err)]
 pub(crate) fn check_watch_options(params: &super::params::ListParams) -> Result<(), Response> {
     crate::k8s::watch::check_watch_options(
         params.send_initial_events.is_some(),
@@ -193,16 +186,12 @@ pub(crate) struct WatchRequest {
 }
 
 /// Reads a watch request of a resource selectable by `fields`.
-// A refusal is a ready response, built once per refused request.
-#[allow(clippy::result_large_err)]
 pub(crate) fn watch_request(
     params: &super::params::ListParams,
     fields: &[&str],
 ) -> Result<WatchRequest, Response> {
     check_watch_options(params)?;
-    let query = params
-        .query(fields)
-        .map_err(|e| super::bad_request(e.to_string()))?;
+    let query = params.query(fields).map_err(super::bad_request)?;
     Ok(WatchRequest {
         query,
         bookmarks: bookmarks_allowed(params)?,
@@ -214,8 +203,6 @@ pub(crate) fn watch_request(
 }
 
 /// `?allowWatchBookmarks=`, read as Go's `strconv.ParseBool` reads it.
-// A refusal is a ready response, built once per refused request.
-#[allow(clippy::result_large_err)]
 fn bookmarks_allowed(params: &super::params::ListParams) -> Result<bool, Response> {
     match params
         .allow_watch_bookmarks
@@ -224,9 +211,7 @@ fn bookmarks_allowed(params: &super::params::ListParams) -> Result<bool, Respons
     {
         None => Ok(false),
         Some(Some(b)) => Ok(b),
-        Some(None) => Err(super::bad_request(
-            "allowWatchBookmarks: invalid value".into(),
-        )),
+        Some(None) => Err(super::bad_request("allowWatchBookmarks: invalid value")),
     }
 }
 
