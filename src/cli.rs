@@ -361,9 +361,11 @@ pub struct RunArgs {
     /// once probes and the store have theirs.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub max_connections: usize,
-    /// Watches streaming at once; more are answered 429 (Retry-After: 1).
-    #[arg(long, default_value_t = crate::server::ApiLimits::DEFAULT_MAX_WATCHES, value_name = "N")]
-    pub max_watches: usize,
+    /// Watches streaming at once, a hard cap; more are answered 429
+    /// (Retry-After: 1). Unset: 100, and 5 more for each registered node
+    /// (a kubelet's watches), counted as each watch is admitted.
+    #[arg(long, value_name = "N")]
+    pub max_watches: Option<usize>,
     /// Other reads in flight at once; more are answered 429.
     #[arg(long, default_value_t = crate::server::ApiLimits::DEFAULT_MAX_READS, value_name = "N")]
     pub max_requests_inflight: usize,
@@ -688,7 +690,8 @@ pub struct SimArgs {
     /// reflectors' lists and watches of its node, pods, services,
     /// CSIDrivers and RuntimeClasses, its start events and a mirror pod,
     /// as docs/kubelet-api.md lists them; five more connections a node,
-    /// and five watches of the controller's --max-watches).
+    /// and five watches, which the controller's watch budget grows by for
+    /// each registered node unless --max-watches caps it).
     #[arg(long, value_enum, default_value_t = KubeletCalls::Lean, requires = "push")]
     pub kubelet_calls: KubeletCalls,
 }
