@@ -888,7 +888,7 @@ struct Link<'a> {
     sender: Option<SendRequest<Full<Bytes>>>,
     /// With client certificates, this node's own TLS client, made once.
     tls: Option<(TlsConnector, ServerName<'static>)>,
-    /// With `KubeletCalls::All`, the uid of the node that owns its Lease.
+    /// The uid of the node that owns its Lease, once read.
     lease_owner: Option<String>,
 }
 
@@ -1086,34 +1086,26 @@ impl<'a> Link<'a> {
         })
     }
 
-    /// Creates the Lease if it is not known to exist, else renews it; a
-    /// renewal of a Lease that is gone creates it again. Whether it was accepted.
+    /// Renews the Lease, or first finds or creates it, as a kubelet's
+    /// lease controller does (kubernetes
+    /// `staging/src/k8s.io/component-helpers/apimachinery/lease/controller.go`
+    /// `sync`, `ensureLease`, `newLease`; the owner from
+    /// `pkg/kubelet/util/nodelease.go` `SetNodeOwnerFunc`): get the Lease and
+    /// renew the one found; none, get the node for its uid, and create the
+    /// Lease owned by it; no node yet, create nothing this round (the
+    /// kubelet logs the missing node and tries at its next renewal). A
+    /// renewal of a Lease that is gone starts again. Whether a Lease was
+    /// created or renewed.
     async fn renew_lease(&mut self, created: &mut bool) -> bool {
         let p = self.pusher;
-        let name = &self.node.name;
+        let name = self.node.name.clone();
         let renew = p.node_now();
-        // At most: renew (404) → create (409) → renew.
+        // At most: renew (404) → get, create (409) → get, renew.
         for _ in 0..3 {
-            if !*created && p.config.kubelet_calls == KubeletCalls::All {
-                // A kubelet creates its Lease only once its node exists
-                // (pkg/kubelet/util/nodelease.go:39); until then it waits
-                // for the next round without an error.
-                let Some(node) = self.get(format!("{NODES_PATH}/{name}")).await else {
-                    return false;
-                };
-                if node.status == StatusCode::NOT_FOUND {
-                    return false;
-                }
-                if !node.status.is_success() {
-                    p.refused(&node);
-                    return false;
-                }
-                // Its owner from then on (nodelease.go:39-58 `setNodeOwnerFunc`).
-                self.lease_owner = serde_json::from_slice::<Value>(&node.body)
-                    .ok()
-                    .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_owned));
+            if !*created && !self.find_lease(created).await {
+                return false;
             }
-            let mut lease = lease_body(name, renew);
+            let mut lease = lease_body(&name, renew);
             if let Some(uid) = &self.lease_owner {
                 lease["metadata"]["ownerReferences"] =
                     json!([{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}]);
@@ -1146,6 +1138,50 @@ impl<'a> Link<'a> {
             "lease {name}: created and deleted again while renewing"
         ));
         false
+    }
+
+    /// `ensureLease` up to the create: the Lease found (`created` set, its
+    /// owner kept), or none and the owner to create it with; false when
+    /// there is nothing to send this round: no node yet (quietly, as
+    /// `newLease`'s error only skips the create), or an error answer.
+    async fn find_lease(&mut self, created: &mut bool) -> bool {
+        let p = self.pusher;
+        let name = self.node.name.clone();
+        let Some(found) = self.get(format!("{LEASES_PATH}/{name}")).await else {
+            return false;
+        };
+        if found.status.is_success() {
+            *created = true;
+            self.lease_owner = serde_json::from_slice::<Value>(&found.body)
+                .ok()
+                .and_then(|l| {
+                    l["metadata"]["ownerReferences"][0]["uid"]
+                        .as_str()
+                        .map(str::to_owned)
+                });
+            if self.lease_owner.is_some() {
+                return true;
+            }
+            // Not owned yet: the kubelet reads its node to own it.
+        } else if found.status != StatusCode::NOT_FOUND {
+            p.refused(&found);
+            return false;
+        }
+        let Some(node) = self.get(format!("{NODES_PATH}/{name}")).await else {
+            return false;
+        };
+        if node.status == StatusCode::NOT_FOUND {
+            // Renewed unowned, or not created this round.
+            return *created;
+        }
+        if !node.status.is_success() {
+            p.refused(&node);
+            return false;
+        }
+        self.lease_owner = serde_json::from_slice::<Value>(&node.body)
+            .ok()
+            .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_owned));
+        true
     }
 
     /// A kubelet's CSINode initialisation at start, request by request
