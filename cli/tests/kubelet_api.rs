@@ -971,7 +971,7 @@ enum NodeCredential {
 /// NodeRestriction's label rules on a node's writes to its own Node
 /// (kubernetes `plugin/pkg/admission/noderestriction/admission.go:489-553`
 /// `admitNode`, `:591-615` `getForbiddenLabels`; the labels a kubelet may
-/// set, `staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go:36-78`),
+/// set, `staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go:35-79`),
 /// the same for a node's token and its client certificate; what the
 /// kubelet sends (`pkg/kubelet/kubelet_node_status.go` `initialNode`,
 /// `updateDefaultLabels`; `pkg/volume/csi/nodeinfomanager/nodeinfomanager.go:49`,

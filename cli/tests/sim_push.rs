@@ -205,8 +205,8 @@ async fn unknown_nodes_register_themselves_when_asked_and_allowed() {
     assert_eq!(stats.registrations, 1);
     // Its Lease was not sent before its node existed: a kubelet's lease
     // controller reads the node first and creates nothing while it is
-    // missing (kubernetes `pkg/kubelet/util/nodelease.go:31-47`,
-    // `component-helpers/apimachinery/lease/controller.go:159-177`), so
+    // missing (kubernetes `pkg/kubelet/util/nodelease.go:32-55`,
+    // `component-helpers/apimachinery/lease/controller.go:158-181`), so
     // nothing it sent was refused.
     assert_eq!(
         (stats.refused, stats.last_error.as_deref()),

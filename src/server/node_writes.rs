@@ -209,7 +209,7 @@ pub fn conflict_message(name: &str) -> String {
 }
 
 /// The labels NodeRestriction lets a kubelet set on its own Node
-/// (`IsKubeletLabel`: kubernetes `staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go:36-48`,
+/// (`IsKubeletLabel`: kubernetes `staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go:35-48`,
 /// the keys from `staging/src/k8s.io/api/core/v1/well_known_labels.go:20-46`).
 const KUBELET_LABELS: [&str; 11] = [
     "kubernetes.io/hostname",
@@ -262,7 +262,7 @@ fn in_domain(namespace: &str, domain: &str) -> bool {
             .is_some_and(|rest| rest.ends_with('.'))
 }
 
-/// `IsKubeletLabel` (`well_known_labels.go:66-78`).
+/// `IsKubeletLabel` (`well_known_labels.go:67-79`).
 pub fn is_kubelet_label(key: &str) -> bool {
     KUBELET_LABELS.contains(&key)
         || KUBELET_LABEL_NAMESPACES
@@ -470,7 +470,7 @@ mod tests {
 
     /// NodeRestriction's label rules, as upstream's own cases word them
     /// (kubernetes `plugin/pkg/admission/noderestriction/admission.go:591-615`,
-    /// `staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go:66-78`).
+    /// `staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go:67-79`).
     #[test]
     fn noderestriction_forbids_the_labels_upstream_forbids() {
         for allowed in [
