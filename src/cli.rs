@@ -685,6 +685,21 @@ pub struct SimArgs {
         conflicts_with = "push_token_file"
     )]
     pub push_cert_dir: Option<PathBuf>,
+    /// Over https, each node joins with this bootstrap token (ID.SECRET,
+    /// from `nodekeeper token create`), as a kubelet with
+    /// --bootstrap-kubeconfig does: a CSR for CN=system:node:NAME, then
+    /// its issued client certificate for every call. The controller needs
+    /// --enable-bootstrap-token-auth, --client-ca-file naming its signing CA
+    /// and --cluster-signing-cert-file/-key-file; it approves the CSRs of
+    /// the nodes its source lists (others wait for `kubectl certificate
+    /// approve`). A node whose CSR fails tries again 10 s later.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        requires = "push",
+        conflicts_with_all = ["push_token_file", "push_cert_dir"]
+    )]
+    pub bootstrap_token: Option<String>,
     /// Which of a kubelet's calls each node makes: `lean` (register,
     /// Lease renewals, status updates, CSINode) or `all` (also the
     /// reflectors' lists and watches of its node, pods, services,
