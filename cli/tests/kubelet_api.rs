@@ -1110,8 +1110,21 @@ async fn a_kubelets_own_labels_follow_noderestriction_and_operators_labels_stay(
             "{got}"
         );
 
-        // Each kept write is an edit under the kubelet's name in the history.
+        // Registered with its labels and annotations, in one entry; each
+        // kept write after is an edit under the kubelet's name.
         let (_, history) = c.get(&format!("/v1/history?node={name}")).await;
+        let registered = &history[0];
+        assert_eq!(registered["kind"], "Registered", "{history}");
+        assert_eq!(
+            registered["record"]["annotations"]
+                ["volumes.kubernetes.io/controller-managed-attach-detach"],
+            "true",
+            "{history}"
+        );
+        assert_eq!(
+            registered["record"]["labels"]["example.com/rack"], "r1",
+            "{history}"
+        );
         let by_kubelet: Vec<String> = history
             .as_array()
             .unwrap()
@@ -1123,7 +1136,6 @@ async fn a_kubelets_own_labels_follow_noderestriction_and_operators_labels_stay(
         assert_eq!(
             by_kubelet,
             [
-                r#""metadata.annotations" "volumes.kubernetes.io/controller-managed-attach-detach" "true""#.to_string(),
                 format!(r#""metadata.labels" "topology.hostpath.csi/node" "{name}""#),
                 r#""metadata.labels" "topology.kubernetes.io/zone" "z2""#.to_string(),
                 format!(

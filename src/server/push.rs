@@ -470,8 +470,8 @@ struct Metadata {
     annotations: Option<BTreeMap<String, String>>,
 }
 
-/// Keeps what a kubelet's write (a status patch, a registration) does to
-/// its node's labels and annotations, by NodeRestriction's rules and
+/// Keeps what a kubelet's status patch does to its node's labels and
+/// annotations, by NodeRestriction's rules and
 /// nodekeeper's precedence ([`node_writes::kubelet_metadata`]), as an edit
 /// of the node recorded under the writer's name; nothing when it changes
 /// nothing. Answers the warnings for keys kept as they were.
@@ -485,12 +485,12 @@ async fn kubelet_metadata(
     name: &str,
     principal: &super::Principal,
     wants: &Metadata,
-) -> Result<Edited, Response> {
+) -> Result<Vec<String>, Response> {
     if wants.labels.is_none() && wants.annotations.is_none() {
-        return Ok((Vec::new(), None));
+        return Ok(Vec::new());
     }
     let Some((node, _)) = s.view.get(name) else {
-        return Ok((Vec::new(), None));
+        return Ok(Vec::new());
     };
     let mut object = crate::k8s::node(&node, None);
     let (shown_labels, shown_annotations) = (
@@ -533,14 +533,13 @@ async fn kubelet_metadata(
         }
     };
     if decided.labels == shown_labels && decided.annotations == shown_annotations {
-        return Ok((decided.kept, None));
+        return Ok(decided.kept);
     }
     object.metadata.labels = Some(decided.labels);
     object.metadata.annotations = Some(decided.annotations);
     let fields = crate::k8s::operator_fields(&node, &object, false)
         .map_err(|e| super::nodes::write_error(e.into()))?;
-    let edited = s
-        .controller
+    s.controller
         .edit(
             name.to_string(),
             fields,
@@ -549,12 +548,8 @@ async fn kubelet_metadata(
         )
         .await
         .map_err(push_error)?;
-    Ok((decided.kept, Some(edited)))
+    Ok(decided.kept)
 }
-
-/// The warnings for keys a kubelet's write left as they were, and the
-/// node as edited (`None` when the write changed no metadata).
-type Edited = (Vec<String>, Option<crate::model::Node>);
 
 /// NodeRestriction's 403 on a node's own Node: `nodes "NAME" is
 /// forbidden: MESSAGE`, as apimachinery's `NewForbidden` words it.
@@ -643,7 +638,7 @@ pub(crate) async fn patch_status(
     match merged_status(ct.as_str(), parsed, current, &name, only) {
         Ok((status, expected, metadata)) => {
             let warnings = match kubelet_metadata(&s, &name, &principal, &metadata).await {
-                Ok((warnings, _)) => warnings,
+                Ok(warnings) => warnings,
                 Err(r) => return r,
             };
             with_warnings(push_status(&s, name, status, expected).await, &warnings)
@@ -652,13 +647,13 @@ pub(crate) async fn patch_status(
     }
 }
 
-/// `POST /api/v1/nodes`: a kubelet registering its node. Its labels are
-/// registered with it (a node's own, within NodeRestriction's rules:
-/// `admission.go:509-513`); its annotations (the attach-detach choice,
-/// `kubelet_node_status.go` `initialNode`) are kept as its first edit.
+/// `POST /api/v1/nodes`: a kubelet registering its node, with its labels
+/// (a node's own within NodeRestriction's rules: `admission.go:509-513`)
+/// and its annotations (the attach-detach choice,
+/// `kubelet_node_status.go` `initialNode`), in one write.
 pub(crate) async fn create_node(
     State(s): State<AppState>,
-    principal: super::Principal,
+    caller: super::Caller,
     ct: ContentType,
     body: Bytes,
 ) -> Response {
@@ -667,11 +662,11 @@ pub(crate) async fn create_node(
         Err(r) => return r,
     };
     let name = node.metadata.name.clone().unwrap_or_default();
-    if let Err(r) = super::check_may_write_node(principal.caller(), &name) {
+    if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
     let labels = node.metadata.labels.clone().unwrap_or_default();
-    if let super::Caller::Node(own) = principal.caller() {
+    if let super::Caller::Node(own) = &caller {
         if let Some(message) = node_writes::registration_refusal(own, &labels) {
             return node_forbidden(&name, &message);
         }
@@ -690,7 +685,13 @@ pub(crate) async fn create_node(
         )
             .into_response();
     }
-    let causes = crate::validation::annotations(&annotations);
+    let mut causes = crate::validation::annotations(&annotations);
+    if annotations.contains_key(crate::k8s::SOURCE_ANNOTATION) {
+        causes.push(crate::validation::FieldError::forbidden(
+            format!("metadata.annotations[{}]", crate::k8s::SOURCE_ANNOTATION),
+            "records where the node came from, and is set by nodekeeper",
+        ));
+    }
     if !causes.is_empty() {
         return invalid_fields("Node", &name, causes);
     }
@@ -698,30 +699,14 @@ pub(crate) async fn create_node(
         Ok(parts) => parts,
         Err(causes) => return invalid_fields("Node", &name, causes),
     };
-    let registered = match s.controller.register(spec, status).await {
-        Ok(node) => node,
-        Err(e) => return push_error(e),
-    };
-    let (warnings, node) = if annotations.is_empty() {
-        (Vec::new(), registered)
-    } else {
-        let mut wanted = crate::k8s::node(&registered, None)
-            .metadata
-            .annotations
-            .unwrap_or_default();
-        wanted.extend(annotations);
-        let wants = Metadata {
-            labels: None,
-            annotations: Some(wanted),
-        };
-        match kubelet_metadata(&s, &registered.name, &principal, &wants).await {
-            Ok((warnings, edited)) => (warnings, edited.unwrap_or(registered)),
-            Err(r) => return r,
+    match s.controller.register(spec, annotations, status).await {
+        Ok(node) => {
+            let mut created = json_reply(&crate::k8s::NodeJson::shown(&node, None));
+            *created.status_mut() = StatusCode::CREATED;
+            created
         }
-    };
-    let mut created = json_reply(&crate::k8s::NodeJson::shown(&node, None));
-    *created.status_mut() = StatusCode::CREATED;
-    with_warnings(created, &warnings)
+        Err(e) => push_error(e),
+    }
 }
 
 #[cfg(test)]
