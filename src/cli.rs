@@ -78,7 +78,7 @@ pub enum Command {
         command: DbCommand,
     },
     /// Run simulated kubelets, or change one's health.
-    Sim(SimArgs),
+    Sim(Box<SimArgs>),
     /// The configuration `run` would use, and where each value comes from.
     Config {
         #[command(subcommand)]

@@ -334,6 +334,12 @@ pub enum MetadataRefusal {
     Invalid(Invalid),
 }
 
+/// The labels and annotations a write leaves, each `None` where it names none.
+pub type Wanted<'a> = (
+    Option<&'a BTreeMap<String, String>>,
+    Option<&'a BTreeMap<String, String>>,
+);
+
 /// What a write through `nodes/NAME/status` (or a registration) may do to
 /// the node's labels and annotations, from the metadata the node `shows`
 /// to the metadata the write `wants` (`None`: the write names none).
@@ -354,10 +360,7 @@ pub fn kubelet_metadata(
     name: &str,
     node_rules: bool,
     shows: (&BTreeMap<String, String>, &BTreeMap<String, String>),
-    wants: (
-        Option<&BTreeMap<String, String>>,
-        Option<&BTreeMap<String, String>>,
-    ),
+    wants: Wanted<'_>,
 ) -> Result<KubeletMetadata, MetadataRefusal> {
     let (shown_labels, shown_annotations) = shows;
     let wanted_labels = wants.0.unwrap_or(shown_labels);
