@@ -78,7 +78,7 @@ pub enum Command {
         command: DbCommand,
     },
     /// Run simulated kubelets, or change one's health.
-    Sim(SimArgs),
+    Sim(Box<SimArgs>),
     /// The configuration `run` would use, and where each value comes from.
     Config {
         #[command(subcommand)]
@@ -361,9 +361,11 @@ pub struct RunArgs {
     /// once probes and the store have theirs.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub max_connections: usize,
-    /// Watches streaming at once; more are answered 429 (Retry-After: 1).
-    #[arg(long, default_value_t = crate::server::ApiLimits::DEFAULT_MAX_WATCHES, value_name = "N")]
-    pub max_watches: usize,
+    /// Watches streaming at once, a hard cap; more are answered 429
+    /// (Retry-After: 1). Unset: 100, and 5 more for each registered node
+    /// (a kubelet's watches), counted as each watch is admitted.
+    #[arg(long, value_name = "N")]
+    pub max_watches: Option<usize>,
     /// Other reads in flight at once; more are answered 429.
     #[arg(long, default_value_t = crate::server::ApiLimits::DEFAULT_MAX_READS, value_name = "N")]
     pub max_requests_inflight: usize,
@@ -683,12 +685,28 @@ pub struct SimArgs {
         conflicts_with = "push_token_file"
     )]
     pub push_cert_dir: Option<PathBuf>,
+    /// Over https, each node joins with this bootstrap token (ID.SECRET,
+    /// from `nodekeeper token create`), as a kubelet with
+    /// --bootstrap-kubeconfig does: a CSR for CN=system:node:NAME, then
+    /// its issued client certificate for every call. The controller needs
+    /// --enable-bootstrap-token-auth, --client-ca-file naming its signing CA
+    /// and --cluster-signing-cert-file/-key-file; it approves the CSRs of
+    /// the nodes its source lists (others wait for `kubectl certificate
+    /// approve`). A node whose CSR fails tries again 10 s later.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        requires = "push",
+        conflicts_with_all = ["push_token_file", "push_cert_dir"]
+    )]
+    pub bootstrap_token: Option<String>,
     /// Which of a kubelet's calls each node makes: `lean` (register,
     /// Lease renewals, status updates, CSINode) or `all` (also the
     /// reflectors' lists and watches of its node, pods, services,
     /// CSIDrivers and RuntimeClasses, its start events and a mirror pod,
     /// as docs/kubelet-api.md lists them; five more connections a node,
-    /// and five watches of the controller's --max-watches).
+    /// and five watches, which the controller's watch budget grows by for
+    /// each registered node unless --max-watches caps it).
     #[arg(long, value_enum, default_value_t = KubeletCalls::Lean, requires = "push")]
     pub kubelet_calls: KubeletCalls,
 }

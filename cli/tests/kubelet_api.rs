@@ -831,7 +831,8 @@ async fn a_kubelets_images_and_port_are_kept_and_shown() {
     );
     let status = "/api/v1/nodes/edge-5/status";
     // The kubelet adds the missing label in its status patch
-    // (kubelet_node_status.go:614-631); other metadata there is not kept.
+    // (kubelet_node_status.go:614-631), and other labels a node may set
+    // with it (a_kubelets_own_labels_follow_noderestriction_and_operators_labels_stay).
     let mut first = status_patch("2026-11-30T09:00:30Z");
     first["metadata"] =
         json!({"labels": {"kubernetes.io/arch": "amd64", "example.com/other": "x"}});
@@ -841,8 +842,8 @@ async fn a_kubelets_images_and_port_are_kept_and_shown() {
         patched["metadata"]["labels"]["kubernetes.io/arch"], "amd64",
         "{patched}"
     );
-    assert!(
-        patched["metadata"]["labels"]["example.com/other"].is_null(),
+    assert_eq!(
+        patched["metadata"]["labels"]["example.com/other"], "x",
         "{patched}"
     );
     let check = |n: &Value| {
@@ -909,4 +910,239 @@ async fn a_kubelets_images_and_port_are_kept_and_shown() {
     assert_eq!(code, 200);
     check(&got);
     assert_eq!(got["metadata"]["labels"]["kubernetes.io/arch"], "amd64");
+}
+
+/// A kubelet's request over TLS, as `who` (a node's client certificate,
+/// or its bearer token): the status, the `Warning` headers and the answer.
+async fn as_node(
+    c: &Controller,
+    who: &NodeCredential,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &Value,
+) -> (u16, Vec<String>, Value) {
+    nodekeeper::install_crypto_provider();
+    let server_pem = c.server_pem.as_deref().unwrap();
+    let mut builder = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(std::time::Duration::from_secs(10))
+        .tls_certs_only(reqwest::Certificate::from_pem_bundle(server_pem.as_bytes()).unwrap());
+    if let NodeCredential::Certificate(pem) = who {
+        builder = builder.identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap());
+    }
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let bytes = match content_type {
+        PROTOBUF => encode(body),
+        _ => body.to_string().into_bytes(),
+    };
+    let mut request = builder
+        .build()
+        .unwrap()
+        .request(method, format!("{}{path}", c.url))
+        .header("accept", ACCEPT)
+        .header("content-type", content_type)
+        .body(bytes);
+    if let NodeCredential::Token(token) = who {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.expect("the controller answers");
+    let code = response.status().as_u16();
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    let text = response.text().await.unwrap();
+    (
+        code,
+        warnings,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+enum NodeCredential {
+    /// A client certificate and its key, PEM.
+    Certificate(String),
+    Token(&'static str),
+}
+
+/// NodeRestriction's label rules on a node's writes to its own Node
+/// (kubernetes `plugin/pkg/admission/noderestriction/admission.go:489-553`
+/// `admitNode`, `:591-615` `getForbiddenLabels`; the labels a kubelet may
+/// set, `staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go:35-79`),
+/// the same for a node's token and its client certificate; what the
+/// kubelet sends (`pkg/kubelet/kubelet_node_status.go` `initialNode`,
+/// `updateDefaultLabels`; `pkg/volume/csi/nodeinfomanager/nodeinfomanager.go:49`,
+/// `:165-220`, `:340-360`) kept as its edits, and an operator's labels not
+/// overwritten (docs/kubelet-api.md, section 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelets_own_labels_follow_noderestriction_and_operators_labels_stay() {
+    const SMP: &str = "application/strategic-merge-patch+json";
+    let site = TestSite::unlisted().start();
+    let ca = common::Ca::new();
+    let c = site
+        .run()
+        .tls()
+        .client_ca(&ca.pem)
+        .tokens("op-secret,admin,uid-0\nn41-secret,system:node:edge-41,uid-1,system:nodes\n")
+        .flags(&["--allow-node-registration"])
+        .start();
+    let (cert, _) = ca.issue("system:node:edge-42", "system:nodes");
+    for (name, who) in [
+        ("edge-41", NodeCredential::Token("n41-secret")),
+        ("edge-42", NodeCredential::Certificate(cert)),
+    ] {
+        // Registering with a label no node may set: admission.go:509-513.
+        let mut bad = node(name);
+        bad["metadata"]["labels"]["node-role.kubernetes.io/edge"] = json!("");
+        let (code, _, s) = as_node(&c, &who, "POST", "/api/v1/nodes", PROTOBUF, &bad).await;
+        assert_eq!(code, 403, "{s}");
+        assert_eq!(
+            s["message"],
+            format!(
+                "nodes \"{name}\" is forbidden: node \"{name}\" is not allowed to set the \
+                 following labels: node-role.kubernetes.io/edge"
+            )
+        );
+        // As a kubelet registers: its labels (with one from --node-labels)
+        // and the attach-detach annotation, both kept.
+        let mut registration = node(name);
+        registration["metadata"]["labels"]["example.com/rack"] = json!("r1");
+        let (code, _, n) =
+            as_node(&c, &who, "POST", "/api/v1/nodes", PROTOBUF, &registration).await;
+        assert_eq!(code, 201, "{n}");
+        assert_eq!(n["metadata"]["labels"]["example.com/rack"], "r1", "{n}");
+        assert_eq!(
+            n["metadata"]["annotations"]["volumes.kubernetes.io/controller-managed-attach-detach"],
+            "true",
+            "{n}"
+        );
+
+        // An operator labels the node.
+        let (code, s) = c
+            .call("PATCH", &format!("/api/v1/nodes/{name}"))
+            .header("content-type", "application/merge-patch+json")
+            .body(
+                "application/merge-patch+json",
+                json!({"metadata": {
+                    "labels": {"team": "blue", "topology.kubernetes.io/zone": "z1"},
+                    "annotations": {"owner": "ops"},
+                }})
+                .to_string(),
+            )
+            .send()
+            .await;
+        assert_eq!(code, 200, "{s}");
+
+        // The kubelet's status patch with metadata: its CSI driver's node
+        // ID and topology, its zone (a kubelet label: the kubelet's value,
+        // as on kube-apiserver), and the operator's `team` and `owner`
+        // changed (kept as the operator set them, with a warning).
+        let status = format!("/api/v1/nodes/{name}/status");
+        let mut patch = status_patch("2026-11-30T09:00:30Z");
+        patch["metadata"] = json!({
+            "labels": {"topology.hostpath.csi/node": name, "topology.kubernetes.io/zone": "z2",
+                       "team": "red"},
+            "annotations": {"csi.volume.kubernetes.io/nodeid": format!("{{\"hostpath.csi.k8s.io\":\"{name}\"}}"),
+                            "owner": null},
+        });
+        let (code, warnings, n) = as_node(&c, &who, "PATCH", &status, SMP, &patch).await;
+        assert_eq!(code, 200, "{n}");
+        let labels = &n["metadata"]["labels"];
+        assert_eq!(labels["topology.hostpath.csi/node"], name, "{n}");
+        assert_eq!(labels["topology.kubernetes.io/zone"], "z2", "{n}");
+        assert_eq!(labels["team"], "blue", "{n}");
+        assert_eq!(labels["example.com/rack"], "r1", "{n}");
+        let annotations = &n["metadata"]["annotations"];
+        assert_eq!(annotations["owner"], "ops", "{n}");
+        assert_eq!(
+            annotations["csi.volume.kubernetes.io/nodeid"],
+            format!("{{\"hostpath.csi.k8s.io\":\"{name}\"}}")
+        );
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with(r#"299 - "label \"team\" is kept as \"blue\""#),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].starts_with(r#"299 - "annotation \"owner\" is kept as \"ops\""#),
+            "{warnings:?}"
+        );
+
+        // A label NodeRestriction forbids on update: its 403
+        // (admission.go:545-549), and nothing of the patch is kept.
+        let mut forbidden = status_patch("2026-11-30T09:00:40Z");
+        forbidden["metadata"] = json!({"labels": {"node-role.kubernetes.io/edge": "",
+                                                  "example.com/more": "x"}});
+        let (code, _, s) = as_node(&c, &who, "PATCH", &status, SMP, &forbidden).await;
+        assert_eq!(code, 403, "{s}");
+        assert_eq!(
+            s["message"],
+            format!(
+                "nodes \"{name}\" is forbidden: is not allowed to modify labels: \
+                 node-role.kubernetes.io/edge"
+            )
+        );
+        // Past the bound on what a kubelet adds: a 422 naming it.
+        let mut many = status_patch("2026-11-30T09:00:50Z");
+        many["metadata"] = json!({"labels": (0..130)
+            .map(|i| (format!("example.com/l{i}"), json!("")))
+            .collect::<serde_json::Map<String, Value>>()});
+        let (code, _, s) = as_node(&c, &who, "PATCH", &status, SMP, &many).await;
+        assert_eq!(code, 422, "{s}");
+        assert_eq!(s["details"]["causes"][0]["field"], "metadata.labels", "{s}");
+        assert!(
+            s["details"]["causes"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("must have at most 128 items"),
+            "{s}"
+        );
+        let (_, got) = c.get(&format!("/api/v1/nodes/{name}")).await;
+        assert!(
+            got["metadata"]["labels"]["example.com/more"].is_null(),
+            "{got}"
+        );
+        assert!(
+            got["metadata"]["labels"]["example.com/l0"].is_null(),
+            "{got}"
+        );
+
+        // Registered with its labels and annotations, in one entry; each
+        // kept write after is an edit under the kubelet's name.
+        let (_, history) = c.get(&format!("/v1/history?node={name}")).await;
+        let registered = &history[0];
+        assert_eq!(registered["kind"], "Registered", "{history}");
+        assert_eq!(
+            registered["record"]["annotations"]
+                ["volumes.kubernetes.io/controller-managed-attach-detach"],
+            "true",
+            "{history}"
+        );
+        assert_eq!(
+            registered["record"]["labels"]["example.com/rack"], "r1",
+            "{history}"
+        );
+        let by_kubelet: Vec<String> = history
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "OperatorChanged" && e["by"] == format!("system:node:{name}"))
+            .flat_map(|e| e["changes"].as_array().unwrap().clone())
+            .map(|ch| format!("{} {} {}", ch["field"], ch["key"], ch["to"]))
+            .collect();
+        assert_eq!(
+            by_kubelet,
+            [
+                format!(r#""metadata.labels" "topology.hostpath.csi/node" "{name}""#),
+                r#""metadata.labels" "topology.kubernetes.io/zone" "z2""#.to_string(),
+                format!(
+                    r#""metadata.annotations" "csi.volume.kubernetes.io/nodeid" "{{\"hostpath.csi.k8s.io\":\"{name}\"}}""#
+                ),
+            ],
+            "{history}"
+        );
+    }
 }

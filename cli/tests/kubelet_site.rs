@@ -217,3 +217,59 @@ async fn a_site_of_kubelets_making_every_call_reaches_ready_without_an_error() {
     drop(c);
     drop(dir);
 }
+
+/// A site of more kubelets than the base watch budget (100) allows at five
+/// watches each: without `--max-watches` the budget grows by five for each
+/// registered node, so every kubelet's reflectors stream and none is told
+/// 429; the watches are counted in the in-flight gauge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_budget_grows_with_the_site() {
+    nodekeeper::config::raise_open_file_limit();
+    const NODES: usize = 24;
+    let site = TestSite::builder(NODES, Ipv4Addr::new(127, 173, 0, 1))
+        .push_mode()
+        .start()
+        .await;
+    let c = site.controller(&[]);
+    site.fleet.push_to(&c, |p| {
+        p.kubelet_calls = KubeletCalls::All;
+    });
+    let watches = NODES * nodekeeper::server::ApiLimits::WATCHES_PER_NODE;
+    assert!(watches > nodekeeper::server::ApiLimits::DEFAULT_MAX_WATCHES);
+    let started = tokio::time::Instant::now();
+    loop {
+        let metrics = c.text("/metrics").await;
+        let streaming = metrics
+            .lines()
+            .find(|l| l.starts_with("nodekeeper_http_inflight_requests{kind=\"Watch\"}"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        let stats = site.fleet.push_stats();
+        if streaming == watches {
+            assert_eq!(
+                (stats.call_errors, stats.last_call_error.as_deref()),
+                (0, None),
+                "{stats:?}"
+            );
+            assert!(
+                metrics.contains(
+                    "nodekeeper_http_rejected_requests_total{kind=\"Watch\",reason=\"TooManyRequests\"} 0\n"
+                ),
+                "{metrics}"
+            );
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "{streaming} of {watches} watches streaming: {stats:?}\n{}",
+            c.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let dir = tokio::time::timeout(DEADLINE, site.stop_fleet())
+        .await
+        .expect("the simulated kubelets stop, their watches with them");
+    drop(c);
+    drop(dir);
+}

@@ -233,7 +233,9 @@ async fn a_node_cannot_grow_past_its_bound_by_any_write() {
     assert!(c.stop().success());
 }
 
-/// A kubelet's registration (`POST /api/v1/nodes`) is bounded the same way.
+/// A kubelet's registration (`POST /api/v1/nodes`) is bounded too, first
+/// by the labels a kubelet may set (128, `src/server/node_writes.rs`),
+/// which keeps it far within a node's bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubelet_cannot_register_a_node_past_its_bound() {
     let site = TestSite::unlisted().start();
@@ -243,7 +245,21 @@ async fn a_kubelet_cannot_register_a_node_past_its_bound() {
     body["apiVersion"] = json!("v1");
     body["kind"] = json!("Node");
     let (code, status) = c.call("POST", "/api/v1/nodes").json(&body).send().await;
-    too_long(code, &status);
+    let shown = short(&status);
+    assert_eq!(code, 422, "{shown}");
+    let cause = &status["details"]["causes"][0];
+    assert_eq!(
+        (&cause["field"], &cause["reason"]),
+        (&json!("metadata.labels"), &json!("FieldValueTooMany")),
+        "{shown}"
+    );
+    assert!(
+        cause["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Too many: 25000: must have at most 128 items"),
+        "{shown}"
+    );
     let (code, _) = c.get("/api/v1/nodes/edge-1").await;
     assert_eq!(code, 404, "a refused registration stores nothing");
     assert!(c.stop().success());

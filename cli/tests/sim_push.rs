@@ -201,7 +201,18 @@ async fn unknown_nodes_register_themselves_when_asked_and_allowed() {
         code == 200
     })
     .await;
-    assert_eq!(fleet.push_stats().registrations, 1);
+    let stats = fleet.push_stats();
+    assert_eq!(stats.registrations, 1);
+    // Its Lease was not sent before its node existed: a kubelet's lease
+    // controller reads the node first and creates nothing while it is
+    // missing (kubernetes `pkg/kubelet/util/nodelease.go:32-55`,
+    // `component-helpers/apimachinery/lease/controller.go:158-181`), so
+    // nothing it sent was refused.
+    assert_eq!(
+        (stats.refused, stats.last_error.as_deref()),
+        (0, None),
+        "{stats:?}"
+    );
     assert!(c.stop().success());
     site.stop().await;
 }
@@ -338,4 +349,110 @@ fn bad_push_flags_are_usage_errors() {
     );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--clock-skew"), "{err}");
+}
+
+/// `sim --bootstrap-token`: a fleet from the command line joins as kubelets
+/// with `--bootstrap-kubeconfig` do (kubernetes
+/// `pkg/kubelet/certificate/bootstrap/bootstrap.go` `LoadClientCert`): each
+/// node's CSR, approved for the names the site lists and signed, then its
+/// certificate for every call, against the real binary with TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // set-up writes small files
+async fn sim_joins_a_fleet_by_bootstrap_token_from_the_command_line() {
+    const OPERATOR: &str = "operator-secret";
+    let site = TestSite::named(&["bs-00000", "bs-00001"], Ipv4Addr::new(127, 106, 0, 1)).start();
+    let ca = Ca::new();
+    let (ca_cert, ca_key) = (site.path().join("ca.crt"), site.path().join("ca.key"));
+    std::fs::write(&ca_cert, &ca.pem).unwrap();
+    std::fs::write(&ca_key, ca.key.serialize_pem()).unwrap();
+    let c = site
+        .run()
+        .tls()
+        .tokens(&format!("{OPERATOR}\n"))
+        .client_ca(&ca.pem)
+        .flags(&[
+            "--enable-bootstrap-token-auth",
+            "--cluster-signing-cert-file",
+            ca_cert.to_str().unwrap(),
+            "--cluster-signing-key-file",
+            ca_key.to_str().unwrap(),
+        ])
+        .start();
+    let server_ca = site.path().join("server-ca.pem");
+    std::fs::write(&server_ca, c.server_pem.as_deref().unwrap()).unwrap();
+    let token = cli_ok(&site.db, &["--token", OPERATOR, "token", "create"])
+        .trim()
+        .to_string();
+    let sim = SimProcess::start(
+        site.path(),
+        &[
+            "--nodes",
+            "2",
+            "--base-ip",
+            "127.106.0.1",
+            "--prefix",
+            "bs-",
+            "--push",
+            &c.url,
+            "--push-ca-file",
+            server_ca.to_str().unwrap(),
+            "--bootstrap-token",
+            &token,
+            "--lease-renew-interval",
+            "200ms",
+            "--status-update-interval",
+            "200ms",
+        ],
+    );
+    c.wait_ready("bs-00000", "True").await;
+    c.wait_ready("bs-00001", "True").await;
+    eventually("both nodes joined and renew their Leases", || async {
+        let stats = sim.get("/stats").await;
+        stats["pushes"]["bootstraps"] == 2 && stats["pushes"]["leases"].as_u64() > Some(2)
+    })
+    .await;
+    let stats = sim.get("/stats").await;
+    assert_eq!(stats["pushes"]["refused"], 0, "{stats}");
+    assert_eq!(stats["pushes"]["callErrors"], 0, "{stats}");
+    // Each certificate issued is in its node's history, asked for by the
+    // bootstrap token's user; the node's own writes authenticate with it.
+    let token_id = token.split('.').next().unwrap();
+    for name in ["bs-00000", "bs-00001"] {
+        let event = c.wait_event(name, "CertificateIssued").await;
+        assert_eq!(
+            event["requestedBy"],
+            format!("system:bootstrap:{token_id}"),
+            "{event}"
+        );
+    }
+    drop(sim);
+    drop(c);
+
+    // Over plain http, or with another credential: a usage error.
+    let (code, _, err) = cli(
+        &site.db,
+        &[
+            "sim",
+            "--push",
+            "http://127.0.0.1:1",
+            "--bootstrap-token",
+            &token,
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--bootstrap-token is for https"), "{err}");
+    let (code, _, err) = cli(
+        &site.db,
+        &[
+            "sim",
+            "--push",
+            "https://127.0.0.1:1",
+            "--bootstrap-token",
+            &token,
+            "--push-token-file",
+            "/dev/null",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
 }

@@ -165,6 +165,19 @@ async fn wait_for_certificate(
             .send()
             .await
             .map_err(|e| other(&e))?;
+        if !watch.status().is_success() {
+            // Refused for now (a 429 when the watch budget is full): list
+            // and watch again after the wait it asks for, as a reflector
+            // backs off (client-go `tools/cache/reflector.go`).
+            let wait = watch
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                .unwrap_or(1)
+                .clamp(1, 30);
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+            continue;
+        }
         let mut pending = Vec::new();
         while let Some(chunk) = watch.chunk().await.map_err(|e| other(&e))? {
             pending.extend_from_slice(&chunk);

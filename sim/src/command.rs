@@ -89,6 +89,13 @@ fn push_config(args: &SimArgs) -> Result<Option<PushConfig>, Failure> {
         server_ca,
         client_certs,
         kubelet_calls: args.kubelet_calls,
+        bootstrap_token: match &args.bootstrap_token {
+            Some(token) => Some(BearerToken::new(token.as_str()).ok_or(Failure {
+                message: "--bootstrap-token is empty; give the token ID.SECRET".into(),
+                code: 2,
+            })?),
+            None => None,
+        },
         ..PushConfig::new(url.clone())
     };
     config.validate().map_err(usage)?;

@@ -8,7 +8,9 @@
 //! It answers exactly what the sims send, with as little work as keeps
 //! them sending the same:
 //! - `POST .../leases`: 201 with the Lease sent, and `PUT .../leases/{name}`:
-//!   200 with it, echoed (the sims read only the status);
+//!   200 with it, echoed (the sims read only the status); a sim first looks
+//!   for its Lease (404 here) and reads its node for the owner;
+//! - `GET /api/v1/nodes/{name}`: 200 with the node as below;
 //! - `PATCH /api/v1/nodes/{name}/status`: 200 with the node, rendered once
 //!   at start in the controller's shape and size ([`stored_node`]); the sims
 //!   read its conditions and send their next patch against them, which in
@@ -185,8 +187,14 @@ pub fn router(nodes: &[FloorNode]) -> Router {
         .collect();
     Router::new()
         .route(LEASES, post(create_lease))
-        .route(&format!("{LEASES}/{{name}}"), put(renew_lease))
+        .route(
+            &format!("{LEASES}/{{name}}"),
+            put(renew_lease).get(|UrlPath(name): UrlPath<String>| async move {
+                not_found("leases.coordination.k8s.io", &name)
+            }),
+        )
         .route("/api/v1/nodes/{name}/status", patch(patch_status))
+        .route("/api/v1/nodes/{name}", axum::routing::get(get_node))
         .route(
             "/apis/storage.k8s.io/v1/csinodes/{name}",
             axum::routing::get(get_csinode),
@@ -229,6 +237,13 @@ async fn get_csinode(UrlPath(name): UrlPath<String>) -> Response {
         "spec": {"drivers": []},
     }))
     .into_response()
+}
+
+async fn get_node(State(stored): State<StoredNodes>, UrlPath(name): UrlPath<String>) -> Response {
+    match stored.get(&name) {
+        Some(node) => json_answer(StatusCode::OK, node.clone()),
+        None => not_found("nodes", &name),
+    }
 }
 
 async fn patch_status(
@@ -384,7 +399,12 @@ mod tests {
             }
         })
         .await
-        .expect("the fleet's pushes in time")
+        .unwrap_or_else(|_| {
+            panic!(
+                "the fleet's pushes in time: {:?}",
+                fleet.handle().push_stats()
+            )
+        })
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,6 +24,7 @@
 //! are read together when a push misbehaves; `Link` is the part that would
 //! move out first.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -114,6 +115,11 @@ pub struct PushConfig {
     pub client_certs: Option<ClientCerts>,
     /// Which of a kubelet's calls each node makes (`kubelet_calls`).
     pub kubelet_calls: KubeletCalls,
+    /// Over `https`, each node first joins with this bootstrap token, as a
+    /// kubelet with `--bootstrap-kubeconfig` does: a CSR for its client
+    /// certificate ([`crate::bootstrap::load_client_cert`]), then that
+    /// certificate for every call. Not with `token` or `client_certs`.
+    pub bootstrap_token: Option<BearerToken>,
 }
 
 /// A node's client certificate chain (leaf first) and key.
@@ -160,6 +166,7 @@ impl PushConfig {
             server_ca: None,
             client_certs: None,
             kubelet_calls: KubeletCalls::Lean,
+            bootstrap_token: None,
         }
     }
 
@@ -178,6 +185,16 @@ impl PushConfig {
         }
         if self.clock_skew.abs() > nodekeeper::cli::MAX_CLOCK_SKEW {
             return Err(PushSetupError::ClockSkew(self.clock_skew));
+        }
+        if self.bootstrap_token.is_some() {
+            if !self.url.starts_with("https://") {
+                return Err(PushSetupError::NeedsHttps {
+                    flag: "--bootstrap-token",
+                });
+            }
+            if self.token.is_some() || self.client_certs.is_some() {
+                return Err(PushSetupError::BootstrapAndCredentials);
+            }
         }
         Ok(())
     }
@@ -247,6 +264,11 @@ pub enum PushSetupError {
     CertDir { path: PathBuf },
     #[error("{flag} is for https; give --push as https://HOST:PORT")]
     NeedsHttps { flag: &'static str },
+    #[error(
+        "--bootstrap-token gives each node the client certificate it then uses; leave out \
+         --push-token-file and --push-cert-dir"
+    )]
+    BootstrapAndCredentials,
 }
 
 impl ClientCerts {
@@ -396,6 +418,9 @@ pub struct PushStats {
     /// as counts by bucket of [`crate::latency`].
     #[serde(default)]
     pub latency: Vec<u64>,
+    /// Nodes that joined by bootstrap token: their certificate issued.
+    #[serde(default)]
+    pub bootstraps: u64,
 }
 
 #[derive(Default)]
@@ -415,6 +440,7 @@ struct Counters {
     calls: [AtomicU64; CallKind::ALL.len()],
     call_errors: AtomicU64,
     last_call_error: Mutex<Option<String>>,
+    bootstraps: AtomicU64,
 }
 
 /// What every node's pushing shares: configuration, where to connect, counters.
@@ -439,6 +465,9 @@ pub(super) struct Pusher {
     /// Connection tasks run here, so the fleet waits for them on stop.
     tracker: TaskTracker,
     shutdown: CancellationToken,
+    /// With a bootstrap token: the client that joins with it, and each
+    /// node's certificate once issued, for all of the node's connections.
+    bootstrap: Option<(reqwest::Client, Mutex<HashMap<String, NodeCert>>)>,
 }
 
 impl fmt::Debug for Pusher {
@@ -498,6 +527,89 @@ fn start_offset(index: usize, nodes: usize, interval: Duration) -> Duration {
     Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }
 
+/// How long a kubelet waits for its bootstrap certificate
+/// (kubernetes `pkg/kubelet/certificate/bootstrap/bootstrap.go:355`).
+const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(3600);
+/// After a failed bootstrap the kubelet exits; its service manager starts
+/// it again (kubeadm's kubelet unit: `RestartSec=10`).
+const BOOTSTRAP_RETRY: Duration = Duration::from_secs(10);
+
+/// With a bootstrap token, joins as a kubelet with `--bootstrap-kubeconfig`
+/// does (`bootstrap.go` `LoadClientCert`, [`crate::bootstrap`]): its CSR,
+/// then its certificate, kept for all of the node's connections. Tried
+/// again after [`BOOTSTRAP_RETRY`] while it fails (each failure counted as
+/// an error a kubelet logs). True once joined (at once without a token);
+/// false when the fleet stops first.
+async fn join(pusher: &Pusher, node: &Node) -> bool {
+    let (Some((client, issued)), Some(BearerToken(token))) =
+        (&pusher.bootstrap, &pusher.config.bootstrap_token)
+    else {
+        return true;
+    };
+    let server = pusher.config.url.trim_end_matches('/');
+    loop {
+        let attempt = crate::bootstrap::load_client_cert(
+            client,
+            server,
+            Some(token),
+            &node.name,
+            BOOTSTRAP_TIMEOUT,
+            |_| {},
+        );
+        let outcome = tokio::select! {
+            _ = pusher.shutdown.cancelled() => return false,
+            outcome = attempt => outcome,
+        };
+        let cert = outcome
+            .map_err(|e| e.to_string())
+            .and_then(|joined| node_cert(&joined.cert_pem, &joined.key_pem));
+        match cert {
+            Ok(cert) => {
+                issued
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(node.name.clone(), cert);
+                pusher.counters.bootstraps.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            Err(e) => {
+                let text = format!("bootstrap of {}: {e}", node.name);
+                pusher.call_error(text.clone());
+                pusher.failed(text);
+            }
+        }
+        tokio::select! {
+            _ = pusher.shutdown.cancelled() => return false,
+            _ = tokio::time::sleep(BOOTSTRAP_RETRY) => {}
+        }
+    }
+}
+
+/// A certificate chain and its key, from PEM.
+fn node_cert(cert_pem: &str, key_pem: &str) -> Result<NodeCert, String> {
+    use rustls::pki_types::pem::PemObject;
+    let chain = rustls::pki_types::CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("the issued certificate is not PEM: {e}"))?;
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|e| format!("the key is not PEM: {e}"))?;
+    Ok((chain, key))
+}
+
+/// The client a fleet joins with: the controller's CA trusted as for pushing.
+fn bootstrap_client(config: &PushConfig) -> Result<reqwest::Client, String> {
+    let mut builder = reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(config.connect_timeout)
+        .user_agent(SIM_USER_AGENT);
+    if let Some(pem) = &config.server_ca {
+        let roots = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
+            .map_err(|e| format!("the server CA is not PEM: {e}"))?;
+        builder = builder.tls_certs_only(roots);
+    }
+    builder.build().map_err(|e| e.to_string())
+}
+
 /// A ticker that, when a push overran its slot, waits a full interval after it.
 fn ticks(first: Instant, period: Duration) -> Interval {
     let mut ticks = tokio::time::interval_at(first, period);
@@ -530,6 +642,11 @@ async fn node_loop(
     let mut reconnected_at: Option<Instant> = None;
     let mut lease_created = false;
     let mut csinode_ready = false;
+    // A kubelet with a bootstrap kubeconfig has its certificate before
+    // anything else (kubernetes `cmd/kubelet/app/server.go` `run`).
+    if !join(&pusher, &node).await {
+        return;
+    }
     let all_calls = pusher.config.kubelet_calls == KubeletCalls::All;
     let mut start_calls = StartCalls::default();
     if all_calls {
@@ -696,6 +813,16 @@ impl Pusher {
         } else {
             None
         };
+        let bootstrap = match &config.bootstrap_token {
+            None => None,
+            Some(_) => Some((
+                bootstrap_client(&config).map_err(|reason| PushSetupError::Tls {
+                    url: config.url.clone(),
+                    reason,
+                })?,
+                Mutex::default(),
+            )),
+        };
         let authorization = match &config.token {
             None => None,
             Some(BearerToken(token)) => {
@@ -720,6 +847,7 @@ impl Pusher {
             warned_refused: AtomicBool::new(false),
             tracker,
             shutdown,
+            bootstrap,
         })
     }
 
@@ -756,6 +884,7 @@ impl Pusher {
                 .filter(|(_, n)| *n > 0)
                 .collect(),
             call_errors: c.call_errors.load(Ordering::Relaxed),
+            bootstraps: c.bootstraps.load(Ordering::Relaxed),
             last_call_error: c
                 .last_call_error
                 .lock()
@@ -888,7 +1017,7 @@ struct Link<'a> {
     sender: Option<SendRequest<Full<Bytes>>>,
     /// With client certificates, this node's own TLS client, made once.
     tls: Option<(TlsConnector, ServerName<'static>)>,
-    /// With `KubeletCalls::All`, the uid of the node that owns its Lease.
+    /// The uid of the node that owns its Lease, once read.
     lease_owner: Option<String>,
 }
 
@@ -913,12 +1042,18 @@ impl<'a> Link<'a> {
     /// client certificate, or the fleet's.
     fn tls(&mut self) -> Result<Option<(TlsConnector, ServerName<'static>)>, String> {
         let p = self.pusher;
-        let (Some(certs), true) = (&p.config.client_certs, p.endpoint.https) else {
-            return Ok(p.tls.clone());
-        };
         if self.tls.is_none() {
-            let cert = (certs.0)(&self.node.name)
-                .map_err(|e| format!("no client certificate for {}: {e}", self.node.name))?;
+            let cert = match (&p.bootstrap, &p.config.client_certs, p.endpoint.https) {
+                (Some((_, issued)), _, _) => issued
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&self.node.name)
+                    .map(|(chain, key)| (chain.clone(), key.clone_key()))
+                    .ok_or_else(|| format!("{} has not joined yet", self.node.name))?,
+                (None, Some(certs), true) => (certs.0)(&self.node.name)
+                    .map_err(|e| format!("no client certificate for {}: {e}", self.node.name))?,
+                _ => return Ok(p.tls.clone()),
+            };
             let config = &p.config;
             self.tls = Some(tls_connector(
                 &p.endpoint,
@@ -1086,34 +1221,26 @@ impl<'a> Link<'a> {
         })
     }
 
-    /// Creates the Lease if it is not known to exist, else renews it; a
-    /// renewal of a Lease that is gone creates it again. Whether it was accepted.
+    /// Renews the Lease, or first finds or creates it, as a kubelet's
+    /// lease controller does (kubernetes
+    /// `staging/src/k8s.io/component-helpers/apimachinery/lease/controller.go`
+    /// `sync`, `ensureLease`, `newLease`; the owner from
+    /// `pkg/kubelet/util/nodelease.go` `SetNodeOwnerFunc`): get the Lease and
+    /// renew the one found; none, get the node for its uid, and create the
+    /// Lease owned by it; no node yet, create nothing this round (the
+    /// kubelet logs the missing node and tries at its next renewal). A
+    /// renewal of a Lease that is gone starts again. Whether a Lease was
+    /// created or renewed.
     async fn renew_lease(&mut self, created: &mut bool) -> bool {
         let p = self.pusher;
-        let name = &self.node.name;
+        let name = self.node.name.clone();
         let renew = p.node_now();
-        // At most: renew (404) → create (409) → renew.
+        // At most: renew (404) → get, create (409) → get, renew.
         for _ in 0..3 {
-            if !*created && p.config.kubelet_calls == KubeletCalls::All {
-                // A kubelet creates its Lease only once its node exists
-                // (pkg/kubelet/util/nodelease.go:39); until then it waits
-                // for the next round without an error.
-                let Some(node) = self.get(format!("{NODES_PATH}/{name}")).await else {
-                    return false;
-                };
-                if node.status == StatusCode::NOT_FOUND {
-                    return false;
-                }
-                if !node.status.is_success() {
-                    p.refused(&node);
-                    return false;
-                }
-                // Its owner from then on (nodelease.go:39-58 `setNodeOwnerFunc`).
-                self.lease_owner = serde_json::from_slice::<Value>(&node.body)
-                    .ok()
-                    .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_owned));
+            if !*created && !self.find_lease(created).await {
+                return false;
             }
-            let mut lease = lease_body(name, renew);
+            let mut lease = lease_body(&name, renew);
             if let Some(uid) = &self.lease_owner {
                 lease["metadata"]["ownerReferences"] =
                     json!([{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}]);
@@ -1146,6 +1273,50 @@ impl<'a> Link<'a> {
             "lease {name}: created and deleted again while renewing"
         ));
         false
+    }
+
+    /// `ensureLease` up to the create: the Lease found (`created` set, its
+    /// owner kept), or none and the owner to create it with; false when
+    /// there is nothing to send this round: no node yet (quietly, as
+    /// `newLease`'s error only skips the create), or an error answer.
+    async fn find_lease(&mut self, created: &mut bool) -> bool {
+        let p = self.pusher;
+        let name = self.node.name.clone();
+        let Some(found) = self.get(format!("{LEASES_PATH}/{name}")).await else {
+            return false;
+        };
+        if found.status.is_success() {
+            *created = true;
+            self.lease_owner = serde_json::from_slice::<Value>(&found.body)
+                .ok()
+                .and_then(|l| {
+                    l["metadata"]["ownerReferences"][0]["uid"]
+                        .as_str()
+                        .map(str::to_owned)
+                });
+            if self.lease_owner.is_some() {
+                return true;
+            }
+            // Not owned yet: the kubelet reads its node to own it.
+        } else if found.status != StatusCode::NOT_FOUND {
+            p.refused(&found);
+            return false;
+        }
+        let Some(node) = self.get(format!("{NODES_PATH}/{name}")).await else {
+            return false;
+        };
+        if node.status == StatusCode::NOT_FOUND {
+            // Renewed unowned, or not created this round.
+            return *created;
+        }
+        if !node.status.is_success() {
+            p.refused(&node);
+            return false;
+        }
+        self.lease_owner = serde_json::from_slice::<Value>(&node.body)
+            .ok()
+            .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_owned));
+        true
     }
 
     /// A kubelet's CSINode initialisation at start, request by request

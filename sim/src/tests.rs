@@ -627,9 +627,31 @@ impl FakeApi {
         } else {
             serde_json::from_slice(&bytes).expect("JSON body")
         };
+        // Leases created so far, by name: a get finds only those.
+        let lease_created = |name: &str| {
+            self.seen.lock().expect("lock").iter().any(|s| {
+                s.method == "POST"
+                    && s.path.ends_with("/leases")
+                    && s.body["metadata"]["name"] == name
+            })
+        };
         let status = {
             let mut registered = self.registered.lock().expect("lock");
             match (method.as_str(), path.as_str()) {
+                ("GET", p) if p.contains("/leases/") => {
+                    if lease_created(p.rsplit('/').next().unwrap_or("")) {
+                        StatusCode::OK
+                    } else {
+                        StatusCode::NOT_FOUND
+                    }
+                }
+                ("GET", p) if p.starts_with("/api/v1/nodes/") => {
+                    if registered.contains(p.trim_start_matches("/api/v1/nodes/")) {
+                        StatusCode::OK
+                    } else {
+                        StatusCode::NOT_FOUND
+                    }
+                }
                 ("POST", "/api/v1/nodes") => {
                     registered.insert(body["metadata"]["name"].as_str().expect("name").into());
                     StatusCode::CREATED
@@ -736,10 +758,27 @@ async fn pushes_are_what_a_kubelet_sends() {
                 s.body.to_string().contains(name.as_str()) || s.path.contains(name.as_str())
             })
             .collect();
-        // The Lease is created first, then renewed.
+        // The Lease is looked for, created once the node exists (kubernetes
+        // `component-helpers/apimachinery/lease/controller.go:158-181`,
+        // `pkg/kubelet/util/nodelease.go:32-55`), then renewed.
         let leases: Vec<&&Seen> = mine.iter().filter(|s| s.path.contains("/leases")).collect();
-        assert_eq!(leases[0].method, "POST");
+        assert_eq!(leases[0].method, "GET");
+        let created = leases
+            .iter()
+            .position(|s| s.method == "POST")
+            .expect("the Lease created");
+        assert!(leases[..created].iter().all(|s| s.method == "GET"));
+        let leases = &leases[created..];
         assert!(leases[1..].iter().all(|s| s.method == "PUT"));
+        let lease_posted = mine
+            .iter()
+            .position(|s| s.method == "POST" && s.path.contains("/leases"))
+            .expect("the Lease created");
+        let registered_at = mine
+            .iter()
+            .position(|s| s.method == "POST" && s.path == "/api/v1/nodes")
+            .expect("a registration");
+        assert!(registered_at < lease_posted, "the Lease waits for its node");
         // Creates and updates in protobuf, patches in JSON, as a kubelet sends them.
         assert!(leases
             .iter()

@@ -580,7 +580,11 @@ fn api_sizing(args: &RunArgs, static_nodes: usize) -> Result<(u64, ApiSizing), R
         simulated_nodes: sim_nodes,
         max_connections: args.max_connections,
         limits: ApiLimits {
-            max_watches: args.max_watches,
+            max_watches: args.max_watches.unwrap_or(ApiLimits::DEFAULT_MAX_WATCHES),
+            watches_per_node: match args.max_watches {
+                Some(_) => 0,
+                None => ApiLimits::WATCHES_PER_NODE,
+            },
             max_reads: args.max_requests_inflight,
             max_mutating: args.max_mutating_requests_inflight,
             body_timeout: args.request_body_timeout,

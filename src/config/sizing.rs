@@ -103,6 +103,12 @@ pub enum SizingError {
 /// budgets inside it, so that watches, reads and writes together always
 /// leave connections for health checks. Writes get what is left unless
 /// `--max-mutating-requests-inflight` says otherwise.
+///
+/// A watch budget that grows with the site (`watches_per_node`, without
+/// `--max-watches`) is sized here at its base; it may grow to every
+/// connection reads and health checks do not keep, which it shares with
+/// writes: a kubelet holds its watches and its writes on connections of
+/// its own, so the connection cap bounds them together.
 pub fn size_api(input: SizingInput) -> Result<ApiSizing, SizingError> {
     let kept = SPARE_FILES + input.probed_nodes as u64 + 3 * input.simulated_nodes as u64;
     let fits = input.open_files.saturating_sub(kept) as usize;
@@ -164,10 +170,17 @@ pub fn size_api(input: SizingInput) -> Result<ApiSizing, SizingError> {
         }
         asked => asked,
     };
+    let max_watches = match limits.watches_per_node {
+        0 => limits.max_watches,
+        _ => max_connections
+            .saturating_sub(limits.max_reads + health_check_room)
+            .max(limits.max_watches),
+    };
     Ok(ApiSizing {
         max_connections,
         limits: ApiLimits {
             max_mutating,
+            max_watches,
             ..limits
         },
         health_check_room,
@@ -263,6 +276,26 @@ mod tests {
                 ..ApiLimits::default()
             },
         }
+    }
+
+    #[test]
+    fn a_watch_budget_that_grows_may_take_what_reads_and_health_checks_leave() {
+        let mut growing = input(20_000, 10_000, 0);
+        growing.limits.watches_per_node = ApiLimits::WATCHES_PER_NODE;
+        let sized = size_api(growing).unwrap();
+        let fixed = size_api(input(20_000, 10_000, 0)).unwrap();
+        // Writes are sized as beside the base budget; watches may grow to
+        // every connection reads and health checks do not keep.
+        assert_eq!(sized.limits.max_mutating, fixed.limits.max_mutating);
+        assert_eq!(
+            sized.limits.max_watches,
+            sized.max_connections - sized.limits.max_reads - sized.health_check_room
+        );
+        assert_eq!(sized.limits.max_watches, 19_280);
+        assert_eq!(sized.limits.watches_per_node, 5);
+        // A cap given (--max-watches) stays the cap.
+        assert_eq!(fixed.limits.max_watches, 100);
+        assert_eq!(fixed.limits.watches_per_node, 0);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! writer after the flush that holds it for any other change, so changes
 //! that arrive together share one flush and the controller does not wait.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
@@ -75,6 +76,8 @@ pub enum WriteRequest {
     /// A kubelet registering its node (`POST /api/v1/nodes`).
     Register {
         spec: NodeSpec,
+        /// The annotations it registers with (the source annotation aside).
+        annotations: BTreeMap<String, String>,
         status: PushedStatus,
         reply: oneshot::Sender<Result<Node, PushError>>,
     },
@@ -253,9 +256,17 @@ impl ControllerHandle {
             .await
     }
 
-    pub async fn register(&self, spec: NodeSpec, status: PushedStatus) -> Result<Node, PushError> {
+    /// A kubelet registering its node, with the annotations it sends (the
+    /// labels are the spec's).
+    pub async fn register(
+        &self,
+        spec: NodeSpec,
+        annotations: BTreeMap<String, String>,
+        status: PushedStatus,
+    ) -> Result<Node, PushError> {
         self.ask(|reply| WriteRequest::Register {
             spec,
+            annotations,
             status,
             reply,
         })
@@ -314,9 +325,10 @@ impl Controller {
             } => self.update_lease(lease, expected_generation, reply),
             WriteRequest::Register {
                 spec,
+                annotations,
                 status,
                 reply,
-            } => self.register_pushed(spec, status, reply).await,
+            } => self.register_pushed(spec, annotations, status, reply).await,
             WriteRequest::Edit {
                 name,
                 fields,
@@ -498,7 +510,9 @@ impl Controller {
     fn create_lease(&mut self, mut lease: Lease, reply: oneshot::Sender<Result<Lease, PushError>>) {
         if !self.tracked.contains_key(&lease.name) {
             let _ = reply.send(Err(PushError::Forbidden(format!(
-                "leases.coordination.k8s.io {:?} is forbidden: no node {:?} is registered",
+                "leases.coordination.k8s.io {:?} is forbidden: no node {:?} is registered, and \
+                 nodekeeper keeps a Lease with its node: register the node first, as a kubelet \
+                 does (it creates its Lease owned by its node, once it can read the node)",
                 lease.name, lease.name
             ))));
             return;
@@ -593,6 +607,7 @@ impl Controller {
     async fn register_pushed(
         &mut self,
         spec: NodeSpec,
+        annotations: BTreeMap<String, String>,
         status: PushedStatus,
         reply: oneshot::Sender<Result<Node, PushError>>,
     ) {
@@ -613,6 +628,7 @@ impl Controller {
         }
         let wall = Micros::now();
         let mut node = super::register::new_node(&spec, wall);
+        node.annotations = annotations;
         node.conditions = vec![never_probed(wall)];
         if let Err(e) = crate::validation::node_size(&node, None) {
             let _ = reply.send(Err(PushError::Rejected(crate::validation::Invalid {

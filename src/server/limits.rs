@@ -26,8 +26,14 @@ use crate::metrics::{Metrics, RejectReason, RejectedLabels, RequestKind};
 /// request body may take to arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ApiLimits {
-    /// Watches (`?watch=true`) streaming at once (`--max-watches`).
+    /// Watches (`?watch=true`) streaming at once: `--max-watches`, a hard
+    /// cap; or, with [`Self::watches_per_node`], the most the budget grows to.
     pub max_watches: usize,
+    /// Without `--max-watches`, the watch budget is
+    /// [`Self::DEFAULT_MAX_WATCHES`] plus this many a registered node (up
+    /// to `max_watches`), counted when a watch is admitted; 0: the budget
+    /// is `max_watches`.
+    pub watches_per_node: usize,
     /// Other reads in flight (`--max-requests-inflight`).
     pub max_reads: usize,
     /// Writes in flight, heartbeats among them (`--max-mutating-requests-inflight`).
@@ -38,7 +44,11 @@ pub struct ApiLimits {
 }
 
 impl ApiLimits {
+    /// The watch budget of a site with no nodes, and the base it grows from.
     pub const DEFAULT_MAX_WATCHES: usize = 100;
+    /// The watches a kubelet holds: its node, services, pods, CSIDrivers
+    /// and RuntimeClasses (docs/kubelet-api.md, section 2.4).
+    pub const WATCHES_PER_NODE: usize = 5;
     /// kube-apiserver's `--max-requests-inflight` default.
     pub const DEFAULT_MAX_READS: usize = 400;
     /// kube-apiserver's `--max-mutating-requests-inflight` default; `run`
@@ -51,6 +61,7 @@ impl Default for ApiLimits {
     fn default() -> Self {
         ApiLimits {
             max_watches: Self::DEFAULT_MAX_WATCHES,
+            watches_per_node: 0,
             max_reads: Self::DEFAULT_MAX_READS,
             max_mutating: Self::DEFAULT_MAX_MUTATING,
             body_timeout: Self::DEFAULT_BODY_TIMEOUT,
@@ -94,10 +105,26 @@ impl Budgets {
         })
     }
 
+    /// The watch budget now: the hard cap, or the base and an allowance
+    /// for each node registered now, within the cap.
+    pub fn watch_budget(&self) -> usize {
+        let limits = &self.limits;
+        if limits.watches_per_node == 0 {
+            return limits.max_watches;
+        }
+        let nodes = self
+            .metrics
+            .as_ref()
+            .map_or(0, |m| usize::try_from(m.registered.get()).unwrap_or(0));
+        ApiLimits::DEFAULT_MAX_WATCHES
+            .saturating_add(limits.watches_per_node.saturating_mul(nodes))
+            .min(limits.max_watches)
+    }
+
     /// How many requests of `kind` one client may have in flight.
     fn client_share(&self, kind: &RequestKind) -> usize {
         let budget = match kind {
-            RequestKind::Watch => self.limits.max_watches,
+            RequestKind::Watch => self.watch_budget(),
             RequestKind::Read => self.limits.max_reads,
             RequestKind::Mutating => self.limits.max_mutating,
         };
@@ -215,9 +242,19 @@ pub(super) fn admit(budgets: &Budgets, request: &Request) -> Result<Option<Admit
     ) else {
         return Ok(None);
     };
-    let Ok(permit) = budgets.semaphore(&kind).clone().try_acquire_owned() else {
-        budgets.rejected(kind, RejectReason::TooManyRequests);
-        return Err(too_many_requests());
+    // The watch semaphore holds the cap; the budget below it is checked
+    // first (two watches admitted at once may both pass it: a budget that
+    // grows with the site needs no closer count).
+    let within_budget = kind != RequestKind::Watch || {
+        let streaming = budgets.limits.max_watches - budgets.watches.available_permits();
+        streaming < budgets.watch_budget()
+    };
+    let permit = match budgets.semaphore(&kind).clone().try_acquire_owned() {
+        Ok(permit) if within_budget => permit,
+        _ => {
+            budgets.rejected(kind, RejectReason::TooManyRequests);
+            return Err(too_many_requests());
+        }
     };
     let seat = match client_of(request) {
         None => None,
@@ -402,6 +439,63 @@ mod tests {
         for m in [Method::PUT, Method::PATCH, Method::POST, Method::DELETE] {
             assert_eq!(kind(m, Some("watch=true")), Some(RequestKind::Mutating));
         }
+    }
+
+    /// A watch admitted, or `None` when refused.
+    fn watch(budgets: &Budgets) -> Option<Admitted> {
+        let request = Request::get("/api/v1/nodes?watch=true")
+            .body(Body::empty())
+            .unwrap();
+        admit(budgets, &request).ok().flatten()
+    }
+
+    /// Admits watches until one is refused: how many were.
+    fn admitted_watches(budgets: &Budgets, held: &mut Vec<Admitted>) -> usize {
+        let before = held.len();
+        while let Some(admitted) = watch(budgets) {
+            held.push(admitted);
+            assert!(held.len() < 100_000, "no watch was ever refused");
+        }
+        held.len() - before
+    }
+
+    #[test]
+    fn the_watch_budget_grows_with_the_registered_nodes_up_to_its_cap() {
+        let metrics = Arc::new(Metrics::new());
+        let limits = ApiLimits {
+            max_watches: 1_000,
+            watches_per_node: ApiLimits::WATCHES_PER_NODE,
+            ..ApiLimits::default()
+        };
+        let budgets = Budgets::new(limits, Some(metrics.clone()));
+        let mut held = Vec::new();
+        // No nodes: the base.
+        assert_eq!(admitted_watches(&budgets, &mut held), 100);
+        // Forty nodes register: five watches each, counted at the next admission.
+        metrics.registered.set(40);
+        assert_eq!(budgets.watch_budget(), 300);
+        assert_eq!(admitted_watches(&budgets, &mut held), 200);
+        // Past the cap, never.
+        metrics.registered.set(1_000);
+        assert_eq!(budgets.watch_budget(), 1_000);
+        assert_eq!(admitted_watches(&budgets, &mut held), 700);
+        // Nodes gone: watches streaming stay; new ones wait for room.
+        metrics.registered.set(0);
+        held.truncate(150);
+        assert!(watch(&budgets).is_none());
+        held.truncate(99);
+        assert_eq!(admitted_watches(&budgets, &mut held), 1);
+
+        // A cap given (--max-watches 3): the budget, whatever the nodes.
+        let fixed = Budgets::new(
+            ApiLimits {
+                max_watches: 3,
+                ..ApiLimits::default()
+            },
+            Some(metrics.clone()),
+        );
+        metrics.registered.set(1_000);
+        assert_eq!(admitted_watches(&fixed, &mut Vec::new()), 3);
     }
 
     #[tokio::test]

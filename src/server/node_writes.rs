@@ -3,6 +3,8 @@
 //! handlers and the CLI on a stopped store both go through [`prepare`], then
 //! through the controller's [`plan_edit`](crate::controller::operator::plan_edit).
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use serde_json::Value;
 
@@ -206,6 +208,252 @@ pub fn conflict_message(name: &str) -> String {
     )
 }
 
+/// The labels NodeRestriction lets a kubelet set on its own Node
+/// (`IsKubeletLabel`: kubernetes `staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go:35-48`,
+/// the keys from `staging/src/k8s.io/api/core/v1/well_known_labels.go:20-46`).
+const KUBELET_LABELS: [&str; 11] = [
+    "kubernetes.io/hostname",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+];
+
+/// The label namespaces (and their subdomains) a kubelet may set
+/// (`kubeletLabelNamespaces`, `well_known_labels.go:50-53`).
+const KUBELET_LABEL_NAMESPACES: [&str; 2] = ["kubelet.kubernetes.io", "node.kubernetes.io"];
+
+/// The namespace no node may set a label in (`LabelNamespaceNodeRestriction`,
+/// `staging/src/k8s.io/api/core/v1/well_known_labels.go:58`).
+const NODE_RESTRICTION_NAMESPACE: &str = "node-restriction.kubernetes.io";
+
+/// The annotations a kubelet keeps on its own Node: the attach-detach
+/// choice it registers with (kubernetes `pkg/kubelet/kubelet_node_status.go`
+/// `reconcileCMADAnnotationWithExistingNode`; `pkg/volume/util/util.go:54`)
+/// and its CSI drivers' node IDs (`pkg/volume/csi/nodeinfomanager/nodeinfomanager.go:49`).
+const KUBELET_ANNOTATIONS: [&str; 2] = [
+    "volumes.kubernetes.io/controller-managed-attach-detach",
+    "csi.volume.kubernetes.io/nodeid",
+];
+
+/// The most labels, and annotations, a node may have after a kubelet's
+/// write that adds some: past it the write is refused (422), as a kubelet
+/// has a handful (its well-known labels, `--node-labels`, its CSI drivers'
+/// topology) and operators more.
+pub const MAX_LABELS_FROM_KUBELET: usize = 128;
+pub const MAX_ANNOTATIONS_FROM_KUBELET: usize = 64;
+
+/// A label key's namespace: its prefix before `/`, or empty.
+fn label_namespace(key: &str) -> &str {
+    key.split_once('/').map_or("", |(prefix, _)| prefix)
+}
+
+/// `namespace` is `domain` or a subdomain of it.
+fn in_domain(namespace: &str, domain: &str) -> bool {
+    namespace == domain
+        || namespace
+            .strip_suffix(domain)
+            .is_some_and(|rest| rest.ends_with('.'))
+}
+
+/// `IsKubeletLabel` (`well_known_labels.go:67-79`).
+pub fn is_kubelet_label(key: &str) -> bool {
+    KUBELET_LABELS.contains(&key)
+        || KUBELET_LABEL_NAMESPACES
+            .iter()
+            .any(|ns| in_domain(label_namespace(key), ns))
+}
+
+/// NodeRestriction's `getForbiddenLabels`
+/// (`plugin/pkg/admission/noderestriction/admission.go:591-615`): of the
+/// `modified` keys, those a node may not add, change or remove on its own
+/// Node, sorted: any in `node-restriction.kubernetes.io`, and any other
+/// `kubernetes.io` or `k8s.io` label that is not a kubelet label.
+pub fn forbidden_labels<'a>(modified: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut forbidden: Vec<&str> = modified
+        .into_iter()
+        .filter(|key| {
+            let ns = label_namespace(key);
+            let kubernetes = in_domain(ns, "kubernetes.io") || in_domain(ns, "k8s.io");
+            in_domain(ns, NODE_RESTRICTION_NAMESPACE) || (kubernetes && !is_kubelet_label(key))
+        })
+        .collect();
+    forbidden.sort_unstable();
+    forbidden.dedup();
+    forbidden
+}
+
+/// NodeRestriction's refusal of a node registering with `labels`
+/// (`admitNode` on create, `admission.go:509-513`), if it refuses.
+pub fn registration_refusal(own: &str, labels: &BTreeMap<String, String>) -> Option<String> {
+    let forbidden = forbidden_labels(labels.keys().map(String::as_str));
+    (!forbidden.is_empty()).then(|| {
+        format!(
+            "node {own:?} is not allowed to set the following labels: {}",
+            forbidden.join(", ")
+        )
+    })
+}
+
+/// The keys whose values differ between `a` and `b` (NodeRestriction's
+/// `getModifiedLabels`, `admission.go:557-570`), sorted.
+fn modified<'a>(a: &'a BTreeMap<String, String>, b: &'a BTreeMap<String, String>) -> Vec<&'a str> {
+    let mut keys: Vec<&str> = a
+        .iter()
+        .filter(|(k, v)| b.get(*k) != Some(*v))
+        .chain(b.iter().filter(|(k, v)| a.get(*k) != Some(*v)))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// The metadata a kubelet's write leaves its node with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeletMetadata {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Why a key the write would change was kept as it is, one line a
+    /// key: the answer's warnings.
+    pub kept: Vec<String>,
+}
+
+/// A kubelet's metadata write refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetadataRefusal {
+    /// NodeRestriction's 403, with its message.
+    Forbidden(String),
+    /// Past a bound: a 422 naming it.
+    Invalid(Invalid),
+}
+
+/// The labels and annotations a write leaves, each `None` where it names none.
+pub type Wanted<'a> = (
+    Option<&'a BTreeMap<String, String>>,
+    Option<&'a BTreeMap<String, String>>,
+);
+
+/// What a write through `nodes/NAME/status` (or a registration) may do to
+/// the node's labels and annotations, from the metadata the node `shows`
+/// to the metadata the write `wants` (`None`: the write names none).
+///
+/// - A node (`node_rules`) may not add, change or remove the labels
+///   NodeRestriction forbids: 403 with its message (`admission.go:545-549`).
+/// - Precedence. The kubelet's labels ([`is_kubelet_label`]) and its two
+///   annotations ([`KUBELET_ANNOTATIONS`]) take the kubelet's value, as on
+///   kube-apiserver (the kubelet sets them from the machine it runs on).
+///   Any other label or annotation the write adds is kept; one the node
+///   already has is kept as it is (an operator's, the source's, or one an
+///   earlier write added), and `kept` says so.
+/// - Bounds: a write that adds keys may not take the node past
+///   [`MAX_LABELS_FROM_KUBELET`] labels or [`MAX_ANNOTATIONS_FROM_KUBELET`]
+///   annotations (422 naming the bound); the sizes of keys and values are
+///   the operator's bounds, checked when the result is taken as a write.
+pub fn kubelet_metadata(
+    name: &str,
+    node_rules: bool,
+    shows: (&BTreeMap<String, String>, &BTreeMap<String, String>),
+    wants: Wanted<'_>,
+) -> Result<KubeletMetadata, MetadataRefusal> {
+    let (shown_labels, shown_annotations) = shows;
+    let wanted_labels = wants.0.unwrap_or(shown_labels);
+    let wanted_annotations = wants.1.unwrap_or(shown_annotations);
+    let changed_labels = modified(wanted_labels, shown_labels);
+    if node_rules {
+        let forbidden = forbidden_labels(changed_labels.iter().copied());
+        if !forbidden.is_empty() {
+            return Err(MetadataRefusal::Forbidden(format!(
+                "is not allowed to modify labels: {}",
+                forbidden.join(", ")
+            )));
+        }
+    }
+    let mut kept = Vec::new();
+    let mut settle = |kind: &str,
+                      shown: &BTreeMap<String, String>,
+                      wanted: &BTreeMap<String, String>,
+                      keys: Vec<&str>,
+                      kubelets: &dyn Fn(&str) -> bool| {
+        let mut result = shown.clone();
+        for key in keys {
+            match (shown.get(key), wanted.get(key)) {
+                (Some(value), _) if !kubelets(key) => kept.push(format!(
+                    "{kind} {key:?} is kept as {value:?}: a kubelet may add it, but its value on \
+                     the node is not the kubelet's to change (change it with kubectl {})",
+                    if kind == "label" { "label" } else { "annotate" }
+                )),
+                (_, Some(value)) => {
+                    result.insert(key.to_string(), value.clone());
+                }
+                (_, None) => {
+                    result.remove(key);
+                }
+            }
+        }
+        result
+    };
+    let labels = settle(
+        "label",
+        shown_labels,
+        wanted_labels,
+        changed_labels,
+        &is_kubelet_label,
+    );
+    let annotations = settle(
+        "annotation",
+        shown_annotations,
+        wanted_annotations,
+        modified(wanted_annotations, shown_annotations),
+        &|key: &str| KUBELET_ANNOTATIONS.contains(&key),
+    );
+    let bound = |field: &str, count: usize, shown: usize, most: usize| {
+        (count > shown && count > most).then(|| {
+            FieldError::too_many(
+                field,
+                count,
+                most,
+                " when a kubelet adds some (nodekeeper's bound on a kubelet's own metadata)",
+            )
+        })
+    };
+    let causes: Vec<FieldError> = [
+        bound(
+            "metadata.labels",
+            labels.len(),
+            shown_labels.len(),
+            MAX_LABELS_FROM_KUBELET,
+        ),
+        bound(
+            "metadata.annotations",
+            annotations.len(),
+            shown_annotations.len(),
+            MAX_ANNOTATIONS_FROM_KUBELET,
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !causes.is_empty() {
+        return Err(MetadataRefusal::Invalid(Invalid {
+            kind: "Node",
+            name: name.to_string(),
+            causes,
+        }));
+    }
+    Ok(KubeletMetadata {
+        labels,
+        annotations,
+        kept,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +462,158 @@ mod tests {
 
     fn patch(format: PatchFormat, body: Value) -> NodeWrite {
         NodeWrite::Patch { format, body }
+    }
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// NodeRestriction's label rules, as upstream's own cases word them
+    /// (kubernetes `plugin/pkg/admission/noderestriction/admission.go:591-615`,
+    /// `staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go:67-79`).
+    #[test]
+    fn noderestriction_forbids_the_labels_upstream_forbids() {
+        for allowed in [
+            "kubernetes.io/hostname",
+            "kubernetes.io/arch",
+            "beta.kubernetes.io/os",
+            "topology.kubernetes.io/zone",
+            "node.kubernetes.io/instance-type",
+            "node.kubernetes.io/anything",
+            "foo.node.kubernetes.io/x",
+            "kubelet.kubernetes.io/x",
+            "example.com/team",
+            "topology.ebs.csi.aws.com/zone",
+            "plain",
+            // Not a subdomain of kubernetes.io: not a Kubernetes label.
+            "notkubernetes.io/x",
+        ] {
+            assert!(forbidden_labels([allowed]).is_empty(), "{allowed}");
+        }
+        for forbidden in [
+            "node-restriction.kubernetes.io/trusted",
+            "foo.node-restriction.kubernetes.io/x",
+            "kubernetes.io/role",
+            "node-role.kubernetes.io/control-plane",
+            "k8s.io/x",
+            "foo.k8s.io/x",
+        ] {
+            assert_eq!(forbidden_labels([forbidden]), [forbidden], "{forbidden}");
+        }
+        assert_eq!(
+            registration_refusal(
+                "a",
+                &map(&[
+                    ("k8s.io/b", ""),
+                    ("kubernetes.io/os", "linux"),
+                    ("k8s.io/a", "")
+                ])
+            )
+            .as_deref(),
+            Some(r#"node "a" is not allowed to set the following labels: k8s.io/a, k8s.io/b"#)
+        );
+    }
+
+    #[test]
+    fn a_kubelet_adds_keys_sets_its_own_and_keeps_others() {
+        let shown_labels = map(&[
+            ("kubernetes.io/hostname", "a"),
+            ("kubernetes.io/arch", "arm64"),
+            ("team", "blue"),
+            ("node-role.kubernetes.io/edge", ""),
+        ]);
+        let shown_annotations = map(&[("nodekeeper.io/source", "static"), ("owner", "ops")]);
+        let mut labels = shown_labels.clone();
+        labels.insert("kubernetes.io/arch".into(), "amd64".into());
+        labels.insert("team".into(), "red".into());
+        labels.insert("topology.hostpath.csi/node".into(), "a".into());
+        let mut annotations = shown_annotations.clone();
+        annotations.remove("owner");
+        annotations.insert(
+            "csi.volume.kubernetes.io/nodeid".into(),
+            r#"{"d":"a"}"#.into(),
+        );
+        let got = kubelet_metadata(
+            "a",
+            true,
+            (&shown_labels, &shown_annotations),
+            (Some(&labels), Some(&annotations)),
+        )
+        .unwrap();
+        assert_eq!(got.labels["kubernetes.io/arch"], "amd64");
+        assert_eq!(got.labels["team"], "blue");
+        assert_eq!(got.labels["topology.hostpath.csi/node"], "a");
+        assert_eq!(got.annotations["owner"], "ops");
+        assert_eq!(
+            got.annotations["csi.volume.kubernetes.io/nodeid"],
+            r#"{"d":"a"}"#
+        );
+        assert_eq!(got.kept.len(), 2, "{:?}", got.kept);
+        assert!(
+            got.kept[0].starts_with(r#"label "team" is kept as "blue""#),
+            "{:?}",
+            got.kept
+        );
+
+        // Removing a forbidden label is modifying it: NodeRestriction's 403.
+        let mut without = shown_labels.clone();
+        without.remove("node-role.kubernetes.io/edge");
+        assert_eq!(
+            kubelet_metadata(
+                "a",
+                true,
+                (&shown_labels, &shown_annotations),
+                (Some(&without), None)
+            ),
+            Err(MetadataRefusal::Forbidden(
+                "is not allowed to modify labels: node-role.kubernetes.io/edge".into()
+            ))
+        );
+        // Not a node (an anonymous kubelet): precedence, no 403.
+        let got = kubelet_metadata(
+            "a",
+            false,
+            (&shown_labels, &shown_annotations),
+            (Some(&without), None),
+        )
+        .unwrap();
+        assert_eq!(got.labels, shown_labels);
+    }
+
+    #[test]
+    fn a_kubelet_may_not_add_past_the_bounds() {
+        let none = BTreeMap::new();
+        let many: BTreeMap<String, String> = (0..=MAX_LABELS_FROM_KUBELET)
+            .map(|i| (format!("l{i}"), String::new()))
+            .collect();
+        let Err(MetadataRefusal::Invalid(i)) =
+            kubelet_metadata("a", true, (&none, &none), (Some(&many), None))
+        else {
+            panic!("past the bound")
+        };
+        assert_eq!(i.causes[0].field, "metadata.labels");
+        assert!(
+            i.causes[0].message.contains("at most 128"),
+            "{}",
+            i.causes[0].message
+        );
+        let many: BTreeMap<String, String> = (0..=MAX_ANNOTATIONS_FROM_KUBELET)
+            .map(|i| (format!("a{i}"), String::new()))
+            .collect();
+        let Err(MetadataRefusal::Invalid(i)) =
+            kubelet_metadata("a", true, (&none, &none), (None, Some(&many)))
+        else {
+            panic!("past the bound")
+        };
+        assert_eq!(i.causes[0].field, "metadata.annotations");
+        // A node already past it (an operator's labels) is not refused
+        // writes that add nothing.
+        let labels: BTreeMap<String, String> =
+            (0..200).map(|i| (format!("l{i}"), String::new())).collect();
+        assert!(kubelet_metadata("a", true, (&labels, &none), (Some(&labels), None)).is_ok());
     }
 
     #[test]

@@ -16,6 +16,9 @@ use axum::Json;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use serde::de::DeserializeOwned;
 
+use std::collections::BTreeMap;
+
+use super::node_writes;
 use super::patch::{self, PatchKind};
 use super::{status_error, AppState};
 use crate::controller::{PushError, PushedStatus};
@@ -434,8 +437,9 @@ fn status_to_write(
 }
 
 /// The status a patch pushes by the general merge onto `current` (the node
-/// as [`current_node`] renders it for that patch), and the labels the
-/// merge leaves the node with when the patch names `metadata`.
+/// as [`current_node`] renders it for that patch), and the labels and
+/// annotations the merge leaves the node with when the patch names
+/// `metadata`.
 fn merged_status(
     ct: &str,
     patch: Result<serde_json::Value, serde_json::Error>,
@@ -446,63 +450,130 @@ fn merged_status(
     let mut node: KubeNode = patched_with(ct, patch, current)?;
     // The patch applies to the current object; its version is not a precondition.
     node.metadata.resource_version = None;
-    let labels = node.metadata.labels.take();
+    let metadata = Metadata {
+        labels: node.metadata.labels.take(),
+        annotations: node.metadata.annotations.take(),
+    };
     let (status, expected) = status_to_write(name, node, Some(only))?;
-    Ok((status, expected, labels))
+    Ok((status, expected, metadata))
 }
 
-/// A status patch's status, the version it expects, and the labels it
-/// leaves (`None` when it names no `metadata`).
-type MergedStatus = (
-    PushedStatus,
-    Option<u64>,
-    Option<std::collections::BTreeMap<String, String>>,
-);
+/// A status patch's status, the version it expects, and the metadata it
+/// leaves.
+type MergedStatus = (PushedStatus, Option<u64>, Metadata);
 
-/// The labels a kubelet keeps on its own node through its status patch:
-/// the OS and architecture it runs on, set whenever missing or different
-/// (kubernetes `pkg/kubelet/kubelet_node_status.go:614-631`, `updateNode`;
-/// a missing one counts as a change, so without it every status sync is a
-/// patch). Both are labels NodeRestriction lets a node set on itself.
-/// kube-apiserver keeps all of a status patch's metadata (its status
-/// strategy resets only the spec: `pkg/registry/core/node/strategy.go`
-/// `nodeStatusStrategy.PrepareForUpdate`); nodekeeper keeps these two, as
-/// an edit of the node recorded under the kubelet's name, and no other
-/// metadata from a status patch.
-const KUBELET_LABELS: [&str; 2] = [crate::k8s::OS_LABEL, crate::k8s::ARCH_LABEL];
+/// The labels and annotations a kubelet's write leaves its node with;
+/// `None` where it names none.
+#[derive(Debug, Default)]
+struct Metadata {
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+}
 
-/// Sets the [`KUBELET_LABELS`] `labels` gives that the node does not show
-/// yet; nothing when it shows them all.
-async fn kubelet_labels(
+/// Keeps what a kubelet's status patch does to its node's labels and
+/// annotations, by NodeRestriction's rules and
+/// nodekeeper's precedence ([`node_writes::kubelet_metadata`]), as an edit
+/// of the node recorded under the writer's name; nothing when it changes
+/// nothing. Answers the warnings for keys kept as they were.
+///
+/// kube-apiserver keeps a status patch's metadata (its status strategy
+/// resets only the spec: kubernetes `pkg/registry/core/node/strategy.go`
+/// `nodeStatusStrategy.PrepareForUpdate`), within what NodeRestriction lets
+/// a node set (`plugin/pkg/admission/noderestriction/admission.go` `admitNode`).
+async fn kubelet_metadata(
     s: &AppState,
     name: &str,
-    labels: &std::collections::BTreeMap<String, String>,
-    by: String,
-) -> Result<(), Response> {
+    principal: &super::Principal,
+    wants: &Metadata,
+) -> Result<Vec<String>, Response> {
+    if wants.labels.is_none() && wants.annotations.is_none() {
+        return Ok(Vec::new());
+    }
     let Some((node, _)) = s.view.get(name) else {
-        return Ok(());
+        return Ok(Vec::new());
     };
-    let shown = crate::k8s::node_labels(&node);
-    let wanted: Vec<(&str, &String)> = KUBELET_LABELS
-        .iter()
-        .filter_map(|key| Some((*key, labels.get(*key)?)))
-        .filter(|(key, value)| shown.get(*key) != Some(*value))
-        .collect();
-    if wanted.is_empty() {
-        return Ok(());
-    }
     let mut object = crate::k8s::node(&node, None);
-    let own = object.metadata.labels.get_or_insert_with(Default::default);
-    for (key, value) in wanted {
-        own.insert(key.to_string(), value.clone());
+    let (shown_labels, shown_annotations) = (
+        object.metadata.labels.take().unwrap_or_default(),
+        object.metadata.annotations.take().unwrap_or_default(),
+    );
+    let caller = principal.caller();
+    // An authenticated operator writes what it sends, as kube-apiserver
+    // takes it; nodes and anonymous callers (kubelets of a site without
+    // credentials) are held to a kubelet's precedence, and nodes to
+    // NodeRestriction.
+    let decided = if matches!(caller, super::Caller::Operator) {
+        Ok(node_writes::KubeletMetadata {
+            labels: wants.labels.clone().unwrap_or(shown_labels.clone()),
+            annotations: wants
+                .annotations
+                .clone()
+                .unwrap_or(shown_annotations.clone()),
+            kept: Vec::new(),
+        })
+    } else {
+        node_writes::kubelet_metadata(
+            name,
+            matches!(caller, super::Caller::Node(_)),
+            (&shown_labels, &shown_annotations),
+            (wants.labels.as_ref(), wants.annotations.as_ref()),
+        )
+    };
+    let decided = match decided {
+        Ok(decided) => decided,
+        Err(node_writes::MetadataRefusal::Forbidden(message)) => {
+            return Err(node_forbidden(name, &message))
+        }
+        Err(node_writes::MetadataRefusal::Invalid(invalid)) => {
+            return Err((
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Json(crate::k8s::invalid(&invalid)),
+            )
+                .into_response())
+        }
+    };
+    if decided.labels == shown_labels && decided.annotations == shown_annotations {
+        return Ok(decided.kept);
     }
+    object.metadata.labels = Some(decided.labels);
+    object.metadata.annotations = Some(decided.annotations);
     let fields = crate::k8s::operator_fields(&node, &object, false)
         .map_err(|e| super::nodes::write_error(e.into()))?;
     s.controller
-        .edit(name.to_string(), fields, Some(node.resource_version), by)
+        .edit(
+            name.to_string(),
+            fields,
+            Some(node.resource_version),
+            principal.user().name.clone(),
+        )
         .await
-        .map(|_| ())
-        .map_err(push_error)
+        .map_err(push_error)?;
+    Ok(decided.kept)
+}
+
+/// NodeRestriction's 403 on a node's own Node: `nodes "NAME" is
+/// forbidden: MESSAGE`, as apimachinery's `NewForbidden` words it.
+fn node_forbidden(name: &str, message: &str) -> Response {
+    let body = crate::k8s::status_error(
+        403,
+        "Forbidden",
+        &format!("nodes {name:?} is forbidden: {message}"),
+        Some(name),
+        Some("nodes"),
+    );
+    (StatusCode::FORBIDDEN, Json(body)).into_response()
+}
+
+/// Adds a `Warning` header (`299 - "TEXT"`, as kube-apiserver sends
+/// warnings; client-go logs each) for each of `warnings`.
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for text in warnings {
+        let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
 }
 
 async fn push_status(
@@ -565,28 +636,28 @@ pub(crate) async fn patch_status(
         return invalid_fields("Node", &name, vec![e]);
     }
     match merged_status(ct.as_str(), parsed, current, &name, only) {
-        Ok((status, expected, labels)) => {
-            if let Some(labels) = &labels {
-                if let Err(r) =
-                    kubelet_labels(&s, &name, labels, principal.user().name.clone()).await
-                {
-                    return r;
-                }
-            }
-            push_status(&s, name, status, expected).await
+        Ok((status, expected, metadata)) => {
+            let warnings = match kubelet_metadata(&s, &name, &principal, &metadata).await {
+                Ok(warnings) => warnings,
+                Err(r) => return r,
+            };
+            with_warnings(push_status(&s, name, status, expected).await, &warnings)
         }
         Err(r) => r,
     }
 }
 
-/// `POST /api/v1/nodes`: a kubelet registering its node.
+/// `POST /api/v1/nodes`: a kubelet registering its node, with its labels
+/// (a node's own within NodeRestriction's rules: `admission.go:509-513`)
+/// and its annotations (the attach-detach choice,
+/// `kubelet_node_status.go` `initialNode`), in one write.
 pub(crate) async fn create_node(
     State(s): State<AppState>,
     caller: super::Caller,
     ct: ContentType,
     body: Bytes,
 ) -> Response {
-    let node = match json_body::<KubeNode>(ct.as_str(), &body) {
+    let mut node = match json_body::<KubeNode>(ct.as_str(), &body) {
         Ok(node) => node,
         Err(r) => return r,
     };
@@ -594,11 +665,41 @@ pub(crate) async fn create_node(
     if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    if let super::Caller::Node(own) = &caller {
+        if let Some(message) = node_writes::registration_refusal(own, &labels) {
+            return node_forbidden(&name, &message);
+        }
+    }
+    let annotations = node.metadata.annotations.take().unwrap_or_default();
+    let bounds = node_writes::kubelet_metadata(
+        &name,
+        false,
+        (&BTreeMap::new(), &BTreeMap::new()),
+        (Some(&labels), Some(&annotations)),
+    );
+    if let Err(node_writes::MetadataRefusal::Invalid(invalid)) = bounds {
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(crate::k8s::invalid(&invalid)),
+        )
+            .into_response();
+    }
+    let mut causes = crate::validation::annotations(&annotations);
+    if annotations.contains_key(crate::k8s::SOURCE_ANNOTATION) {
+        causes.push(crate::validation::FieldError::forbidden(
+            format!("metadata.annotations[{}]", crate::k8s::SOURCE_ANNOTATION),
+            "records where the node came from, and is set by nodekeeper",
+        ));
+    }
+    if !causes.is_empty() {
+        return invalid_fields("Node", &name, causes);
+    }
     let (spec, status) = match crate::k8s::node_registration(&node) {
         Ok(parts) => parts,
         Err(causes) => return invalid_fields("Node", &name, causes),
     };
-    match s.controller.register(spec, status).await {
+    match s.controller.register(spec, annotations, status).await {
         Ok(node) => {
             let mut created = json_reply(&crate::k8s::NodeJson::shown(&node, None));
             *created.status_mut() = StatusCode::CREATED;

@@ -187,6 +187,10 @@ impl NodeStatus {
                     "kubernetes.io/os": "linux",
                     "kubernetes.io/arch": std::env::consts::ARCH,
                 },
+                // What `initialNode` sets with the default
+                // enableControllerAttachDetach (kubernetes
+                // `pkg/kubelet/kubelet_node_status.go:414`; `pkg/volume/util/util.go:54`).
+                "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
             },
             "status": {
                 "addresses": [
