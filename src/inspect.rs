@@ -575,7 +575,10 @@ impl Source {
                     ),
                 };
                 let answer = self.send(method, &path, content_type, body).await?;
+                // Through a `Value`, as the server reads a Node: one deserializer
+                // for the type in the binary (docs/decisions/binary-size.md).
                 let node: k8s_openapi::api::core::v1::Node = serde_json::from_slice(&answer)
+                    .and_then(serde_json::from_value)
                     .map_err(|e| self.remote_error(format!("unreadable answer: {e}")))?;
                 // The record as the controller keeps it, for what the CLI prints.
                 Ok(self

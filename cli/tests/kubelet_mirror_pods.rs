@@ -195,6 +195,19 @@ async fn a_kubelet_creates_sees_patches_and_deletes_its_mirror_pods() {
         added["object"]["metadata"]["resourceVersion"],
         created_rv.to_string()
     );
+    // A body that does not read as a Pod: 400, naming the field's type.
+    let mut wrong = mirror_pod("etcd", "edge-31", &uid, "h1");
+    wrong["spec"]["containers"] = json!("etcd");
+    let (code, s) = send(&c, "POST", PODS, "application/json", &wrong, None).await;
+    assert_eq!(
+        (code, s["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{s}"
+    );
+    assert!(
+        s["message"].as_str().unwrap().contains("invalid type"),
+        "{s}"
+    );
     // Sent again anyway: 409, as kube-apiserver answers.
     let (code, s) = send(&c, "POST", PODS, PROTOBUF, &pod, None).await;
     assert_eq!(
@@ -246,6 +259,19 @@ async fn a_kubelet_creates_sees_patches_and_deletes_its_mirror_pods() {
     let stale = json!({"metadata": {"uid": "an-older-pod"}, "status": {"phase": "Failed"}});
     let (code, s) = send(&c, "PATCH", &format!("{path}/status"), merge, &stale, None).await;
     assert_eq!((code, s["reason"].as_str()), (409, Some("Conflict")), "{s}");
+    // A status that does not read as a PodStatus: 422, and the pod unchanged.
+    let bad = json!({"metadata": {"uid": pod_uid}, "status": {"phase": 7}});
+    let (code, s) = send(&c, "PATCH", &format!("{path}/status"), merge, &bad, None).await;
+    assert_eq!((code, s["reason"].as_str()), (422, Some("Invalid")), "{s}");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("status: invalid type"),
+        "{s}"
+    );
+    let (_, unchanged) = send(&c, "GET", &path, "", &Value::Null, None).await;
+    assert_eq!(unchanged, patched);
 
     // kubectl get pods -A -o wide: kube-apiserver's columns, node and IP.
     let dir = tempfile::tempdir().unwrap();

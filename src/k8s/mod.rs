@@ -42,7 +42,7 @@ pub use node::{
     NODE_LIST_HEAD,
 };
 pub use operator::{conditions_forbidden, operator_fields, ObjectError};
-pub use pod::{pod_at_version, pod_identity, typed_pod};
+pub use pod::{pod_at_version, pod_identity, read_pod, typed_pod};
 pub use status::{deleted, invalid, invalid_in_group, not_found, status_error, too_many_requests};
 
 /// Annotation that records where a node came from (`static`, `cloud/<provider>`).

@@ -27,6 +27,14 @@ pub fn typed_pod(pod: &k8s_openapi::api::core::v1::Pod) -> serde_json::Result<Va
     Ok(value)
 }
 
+/// A `Pod` read from its JSON, the one way nodekeeper reads one: serde
+/// compiles a type's deserializer once for each way it is read (from bytes,
+/// a string, a `Value`...), and a `Pod`'s is some 300 kB of the binary
+/// (docs/decisions/binary-size.md). A body is parsed into a `Value` first.
+pub fn read_pod(value: Value) -> serde_json::Result<k8s_openapi::api::core::v1::Pod> {
+    serde_json::from_value(value)
+}
+
 /// A pod's JSON as of resourceVersion `seq`.
 pub fn pod_at_version(mut pod: Value, seq: u64) -> Value {
     pod["metadata"]["resourceVersion"] = Value::from(seq.to_string());

@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams};
+use kube::core::PartialObjectMeta;
 
 use super::budget::Priority;
 use super::jobs::{done, failed, store_error, Ctx, PAGE};
@@ -97,7 +99,10 @@ impl Ctx {
         if let Some(why) = self.site_down() {
             return Ok(Evicted::Held(why));
         }
-        let pods: Api<Pod> = Api::all(self.client.clone());
+        // The same requests as an `Api<Pod>`'s, but each pod read for its
+        // metadata only, all that is looked at: the controller never decodes a
+        // whole `Pod` (docs/decisions/binary-size.md).
+        let pods: Api<PartialObjectMeta<Pod>> = Api::all(self.client.clone());
         let mut params = ListParams::default()
             .fields(&format!("spec.nodeName={name}"))
             .limit(PAGE);
@@ -105,21 +110,20 @@ impl Ctx {
         // Bounded: one page per PAGE pods; a node holds at most a few hundred.
         for _ in 0..1000 {
             let page = self.call(priority, "list", || pods.list(&params)).await?;
-            for pod in &page.items {
-                if keeps_its_pod(pod) {
+            for PartialObjectMeta { metadata, .. } in &page.items {
+                if keeps_its_pod(metadata) {
                     kept += 1;
                     continue;
                 }
-                if pod.metadata.deletion_timestamp.is_some() && !gone {
+                if metadata.deletion_timestamp.is_some() && !gone {
                     continue;
                 }
-                let (Some(ns), Some(pod_name)) = (
-                    pod.metadata.namespace.as_deref(),
-                    pod.metadata.name.as_deref(),
-                ) else {
+                let (Some(ns), Some(pod_name)) =
+                    (metadata.namespace.as_deref(), metadata.name.as_deref())
+                else {
                     continue;
                 };
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+                let api: Api<PartialObjectMeta<Pod>> = Api::namespaced(self.client.clone(), ns);
                 match self
                     .call(priority, "delete", || api.delete(pod_name, &delete))
                     .await
@@ -170,15 +174,13 @@ impl Ctx {
 
 /// Pods a node's eviction leaves alone, as the upstream controller does:
 /// DaemonSet pods (they would come straight back) and static pods' mirrors.
-fn keeps_its_pod(pod: &Pod) -> bool {
-    let daemon = pod
-        .metadata
+fn keeps_its_pod(metadata: &ObjectMeta) -> bool {
+    let daemon = metadata
         .owner_references
         .iter()
         .flatten()
         .any(|o| o.kind == "DaemonSet");
-    let mirror = pod
-        .metadata
+    let mirror = metadata
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));

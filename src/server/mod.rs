@@ -125,9 +125,16 @@ pub fn secured_router(state: AppState, tokens: impl Into<Authn>) -> Router {
 }
 
 /// [`secured_router`] with the given request budgets.
-/// Over 80 lines: it is the route table, one line per endpoint, read whole.
 pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Budgets>) -> Router {
-    let authn: Authn = tokens.into();
+    route_table(state, tokens.into(), budgets)
+}
+
+/// [`limited_router`]'s body, not generic, so that it is compiled once: a
+/// generic function is compiled for each type and crate it is used with, and
+/// this one brings every handler's code and the decoders of the objects they
+/// read (docs/decisions/binary-size.md).
+/// Over 80 lines: it is the route table, one line per endpoint, read whole.
+fn route_table(state: AppState, authn: Authn, budgets: Arc<Budgets>) -> Router {
     let routes = discovery::routes()
         .route("/openapi/v2", get(openapi::v2))
         .route("/openapi/v3", get(openapi::v3_index))

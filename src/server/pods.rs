@@ -212,7 +212,8 @@ pub(crate) async fn create_pod(
     ct: ContentType,
     body: Bytes,
 ) -> Answer {
-    let pod = json_body::<Pod>(ct.as_str(), &body)?;
+    let pod = json_body::<Value>(ct.as_str(), &body)
+        .and_then(|pod| crate::k8s::read_pod(pod).map_err(|e| malformed(&e)))?;
     let object = mirror_pod(&s, &caller, pod, &namespace)?;
     KEPT.write(&s, object, ObjectWrite::Create, StatusCode::CREATED)
         .await
@@ -334,13 +335,12 @@ pub(crate) async fn patch_pod_status(
             uid.as_str().unwrap_or(""),
         ));
     }
-    let status = target["status"].take();
-    if let Err(e) = serde_json::from_value::<PodStatus>(status.clone()) {
-        return Err(super::push::invalid("Pod", &name, format!("status: {e}")));
-    }
-    pod["status"] = status;
-    let Ok(mut pod) = serde_json::from_value::<Pod>(pod) else {
-        return Err(super::internal("a kept pod is not a Pod"));
+    pod["status"] = target["status"].take();
+    // The kept pod was read as a Pod when it was created: only the patched
+    // status can fail to read.
+    let mut pod = match crate::k8s::read_pod(pod) {
+        Ok(pod) => pod,
+        Err(e) => return Err(super::push::invalid("Pod", &name, format!("status: {e}"))),
     };
     pod.metadata.resource_version = None;
     let object = stored(&pod, &current.node, &namespace, &name)?;

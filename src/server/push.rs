@@ -162,6 +162,14 @@ pub(crate) fn json_body<T: DeserializeOwned>(ct: &str, body: &Bytes) -> Result<T
     serde_json::from_slice(&json).map_err(|e| malformed(&e))
 }
 
+/// A `Node` sent as `ct`, read through a `Value` as a patched node is
+/// ([`patched_with`]): serde compiles a type's deserializer once for each way
+/// it is read, and a `Node`'s is large (docs/decisions/binary-size.md).
+fn node_body(ct: &str, body: &Bytes) -> Result<KubeNode, Response> {
+    let value = json_body::<serde_json::Value>(ct, body)?;
+    serde_json::from_value(value).map_err(|e| malformed(&e))
+}
+
 /// The body of a `PUT` or `POST` sent as `ct`, as JSON: a JSON body as it
 /// is, a protobuf one read into the Kubernetes JSON of its object
 /// ([`crate::k8s::protobuf`]); any other type is refused (415), as
@@ -599,7 +607,7 @@ pub(crate) async fn put_status(
     if let Err(r) = super::check_may_write_node(&caller, &name) {
         return r;
     }
-    let node = match json_body::<KubeNode>(ct.as_str(), &body) {
+    let node = match node_body(ct.as_str(), &body) {
         Ok(node) => node,
         Err(r) => return r,
     };
@@ -657,7 +665,7 @@ pub(crate) async fn create_node(
     ct: ContentType,
     body: Bytes,
 ) -> Response {
-    let mut node = match json_body::<KubeNode>(ct.as_str(), &body) {
+    let mut node = match node_body(ct.as_str(), &body) {
         Ok(node) => node,
         Err(r) => return r,
     };
