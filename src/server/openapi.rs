@@ -39,6 +39,18 @@ const V2: &str = include_str!("openapi/v2.json");
 const V3: &[(&str, &str)] = &[
     ("api/v1", include_str!("openapi/v3/api__v1_openapi.json")),
     (
+        "apis/authentication.k8s.io/v1",
+        include_str!("openapi/v3/apis__authentication.k8s.io__v1_openapi.json"),
+    ),
+    (
+        "apis/authorization.k8s.io/v1",
+        include_str!("openapi/v3/apis__authorization.k8s.io__v1_openapi.json"),
+    ),
+    (
+        "apis/certificates.k8s.io/v1",
+        include_str!("openapi/v3/apis__certificates.k8s.io__v1_openapi.json"),
+    ),
+    (
         "apis/coordination.k8s.io/v1",
         include_str!("openapi/v3/apis__coordination.k8s.io__v1_openapi.json"),
     ),
