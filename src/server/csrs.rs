@@ -95,10 +95,15 @@ pub(crate) async fn create_csr(
     State(s): State<AppState>,
     principal: Principal,
     ct: ContentType,
+    Query(query): Query<super::openapi::WriteQuery>,
     body: Bytes,
 ) -> Response {
     let csr = match json_body::<CertificateSigningRequest>(ct.as_str(), &body) {
         Ok(csr) => csr,
+        Err(r) => return r,
+    };
+    let warnings = match checked_fields(&query, &body) {
+        Ok(w) => w,
         Err(r) => return r,
     };
     let csr = match prepared(csr, &principal) {
@@ -134,7 +139,7 @@ pub(crate) async fn create_csr(
         version: 0,
         json,
     };
-    match durable_write(&s.store, || s.store.put_api_object(object, None)).await {
+    let answer = match durable_write(&s.store, || s.store.put_api_object(object, None)).await {
         Ok(object) => {
             tracing::info!(csr = %name, user = %principal.user().name, "certificate signing request created");
             (StatusCode::CREATED, Json(served(&object))).into_response()
@@ -145,7 +150,79 @@ pub(crate) async fn create_csr(
             format!("certificatesigningrequests.certificates.k8s.io {name:?} already exists"),
         ),
         Err(e) => super::internal(e),
+    };
+    super::openapi::with_warnings(answer, &warnings)
+}
+
+/// A write's body checked against the CSR schema as `?fieldValidation=`
+/// asks (kubectl sends `Strict`, the OpenAPI document saying the server
+/// checks): the warnings, or the refusal. A JSON patch names no fields by
+/// key, and a body that is not JSON is refused by its parser: neither is
+/// checked here.
+fn checked_fields(
+    query: &super::openapi::WriteQuery,
+    body: &Bytes,
+) -> Result<Vec<String>, Response> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(value) if value.is_object() => {
+            super::openapi::check_fields(query, API_VERSION, KIND, &value)
+        }
+        _ => super::openapi::check_fields(query, API_VERSION, KIND, &Value::Null),
     }
+}
+
+/// `PATCH …/{name}` (merge, strategic merge or JSON patch): only the
+/// labels and annotations change, as kube's update strategy keeps the spec
+/// and the status (`pkg/registry/certificates/certificates/strategy.go`
+/// `csrStrategy.PrepareForUpdate`); who approved stays as it was recorded.
+/// `kubectl apply`, `label` and `annotate` patch CSRs so.
+pub(crate) async fn patch_csr(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    ct: ContentType,
+    Query(query): Query<super::openapi::WriteQuery>,
+    body: Bytes,
+) -> Response {
+    let warnings = match checked_fields(&query, &body) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let current = match s.store.api_object(RESOURCE, "", &name) {
+        Ok(Some(o)) => o,
+        Ok(None) => return not_found(&name),
+        Err(e) => return super::internal(e),
+    };
+    let sent = match super::push::patched::<CertificateSigningRequest>(
+        ct.as_str(),
+        &body,
+        served(&current),
+    ) {
+        Ok(csr) => csr,
+        Err(r) => return r,
+    };
+    let answer = update(&s, &name, sent, |csr, sent| {
+        let approved_by = csr
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(APPROVED_BY).cloned());
+        csr.metadata.labels = sent.metadata.labels;
+        csr.metadata.annotations = sent.metadata.annotations;
+        let annotations = csr
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        match approved_by {
+            Some(by) => annotations.insert(APPROVED_BY.into(), by),
+            None => annotations.remove(APPROVED_BY),
+        };
+        if annotations.is_empty() {
+            csr.metadata.annotations = None;
+        }
+        Ok(())
+    })
+    .await;
+    super::openapi::with_warnings(answer, &warnings)
 }
 
 /// kube-apiserver's create: the name (or one made from `generateName`),

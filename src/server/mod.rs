@@ -247,7 +247,9 @@ pub fn limited_router(state: AppState, tokens: impl Into<Authn>, budgets: Arc<Bu
         )
         .route(
             "/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}",
-            get(csrs::get_csr).delete(csrs::delete_csr),
+            get(csrs::get_csr)
+                .patch(csrs::patch_csr)
+                .delete(csrs::delete_csr),
         )
         .route(
             "/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/approval",
