@@ -69,9 +69,11 @@ pub(crate) async fn create_csr(
     State(s): State<AppState>,
     principal: Principal,
     ct: ContentType,
+    Query(query): Query<super::openapi::WriteQuery>,
     body: Bytes,
 ) -> Answer {
     let csr = json_body::<CertificateSigningRequest>(ct.as_str(), &body)?;
+    let warnings = checked_fields(&query, &body)?;
     let csr = prepared(csr, &principal)?;
     let name = csr.metadata.name.clone().unwrap_or_default();
     if s.store.api_object_count(RESOURCE) >= MAX_CSRS {
@@ -83,7 +85,73 @@ pub(crate) async fn create_csr(
     }
     let object = KEPT.create(&s, &name, &csr).await?;
     tracing::info!(csr = %name, user = %principal.user().name, "certificate signing request created");
-    Ok((StatusCode::CREATED, Json(served(&object))).into_response())
+    let created = (StatusCode::CREATED, Json(served(&object))).into_response();
+    Ok(super::openapi::with_warnings(created, &warnings))
+}
+
+/// A write's body checked against the CSR schema as `?fieldValidation=`
+/// asks (kubectl sends `Strict`, the OpenAPI document saying the server
+/// checks): the warnings, or the refusal. A JSON patch names no fields by
+/// key, and a body that is not JSON is refused by its parser: neither is
+/// checked here.
+fn checked_fields(
+    query: &super::openapi::WriteQuery,
+    body: &Bytes,
+) -> Result<Vec<String>, Response> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(value) if value.is_object() => {
+            super::openapi::check_fields(query, API_VERSION, KIND, &value)
+        }
+        _ => super::openapi::check_fields(query, API_VERSION, KIND, &Value::Null),
+    }
+}
+
+/// `PATCH …/{name}` (merge, strategic merge or JSON patch): only the
+/// labels and annotations change, as kube's update strategy keeps the spec
+/// and the status (`pkg/registry/certificates/certificates/strategy.go`
+/// `csrStrategy.PrepareForUpdate`); who approved stays as it was recorded.
+/// `kubectl apply`, `label` and `annotate` patch CSRs so.
+pub(crate) async fn patch_csr(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    ct: ContentType,
+    Query(query): Query<super::openapi::WriteQuery>,
+    body: Bytes,
+) -> Answer {
+    let warnings = checked_fields(&query, &body)?;
+    let current = s
+        .store
+        .api_object(RESOURCE, "", &name)
+        .map_err(super::internal)?
+        .ok_or_else(|| not_found(RESOURCE, &name))?;
+    let sent = super::push::patched::<CertificateSigningRequest>(
+        ct.as_str(),
+        &body,
+        served(&current),
+    )?;
+    let answer = update(&s, &name, sent, |csr, sent| {
+        let approved_by = csr
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(APPROVED_BY).cloned());
+        csr.metadata.labels = sent.metadata.labels;
+        csr.metadata.annotations = sent.metadata.annotations;
+        let annotations = csr
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        match approved_by {
+            Some(by) => annotations.insert(APPROVED_BY.into(), by),
+            None => annotations.remove(APPROVED_BY),
+        };
+        if annotations.is_empty() {
+            csr.metadata.annotations = None;
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(super::openapi::with_warnings(answer, &warnings))
 }
 
 /// kube-apiserver's create: the name (or one made from `generateName`),

@@ -225,7 +225,9 @@ fn route_table(state: AppState, authn: Authn, budgets: Arc<Budgets>) -> Router {
         )
         .route(
             "/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}",
-            get(csrs::get_csr).delete(csrs::delete_csr),
+            get(csrs::get_csr)
+                .patch(csrs::patch_csr)
+                .delete(csrs::delete_csr),
         )
         .route(
             "/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/approval",

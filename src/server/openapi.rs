@@ -24,44 +24,90 @@
 //!   `pkg/cmd/apply/patcher.go:135-170`). v2 is served as JSON to clients
 //!   that ask for JSON.
 
+//!
+//! The documents are kept gzipped (211 kB instead of 1.1 MB of JSON):
+//! a client that takes gzip (`Accept-Encoding: gzip`, as kubectl and every
+//! Go client send it) gets them as they are kept, with `Content-Encoding:
+//! gzip`; another gets them inflated, at most [`MAX_INFLATED`] bytes.
+
+use std::io::Read;
+
+use axum::body::Body;
 use axum::extract::{Path, Query};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
 use super::status_error;
 
-/// The v2 document (`swagger.json`, cut).
-const V2: &str = include_str!("openapi/v2.json");
+/// The v2 document (`swagger.json`, cut), gzipped.
+const V2: &[u8] = include_bytes!("openapi/v2.json.gz");
 
-/// The v3 documents: group version path, and the document.
-const V3: &[(&str, &str)] = &[
-    ("api/v1", include_str!("openapi/v3/api__v1_openapi.json")),
+/// The v3 documents, gzipped: group version path, and the document.
+const V3: &[(&str, &[u8])] = &[
+    (
+        "api/v1",
+        include_bytes!("openapi/v3/api__v1_openapi.json.gz"),
+    ),
+    (
+        "apis/authentication.k8s.io/v1",
+        include_bytes!("openapi/v3/apis__authentication.k8s.io__v1_openapi.json.gz"),
+    ),
+    (
+        "apis/authorization.k8s.io/v1",
+        include_bytes!("openapi/v3/apis__authorization.k8s.io__v1_openapi.json.gz"),
+    ),
+    (
+        "apis/certificates.k8s.io/v1",
+        include_bytes!("openapi/v3/apis__certificates.k8s.io__v1_openapi.json.gz"),
+    ),
     (
         "apis/coordination.k8s.io/v1",
-        include_str!("openapi/v3/apis__coordination.k8s.io__v1_openapi.json"),
+        include_bytes!("openapi/v3/apis__coordination.k8s.io__v1_openapi.json.gz"),
     ),
     (
         "apis/events.k8s.io/v1",
-        include_str!("openapi/v3/apis__events.k8s.io__v1_openapi.json"),
+        include_bytes!("openapi/v3/apis__events.k8s.io__v1_openapi.json.gz"),
     ),
     (
         "apis/node.k8s.io/v1",
-        include_str!("openapi/v3/apis__node.k8s.io__v1_openapi.json"),
+        include_bytes!("openapi/v3/apis__node.k8s.io__v1_openapi.json.gz"),
     ),
     (
         "apis/storage.k8s.io/v1",
-        include_str!("openapi/v3/apis__storage.k8s.io__v1_openapi.json"),
+        include_bytes!("openapi/v3/apis__storage.k8s.io__v1_openapi.json.gz"),
     ),
 ];
 
+/// The most a document is inflated to: the largest is 418 kB of JSON.
+const MAX_INFLATED: u64 = 4 * 1024 * 1024;
+
+/// A kept document, inflated (at most [`MAX_INFLATED`] bytes).
+fn inflate(gz: &[u8]) -> std::io::Result<Vec<u8>> {
+    // gzip's trailer ends with the inflated size (mod 2^32): room for it at once.
+    let size = gz
+        .last_chunk::<4>()
+        .map_or(0, |n| u64::from(u32::from_le_bytes(*n)))
+        .min(MAX_INFLATED);
+    let mut text = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    flate2::read::GzDecoder::new(gz)
+        .take(MAX_INFLATED + 1)
+        .read_to_end(&mut text)?;
+    if text.len() as u64 > MAX_INFLATED {
+        return Err(std::io::Error::other(format!(
+            "an embedded OpenAPI document inflates to more than {MAX_INFLATED} bytes"
+        )));
+    }
+    Ok(text)
+}
+
 /// A document's hash, for its `?hash=` (a cache buster, as kube-apiserver's
-/// is): 64-bit FNV-1a, in hex.
-fn hash(document: &str) -> String {
+/// is): 64-bit FNV-1a of the kept (gzipped) bytes, in hex.
+fn hash(document: &[u8]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in document.bytes() {
-        h ^= u64::from(b);
+    for b in document {
+        h ^= u64::from(*b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{h:016X}")
@@ -78,6 +124,30 @@ fn admits_json(headers: &HeaderMap) -> bool {
     })
 }
 
+/// Whether `Accept-Encoding` takes gzip (RFC 9110 12.5.3): `gzip` (or
+/// `x-gzip`), or `*` without a `gzip` of its own, with a quality above 0.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    let mut gzip = None;
+    let mut any = None;
+    for value in headers.get_all(header::ACCEPT_ENCODING) {
+        let Ok(value) = value.to_str() else { continue };
+        for coding in value.split(',') {
+            let mut parts = coding.split(';');
+            let name = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| p.trim().strip_prefix("q=").or(p.trim().strip_prefix("Q=")))
+                .find_map(|q| q.trim().parse::<f32>().ok())
+                .unwrap_or(1.0);
+            match name.as_str() {
+                "gzip" | "x-gzip" => gzip = Some(q > 0.0),
+                "*" => any = Some(q > 0.0),
+                _ => {}
+            }
+        }
+    }
+    gzip.or(any).unwrap_or(false)
+}
+
 fn not_acceptable(headers: &HeaderMap) -> Response {
     let accept = headers
         .get(header::ACCEPT)
@@ -90,15 +160,29 @@ fn not_acceptable(headers: &HeaderMap) -> Response {
     )
 }
 
-fn document(text: &'static str, cache: &'static str) -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "application/json"),
-            (header::CACHE_CONTROL, cache),
-        ],
-        text,
-    )
-        .into_response()
+/// The kept document `gz` as JSON: gzipped as it is kept to a client that
+/// takes gzip, inflated for another.
+fn document(gz: &'static [u8], cache: &'static str, headers: &HeaderMap) -> Response {
+    let mut response = if accepts_gzip(headers) {
+        let mut response = Body::from(gz).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        response
+    } else {
+        match inflate(gz) {
+            Ok(text) => Body::from(text).into_response(),
+            Err(e) => return super::internal(e),
+        }
+    };
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    h.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+    response
 }
 
 /// `GET /openapi/v2`.
@@ -106,15 +190,15 @@ pub(crate) async fn v2(headers: HeaderMap) -> Response {
     if !admits_json(&headers) {
         return not_acceptable(&headers);
     }
-    document(V2, "no-cache, private")
+    document(V2, "no-cache, private", &headers)
 }
 
 /// `GET /openapi/v3`: the index of the group versions' documents.
 pub(crate) async fn v3_index() -> Response {
     let paths: serde_json::Map<String, Value> = V3
         .iter()
-        .map(|(path, text)| {
-            let url = format!("/openapi/v3/{path}?hash={}", hash(text));
+        .map(|(path, gz)| {
+            let url = format!("/openapi/v3/{path}?hash={}", hash(gz));
             ((*path).to_string(), json!({"serverRelativeURL": url}))
         })
         .collect();
@@ -133,7 +217,7 @@ pub(crate) async fn v3(
     Query(query): Query<HashQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let Some((_, text)) = V3.iter().find(|(p, _)| *p == path) else {
+    let Some((_, gz)) = V3.iter().find(|(p, _)| *p == path) else {
         return status_error(
             StatusCode::NOT_FOUND,
             "NotFound",
@@ -147,8 +231,8 @@ pub(crate) async fn v3(
         return not_acceptable(&headers);
     }
     match query.hash {
-        Some(h) if h == hash(text) => document(text, "public, immutable"),
-        _ => document(text, "no-cache, private"),
+        Some(h) if h == hash(gz) => document(gz, "public, immutable", &headers),
+        _ => document(gz, "no-cache, private", &headers),
     }
 }
 
@@ -156,13 +240,18 @@ fn served() -> String {
     V3.iter().map(|(p, _)| *p).collect::<Vec<_>>().join(", ")
 }
 
-/// The parsed v3 document of a group version (`v1`, `G/V`), parsed once
-/// (the core one is 380 kB of JSON).
+/// The parsed v3 document of a group version (`v1`, `G/V`), inflated and
+/// parsed once (the core one is 380 kB of JSON).
 fn v3_document(group_version: &str) -> Option<&'static Value> {
     static PARSED: std::sync::OnceLock<Vec<(&'static str, Value)>> = std::sync::OnceLock::new();
     let parsed = PARSED.get_or_init(|| {
         V3.iter()
-            .map(|(path, text)| (*path, serde_json::from_str(text).unwrap_or(Value::Null)))
+            .map(|(path, gz)| {
+                let doc = inflate(gz)
+                    .ok()
+                    .and_then(|t| serde_json::from_slice(&t).ok());
+                (*path, doc.unwrap_or(Value::Null))
+            })
             .collect()
     });
     let path = match group_version {
@@ -360,18 +449,128 @@ fn walk(
 mod tests {
     use super::*;
 
+    /// The JSON `scripts/openapi-subset` wrote beside each kept document.
+    const JSON: &[(&str, &str)] = &[
+        ("v2", include_str!("openapi/v2.json")),
+        ("api/v1", include_str!("openapi/v3/api__v1_openapi.json")),
+        (
+            "apis/authentication.k8s.io/v1",
+            include_str!("openapi/v3/apis__authentication.k8s.io__v1_openapi.json"),
+        ),
+        (
+            "apis/authorization.k8s.io/v1",
+            include_str!("openapi/v3/apis__authorization.k8s.io__v1_openapi.json"),
+        ),
+        (
+            "apis/certificates.k8s.io/v1",
+            include_str!("openapi/v3/apis__certificates.k8s.io__v1_openapi.json"),
+        ),
+        (
+            "apis/coordination.k8s.io/v1",
+            include_str!("openapi/v3/apis__coordination.k8s.io__v1_openapi.json"),
+        ),
+        (
+            "apis/events.k8s.io/v1",
+            include_str!("openapi/v3/apis__events.k8s.io__v1_openapi.json"),
+        ),
+        (
+            "apis/node.k8s.io/v1",
+            include_str!("openapi/v3/apis__node.k8s.io__v1_openapi.json"),
+        ),
+        (
+            "apis/storage.k8s.io/v1",
+            include_str!("openapi/v3/apis__storage.k8s.io__v1_openapi.json"),
+        ),
+    ];
+
     #[test]
-    fn every_document_parses_and_the_index_names_each() {
-        for (path, text) in V3 {
-            let doc: Value = serde_json::from_str(text).unwrap();
+    fn every_kept_document_inflates_to_its_json_and_parses() {
+        let kept = std::iter::once(("v2", V2)).chain(V3.iter().copied());
+        let names: Vec<&str> = kept.clone().map(|(path, _)| path).collect();
+        let json: Vec<&str> = JSON.iter().map(|(path, _)| *path).collect();
+        assert_eq!(names, json);
+        for ((path, gz), (_, text)) in kept.zip(JSON) {
+            let inflated = inflate(gz).unwrap();
+            assert!(
+                inflated == text.as_bytes(),
+                "{path}: the .gz is not its .json"
+            );
+            let doc: Value = serde_json::from_slice(&inflated).unwrap();
             assert!(
                 doc["paths"].as_object().is_some_and(|p| !p.is_empty()),
                 "{path}"
             );
+            assert!(gz.len() * 3 < inflated.len(), "{path}");
         }
-        let v2: Value = serde_json::from_str(V2).unwrap();
+        let v2: Value = serde_json::from_slice(&inflate(V2).unwrap()).unwrap();
         assert_eq!(v2["swagger"], "2.0");
         assert_ne!(hash(V3[0].1), hash(V3[1].1));
+    }
+
+    #[test]
+    fn a_document_larger_than_the_bound_is_not_inflated() {
+        use std::io::Write;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let zeros = vec![0u8; 1024 * 1024];
+        for _ in 0..=MAX_INFLATED / zeros.len() as u64 {
+            encoder.write_all(&zeros).unwrap();
+        }
+        let gz = encoder.finish().unwrap();
+        let error = inflate(&gz).unwrap_err();
+        assert!(error.to_string().contains("more than"), "{error}");
+    }
+
+    fn encodings(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT_ENCODING, value.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn gzip_is_sent_to_a_client_that_takes_it() {
+        for taken in [
+            "gzip",
+            "gzip, deflate, br",
+            "deflate, GZIP;q=0.5",
+            "*",
+            "x-gzip",
+        ] {
+            assert!(accepts_gzip(&encodings(taken)), "{taken}");
+        }
+        for refused in ["identity", "br", "gzip;q=0", "gzip;q=0.0, *", "*;q=0", ""] {
+            assert!(!accepts_gzip(&encodings(refused)), "{refused}");
+        }
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+
+    async fn body(response: Response) -> Vec<u8> {
+        use http_body_util::BodyExt;
+        response
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec()
+    }
+
+    #[tokio::test]
+    async fn documents_are_served_gzipped_or_inflated_as_the_client_takes() {
+        let gzipped = v2(encodings("gzip")).await;
+        assert_eq!(gzipped.status(), StatusCode::OK);
+        let h = gzipped.headers();
+        assert_eq!(h[header::CONTENT_ENCODING], "gzip");
+        assert_eq!(h[header::CONTENT_TYPE], "application/json");
+        assert_eq!(h[header::CACHE_CONTROL], "no-cache, private");
+        assert_eq!(h[header::VARY], "Accept-Encoding");
+        assert_eq!(body(gzipped).await, V2);
+
+        let plain = v2(HeaderMap::new()).await;
+        let h = plain.headers();
+        assert!(h.get(header::CONTENT_ENCODING).is_none());
+        assert_eq!(h[header::CONTENT_TYPE], "application/json");
+        assert_eq!(h[header::VARY], "Accept-Encoding");
+        assert!(body(plain).await == JSON[0].1.as_bytes());
     }
 
     #[test]
