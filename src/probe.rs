@@ -15,10 +15,9 @@
 //! framing, body, trailers) by [`READ_CAP`], and the whole exchange by the
 //! timeout. A probe that panics fails alone.
 //!
-//! This file (about 900 production lines) is over the ~600 the project aims
-//! for: the hand-written reader (framing, chunking, caps) and the errors it
-//! reports are one piece, kept together with the property tests that check
-//! it against every way an answer can be cut or stretched.
+//! The hand-written reader (framing, chunking, caps) and the errors it
+//! reports are one piece, kept with the property tests that check it against
+//! every way an answer can be cut or stretched.
 
 use std::future::Future;
 use std::io;
