@@ -3,10 +3,9 @@
 //!
 //! The flags become a [`RunConfig`] in `crate::config`, completely, before anything
 //! is opened; the tasks `run` starts are supervised by `supervise.rs`. `run`
-//! itself stays one function (about 300 lines): it is the start-up sequence,
-//! read top to bottom, each step named by a comment, and splitting it would
-//! scatter an order that matters (limits, store, listener, discovery file,
-//! tasks) across functions that each do one step of it.
+//! itself stays one function: it is the start-up sequence, read top to
+//! bottom, each step named by a comment, in an order that matters (limits,
+//! store, listener, discovery file, tasks).
 
 use std::sync::Arc;
 
@@ -36,9 +35,7 @@ fn reachable(local: std::net::SocketAddr) -> std::net::SocketAddr {
     }
 }
 
-/// Runs the controller until `shutdown`. Over 80 lines: it is the start-up
-/// sequence, in an order that matters, read top to bottom (see the module's
-/// opening comment).
+/// Runs the controller until `shutdown` (see the module's opening comment).
 pub async fn run(mut config: RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
     let limit = config.open_files;
     let sim_nodes = config.simulate.as_ref().map_or(0, |s| s.nodes);

@@ -358,32 +358,25 @@ impl Controller {
                 .expect("pushed above")
                 .record(node, events);
         }
-        for taints in taint_batches {
-            if let Err(e) = self.commit(taints).await {
-                // The evictions wait for the store as well: decided again next pass.
+        // The taints first, then the decisions: a decision is durable before
+        // anything acts on it.
+        let mut writes: Vec<_> = taint_batches
+            .into_iter()
+            .map(|taints| ("taint changes", taints))
+            .collect();
+        writes.push(("eviction decisions", batch));
+        for (what, batch) in writes.into_iter().filter(|(_, b)| !b.is_empty()) {
+            if let Err(e) = self.commit(batch).await {
+                // Not recorded, so not done: the next pass decides again.
                 for (name, _) in &pass.evict {
                     self.evictor.forget(name);
                 }
-                return super::log_unstored("taint changes", &e);
+                return super::log_unstored(what, &e);
             }
-        }
-        if batch.is_empty() {
-            return;
-        }
-        // The decision is durable before anything acts on it.
-        if let Err(e) = self.commit(batch).await {
-            // Not recorded, so not done: the next pass decides again.
-            for (name, _) in &pass.evict {
-                self.evictor.forget(name);
-            }
-            return super::log_unstored("eviction decisions", &e);
         }
         for (name, reason, hook) in hooks {
-            let timeout = config.hook_timeout;
-            self.hooks.spawn(async move {
-                let result = run_hook(&hook, &name, &reason, timeout).await;
-                (name, result)
-            });
+            self.hooks
+                .spawn(run_hook(hook, name, reason, config.hook_timeout));
         }
     }
 
@@ -416,12 +409,8 @@ impl Controller {
             }
             tracing::warn!(node = %name, "resuming an eviction hook a stop interrupted");
             let reason = format!("{reason} (resumed after a controller restart)");
-            let timeout = config.hook_timeout;
-            let hook = hook.clone();
-            self.hooks.spawn(async move {
-                let result = run_hook(&hook, &name, &reason, timeout).await;
-                (name, result)
-            });
+            self.hooks
+                .spawn(run_hook(hook.clone(), name, reason, config.hook_timeout));
         }
         if !batch.is_empty() {
             if let Err(e) = self.commit(batch).await {
@@ -442,18 +431,25 @@ impl Controller {
 }
 
 /// Runs `sh -c HOOK` with the node name and reason as `$1` and `$2` (and in
-/// `NODEKEEPER_NODE` / `NODEKEEPER_REASON`), within `timeout`; says how it went.
-async fn run_hook(hook: &str, node: &str, reason: &str, timeout: Duration) -> String {
+/// `NODEKEEPER_NODE` / `NODEKEEPER_REASON`), within `timeout`; answers the
+/// node and how it went.
+async fn run_hook(
+    hook: String,
+    node: String,
+    reason: String,
+    timeout: Duration,
+) -> (String, String) {
     let run = crate::hook::HookRun {
         name: "nodekeeper-eviction-hook",
-        args: vec![node.to_string(), reason.to_string()],
+        args: vec![node.clone(), reason.clone()],
         env: vec![
-            ("NODEKEEPER_NODE", node.to_string()),
-            ("NODEKEEPER_REASON", reason.to_string()),
+            ("NODEKEEPER_NODE", node.clone()),
+            ("NODEKEEPER_REASON", reason),
         ],
         stdin: None,
     };
-    crate::hook::run(hook, run, timeout).await.to_string()
+    let outcome = crate::hook::run(&hook, run, timeout).await;
+    (node, outcome.to_string())
 }
 
 #[cfg(test)]

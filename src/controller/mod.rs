@@ -10,13 +10,11 @@
 //! waits for the disk only where it must (a sweep's or a monitor pass's
 //! results), and a pushed change is answered by the writer once durable.
 //!
-//! This file (about 900 lines) is over the ~600 the project aims for, and
-//! `start` and `run` are over 80 lines: it holds the one task's state (the
-//! tracked records, what was sent ahead of the writer and its settling) and
-//! the loop that drives it, one `select!` arm per timer or message, each arm
-//! a call. What each pass decides lives in its own file (`conditions`,
-//! `sweep`, `monitor`, `push`, `cloud_sync`, `evict`); the state's
-//! bookkeeping would be the next to move out, with the planned refactor.
+//! This file holds the one task's state (the tracked records, what was sent
+//! ahead of the writer and its settling) and the loop that drives it, one
+//! `select!` arm per timer or message, each arm a call. What each pass
+//! decides lives in its own file (`conditions`, `sweep`, `monitor`, `push`,
+//! `cloud_sync`, `eviction`).
 
 mod clock;
 mod cloud_sync;

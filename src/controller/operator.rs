@@ -110,33 +110,23 @@ pub fn fold(node: &Node, fields: OperatorFields, now: Micros) -> Option<(Node, V
         });
         next.unschedulable = fields.unschedulable;
     }
-    let keys: BTreeSet<&String> = node.labels.keys().chain(fields.labels.keys()).collect();
-    for key in keys {
-        let (from, to) = (node.labels.get(key), fields.labels.get(key));
-        if from != to {
-            changes.push(NodeChange::Label {
-                key: key.clone(),
-                from: from.cloned(),
-                to: to.cloned(),
-            });
+    type ChangeOf = fn(String, Option<String>, Option<String>) -> NodeChange;
+    let label: ChangeOf = |key, from, to| NodeChange::Label { key, from, to };
+    let annotation: ChangeOf = |key, from, to| NodeChange::Annotation { key, from, to };
+    let maps = [
+        (&node.labels, &fields.labels, label),
+        (&node.annotations, &fields.annotations, annotation),
+    ];
+    for (was, is, change) in maps {
+        let keys: BTreeSet<&String> = was.keys().chain(is.keys()).collect();
+        for key in keys {
+            let (from, to) = (was.get(key), is.get(key));
+            if from != to {
+                changes.push(change(key.clone(), from.cloned(), to.cloned()));
+            }
         }
     }
     next.labels = fields.labels.clone();
-    let keys: BTreeSet<&String> = node
-        .annotations
-        .keys()
-        .chain(fields.annotations.keys())
-        .collect();
-    for key in keys {
-        let (from, to) = (node.annotations.get(key), fields.annotations.get(key));
-        if from != to {
-            changes.push(NodeChange::Annotation {
-                key: key.clone(),
-                from: from.cloned(),
-                to: to.cloned(),
-            });
-        }
-    }
     next.annotations = fields.annotations.clone();
 
     let theirs: Vec<&Taint> = node

@@ -14,11 +14,10 @@
 //! back the durable state of what it had sent ahead, sends [`Job::Resume`]:
 //! a job computed from a change that was refused must not be written.
 //!
-//! This file (about 700 production lines) is over the ~600 the project aims
-//! for: the writer's loop, its group commit and its full-disk refusal share
-//! one state (what is pending, what was refused, what to resume) and are kept
-//! together so that the refusal rule above is checked in one place; the
-//! gauge moves of a group (`NodeCounts`) follow what it publishes.
+//! The writer's loop, its group commit and its full-disk refusal share one
+//! state (what is pending, what was refused, what to resume), so the refusal
+//! rule above is checked in one place; the gauge moves of a group
+//! (`NodeCounts`) follow what it publishes.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -186,13 +186,7 @@ impl TransitionHook {
             let read = match self.config.mode {
                 TransitionHookMode::Each => {
                     self.warn_if_behind(pending);
-                    self.store
-                        .history(&HistoryQuery {
-                            after_seq: Some(self.cursor),
-                            limit: Some(PAGE),
-                            ..HistoryQuery::default()
-                        })
-                        .map(Waiting::Each)
+                    self.page_after(self.cursor).map(Waiting::Each)
                 }
                 TransitionHookMode::Batch => self.read_batch().map(Waiting::Batch),
             };
@@ -266,11 +260,7 @@ impl TransitionHook {
             ..Batch::default()
         };
         loop {
-            let page = self.store.history(&HistoryQuery {
-                after_seq: Some(batch.through),
-                limit: Some(PAGE),
-                ..HistoryQuery::default()
-            })?;
+            let page = self.page_after(batch.through)?;
             for event in &page {
                 if matches!(event.kind, EventKind::ConditionChanged { .. }) {
                     if batch.count == BATCH_MAX || batch.lines.len() >= BATCH_BYTES {
@@ -293,6 +283,15 @@ impl TransitionHook {
                 return Ok(batch);
             }
         }
+    }
+
+    /// Up to a page of the history after `seq`.
+    fn page_after(&self, seq: u64) -> Result<Vec<Event>, StoreError> {
+        self.store.history(&HistoryQuery {
+            after_seq: Some(seq),
+            limit: Some(PAGE),
+            ..HistoryQuery::default()
+        })
     }
 
     /// Runs the hook for each transition on `page`, keeping the cursor after

@@ -102,13 +102,9 @@ impl Ctx {
                 Err(e) => return Err(e),
             }
         }
-        Err(ApiError {
-            code: Some(409),
-            message: format!(
-                "the CSINode of {name} kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"
-            ),
-            retry_after: None,
-        })
+        Err(ApiError::conflict(format!(
+            "the CSINode of {name} kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"
+        )))
     }
 
     /// Deletes node `name`'s CSINode upstream with its Node.

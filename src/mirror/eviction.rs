@@ -44,11 +44,7 @@ pub(super) async fn evict_and_record(
     };
     let kind = EventKind::EvictionDone { result };
     if let Err(e) = ctx.controller.record(name.to_string(), kind).await {
-        let e = ApiError {
-            code: None,
-            message: e.to_string(),
-            retry_after: None,
-        };
+        let e = ApiError::local(e.to_string());
         return Err(failed(ctx, format!("recording the eviction of {name}"), e));
     }
     Ok(())

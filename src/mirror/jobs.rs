@@ -114,14 +114,10 @@ impl Ctx {
             let started = Instant::now();
             let result = match tokio::time::timeout(self.config.request_timeout, request()).await {
                 Ok(r) => r.map_err(ApiError::from),
-                Err(_) => Err(ApiError {
-                    code: None,
-                    message: format!(
-                        "no answer within {}",
-                        crate::duration::format(self.config.request_timeout)
-                    ),
-                    retry_after: None,
-                }),
+                Err(_) => Err(ApiError::local(format!(
+                    "no answer within {}",
+                    crate::duration::format(self.config.request_timeout)
+                ))),
             };
             self.metrics
                 .mirror_request_duration
@@ -278,13 +274,9 @@ impl Ctx {
             }
         }
         self.upstream().distrust(name);
-        Err(ApiError {
-            code: Some(409),
-            message: format!(
-                "node {name} kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"
-            ),
-            retry_after: None,
-        })
+        Err(ApiError::conflict(format!(
+            "node {name} kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"
+        )))
     }
 
     /// Creates the Node as `desired`; `None` when it was created meanwhile.
@@ -458,11 +450,9 @@ impl Ctx {
         }
         let Some(written) = written else {
             self.leases().remove(name);
-            return Err(ApiError {
-                code: Some(409),
-                message: format!("the Lease of {name} kept changing under us"),
-                retry_after: None,
-            });
+            return Err(ApiError::conflict(format!(
+                "the Lease of {name} kept changing under us"
+            )));
         };
         match written.metadata.resource_version {
             Some(rv) => self.leases().insert(name.to_string(), LeaseKnown::At(rv)),
@@ -559,11 +549,7 @@ fn to_value(node: &KubeNode) -> Value {
 }
 
 pub(crate) fn store_error(e: crate::store::StoreError) -> ApiError {
-    ApiError {
-        code: None,
-        message: e.to_string(),
-        retry_after: None,
-    }
+    ApiError::local(e.to_string())
 }
 
 /// A mirror's shared state against an in-process API server, for tests.

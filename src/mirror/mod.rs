@@ -133,6 +133,23 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// A failure without an answer from the API server.
+    pub(crate) fn local(message: String) -> ApiError {
+        ApiError {
+            code: None,
+            message,
+            retry_after: None,
+        }
+    }
+
+    /// A write that kept meeting a conflict (`409`).
+    pub(crate) fn conflict(message: String) -> ApiError {
+        ApiError {
+            code: Some(409),
+            ..ApiError::local(message)
+        }
+    }
+
     fn is(&self, code: u16) -> bool {
         self.code == Some(code)
     }
@@ -171,11 +188,7 @@ impl From<kube::Error> for ApiError {
                     }
                     source = cause.source();
                 }
-                ApiError {
-                    code: None,
-                    message,
-                    retry_after: None,
-                }
+                ApiError::local(message)
             }
         }
     }

@@ -25,16 +25,13 @@ use tokio::sync::mpsc;
 use super::node_objects::served;
 use super::params::{wants_table, ListParams};
 use super::pods::{field, POD_FIELDS, RESOURCE};
-use super::watch::{
-    begin, gone_line, line, read_after, stream_response, Read, Scope, WatchStart, BOOKMARK_EVERY,
-    DEFAULT_TIMEOUT,
-};
+use super::watch::{begin, line, stream_response, Follow, Scope, WatchStart, DEFAULT_TIMEOUT};
 use super::{Answer, AppState};
 use crate::k8s::selectors::{FieldSelector, LabelSelector};
 use crate::k8s::table::{self, IncludeObject};
-use crate::k8s::watch::{bookmark, WatchEventType};
+use crate::k8s::watch::WatchEventType;
 use crate::k8s::{pod_at_version, pod_identity};
-use crate::model::{EventKind, Micros, ObjectKey};
+use crate::model::{Event, EventKind, Micros, ObjectKey};
 
 /// What a pod watch selects and how it renders.
 struct Selection {
@@ -107,7 +104,7 @@ fn events_of(
     s: &AppState,
     sel: &Selection,
     known: &mut Known,
-    event: &crate::model::Event,
+    event: &Event,
 ) -> Vec<(WatchEventType, Value)> {
     let Some(node) = event.node.as_deref() else {
         return Vec::new();
@@ -219,63 +216,21 @@ async fn stream(
     }
     // A kubelet's watch of its own pods (`spec.nodeName=NAME`) reads its
     // node's entries only.
-    let scope = match &sel.node {
-        Some(node) => Scope::One(node.clone()),
-        None => Scope::All,
-    };
-    let mut last = start;
-    let mut durable_rx = s.view.subscribe();
-    let deadline = tokio::time::sleep(timeout);
-    tokio::pin!(deadline);
-    let mut ticks = tokio::time::interval(BOOKMARK_EVERY);
-    ticks.reset();
-    loop {
-        let Read {
-            events,
-            read_to,
-            more,
-        } = match read_after(&s, last, pin.floor(), &scope).await {
-            Ok(read) => read,
-            Err(e) => {
-                let _ = out.send(gone_line(e)).await;
-                return;
-            }
-        };
+    let scope = sel.node.clone().map_or(Scope::All, Scope::One);
+    let bookmarks = bookmarks.then_some(("v1", "Pod"));
+    let mut follow = Follow::new(&s, &out, (start, pin), scope, timeout, bookmarks);
+    while let Some(events) = follow.page().await {
         // The view shows the pods of entries up to this seq; later ones
         // wait for it, so none is missed.
         let published = s.view.published();
-        let mut behind = false;
-        for event in &events {
-            if event.seq > published {
-                behind = true;
-                break;
-            }
-            last = event.seq;
+        let shown = events.partition_point(|e| e.seq <= published);
+        for event in &events[..shown] {
             for (kind, pod) in events_of(&s, &sel, &mut known, event) {
                 if out.send(line(kind, sel.render(pod))).await.is_err() {
                     return;
                 }
             }
         }
-        if !behind {
-            // Every entry of the scope up to `read_to` was streamed.
-            last = last.max(read_to);
-        }
-        pin.advance(last);
-        if more && !behind {
-            continue;
-        }
-        tokio::select! {
-            changed = durable_rx.changed() => if changed.is_err() { return },
-            _ = &mut deadline => return,
-            _ = s.shutdown.cancelled() => return,
-            _ = out.closed() => return,
-            _ = ticks.tick(), if bookmarks => {
-                let mark = line(WatchEventType::Bookmark, bookmark("v1", "Pod", last));
-                if out.send(mark).await.is_err() {
-                    return;
-                }
-            }
-        }
+        follow.streamed(&events, shown);
     }
 }

@@ -327,10 +327,106 @@ pub(crate) fn line(kind: WatchEventType, object: Value) -> Bytes {
     Bytes::from(watch_line(kind, object))
 }
 
-/// Streams a watch: the backlog from the asked version, then live events,
-/// bookmarks and the end of the stream. Over 80 lines: one loop whose
-/// `select!` arms (a new event, the bookmark timer, the deadline, the store
-/// falling behind) share the stream's position.
+/// A watch following the log of its scope once its start is streamed: it
+/// hands out the log's events a page at a time, and between pages waits for
+/// new durable events and sends the bookmarks, until the timeout, the client
+/// leaving or the server stopping. History pruned before it was read ends
+/// the stream with `410 Expired`.
+pub(crate) struct Follow<'a> {
+    s: &'a AppState,
+    out: &'a mpsc::Sender<Bytes>,
+    /// Every event of the scope up to here is streamed.
+    last: u64,
+    pin: ReadPin,
+    scope: Scope,
+    /// `apiVersion` and `kind` of the bookmarks (`None`: the client does
+    /// not allow them).
+    bookmarks: Option<(&'static str, &'static str)>,
+    durable_rx: tokio::sync::watch::Receiver<u64>,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    ticks: tokio::time::Interval,
+    /// The last page's `read_to`, and whether the next one waits for news.
+    read_to: u64,
+    wait: bool,
+}
+
+impl<'a> Follow<'a> {
+    pub(crate) fn new(
+        s: &'a AppState,
+        out: &'a mpsc::Sender<Bytes>,
+        at: (u64, ReadPin),
+        scope: Scope,
+        timeout: Duration,
+        bookmarks: Option<(&'static str, &'static str)>,
+    ) -> Self {
+        let mut ticks = tokio::time::interval(BOOKMARK_EVERY);
+        ticks.reset();
+        Follow {
+            s,
+            out,
+            last: at.0,
+            pin: at.1,
+            scope,
+            bookmarks,
+            durable_rx: s.view.subscribe(),
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            ticks,
+            read_to: at.0,
+            wait: false,
+        }
+    }
+
+    /// The pin's floor: history down to here is kept for this watch.
+    pub(crate) fn floor(&self) -> u64 {
+        self.pin.floor()
+    }
+
+    /// The next page of the scope's events (`None`: the stream ends). Each
+    /// page is answered with [`Follow::streamed`].
+    pub(crate) async fn page(&mut self) -> Option<Vec<Event>> {
+        if std::mem::take(&mut self.wait) {
+            tokio::select! {
+                changed = self.durable_rx.changed() => changed.ok()?,
+                _ = &mut self.deadline => return None,
+                _ = self.s.shutdown.cancelled() => return None,
+                _ = self.out.closed() => return None,
+                _ = self.ticks.tick(), if self.bookmarks.is_some() => {
+                    let (api_version, kind) = self.bookmarks.unwrap_or_default();
+                    let mark = bookmark(api_version, kind, self.last);
+                    self.out.send(line(WatchEventType::Bookmark, mark)).await.ok()?;
+                }
+            }
+        }
+        match read_after(self.s, self.last, self.pin.floor(), &self.scope).await {
+            Ok(read) => {
+                self.read_to = read.read_to;
+                self.wait = !read.more;
+                Some(read.events)
+            }
+            Err(e) => {
+                let _ = self.out.send(gone_line(e)).await;
+                None
+            }
+        }
+    }
+
+    /// The first `streamed` of the page's `events` are streamed; the rest
+    /// are read again once there is news.
+    pub(crate) fn streamed(&mut self, events: &[Event], streamed: usize) {
+        if streamed == events.len() {
+            self.last = self.last.max(self.read_to);
+        } else {
+            self.wait = true;
+            if streamed > 0 {
+                self.last = events[streamed - 1].seq;
+            }
+        }
+        self.pin.advance(self.last);
+    }
+}
+
+/// Streams a node watch: the registry first when it starts from now, then
+/// the events of the log from the asked version.
 async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mpsc::Sender<Bytes>) {
     let WatchStart { from, start, pin } = at;
     let render = |node: &Node| match &params.render {
@@ -340,7 +436,6 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
         }
     };
     let keep = |node: &Node| params.filter.as_ref().is_none_or(|f| f(node));
-    let gone = gone_line;
     // The nodes as of the last event streamed. Without a version the watch
     // starts with the whole registry; from a version, only the nodes later
     // events touch are looked up (from the nearest checkpoint), so a watch
@@ -354,7 +449,7 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
         let nodes = match registry {
             Ok(Ok(at)) => at.nodes,
             Ok(Err(e)) => {
-                let _ = out.send(gone(e)).await;
+                let _ = out.send(gone_line(e)).await;
                 return;
             }
             Err(_) => return,
@@ -376,24 +471,19 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
     } else {
         replay = Replay::default();
     }
-    let mut last = start;
-    let mut durable_rx = s.view.subscribe();
-    let deadline = tokio::time::sleep(params.timeout.unwrap_or(DEFAULT_TIMEOUT));
-    tokio::pin!(deadline);
-    let mut bookmarks = tokio::time::interval(BOOKMARK_EVERY);
-    bookmarks.reset();
-    loop {
-        let Read {
-            events,
-            read_to,
-            more,
-        } = match read_after(&s, last, pin.floor(), &params.scope).await {
-            Ok(read) => read,
-            Err(e) => {
-                let _ = out.send(gone(e)).await;
-                return;
-            }
-        };
+    let bookmarks = params
+        .bookmarks
+        .then(|| params.kind.unwrap_or(("v1", "Node")));
+    let timeout = params.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    let mut follow = Follow::new(
+        &s,
+        &out,
+        (start, pin),
+        params.scope.clone(),
+        timeout,
+        bookmarks,
+    );
+    while let Some(events) = follow.page().await {
         if !everything {
             let mut wanted: Vec<(String, u64)> = Vec::new();
             for e in &events {
@@ -404,17 +494,16 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
                 }
             }
             if !wanted.is_empty() {
-                match resolve(&s, wanted, pin.floor()).await {
+                match resolve(&s, wanted, follow.floor()).await {
                     Ok(nodes) => replay.extend(nodes.into_iter().filter_map(|(_, n)| n)),
                     Err(e) => {
-                        let _ = out.send(gone(e)).await;
+                        let _ = out.send(gone_line(e)).await;
                         return;
                     }
                 }
             }
         }
         for event in &events {
-            last = event.seq;
             let name = event.node.clone().unwrap_or_default();
             if !params.scope.holds(&name) {
                 continue;
@@ -444,23 +533,7 @@ async fn stream_events(s: AppState, params: WatchParams, at: WatchStart, out: mp
                 return;
             }
         }
-        last = last.max(read_to);
-        pin.advance(last);
-        if more {
-            continue;
-        }
-        tokio::select! {
-            changed = durable_rx.changed() => if changed.is_err() { return },
-            _ = &mut deadline => return,
-            _ = s.shutdown.cancelled() => return,
-            _ = out.closed() => return,
-            _ = bookmarks.tick(), if params.bookmarks => {
-                let (api_version, kind) = params.kind.unwrap_or(("v1", "Node"));
-                if out.send(line(WatchEventType::Bookmark, bookmark(api_version, kind, last))).await.is_err() {
-                    return;
-                }
-            }
-        }
+        follow.streamed(&events, events.len());
     }
 }
 

@@ -358,6 +358,18 @@ mod tests {
     use crate::controller::conditions::never_probed;
     use crate::model::{ConditionStatus, PushedCondition};
 
+    /// What a fold writes: the node, its events, whether its addresses moved.
+    fn write_of(fold: Fold) -> (Node, Vec<EventKind>, bool) {
+        match fold {
+            Fold::Write {
+                node,
+                events,
+                addresses_moved,
+            } => (node, events, addresses_moved),
+            other => panic!("a write was expected: {other:?}"),
+        }
+    }
+
     #[test]
     fn only_heartbeat_times_make_a_heartbeat() {
         let now = Micros(1_000_000);
@@ -578,14 +590,7 @@ mod tests {
             &PUSH,
         );
         assert!(folded.ready_beat);
-        let Fold::Write {
-            node: written,
-            events,
-            addresses_moved,
-        } = folded.fold
-        else {
-            panic!("a transition is written: {:?}", folded.fold);
-        };
+        let (written, events, addresses_moved) = write_of(folded.fold);
         assert!(!addresses_moved);
         let ready = written.condition(READY).expect("kept");
         assert_eq!(ready.status, ConditionStatus::False);
@@ -612,14 +617,7 @@ mod tests {
             pushed(READY, ConditionStatus::True, "KubeletReady", 8),
             &PUSH,
         );
-        let Fold::Write {
-            node: lifted,
-            events,
-            ..
-        } = back.fold
-        else {
-            panic!("a transition is written");
-        };
+        let (lifted, events, _) = write_of(back.fold);
         assert!(lifted.taints.is_empty());
         assert_eq!(events.len(), 2);
         // With eviction off, taints are left alone.
@@ -627,19 +625,14 @@ mod tests {
             taints: None,
             ..PUSH
         };
-        let Fold::Write {
-            node: untainted,
-            events,
-            ..
-        } = fold(
-            &node,
-            pushed(READY, ConditionStatus::False, "KubeletNotReady", 7),
-            &off,
-        )
-        .fold
-        else {
-            panic!("a transition is written");
-        };
+        let (untainted, events, _) = write_of(
+            fold(
+                &node,
+                pushed(READY, ConditionStatus::False, "KubeletNotReady", 7),
+                &off,
+            )
+            .fold,
+        );
         assert!(untainted.taints.is_empty());
         assert_eq!(events.len(), 1);
     }
@@ -647,19 +640,14 @@ mod tests {
     #[test]
     fn a_new_reason_is_written_without_a_transition() {
         let node = ready_node();
-        let Fold::Write {
-            node: written,
-            events,
-            ..
-        } = fold(
-            &node,
-            pushed(READY, ConditionStatus::True, "Other", 7),
-            &PUSH,
-        )
-        .fold
-        else {
-            panic!("a new reason is written");
-        };
+        let (written, events, _) = write_of(
+            fold(
+                &node,
+                pushed(READY, ConditionStatus::True, "Other", 7),
+                &PUSH,
+            )
+            .fold,
+        );
         assert!(events.is_empty());
         let ready = written.condition(READY).expect("kept");
         assert_eq!(ready.reason, "Other");
@@ -673,14 +661,7 @@ mod tests {
         let node = ready_node();
         let mut push = pushed(READY, ConditionStatus::True, "KubeletReady", 7);
         push.reported = Some(crate::model::Reported::sample());
-        let Fold::Write {
-            node: written,
-            events,
-            ..
-        } = fold(&node, push.clone(), &PUSH).fold
-        else {
-            panic!("a first report is written");
-        };
+        let (written, events, _) = write_of(fold(&node, push.clone(), &PUSH).fold);
         assert!(events.is_empty(), "{events:?}");
         assert_eq!(written.reported, crate::model::Reported::sample());
         assert_eq!(written.conditions, {
@@ -709,12 +690,7 @@ mod tests {
         let mut fewer = push.clone();
         fewer.reported.as_mut().unwrap().images.pop();
         assert!(!heartbeat_only(&written, &fewer, StatusMode::Push));
-        let Fold::Write {
-            node: n, events, ..
-        } = fold(&written, fewer, &PUSH).fold
-        else {
-            panic!("a changed report is written");
-        };
+        let (n, events, _) = write_of(fold(&written, fewer, &PUSH).fold);
         assert!(events.is_empty());
         assert_eq!(n.reported.images.len(), 1);
         // A push that does not name them leaves them as they are.
@@ -737,20 +713,19 @@ mod tests {
         assert_eq!(folded.fold, Fold::Beats(vec![]));
         assert!(!folded.ready_beat);
         // Other conditions are still the kubelet's to report.
-        let Fold::Write { events, .. } = fold(
-            &node,
-            pushed(
-                "MemoryPressure",
-                ConditionStatus::False,
-                "KubeletHasSufficientMemory",
-                7,
-            ),
-            &probe,
-        )
-        .fold
-        else {
-            panic!("a new condition is written");
-        };
+        let (_, events, _) = write_of(
+            fold(
+                &node,
+                pushed(
+                    "MemoryPressure",
+                    ConditionStatus::False,
+                    "KubeletHasSufficientMemory",
+                    7,
+                ),
+                &probe,
+            )
+            .fold,
+        );
         assert!(matches!(
             &events[..],
             [EventKind::ConditionChanged {
@@ -781,14 +756,7 @@ mod tests {
         node.source = crate::model::SELF_REGISTERED.into();
         let mut push = pushed(READY, ConditionStatus::True, "KubeletReady", 7);
         push.addresses = Some(vec![ip("127.0.0.9")]);
-        let Fold::Write {
-            node: written,
-            events,
-            addresses_moved,
-        } = fold(&node, push, &PUSH).fold
-        else {
-            panic!("new addresses are written");
-        };
+        let (written, events, addresses_moved) = write_of(fold(&node, push, &PUSH).fold);
         assert!(addresses_moved);
         assert_eq!(written.addresses, vec![ip("127.0.0.9")]);
         assert!(matches!(&events[..], [EventKind::AddressesChanged { .. }]));
