@@ -124,11 +124,8 @@ pub(crate) async fn patch_csr(
         .api_object(RESOURCE, "", &name)
         .map_err(super::internal)?
         .ok_or_else(|| not_found(RESOURCE, &name))?;
-    let sent = super::push::patched::<CertificateSigningRequest>(
-        ct.as_str(),
-        &body,
-        served(&current),
-    )?;
+    let sent =
+        super::push::patched::<CertificateSigningRequest>(ct.as_str(), &body, served(&current))?;
     let answer = update(&s, &name, sent, |csr, sent| {
         let approved_by = csr
             .metadata
