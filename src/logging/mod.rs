@@ -325,27 +325,15 @@ pub(crate) mod tests {
 
     /// Captures what the JSON format writes, for one closure's events.
     fn capture(log: impl FnOnce()) -> Vec<serde_json::Value> {
-        #[derive(Clone, Default)]
-        struct Sink(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let sink = Sink::default();
-        let writer = sink.clone();
         let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
+            .with_writer(sink.clone())
             .with_max_level(tracing::Level::DEBUG)
             .event_format(JsonLines::default())
             .finish();
         tracing::subscriber::with_default(subscriber, log);
-        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
-        text.lines()
+        sink.text()
+            .lines()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
             .collect()
     }
