@@ -317,16 +317,7 @@ async fn signing_flags_are_checked_at_start() {
 /// A CSR named `name` for node `node`'s client certificate, as a kubelet
 /// sends it (client-go `util/certificate/csr/csr.go` `RequestCertificate`).
 fn kubelet_csr(name: &str, node: &str) -> Value {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::default();
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+    let pem = common::node_csr_pem(node);
     json!({
         "apiVersion": "certificates.k8s.io/v1",
         "kind": "CertificateSigningRequest",

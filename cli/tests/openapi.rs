@@ -214,16 +214,7 @@ async fn the_documents_are_sent_gzipped_to_clients_that_take_gzip_and_inflated_t
 /// A CSR named `name` for node `node`'s client certificate, as YAML
 /// (`spec` lines after the request's `extra`).
 fn csr_yaml(name: &str, node: &str, labels: &str, extra: &str) -> String {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::default();
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+    let pem = common::node_csr_pem(node);
     let request = serde_json::to_value(k8s_openapi::ByteString(pem.into_bytes())).unwrap();
     format!(
         "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  \

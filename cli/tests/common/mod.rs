@@ -1238,6 +1238,22 @@ impl Kubectl {
     }
 }
 
+/// A PEM certificate request for node `node`'s client certificate
+/// (`CN=system:node:NODE, O=system:nodes`), as a kubelet's CSR carries it
+/// (client-go `util/certificate/csr/csr.go` `RequestCertificate`).
+pub fn node_csr_pem(node: &str) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    params.serialize_request(&key).unwrap().pem().unwrap()
+}
+
 /// A CA that signs client certificates (ECDSA P-256, as the simulated
 /// kubelets' and the bench's).
 pub struct Ca {
