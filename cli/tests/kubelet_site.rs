@@ -64,22 +64,13 @@ async fn a_site_of_kubelets_making_every_call_reaches_ready_without_an_error() {
         .start()
         .await;
     let ca = Arc::new(Ca::new());
-    let (ca_cert, ca_key) = (site.path().join("ca.crt"), site.path().join("ca.key"));
-    std::fs::write(&ca_cert, &ca.pem).unwrap();
-    std::fs::write(&ca_key, ca.key.serialize_pem()).unwrap();
     let c = site
         .run()
         .tls()
         .tokens(&format!("{OPERATOR}\n"))
         .client_ca(&ca.pem)
-        .flags(&[
-            "--allow-node-registration",
-            "--enable-bootstrap-token-auth",
-            "--cluster-signing-cert-file",
-            ca_cert.to_str().unwrap(),
-            "--cluster-signing-key-file",
-            ca_key.to_str().unwrap(),
-        ])
+        .cluster_signing(&ca)
+        .flags(&["--allow-node-registration", "--enable-bootstrap-token-auth"])
         .start();
     let names: Vec<String> = (0..4).map(|i| site.fleet.name(i)).collect();
 

@@ -362,21 +362,13 @@ async fn sim_joins_a_fleet_by_bootstrap_token_from_the_command_line() {
     const OPERATOR: &str = "operator-secret";
     let site = TestSite::named(&["bs-00000", "bs-00001"], Ipv4Addr::new(127, 106, 0, 1)).start();
     let ca = Ca::new();
-    let (ca_cert, ca_key) = (site.path().join("ca.crt"), site.path().join("ca.key"));
-    std::fs::write(&ca_cert, &ca.pem).unwrap();
-    std::fs::write(&ca_key, ca.key.serialize_pem()).unwrap();
     let c = site
         .run()
         .tls()
         .tokens(&format!("{OPERATOR}\n"))
         .client_ca(&ca.pem)
-        .flags(&[
-            "--enable-bootstrap-token-auth",
-            "--cluster-signing-cert-file",
-            ca_cert.to_str().unwrap(),
-            "--cluster-signing-key-file",
-            ca_key.to_str().unwrap(),
-        ])
+        .cluster_signing(&ca)
+        .flags(&["--enable-bootstrap-token-auth"])
         .start();
     let server_ca = site.path().join("server-ca.pem");
     std::fs::write(&server_ca, c.server_pem.as_deref().unwrap()).unwrap();

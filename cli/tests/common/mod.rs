@@ -287,6 +287,23 @@ impl<F> Run<'_, F> {
         self.flags(&["--client-ca-file", path.to_str().unwrap()])
     }
 
+    /// `--cluster-signing-cert-file` and `--cluster-signing-key-file` with
+    /// `ca`'s certificate and key (written as `ca.crt`, `ca.key`).
+    pub fn cluster_signing(self, ca: &Ca) -> Self {
+        let (cert, key) = (
+            self.site.path().join("ca.crt"),
+            self.site.path().join("ca.key"),
+        );
+        std::fs::write(&cert, &ca.pem).unwrap();
+        std::fs::write(&key, ca.key.serialize_pem()).unwrap();
+        self.flags(&[
+            "--cluster-signing-cert-file",
+            cert.to_str().unwrap(),
+            "--cluster-signing-key-file",
+            key.to_str().unwrap(),
+        ])
+    }
+
     pub fn flags(mut self, flags: &[&str]) -> Self {
         self.extra.extend(flags.iter().map(|f| f.to_string()));
         self
