@@ -55,7 +55,7 @@ pub use push::{
 };
 pub use static_sync::NodesFile;
 pub use sweep::SweepReport;
-use writer::{Change, Done, Job, Mark, Settled, StoreWriter};
+use writer::{Change, Done, Job, Mark, Settled, StoreWriter, Waiter};
 pub use writer::{CommitError, FreeSpace, STORE_RESERVE_BYTES};
 
 /// How often heartbeat-only changes (times in node records, Lease renewals)
@@ -441,12 +441,12 @@ impl Controller {
         let mut ahead = nodes;
         ahead.extend(leases.iter().map(|l| lease_key(l)));
         // A writer that is gone drops `done`: its waiter hears the controller stopped.
-        let _ = self.writer.send(Job::Commit {
-            change: Box::new(change),
+        let waiter = Waiter {
             done,
             ahead,
             epoch: self.epoch,
-        });
+        };
+        let _ = self.writer.send(Job::Commit(Box::new(change), waiter));
     }
 
     /// Whether a write of this node is on its way to the disk.
