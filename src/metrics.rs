@@ -5,7 +5,7 @@
 //! which the metrics table of docs/guide/operations.md documents
 //! (`cli/tests/dashboards.rs` checks that every family served is in it).
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -20,27 +20,17 @@ pub mod nodes;
 pub use exposition::Exposition;
 pub use nodes::{LabelsAllowlist, NodeSeries, ResourceSet};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Status {
-    True,
-    False,
-    Unknown,
-}
-
-impl From<ConditionStatus> for Status {
-    fn from(s: ConditionStatus) -> Self {
-        match s {
-            ConditionStatus::True => Status::True,
-            ConditionStatus::False => Status::False,
-            ConditionStatus::Unknown => Status::Unknown,
-        }
+/// A condition status as a label value: `True`, `False`, `Unknown`.
+impl EncodeLabelValue for ConditionStatus {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        std::fmt::Write::write_str(encoder, self.as_str())
     }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConditionLabels {
     pub condition: String,
-    pub status: Status,
+    pub status: ConditionStatus,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -112,7 +102,7 @@ pub struct ZoneLabels {
     /// `topology.kubernetes.io/zone`; empty for nodes without one.
     pub zone: String,
     /// The nodes' Ready status.
-    pub status: Status,
+    pub status: ConditionStatus,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -565,10 +555,10 @@ impl Metrics {
     /// start: a rate() or an alert has a series before the first event (an
     /// empty family is not served at all).
     fn export_known_series(&self) {
-        for status in [Status::True, Status::False, Status::Unknown] {
+        for status in ConditionStatus::ALL {
             let labels = ConditionLabels {
                 condition: crate::model::READY.into(),
-                status: status.clone(),
+                status,
             };
             let _ = self.nodes.get_or_create(&labels);
             let _ = self.transitions.get_or_create(&labels);
@@ -666,18 +656,14 @@ impl Metrics {
 
     /// Sets the per-zone node counts from every node's zone and Ready status.
     pub fn set_zone_counts<'a>(&self, nodes: impl Iterator<Item = (&'a str, ConditionStatus)>) {
+        // By status, in the order of `ConditionStatus::ALL`.
         let mut counts: std::collections::BTreeMap<&str, [i64; 3]> = Default::default();
         for (zone, status) in nodes {
-            let at = match status {
-                ConditionStatus::True => 0,
-                ConditionStatus::False => 1,
-                ConditionStatus::Unknown => 2,
-            };
-            counts.entry(zone).or_default()[at] += 1;
+            counts.entry(zone).or_default()[status as usize] += 1;
         }
         let mut known = self.zones.lock().unwrap_or_else(|e| e.into_inner());
         for gone in known.iter().filter(|z| !counts.contains_key(z.as_str())) {
-            for status in [Status::True, Status::False, Status::Unknown] {
+            for status in ConditionStatus::ALL {
                 self.zone_nodes.remove(&ZoneLabels {
                     zone: gone.clone(),
                     status,
@@ -685,12 +671,8 @@ impl Metrics {
             }
         }
         known.clear();
-        for (zone, [ready, not_ready, unknown]) in counts {
-            for (status, n) in [
-                (Status::True, ready),
-                (Status::False, not_ready),
-                (Status::Unknown, unknown),
-            ] {
+        for (zone, counts) in counts {
+            for (status, n) in ConditionStatus::ALL.into_iter().zip(counts) {
                 self.zone_nodes
                     .get_or_create(&ZoneLabels {
                         zone: zone.to_string(),
@@ -767,13 +749,13 @@ impl Metrics {
         conditions: impl Iterator<Item = (&'a str, ConditionStatus)>,
     ) {
         // Counted by borrowed name: no allocation per node on every sweep.
-        let mut counts: std::collections::HashMap<(&str, Status), i64> =
+        let mut counts: std::collections::HashMap<(&str, ConditionStatus), i64> =
             std::collections::HashMap::new();
-        for status in [Status::True, Status::False, Status::Unknown] {
+        for status in ConditionStatus::ALL {
             counts.insert((crate::model::READY, status), 0);
         }
         for (condition, status) in conditions {
-            *counts.entry((condition, status.into())).or_default() += 1;
+            *counts.entry((condition, status)).or_default() += 1;
         }
         for ((condition, status), n) in counts {
             let labels = ConditionLabels {

@@ -125,6 +125,13 @@ pub enum ConditionStatus {
 }
 
 impl ConditionStatus {
+    /// Every status, in the order they are declared (`status as usize` indexes it).
+    pub const ALL: [ConditionStatus; 3] = [
+        ConditionStatus::True,
+        ConditionStatus::False,
+        ConditionStatus::Unknown,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ConditionStatus::True => "True",
@@ -143,14 +150,8 @@ impl fmt::Display for ConditionStatus {
 impl std::str::FromStr for ConditionStatus {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "True" => Ok(ConditionStatus::True),
-            "False" => Ok(ConditionStatus::False),
-            "Unknown" => Ok(ConditionStatus::Unknown),
-            other => Err(format!(
-                "{other:?} is not a condition status (True, False or Unknown)"
-            )),
-        }
+        let status = ConditionStatus::ALL.into_iter().find(|c| c.as_str() == s);
+        status.ok_or_else(|| format!("{s:?} is not a condition status (True, False or Unknown)"))
     }
 }
 

@@ -582,7 +582,7 @@ impl Writer {
                 if let EventKind::ConditionChanged { condition, to, .. } = &event.kind {
                     let labels = crate::metrics::ConditionLabels {
                         condition: condition.clone(),
-                        status: (*to).into(),
+                        status: *to,
                     };
                     self.metrics.transitions.get_or_create(&labels).inc();
                 }
@@ -711,10 +711,7 @@ impl NodeCounts {
     fn apply(self, metrics: &Metrics) {
         for (condition, status, n) in self.moves {
             if n != 0 {
-                let labels = crate::metrics::ConditionLabels {
-                    condition,
-                    status: status.into(),
-                };
+                let labels = crate::metrics::ConditionLabels { condition, status };
                 metrics.nodes.get_or_create(&labels).inc_by(n);
             }
         }
@@ -888,20 +885,16 @@ mod tests {
 
     /// The node gauges as a count of every published node would set them.
     fn gauges_of(metrics: &Metrics) -> Vec<i64> {
-        [
-            ConditionStatus::True,
-            ConditionStatus::False,
-            ConditionStatus::Unknown,
-        ]
-        .into_iter()
-        .map(|status| {
-            let labels = crate::metrics::ConditionLabels {
-                condition: "Ready".into(),
-                status: status.into(),
-            };
-            metrics.nodes.get_or_create(&labels).get()
-        })
-        .collect()
+        ConditionStatus::ALL
+            .into_iter()
+            .map(|status| {
+                let labels = crate::metrics::ConditionLabels {
+                    condition: "Ready".into(),
+                    status,
+                };
+                metrics.nodes.get_or_create(&labels).get()
+            })
+            .collect()
     }
 
     #[test]
