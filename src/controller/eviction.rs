@@ -439,15 +439,13 @@ async fn run_hook(
     reason: String,
     timeout: Duration,
 ) -> (String, String) {
-    let run = crate::hook::HookRun {
-        name: "nodekeeper-eviction-hook",
-        args: vec![node.clone(), reason.clone()],
-        env: vec![
+    let run = crate::hook::HookRun::with_args(
+        "nodekeeper-eviction-hook",
+        vec![
             ("NODEKEEPER_NODE", node.clone()),
             ("NODEKEEPER_REASON", reason),
         ],
-        stdin: None,
-    };
+    );
     let outcome = crate::hook::run(&hook, run, timeout).await;
     (node, outcome.to_string())
 }
