@@ -204,10 +204,9 @@ pub struct Address {
 
 /// What a node offers; `status.capacity` (and allocatable).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Resources {
-    #[serde(rename = "cpuMillis")]
     pub cpu_millis: u64,
-    #[serde(rename = "memoryBytes")]
     pub memory_bytes: u64,
 }
 
@@ -415,7 +414,7 @@ pub struct Event {
 
 /// What happened. Append-only: the store encodes these by variant index.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind")]
+#[serde(tag = "kind", rename_all_fields = "camelCase")]
 pub enum EventKind {
     /// The node entered the registry; carries the record as registered.
     Registered {
@@ -445,9 +444,7 @@ pub enum EventKind {
     /// event written by the previous controller, if any.
     ControllerStarted {
         instance: String,
-        #[serde(rename = "downtimeSeconds")]
         downtime_seconds: Option<f64>,
-        #[serde(rename = "previousStopClean")]
         previous_stop_clean: bool,
     },
     /// A controller stopped cleanly.
@@ -497,9 +494,7 @@ pub enum EventKind {
     CertificateIssued {
         csr: String,
         serial: String,
-        #[serde(rename = "notAfter")]
         not_after: Micros,
-        #[serde(rename = "requestedBy")]
         requested_by: String,
         approval: String,
     },
