@@ -409,6 +409,10 @@ impl Controller {
             if self.tracked.contains_key(&node.name) {
                 let shared = self.shared_with_view(node);
                 if let Some(t) = self.tracked.get_mut(&node.name) {
+                    // New addresses: the node is probed at its new one.
+                    if t.node.addresses != node.addresses {
+                        t.target = target_for(node, self.config.probe.port);
+                    }
                     t.node = shared;
                     // The durable record now carries any quiet heartbeat update.
                     t.beats_unwritten = false;
@@ -988,6 +992,21 @@ fn restore_heartbeats(
             }
         }
     }
+}
+
+/// Records `node` with its events in the last of `batches`, or in a new
+/// one (at `at`) once that holds [`WRITE_CHUNK`] nodes.
+fn record_chunked(
+    batches: &mut Vec<Batch>,
+    at: Micros,
+    node: Node,
+    events: impl IntoIterator<Item = EventKind>,
+) {
+    if batches.last().is_none_or(|b| b.len() >= WRITE_CHUNK) {
+        batches.push(Batch::new(at));
+    }
+    let batch = batches.last_mut().expect("pushed above");
+    batch.record(node, events);
 }
 
 /// Where to probe a node: its first IP address and the kubelet port.

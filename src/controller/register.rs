@@ -223,9 +223,6 @@ impl Controller {
         };
         for node in written.nodes {
             tracing::info!(node = %node.name, address = node.probe_address(), "address resolved");
-            if let Some(t) = self.tracked.get_mut(&node.name) {
-                t.target = target_for(&node, self.config.probe.port);
-            }
         }
     }
 }
