@@ -187,11 +187,7 @@ pub fn plan_edit(
     let Some((next, changes)) = fold(node, fields, now) else {
         return Ok(None);
     };
-    crate::validation::node_size(&next, Some(node)).map_err(|e| Invalid {
-        kind: "Node",
-        name: node.name.clone(),
-        causes: vec![e],
-    })?;
+    crate::validation::node_size(&next, Some(node)).map_err(|e| Invalid::node(&node.name, e))?;
     let mut batch = Batch::new(now);
     batch.record(
         next,

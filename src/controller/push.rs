@@ -630,11 +630,8 @@ impl Controller {
         node.annotations = annotations;
         node.conditions = vec![never_probed(wall)];
         if let Err(e) = crate::validation::node_size(&node, None) {
-            let _ = reply.send(Err(PushError::Rejected(crate::validation::Invalid {
-                kind: "Node",
-                name: node.name,
-                causes: vec![e],
-            })));
+            let invalid = crate::validation::Invalid::node(&node.name, e);
+            let _ = reply.send(Err(invalid.into()));
             return;
         }
         let mut batch = Batch::new(wall);

@@ -158,6 +158,15 @@ fn causes_text(causes: &[FieldError]) -> String {
 }
 
 impl Invalid {
+    /// A node refused for one cause.
+    pub fn node(name: &str, cause: FieldError) -> Invalid {
+        Invalid {
+            kind: "Node",
+            name: name.to_string(),
+            causes: vec![cause],
+        }
+    }
+
     /// `Ok` when nothing was found, else the refusal.
     pub fn check(kind: &'static str, name: &str, causes: Vec<FieldError>) -> Result<(), Invalid> {
         if causes.is_empty() {
