@@ -30,8 +30,7 @@ use crate::model::Micros;
 use crate::store::{OutboxKey, Store};
 use crate::view::View;
 
-/// Where node Leases live, as kubelets write them.
-pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+pub use crate::model::NODE_LEASE_NAMESPACE;
 /// Pods are listed this many at a time.
 pub(crate) const PAGE: u32 = 500;
 /// A resourceVersion conflict is re-read and retried this often before the
