@@ -173,6 +173,18 @@ struct Tracked {
     beats_unwritten: bool,
 }
 
+impl Tracked {
+    /// `node` as the controller starts watching it, probed at `port`.
+    fn new(node: SharedNode, health: Health, port: u16) -> Tracked {
+        Tracked {
+            target: target_for(&node, port),
+            node,
+            health,
+            beats_unwritten: false,
+        }
+    }
+}
+
 /// The controller's state. Owned by one task; readers see [`View`].
 pub struct Controller {
     config: ControllerConfig,
@@ -306,17 +318,9 @@ impl Controller {
         let started = clock.now();
         let mut tracked = BTreeMap::new();
         for node in store.nodes()? {
-            let target = target_for(&node, config.probe.port);
             let health = Health::restored(&node, config.status_mode, started);
-            tracked.insert(
-                node.name.clone(),
-                Tracked {
-                    node: node.into(),
-                    target,
-                    health,
-                    beats_unwritten: false,
-                },
-            );
+            let name = node.name.clone();
+            tracked.insert(name, Tracked::new(node.into(), health, config.probe.port));
         }
         let mut leases: HashMap<String, Lease> = store
             .leases()?
@@ -858,18 +862,14 @@ impl Controller {
                 }
             }
         }
-        if let Some(sweep) = sweep {
-            sweep.abort();
-        }
-        if let Some(listing) = listing {
-            listing.abort();
-        }
-        if let Some(lookups) = lookups {
-            lookups.abort();
-        }
-        if let Some(read) = nodes_file {
-            read.abort();
-        }
+        // The background work in flight ends with the loop.
+        let running = [
+            sweep.map(|t| t.abort_handle()),
+            listing.map(|t| t.abort_handle()),
+            lookups.map(|t| t.abort_handle()),
+            nodes_file.map(|t| t.abort_handle()),
+        ];
+        running.into_iter().flatten().for_each(|t| t.abort());
         self.rescues.abort_all();
         if let Some(failed) = failed {
             tracing::error!("{failed}");

@@ -650,18 +650,11 @@ impl Controller {
             }
         };
         let node = written.nodes.into_iter().next().unwrap_or(node);
-        let target = super::target_for(&node, self.config.probe.port);
         let name = node.name.clone();
         tracing::info!(node = %name, "node registered itself");
-        self.tracked.insert(
-            name.clone(),
-            Tracked {
-                node: node.clone().into(),
-                target,
-                health: super::conditions::Health::watching_from(self.clock.now()),
-                beats_unwritten: false,
-            },
-        );
+        let health = super::conditions::Health::watching_from(self.clock.now());
+        let tracked = Tracked::new(node.clone().into(), health, self.config.probe.port);
+        self.tracked.insert(name.clone(), tracked);
         // A source may name it and have failed to register it: no longer waited for.
         self.unregistered.registered([name.as_str()]);
         self.report_unregistered();
