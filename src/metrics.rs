@@ -178,8 +178,9 @@ pub struct Metrics {
     pub http_rejected: Family<RejectedLabels, Counter>,
     /// Handles into `heartbeats` and `http_inflight`, taken once: counting
     /// thousands of requests a second needs no label lookup each time.
-    status_heartbeats: Counter,
-    lease_heartbeats: Counter,
+    /// Indexed by [`Via`] and [`RequestKind`] `as usize`: in the order the
+    /// enums declare their variants.
+    heartbeats_by: [Counter; 2],
     inflight: [Gauge; 3],
     pub mirror_throttled: Counter,
     pub mirror_nodes_missing_upstream: Gauge,
@@ -526,14 +527,17 @@ impl Metrics {
             node_series_served: true,
             zones: std::sync::Mutex::new([String::new()].into()),
             // Set below, once the families hold their series.
-            status_heartbeats: Counter::default(),
-            lease_heartbeats: Counter::default(),
+            heartbeats_by: Default::default(),
             inflight: Default::default(),
             registry: root,
         };
         metrics.store_writable.set(1);
-        metrics.status_heartbeats = metrics.heartbeat_counter_of(Via::Status);
-        metrics.lease_heartbeats = metrics.heartbeat_counter_of(Via::Lease);
+        metrics.heartbeats_by = [Via::Status, Via::Lease].map(|via| {
+            metrics
+                .heartbeats
+                .get_or_create(&HeartbeatLabels { via })
+                .clone()
+        });
         metrics.inflight =
             [RequestKind::Watch, RequestKind::Read, RequestKind::Mutating].map(|kind| {
                 metrics
@@ -543,12 +547,6 @@ impl Metrics {
             });
         metrics.export_known_series();
         metrics
-    }
-
-    fn heartbeat_counter_of(&self, via: Via) -> Counter {
-        self.heartbeats
-            .get_or_create(&HeartbeatLabels { via })
-            .clone()
     }
 
     /// Counters and label values known up front are exported at 0 from the
@@ -621,19 +619,12 @@ impl Metrics {
 
     /// `nodekeeper_heartbeats_total` of one kind of heartbeat.
     pub fn heartbeat_counter(&self, via: Via) -> &Counter {
-        match via {
-            Via::Status => &self.status_heartbeats,
-            Via::Lease => &self.lease_heartbeats,
-        }
+        &self.heartbeats_by[via as usize]
     }
 
     /// `nodekeeper_http_inflight_requests` of one budget.
     pub fn inflight_gauge(&self, kind: &RequestKind) -> &Gauge {
-        match kind {
-            RequestKind::Watch => &self.inflight[0],
-            RequestKind::Read => &self.inflight[1],
-            RequestKind::Mutating => &self.inflight[2],
-        }
+        &self.inflight[kind.clone() as usize]
     }
 
     /// Sets the heartbeat age quantiles from the ages of every pushing node.
