@@ -5,7 +5,7 @@
 //! which the metrics table of docs/guide/operations.md documents
 //! (`cli/tests/dashboards.rs` checks that every family served is in it).
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -20,27 +20,17 @@ pub mod nodes;
 pub use exposition::Exposition;
 pub use nodes::{LabelsAllowlist, NodeSeries, ResourceSet};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Status {
-    True,
-    False,
-    Unknown,
-}
-
-impl From<ConditionStatus> for Status {
-    fn from(s: ConditionStatus) -> Self {
-        match s {
-            ConditionStatus::True => Status::True,
-            ConditionStatus::False => Status::False,
-            ConditionStatus::Unknown => Status::Unknown,
-        }
+/// A condition status as a label value: `True`, `False`, `Unknown`.
+impl EncodeLabelValue for ConditionStatus {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        std::fmt::Write::write_str(encoder, self.as_str())
     }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConditionLabels {
     pub condition: String,
-    pub status: Status,
+    pub status: ConditionStatus,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -112,7 +102,7 @@ pub struct ZoneLabels {
     /// `topology.kubernetes.io/zone`; empty for nodes without one.
     pub zone: String,
     /// The nodes' Ready status.
-    pub status: Status,
+    pub status: ConditionStatus,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -188,8 +178,9 @@ pub struct Metrics {
     pub http_rejected: Family<RejectedLabels, Counter>,
     /// Handles into `heartbeats` and `http_inflight`, taken once: counting
     /// thousands of requests a second needs no label lookup each time.
-    status_heartbeats: Counter,
-    lease_heartbeats: Counter,
+    /// Indexed by [`Via`] and [`RequestKind`] `as usize`: in the order the
+    /// enums declare their variants.
+    heartbeats_by: [Counter; 2],
     inflight: [Gauge; 3],
     pub mirror_throttled: Counter,
     pub mirror_nodes_missing_upstream: Gauge,
@@ -536,14 +527,17 @@ impl Metrics {
             node_series_served: true,
             zones: std::sync::Mutex::new([String::new()].into()),
             // Set below, once the families hold their series.
-            status_heartbeats: Counter::default(),
-            lease_heartbeats: Counter::default(),
+            heartbeats_by: Default::default(),
             inflight: Default::default(),
             registry: root,
         };
         metrics.store_writable.set(1);
-        metrics.status_heartbeats = metrics.heartbeat_counter_of(Via::Status);
-        metrics.lease_heartbeats = metrics.heartbeat_counter_of(Via::Lease);
+        metrics.heartbeats_by = [Via::Status, Via::Lease].map(|via| {
+            metrics
+                .heartbeats
+                .get_or_create(&HeartbeatLabels { via })
+                .clone()
+        });
         metrics.inflight =
             [RequestKind::Watch, RequestKind::Read, RequestKind::Mutating].map(|kind| {
                 metrics
@@ -555,20 +549,14 @@ impl Metrics {
         metrics
     }
 
-    fn heartbeat_counter_of(&self, via: Via) -> Counter {
-        self.heartbeats
-            .get_or_create(&HeartbeatLabels { via })
-            .clone()
-    }
-
     /// Counters and label values known up front are exported at 0 from the
     /// start: a rate() or an alert has a series before the first event (an
     /// empty family is not served at all).
     fn export_known_series(&self) {
-        for status in [Status::True, Status::False, Status::Unknown] {
+        for status in ConditionStatus::ALL {
             let labels = ConditionLabels {
                 condition: crate::model::READY.into(),
-                status: status.clone(),
+                status,
             };
             let _ = self.nodes.get_or_create(&labels);
             let _ = self.transitions.get_or_create(&labels);
@@ -631,19 +619,12 @@ impl Metrics {
 
     /// `nodekeeper_heartbeats_total` of one kind of heartbeat.
     pub fn heartbeat_counter(&self, via: Via) -> &Counter {
-        match via {
-            Via::Status => &self.status_heartbeats,
-            Via::Lease => &self.lease_heartbeats,
-        }
+        &self.heartbeats_by[via as usize]
     }
 
     /// `nodekeeper_http_inflight_requests` of one budget.
     pub fn inflight_gauge(&self, kind: &RequestKind) -> &Gauge {
-        match kind {
-            RequestKind::Watch => &self.inflight[0],
-            RequestKind::Read => &self.inflight[1],
-            RequestKind::Mutating => &self.inflight[2],
-        }
+        &self.inflight[kind.clone() as usize]
     }
 
     /// Sets the heartbeat age quantiles from the ages of every pushing node.
@@ -666,18 +647,14 @@ impl Metrics {
 
     /// Sets the per-zone node counts from every node's zone and Ready status.
     pub fn set_zone_counts<'a>(&self, nodes: impl Iterator<Item = (&'a str, ConditionStatus)>) {
+        // By status, in the order of `ConditionStatus::ALL`.
         let mut counts: std::collections::BTreeMap<&str, [i64; 3]> = Default::default();
         for (zone, status) in nodes {
-            let at = match status {
-                ConditionStatus::True => 0,
-                ConditionStatus::False => 1,
-                ConditionStatus::Unknown => 2,
-            };
-            counts.entry(zone).or_default()[at] += 1;
+            counts.entry(zone).or_default()[status as usize] += 1;
         }
         let mut known = self.zones.lock().unwrap_or_else(|e| e.into_inner());
         for gone in known.iter().filter(|z| !counts.contains_key(z.as_str())) {
-            for status in [Status::True, Status::False, Status::Unknown] {
+            for status in ConditionStatus::ALL {
                 self.zone_nodes.remove(&ZoneLabels {
                     zone: gone.clone(),
                     status,
@@ -685,12 +662,8 @@ impl Metrics {
             }
         }
         known.clear();
-        for (zone, [ready, not_ready, unknown]) in counts {
-            for (status, n) in [
-                (Status::True, ready),
-                (Status::False, not_ready),
-                (Status::Unknown, unknown),
-            ] {
+        for (zone, counts) in counts {
+            for (status, n) in ConditionStatus::ALL.into_iter().zip(counts) {
                 self.zone_nodes
                     .get_or_create(&ZoneLabels {
                         zone: zone.to_string(),
@@ -767,13 +740,13 @@ impl Metrics {
         conditions: impl Iterator<Item = (&'a str, ConditionStatus)>,
     ) {
         // Counted by borrowed name: no allocation per node on every sweep.
-        let mut counts: std::collections::HashMap<(&str, Status), i64> =
+        let mut counts: std::collections::HashMap<(&str, ConditionStatus), i64> =
             std::collections::HashMap::new();
-        for status in [Status::True, Status::False, Status::Unknown] {
+        for status in ConditionStatus::ALL {
             counts.insert((crate::model::READY, status), 0);
         }
         for (condition, status) in conditions {
-            *counts.entry((condition, status.into())).or_default() += 1;
+            *counts.entry((condition, status)).or_default() += 1;
         }
         for ((condition, status), n) in counts {
             let labels = ConditionLabels {

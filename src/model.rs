@@ -125,6 +125,13 @@ pub enum ConditionStatus {
 }
 
 impl ConditionStatus {
+    /// Every status, in the order they are declared (`status as usize` indexes it).
+    pub const ALL: [ConditionStatus; 3] = [
+        ConditionStatus::True,
+        ConditionStatus::False,
+        ConditionStatus::Unknown,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ConditionStatus::True => "True",
@@ -143,14 +150,8 @@ impl fmt::Display for ConditionStatus {
 impl std::str::FromStr for ConditionStatus {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "True" => Ok(ConditionStatus::True),
-            "False" => Ok(ConditionStatus::False),
-            "Unknown" => Ok(ConditionStatus::Unknown),
-            other => Err(format!(
-                "{other:?} is not a condition status (True, False or Unknown)"
-            )),
-        }
+        let status = ConditionStatus::ALL.into_iter().find(|c| c.as_str() == s);
+        status.ok_or_else(|| format!("{s:?} is not a condition status (True, False or Unknown)"))
     }
 }
 
@@ -203,10 +204,9 @@ pub struct Address {
 
 /// What a node offers; `status.capacity` (and allocatable).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Resources {
-    #[serde(rename = "cpuMillis")]
     pub cpu_millis: u64,
-    #[serde(rename = "memoryBytes")]
     pub memory_bytes: u64,
 }
 
@@ -414,7 +414,7 @@ pub struct Event {
 
 /// What happened. Append-only: the store encodes these by variant index.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind")]
+#[serde(tag = "kind", rename_all_fields = "camelCase")]
 pub enum EventKind {
     /// The node entered the registry; carries the record as registered.
     Registered {
@@ -444,9 +444,7 @@ pub enum EventKind {
     /// event written by the previous controller, if any.
     ControllerStarted {
         instance: String,
-        #[serde(rename = "downtimeSeconds")]
         downtime_seconds: Option<f64>,
-        #[serde(rename = "previousStopClean")]
         previous_stop_clean: bool,
     },
     /// A controller stopped cleanly.
@@ -496,9 +494,7 @@ pub enum EventKind {
     CertificateIssued {
         csr: String,
         serial: String,
-        #[serde(rename = "notAfter")]
         not_after: Micros,
-        #[serde(rename = "requestedBy")]
         requested_by: String,
         approval: String,
     },

@@ -77,12 +77,6 @@ impl Notifier {
         }
     }
 
-    /// The same notifier with `WatchdogSec=` set to `timeout`.
-    pub fn with_watchdog(mut self, timeout: Duration) -> Notifier {
-        self.watchdog = Some(timeout).filter(|t| !t.is_zero());
-        self
-    }
-
     /// Whether anyone listens.
     pub fn is_enabled(&self) -> bool {
         self.target.is_some()
@@ -301,8 +295,10 @@ mod tests {
         let path = dir.path().join("notify");
         let systemd = UnixDatagram::bind(&path).unwrap();
         systemd.set_nonblocking(true).unwrap();
-        let notifier =
-            Arc::new(Notifier::to(path.to_str().unwrap()).with_watchdog(Duration::from_secs(2)));
+        let notifier = Arc::new(Notifier {
+            watchdog: Some(Duration::from_secs(2)),
+            ..Notifier::to(path.to_str().unwrap())
+        });
         assert_eq!(notifier.watchdog_interval(), Some(Duration::from_secs(1)));
         let health = Health::new();
         let sweep =

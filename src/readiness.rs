@@ -20,9 +20,12 @@ pub type Verdict = Result<(), String>;
 
 type Computed = Arc<dyn Fn() -> Verdict + Send + Sync>;
 
+/// A registered check; cloned out of the registry (its state is shared),
+/// so it is judged without the lock.
+#[derive(Clone)]
 enum Kind {
-    Set(Arc<Mutex<Option<String>>>),
-    Recurring(Arc<RecurringState>),
+    Set(Check),
+    Recurring(Recurring),
     Computed(Computed),
 }
 
@@ -63,9 +66,11 @@ impl Checks {
     /// Registers a check set by its component (see [`Check`]). Registering
     /// a name again replaces the old check.
     pub fn register(&self, name: &str) -> Check {
-        let failure = Arc::new(Mutex::new(None));
-        self.insert(name, Kind::Set(failure.clone()));
-        Check { failure }
+        let check = Check {
+            failure: Arc::new(Mutex::new(None)),
+        };
+        self.insert(name, Kind::Set(check.clone()));
+        check
     }
 
     /// The handle of a check registered with [`Checks::register`], for a
@@ -74,9 +79,7 @@ impl Checks {
     pub fn check(&self, name: &str) -> Option<Check> {
         let checks = self.checks.read().unwrap_or_else(|p| p.into_inner());
         checks.iter().find_map(|(n, kind)| match kind {
-            Kind::Set(failure) if n == name => Some(Check {
-                failure: failure.clone(),
-            }),
+            Kind::Set(check) if n == name => Some(check.clone()),
             _ => None,
         })
     }
@@ -88,13 +91,15 @@ impl Checks {
         what: &'static str,
         max_age: Duration,
     ) -> Recurring {
-        let state = Arc::new(RecurringState {
-            what,
-            max_age,
-            last: Mutex::new(None),
-        });
-        self.insert(name, Kind::Recurring(state.clone()));
-        Recurring { state }
+        let recurring = Recurring {
+            state: Arc::new(RecurringState {
+                what,
+                max_age,
+                last: Mutex::new(None),
+            }),
+        };
+        self.insert(name, Kind::Recurring(recurring.clone()));
+        recurring
     }
 
     /// Registers a check computed on every request; keep it cheap.
@@ -129,13 +134,13 @@ impl Checks {
     fn judge(&self, wanted: impl Fn(&str) -> bool) -> Vec<CheckResult> {
         let now = Instant::now();
         // Computed checks run outside the lock: they may take a little while.
-        let kinds: Vec<(String, KindRef)> = self
+        let kinds: Vec<(String, Kind)> = self
             .checks
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .filter(|(name, _)| wanted(name))
-            .map(|(name, kind)| (name.clone(), KindRef::of(kind)))
+            .cloned()
             .collect();
         kinds
             .into_iter()
@@ -157,30 +162,12 @@ impl Checks {
     }
 }
 
-/// A check cloned out of the registry, so it is judged without the lock.
-enum KindRef {
-    Set(Arc<Mutex<Option<String>>>),
-    Recurring(Arc<RecurringState>),
-    Computed(Computed),
-}
-
-impl KindRef {
-    fn of(kind: &Kind) -> KindRef {
-        match kind {
-            Kind::Set(f) => KindRef::Set(f.clone()),
-            Kind::Recurring(r) => KindRef::Recurring(r.clone()),
-            Kind::Computed(c) => KindRef::Computed(c.clone()),
-        }
-    }
-
+impl Kind {
     fn verdict(&self, now: Instant) -> Verdict {
         match self {
-            KindRef::Set(failure) => match &*failure.lock().unwrap_or_else(|p| p.into_inner()) {
-                None => Ok(()),
-                Some(reason) => Err(reason.clone()),
-            },
-            KindRef::Recurring(state) => state.verdict(now),
-            KindRef::Computed(check) => check(),
+            Kind::Set(check) => check.failure().map_or(Ok(()), Err),
+            Kind::Recurring(recurring) => recurring.state.verdict(now),
+            Kind::Computed(check) => check(),
         }
     }
 }

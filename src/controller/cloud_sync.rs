@@ -159,12 +159,7 @@ impl Controller {
             ..Default::default()
         };
         match self.commit_change(change).await {
-            Ok(written) => {
-                for node in &written.nodes {
-                    if let Some(t) = self.tracked.get_mut(&node.name) {
-                        t.target = super::target_for(node, self.config.probe.port);
-                    }
-                }
+            Ok(_) => {
                 for name in &plan.delete {
                     self.tracked.remove(name);
                     self.leases.remove(name);

@@ -117,29 +117,27 @@ pub fn wanted_taints(node: &Node, evicted: bool, mode: EvictionMode, now: Micros
         .filter(|t| t.key != TAINT_NOT_READY && t.key != TAINT_UNREACHABLE)
         .cloned()
         .collect();
-    if let Some(key) = key {
+    let Some(key) = key else {
+        return taints;
+    };
+    let effects = if evicted && mode == EvictionMode::Taint {
+        &["NoSchedule", "NoExecute"][..]
+    } else {
+        &["NoSchedule"]
+    };
+    for effect in effects {
         // Keep the time a taint was first added.
-        let added = |effect: &str| {
-            node.taints
-                .iter()
-                .find(|t| t.key == key && t.effect == effect)
-                .and_then(|t| t.added)
-                .or(Some(now))
-        };
+        let added = node
+            .taints
+            .iter()
+            .find(|t| t.key == key && t.effect == *effect)
+            .and_then(|t| t.added);
         taints.push(Taint {
             key: key.into(),
             value: String::new(),
-            effect: "NoSchedule".into(),
-            added: added("NoSchedule"),
+            effect: effect.to_string(),
+            added: added.or(Some(now)),
         });
-        if evicted && mode == EvictionMode::Taint {
-            taints.push(Taint {
-                key: key.into(),
-                value: String::new(),
-                effect: "NoExecute".into(),
-                added: added("NoExecute"),
-            });
-        }
     }
     taints
 }
@@ -230,13 +228,17 @@ impl Evictor {
                     == ZoneState::FullDisruption
             });
         let mut pass = Pass::default();
+        // Not Ready for the eviction timeout.
+        let overdue = |since: &HashMap<String, Instant>, name: &str| {
+            since.get(name).is_some_and(|since| {
+                now.saturating_duration_since(*since) >= config.pod_eviction_timeout
+            })
+        };
         for (name, (ready, zone)) in &ready_now {
             let due = !ready
                 && !self.evicted.contains(name)
                 && !self.queued.contains(name)
-                && self.not_ready_since.get(name).is_some_and(|since| {
-                    now.saturating_duration_since(*since) >= config.pod_eviction_timeout
-                });
+                && overdue(&self.not_ready_since, name);
             if due {
                 let z = self.zones.entry(zone.clone()).or_insert_with(|| Zone {
                     limiter: eviction_limiter(config.node_eviction_rate, now),
@@ -262,9 +264,7 @@ impl Evictor {
             // The queue is in the order nodes became due; it is bounded by the zone's size.
             while let Some(name) = z.queue.front().cloned() {
                 let still_due = ready_now.get(&name).is_some_and(|(ready, _)| !ready)
-                    && self.not_ready_since.get(&name).is_some_and(|since| {
-                        now.saturating_duration_since(*since) >= config.pod_eviction_timeout
-                    });
+                    && overdue(&self.not_ready_since, &name);
                 if !still_due {
                     z.queue.pop_front();
                     self.queued.remove(&name);
@@ -347,16 +347,7 @@ impl Controller {
                 batch.record(node, events);
                 continue;
             }
-            if taint_batches
-                .last()
-                .is_none_or(|b| b.len() >= super::WRITE_CHUNK)
-            {
-                taint_batches.push(Batch::new(wall));
-            }
-            taint_batches
-                .last_mut()
-                .expect("pushed above")
-                .record(node, events);
+            super::record_chunked(&mut taint_batches, wall, node, events);
         }
         // The taints first, then the decisions: a decision is durable before
         // anything acts on it.
@@ -439,15 +430,13 @@ async fn run_hook(
     reason: String,
     timeout: Duration,
 ) -> (String, String) {
-    let run = crate::hook::HookRun {
-        name: "nodekeeper-eviction-hook",
-        args: vec![node.clone(), reason.clone()],
-        env: vec![
+    let run = crate::hook::HookRun::with_args(
+        "nodekeeper-eviction-hook",
+        vec![
             ("NODEKEEPER_NODE", node.clone()),
             ("NODEKEEPER_REASON", reason),
         ],
-        stdin: None,
-    };
+    );
     let outcome = crate::hook::run(&hook, run, timeout).await;
     (node, outcome.to_string())
 }

@@ -55,7 +55,7 @@ pub use push::{
 };
 pub use static_sync::NodesFile;
 pub use sweep::SweepReport;
-use writer::{Change, Done, Job, Mark, Settled, StoreWriter};
+use writer::{Change, Done, Job, Mark, Settled, StoreWriter, Waiter};
 pub use writer::{CommitError, FreeSpace, STORE_RESERVE_BYTES};
 
 /// How often heartbeat-only changes (times in node records, Lease renewals)
@@ -171,6 +171,18 @@ struct Tracked {
     /// Its heartbeat times are newer than its stored record (written into
     /// the record at a clean stop; checkpointed meanwhile).
     beats_unwritten: bool,
+}
+
+impl Tracked {
+    /// `node` as the controller starts watching it, probed at `port`.
+    fn new(node: SharedNode, health: Health, port: u16) -> Tracked {
+        Tracked {
+            target: target_for(&node, port),
+            node,
+            health,
+            beats_unwritten: false,
+        }
+    }
 }
 
 /// The controller's state. Owned by one task; readers see [`View`].
@@ -306,17 +318,9 @@ impl Controller {
         let started = clock.now();
         let mut tracked = BTreeMap::new();
         for node in store.nodes()? {
-            let target = target_for(&node, config.probe.port);
             let health = Health::restored(&node, config.status_mode, started);
-            tracked.insert(
-                node.name.clone(),
-                Tracked {
-                    node: node.into(),
-                    target,
-                    health,
-                    beats_unwritten: false,
-                },
-            );
+            let name = node.name.clone();
+            tracked.insert(name, Tracked::new(node.into(), health, config.probe.port));
         }
         let mut leases: HashMap<String, Lease> = store
             .leases()?
@@ -409,6 +413,10 @@ impl Controller {
             if self.tracked.contains_key(&node.name) {
                 let shared = self.shared_with_view(node);
                 if let Some(t) = self.tracked.get_mut(&node.name) {
+                    // New addresses: the node is probed at its new one.
+                    if t.node.addresses != node.addresses {
+                        t.target = target_for(node, self.config.probe.port);
+                    }
                     t.node = shared;
                     // The durable record now carries any quiet heartbeat update.
                     t.beats_unwritten = false;
@@ -441,12 +449,12 @@ impl Controller {
         let mut ahead = nodes;
         ahead.extend(leases.iter().map(|l| lease_key(l)));
         // A writer that is gone drops `done`: its waiter hears the controller stopped.
-        let _ = self.writer.send(Job::Commit {
-            change: Box::new(change),
+        let waiter = Waiter {
             done,
             ahead,
             epoch: self.epoch,
-        });
+        };
+        let _ = self.writer.send(Job::Commit(Box::new(change), waiter));
     }
 
     /// Whether a write of this node is on its way to the disk.
@@ -854,18 +862,14 @@ impl Controller {
                 }
             }
         }
-        if let Some(sweep) = sweep {
-            sweep.abort();
-        }
-        if let Some(listing) = listing {
-            listing.abort();
-        }
-        if let Some(lookups) = lookups {
-            lookups.abort();
-        }
-        if let Some(read) = nodes_file {
-            read.abort();
-        }
+        // The background work in flight ends with the loop.
+        let running = [
+            sweep.map(|t| t.abort_handle()),
+            listing.map(|t| t.abort_handle()),
+            lookups.map(|t| t.abort_handle()),
+            nodes_file.map(|t| t.abort_handle()),
+        ];
+        running.into_iter().flatten().for_each(|t| t.abort());
         self.rescues.abort_all();
         if let Some(failed) = failed {
             tracing::error!("{failed}");
@@ -988,6 +992,21 @@ fn restore_heartbeats(
             }
         }
     }
+}
+
+/// Records `node` with its events in the last of `batches`, or in a new
+/// one (at `at`) once that holds [`WRITE_CHUNK`] nodes.
+fn record_chunked(
+    batches: &mut Vec<Batch>,
+    at: Micros,
+    node: Node,
+    events: impl IntoIterator<Item = EventKind>,
+) {
+    if batches.last().is_none_or(|b| b.len() >= WRITE_CHUNK) {
+        batches.push(Batch::new(at));
+    }
+    let batch = batches.last_mut().expect("pushed above");
+    batch.record(node, events);
 }
 
 /// Where to probe a node: its first IP address and the kubelet port.

@@ -182,19 +182,12 @@ pub fn plan_edit(
     now: Micros,
 ) -> Result<Option<Batch>, PushError> {
     if expected_version.is_some_and(|v| v != node.resource_version) {
-        return Err(PushError::Conflict {
-            kind: "nodes",
-            name: node.name.clone(),
-        });
+        return Err(PushError::conflict("nodes", &node.name));
     }
     let Some((next, changes)) = fold(node, fields, now) else {
         return Ok(None);
     };
-    crate::validation::node_size(&next, Some(node)).map_err(|e| Invalid {
-        kind: "Node",
-        name: node.name.clone(),
-        causes: vec![e],
-    })?;
+    crate::validation::node_size(&next, Some(node)).map_err(|e| Invalid::node(&node.name, e))?;
     let mut batch = Batch::new(now);
     batch.record(
         next,
@@ -260,17 +253,11 @@ impl Controller {
         by: &str,
     ) -> Result<Node, PushError> {
         let Some(tracked) = self.tracked.get(name) else {
-            return Err(PushError::NotFound {
-                kind: "nodes",
-                name: name.into(),
-            });
+            return Err(PushError::not_found("nodes", name));
         };
         // A write on its way gets a newer version than any a client has seen.
         if expected_version.is_some() && self.is_ahead(name) {
-            return Err(PushError::Conflict {
-                kind: "nodes",
-                name: name.into(),
-            });
+            return Err(PushError::conflict("nodes", name));
         }
         let current = tracked.node.clone();
         let Some(batch) = plan_edit(&current, fields, expected_version, by, Micros::now())? else {
@@ -293,10 +280,7 @@ impl Controller {
         by: &str,
     ) -> Result<Node, PushError> {
         let Some(tracked) = self.tracked.get(name) else {
-            return Err(PushError::NotFound {
-                kind: "nodes",
-                name: name.into(),
-            });
+            return Err(PushError::not_found("nodes", name));
         };
         let node = tracked.node.clone();
         let batch = plan_delete(
@@ -335,10 +319,9 @@ pub fn edit_stopped_store(
     write: impl FnOnce(&Node) -> Result<(OperatorFields, Option<u64>), PushError>,
     by: &str,
 ) -> Result<(Node, bool), PushError> {
-    let node = store.node(name)?.ok_or_else(|| PushError::NotFound {
-        kind: "nodes",
-        name: name.into(),
-    })?;
+    let node = store
+        .node(name)?
+        .ok_or_else(|| PushError::not_found("nodes", name))?;
     let (fields, expected) = write(&node)?;
     let Some(batch) = plan_edit(&node, fields, expected, by, Micros::now())? else {
         return Ok((node, false));
@@ -356,10 +339,9 @@ pub fn delete_in_stopped_store(
     preconditions: &Preconditions,
     by: &str,
 ) -> Result<Node, PushError> {
-    let node = store.node(name)?.ok_or_else(|| PushError::NotFound {
-        kind: "nodes",
-        name: name.into(),
-    })?;
+    let node = store
+        .node(name)?
+        .ok_or_else(|| PushError::not_found("nodes", name))?;
     let listing = SourceListing::load(store)?.unwrap_or_else(|| SourceListing::assumed_for(&node));
     let batch = plan_delete(&node, preconditions, &listing, by, Micros::now())?;
     store.write(batch)?;

@@ -123,6 +123,9 @@ pub enum ObjectWrite {
     Delete { expected: Option<u64> },
 }
 
+/// Leases, as errors name them.
+const LEASES: &str = "leases.coordination.k8s.io";
+
 /// Why a push was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
@@ -156,6 +159,23 @@ pub enum PushError {
     Unavailable(String),
     #[error("the controller is stopping")]
     Stopped,
+}
+
+impl PushError {
+    pub fn not_found(kind: &'static str, name: impl Into<String>) -> PushError {
+        let name = name.into();
+        PushError::NotFound { kind, name }
+    }
+
+    pub fn already_exists(kind: &'static str, name: impl Into<String>) -> PushError {
+        let name = name.into();
+        PushError::AlreadyExists { kind, name }
+    }
+
+    pub fn conflict(kind: &'static str, name: impl Into<String>) -> PushError {
+        let name = name.into();
+        PushError::Conflict { kind, name }
+    }
 }
 
 /// The server's end of the channel.
@@ -389,17 +409,11 @@ impl Controller {
         let ahead = self.is_ahead(name);
         let mode = self.config.status_mode;
         let Some(tracked) = self.tracked.get_mut(name) else {
-            return reply.refuse(PushError::NotFound {
-                kind: "nodes",
-                name: name.into(),
-            });
+            return reply.refuse(PushError::not_found("nodes", name));
         };
         // A write on its way gets a newer version than any a client has seen.
         if expected.is_some_and(|v| ahead || v != tracked.node.resource_version) {
-            return reply.refuse(PushError::Conflict {
-                kind: "nodes",
-                name: name.into(),
-            });
+            return reply.refuse(PushError::conflict("nodes", name));
         }
         let wall = Micros::now();
         if !heartbeat_only(&tracked.node, &pushed, mode) {
@@ -438,10 +452,7 @@ impl Controller {
         reply: StatusReply,
     ) {
         let Some(tracked) = self.tracked.get(name) else {
-            return reply.refuse(PushError::NotFound {
-                kind: "nodes",
-                name: name.into(),
-            });
+            return reply.refuse(PushError::not_found("nodes", name));
         };
         let eviction = self.config.eviction.mode;
         let rules = FoldRules {
@@ -518,10 +529,7 @@ impl Controller {
             return;
         }
         if self.leases.contains_key(&lease.name) {
-            let _ = reply.send(Err(PushError::AlreadyExists {
-                kind: "leases.coordination.k8s.io",
-                name: lease.name,
-            }));
+            let _ = reply.send(Err(PushError::already_exists(LEASES, lease.name)));
             return;
         }
         lease.uid = uuid::Uuid::new_v4().to_string();
@@ -540,17 +548,11 @@ impl Controller {
         reply: oneshot::Sender<Result<Lease, PushError>>,
     ) {
         let Some(current) = self.leases.get_mut(&lease.name) else {
-            let _ = reply.send(Err(PushError::NotFound {
-                kind: "leases.coordination.k8s.io",
-                name: lease.name,
-            }));
+            let _ = reply.send(Err(PushError::not_found(LEASES, lease.name)));
             return;
         };
         if expected.is_some_and(|g| g != current.generation) {
-            let _ = reply.send(Err(PushError::Conflict {
-                kind: "leases.coordination.k8s.io",
-                name: lease.name,
-            }));
+            let _ = reply.send(Err(PushError::conflict(LEASES, lease.name)));
             return;
         }
         // A renewal is a renewTime that moved, whatever the kubelet's clock says.
@@ -620,10 +622,7 @@ impl Controller {
             return;
         }
         if self.tracked.contains_key(&spec.name) {
-            let _ = reply.send(Err(PushError::AlreadyExists {
-                kind: "nodes",
-                name: spec.name,
-            }));
+            let _ = reply.send(Err(PushError::already_exists("nodes", spec.name)));
             return;
         }
         let wall = Micros::now();
@@ -631,11 +630,8 @@ impl Controller {
         node.annotations = annotations;
         node.conditions = vec![never_probed(wall)];
         if let Err(e) = crate::validation::node_size(&node, None) {
-            let _ = reply.send(Err(PushError::Rejected(crate::validation::Invalid {
-                kind: "Node",
-                name: node.name,
-                causes: vec![e],
-            })));
+            let invalid = crate::validation::Invalid::node(&node.name, e);
+            let _ = reply.send(Err(invalid.into()));
             return;
         }
         let mut batch = Batch::new(wall);
@@ -654,18 +650,11 @@ impl Controller {
             }
         };
         let node = written.nodes.into_iter().next().unwrap_or(node);
-        let target = super::target_for(&node, self.config.probe.port);
         let name = node.name.clone();
         tracing::info!(node = %name, "node registered itself");
-        self.tracked.insert(
-            name.clone(),
-            Tracked {
-                node: node.clone().into(),
-                target,
-                health: super::conditions::Health::watching_from(self.clock.now()),
-                beats_unwritten: false,
-            },
-        );
+        let health = super::conditions::Health::watching_from(self.clock.now());
+        let tracked = Tracked::new(node.clone().into(), health, self.config.probe.port);
+        self.tracked.insert(name.clone(), tracked);
         // A source may name it and have failed to register it: no longer waited for.
         self.unregistered.registered([name.as_str()]);
         self.report_unregistered();

@@ -6,7 +6,7 @@ use futures_util::stream::{self, StreamExt};
 use tokio::time::Instant;
 
 use super::conditions::{never_probed, Health};
-use super::{target_for, Controller, ControllerError, Tracked};
+use super::{Controller, ControllerError, Tracked};
 use crate::model::{EventKind, Micros, Node, NodeSpec};
 use crate::source::resolve;
 use crate::store::Batch;
@@ -154,17 +154,10 @@ impl Controller {
         let written = self.commit(batch).await?;
         let started = self.clock.now();
         for node in written.nodes {
-            let target = target_for(&node, self.config.probe.port);
             let node = self.shared_with_view(&node);
-            self.tracked.insert(
-                node.name.clone(),
-                Tracked {
-                    node,
-                    target,
-                    health: Health::watching_from(started),
-                    beats_unwritten: false,
-                },
-            );
+            let health = Health::watching_from(started);
+            let tracked = Tracked::new(node, health, self.config.probe.port);
+            self.tracked.insert(tracked.node.name.clone(), tracked);
         }
         self.update_gauges();
         Ok(())
@@ -223,9 +216,6 @@ impl Controller {
         };
         for node in written.nodes {
             tracing::info!(node = %node.name, address = node.probe_address(), "address resolved");
-            if let Some(t) = self.tracked.get_mut(&node.name) {
-                t.target = target_for(&node, self.config.probe.port);
-            }
         }
     }
 }

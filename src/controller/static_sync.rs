@@ -376,15 +376,8 @@ impl Controller {
         if batch.is_empty() {
             return;
         }
-        match self.commit(batch).await {
-            Ok(written) => {
-                for node in &written.nodes {
-                    if let Some(t) = self.tracked.get_mut(&node.name) {
-                        t.target = super::target_for(node, self.config.probe.port);
-                    }
-                }
-            }
-            Err(e) => tracing::error!("addresses from the nodes file failed to store: {e}"),
+        if let Err(e) = self.commit(batch).await {
+            tracing::error!("addresses from the nodes file failed to store: {e}");
         }
     }
 

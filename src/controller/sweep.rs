@@ -19,7 +19,6 @@ use super::{Controller, StatusMode};
 use crate::metrics::{ProbeLabels, ProbeResult};
 use crate::model::{Micros, READY};
 use crate::probe::{panic_message, ProbeError, ProbeOutcome, ProbeTarget};
-use crate::store::Batch;
 
 /// What a sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,8 +80,7 @@ impl Controller {
         let grace = self.config.node_monitor_grace_period;
         let mode = self.config.status_mode;
         // Transitions, a chunk of nodes to a batch (see [`super::WRITE_CHUNK`]).
-        let mut batches = vec![Batch::new(now)];
-        let mut in_batch = 0;
+        let mut batches = Vec::new();
         let mut report = SweepReport {
             probed: answers.len(),
             ..SweepReport::default()
@@ -145,15 +143,7 @@ impl Controller {
             };
             let mut node = tracked.node.clone();
             let event = apply(&mut node, READY, verdict, now, tracked.health.last_answer);
-            if in_batch == super::WRITE_CHUNK {
-                batches.push(Batch::new(now));
-                in_batch = 0;
-            }
-            in_batch += 1;
-            batches
-                .last_mut()
-                .expect("starts with one batch")
-                .record(node, [event]);
+            super::record_chunked(&mut batches, now, node, [event]);
         }
         self.probe_failures
             .retain(|name| self.tracked.contains_key(name));

@@ -148,16 +148,18 @@ pub(super) enum Done {
     Unit(oneshot::Sender<Result<(), PushError>>),
 }
 
+/// Who hears how a commit ended: its waiter, and the controller.
+pub(super) struct Waiter {
+    pub done: Done,
+    /// Nodes the controller already shows as changed (sent ahead, not awaited).
+    pub ahead: Vec<String>,
+    /// The controller's count of resumes when it sent the job.
+    pub epoch: u64,
+}
+
 /// What the writer is asked to do.
 pub(super) enum Job {
-    Commit {
-        change: Box<Change>,
-        done: Done,
-        /// Nodes the controller already shows as changed (sent ahead, not awaited).
-        ahead: Vec<String>,
-        /// The controller's count of resumes when it sent the job.
-        epoch: u64,
-    },
+    Commit(Box<Change>, Waiter),
     /// Heartbeat times, written beside the store after the group's flush.
     Checkpoint(HeartbeatCheckpoint),
     /// The controller has put back the durable state of everything it had
@@ -224,12 +226,12 @@ impl StoreWriter {
     /// Writes `change` and waits until it is durable and published.
     pub async fn commit(&self, change: Change, epoch: u64) -> Result<Written, CommitError> {
         let (done, answer) = oneshot::channel();
-        self.send(Job::Commit {
-            change: Box::new(change),
+        let waiter = Waiter {
             done: Done::Wait(done),
             ahead: Vec::new(),
             epoch,
-        })?;
+        };
+        self.send(Job::Commit(Box::new(change), waiter))?;
         answer.await.map_err(|_| CommitError::Stopped)?
     }
 
@@ -247,24 +249,12 @@ impl StoreWriter {
     }
 }
 
-/// One job of a group that was written, waiting for the flush.
+/// One job of a group that was written (its change without the batch),
+/// waiting for the flush.
 struct Pending {
     written: Written,
-    leases: Vec<Lease>,
-    deleted_leases: Vec<String>,
-    objects: Vec<NodeObject>,
-    deleted_objects: Vec<ObjectKey>,
-    done: Done,
-    ahead: Vec<String>,
-    epoch: u64,
-}
-
-/// A job waiting to be written with the others of its run.
-struct Queued {
     change: Box<Change>,
-    done: Done,
-    ahead: Vec<String>,
-    epoch: u64,
+    waiter: Waiter,
 }
 
 /// The thread's state.
@@ -372,18 +362,13 @@ impl Writer {
         let jobs = group.len();
         let mut pending: Vec<Pending> = Vec::new();
         // Jobs that write a batch and nothing else, in a row: one transaction.
-        let mut run: Vec<Queued> = Vec::new();
+        let mut run: Vec<(Box<Change>, Waiter)> = Vec::new();
         let mut checkpoint = None;
         let mut stop = None;
         let mut space_checked = false;
         for job in group {
-            let (mut change, done, ahead, epoch) = match job {
-                Job::Commit {
-                    change,
-                    done,
-                    ahead,
-                    epoch,
-                } => (change, done, ahead, epoch),
+            let (mut change, waiter) = match job {
+                Job::Commit(change, waiter) => (change, waiter),
                 // Written after the group's flush.
                 Job::Checkpoint(c) => {
                     checkpoint = Some(c);
@@ -413,36 +398,26 @@ impl Writer {
             }
             if let Some(reason) = &self.refusing {
                 let reason = reason.clone();
-                self.answer(done, ahead, epoch, Err(reason));
+                self.answer(waiter, Err(reason));
                 continue;
             }
             if change.batch_only() {
-                run.push(Queued {
-                    change,
-                    done,
-                    ahead,
-                    epoch,
-                });
+                run.push((change, waiter));
                 continue;
             }
             self.write_run(&mut run, &mut pending);
             if let Some(reason) = &self.refusing {
                 let reason = reason.clone();
-                self.answer(done, ahead, epoch, Err(reason));
+                self.answer(waiter, Err(reason));
                 continue;
             }
             match self.write(&mut change) {
                 Ok(written) => pending.push(Pending {
                     written,
-                    leases: change.leases,
-                    deleted_leases: change.deleted_leases,
-                    objects: change.objects,
-                    deleted_objects: change.deleted_objects,
-                    done,
-                    ahead,
-                    epoch,
+                    change,
+                    waiter,
                 }),
-                Err(e) => self.refuse_after(e, [(done, ahead, epoch)]),
+                Err(e) => self.refuse_after(e, [waiter]),
             }
         }
         self.write_run(&mut run, &mut pending);
@@ -467,32 +442,27 @@ impl Writer {
 
     /// Writes a run of batch-only jobs in one transaction (see
     /// [`Store::write_all`]); they wait for the group's flush.
-    fn write_run(&mut self, run: &mut Vec<Queued>, pending: &mut Vec<Pending>) {
+    fn write_run(&mut self, run: &mut Vec<(Box<Change>, Waiter)>, pending: &mut Vec<Pending>) {
         if run.is_empty() {
             return;
         }
         let mut jobs = std::mem::take(run);
         let batches = jobs
             .iter_mut()
-            .map(|q| std::mem::take(&mut q.change.batch))
+            .map(|(change, _)| std::mem::take(&mut change.batch))
             .collect();
         match self.store.write_all(batches) {
             Ok(written) => {
-                for (q, written) in jobs.into_iter().zip(written) {
+                for ((change, waiter), written) in jobs.into_iter().zip(written) {
                     pending.push(Pending {
                         written,
-                        leases: Vec::new(),
-                        deleted_leases: Vec::new(),
-                        objects: Vec::new(),
-                        deleted_objects: Vec::new(),
-                        done: q.done,
-                        ahead: q.ahead,
-                        epoch: q.epoch,
+                        change,
+                        waiter,
                     });
                 }
             }
             // All or none: none of them was written.
-            Err(e) => self.refuse_after(e, jobs.into_iter().map(|q| (q.done, q.ahead, q.epoch))),
+            Err(e) => self.refuse_after(e, jobs.into_iter().map(|(_, waiter)| waiter)),
         }
     }
 
@@ -500,13 +470,13 @@ impl Writer {
     fn refuse_after(
         &mut self,
         e: crate::store::StoreError,
-        jobs: impl IntoIterator<Item = (Done, Vec<String>, u64)>,
+        jobs: impl IntoIterator<Item = Waiter>,
     ) {
         let reason = format!("writing to the store failed: {e}");
         tracing::error!("{reason}");
         self.refusing = Some(reason.clone());
-        for (done, ahead, epoch) in jobs {
-            self.answer(done, ahead, epoch, Err(reason.clone()));
+        for waiter in jobs {
+            self.answer(waiter, Err(reason.clone()));
         }
     }
 
@@ -571,7 +541,7 @@ impl Writer {
                 self.refusing = Some(reason.clone());
                 self.check_space();
                 for p in pending {
-                    self.answer(p.done, p.ahead, p.epoch, Err(reason.clone()));
+                    self.answer(p.waiter, Err(reason.clone()));
                 }
                 return (flushing, started.elapsed() - flushing);
             }
@@ -592,17 +562,18 @@ impl Writer {
             }
         }
         for p in &pending {
-            if !p.leases.is_empty() || !p.deleted_leases.is_empty() {
+            let c = &p.change;
+            if !c.leases.is_empty() || !c.deleted_leases.is_empty() {
                 self.view
-                    .publish_leases(p.leases.iter().cloned(), &p.deleted_leases);
+                    .publish_leases(c.leases.iter().cloned(), &c.deleted_leases);
             }
-            if !p.objects.is_empty()
-                || !p.deleted_objects.is_empty()
+            if !c.objects.is_empty()
+                || !c.deleted_objects.is_empty()
                 || !p.written.deleted.is_empty()
             {
                 self.view.publish_objects(
-                    p.objects.iter().cloned(),
-                    &p.deleted_objects,
+                    c.objects.iter().cloned(),
+                    &c.deleted_objects,
                     &p.written.deleted,
                 );
             }
@@ -611,7 +582,7 @@ impl Writer {
                 if let EventKind::ConditionChanged { condition, to, .. } = &event.kind {
                     let labels = crate::metrics::ConditionLabels {
                         condition: condition.clone(),
-                        status: (*to).into(),
+                        status: *to,
                     };
                     self.metrics.transitions.get_or_create(&labels).inc();
                 }
@@ -621,7 +592,7 @@ impl Writer {
         counts.apply(&self.metrics);
         self.metrics.store_events.set(durable as i64);
         for p in pending {
-            self.answer(p.done, p.ahead, p.epoch, Ok(p.written));
+            self.answer(p.waiter, Ok(p.written));
         }
         if self.failed.is_none() && self.refusing.is_none() {
             self.check_space();
@@ -630,7 +601,8 @@ impl Writer {
     }
 
     /// Tells the controller, then the job's waiter, how it ended.
-    fn answer(&self, done: Done, ahead: Vec<String>, epoch: u64, outcome: Result<Written, String>) {
+    fn answer(&self, waiter: Waiter, outcome: Result<Written, String>) {
+        let Waiter { done, ahead, epoch } = waiter;
         let versions = match &outcome {
             Ok(written) => written
                 .nodes
@@ -739,10 +711,7 @@ impl NodeCounts {
     fn apply(self, metrics: &Metrics) {
         for (condition, status, n) in self.moves {
             if n != 0 {
-                let labels = crate::metrics::ConditionLabels {
-                    condition,
-                    status: status.into(),
-                };
+                let labels = crate::metrics::ConditionLabels { condition, status };
                 metrics.nodes.get_or_create(&labels).inc_by(n);
             }
         }
@@ -856,12 +825,14 @@ mod tests {
             );
             let (reply, answer) = oneshot::channel();
             self.writer
-                .send(Job::Commit {
-                    change: Box::new(Change::of(batch)),
-                    done: Done::Node(reply),
-                    ahead: vec![name.to_string()],
-                    epoch,
-                })
+                .send(Job::Commit(
+                    Box::new(Change::of(batch)),
+                    Waiter {
+                        done: Done::Node(reply),
+                        ahead: vec![name.to_string()],
+                        epoch,
+                    },
+                ))
                 .unwrap();
             answer
         }
@@ -914,20 +885,16 @@ mod tests {
 
     /// The node gauges as a count of every published node would set them.
     fn gauges_of(metrics: &Metrics) -> Vec<i64> {
-        [
-            ConditionStatus::True,
-            ConditionStatus::False,
-            ConditionStatus::Unknown,
-        ]
-        .into_iter()
-        .map(|status| {
-            let labels = crate::metrics::ConditionLabels {
-                condition: "Ready".into(),
-                status: status.into(),
-            };
-            metrics.nodes.get_or_create(&labels).get()
-        })
-        .collect()
+        ConditionStatus::ALL
+            .into_iter()
+            .map(|status| {
+                let labels = crate::metrics::ConditionLabels {
+                    condition: "Ready".into(),
+                    status,
+                };
+                metrics.nodes.get_or_create(&labels).get()
+            })
+            .collect()
     }
 
     #[test]
@@ -968,12 +935,14 @@ mod tests {
         batch.delete("node-b", "removed from the nodes file");
         let (deleted, answer) = oneshot::channel();
         h.writer
-            .send(Job::Commit {
-                change: Box::new(Change::of(batch)),
-                done: Done::Wait(deleted),
-                ahead: Vec::new(),
-                epoch: 0,
-            })
+            .send(Job::Commit(
+                Box::new(Change::of(batch)),
+                Waiter {
+                    done: Done::Wait(deleted),
+                    ahead: Vec::new(),
+                    epoch: 0,
+                },
+            ))
             .unwrap();
         let new = h.change("node-d", ConditionStatus::True, 0);
         drop(release);

@@ -25,6 +25,19 @@ pub struct HookRun {
     pub stdin: Option<Vec<u8>>,
 }
 
+impl HookRun {
+    /// A run of `name` whose arguments are in its environment too, each
+    /// under its own variable (`$1` and `NODEKEEPER_NODE`, say).
+    pub fn with_args(name: &'static str, args: Vec<(&'static str, String)>) -> HookRun {
+        HookRun {
+            name,
+            args: args.iter().map(|(_, value)| value.clone()).collect(),
+            env: args,
+            stdin: None,
+        }
+    }
+}
+
 /// How a hook run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HookOutcome {

@@ -467,32 +467,21 @@ pub fn transition_run(event: &Event) -> HookRun {
     else {
         return HookRun::default();
     };
-    let node = event.node.clone().unwrap_or_default();
-    let from = status_name(*from).to_string();
-    let to = status_name(Some(*to)).to_string();
-    let seq = event.seq.to_string();
-    HookRun {
-        name: "nodekeeper-transition-hook",
-        args: vec![
-            node.clone(),
-            condition.clone(),
-            from.clone(),
-            to.clone(),
-            reason.clone(),
-            seq.clone(),
-        ],
-        env: vec![
-            ("NODEKEEPER_NODE", node),
+    let mut run = HookRun::with_args(
+        "nodekeeper-transition-hook",
+        vec![
+            ("NODEKEEPER_NODE", event.node.clone().unwrap_or_default()),
             ("NODEKEEPER_CONDITION", condition.clone()),
-            ("NODEKEEPER_FROM", from),
-            ("NODEKEEPER_TO", to),
+            ("NODEKEEPER_FROM", status_name(*from).to_string()),
+            ("NODEKEEPER_TO", status_name(Some(*to)).to_string()),
             ("NODEKEEPER_REASON", reason.clone()),
-            ("NODEKEEPER_MESSAGE", message.clone()),
-            ("NODEKEEPER_SEQ", seq),
-            ("NODEKEEPER_TIME", event.time.rfc3339()),
+            ("NODEKEEPER_SEQ", event.seq.to_string()),
         ],
-        stdin: Some(serde_json::to_vec(event).unwrap_or_default()),
-    }
+    );
+    run.env.push(("NODEKEEPER_MESSAGE", message.clone()));
+    run.env.push(("NODEKEEPER_TIME", event.time.rfc3339()));
+    run.stdin = Some(serde_json::to_vec(event).unwrap_or_default());
+    run
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 use std::sync::MutexGuard;
 
 use k8s_openapi::api::storage::v1::CSINode;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::Value;
 
 use super::budget::Priority;
@@ -61,16 +61,7 @@ impl Ctx {
             let current = current.map(|c| serde_json::to_value(c).expect("k8s types serialize"));
             let outcome = match (current, &desired) {
                 (None, None) => Ok(()),
-                (Some(_), None) => {
-                    let dp = DeleteParams::default();
-                    match self
-                        .call(priority, "delete", || api.delete(name, &dp))
-                        .await
-                    {
-                        Err(e) if !e.is(404) => Err(e),
-                        _ => Ok(()),
-                    }
-                }
+                (Some(_), None) => self.delete(priority, &api, name).await,
                 (None, Some(want)) => {
                     let create: CSINode =
                         serde_json::from_value(want.clone()).expect("a CSINode built here");
@@ -114,14 +105,7 @@ impl Ctx {
         priority: Priority,
     ) -> Result<(), ApiError> {
         let api: Api<CSINode> = Api::all(self.client.clone());
-        let dp = DeleteParams::default();
-        match self
-            .call(priority, "delete", || api.delete(name, &dp))
-            .await
-        {
-            Err(e) if !e.is(404) => return Err(e),
-            _ => {}
-        }
+        self.delete(priority, &api, name).await?;
         self.csinodes_known().remove(name);
         Ok(())
     }

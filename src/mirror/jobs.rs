@@ -30,8 +30,7 @@ use crate::model::Micros;
 use crate::store::{OutboxKey, Store};
 use crate::view::View;
 
-/// Where node Leases live, as kubelets write them.
-pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+pub use crate::model::NODE_LEASE_NAMESPACE;
 /// Pods are listed this many at a time.
 pub(crate) const PAGE: u32 = 500;
 /// A resourceVersion conflict is re-read and retried this often before the
@@ -345,25 +344,30 @@ impl Ctx {
         Ok(())
     }
 
-    async fn delete_node(&self, name: &str, priority: Priority) -> Result<(), ApiError> {
-        fn gone<T>(r: Result<T, ApiError>) -> Result<(), ApiError> {
-            match r {
-                Ok(_) => Ok(()),
-                Err(e) if e.is(404) => Ok(()),
-                Err(e) => Err(e),
-            }
-        }
+    /// Deletes `name` through `api`; one already gone counts as deleted.
+    pub(crate) async fn delete<K>(
+        &self,
+        priority: Priority,
+        api: &Api<K>,
+        name: &str,
+    ) -> Result<(), ApiError>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
         let dp = DeleteParams::default();
-        let nodes = self.nodes();
-        gone(
-            self.call(priority, "delete", || nodes.delete(name, &dp))
-                .await,
-        )?;
+        match self
+            .call(priority, "delete", || api.delete(name, &dp))
+            .await
+        {
+            Err(e) if !e.is(404) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    async fn delete_node(&self, name: &str, priority: Priority) -> Result<(), ApiError> {
+        self.delete(priority, &self.nodes(), name).await?;
         let leases: Api<KubeLease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
-        gone(
-            self.call(priority, "delete", || leases.delete(name, &dp))
-                .await,
-        )?;
+        self.delete(priority, &leases, name).await?;
         self.delete_csinode(name, priority).await?;
         self.leases().remove(name);
         self.upstream().forget(name);
@@ -392,15 +396,14 @@ impl Ctx {
     /// known, one POST when it is known absent, a read first otherwise.
     pub(crate) async fn renew_lease(&self, name: &str) -> Result<(), ApiError> {
         let api: Api<KubeLease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
-        let lease = |rv: Option<String>| self.node_lease(name, rv);
         enum Step {
-            Update(String),
-            Create,
+            /// Replace it at this resourceVersion, or create it (`None`).
+            Write(Option<String>),
             Read,
         }
         let mut step = match self.leases().get(name).cloned() {
-            Some(LeaseKnown::At(rv)) => Step::Update(rv),
-            Some(LeaseKnown::Absent) => Step::Create,
+            Some(LeaseKnown::At(rv)) => Step::Write(Some(rv)),
+            Some(LeaseKnown::Absent) => Step::Write(None),
             None => Step::Read,
         };
         let pp = PostParams::default();
@@ -408,31 +411,23 @@ impl Ctx {
         // Bounded: read, then update or create, then once more on a race.
         for _ in 0..4 {
             step = match step {
-                Step::Update(rv) => {
-                    let body = lease(Some(rv));
-                    match self
-                        .write(Priority::Lease, "update", || api.replace(name, &pp, &body))
-                        .await
-                    {
+                Step::Write(rv) => {
+                    let update = rv.is_some();
+                    let body = self.node_lease(name, rv);
+                    let sent = if update {
+                        let replace = || api.replace(name, &pp, &body);
+                        self.write(Priority::Lease, "update", replace).await
+                    } else {
+                        let create = || api.create(&pp, &body);
+                        self.write(Priority::Lease, "create", create).await
+                    };
+                    match sent {
                         Ok(l) => {
                             written = Some(l);
                             break;
                         }
-                        Err(e) if e.is(404) => Step::Create,
-                        Err(e) if e.is(409) => Step::Read,
-                        Err(e) => return Err(e),
-                    }
-                }
-                Step::Create => {
-                    let body = lease(None);
-                    match self
-                        .write(Priority::Lease, "create", || api.create(&pp, &body))
-                        .await
-                    {
-                        Ok(l) => {
-                            written = Some(l);
-                            break;
-                        }
+                        // Gone since it was written: created again.
+                        Err(e) if e.is(404) && update => Step::Write(None),
                         Err(e) if e.is(409) => Step::Read,
                         Err(e) => return Err(e),
                     }
@@ -442,9 +437,9 @@ impl Ctx {
                     .await?
                 {
                     Some(existing) => {
-                        Step::Update(existing.metadata.resource_version.unwrap_or_default())
+                        Step::Write(Some(existing.metadata.resource_version.unwrap_or_default()))
                     }
-                    None => Step::Create,
+                    None => Step::Write(None),
                 },
             };
         }
@@ -518,16 +513,14 @@ pub(crate) async fn work(ctx: &Ctx, job: &Job, priority: Priority) -> Outcome {
             }
             let mut created = false;
             match key {
-                OutboxKey::Node(name) => match ctx.sync_node(name, priority).await {
-                    Ok(c) => {
-                        created = c;
-                        ctx.publish_drift();
+                OutboxKey::Node(name) => {
+                    let synced = ctx.sync_node(name, priority).await;
+                    ctx.publish_drift();
+                    match synced {
+                        Ok(c) => created = c,
+                        Err(e) => return failed(format!("mirroring node {name}"), e),
                     }
-                    Err(e) => {
-                        ctx.publish_drift();
-                        return failed(format!("mirroring node {name}"), e);
-                    }
-                },
+                }
                 OutboxKey::EvictPods(name) => {
                     if let Err(outcome) =
                         super::eviction::evict_and_record(ctx, name, priority).await

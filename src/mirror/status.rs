@@ -13,6 +13,7 @@ use crate::model::Micros;
 use crate::store::Store;
 
 /// What the mirror is doing, shared with the HTTP server.
+#[derive(Default)]
 pub struct MirrorState {
     pub server: String,
     pub identity: String,
@@ -46,7 +47,8 @@ pub struct ErrorNote {
 }
 
 /// `nodekeeper mirror status` and `GET /v1/mirror`.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MirrorStatus {
     /// `false` when the store is read directly (no controller running).
     pub running: bool,
@@ -56,20 +58,16 @@ pub struct MirrorStatus {
     pub identity: Option<String>,
     pub leader: bool,
     pub backlog: usize,
-    #[serde(rename = "oldestEntry")]
     pub oldest_entry: Option<Micros>,
-    #[serde(rename = "lastError")]
     pub last_error: Option<ErrorNote>,
-    #[serde(rename = "lastSuccess")]
     pub last_success: Option<Micros>,
     pub requests: u64,
     pub retries: u64,
-    #[serde(rename = "leaseRenewals")]
     pub lease_renewals: u64,
     /// Requests the API server answered 429 (throttling, not errors).
     #[serde(default)]
     pub throttled: u64,
-    #[serde(default, rename = "lastThrottled")]
+    #[serde(default)]
     pub last_throttled: Option<Throttle>,
     /// What the mirror last saw of the API server's nodes.
     #[serde(default)]
@@ -113,6 +111,7 @@ pub struct UpstreamStatus {
 
 /// The request budget, and what the Leases need of it.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct BudgetStatus {
     pub qps: f64,
     pub burst: u32,
@@ -120,15 +119,11 @@ pub struct BudgetStatus {
     pub sized: bool,
     /// Whether node Leases are mirrored.
     pub leases: bool,
-    #[serde(rename = "leaseRenewIntervalSeconds")]
     pub lease_renew_interval_seconds: Option<f64>,
-    #[serde(rename = "readyNodes")]
     pub ready_nodes: usize,
     /// Requests per second the Lease renewals need.
-    #[serde(rename = "leaseQps")]
     pub lease_qps: f64,
     /// The rate that leaves a fifth of the budget to other work.
-    #[serde(rename = "requiredQps")]
     pub required_qps: f64,
     pub enough: bool,
     /// What is wrong and what to do, when not enough.
@@ -157,15 +152,7 @@ impl MirrorState {
         MirrorState {
             server,
             identity,
-            leader: AtomicBool::new(false),
-            requests: AtomicU64::new(0),
-            retries: AtomicU64::new(0),
-            lease_renewals: AtomicU64::new(0),
-            throttled: AtomicU64::new(0),
-            missing_upstream: AtomicUsize::new(0),
-            differ_upstream: AtomicUsize::new(0),
-            watching: AtomicBool::new(false),
-            notes: Mutex::new(Notes::default()),
+            ..MirrorState::default()
         }
     }
 
@@ -271,24 +258,13 @@ pub fn status_from_store(store: &Store) -> Result<MirrorStatus, crate::store::St
     entries.sort_by_key(|e| (e.enqueued, e.seq));
     entries.truncate(20);
     Ok(MirrorStatus {
-        running: false,
-        server: None,
-        identity: None,
-        leader: false,
         backlog,
         oldest_entry: entries.first().map(|e| e.enqueued),
         last_error: store
             .meta_get(META_LAST_ERROR)?
             .and_then(|b| serde_json::from_slice(&b).ok()),
-        last_success: None,
-        requests: 0,
-        retries: 0,
-        lease_renewals: 0,
-        throttled: 0,
-        last_throttled: None,
-        upstream: None,
-        budget: None,
         entries,
+        ..MirrorStatus::default()
     })
 }
 

@@ -75,7 +75,6 @@ impl Upstream {
         }
     }
 
-    /// Whether the node is known to be missing upstream.
     /// Whether the node is known to be missing upstream: seen missing, or
     /// never seen since a complete list.
     pub(crate) fn is_missing(&self, name: &str) -> bool {

@@ -46,14 +46,9 @@ impl std::str::FromStr for EvictionMode {
     type Err = UnknownEvictionMode;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [
-            EvictionMode::Taint,
-            EvictionMode::DeletePods,
-            EvictionMode::None,
-        ]
-        .into_iter()
-        .find(|m| m.as_str() == s)
-        .ok_or_else(|| UnknownEvictionMode(s.to_string()))
+        let modes = <EvictionMode as clap::ValueEnum>::value_variants();
+        let mode = modes.iter().find(|m| m.as_str() == s).copied();
+        mode.ok_or_else(|| UnknownEvictionMode(s.to_string()))
     }
 }
 

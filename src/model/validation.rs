@@ -82,28 +82,28 @@ fn shown(value: &str) -> String {
 }
 
 impl FieldError {
-    pub fn invalid(field: impl Into<String>, value: &str, detail: &str) -> FieldError {
+    fn new(field: impl Into<String>, reason: &'static str, message: String) -> FieldError {
+        let field = field.into();
         FieldError {
-            field: field.into(),
-            reason: "FieldValueInvalid",
-            message: format!("Invalid value: {}: {detail}", shown(value)),
+            field,
+            reason,
+            message,
         }
+    }
+
+    pub fn invalid(field: impl Into<String>, value: &str, detail: &str) -> FieldError {
+        let message = format!("Invalid value: {}: {detail}", shown(value));
+        FieldError::new(field, "FieldValueInvalid", message)
     }
 
     pub fn required(field: impl Into<String>, detail: &str) -> FieldError {
-        FieldError {
-            field: field.into(),
-            reason: "FieldValueRequired",
-            message: format!("Required value: {detail}"),
-        }
+        let message = format!("Required value: {detail}");
+        FieldError::new(field, "FieldValueRequired", message)
     }
 
     pub fn too_long(field: impl Into<String>, len: usize, max: usize) -> FieldError {
-        FieldError {
-            field: field.into(),
-            reason: "FieldValueTooLong",
-            message: format!("Too long: {len} bytes, may not be more than {max} bytes"),
-        }
+        let message = format!("Too long: {len} bytes, may not be more than {max} bytes");
+        FieldError::new(field, "FieldValueTooLong", message)
     }
 
     pub fn too_many(
@@ -112,40 +112,25 @@ impl FieldError {
         max: usize,
         detail: &str,
     ) -> FieldError {
-        FieldError {
-            field: field.into(),
-            reason: "FieldValueTooMany",
-            message: format!("Too many: {count}: must have at most {max} items{detail}"),
-        }
+        let message = format!("Too many: {count}: must have at most {max} items{detail}");
+        FieldError::new(field, "FieldValueTooMany", message)
     }
 
     pub fn forbidden(field: impl Into<String>, detail: &str) -> FieldError {
-        FieldError {
-            field: field.into(),
-            reason: "FieldValueForbidden",
-            message: format!("Forbidden: {detail}"),
-        }
+        let message = format!("Forbidden: {detail}");
+        FieldError::new(field, "FieldValueForbidden", message)
     }
 
     pub fn duplicate(field: impl Into<String>, value: &str) -> FieldError {
-        FieldError {
-            field: field.into(),
-            reason: "FieldValueDuplicate",
-            message: format!("Duplicate value: {}", shown(value)),
-        }
+        let message = format!("Duplicate value: {}", shown(value));
+        FieldError::new(field, "FieldValueDuplicate", message)
     }
 
     pub fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) -> FieldError {
         let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
-        FieldError {
-            field: field.into(),
-            reason: "FieldValueNotSupported",
-            message: format!(
-                "Unsupported value: {}: supported values: {}",
-                shown(value),
-                list.join(", ")
-            ),
-        }
+        let (value, list) = (shown(value), list.join(", "));
+        let message = format!("Unsupported value: {value}: supported values: {list}");
+        FieldError::new(field, "FieldValueNotSupported", message)
     }
 }
 
@@ -173,6 +158,15 @@ fn causes_text(causes: &[FieldError]) -> String {
 }
 
 impl Invalid {
+    /// A node refused for one cause.
+    pub fn node(name: &str, cause: FieldError) -> Invalid {
+        Invalid {
+            kind: "Node",
+            name: name.to_string(),
+            causes: vec![cause],
+        }
+    }
+
     /// `Ok` when nothing was found, else the refusal.
     pub fn check(kind: &'static str, name: &str, causes: Vec<FieldError>) -> Result<(), Invalid> {
         if causes.is_empty() {
@@ -388,18 +382,15 @@ pub fn node_size(next: &Node, before: Option<&Node>) -> Result<(), FieldError> {
     let part = |map: &BTreeMap<String, String>| -> usize {
         map.iter().map(|(k, v)| k.len() + v.len()).sum()
     };
-    Err(FieldError {
-        // Upstream's empty path: the error is about the whole object (as
-        // ValidateConfigMap's TooLong for data past 1 MiB).
-        field: String::new(),
-        reason: "FieldValueTooLong",
-        message: format!(
-            "Too long: the node would take {bytes} bytes (its labels {} and annotations {} of \
-             them), more than the {MAX_NODE_BYTES} a node may hold; remove labels or annotations",
-            part(&next.labels),
-            part(&next.annotations),
-        ),
-    })
+    let message = format!(
+        "Too long: the node would take {bytes} bytes (its labels {} and annotations {} of them), \
+         more than the {MAX_NODE_BYTES} a node may hold; remove labels or annotations",
+        part(&next.labels),
+        part(&next.annotations),
+    );
+    // Upstream's empty path: the error is about the whole object (as
+    // ValidateConfigMap's TooLong for data past 1 MiB).
+    Err(FieldError::new(String::new(), "FieldValueTooLong", message))
 }
 
 /// The bounds of a whole node read from outside the API (`db import`): its

@@ -62,16 +62,11 @@ pub(crate) fn fold_status(
     wall: Micros,
     owner_of: impl Fn(&str) -> Option<String>,
 ) -> Result<Folded, Invalid> {
-    if let Err(e) = crate::validation::extra_conditions(
+    crate::validation::extra_conditions(
         node.conditions.iter().map(|c| c.kind.as_str()),
         pushed.conditions.iter().map(|c| c.kind.as_str()),
-    ) {
-        return Err(Invalid {
-            kind: "Node",
-            name: node.name.clone(),
-            causes: vec![e],
-        });
-    }
+    )
+    .map_err(|e| Invalid::node(&node.name, e))?;
     let ready_beat = ready_beat(node, &pushed, rules.mode, wall);
     if heartbeat_only(node, &pushed, rules.mode) {
         let beats = pushed
@@ -163,13 +158,7 @@ pub(crate) fn fold_status(
         }
     }
     // Checked only for a write: heartbeats change no size.
-    if let Err(e) = crate::validation::node_size(&next, Some(node)) {
-        return Err(Invalid {
-            kind: "Node",
-            name: node.name.clone(),
-            causes: vec![e],
-        });
-    }
+    crate::validation::node_size(&next, Some(node)).map_err(|e| Invalid::node(&node.name, e))?;
     Ok(Folded {
         fold: Fold::Write {
             node: next,
