@@ -559,17 +559,9 @@ async fn kubelet_metadata(
     Ok(decided.kept)
 }
 
-/// NodeRestriction's 403 on a node's own Node: `nodes "NAME" is
-/// forbidden: MESSAGE`, as apimachinery's `NewForbidden` words it.
+/// NodeRestriction's 403 on a node's own Node.
 fn node_forbidden(name: &str, message: &str) -> Response {
-    let body = crate::k8s::status_error(
-        403,
-        "Forbidden",
-        &format!("nodes {name:?} is forbidden: {message}"),
-        Some(name),
-        Some("nodes"),
-    );
-    (StatusCode::FORBIDDEN, Json(body)).into_response()
+    super::authz::forbidden_object("nodes", name, message)
 }
 
 /// Adds a `Warning` header (`299 - "TEXT"`, as kube-apiserver sends
