@@ -142,12 +142,7 @@ pub(crate) async fn patch_csinode(
 }
 
 async fn replace(s: &AppState, csinode: CSINode, name: &str, expected: Option<u64>) -> Answer {
-    if csinode.metadata.name.as_deref().is_some_and(|n| n != name) {
-        return Err(bad_request(format!(
-            "the name of the object ({}) does not match the name on the URL ({name})",
-            csinode.metadata.name.unwrap_or_default()
-        )));
-    }
+    super::push::check_name(csinode.metadata.name.as_deref(), name)?;
     let current = current(s, name)?;
     let object = stored(csinode, name, Some(&current))?;
     let how = ObjectWrite::Replace { expected };

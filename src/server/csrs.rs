@@ -592,12 +592,7 @@ async fn update(
         CertificateSigningRequest,
     ) -> Result<(), Response>,
 ) -> Answer {
-    if sent.metadata.name.as_deref().is_some_and(|n| n != name) {
-        return Err(bad_request(format!(
-            "the name of the object ({}) does not match the name on the URL ({name})",
-            sent.metadata.name.unwrap_or_default()
-        )));
-    }
+    super::push::check_name(sent.metadata.name.as_deref(), name)?;
     let expected = crate::k8s::expected_version(&sent.metadata).map_err(|e| {
         // The message names its field already.
         let message = e
@@ -640,13 +635,7 @@ async fn update(
 }
 
 fn conflict(name: &str) -> Response {
-    refusal(
-        StatusCode::CONFLICT,
-        format!(
-            "Operation cannot be fulfilled on {RESOURCE} {name:?}: the object has been modified; \
-             please apply your changes to the latest version and try again"
-        ),
-    )
+    super::push::conflict(RESOURCE, name)
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use super::push::{
     body_json, invalid, json_body, json_reply, malformed, patched, push_error, ContentType,
 };
-use super::{status_error, AppState};
+use super::{refusal, AppState};
 use crate::controller::PushError;
 use crate::k8s::LeaseJson;
 use crate::model::{Lease, NODE_LEASE_NAMESPACE};
@@ -31,19 +31,14 @@ fn check_namespace(namespace: &str) -> Result<(), Response> {
     if namespace == NODE_LEASE_NAMESPACE {
         return Ok(());
     }
-    Err(status_error(
+    Err(refusal(
         StatusCode::NOT_FOUND,
-        "NotFound",
         format!("nodekeeper keeps node Leases only, in namespace {NODE_LEASE_NAMESPACE:?} (not {namespace:?})"),
     ))
 }
 
 fn lease_not_found(name: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(crate::k8s::not_found("leases.coordination.k8s.io", name)),
-    )
-        .into_response()
+    super::not_found("leases.coordination.k8s.io", name)
 }
 
 /// `GET .../namespaces/kube-node-lease/leases/{name}`.

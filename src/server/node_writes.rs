@@ -175,7 +175,7 @@ pub fn prepare(
             let version =
                 k8s::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
             if version.is_some_and(|v| v != node.resource_version) {
-                return Err(WriteError::Conflict(conflict_message(&node.name)));
+                return Err(WriteError::Conflict(conflict_message("nodes", &node.name)));
             }
             let fields = k8s::operator_fields(node, &object, false)?;
             Ok(Prepared {
@@ -188,7 +188,7 @@ pub fn prepare(
             let version =
                 k8s::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
             if version.is_some_and(|v| v != node.resource_version) {
-                return Err(WriteError::Conflict(conflict_message(&node.name)));
+                return Err(WriteError::Conflict(conflict_message("nodes", &node.name)));
             }
             let fields = k8s::operator_fields(node, object, true)?;
             Ok(Prepared {
@@ -200,11 +200,11 @@ pub fn prepare(
     }
 }
 
-/// kube-apiserver's words for a stale write.
-pub fn conflict_message(name: &str) -> String {
+/// kube-apiserver's words for a stale write of `resource` `name`.
+pub fn conflict_message(resource: &str, name: &str) -> String {
     format!(
-        "Operation cannot be fulfilled on nodes {name:?}: the object has been modified; please \
-         apply your changes to the latest version and try again"
+        "Operation cannot be fulfilled on {resource} {name:?}: the object has been modified; \
+         please apply your changes to the latest version and try again"
     )
 }
 

@@ -204,11 +204,7 @@ pub(super) fn write_error(e: WriteError) -> Response {
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("Request entity too large: {m}"),
         ),
-        WriteError::Invalid(i) => (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Json(crate::k8s::invalid(&i)),
-        )
-            .into_response(),
+        WriteError::Invalid(i) => super::push::rejected(&i),
     }
 }
 
@@ -279,10 +275,7 @@ pub(crate) async fn patch_node(
             Err(e) => return Err(super::push::push_error(e)),
         }
     }
-    Err(refusal(
-        StatusCode::CONFLICT,
-        node_writes::conflict_message(&name),
-    ))
+    Err(super::push::conflict("nodes", &name))
 }
 
 /// Waits until the view shows node `name` at a version other than

@@ -39,7 +39,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::status_error;
+use super::refusal;
 
 /// The v2 document (`swagger.json`, cut), gzipped.
 const V2: &[u8] = include_bytes!("openapi/v2.json.gz");
@@ -153,9 +153,8 @@ fn not_acceptable(headers: &HeaderMap) -> Response {
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    status_error(
+    refusal(
         StatusCode::NOT_ACCEPTABLE,
-        "NotAcceptable",
         format!("the server serves its OpenAPI documents as application/json only, not {accept:?}"),
     )
 }
@@ -218,9 +217,8 @@ pub(crate) async fn v3(
     headers: HeaderMap,
 ) -> Response {
     let Some((_, gz)) = V3.iter().find(|(p, _)| *p == path) else {
-        return status_error(
+        return refusal(
             StatusCode::NOT_FOUND,
-            "NotFound",
             format!(
                 "no OpenAPI document for {path:?}: nodekeeper serves {}",
                 served()
@@ -278,9 +276,8 @@ impl FieldValidation {
             "" | "Ignore" => Ok(FieldValidation::Ignore),
             "Warn" => Ok(FieldValidation::Warn),
             "Strict" => Ok(FieldValidation::Strict),
-            other => Err(status_error(
+            other => Err(refusal(
                 StatusCode::BAD_REQUEST,
-                "BadRequest",
                 format!(
                     "fieldValidation: Unsupported value: {other:?}: supported values: \
                      \"Ignore\", \"Strict\", \"Warn\""
@@ -316,9 +313,8 @@ pub(crate) fn check_fields(
 ) -> Result<Vec<String>, Response> {
     // Not advertised, and not to be ignored: the write would be real.
     if let Some(dry_run) = &query.dry_run {
-        return Err(status_error(
+        return Err(refusal(
             StatusCode::BAD_REQUEST,
-            "BadRequest",
             format!(
                 "dryRun={dry_run:?}: nodekeeper has no dry runs; \
                  leave out --dry-run=server (--dry-run=client works)"
@@ -335,9 +331,8 @@ pub(crate) fn check_fields(
         .collect();
     match (validation, unknown.is_empty()) {
         (_, true) => Ok(Vec::new()),
-        (FieldValidation::Strict, false) => Err(status_error(
+        (FieldValidation::Strict, false) => Err(refusal(
             StatusCode::BAD_REQUEST,
-            "BadRequest",
             format!("strict decoding error: {}", unknown.join(", ")),
         )),
         _ => Ok(unknown),

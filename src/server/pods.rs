@@ -25,7 +25,7 @@ use super::params::{wants_table, DeleteOptions, ListParams};
 use super::push::{body_json, json_body, malformed, ContentType};
 use super::{bad_request, forbidden, not_found, refusal, Answer, AppState, Caller};
 use crate::controller::ObjectWrite;
-use crate::k8s::patch::{apply_with_keys, PatchKind};
+use crate::k8s::patch::apply_with_keys;
 use crate::k8s::{paging, table};
 use crate::model::{Micros, NodeObject, ObjectKey};
 
@@ -308,16 +308,7 @@ pub(crate) async fn patch_pod_status(
 ) -> Answer {
     let current = found(&s, &caller, &namespace, &name)?;
     super::authz::admit_pod(&caller, &name, &current.node, "update")?;
-    let Some(kind) = PatchKind::from_content_type(ct.as_str()) else {
-        return Err(refusal(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: \
-                 application/merge-patch+json, application/strategic-merge-patch+json (got {:?})",
-                ct.as_str()
-            ),
-        ));
-    };
+    let kind = super::push::patch_kind(ct.as_str())?;
     let patch: Value = serde_json::from_slice(&body).map_err(|e| malformed(&e))?;
     let mut pod = served(&current);
     let uid = pod["metadata"]["uid"].clone();
