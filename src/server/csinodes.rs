@@ -17,9 +17,9 @@ use serde_json::Value;
 
 use super::authz::{admit, Kind};
 use super::node_objects::{served, NodeKept};
-use super::openapi::{check_fields, with_warnings, WriteQuery};
+use super::openapi::{check_fields, WriteQuery};
 use super::params::ListParams;
-use super::push::{json_body, patched, ContentType};
+use super::push::{json_body, patched, with_warnings, ContentType};
 use super::{bad_request, not_found, Answer, AppState, Caller};
 use crate::controller::ObjectWrite;
 use crate::model::{Micros, NodeObject, ObjectKey};

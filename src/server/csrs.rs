@@ -85,7 +85,7 @@ pub(crate) async fn create_csr(
     let object = KEPT.create(&s, &name, &csr).await?;
     tracing::info!(csr = %name, user = %principal.user().name, "certificate signing request created");
     let created = (StatusCode::CREATED, Json(served(&object))).into_response();
-    Ok(super::openapi::with_warnings(created, &warnings))
+    Ok(super::push::with_warnings(created, &warnings))
 }
 
 /// A write's body checked against the CSR schema as `?fieldValidation=`
@@ -147,7 +147,7 @@ pub(crate) async fn patch_csr(
         Ok(())
     })
     .await?;
-    Ok(super::openapi::with_warnings(answer, &warnings))
+    Ok(super::push::with_warnings(answer, &warnings))
 }
 
 /// kube-apiserver's create: the name (or one made from `generateName`),

@@ -263,7 +263,7 @@ pub(crate) async fn patch_node(
         match commit(&s, &name, prepared, &by).await {
             Ok(node) => {
                 let answer = super::push::json_reply(&crate::k8s::NodeJson::shown(&node, None));
-                return Ok(super::openapi::with_warnings(answer, &warnings));
+                return Ok(super::push::with_warnings(answer, &warnings));
             }
             // The node changed since it was read: apply the patch again to
             // the newer node, once it is published.
@@ -330,7 +330,7 @@ pub(crate) async fn put_node(
         .await
         .map_err(super::push::push_error)?;
     let answer = super::push::json_reply(&crate::k8s::NodeJson::shown(&node, None));
-    Ok(super::openapi::with_warnings(answer, &warnings))
+    Ok(super::push::with_warnings(answer, &warnings))
 }
 
 /// `DELETE /api/v1/nodes/{name}`: a node no source lists is deleted (its

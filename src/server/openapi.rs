@@ -44,40 +44,29 @@ use super::refusal;
 /// The v2 document (`swagger.json`, cut), gzipped.
 const V2: &[u8] = include_bytes!("openapi/v2.json.gz");
 
+/// A named group's `v1` document, as `scripts/openapi-subset` names its file.
+macro_rules! v3_group {
+    ($group:literal) => {
+        (
+            concat!("apis/", $group, "/v1"),
+            include_bytes!(concat!("openapi/v3/apis__", $group, "__v1_openapi.json.gz")),
+        )
+    };
+}
+
 /// The v3 documents, gzipped: group version path, and the document.
 const V3: &[(&str, &[u8])] = &[
     (
         "api/v1",
         include_bytes!("openapi/v3/api__v1_openapi.json.gz"),
     ),
-    (
-        "apis/authentication.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__authentication.k8s.io__v1_openapi.json.gz"),
-    ),
-    (
-        "apis/authorization.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__authorization.k8s.io__v1_openapi.json.gz"),
-    ),
-    (
-        "apis/certificates.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__certificates.k8s.io__v1_openapi.json.gz"),
-    ),
-    (
-        "apis/coordination.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__coordination.k8s.io__v1_openapi.json.gz"),
-    ),
-    (
-        "apis/events.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__events.k8s.io__v1_openapi.json.gz"),
-    ),
-    (
-        "apis/node.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__node.k8s.io__v1_openapi.json.gz"),
-    ),
-    (
-        "apis/storage.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__storage.k8s.io__v1_openapi.json.gz"),
-    ),
+    v3_group!("authentication.k8s.io"),
+    v3_group!("authorization.k8s.io"),
+    v3_group!("certificates.k8s.io"),
+    v3_group!("coordination.k8s.io"),
+    v3_group!("events.k8s.io"),
+    v3_group!("node.k8s.io"),
+    v3_group!("storage.k8s.io"),
 ];
 
 /// The most a document is inflated to: the largest is 418 kB of JSON.
@@ -105,12 +94,7 @@ fn inflate(gz: &[u8]) -> std::io::Result<Vec<u8>> {
 /// A document's hash, for its `?hash=` (a cache buster, as kube-apiserver's
 /// is): 64-bit FNV-1a of the kept (gzipped) bytes, in hex.
 fn hash(document: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in document {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016X}")
+    format!("{:016X}", crate::liveness::fnv1a(document))
 }
 
 /// Whether `Accept` admits JSON (no header, `*/*`, `application/*`, JSON).
@@ -335,20 +319,9 @@ pub(crate) fn check_fields(
             StatusCode::BAD_REQUEST,
             format!("strict decoding error: {}", unknown.join(", ")),
         )),
-        _ => Ok(unknown),
+        // Warned of with the field names in single quotes.
+        _ => Ok(unknown.iter().map(|w| w.replace('"', "'")).collect()),
     }
-}
-
-/// `response` with a `Warning` header (RFC 7234, code 299) per warning, as
-/// kube-apiserver sends them and kubectl prints them.
-pub(crate) fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
-    for w in warnings {
-        let text = format!("299 - {:?}", w.replace('"', "'"));
-        if let Ok(value) = header::HeaderValue::from_str(&text) {
-            response.headers_mut().append(header::WARNING, value);
-        }
-    }
-    response
 }
 
 /// The fields of `object` (a body or a merge patch of kind `kind` in

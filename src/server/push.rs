@@ -537,9 +537,10 @@ fn node_forbidden(name: &str, message: &str) -> Response {
     super::authz::forbidden_object("nodes", name, message)
 }
 
-/// Adds a `Warning` header (`299 - "TEXT"`, as kube-apiserver sends
-/// warnings; client-go logs each) for each of `warnings`.
-fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+/// Adds a `Warning` header (`299 - "TEXT"`, RFC 7234, as kube-apiserver
+/// sends warnings; client-go logs each, kubectl prints each) for each of
+/// `warnings`.
+pub(super) fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     for text in warnings {
         let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
         if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
