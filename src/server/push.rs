@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use super::node_writes;
 use super::patch::{self, PatchKind};
-use super::{bad_request, refusal, status_error, AppState};
+use super::{bad_request, refusal, status_error, Answer, AppState};
 use crate::controller::{PushError, PushedStatus};
 
 /// A refused write, as a Kubernetes `Status`.
@@ -133,6 +133,12 @@ pub(super) fn json_reply<T: serde::Serialize>(value: &T) -> Response {
             .into_response(),
         Err(e) => super::internal(e),
     }
+}
+
+/// `reply` as a `201 Created`.
+pub(super) fn created(mut reply: Response) -> Response {
+    *reply.status_mut() = StatusCode::CREATED;
+    reply
 }
 
 thread_local! {
@@ -569,18 +575,11 @@ pub(crate) async fn put_status(
     caller: super::Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
-        return r;
-    }
-    let node = match node_body(ct.as_str(), &body) {
-        Ok(node) => node,
-        Err(r) => return r,
-    };
-    match status_to_write(&name, node, None) {
-        Ok((status, expected)) => push_status(&s, name, status, expected).await,
-        Err(r) => r,
-    }
+) -> Answer {
+    super::check_may_write_node(&caller, &name)?;
+    let node = node_body(ct.as_str(), &body)?;
+    let (status, expected) = status_to_write(&name, node, None)?;
+    Ok(push_status(&s, name, status, expected).await)
 }
 
 /// `PATCH /api/v1/nodes/{name}/status`: merge or strategic-merge patch.
@@ -592,33 +591,21 @@ pub(crate) async fn patch_status(
     principal: super::Principal,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    if let Err(r) = super::check_may_write_node(principal.caller(), &name) {
-        return r;
-    }
+) -> Answer {
+    super::check_may_write_node(principal.caller(), &name)?;
     let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&body);
     let patch = parsed.as_ref().unwrap_or(&serde_json::Value::Null);
-    let current = match current_node(&s, &name, patch) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+    let current = current_node(&s, &name, patch)?;
     let only = PatchedFields::of(patch);
     // Bounded before merging: a merge by type costs the product of the two lists.
-    if let Err(e) =
-        crate::validation::extra_conditions([], only.conditions.iter().map(String::as_str))
-    {
-        return invalid_fields("Node", &name, vec![e]);
-    }
-    match merged_status(ct.as_str(), parsed, current, &name, only) {
-        Ok((status, expected, metadata)) => {
-            let warnings = match kubelet_metadata(&s, &name, &principal, &metadata).await {
-                Ok(warnings) => warnings,
-                Err(r) => return r,
-            };
-            with_warnings(push_status(&s, name, status, expected).await, &warnings)
-        }
-        Err(r) => r,
-    }
+    crate::validation::extra_conditions([], only.conditions.iter().map(String::as_str))
+        .map_err(|e| invalid_fields("Node", &name, vec![e]))?;
+    let (status, expected, metadata) = merged_status(ct.as_str(), parsed, current, &name, only)?;
+    let warnings = kubelet_metadata(&s, &name, &principal, &metadata).await?;
+    Ok(with_warnings(
+        push_status(&s, name, status, expected).await,
+        &warnings,
+    ))
 }
 
 /// `POST /api/v1/nodes`: a kubelet registering its node, with its labels
@@ -630,19 +617,14 @@ pub(crate) async fn create_node(
     caller: super::Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    let mut node = match node_body(ct.as_str(), &body) {
-        Ok(node) => node,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let mut node = node_body(ct.as_str(), &body)?;
     let name = node.metadata.name.clone().unwrap_or_default();
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
-        return r;
-    }
+    super::check_may_write_node(&caller, &name)?;
     let labels = node.metadata.labels.clone().unwrap_or_default();
     if let super::Caller::Node(own) = &caller {
         if let Some(message) = node_writes::registration_refusal(own, &labels) {
-            return node_forbidden(&name, &message);
+            return Err(node_forbidden(&name, &message));
         }
     }
     let annotations = node.metadata.annotations.take().unwrap_or_default();
@@ -653,7 +635,7 @@ pub(crate) async fn create_node(
         (Some(&labels), Some(&annotations)),
     );
     if let Err(node_writes::MetadataRefusal::Invalid(invalid)) = bounds {
-        return rejected(&invalid);
+        return Err(rejected(&invalid));
     }
     let mut causes = crate::validation::annotations(&annotations);
     if annotations.contains_key(crate::k8s::SOURCE_ANNOTATION) {
@@ -663,20 +645,15 @@ pub(crate) async fn create_node(
         ));
     }
     if !causes.is_empty() {
-        return invalid_fields("Node", &name, causes);
+        return Err(invalid_fields("Node", &name, causes));
     }
-    let (spec, status) = match crate::k8s::node_registration(&node) {
-        Ok(parts) => parts,
-        Err(causes) => return invalid_fields("Node", &name, causes),
-    };
-    match s.controller.register(spec, annotations, status).await {
-        Ok(node) => {
-            let mut created = json_reply(&crate::k8s::NodeJson::shown(&node, None));
-            *created.status_mut() = StatusCode::CREATED;
-            created
-        }
-        Err(e) => push_error(e),
-    }
+    let (spec, status) = crate::k8s::node_registration(&node)
+        .map_err(|causes| invalid_fields("Node", &name, causes))?;
+    let node = s.controller.register(spec, annotations, status).await;
+    let node = node.map_err(push_error)?;
+    Ok(created(json_reply(&crate::k8s::NodeJson::shown(
+        &node, None,
+    ))))
 }
 
 #[cfg(test)]
