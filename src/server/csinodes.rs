@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::authz::{admit, Kind};
 use super::node_objects::{served, NodeKept};
-use super::openapi::{check_fields, WriteQuery};
+use super::openapi::{check_body_fields, check_fields, WriteQuery};
 use super::params::ListParams;
 use super::push::{json_body, patched, with_warnings, ContentType};
 use super::{bad_request, not_found, Answer, AppState, Caller};
@@ -129,11 +129,7 @@ pub(crate) async fn patch_csinode(
     body: Bytes,
 ) -> Answer {
     admit(&caller, Kind::CSINode, &name)?;
-    // A JSON patch names no fields by key: only merge patches are checked.
-    let warnings = match serde_json::from_slice::<Value>(&body) {
-        Ok(patch) => check_fields(&query, API_VERSION, "CSINode", &patch)?,
-        Err(_) => Vec::new(),
-    };
+    let warnings = check_body_fields(&query, API_VERSION, "CSINode", &body)?;
     let current = current(&s, &name)?;
     let csinode = patched::<CSINode>(ct.as_str(), &body, served(&current))?;
     // The patch applies to this version: a write in between is a conflict.

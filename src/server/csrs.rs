@@ -25,6 +25,7 @@ use serde_json::Value;
 pub(crate) use super::api_objects::served;
 use super::api_objects::{durable_write, Kept};
 use super::identity::Principal;
+use super::openapi::check_body_fields;
 use super::params::ListParams;
 use super::push::{json_body, ContentType};
 use super::watch::{gone_line, line, stream_response, Pause, DEFAULT_TIMEOUT};
@@ -72,7 +73,7 @@ pub(crate) async fn create_csr(
     body: Bytes,
 ) -> Answer {
     let csr = json_body::<CertificateSigningRequest>(ct.as_str(), &body)?;
-    let warnings = checked_fields(&query, &body)?;
+    let warnings = check_body_fields(&query, API_VERSION, KIND, &body)?;
     let csr = prepared(csr, &principal)?;
     let name = csr.metadata.name.clone().unwrap_or_default();
     if s.store.api_object_count(RESOURCE) >= MAX_CSRS {
@@ -88,23 +89,6 @@ pub(crate) async fn create_csr(
     Ok(super::push::with_warnings(created, &warnings))
 }
 
-/// A write's body checked against the CSR schema as `?fieldValidation=`
-/// asks (kubectl sends `Strict`, the OpenAPI document saying the server
-/// checks): the warnings, or the refusal. A JSON patch names no fields by
-/// key, and a body that is not JSON is refused by its parser: neither is
-/// checked here.
-fn checked_fields(
-    query: &super::openapi::WriteQuery,
-    body: &Bytes,
-) -> Result<Vec<String>, Response> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(value) if value.is_object() => {
-            super::openapi::check_fields(query, API_VERSION, KIND, &value)
-        }
-        _ => super::openapi::check_fields(query, API_VERSION, KIND, &Value::Null),
-    }
-}
-
 /// `PATCH …/{name}` (merge, strategic merge or JSON patch): only the
 /// labels and annotations change, as kube's update strategy keeps the spec
 /// and the status (`pkg/registry/certificates/certificates/strategy.go`
@@ -117,7 +101,7 @@ pub(crate) async fn patch_csr(
     Query(query): Query<super::openapi::WriteQuery>,
     body: Bytes,
 ) -> Answer {
-    let warnings = checked_fields(&query, &body)?;
+    let warnings = check_body_fields(&query, API_VERSION, KIND, &body)?;
     let current = s
         .store
         .api_object(RESOURCE, "", &name)

@@ -324,6 +324,22 @@ pub(crate) fn check_fields(
     }
 }
 
+/// [`check_fields`] of a write's body as sent: a JSON patch names no fields
+/// by key, and a body that is not JSON is refused by its parser; neither
+/// has its fields checked here.
+#[allow(clippy::result_large_err)]
+pub(crate) fn check_body_fields(
+    query: &WriteQuery,
+    group_version: &str,
+    kind: &str,
+    body: &[u8],
+) -> Result<Vec<String>, Response> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(value) if value.is_object() => check_fields(query, group_version, kind, &value),
+        _ => check_fields(query, group_version, kind, &Value::Null),
+    }
+}
+
 /// The fields of `object` (a body or a merge patch of kind `kind` in
 /// `group_version`) that its schema does not know, as kube-apiserver names
 /// them (`spec.foo`). Strategic merge directives (`$patch`,
