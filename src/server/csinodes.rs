@@ -37,12 +37,9 @@ const KEPT: NodeKept = NodeKept {
 /// The fields CSINodes can be selected by, as in kube-apiserver.
 const FIELDS: &[&str] = &["metadata.name"];
 
+/// Where the CSINode `name` is kept: with its node, of the same name.
 fn key(name: &str) -> ObjectKey {
-    ObjectKey {
-        node: name.to_string(),
-        resource: RESOURCE.to_string(),
-        name: name.to_string(),
-    }
+    KEPT.key(name, name)
 }
 
 /// The CSINode kept as `name`, or a 404.

@@ -36,7 +36,7 @@ pub(crate) const RESOURCE: &str = "pods";
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// Mirror pods as kept: at most 128 kB of JSON (a static control-plane pod
 /// takes a few kB).
-const KEPT: NodeKept = NodeKept {
+pub(super) const KEPT: NodeKept = NodeKept {
     resource: RESOURCE,
     kind: "Pod",
     max_bytes: 128 * 1024,
@@ -76,11 +76,7 @@ fn status_merge_key(field: &str) -> Option<&'static str> {
 
 /// Where a pod is kept: `namespace/name`, with its node.
 fn key(node: &str, namespace: &str, name: &str) -> ObjectKey {
-    ObjectKey {
-        node: node.to_string(),
-        resource: RESOURCE.to_string(),
-        name: format!("{namespace}/{name}"),
-    }
+    KEPT.key(node, &format!("{namespace}/{name}"))
 }
 
 /// The pod kept as `namespace/name`: a node's own, looked up by its key
