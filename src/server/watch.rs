@@ -165,16 +165,6 @@ pub(crate) fn stream_response(receiver: mpsc::Receiver<Bytes>) -> Response {
     super::json_response(body)
 }
 
-/// Refuses the options kube-apiserver refuses on a watch
-/// ([`crate::k8s::watch::check_watch_options`]).
-pub(crate) fn check_watch_options(params: &super::params::ListParams) -> Result<(), Response> {
-    crate::k8s::watch::check_watch_options(
-        params.send_initial_events.is_some(),
-        params.resource_version_match.as_deref(),
-    )
-    .map_err(|status| (StatusCode::UNPROCESSABLE_ENTITY, Json(status)).into_response())
-}
-
 /// What a watch request asks for besides where to start, read and checked
 /// in the order kube-apiserver checks it: the refused options, the
 /// selectors, `allowWatchBookmarks`.
@@ -190,7 +180,12 @@ pub(crate) fn watch_request(
     params: &super::params::ListParams,
     fields: &[&str],
 ) -> Result<WatchRequest, Response> {
-    check_watch_options(params)?;
+    // The options kube-apiserver refuses on a watch, refused first.
+    crate::k8s::watch::check_watch_options(
+        params.send_initial_events.is_some(),
+        params.resource_version_match.as_deref(),
+    )
+    .map_err(|status| (StatusCode::UNPROCESSABLE_ENTITY, Json(status)).into_response())?;
     let query = params.query(fields).map_err(super::bad_request)?;
     Ok(WatchRequest {
         query,
