@@ -48,8 +48,9 @@ pub fn path(dir: &Path) -> PathBuf {
 }
 
 /// FNV-1a: a hash that stays the same across builds (std's may not), so
-/// the next build finds the stamp the previous one left.
-fn fnv1a(bytes: &[u8]) -> u64 {
+/// the next build finds the stamp the previous one left (and the API's
+/// cache tags stay while the bytes do).
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
         (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })

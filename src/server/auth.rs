@@ -11,8 +11,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::identity::{anonymous, principal, Principal, NODES_GROUP};
+use super::refusal;
 use super::reload::Reloadable;
-use super::status_error;
 use super::x509::ClientCert;
 use crate::model::normalize_name;
 
@@ -331,11 +331,7 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
 
 /// The 401 kube-apiserver answers.
 fn unauthorized() -> Response {
-    let mut response = status_error(
-        StatusCode::UNAUTHORIZED,
-        "Unauthorized",
-        "Unauthorized".into(),
-    );
+    let mut response = refusal(StatusCode::UNAUTHORIZED, "Unauthorized");
     response
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

@@ -60,155 +60,66 @@ enum Only {
     BoundPods,
 }
 
-/// One line of the table.
+/// One line of the table: who, the verbs, the API group, the resources
+/// (`resource` or `resource/subresource`), and which of their objects.
+/// Verbs and resources are words separated by spaces.
 #[derive(Debug)]
-struct Rule {
-    who: Who,
-    verbs: &'static [&'static str],
-    group: &'static str,
-    /// `resource` or `resource/subresource`.
-    resources: &'static [&'static str],
-    only: Only,
-}
+struct Rule(Who, &'static str, &'static str, &'static str, Only);
 
-const READ: &[&str] = &["get", "list", "watch"];
+const READ: &str = "get list watch";
+const WRITE: &str = "create update patch";
+const MANAGE: &str = "create update patch delete";
+/// What a requester does with its certificate signing requests.
+const CSR_VERBS: &str = "create get list watch";
+const CERTIFICATES: &str = "certificates.k8s.io";
+const CSRS: &str = "certificatesigningrequests";
+
+use Only::{Any, BoundPods, OwnLease, OwnName};
+use Who::{Bootstrappers, Nodes};
 
 /// Everything a node or a bootstrapper may do; anything else is refused.
 /// (policy.go `NodeRules()`, with NodeRestriction's name checks as `only`.)
 const RULES: &[Rule] = &[
     // "Needed to check API access": a kubelet's webhook authn/authz.
-    rule(
-        Who::Nodes,
-        &["create"],
+    Rule(
+        Nodes,
+        "create",
         "authentication.k8s.io",
-        &["tokenreviews"],
-        Only::Any,
+        "tokenreviews",
+        Any,
     ),
-    rule(
-        Who::Nodes,
-        &["create"],
+    Rule(
+        Nodes,
+        "create",
         "authorization.k8s.io",
-        &["subjectaccessreviews", "localsubjectaccessreviews"],
-        Only::Any,
+        "subjectaccessreviews localsubjectaccessreviews",
+        Any,
     ),
-    rule(Who::Nodes, READ, "", &["services"], Only::Any),
+    Rule(Nodes, READ, "", "services", Any),
     // Register and report status; NodeRestriction: its own Node only.
-    rule(Who::Nodes, READ, "", &["nodes", "nodes/status"], Only::Any),
-    rule(
-        Who::Nodes,
-        &["create", "update", "patch"],
-        "",
-        &["nodes", "nodes/status"],
-        Only::OwnName,
-    ),
+    Rule(Nodes, READ, "", "nodes nodes/status", Any),
+    Rule(Nodes, WRITE, "", "nodes nodes/status", OwnName),
     // Events (kube grants core events; events.k8s.io too here, which some
     // recorders post; either is kept in the poster's own history).
-    rule(
-        Who::Nodes,
-        &["create", "update", "patch"],
-        "",
-        &["events"],
-        Only::Any,
-    ),
-    rule(
-        Who::Nodes,
-        &["create", "update", "patch"],
-        "events.k8s.io",
-        &["events"],
-        Only::Any,
-    ),
-    rule(Who::Nodes, READ, "", &["pods"], Only::Any),
+    Rule(Nodes, WRITE, "", "events", Any),
+    Rule(Nodes, WRITE, "events.k8s.io", "events", Any),
+    Rule(Nodes, READ, "", "pods", Any),
     // Mirror pods bound to itself, and their status.
-    rule(
-        Who::Nodes,
-        &["create", "delete"],
-        "",
-        &["pods"],
-        Only::BoundPods,
-    ),
-    rule(
-        Who::Nodes,
-        &["update", "patch"],
-        "",
-        &["pods/status"],
-        Only::BoundPods,
-    ),
-    rule(Who::Nodes, &["get"], "", &["endpoints"], Only::Any),
+    Rule(Nodes, "create delete", "", "pods", BoundPods),
+    Rule(Nodes, "update patch", "", "pods/status", BoundPods),
+    Rule(Nodes, "get", "", "endpoints", Any),
     // selfnodeclient: CSRs for its own client certificate.
-    rule(
-        Who::Nodes,
-        &["create", "get", "list", "watch"],
-        "certificates.k8s.io",
-        &["certificatesigningrequests"],
-        Only::Any,
-    ),
-    rule(
-        Who::Nodes,
-        &["get"],
-        "coordination.k8s.io",
-        &["leases"],
-        Only::Any,
-    ),
-    rule(
-        Who::Nodes,
-        &["create", "update", "patch", "delete"],
-        "coordination.k8s.io",
-        &["leases"],
-        Only::OwnLease,
-    ),
-    rule(
-        Who::Nodes,
-        &["get"],
-        "storage.k8s.io",
-        &["volumeattachments", "csinodes"],
-        Only::Any,
-    ),
-    rule(
-        Who::Nodes,
-        READ,
-        "storage.k8s.io",
-        &["csidrivers"],
-        Only::Any,
-    ),
-    rule(
-        Who::Nodes,
-        &["create", "update", "patch", "delete"],
-        "storage.k8s.io",
-        &["csinodes"],
-        Only::OwnName,
-    ),
-    rule(
-        Who::Nodes,
-        READ,
-        "node.k8s.io",
-        &["runtimeclasses"],
-        Only::Any,
-    ),
+    Rule(Nodes, CSR_VERBS, CERTIFICATES, CSRS, Any),
+    Rule(Nodes, "get", "coordination.k8s.io", "leases", Any),
+    Rule(Nodes, MANAGE, "coordination.k8s.io", "leases", OwnLease),
+    Rule(Nodes, "get", "storage.k8s.io", "volumeattachments", Any),
+    Rule(Nodes, "get", "storage.k8s.io", "csinodes", Any),
+    Rule(Nodes, READ, "storage.k8s.io", "csidrivers", Any),
+    Rule(Nodes, MANAGE, "storage.k8s.io", "csinodes", OwnName),
+    Rule(Nodes, READ, "node.k8s.io", "runtimeclasses", Any),
     // system:node-bootstrapper.
-    rule(
-        Who::Bootstrappers,
-        &["create", "get", "list", "watch"],
-        "certificates.k8s.io",
-        &["certificatesigningrequests"],
-        Only::Any,
-    ),
+    Rule(Bootstrappers, CSR_VERBS, CERTIFICATES, CSRS, Any),
 ];
-
-const fn rule(
-    who: Who,
-    verbs: &'static [&'static str],
-    group: &'static str,
-    resources: &'static [&'static str],
-    only: Only,
-) -> Rule {
-    Rule {
-        who,
-        verbs,
-        group,
-        resources,
-        only,
-    }
-}
 
 /// The paths every authenticated user may read, as kube's
 /// `system:discovery` and `system:public-info-viewer` roles grant them
@@ -336,8 +247,9 @@ impl Refusal {
     /// kube-apiserver's 403 for `asked` by `user`.
     fn response(&self, asked: &Asked<'_>, user: &str) -> Response {
         match (self, asked) {
+            // NodeRestriction's 403: `RESOURCE "NAME" is forbidden: MESSAGE`.
             (Refusal::NotOwn(message), Asked::Resource(attrs)) => {
-                admission_forbidden(attrs, message)
+                forbidden_object(&qualified(attrs), attrs.name, message)
             }
             (_, Asked::Resource(attrs)) => forbidden(attrs, user, &self.reason()),
             (_, Asked::Path { verb, path }) => forbidden_path(user, verb, path),
@@ -413,17 +325,16 @@ enum Decision {
 
 fn decide(who: Who, own: &str, attrs: &Attributes<'_>) -> Decision {
     let mut refusal = None;
-    for rule in RULES.iter().filter(|r| r.who == who) {
-        if rule.group != attrs.group
-            || !rule.verbs.contains(&attrs.verb)
-            || !rule
-                .resources
-                .iter()
+    for Rule(_, verbs, group, resources, only) in RULES.iter().filter(|r| r.0 == who) {
+        if *group != attrs.group
+            || !verbs.split(' ').any(|v| v == attrs.verb)
+            || !resources
+                .split(' ')
                 .any(|r| matches_resource(r, attrs.resource, attrs.subresource))
         {
             continue;
         }
-        match own_object(rule.only, own, attrs) {
+        match own_object(*only, own, attrs) {
             Ok(()) => return Decision::Allow,
             Err(message) => refusal = Some(message),
         }
@@ -512,16 +423,12 @@ pub fn admit(caller: &Caller, kind: Kind, name: &str) -> Result<(), Response> {
     match caller {
         Caller::Anonymous | Caller::Operator => Ok(()),
         Caller::Node(own) if own == name => Ok(()),
-        Caller::Node(own) => Err(status(
-            403,
-            "Forbidden",
+        Caller::Node(own) => Err(forbidden_object(
             kind.resource(),
             name,
             &not_own(kind, own, name),
         )),
-        Caller::Limited => Err(status(
-            403,
-            "Forbidden",
+        Caller::Limited => Err(forbidden_object(
             kind.resource(),
             name,
             "the caller is neither a node nor an operator",
@@ -533,16 +440,12 @@ pub fn admit(caller: &Caller, kind: Kind, name: &str) -> Result<(), Response> {
 /// (`admitPod`, `admitPodCreate`). For the pods API.
 pub fn admit_pod(caller: &Caller, pod: &str, node_name: &str, verb: &str) -> Result<(), Response> {
     match caller {
-        Caller::Node(own) if own != node_name => Err(status(
-            403,
-            "Forbidden",
+        Caller::Node(own) if own != node_name => Err(forbidden_object(
             "pods",
             pod,
             &format!("node {own:?} can only {verb} pods with spec.nodeName set to itself"),
         )),
-        Caller::Limited => Err(status(
-            403,
-            "Forbidden",
+        Caller::Limited => Err(forbidden_object(
             "pods",
             pod,
             "the caller is neither a node nor an operator",
@@ -590,44 +493,28 @@ fn forbidden(attrs: &Attributes<'_>, user: &str, reason: &str) -> Response {
         "User {user:?} cannot {} resource {resource:?} in API group {:?} {scope}: {reason}",
         attrs.verb, attrs.group
     );
-    status(403, "Forbidden", &qualified(attrs), attrs.name, &message)
-}
-
-/// NodeRestriction's 403: `RESOURCE "NAME" is forbidden: MESSAGE`.
-fn admission_forbidden(attrs: &Attributes<'_>, message: &str) -> Response {
-    status(403, "Forbidden", &qualified(attrs), attrs.name, message)
+    forbidden_object(&qualified(attrs), attrs.name, &message)
 }
 
 /// A refused non-resource path (`/metrics`, nodekeeper's `/v1/…`).
 fn forbidden_path(user: &str, verb: &str, path: &str) -> Response {
-    let body = crate::k8s::status_error(
-        403,
-        "Forbidden",
-        &format!("forbidden: User {user:?} cannot {verb} path {path:?}: {PATH_REASON}"),
-        None,
-        None,
-    );
-    (StatusCode::FORBIDDEN, axum::Json(body)).into_response()
+    super::forbidden(format!(
+        "forbidden: User {user:?} cannot {verb} path {path:?}: {PATH_REASON}"
+    ))
 }
 
-/// A `Status` for `resource "name" is forbidden: message`, as
-/// apimachinery's `NewForbidden` words it.
-fn status(code: u16, reason: &str, resource: &str, name: &str, message: &str) -> Response {
+/// The 403 `resource "name" is forbidden: message`, as apimachinery's
+/// `NewForbidden` words it.
+pub(super) fn forbidden_object(resource: &str, name: &str, message: &str) -> Response {
     let text = if name.is_empty() {
         format!("{resource} is forbidden: {message}")
     } else {
         format!("{resource} {name:?} is forbidden: {message}")
     };
     let kind = resource.split('.').next().unwrap_or(resource);
-    let body = crate::k8s::status_error(
-        code,
-        reason,
-        &text,
-        (!name.is_empty()).then_some(name),
-        Some(kind),
-    );
-    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::FORBIDDEN);
-    (code, axum::Json(body)).into_response()
+    let named = (!name.is_empty()).then_some(name);
+    let body = crate::k8s::status_error(403, "Forbidden", &text, named, Some(kind));
+    (StatusCode::FORBIDDEN, axum::Json(body)).into_response()
 }
 
 /// A node may change only its own Node (NodeRestriction's `admitNode`);

@@ -96,13 +96,8 @@ fn etag(index: usize) -> &'static str {
     &TAGS.get_or_init(|| {
         ASSETS
             .iter()
-            .map(|a| {
-                // FNV-1a: stable across builds and platforms, unlike std's hasher.
-                let hash = a.body.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-                    (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-                });
-                format!("\"{hash:016x}\"")
-            })
+            // FNV-1a: stable across builds and platforms, unlike std's hasher.
+            .map(|a| format!("\"{:016x}\"", crate::liveness::fnv1a(a.body)))
             .collect()
     })[index]
 }

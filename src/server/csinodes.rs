@@ -17,9 +17,9 @@ use serde_json::Value;
 
 use super::authz::{admit, Kind};
 use super::node_objects::{served, NodeKept};
-use super::openapi::{check_fields, with_warnings, WriteQuery};
+use super::openapi::{check_body_fields, check_fields, WriteQuery};
 use super::params::ListParams;
-use super::push::{json_body, patched, ContentType};
+use super::push::{json_body, patched, with_warnings, ContentType};
 use super::{bad_request, not_found, Answer, AppState, Caller};
 use crate::controller::ObjectWrite;
 use crate::model::{Micros, NodeObject, ObjectKey};
@@ -37,12 +37,9 @@ const KEPT: NodeKept = NodeKept {
 /// The fields CSINodes can be selected by, as in kube-apiserver.
 const FIELDS: &[&str] = &["metadata.name"];
 
+/// Where the CSINode `name` is kept: with its node, of the same name.
 fn key(name: &str) -> ObjectKey {
-    ObjectKey {
-        node: name.to_string(),
-        resource: RESOURCE.to_string(),
-        name: name.to_string(),
-    }
+    KEPT.key(name, name)
 }
 
 /// The CSINode kept as `name`, or a 404.
@@ -129,11 +126,7 @@ pub(crate) async fn patch_csinode(
     body: Bytes,
 ) -> Answer {
     admit(&caller, Kind::CSINode, &name)?;
-    // A JSON patch names no fields by key: only merge patches are checked.
-    let warnings = match serde_json::from_slice::<Value>(&body) {
-        Ok(patch) => check_fields(&query, API_VERSION, "CSINode", &patch)?,
-        Err(_) => Vec::new(),
-    };
+    let warnings = check_body_fields(&query, API_VERSION, "CSINode", &body)?;
     let current = current(&s, &name)?;
     let csinode = patched::<CSINode>(ct.as_str(), &body, served(&current))?;
     // The patch applies to this version: a write in between is a conflict.
@@ -142,12 +135,7 @@ pub(crate) async fn patch_csinode(
 }
 
 async fn replace(s: &AppState, csinode: CSINode, name: &str, expected: Option<u64>) -> Answer {
-    if csinode.metadata.name.as_deref().is_some_and(|n| n != name) {
-        return Err(bad_request(format!(
-            "the name of the object ({}) does not match the name on the URL ({name})",
-            csinode.metadata.name.unwrap_or_default()
-        )));
-    }
+    super::push::check_name(csinode.metadata.name.as_deref(), name)?;
     let current = current(s, name)?;
     let object = stored(csinode, name, Some(&current))?;
     let how = ObjectWrite::Replace { expected };

@@ -10,7 +10,6 @@
 //! the rest is for operators).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -26,14 +25,15 @@ use serde_json::Value;
 pub(crate) use super::api_objects::served;
 use super::api_objects::{durable_write, Kept};
 use super::identity::Principal;
+use super::openapi::check_body_fields;
 use super::params::ListParams;
 use super::push::{json_body, ContentType};
-use super::watch::{stream_response, BOOKMARK_EVERY, DEFAULT_TIMEOUT};
+use super::watch::{gone_line, line, stream_response, Pause, DEFAULT_TIMEOUT};
 use super::{bad_request, forbidden, not_found, refusal, Answer, AppState, Identity};
-use crate::k8s::watch::{bookmark, watch_line, WatchEventType};
+use crate::k8s::watch::WatchEventType;
 use crate::model::validation::{FieldError, Invalid};
 use crate::model::Micros;
-use crate::store::{ApiObject, ApiWriteError};
+use crate::store::{ApiObject, ApiWriteError, StoreError};
 
 /// The store's and the errors' name for these objects.
 pub const RESOURCE: &str = "certificatesigningrequests.certificates.k8s.io";
@@ -73,7 +73,7 @@ pub(crate) async fn create_csr(
     body: Bytes,
 ) -> Answer {
     let csr = json_body::<CertificateSigningRequest>(ct.as_str(), &body)?;
-    let warnings = checked_fields(&query, &body)?;
+    let warnings = check_body_fields(&query, API_VERSION, KIND, &body)?;
     let csr = prepared(csr, &principal)?;
     let name = csr.metadata.name.clone().unwrap_or_default();
     if s.store.api_object_count(RESOURCE) >= MAX_CSRS {
@@ -86,24 +86,7 @@ pub(crate) async fn create_csr(
     let object = KEPT.create(&s, &name, &csr).await?;
     tracing::info!(csr = %name, user = %principal.user().name, "certificate signing request created");
     let created = (StatusCode::CREATED, Json(served(&object))).into_response();
-    Ok(super::openapi::with_warnings(created, &warnings))
-}
-
-/// A write's body checked against the CSR schema as `?fieldValidation=`
-/// asks (kubectl sends `Strict`, the OpenAPI document saying the server
-/// checks): the warnings, or the refusal. A JSON patch names no fields by
-/// key, and a body that is not JSON is refused by its parser: neither is
-/// checked here.
-fn checked_fields(
-    query: &super::openapi::WriteQuery,
-    body: &Bytes,
-) -> Result<Vec<String>, Response> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(value) if value.is_object() => {
-            super::openapi::check_fields(query, API_VERSION, KIND, &value)
-        }
-        _ => super::openapi::check_fields(query, API_VERSION, KIND, &Value::Null),
-    }
+    Ok(super::push::with_warnings(created, &warnings))
 }
 
 /// `PATCH …/{name}` (merge, strategic merge or JSON patch): only the
@@ -118,7 +101,7 @@ pub(crate) async fn patch_csr(
     Query(query): Query<super::openapi::WriteQuery>,
     body: Bytes,
 ) -> Answer {
-    let warnings = checked_fields(&query, &body)?;
+    let warnings = check_body_fields(&query, API_VERSION, KIND, &body)?;
     let current = s
         .store
         .api_object(RESOURCE, "", &name)
@@ -148,7 +131,7 @@ pub(crate) async fn patch_csr(
         Ok(())
     })
     .await?;
-    Ok(super::openapi::with_warnings(answer, &warnings))
+    Ok(super::push::with_warnings(answer, &warnings))
 }
 
 /// kube-apiserver's create: the name (or one made from `generateName`),
@@ -319,10 +302,10 @@ pub(crate) async fn list_csrs(
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Answer {
     let (params, watch) = ListParams::list(params)?;
-    let query = params.query(FIELDS).map_err(bad_request)?;
     if watch {
-        return watch_csrs(s, params, query);
+        return watch_csrs(s, params);
     }
+    let query = params.query(FIELDS).map_err(bad_request)?;
     let version = s.store.api_version();
     let objects = s
         .store
@@ -354,46 +337,42 @@ pub(crate) async fn list_csrs(
 /// CSR the client listed and that was deleted (by `DELETE`, or by the
 /// cleaner) before its watch began is `DELETED` too. A version older than
 /// the deletions remembered is `410 Expired`, so the client relists.
+/// The request is read, and the stream waits between its reads, as the
+/// node watch's ([`super::watch`]); a watch runs at most
+/// [`DEFAULT_TIMEOUT`].
 ///
 /// [`Store::api_deletions`]: crate::store::Store::api_deletions
-fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) -> Answer {
-    super::watch::check_watch_options(&params)?;
+fn watch_csrs(s: AppState, params: ListParams) -> Answer {
+    let request = super::watch::watch_request(&params, FIELDS)?;
+    let query = request.query;
     let from = super::watch::version_asked(params.resource_version.as_deref())?;
     // Without a version, deletions count from now: everything kept is sent.
     let mut deletions_seen = from.unwrap_or_else(|| s.store.api_version());
     if let Err(e) = s.store.api_deletions(RESOURCE, deletions_seen) {
-        let status = crate::k8s::watch::too_old_version(e.requested, e.floor);
-        return Err((StatusCode::GONE, Json(status)).into_response());
+        return Err(super::watch::too_old(e.requested, e.floor));
     }
-    let bookmarks = params
-        .allow_watch_bookmarks
-        .as_deref()
-        .and_then(super::params::parse_bool)
-        .unwrap_or(false);
-    let timeout = params
-        .timeout_seconds
-        .filter(|t| *t > 0)
-        .map_or(DEFAULT_TIMEOUT, |t| {
-            Duration::from_secs(t as u64).min(DEFAULT_TIMEOUT)
-        });
+    let timeout = request
+        .timeout
+        .map_or(DEFAULT_TIMEOUT, |t| t.min(DEFAULT_TIMEOUT));
+    let bookmarks = request.bookmarks.then_some((API_VERSION, KIND));
     let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
-        let mut changes = s.store.api_changes();
+        let mut pause = Pause::new(s.store.api_changes(), timeout, bookmarks);
         let mut sent: BTreeMap<String, (u64, Value)> = BTreeMap::new();
         let mut first = true;
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut next_bookmark = tokio::time::Instant::now() + BOOKMARK_EVERY;
         loop {
-            changes.borrow_and_update();
+            // Every change up to here is in what is read below.
+            let seen = pause.seen();
             // Deletions first, then what is kept: a CSR deleted between the
             // two reads is still caught by the comparison below.
             let deleted = match s.store.api_deletions(RESOURCE, deletions_seen) {
                 Ok(deleted) => deleted,
                 Err(e) => {
-                    let status = crate::k8s::watch::too_old_version(e.requested, e.floor);
-                    let _ = sender
-                        .send(Bytes::from(crate::k8s::watch::error_line(&status)))
-                        .await;
+                    let expired = StoreError::Expired {
+                        requested: e.requested,
+                        horizon: e.floor,
+                    };
+                    let _ = sender.send(gone_line(expired)).await;
                     return;
                 }
             };
@@ -404,8 +383,8 @@ fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) 
                 if !known || !selected(&query, &tombstone) {
                     continue;
                 }
-                let line = watch_line(WatchEventType::Deleted, served(&tombstone));
-                if sender.send(Bytes::from(line)).await.is_err() {
+                let deleted = line(WatchEventType::Deleted, served(&tombstone));
+                if sender.send(deleted).await.is_err() {
                     return;
                 }
             }
@@ -429,11 +408,7 @@ fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) 
                 if let Some(kind) = event {
                     let value = served(object);
                     sent.insert(object.name.clone(), (object.version, value.clone()));
-                    if sender
-                        .send(Bytes::from(watch_line(kind, value)))
-                        .await
-                        .is_err()
-                    {
+                    if sender.send(line(kind, value)).await.is_err() {
                         return;
                     }
                 }
@@ -446,28 +421,18 @@ fn watch_csrs(s: AppState, params: ListParams, query: super::params::ListQuery) 
                 .collect();
             for name in gone {
                 if let Some((_, value)) = sent.remove(&name) {
-                    let line = watch_line(WatchEventType::Deleted, value);
-                    if sender.send(Bytes::from(line)).await.is_err() {
+                    if sender
+                        .send(line(WatchEventType::Deleted, value))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }
             }
             first = false;
-            tokio::select! {
-                changed = changes.changed() => if changed.is_err() { return },
-                _ = tokio::time::sleep_until(next_bookmark), if bookmarks => {
-                    next_bookmark += BOOKMARK_EVERY;
-                    let line = watch_line(
-                        WatchEventType::Bookmark,
-                        bookmark(API_VERSION, KIND, s.store.api_version()),
-                    );
-                    if sender.send(Bytes::from(line)).await.is_err() {
-                        return;
-                    }
-                }
-                _ = tokio::time::sleep_until(deadline) => return,
-                _ = s.shutdown.cancelled() => return,
-                _ = sender.closed() => return,
+            if pause.wait(&s, &sender, seen).await.is_none() {
+                return;
             }
         }
     });
@@ -592,12 +557,7 @@ async fn update(
         CertificateSigningRequest,
     ) -> Result<(), Response>,
 ) -> Answer {
-    if sent.metadata.name.as_deref().is_some_and(|n| n != name) {
-        return Err(bad_request(format!(
-            "the name of the object ({}) does not match the name on the URL ({name})",
-            sent.metadata.name.unwrap_or_default()
-        )));
-    }
+    super::push::check_name(sent.metadata.name.as_deref(), name)?;
     let expected = crate::k8s::expected_version(&sent.metadata).map_err(|e| {
         // The message names its field already.
         let message = e
@@ -640,13 +600,7 @@ async fn update(
 }
 
 fn conflict(name: &str) -> Response {
-    refusal(
-        StatusCode::CONFLICT,
-        format!(
-            "Operation cannot be fulfilled on {RESOURCE} {name:?}: the object has been modified; \
-             please apply your changes to the latest version and try again"
-        ),
-    )
+    super::push::conflict(RESOURCE, name)
 }
 
 #[cfg(test)]

@@ -15,90 +15,42 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use k8s_openapi::apimachinery::pkg::version::Info;
 
 /// What can be read of a resource nodekeeper serves empty.
-const READ: &[&str] = &["get", "list", "watch"];
+const READ: &str = "get list watch";
 
 /// The Kubernetes release whose API (and node JSON) we serve.
 const KUBE_MAJOR: &str = "1";
 const KUBE_MINOR: &str = "33";
 
-/// A resource as discovery lists it.
-struct Resource {
-    name: &'static str,
-    singular: &'static str,
-    kind: &'static str,
-    namespaced: bool,
-    verbs: &'static [&'static str],
-    short_names: &'static [&'static str],
-}
+/// A resource as discovery lists it: its name (`resource` or
+/// `resource/subresource`), kind, whether it is namespaced, its verbs and
+/// its short names (words separated by spaces). Its singular name is its
+/// kind in lower case, as kube-apiserver lists each of these (`node`,
+/// `certificatesigningrequest`); a subresource has none.
+struct Resource(&'static str, &'static str, bool, &'static str, &'static str);
 
-const fn resource(
-    name: &'static str,
-    singular: &'static str,
-    kind: &'static str,
-    namespaced: bool,
-    verbs: &'static [&'static str],
-    short_names: &'static [&'static str],
-) -> Resource {
-    Resource {
-        name,
-        singular,
-        kind,
-        namespaced,
-        verbs,
-        short_names,
-    }
-}
+const CSR: &str = "CertificateSigningRequest";
 
 /// What the core group serves here.
 const CORE_V1: &[Resource] = &[
-    resource(
+    Resource(
         "nodes",
-        "node",
         "Node",
         false,
-        &["get", "list", "watch", "create", "update", "patch"],
-        &["no"],
+        "get list watch create update patch",
+        "no",
     ),
-    resource(
-        "nodes/status",
-        "",
-        "Node",
-        false,
-        &["get", "patch", "update"],
-        &[],
-    ),
+    Resource("nodes/status", "Node", false, "get patch update", ""),
     // The nodes' history, as events in `default` like the node controller's.
     // Kubelets' Events are posted into it; a repeat's patch is a 404,
     // which makes recorders post it again.
-    resource(
-        "events",
-        "event",
-        "Event",
-        true,
-        &["create", "get", "list", "patch"],
-        &["ev"],
-    ),
+    Resource("events", "Event", true, "create get list patch", "ev"),
     // The mirror pods of kubelets' static pods, and nothing else.
-    resource(
-        "pods",
-        "pod",
-        "Pod",
-        true,
-        &["create", "delete", "get", "list", "watch"],
-        &["po"],
-    ),
-    resource("pods/status", "", "Pod", true, &["get", "patch"], &[]),
+    Resource("pods", "Pod", true, "create delete get list watch", "po"),
+    Resource("pods/status", "Pod", true, "get patch", ""),
     // None kept: listed and watched empty, as kubelets do.
-    resource("services", "service", "Service", true, READ, &["svc"]),
+    Resource("services", "Service", true, READ, "svc"),
     // Bootstrap tokens only: kube-system, type bootstrap.kubernetes.io/token.
-    resource(
-        "secrets",
-        "secret",
-        "Secret",
-        true,
-        &["create", "delete", "get", "list"],
-        &[],
-    ),
+    Resource("secrets", "Secret", true, "create delete get list", ""),
 ];
 
 /// The named groups, each served at `v1` only, in the order `/apis` lists
@@ -107,106 +59,79 @@ const GROUPS: &[(&str, &[Resource])] = &[
     // Node leases (heartbeats).
     (
         "coordination.k8s.io",
-        &[resource(
+        &[Resource(
             "leases",
-            "lease",
             "Lease",
             true,
-            &["get", "list", "create", "update", "patch"],
-            &[],
+            "get list create update patch",
+            "",
         )],
     ),
     (
         "storage.k8s.io",
         &[
-            resource(
+            Resource(
                 "csinodes",
-                "csinode",
                 "CSINode",
                 false,
-                &["create", "delete", "get", "list", "patch", "update"],
-                &[],
+                "create delete get list patch update",
+                "",
             ),
             // None kept: listed and watched empty, as kubelets do.
-            resource("csidrivers", "csidriver", "CSIDriver", false, READ, &[]),
+            Resource("csidrivers", "CSIDriver", false, READ, ""),
         ],
     ),
     // RuntimeClasses, none kept.
     (
         "node.k8s.io",
-        &[resource(
-            "runtimeclasses",
-            "runtimeclass",
-            "RuntimeClass",
-            false,
-            READ,
-            &[],
-        )],
+        &[Resource("runtimeclasses", "RuntimeClass", false, READ, "")],
     ),
     // Events may be posted (kept in the node's history).
     (
         "events.k8s.io",
-        &[resource(
-            "events",
-            "event",
-            "Event",
-            true,
-            &["create", "patch"],
-            &["ev"],
-        )],
+        &[Resource("events", "Event", true, "create patch", "ev")],
     ),
     // CSRs and their subresources, as kube-apiserver lists them (`kubectl
     // certificate approve` looks for `certificatesigningrequests/approval`).
     (
         "certificates.k8s.io",
         &[
-            resource(
+            Resource(
                 "certificatesigningrequests",
-                "certificatesigningrequest",
-                "CertificateSigningRequest",
+                CSR,
                 false,
-                &["create", "delete", "get", "list", "watch"],
-                &["csr"],
+                "create delete get list watch",
+                "csr",
             ),
-            resource(
+            Resource(
                 "certificatesigningrequests/approval",
-                "",
-                "CertificateSigningRequest",
+                CSR,
                 false,
-                &["get", "update"],
-                &[],
+                "get update",
+                "",
             ),
-            resource(
+            Resource(
                 "certificatesigningrequests/status",
-                "",
-                "CertificateSigningRequest",
+                CSR,
                 false,
-                &["get", "update"],
-                &[],
+                "get update",
+                "",
             ),
         ],
     ),
     // Reviews, created only, as kube-apiserver lists them.
     (
         "authentication.k8s.io",
-        &[resource(
-            "tokenreviews",
-            "tokenreview",
-            "TokenReview",
-            false,
-            &["create"],
-            &[],
-        )],
+        &[Resource("tokenreviews", "TokenReview", false, "create", "")],
     ),
     (
         "authorization.k8s.io",
-        &[resource(
+        &[Resource(
             "subjectaccessreviews",
-            "subjectaccessreview",
             "SubjectAccessReview",
             false,
-            &["create"],
-            &[],
+            "create",
+            "",
         )],
     ),
 ];
@@ -280,14 +205,17 @@ async fn api(headers: HeaderMap, uri: Uri) -> Response {
 }
 
 fn resource_list(group_version: &str, resources: &[Resource]) -> APIResourceList {
-    let strings = |list: &[&str]| list.iter().map(|v| v.to_string()).collect();
+    let words = |list: &str| list.split_whitespace().map(str::to_string).collect();
     let resources = resources.iter().map(|r| APIResource {
-        name: r.name.to_string(),
-        singular_name: r.singular.to_string(),
-        kind: r.kind.to_string(),
-        namespaced: r.namespaced,
-        verbs: strings(r.verbs),
-        short_names: (!r.short_names.is_empty()).then(|| strings(r.short_names)),
+        name: r.0.to_string(),
+        singular_name: match r.0.contains('/') {
+            true => String::new(),
+            false => r.1.to_lowercase(),
+        },
+        kind: r.1.to_string(),
+        namespaced: r.2,
+        verbs: words(r.3),
+        short_names: (!r.4.is_empty()).then(|| words(r.4)),
         ..APIResource::default()
     });
     APIResourceList {

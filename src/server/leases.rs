@@ -19,10 +19,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 
+use super::authz::{admit, Kind};
 use super::push::{
-    body_json, invalid, json_body, json_reply, malformed, patched, push_error, ContentType,
+    body_json, conflict, created, invalid, json_body, json_reply, malformed, patched, push_error,
+    ContentType,
 };
-use super::{status_error, AppState};
+use super::{refusal, Answer, AppState};
 use crate::controller::PushError;
 use crate::k8s::LeaseJson;
 use crate::model::{Lease, NODE_LEASE_NAMESPACE};
@@ -31,33 +33,24 @@ fn check_namespace(namespace: &str) -> Result<(), Response> {
     if namespace == NODE_LEASE_NAMESPACE {
         return Ok(());
     }
-    Err(status_error(
+    Err(refusal(
         StatusCode::NOT_FOUND,
-        "NotFound",
         format!("nodekeeper keeps node Leases only, in namespace {NODE_LEASE_NAMESPACE:?} (not {namespace:?})"),
     ))
 }
 
 fn lease_not_found(name: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(crate::k8s::not_found("leases.coordination.k8s.io", name)),
-    )
-        .into_response()
+    super::not_found("leases.coordination.k8s.io", name)
 }
 
 /// `GET .../namespaces/kube-node-lease/leases/{name}`.
 pub(crate) async fn get_lease(
     State(s): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
-) -> Response {
-    if let Err(r) = check_namespace(&namespace) {
-        return r;
-    }
-    match served_lease(&s, &name) {
-        Some((lease, _)) => json_reply(&LeaseJson(&lease)),
-        None => lease_not_found(&name),
-    }
+) -> Answer {
+    check_namespace(&namespace)?;
+    let (lease, _) = served_lease(&s, &name).ok_or_else(|| lease_not_found(&name))?;
+    Ok(json_reply(&LeaseJson(&lease)))
 }
 
 /// The Lease served for `name`, and whether it is the kubelet's own: its
@@ -81,11 +74,9 @@ pub(crate) async fn list_all_leases(State(s): State<AppState>) -> Response {
 pub(crate) async fn list_leases(
     State(s): State<AppState>,
     Path(namespace): Path<String>,
-) -> Response {
-    if let Err(r) = check_namespace(&namespace) {
-        return r;
-    }
-    lease_list(&s)
+) -> Answer {
+    check_namespace(&namespace)?;
+    Ok(lease_list(&s))
 }
 
 fn lease_list(s: &AppState) -> Response {
@@ -114,30 +105,14 @@ pub(crate) async fn create_lease(
     caller: super::Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    if let Err(r) = check_namespace(&namespace) {
-        return r;
-    }
-    let kube = match json_body::<KubeLease>(ct.as_str(), &body) {
-        Ok(l) => l,
-        Err(r) => return r,
-    };
+) -> Answer {
+    check_namespace(&namespace)?;
+    let kube = json_body::<KubeLease>(ct.as_str(), &body)?;
     let name = kube.metadata.name.clone().unwrap_or_default();
-    if let Err(r) = super::authz::admit(&caller, super::authz::Kind::Lease, &name) {
-        return r;
-    }
-    let lease = match crate::k8s::lease(&kube, &name) {
-        Ok(l) => l,
-        Err(e) => return invalid("Lease", &name, e),
-    };
-    match s.controller.create_lease(lease).await {
-        Ok(lease) => {
-            let mut created = json_reply(&LeaseJson(&lease));
-            *created.status_mut() = StatusCode::CREATED;
-            created
-        }
-        Err(e) => push_error(e),
-    }
+    admit(&caller, Kind::Lease, &name)?;
+    let lease = crate::k8s::lease(&kube, &name).map_err(|e| invalid("Lease", &name, e))?;
+    let lease = s.controller.create_lease(lease).await.map_err(push_error)?;
+    Ok(created(json_reply(&LeaseJson(&lease))))
 }
 
 /// `PUT .../leases/{name}`: a renewal.
@@ -147,33 +122,24 @@ pub(crate) async fn put_lease(
     caller: super::Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    if let Err(r) = check_namespace(&namespace)
-        .and_then(|()| super::authz::admit(&caller, super::authz::Kind::Lease, &name))
-    {
-        return r;
+) -> Answer {
+    check_namespace(&namespace)?;
+    admit(&caller, Kind::Lease, &name)?;
+    let (lease, expected) = renewal(ct.as_str(), &body, &name)?;
+    if !s.view.has_lease(&name) && s.view.with_node(&name, |_, _| ()).is_some() {
+        return replace_served(&s, lease).await;
     }
-    match renewal(ct.as_str(), &body, &name) {
-        Ok((lease, _))
-            if !s.view.has_lease(&name) && s.view.with_node(&name, |_, _| ()).is_some() =>
-        {
-            replace_served(&s, lease).await
-        }
-        Ok((lease, expected)) => update_lease(&s, lease, expected).await,
-        Err(r) => r,
-    }
+    update_lease(&s, lease, expected).await
 }
 
 /// A kubelet's write of the Lease its node's heartbeats made: the kubelet's
 /// own Lease from now on. If another write made one first, the writer reads
 /// that one and writes again, as after any conflict.
-async fn replace_served(s: &AppState, lease: Lease) -> Response {
+async fn replace_served(s: &AppState, lease: Lease) -> Answer {
     match s.controller.create_lease(lease).await {
-        Ok(lease) => json_reply(&LeaseJson(&lease)),
-        Err(PushError::AlreadyExists { kind, name }) => {
-            push_error(PushError::Conflict { kind, name })
-        }
-        Err(e) => push_error(e),
+        Ok(lease) => Ok(json_reply(&LeaseJson(&lease))),
+        Err(PushError::AlreadyExists { kind, name }) => Err(conflict(kind, &name)),
+        Err(e) => Err(push_error(e)),
     }
 }
 
@@ -195,34 +161,21 @@ pub(crate) async fn patch_lease(
     caller: super::Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    if let Err(r) = check_namespace(&namespace)
-        .and_then(|()| super::authz::admit(&caller, super::authz::Kind::Lease, &name))
-    {
-        return r;
-    }
-    let Some((current, own)) = served_lease(&s, &name) else {
-        return lease_not_found(&name);
-    };
-    let current = match serde_json::to_value(LeaseJson(&current)) {
-        Ok(v) => v,
-        Err(e) => return super::internal(e),
-    };
-    let kube = match patched::<KubeLease>(ct.as_str(), &body, current) {
-        Ok(kube) => kube,
-        Err(r) => return r,
-    };
+) -> Answer {
+    check_namespace(&namespace)?;
+    admit(&caller, Kind::Lease, &name)?;
+    let (current, own) = served_lease(&s, &name).ok_or_else(|| lease_not_found(&name))?;
+    let current = serde_json::to_value(LeaseJson(&current)).map_err(super::internal)?;
+    let kube = patched::<KubeLease>(ct.as_str(), &body, current)?;
     // The patch applies to the current Lease; its version is not a precondition.
-    match crate::k8s::lease(&kube, &name) {
-        Ok(lease) if !own => replace_served(&s, lease).await,
-        Ok(lease) => update_lease(&s, lease, None).await,
-        Err(e) => invalid("Lease", &name, e),
+    let lease = crate::k8s::lease(&kube, &name).map_err(|e| invalid("Lease", &name, e))?;
+    match own {
+        false => replace_served(&s, lease).await,
+        true => update_lease(&s, lease, None).await,
     }
 }
 
-async fn update_lease(s: &AppState, lease: Lease, expected: Option<u64>) -> Response {
-    match s.controller.update_lease(lease, expected).await {
-        Ok(lease) => json_reply(&LeaseJson(&lease)),
-        Err(e) => push_error(e),
-    }
+async fn update_lease(s: &AppState, lease: Lease, expected: Option<u64>) -> Answer {
+    let lease = s.controller.update_lease(lease, expected).await;
+    Ok(json_reply(&LeaseJson(&lease.map_err(push_error)?)))
 }

@@ -296,9 +296,8 @@ pub(super) fn body_read(
 ) -> Result<Body, Response> {
     match read {
         Ok(Ok(collected)) => Ok(Body::from(collected.to_bytes())),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(super::status_error(
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(super::refusal(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "RequestEntityTooLarge",
             format!("Request entity too large: limit is {BODY_LIMIT}"),
         )),
         Ok(Err(e)) => Err(super::bad_request(format!(
@@ -322,9 +321,8 @@ fn too_many_requests() -> Response {
 }
 
 fn body_timed_out(timeout: Duration, version: Version) -> Response {
-    let mut response = super::status_error(
+    let mut response = super::refusal(
         StatusCode::REQUEST_TIMEOUT,
-        "Timeout",
         format!(
             "the request body did not arrive within {}: send the whole body at once (at most {BODY_LIMIT} bytes)",
             crate::duration::format(timeout)

@@ -23,6 +23,15 @@ pub(crate) struct NodeKept {
 }
 
 impl NodeKept {
+    /// Where the object `name` of this kind is kept, with `node`.
+    pub fn key(&self, node: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            node: node.to_string(),
+            resource: self.resource.to_string(),
+            name: name.to_string(),
+        }
+    }
+
     /// The object to keep as `key`: at most `max_bytes` of JSON (a 413 past it).
     pub fn object(&self, key: ObjectKey, json: String) -> Result<NodeObject, Response> {
         if json.len() > self.max_bytes {

@@ -172,11 +172,7 @@ pub fn prepare(
                 WriteError::BadRequest(format!("the patched object is not a valid Node: {e}"))
             })?;
             // A resourceVersion the patch itself set is the writer's precondition.
-            let version =
-                k8s::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
-            if version.is_some_and(|v| v != node.resource_version) {
-                return Err(WriteError::Conflict(conflict_message(&node.name)));
-            }
+            writers_version(node, &object)?;
             let fields = k8s::operator_fields(node, &object, false)?;
             Ok(Prepared {
                 fields,
@@ -184,27 +180,29 @@ pub fn prepare(
                 writer_precondition: false,
             })
         }
-        NodeWrite::Replace(object) => {
-            let version =
-                k8s::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
-            if version.is_some_and(|v| v != node.resource_version) {
-                return Err(WriteError::Conflict(conflict_message(&node.name)));
-            }
-            let fields = k8s::operator_fields(node, object, true)?;
-            Ok(Prepared {
-                fields,
-                expected_version: version,
-                writer_precondition: true,
-            })
-        }
+        NodeWrite::Replace(object) => Ok(Prepared {
+            expected_version: writers_version(node, object)?,
+            fields: k8s::operator_fields(node, object, true)?,
+            writer_precondition: true,
+        }),
     }
 }
 
-/// kube-apiserver's words for a stale write.
-pub fn conflict_message(name: &str) -> String {
+/// The resourceVersion `object` names, if any: a conflict unless it is the
+/// node's.
+fn writers_version(node: &Node, object: &KubeNode) -> Result<Option<u64>, WriteError> {
+    let version = k8s::expected_version(&object.metadata).map_err(WriteError::BadRequest)?;
+    if version.is_some_and(|v| v != node.resource_version) {
+        return Err(WriteError::Conflict(conflict_message("nodes", &node.name)));
+    }
+    Ok(version)
+}
+
+/// kube-apiserver's words for a stale write of `resource` `name`.
+pub fn conflict_message(resource: &str, name: &str) -> String {
     format!(
-        "Operation cannot be fulfilled on nodes {name:?}: the object has been modified; please \
-         apply your changes to the latest version and try again"
+        "Operation cannot be fulfilled on {resource} {name:?}: the object has been modified; \
+         please apply your changes to the latest version and try again"
     )
 }
 

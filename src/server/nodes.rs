@@ -204,11 +204,7 @@ pub(super) fn write_error(e: WriteError) -> Response {
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("Request entity too large: {m}"),
         ),
-        WriteError::Invalid(i) => (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Json(crate::k8s::invalid(&i)),
-        )
-            .into_response(),
+        WriteError::Invalid(i) => super::push::rejected(&i),
     }
 }
 
@@ -267,7 +263,7 @@ pub(crate) async fn patch_node(
         match commit(&s, &name, prepared, &by).await {
             Ok(node) => {
                 let answer = super::push::json_reply(&crate::k8s::NodeJson::shown(&node, None));
-                return Ok(super::openapi::with_warnings(answer, &warnings));
+                return Ok(super::push::with_warnings(answer, &warnings));
             }
             // The node changed since it was read: apply the patch again to
             // the newer node, once it is published.
@@ -279,10 +275,7 @@ pub(crate) async fn patch_node(
             Err(e) => return Err(super::push::push_error(e)),
         }
     }
-    Err(refusal(
-        StatusCode::CONFLICT,
-        node_writes::conflict_message(&name),
-    ))
+    Err(super::push::conflict("nodes", &name))
 }
 
 /// Waits until the view shows node `name` at a version other than
@@ -337,7 +330,7 @@ pub(crate) async fn put_node(
         .await
         .map_err(super::push::push_error)?;
     let answer = super::push::json_reply(&crate::k8s::NodeJson::shown(&node, None));
-    Ok(super::openapi::with_warnings(answer, &warnings))
+    Ok(super::push::with_warnings(answer, &warnings))
 }
 
 /// `DELETE /api/v1/nodes/{name}`: a node no source lists is deleted (its

@@ -39,10 +39,20 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::status_error;
+use super::refusal;
 
 /// The v2 document (`swagger.json`, cut), gzipped.
 const V2: &[u8] = include_bytes!("openapi/v2.json.gz");
+
+/// A named group's `v1` document, as `scripts/openapi-subset` names its file.
+macro_rules! v3_group {
+    ($group:literal) => {
+        (
+            concat!("apis/", $group, "/v1"),
+            include_bytes!(concat!("openapi/v3/apis__", $group, "__v1_openapi.json.gz")),
+        )
+    };
+}
 
 /// The v3 documents, gzipped: group version path, and the document.
 const V3: &[(&str, &[u8])] = &[
@@ -50,34 +60,13 @@ const V3: &[(&str, &[u8])] = &[
         "api/v1",
         include_bytes!("openapi/v3/api__v1_openapi.json.gz"),
     ),
-    (
-        "apis/authentication.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__authentication.k8s.io__v1_openapi.json.gz"),
-    ),
-    (
-        "apis/authorization.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__authorization.k8s.io__v1_openapi.json.gz"),
-    ),
-    (
-        "apis/certificates.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__certificates.k8s.io__v1_openapi.json.gz"),
-    ),
-    (
-        "apis/coordination.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__coordination.k8s.io__v1_openapi.json.gz"),
-    ),
-    (
-        "apis/events.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__events.k8s.io__v1_openapi.json.gz"),
-    ),
-    (
-        "apis/node.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__node.k8s.io__v1_openapi.json.gz"),
-    ),
-    (
-        "apis/storage.k8s.io/v1",
-        include_bytes!("openapi/v3/apis__storage.k8s.io__v1_openapi.json.gz"),
-    ),
+    v3_group!("authentication.k8s.io"),
+    v3_group!("authorization.k8s.io"),
+    v3_group!("certificates.k8s.io"),
+    v3_group!("coordination.k8s.io"),
+    v3_group!("events.k8s.io"),
+    v3_group!("node.k8s.io"),
+    v3_group!("storage.k8s.io"),
 ];
 
 /// The most a document is inflated to: the largest is 418 kB of JSON.
@@ -105,12 +94,7 @@ fn inflate(gz: &[u8]) -> std::io::Result<Vec<u8>> {
 /// A document's hash, for its `?hash=` (a cache buster, as kube-apiserver's
 /// is): 64-bit FNV-1a of the kept (gzipped) bytes, in hex.
 fn hash(document: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in document {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016X}")
+    format!("{:016X}", crate::liveness::fnv1a(document))
 }
 
 /// Whether `Accept` admits JSON (no header, `*/*`, `application/*`, JSON).
@@ -153,9 +137,8 @@ fn not_acceptable(headers: &HeaderMap) -> Response {
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    status_error(
+    refusal(
         StatusCode::NOT_ACCEPTABLE,
-        "NotAcceptable",
         format!("the server serves its OpenAPI documents as application/json only, not {accept:?}"),
     )
 }
@@ -218,9 +201,8 @@ pub(crate) async fn v3(
     headers: HeaderMap,
 ) -> Response {
     let Some((_, gz)) = V3.iter().find(|(p, _)| *p == path) else {
-        return status_error(
+        return refusal(
             StatusCode::NOT_FOUND,
-            "NotFound",
             format!(
                 "no OpenAPI document for {path:?}: nodekeeper serves {}",
                 served()
@@ -278,9 +260,8 @@ impl FieldValidation {
             "" | "Ignore" => Ok(FieldValidation::Ignore),
             "Warn" => Ok(FieldValidation::Warn),
             "Strict" => Ok(FieldValidation::Strict),
-            other => Err(status_error(
+            other => Err(refusal(
                 StatusCode::BAD_REQUEST,
-                "BadRequest",
                 format!(
                     "fieldValidation: Unsupported value: {other:?}: supported values: \
                      \"Ignore\", \"Strict\", \"Warn\""
@@ -316,9 +297,8 @@ pub(crate) fn check_fields(
 ) -> Result<Vec<String>, Response> {
     // Not advertised, and not to be ignored: the write would be real.
     if let Some(dry_run) = &query.dry_run {
-        return Err(status_error(
+        return Err(refusal(
             StatusCode::BAD_REQUEST,
-            "BadRequest",
             format!(
                 "dryRun={dry_run:?}: nodekeeper has no dry runs; \
                  leave out --dry-run=server (--dry-run=client works)"
@@ -335,25 +315,29 @@ pub(crate) fn check_fields(
         .collect();
     match (validation, unknown.is_empty()) {
         (_, true) => Ok(Vec::new()),
-        (FieldValidation::Strict, false) => Err(status_error(
+        (FieldValidation::Strict, false) => Err(refusal(
             StatusCode::BAD_REQUEST,
-            "BadRequest",
             format!("strict decoding error: {}", unknown.join(", ")),
         )),
-        _ => Ok(unknown),
+        // Warned of with the field names in single quotes.
+        _ => Ok(unknown.iter().map(|w| w.replace('"', "'")).collect()),
     }
 }
 
-/// `response` with a `Warning` header (RFC 7234, code 299) per warning, as
-/// kube-apiserver sends them and kubectl prints them.
-pub(crate) fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
-    for w in warnings {
-        let text = format!("299 - {:?}", w.replace('"', "'"));
-        if let Ok(value) = header::HeaderValue::from_str(&text) {
-            response.headers_mut().append(header::WARNING, value);
-        }
+/// [`check_fields`] of a write's body as sent: a JSON patch names no fields
+/// by key, and a body that is not JSON is refused by its parser; neither
+/// has its fields checked here.
+#[allow(clippy::result_large_err)]
+pub(crate) fn check_body_fields(
+    query: &WriteQuery,
+    group_version: &str,
+    kind: &str,
+    body: &[u8],
+) -> Result<Vec<String>, Response> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(value) if value.is_object() => check_fields(query, group_version, kind, &value),
+        _ => check_fields(query, group_version, kind, &Value::Null),
     }
-    response
 }
 
 /// The fields of `object` (a body or a merge patch of kind `kind` in

@@ -24,14 +24,14 @@ use tokio::sync::mpsc;
 
 use super::node_objects::served;
 use super::params::{wants_table, ListParams};
-use super::pods::{field, POD_FIELDS, RESOURCE};
+use super::pods::{field, KEPT, POD_FIELDS, RESOURCE};
 use super::watch::{begin, line, stream_response, Follow, Scope, WatchStart, DEFAULT_TIMEOUT};
 use super::{Answer, AppState};
 use crate::k8s::selectors::{FieldSelector, LabelSelector};
 use crate::k8s::table::{self, IncludeObject};
 use crate::k8s::watch::WatchEventType;
 use crate::k8s::{pod_at_version, pod_identity};
-use crate::model::{Event, EventKind, Micros, ObjectKey};
+use crate::model::{Event, EventKind, Micros};
 
 /// What a pod watch selects and how it renders.
 struct Selection {
@@ -137,11 +137,7 @@ fn events_of(
                     }
                 };
             }
-            let key = ObjectKey {
-                node: node.to_string(),
-                resource: RESOURCE.to_string(),
-                name: name.clone(),
-            };
+            let key = KEPT.key(node, name);
             // Written again since: streamed at that later entry.
             let Some(object) = s
                 .view

@@ -25,7 +25,7 @@ use super::params::{wants_table, DeleteOptions, ListParams};
 use super::push::{body_json, json_body, malformed, ContentType};
 use super::{bad_request, forbidden, not_found, refusal, Answer, AppState, Caller};
 use crate::controller::ObjectWrite;
-use crate::k8s::patch::{apply_with_keys, PatchKind};
+use crate::k8s::patch::apply_with_keys;
 use crate::k8s::{paging, table};
 use crate::model::{Micros, NodeObject, ObjectKey};
 
@@ -36,7 +36,7 @@ pub(crate) const RESOURCE: &str = "pods";
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// Mirror pods as kept: at most 128 kB of JSON (a static control-plane pod
 /// takes a few kB).
-const KEPT: NodeKept = NodeKept {
+pub(super) const KEPT: NodeKept = NodeKept {
     resource: RESOURCE,
     kind: "Pod",
     max_bytes: 128 * 1024,
@@ -76,11 +76,7 @@ fn status_merge_key(field: &str) -> Option<&'static str> {
 
 /// Where a pod is kept: `namespace/name`, with its node.
 fn key(node: &str, namespace: &str, name: &str) -> ObjectKey {
-    ObjectKey {
-        node: node.to_string(),
-        resource: RESOURCE.to_string(),
-        name: format!("{namespace}/{name}"),
-    }
+    KEPT.key(node, &format!("{namespace}/{name}"))
 }
 
 /// The pod kept as `namespace/name`: a node's own, looked up by its key
@@ -308,16 +304,7 @@ pub(crate) async fn patch_pod_status(
 ) -> Answer {
     let current = found(&s, &caller, &namespace, &name)?;
     super::authz::admit_pod(&caller, &name, &current.node, "update")?;
-    let Some(kind) = PatchKind::from_content_type(ct.as_str()) else {
-        return Err(refusal(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: \
-                 application/merge-patch+json, application/strategic-merge-patch+json (got {:?})",
-                ct.as_str()
-            ),
-        ));
-    };
+    let kind = super::push::patch_kind(ct.as_str())?;
     let patch: Value = serde_json::from_slice(&body).map_err(|e| malformed(&e))?;
     let mut pod = served(&current);
     let uid = pod["metadata"]["uid"].clone();

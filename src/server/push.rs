@@ -20,69 +20,90 @@ use std::collections::BTreeMap;
 
 use super::node_writes;
 use super::patch::{self, PatchKind};
-use super::{status_error, AppState};
+use super::{bad_request, refusal, status_error, Answer, AppState};
 use crate::controller::{PushError, PushedStatus};
 
 /// A refused write, as a Kubernetes `Status`.
 pub(crate) fn push_error(e: PushError) -> Response {
     match e {
-        PushError::NotFound { kind, name } => status_error(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            format!("{kind} {name:?} not found"),
-        ),
+        PushError::NotFound { kind, name } => {
+            refusal(StatusCode::NOT_FOUND, format!("{kind} {name:?} not found"))
+        }
         PushError::AlreadyExists { kind, name } => status_error(
             StatusCode::CONFLICT,
             "AlreadyExists",
             format!("{kind} {name:?} already exists"),
         ),
-        PushError::Conflict { kind, name } => status_error(
-            StatusCode::CONFLICT,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on {kind} {name:?}: the object has been modified; \
-                 please apply your changes to the latest version and try again"
-            ),
-        ),
-        PushError::Forbidden(message) => status_error(StatusCode::FORBIDDEN, "Forbidden", message),
-        PushError::Invalid(message) => {
-            status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message)
-        }
-        PushError::Rejected(invalid) => (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Json(crate::k8s::invalid(&invalid)),
-        )
-            .into_response(),
+        PushError::Conflict { kind, name } => conflict(kind, &name),
+        PushError::Forbidden(message) => refusal(StatusCode::FORBIDDEN, message),
+        PushError::Invalid(message) => refusal(StatusCode::UNPROCESSABLE_ENTITY, message),
+        PushError::Rejected(invalid) => rejected(&invalid),
         PushError::TooManyRequests {
             message,
             retry_after,
         } => {
-            let mut response =
-                status_error(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", message);
+            let mut response = refusal(StatusCode::TOO_MANY_REQUESTS, message);
             if let Ok(value) = HeaderValue::from_str(&retry_after.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, value);
             }
             response
         }
         PushError::PreconditionFailed(message) | PushError::StillListed(message) => {
-            status_error(StatusCode::CONFLICT, "Conflict", message)
+            refusal(StatusCode::CONFLICT, message)
         }
-        PushError::Store(e) => status_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalError",
-            e.to_string(),
-        ),
+        PushError::Store(e) => super::internal(e),
         // Not made durable, so not made: the writer may try again later.
-        PushError::Unavailable(message) => status_error(
+        PushError::Unavailable(message) => refusal(
             StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailable",
             format!("the change was not made: {message}"),
         ),
-        PushError::Stopped => status_error(
+        PushError::Stopped => refusal(
             StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailable",
-            "the controller is stopping".into(),
+            "the controller is stopping",
         ),
+    }
+}
+
+/// kube-apiserver's 409 for a write at a version the object has moved past.
+pub(super) fn conflict(resource: &str, name: &str) -> Response {
+    refusal(
+        StatusCode::CONFLICT,
+        node_writes::conflict_message(resource, name),
+    )
+}
+
+/// The 422 naming each refused field, as kube-apiserver's.
+pub(super) fn rejected(invalid: &crate::validation::Invalid) -> Response {
+    let status = crate::k8s::invalid(invalid);
+    (StatusCode::UNPROCESSABLE_ENTITY, Json(status)).into_response()
+}
+
+/// The 415 for a body of a type that is not `accepted` (media types).
+pub(super) fn unsupported_type(ct: &str, accepted: &str) -> Response {
+    refusal(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        format!(
+            "the body of the request was in an unknown format - accepted media types include: \
+             {accepted} (got {ct:?})"
+        ),
+    )
+}
+
+/// How a `PATCH` sent as `ct` applies: a merge or a strategic merge patch.
+pub(super) fn patch_kind(ct: &str) -> Result<PatchKind, Response> {
+    PatchKind::from_content_type(ct).ok_or_else(|| {
+        let accepted = "application/merge-patch+json, application/strategic-merge-patch+json";
+        unsupported_type(ct, accepted)
+    })
+}
+
+/// A refusal of a body whose name is not the one on the URL.
+pub(super) fn check_name(sent: Option<&str>, name: &str) -> Result<(), Response> {
+    match sent {
+        Some(sent) if sent != name => Err(bad_request(format!(
+            "the name of the object ({sent}) does not match the name on the URL ({name})"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -112,6 +133,12 @@ pub(super) fn json_reply<T: serde::Serialize>(value: &T) -> Response {
             .into_response(),
         Err(e) => super::internal(e),
     }
+}
+
+/// `reply` as a `201 Created`.
+pub(super) fn created(mut reply: Response) -> Response {
+    *reply.status_mut() = StatusCode::CREATED;
+    reply
 }
 
 thread_local! {
@@ -178,35 +205,20 @@ pub(crate) fn body_json(ct: &str, body: &Bytes) -> Result<Bytes, Response> {
     if crate::k8s::protobuf::is_protobuf(ct) {
         return crate::k8s::protobuf::to_json(body)
             .map(Bytes::from)
-            .map_err(|e| {
-                status_error(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    format!("the request body could not be decoded: {e}"),
-                )
-            });
+            .map_err(|e| bad_request(format!("the request body could not be decoded: {e}")));
     }
     let media = ct.split(';').next().unwrap_or("").trim();
     if !(media == "application/json" || media.is_empty()) {
-        return Err(status_error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: \
-                 application/json, {} (got {ct:?})",
-                crate::k8s::protobuf::MEDIA_TYPE
-            ),
-        ));
+        let accepted = format!("application/json, {}", crate::k8s::protobuf::MEDIA_TYPE);
+        return Err(unsupported_type(ct, &accepted));
     }
     Ok(body.clone())
 }
 
 pub(super) fn malformed(e: &serde_json::Error) -> Response {
-    status_error(
-        StatusCode::BAD_REQUEST,
-        "BadRequest",
-        format!("the request body is not valid JSON for this object: {e}"),
-    )
+    bad_request(format!(
+        "the request body is not valid JSON for this object: {e}"
+    ))
 }
 
 /// Applies a `PATCH` body sent as `ct` to `current` (a Kubernetes object as JSON).
@@ -225,26 +237,16 @@ pub(super) fn patched_with<T: DeserializeOwned>(
     patch: Result<serde_json::Value, serde_json::Error>,
     mut current: serde_json::Value,
 ) -> Result<T, Response> {
-    let Some(kind) = PatchKind::from_content_type(ct) else {
-        return Err(status_error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: \
-                 application/merge-patch+json, application/strategic-merge-patch+json (got {ct:?})"
-            ),
-        ));
-    };
+    let kind = patch_kind(ct)?;
     let patch = patch.map_err(|e| malformed(&e))?;
     patch::apply_owned(kind, &mut current, patch)
-        .map_err(|e| status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", e.to_string()))?;
+        .map_err(|e| refusal(StatusCode::UNPROCESSABLE_ENTITY, e))?;
     serde_json::from_value(current).map_err(|e| malformed(&e))
 }
 
 pub(super) fn invalid(kind: &str, name: &str, reason: String) -> Response {
-    status_error(
+    refusal(
         StatusCode::UNPROCESSABLE_ENTITY,
-        "Invalid",
         format!("{kind} {name:?} is invalid: {reason}"),
     )
 }
@@ -260,11 +262,7 @@ pub(super) fn invalid_fields(
         name: name.to_string(),
         causes,
     };
-    (
-        StatusCode::UNPROCESSABLE_ENTITY,
-        Json(crate::k8s::invalid(&e)),
-    )
-        .into_response()
+    rejected(&e)
 }
 
 /// The current node as a status patch applies to it: as the API shows it,
@@ -301,11 +299,7 @@ pub(super) fn current_node(
     });
     match written {
         Some(current) => current.map_err(super::internal),
-        None => Err((
-            StatusCode::NOT_FOUND,
-            Json(crate::k8s::not_found("nodes", name)),
-        )
-            .into_response()),
+        None => Err(super::not_found("nodes", name)),
     }
 }
 
@@ -414,16 +408,7 @@ fn status_to_write(
     mut node: KubeNode,
     only: Option<PatchedFields>,
 ) -> Result<(PushedStatus, Option<u64>), Response> {
-    if node.metadata.name.as_deref().is_some_and(|n| n != name) {
-        return Err(status_error(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            format!(
-                "the name of the object ({}) does not match the name on the URL ({name})",
-                node.metadata.name.unwrap_or_default()
-            ),
-        ));
-    }
+    check_name(node.metadata.name.as_deref(), name)?;
     if only.is_none() {
         if let Err(e) = crate::k8s::check_condition_types(&node) {
             return Err(invalid_fields("Node", name, vec![e]));
@@ -532,13 +517,7 @@ async fn kubelet_metadata(
         Err(node_writes::MetadataRefusal::Forbidden(message)) => {
             return Err(node_forbidden(name, &message))
         }
-        Err(node_writes::MetadataRefusal::Invalid(invalid)) => {
-            return Err((
-                StatusCode::UNPROCESSABLE_ENTITY,
-                Json(crate::k8s::invalid(&invalid)),
-            )
-                .into_response())
-        }
+        Err(node_writes::MetadataRefusal::Invalid(invalid)) => return Err(rejected(&invalid)),
     };
     if decided.labels == shown_labels && decided.annotations == shown_annotations {
         return Ok(decided.kept);
@@ -559,22 +538,15 @@ async fn kubelet_metadata(
     Ok(decided.kept)
 }
 
-/// NodeRestriction's 403 on a node's own Node: `nodes "NAME" is
-/// forbidden: MESSAGE`, as apimachinery's `NewForbidden` words it.
+/// NodeRestriction's 403 on a node's own Node.
 fn node_forbidden(name: &str, message: &str) -> Response {
-    let body = crate::k8s::status_error(
-        403,
-        "Forbidden",
-        &format!("nodes {name:?} is forbidden: {message}"),
-        Some(name),
-        Some("nodes"),
-    );
-    (StatusCode::FORBIDDEN, Json(body)).into_response()
+    super::authz::forbidden_object("nodes", name, message)
 }
 
-/// Adds a `Warning` header (`299 - "TEXT"`, as kube-apiserver sends
-/// warnings; client-go logs each) for each of `warnings`.
-fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+/// Adds a `Warning` header (`299 - "TEXT"`, RFC 7234, as kube-apiserver
+/// sends warnings; client-go logs each, kubectl prints each) for each of
+/// `warnings`.
+pub(super) fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     for text in warnings {
         let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
         if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
@@ -603,18 +575,11 @@ pub(crate) async fn put_status(
     caller: super::Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
-        return r;
-    }
-    let node = match node_body(ct.as_str(), &body) {
-        Ok(node) => node,
-        Err(r) => return r,
-    };
-    match status_to_write(&name, node, None) {
-        Ok((status, expected)) => push_status(&s, name, status, expected).await,
-        Err(r) => r,
-    }
+) -> Answer {
+    super::check_may_write_node(&caller, &name)?;
+    let node = node_body(ct.as_str(), &body)?;
+    let (status, expected) = status_to_write(&name, node, None)?;
+    Ok(push_status(&s, name, status, expected).await)
 }
 
 /// `PATCH /api/v1/nodes/{name}/status`: merge or strategic-merge patch.
@@ -626,33 +591,21 @@ pub(crate) async fn patch_status(
     principal: super::Principal,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    if let Err(r) = super::check_may_write_node(principal.caller(), &name) {
-        return r;
-    }
+) -> Answer {
+    super::check_may_write_node(principal.caller(), &name)?;
     let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&body);
     let patch = parsed.as_ref().unwrap_or(&serde_json::Value::Null);
-    let current = match current_node(&s, &name, patch) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+    let current = current_node(&s, &name, patch)?;
     let only = PatchedFields::of(patch);
     // Bounded before merging: a merge by type costs the product of the two lists.
-    if let Err(e) =
-        crate::validation::extra_conditions([], only.conditions.iter().map(String::as_str))
-    {
-        return invalid_fields("Node", &name, vec![e]);
-    }
-    match merged_status(ct.as_str(), parsed, current, &name, only) {
-        Ok((status, expected, metadata)) => {
-            let warnings = match kubelet_metadata(&s, &name, &principal, &metadata).await {
-                Ok(warnings) => warnings,
-                Err(r) => return r,
-            };
-            with_warnings(push_status(&s, name, status, expected).await, &warnings)
-        }
-        Err(r) => r,
-    }
+    crate::validation::extra_conditions([], only.conditions.iter().map(String::as_str))
+        .map_err(|e| invalid_fields("Node", &name, vec![e]))?;
+    let (status, expected, metadata) = merged_status(ct.as_str(), parsed, current, &name, only)?;
+    let warnings = kubelet_metadata(&s, &name, &principal, &metadata).await?;
+    Ok(with_warnings(
+        push_status(&s, name, status, expected).await,
+        &warnings,
+    ))
 }
 
 /// `POST /api/v1/nodes`: a kubelet registering its node, with its labels
@@ -664,19 +617,14 @@ pub(crate) async fn create_node(
     caller: super::Caller,
     ct: ContentType,
     body: Bytes,
-) -> Response {
-    let mut node = match node_body(ct.as_str(), &body) {
-        Ok(node) => node,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let mut node = node_body(ct.as_str(), &body)?;
     let name = node.metadata.name.clone().unwrap_or_default();
-    if let Err(r) = super::check_may_write_node(&caller, &name) {
-        return r;
-    }
+    super::check_may_write_node(&caller, &name)?;
     let labels = node.metadata.labels.clone().unwrap_or_default();
     if let super::Caller::Node(own) = &caller {
         if let Some(message) = node_writes::registration_refusal(own, &labels) {
-            return node_forbidden(&name, &message);
+            return Err(node_forbidden(&name, &message));
         }
     }
     let annotations = node.metadata.annotations.take().unwrap_or_default();
@@ -687,11 +635,7 @@ pub(crate) async fn create_node(
         (Some(&labels), Some(&annotations)),
     );
     if let Err(node_writes::MetadataRefusal::Invalid(invalid)) = bounds {
-        return (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Json(crate::k8s::invalid(&invalid)),
-        )
-            .into_response();
+        return Err(rejected(&invalid));
     }
     let mut causes = crate::validation::annotations(&annotations);
     if annotations.contains_key(crate::k8s::SOURCE_ANNOTATION) {
@@ -701,20 +645,15 @@ pub(crate) async fn create_node(
         ));
     }
     if !causes.is_empty() {
-        return invalid_fields("Node", &name, causes);
+        return Err(invalid_fields("Node", &name, causes));
     }
-    let (spec, status) = match crate::k8s::node_registration(&node) {
-        Ok(parts) => parts,
-        Err(causes) => return invalid_fields("Node", &name, causes),
-    };
-    match s.controller.register(spec, annotations, status).await {
-        Ok(node) => {
-            let mut created = json_reply(&crate::k8s::NodeJson::shown(&node, None));
-            *created.status_mut() = StatusCode::CREATED;
-            created
-        }
-        Err(e) => push_error(e),
-    }
+    let (spec, status) = crate::k8s::node_registration(&node)
+        .map_err(|causes| invalid_fields("Node", &name, causes))?;
+    let node = s.controller.register(spec, annotations, status).await;
+    let node = node.map_err(push_error)?;
+    Ok(created(json_reply(&crate::k8s::NodeJson::shown(
+        &node, None,
+    ))))
 }
 
 #[cfg(test)]

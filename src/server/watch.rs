@@ -165,16 +165,6 @@ pub(crate) fn stream_response(receiver: mpsc::Receiver<Bytes>) -> Response {
     super::json_response(body)
 }
 
-/// Refuses the options kube-apiserver refuses on a watch
-/// ([`crate::k8s::watch::check_watch_options`]).
-pub(crate) fn check_watch_options(params: &super::params::ListParams) -> Result<(), Response> {
-    crate::k8s::watch::check_watch_options(
-        params.send_initial_events.is_some(),
-        params.resource_version_match.as_deref(),
-    )
-    .map_err(|status| (StatusCode::UNPROCESSABLE_ENTITY, Json(status)).into_response())
-}
-
 /// What a watch request asks for besides where to start, read and checked
 /// in the order kube-apiserver checks it: the refused options, the
 /// selectors, `allowWatchBookmarks`.
@@ -190,7 +180,12 @@ pub(crate) fn watch_request(
     params: &super::params::ListParams,
     fields: &[&str],
 ) -> Result<WatchRequest, Response> {
-    check_watch_options(params)?;
+    // The options kube-apiserver refuses on a watch, refused first.
+    crate::k8s::watch::check_watch_options(
+        params.send_initial_events.is_some(),
+        params.resource_version_match.as_deref(),
+    )
+    .map_err(|status| (StatusCode::UNPROCESSABLE_ENTITY, Json(status)).into_response())?;
     let query = params.query(fields).map_err(super::bad_request)?;
     Ok(WatchRequest {
         query,
@@ -215,7 +210,8 @@ fn bookmarks_allowed(params: &super::params::ListParams) -> Result<bool, Respons
     }
 }
 
-fn too_old(requested: u64, horizon: u64) -> Response {
+/// kube-apiserver's answer to a version older than it keeps (`410 Expired`).
+pub(crate) fn too_old(requested: u64, horizon: u64) -> Response {
     (StatusCode::GONE, Json(too_old_version(requested, horizon))).into_response()
 }
 
@@ -339,15 +335,69 @@ pub(crate) struct Follow<'a> {
     last: u64,
     pin: ReadPin,
     scope: Scope,
-    /// `apiVersion` and `kind` of the bookmarks (`None`: the client does
-    /// not allow them).
-    bookmarks: Option<(&'static str, &'static str)>,
-    durable_rx: tokio::sync::watch::Receiver<u64>,
-    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
-    ticks: tokio::time::Interval,
+    /// Waits for new durable events.
+    pause: Pause,
     /// The last page's `read_to`, and whether the next one waits for news.
     read_to: u64,
     wait: bool,
+}
+
+/// What a watch waits on between its reads: news of what it follows, the
+/// ticks of its bookmarks, its deadline, the client leaving and the server
+/// stopping. The node and pod watches ([`Follow`]) and the CSR watch wait so.
+pub(crate) struct Pause {
+    /// Told of every change of what the watch follows.
+    news: tokio::sync::watch::Receiver<u64>,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    ticks: tokio::time::Interval,
+    /// `apiVersion` and `kind` of the bookmarks (`None`: the client does
+    /// not allow them).
+    bookmarks: Option<(&'static str, &'static str)>,
+}
+
+impl Pause {
+    pub(crate) fn new(
+        news: tokio::sync::watch::Receiver<u64>,
+        timeout: Duration,
+        bookmarks: Option<(&'static str, &'static str)>,
+    ) -> Pause {
+        let mut ticks = tokio::time::interval(BOOKMARK_EVERY);
+        ticks.reset();
+        Pause {
+            news,
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            ticks,
+            bookmarks,
+        }
+    }
+
+    /// The news as of now, marked seen: a read after this misses nothing
+    /// up to it.
+    pub(crate) fn seen(&mut self) -> u64 {
+        *self.news.borrow_and_update()
+    }
+
+    /// Waits for news, or for a bookmark's tick (the bookmark, at
+    /// `version`, is sent, and the watch reads again); `None`: the watch
+    /// ends (its timeout, the client gone, the server stopping).
+    pub(crate) async fn wait(
+        &mut self,
+        s: &AppState,
+        out: &mpsc::Sender<Bytes>,
+        version: u64,
+    ) -> Option<()> {
+        tokio::select! {
+            changed = self.news.changed() => changed.ok(),
+            _ = &mut self.deadline => None,
+            _ = s.shutdown.cancelled() => None,
+            _ = out.closed() => None,
+            _ = self.ticks.tick(), if self.bookmarks.is_some() => {
+                let (api_version, kind) = self.bookmarks.unwrap_or_default();
+                let mark = bookmark(api_version, kind, version);
+                out.send(line(WatchEventType::Bookmark, mark)).await.ok()
+            }
+        }
+    }
 }
 
 impl<'a> Follow<'a> {
@@ -359,18 +409,13 @@ impl<'a> Follow<'a> {
         timeout: Duration,
         bookmarks: Option<(&'static str, &'static str)>,
     ) -> Self {
-        let mut ticks = tokio::time::interval(BOOKMARK_EVERY);
-        ticks.reset();
         Follow {
             s,
             out,
             last: at.0,
             pin: at.1,
             scope,
-            bookmarks,
-            durable_rx: s.view.subscribe(),
-            deadline: Box::pin(tokio::time::sleep(timeout)),
-            ticks,
+            pause: Pause::new(s.view.subscribe(), timeout, bookmarks),
             read_to: at.0,
             wait: false,
         }
@@ -385,17 +430,7 @@ impl<'a> Follow<'a> {
     /// page is answered with [`Follow::streamed`].
     pub(crate) async fn page(&mut self) -> Option<Vec<Event>> {
         if std::mem::take(&mut self.wait) {
-            tokio::select! {
-                changed = self.durable_rx.changed() => changed.ok()?,
-                _ = &mut self.deadline => return None,
-                _ = self.s.shutdown.cancelled() => return None,
-                _ = self.out.closed() => return None,
-                _ = self.ticks.tick(), if self.bookmarks.is_some() => {
-                    let (api_version, kind) = self.bookmarks.unwrap_or_default();
-                    let mark = bookmark(api_version, kind, self.last);
-                    self.out.send(line(WatchEventType::Bookmark, mark)).await.ok()?;
-                }
-            }
+            self.pause.wait(self.s, self.out, self.last).await?;
         }
         match read_after(self.s, self.last, self.pin.floor(), &self.scope).await {
             Ok(read) => {
