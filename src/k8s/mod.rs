@@ -39,7 +39,7 @@ pub use lease::{heartbeat_lease, kube_lease, lease, lease_list, LeaseJson, KUBEL
 pub use list::{list, list_page, list_tail};
 pub use node::{
     cpu_quantity, go_arch, memory_quantity, node, node_labels, node_list, NodeJson, Parts,
-    NODE_LIST_HEAD,
+    TaintJson, NODE_LIST_HEAD,
 };
 pub use operator::{conditions_forbidden, operator_fields, ObjectError};
 pub use pod::{pod_at_version, pod_identity, read_pod, typed_pod};

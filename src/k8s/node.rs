@@ -236,7 +236,7 @@ impl Serialize for Spec<'_> {
             map.serialize_entry("providerID", &node.provider_id)?;
         }
         if !node.taints.is_empty() {
-            map.serialize_entry("taints", &Each(&node.taints, Taint))?;
+            map.serialize_entry("taints", &Each(&node.taints, TaintJson))?;
         }
         if node.unschedulable {
             map.serialize_entry("unschedulable", &true)?;
@@ -245,9 +245,10 @@ impl Serialize for Spec<'_> {
     }
 }
 
-struct Taint<'a>(&'a model::Taint);
+/// A taint as Kubernetes JSON.
+pub struct TaintJson<'a>(pub &'a model::Taint);
 
-impl Serialize for Taint<'_> {
+impl Serialize for TaintJson<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let t = self.0;
         let mut map = serializer.serialize_map(None)?;
