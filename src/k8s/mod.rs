@@ -51,8 +51,6 @@ pub const SOURCE_ANNOTATION: &str = "nodekeeper.io/source";
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 /// Well-known label set to `linux` unless the node sets it itself.
 pub const OS_LABEL: &str = "kubernetes.io/os";
-/// The architecture label a kubelet sets on its node (`kubernetes.io/arch`).
-pub const ARCH_LABEL: &str = "kubernetes.io/arch";
 /// Pod capacity reported for every node: the kubelet's default `--max-pods`.
 pub const MAX_PODS: &str = "110";
 /// Where node events live: cluster-scoped objects' events go to `default`.
