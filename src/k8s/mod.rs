@@ -36,7 +36,7 @@ use crate::model::Micros;
 pub use event::{node_event, EVENT_LIST_HEAD};
 pub use kubelet::{check_condition_types, node_registration, pushed_status, pushed_status_of};
 pub use lease::{heartbeat_lease, kube_lease, lease, lease_list, LeaseJson, KUBELET_LEASE_SECONDS};
-pub use list::{list, list_page, list_tail};
+pub use list::{at_version, list, list_page, list_tail};
 pub use node::{
     cpu_quantity, go_arch, memory_quantity, node, node_labels, node_list, NodeJson, Parts,
     TaintJson, NODE_LIST_HEAD,

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use k8s_openapi::List;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
@@ -499,10 +498,7 @@ pub fn node_labels(node: &model::Node) -> BTreeMap<String, String> {
 pub fn node_list(nodes: impl IntoIterator<Item = Node>, resource_version: u64) -> List<Node> {
     List {
         items: nodes.into_iter().collect(),
-        metadata: ListMeta {
-            resource_version: Some(resource_version.to_string()),
-            ..ListMeta::default()
-        },
+        metadata: super::at_version(resource_version),
     }
 }
 
@@ -1215,10 +1211,7 @@ mod tests {
     #[test]
     fn a_node_list_is_its_head_items_and_tail() {
         let n = sample();
-        let meta = ListMeta {
-            resource_version: Some("77".into()),
-            ..ListMeta::default()
-        };
+        let meta = crate::k8s::at_version(77);
         let mut ours = NODE_LIST_HEAD.to_vec();
         ours.extend_from_slice(&NodeJson::shown(&n, None).to_vec());
         ours.extend_from_slice(&crate::k8s::list_tail(&meta));
