@@ -9,6 +9,7 @@ use super::{Failure, Outcome};
 use crate::cli::{LabelArgs, TaintArgs};
 use crate::controller::operator::is_managed_taint;
 use crate::inspect::{InspectError, Source};
+use crate::k8s::TaintJson;
 use crate::model::{Node, Taint};
 use crate::server::node_writes::{NodeWrite, PatchFormat};
 
@@ -178,17 +179,6 @@ fn taints_after(
     Ok(taints)
 }
 
-fn taint_json(t: &Taint) -> Value {
-    let mut v = json!({"key": t.key, "effect": t.effect});
-    if !t.value.is_empty() {
-        v["value"] = json!(t.value);
-    }
-    if let Some(at) = t.added {
-        v["timeAdded"] = json!(crate::k8s::time(at));
-    }
-    v
-}
-
 /// `taint`: the whole list (the controller's taints as read) with the
 /// node's resourceVersion, read and sent again if the node changed meanwhile.
 pub async fn taint(source: &Source, args: &TaintArgs) -> Outcome {
@@ -202,13 +192,13 @@ pub async fn taint(source: &Source, args: &TaintArgs) -> Outcome {
         let (node, _) = source.node(&name).await?;
         let mut taints: Vec<Value> = taints_after(&node, &changes, args.overwrite)?
             .iter()
-            .map(taint_json)
+            .map(|t| json!(TaintJson(t)))
             .collect();
         taints.extend(
             node.taints
                 .iter()
                 .filter(|t| is_managed_taint(&t.key))
-                .map(taint_json),
+                .map(|t| json!(TaintJson(t))),
         );
         let write = NodeWrite::Patch {
             format: PatchFormat::Merge,

@@ -20,57 +20,55 @@ pub const EVENT_LIST_HEAD: &[u8] = br#"{"kind":"EventList","apiVersion":"v1","it
 /// also asks by the real UID), and a name stays valid after the node is gone.
 pub fn node_event(e: &model::Event) -> Option<Event> {
     let node = e.node.as_deref()?;
+    let mut event = match &e.kind {
+        model::EventKind::KubeletEvent {
+            component,
+            event_type,
+            reason,
+            message,
+            object,
+        } => kubelet_event(node, component, event_type, reason, message, object),
+        kind => Event {
+            involved_object: ObjectReference {
+                api_version: Some("v1".to_string()),
+                kind: Some("Node".to_string()),
+                name: Some(node.to_string()),
+                uid: Some(node.to_string()),
+                ..ObjectReference::default()
+            },
+            reason: Some(event_reason(kind)),
+            message: Some(kind.detail()),
+            type_: Some(event_type(kind).to_string()),
+            source: Some(EventSource {
+                component: Some(EVENT_COMPONENT.to_string()),
+                host: None,
+            }),
+            reporting_component: Some(EVENT_COMPONENT.to_string()),
+            action: Some(kind.name().to_string()),
+            ..Event::default()
+        },
+    };
+    // What every entry's Event has alike: its name, version and time.
     let at = time(e.time);
-    if let model::EventKind::KubeletEvent {
-        component,
-        event_type,
-        reason,
-        message,
-        object,
-    } = &e.kind
-    {
-        return Some(kubelet_event(
-            e, node, component, event_type, reason, message, object,
-        ));
-    }
-    Some(Event {
-        metadata: ObjectMeta {
-            // Unique and stable: the store's sequence number, like the API server's `<object>.<hex>`.
-            name: Some(format!("{node}.{:016x}", e.seq)),
-            namespace: Some(EVENT_NAMESPACE.to_string()),
-            resource_version: Some(e.seq.to_string()),
-            creation_timestamp: Some(at.clone()),
-            ..ObjectMeta::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".to_string()),
-            kind: Some("Node".to_string()),
-            name: Some(node.to_string()),
-            uid: Some(node.to_string()),
-            ..ObjectReference::default()
-        },
-        reason: Some(event_reason(&e.kind)),
-        message: Some(e.kind.detail()),
-        type_: Some(event_type(&e.kind).to_string()),
-        count: Some(1),
-        first_timestamp: Some(at.clone()),
-        last_timestamp: Some(at),
-        event_time: Some(MicroTime(e.time.timestamp())),
-        source: Some(EventSource {
-            component: Some(EVENT_COMPONENT.to_string()),
-            host: None,
-        }),
-        reporting_component: Some(EVENT_COMPONENT.to_string()),
-        action: Some(e.kind.name().to_string()),
-        ..Event::default()
-    })
+    event.metadata = ObjectMeta {
+        // Unique and stable: the store's sequence number, like the API server's `<object>.<hex>`.
+        name: Some(format!("{node}.{:016x}", e.seq)),
+        namespace: Some(EVENT_NAMESPACE.to_string()),
+        resource_version: Some(e.seq.to_string()),
+        creation_timestamp: Some(at.clone()),
+        ..ObjectMeta::default()
+    };
+    event.count = Some(1);
+    event.first_timestamp = Some(at.clone());
+    event.last_timestamp = Some(at);
+    event.event_time = Some(MicroTime(e.time.timestamp()));
+    Some(event)
 }
 
 /// An Event a node's kubelet posted, as it posted it: its reason, type
 /// and message, from its component on the node's host, about the node or
 /// an object on it (`Kind/name` or `Kind/namespace/name`).
 fn kubelet_event(
-    e: &model::Event,
     node: &str,
     component: &str,
     event_type: &str,
@@ -78,7 +76,6 @@ fn kubelet_event(
     message: &str,
     object: &str,
 ) -> Event {
-    let at = time(e.time);
     let mut parts = object.splitn(3, '/');
     let kind = parts.next().unwrap_or_default().to_string();
     let (namespace, name) = match (parts.next(), parts.next()) {
@@ -88,13 +85,6 @@ fn kubelet_event(
     };
     let is_node = kind == "Node";
     Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{node}.{:016x}", e.seq)),
-            namespace: Some(EVENT_NAMESPACE.to_string()),
-            resource_version: Some(e.seq.to_string()),
-            creation_timestamp: Some(at.clone()),
-            ..ObjectMeta::default()
-        },
         involved_object: ObjectReference {
             api_version: Some("v1".to_string()),
             // A node's events carry its name as uid, as the kubelet's do.
@@ -107,10 +97,6 @@ fn kubelet_event(
         reason: Some(reason.to_string()),
         message: Some(message.to_string()),
         type_: Some(event_type.to_string()),
-        count: Some(1),
-        first_timestamp: Some(at.clone()),
-        last_timestamp: Some(at),
-        event_time: Some(MicroTime(e.time.timestamp())),
         source: Some(EventSource {
             component: Some(component.to_string()),
             host: Some(node.to_string()),

@@ -33,6 +33,15 @@ pub fn pushed_status_of(status: Option<NodeStatus>) -> Result<PushedStatus, Vec<
 
 /// Reads each field of a pushed status against its bound. Over 80 lines:
 /// one check per field, each naming the field it refuses.
+/// The address types Kubernetes knows, in its order.
+const ADDRESS_KINDS: [AddressKind; 5] = [
+    AddressKind::InternalIP,
+    AddressKind::ExternalIP,
+    AddressKind::Hostname,
+    AddressKind::InternalDNS,
+    AddressKind::ExternalDNS,
+];
+
 fn status_of(status: NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
     let mut errors = Vec::new();
     let given = status.conditions.unwrap_or_default();
@@ -85,26 +94,13 @@ fn status_of(status: NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
             }
             let mut addresses = Vec::new();
             for (i, a) in list.iter().enumerate() {
-                let kind = match a.type_.as_str() {
-                    "InternalIP" => AddressKind::InternalIP,
-                    "ExternalIP" => AddressKind::ExternalIP,
-                    "Hostname" => AddressKind::Hostname,
-                    "InternalDNS" => AddressKind::InternalDNS,
-                    "ExternalDNS" => AddressKind::ExternalDNS,
-                    other => {
-                        errors.push(FieldError::not_supported(
-                            format!("status.addresses[{i}].type"),
-                            other,
-                            &[
-                                "InternalIP",
-                                "ExternalIP",
-                                "Hostname",
-                                "InternalDNS",
-                                "ExternalDNS",
-                            ],
-                        ));
-                        continue;
-                    }
+                let Some(kind) = ADDRESS_KINDS.into_iter().find(|k| k.as_str() == a.type_) else {
+                    errors.push(FieldError::not_supported(
+                        format!("status.addresses[{i}].type"),
+                        &a.type_,
+                        &ADDRESS_KINDS.map(AddressKind::as_str),
+                    ));
+                    continue;
                 };
                 addresses.push(Address {
                     kind,
@@ -145,31 +141,17 @@ fn status_of(status: NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
     let capacity = match &status.capacity {
         None => None,
         Some(map) => {
-            let cpu = map
-                .get("cpu")
-                .map(|q| crate::model::quantity::parse_cpu(&q.0))
-                .transpose();
-            let memory = map
-                .get("memory")
-                .map(|q| crate::model::quantity::parse_memory(&q.0))
-                .transpose();
-            let cpu = cpu.unwrap_or_else(|e| {
-                errors.push(FieldError::invalid(
-                    "status.capacity.cpu",
-                    &map["cpu"].0,
-                    &e.to_string(),
-                ));
-                None
-            });
-            let memory = memory.unwrap_or_else(|e| {
-                errors.push(FieldError::invalid(
-                    "status.capacity.memory",
-                    &map["memory"].0,
-                    &e.to_string(),
-                ));
-                None
-            });
-            match (cpu, memory) {
+            use crate::model::quantity::{parse_cpu, parse_memory, QuantityError};
+            let mut quantity = |name: &str, parse: fn(&str) -> Result<u64, QuantityError>| {
+                let q = &map.get(name)?.0;
+                parse(q)
+                    .map_err(|e| {
+                        let field = format!("status.capacity.{name}");
+                        errors.push(FieldError::invalid(field, q, &e.to_string()))
+                    })
+                    .ok()
+            };
+            match (quantity("cpu", parse_cpu), quantity("memory", parse_memory)) {
                 (Some(cpu_millis), Some(memory_bytes)) => Some(Resources {
                     cpu_millis,
                     memory_bytes,

@@ -3,7 +3,6 @@
 //! including the Lease served for a node whose kubelet keeps none.
 
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use k8s_openapi::List;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
@@ -101,10 +100,7 @@ pub fn lease_list<'a>(
 ) -> List<KubeLease> {
     List {
         items: leases.into_iter().map(kube_lease).collect(),
-        metadata: ListMeta {
-            resource_version: Some(resource_version.to_string()),
-            ..ListMeta::default()
-        },
+        metadata: super::at_version(resource_version),
     }
 }
 

@@ -9,11 +9,15 @@ use serde_json::{json, Value};
 /// `resource_version`:
 /// `{"apiVersion":…,"items":[…],"kind":"…List","metadata":{"resourceVersion":"N"}}`.
 pub fn list(api_version: &str, kind: &str, resource_version: u64, items: Vec<Value>) -> Value {
-    let metadata = ListMeta {
-        resource_version: Some(resource_version.to_string()),
+    list_page(api_version, kind, at_version(resource_version), items)
+}
+
+/// The metadata of a list (or a one-row Table) at `version`.
+pub fn at_version(version: impl ToString) -> ListMeta {
+    ListMeta {
+        resource_version: Some(version.to_string()),
         ..ListMeta::default()
-    };
-    list_page(api_version, kind, metadata, items)
+    }
 }
 
 /// [`list`] with its whole `metadata`: a page of a paged list, with its

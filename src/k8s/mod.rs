@@ -36,10 +36,10 @@ use crate::model::Micros;
 pub use event::{node_event, EVENT_LIST_HEAD};
 pub use kubelet::{check_condition_types, node_registration, pushed_status, pushed_status_of};
 pub use lease::{heartbeat_lease, kube_lease, lease, lease_list, LeaseJson, KUBELET_LEASE_SECONDS};
-pub use list::{list, list_page, list_tail};
+pub use list::{at_version, list, list_page, list_tail};
 pub use node::{
     cpu_quantity, go_arch, memory_quantity, node, node_labels, node_list, NodeJson, Parts,
-    NODE_LIST_HEAD,
+    TaintJson, NODE_LIST_HEAD,
 };
 pub use operator::{conditions_forbidden, operator_fields, ObjectError};
 pub use pod::{pod_at_version, pod_identity, read_pod, typed_pod};
@@ -51,8 +51,6 @@ pub const SOURCE_ANNOTATION: &str = "nodekeeper.io/source";
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 /// Well-known label set to `linux` unless the node sets it itself.
 pub const OS_LABEL: &str = "kubernetes.io/os";
-/// The architecture label a kubelet sets on its node (`kubernetes.io/arch`).
-pub const ARCH_LABEL: &str = "kubernetes.io/arch";
 /// Pod capacity reported for every node: the kubelet's default `--max-pods`.
 pub const MAX_PODS: &str = "110";
 /// Where node events live: cluster-scoped objects' events go to `default`.

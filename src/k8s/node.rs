@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use k8s_openapi::List;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
@@ -236,7 +235,7 @@ impl Serialize for Spec<'_> {
             map.serialize_entry("providerID", &node.provider_id)?;
         }
         if !node.taints.is_empty() {
-            map.serialize_entry("taints", &Each(&node.taints, Taint))?;
+            map.serialize_entry("taints", &Each(&node.taints, TaintJson))?;
         }
         if node.unschedulable {
             map.serialize_entry("unschedulable", &true)?;
@@ -245,9 +244,10 @@ impl Serialize for Spec<'_> {
     }
 }
 
-struct Taint<'a>(&'a model::Taint);
+/// A taint as Kubernetes JSON.
+pub struct TaintJson<'a>(pub &'a model::Taint);
 
-impl Serialize for Taint<'_> {
+impl Serialize for TaintJson<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let t = self.0;
         let mut map = serializer.serialize_map(None)?;
@@ -498,10 +498,7 @@ pub fn node_labels(node: &model::Node) -> BTreeMap<String, String> {
 pub fn node_list(nodes: impl IntoIterator<Item = Node>, resource_version: u64) -> List<Node> {
     List {
         items: nodes.into_iter().collect(),
-        metadata: ListMeta {
-            resource_version: Some(resource_version.to_string()),
-            ..ListMeta::default()
-        },
+        metadata: super::at_version(resource_version),
     }
 }
 
@@ -1214,10 +1211,7 @@ mod tests {
     #[test]
     fn a_node_list_is_its_head_items_and_tail() {
         let n = sample();
-        let meta = ListMeta {
-            resource_version: Some("77".into()),
-            ..ListMeta::default()
-        };
+        let meta = crate::k8s::at_version(77);
         let mut ours = NODE_LIST_HEAD.to_vec();
         ours.extend_from_slice(&NodeJson::shown(&n, None).to_vec());
         ours.extend_from_slice(&crate::k8s::list_tail(&meta));

@@ -94,10 +94,7 @@ pub fn page<T>(
         Some(t) => items.partition_point(|item| key(item) < t.start.as_str()),
         None => 0,
     };
-    let mut metadata = ListMeta {
-        resource_version: Some(rv.to_string()),
-        ..ListMeta::default()
-    };
+    let mut metadata = super::at_version(rv);
     let rest = items.len() - start;
     // A limit of zero or less means no limit, as in Kubernetes.
     let limit = limit.filter(|&l| l > 0).map(|l| l as usize);

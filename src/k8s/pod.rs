@@ -5,6 +5,7 @@
 
 use serde_json::{json, Value};
 
+use super::table::age_at;
 use crate::model::Micros;
 
 /// What a watch streams of a deleted pod it knew nothing of: its identity,
@@ -45,13 +46,6 @@ pub fn pod_at_version(mut pod: Value, seq: u64) -> Value {
 fn micros(t: &Value) -> Option<Micros> {
     let t: jiff::Timestamp = t.as_str()?.parse().ok()?;
     Some(Micros(t.as_microsecond()))
-}
-
-fn since(t: Option<Micros>, now: Micros) -> String {
-    match t {
-        Some(t) => crate::model::duration::age(now.since(t)),
-        None => "<unknown>".to_string(),
-    }
 }
 
 fn text(v: &Value) -> &str {
@@ -212,7 +206,7 @@ pub fn pod_cells(pod: &Value, now: Micros) -> Vec<Value> {
     }
     let restarts = match restarts {
         (0, _) | (_, None) => restarts.0.to_string(),
-        (n, Some(at)) => format!("{n} ({} ago)", since(Some(at), now)),
+        (n, Some(at)) => format!("{n} ({} ago)", age_at(Some(at), now)),
     };
     let or_none = |s: &str| {
         if s.is_empty() {
@@ -239,7 +233,7 @@ pub fn pod_cells(pod: &Value, now: Micros) -> Vec<Value> {
         Value::from(format!("{ready}/{total}")),
         Value::from(reason),
         Value::from(restarts),
-        Value::from(since(created, now)),
+        Value::from(age_at(created, now)),
         Value::from(or_none(text(&status["podIPs"][0]["ip"]))),
         Value::from(or_none(text(&spec["nodeName"]))),
         Value::from(or_none(text(&status["nominatedNodeName"]))),

@@ -68,15 +68,7 @@ pub fn to_json(body: &[u8]) -> Result<Vec<u8>, ProtobufError> {
     if !encoding.is_empty() {
         return Err(ProtobufError::Encoding(encoding.to_string()));
     }
-    let type_meta = |tag| -> Result<&str, ProtobufError> {
-        match last(envelope.type_meta, tag)? {
-            Some((WireType::LengthDelimited, Occurrence::Bytes(b))) => text(b, "typeMeta"),
-            Some(_) => Err(ProtobufError::Wire(
-                "typeMeta holds a field of another type".into(),
-            )),
-            None => Ok(""),
-        }
-    };
+    let type_meta = |tag| text(last_bytes(envelope.type_meta, tag, "typeMeta")?, "typeMeta");
     let (api_version, kind) = (type_meta(1)?, type_meta(2)?);
     let Some(schema) = schema_of(api_version, kind) else {
         return Err(ProtobufError::UnknownKind {
@@ -106,19 +98,10 @@ impl<'a> Envelope<'a> {
     fn read(body: &'a [u8]) -> Result<Envelope<'a>, ProtobufError> {
         let buf = body.strip_prefix(MAGIC).ok_or(ProtobufError::NoMagic)?;
         check(buf)?;
-        let bytes = |tag| -> Result<&'a [u8], ProtobufError> {
-            match last(buf, tag)? {
-                Some((WireType::LengthDelimited, Occurrence::Bytes(b))) => Ok(b),
-                Some(_) => Err(ProtobufError::Wire(format!(
-                    "field {tag} of the envelope is not length-delimited"
-                ))),
-                None => Ok(&[]),
-            }
-        };
         Ok(Envelope {
-            type_meta: bytes(1)?,
-            raw: bytes(2)?,
-            content_encoding: bytes(3)?,
+            type_meta: last_bytes(buf, 1, "the envelope")?,
+            raw: last_bytes(buf, 2, "the envelope")?,
+            content_encoding: last_bytes(buf, 3, "the envelope")?,
         })
     }
 }
@@ -169,6 +152,19 @@ fn last(buf: &[u8], tag: u32) -> Result<Option<(WireType, Occurrence<'_>)>, Prot
         found = Some(o?);
     }
     Ok(found)
+}
+
+/// The bytes of the last occurrence of length-delimited field `tag` of
+/// `message` (named in the error when it has another wire type); empty
+/// when it is absent.
+fn last_bytes<'a>(buf: &'a [u8], tag: u32, message: &str) -> Result<&'a [u8], ProtobufError> {
+    match last(buf, tag)? {
+        Some((WireType::LengthDelimited, Occurrence::Bytes(b))) => Ok(b),
+        Some(_) => Err(ProtobufError::Wire(format!(
+            "field {tag} of {message} is not length-delimited"
+        ))),
+        None => Ok(&[]),
+    }
 }
 
 /// Checks that a message is well formed throughout (every key, length and
@@ -306,9 +302,8 @@ fn write_repeated(bytes: &[u8], field: &Field, out: &mut Vec<u8>) -> Result<bool
             out.push(b',');
         }
         if map {
-            expect(field, wire, WireType::LengthDelimited)?;
             let Occurrence::Bytes(entry) = o else {
-                unreachable!("length-delimited")
+                return Err(wrong_type(field, wire, WireType::LengthDelimited));
             };
             write_entry(entry, field, out)?;
         } else {
@@ -366,21 +361,14 @@ fn write_value(
     o: Occurrence<'_>,
     out: &mut Vec<u8>,
 ) -> Result<bool, ProtobufError> {
-    let varint = || match (wire, o) {
-        (WireType::Varint, Occurrence::Varint(v)) => Ok(v),
-        _ => Err(ProtobufError::WireType {
-            field: field.name,
-            got: wire,
-            expected: WireType::Varint,
-        }),
+    // An occurrence is a varint or bytes as its wire type says.
+    let varint = || match o {
+        Occurrence::Varint(v) => Ok(v),
+        Occurrence::Bytes(_) => Err(wrong_type(field, wire, WireType::Varint)),
     };
-    let bytes = || match (wire, o) {
-        (WireType::LengthDelimited, Occurrence::Bytes(b)) => Ok(b),
-        _ => Err(ProtobufError::WireType {
-            field: field.name,
-            got: wire,
-            expected: WireType::LengthDelimited,
-        }),
+    let bytes = || match o {
+        Occurrence::Bytes(b) => Ok(b),
+        Occurrence::Varint(_) => Err(wrong_type(field, wire, WireType::LengthDelimited)),
     };
     let number = |out: &mut Vec<u8>, n: i64| {
         if n == 0 {
@@ -454,15 +442,12 @@ fn write_time(bytes: &[u8], field: &Field, out: &mut Vec<u8>) -> Result<bool, Pr
     Ok(true)
 }
 
-fn expect(field: &Field, got: WireType, expected: WireType) -> Result<(), ProtobufError> {
-    if got == expected {
-        return Ok(());
-    }
-    Err(ProtobufError::WireType {
+fn wrong_type(field: &Field, got: WireType, expected: WireType) -> ProtobufError {
+    ProtobufError::WireType {
         field: field.name,
         got,
         expected,
-    })
+    }
 }
 
 /// The bytes of a length-delimited field.

@@ -130,6 +130,18 @@ pub struct Table {
     rows: Vec<Row>,
 }
 
+impl Table {
+    fn new(metadata: ListMeta, column_definitions: Vec<Column>, rows: Vec<Row>) -> Table {
+        Table {
+            kind: "Table",
+            api_version: "meta.k8s.io/v1",
+            metadata,
+            column_definitions,
+            rows,
+        }
+    }
+}
+
 /// Go serializes every field of a column definition, zero values included.
 #[derive(Debug, Serialize)]
 struct Column {
@@ -218,13 +230,7 @@ pub fn node_table(
             }
         })
         .collect();
-    Table {
-        kind: "Table",
-        api_version: "meta.k8s.io/v1",
-        metadata,
-        column_definitions: node_columns(),
-        rows,
-    }
+    Table::new(metadata, node_columns(), rows)
 }
 
 /// The pod printer's columns, in its order (kubernetes
@@ -256,13 +262,7 @@ pub fn pod_table(pods: &[Value], metadata: ListMeta, include: IncludeObject, now
             }
         })
         .collect();
-    Table {
-        kind: "Table",
-        api_version: "meta.k8s.io/v1",
-        metadata,
-        column_definitions: pod_columns(),
-        rows,
-    }
+    Table::new(metadata, pod_columns(), rows)
 }
 
 /// What a row carries: nothing, a `PartialObjectMetadata`, or the object.
@@ -298,9 +298,12 @@ pub fn csr_table(
     let rows = csrs
         .iter()
         .map(|(csr, served)| {
-            let age = csr.metadata.creation_timestamp.as_ref().map_or_else(
-                || "<unknown>".to_string(),
-                |t| crate::model::duration::age(now.since(Micros(t.0.as_microsecond()))),
+            let age = age_at(
+                csr.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| micros(t.0)),
+                now,
             );
             let duration = csr.spec.expiration_seconds.map_or_else(
                 || "<none>".to_string(),
@@ -319,20 +322,15 @@ pub fn csr_table(
             }
         })
         .collect();
-    Table {
-        kind: "Table",
-        api_version: "meta.k8s.io/v1",
-        metadata,
-        column_definitions: vec![
-            column("Name", "name", NAME_DOC, 0),
-            column("Age", "", CREATION_DOC, 0),
-            column("SignerName", "", "Requested signer", 0),
-            column("Requestor", "", "Request originator", 0),
-            column("RequestedDuration", "", "Requested certificate duration", 0),
-            column("Condition", "", "Current condition of the request", 0),
-        ],
-        rows,
-    }
+    let columns = vec![
+        column("Name", "name", NAME_DOC, 0),
+        column("Age", "", CREATION_DOC, 0),
+        column("SignerName", "", "Requested signer", 0),
+        column("Requestor", "", "Request originator", 0),
+        column("RequestedDuration", "", "Requested certificate duration", 0),
+        column("Condition", "", "Current condition of the request", 0),
+    ];
+    Table::new(metadata, columns, rows)
 }
 
 /// `Approved,Issued`, `Denied`, `Pending`… (printers.go `extractCSRStatus`).
@@ -382,13 +380,8 @@ pub fn event_table(
     include: IncludeObject,
     now: Micros,
 ) -> Table {
-    Table {
-        kind: "Table",
-        api_version: "meta.k8s.io/v1",
-        metadata,
-        column_definitions: event_columns(),
-        rows: events.iter().map(|e| event_row(e, include, now)).collect(),
-    }
+    let rows = events.iter().map(|e| event_row(e, include, now)).collect();
+    Table::new(metadata, event_columns(), rows)
 }
 
 /// The start of an event Table streamed a row at a time (a list read from
@@ -414,22 +407,29 @@ fn event_row(e: &Event, include: IncludeObject, now: Micros) -> Row {
     }
 }
 
+/// How long before `now` a time was, as the printers show an age;
+/// `<unknown>` without one.
+pub(super) fn age_at(t: Option<Micros>, now: Micros) -> String {
+    match t {
+        Some(t) => crate::model::duration::age(now.since(t)),
+        None => "<unknown>".to_string(),
+    }
+}
+
+fn micros(t: jiff::Timestamp) -> Micros {
+    Micros(t.as_microsecond())
+}
+
 /// One row of the event printer (`printEvent`), wide as the API server renders it.
 fn event_cells(e: &Event, now: Micros) -> Vec<Value> {
-    let since = |t: Option<jiff::Timestamp>| {
-        t.map_or_else(
-            || "<unknown>".to_string(),
-            |t| crate::model::duration::age(now.since(Micros(t.as_microsecond()))),
-        )
-    };
-    let first = since(
-        e.first_timestamp
-            .as_ref()
-            .map(|t| t.0)
-            .or_else(|| e.event_time.as_ref().map(|t| t.0)),
-    );
+    let first = e
+        .first_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| e.event_time.as_ref().map(|t| t.0));
+    let first = age_at(first.map(micros), now);
     let last = match &e.last_timestamp {
-        Some(t) => since(Some(t.0)),
+        Some(t) => age_at(Some(micros(t.0)), now),
         None => first.clone(),
     };
     let o = &e.involved_object;

@@ -60,7 +60,6 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use tokio_util::sync::CancellationToken;
 
 use crate::k8s::{json_patch, paging, patch, selectors, table};
@@ -433,13 +432,7 @@ pub(crate) fn json_response(body: impl Into<axum::body::Body>) -> Response {
     (content_type, body.into()).into_response()
 }
 
-/// The metadata of a list (or a one-row Table) at `version`.
-pub(crate) fn at_version(version: impl ToString) -> ListMeta {
-    ListMeta {
-        resource_version: Some(version.to_string()),
-        ..ListMeta::default()
-    }
-}
+pub(crate) use crate::k8s::at_version;
 
 /// An object's labels, for a label selector.
 pub(crate) fn labels_of(value: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
