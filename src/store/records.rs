@@ -483,24 +483,11 @@ pub(super) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_allocvec(value).expect("postcard encodes record types into a Vec")
 }
 
-/// `StoredNode::V3(NodeV3::from(node))`'s bytes, or `V4` for a node with
-/// something in [`Node::reported`], written from the node without that
-/// copy (see [`super::node_bytes`]).
+/// The node's record: `StoredNode::V3`, or `V4` for a node with something
+/// in [`Node::reported`], written from the node without first copying it
+/// into the owned record (see [`super::node_bytes`]).
 pub fn encode_node(node: &Node) -> Vec<u8> {
     super::node_bytes::encode(node)
-}
-
-/// The owned record [`encode_node`] writes the bytes of.
-#[cfg(test)]
-fn stored_node(n: &Node) -> StoredNode {
-    if n.reported.is_empty() {
-        StoredNode::V3(Box::new(NodeV3::from(n)))
-    } else {
-        StoredNode::V4(Box::new(NodeV4 {
-            v3: NodeV3::from(n),
-            reported: ReportedV1::from(&n.reported),
-        }))
-    }
 }
 
 pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
@@ -595,19 +582,6 @@ impl From<ReportedV1> for Reported {
     }
 }
 
-impl From<&Node> for NodeV3 {
-    fn from(n: &Node) -> Self {
-        NodeV3 {
-            v2: NodeV2::from(n),
-            annotations: n
-                .annotations
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        }
-    }
-}
-
 impl TryFrom<NodeV3> for Node {
     type Error = DecodeError;
     fn try_from(v: NodeV3) -> Result<Node, DecodeError> {
@@ -649,27 +623,6 @@ fn node_change_from(c: NodeChangeV1) -> NodeChange {
             from: taints_from(from),
             to: taints_from(to),
         },
-    }
-}
-
-impl From<&Node> for NodeV2 {
-    fn from(n: &Node) -> Self {
-        let i = &n.node_info;
-        NodeV2 {
-            v1: NodeV1::from(n),
-            node_info: NodeInfoV1 {
-                machine_id: i.machine_id.clone(),
-                system_uuid: i.system_uuid.clone(),
-                boot_id: i.boot_id.clone(),
-                kernel_version: i.kernel_version.clone(),
-                os_image: i.os_image.clone(),
-                container_runtime_version: i.container_runtime_version.clone(),
-                kubelet_version: i.kubelet_version.clone(),
-                kube_proxy_version: i.kube_proxy_version.clone(),
-                operating_system: i.operating_system.clone(),
-                architecture: i.architecture.clone(),
-            },
-        }
     }
 }
 
@@ -800,42 +753,6 @@ fn addresses_from(addresses: Vec<AddressV1>) -> Result<Vec<Address>, String> {
         .collect()
 }
 
-impl From<&Node> for NodeV1 {
-    fn from(n: &Node) -> Self {
-        NodeV1 {
-            name: n.name.clone(),
-            uid: n.uid.clone(),
-            created: n.created.0,
-            resource_version: n.resource_version,
-            source: n.source.clone(),
-            labels: n
-                .labels
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            external_id: n.external_id.clone(),
-            provider_id: n.provider_id.clone(),
-            cpu_millis: n.capacity.cpu_millis,
-            memory_bytes: n.capacity.memory_bytes,
-            unschedulable: n.unschedulable,
-            taints: taints_v1(&n.taints),
-            addresses: addresses_v1(&n.addresses),
-            conditions: n
-                .conditions
-                .iter()
-                .map(|c| ConditionV1 {
-                    kind: c.kind.clone(),
-                    status: status_code(c.status),
-                    last_heartbeat: c.last_heartbeat.0,
-                    last_transition: c.last_transition.0,
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                })
-                .collect(),
-        }
-    }
-}
-
 impl TryFrom<NodeV1> for Node {
     type Error = DecodeError;
     fn try_from(v: NodeV1) -> Result<Node, DecodeError> {
@@ -888,7 +805,7 @@ impl From<&EventKind> for EventKindV1 {
             // A node is registered before its kubelet reports anything
             // (`register::new_node`), so V3 holds all of it.
             EventKind::Registered { node } => {
-                EventKindV1::RegisteredV3(Box::new(NodeV3::from(node.as_ref())))
+                EventKindV1::RegisteredV3(Box::new(super::node_bytes::v3_record(node)))
             }
             EventKind::Deleted { reason } => EventKindV1::Deleted {
                 reason: reason.clone(),
@@ -1585,6 +1502,89 @@ pub(crate) mod tests {
 mod round_trips {
     use super::*;
     use proptest::prelude::*;
+
+    /// The owned record [`encode_node`] writes the bytes of, built field by
+        /// field: what the node writer is checked against.
+    fn stored_node(n: &Node) -> StoredNode {
+        if n.reported.is_empty() {
+            StoredNode::V3(Box::new(NodeV3::from(n)))
+        } else {
+            StoredNode::V4(Box::new(NodeV4 {
+                v3: NodeV3::from(n),
+                reported: ReportedV1::from(&n.reported),
+            }))
+        }
+    }
+
+    impl From<&Node> for NodeV3 {
+        fn from(n: &Node) -> Self {
+            NodeV3 {
+                v2: NodeV2::from(n),
+                annotations: n
+                    .annotations
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            }
+        }
+    }
+
+    impl From<&Node> for NodeV2 {
+        fn from(n: &Node) -> Self {
+            let i = &n.node_info;
+            NodeV2 {
+                v1: NodeV1::from(n),
+                node_info: NodeInfoV1 {
+                    machine_id: i.machine_id.clone(),
+                    system_uuid: i.system_uuid.clone(),
+                    boot_id: i.boot_id.clone(),
+                    kernel_version: i.kernel_version.clone(),
+                    os_image: i.os_image.clone(),
+                    container_runtime_version: i.container_runtime_version.clone(),
+                    kubelet_version: i.kubelet_version.clone(),
+                    kube_proxy_version: i.kube_proxy_version.clone(),
+                    operating_system: i.operating_system.clone(),
+                    architecture: i.architecture.clone(),
+                },
+            }
+        }
+    }
+
+    impl From<&Node> for NodeV1 {
+        fn from(n: &Node) -> Self {
+            NodeV1 {
+                name: n.name.clone(),
+                uid: n.uid.clone(),
+                created: n.created.0,
+                resource_version: n.resource_version,
+                source: n.source.clone(),
+                labels: n
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                external_id: n.external_id.clone(),
+                provider_id: n.provider_id.clone(),
+                cpu_millis: n.capacity.cpu_millis,
+                memory_bytes: n.capacity.memory_bytes,
+                unschedulable: n.unschedulable,
+                taints: taints_v1(&n.taints),
+                addresses: addresses_v1(&n.addresses),
+                conditions: n
+                    .conditions
+                    .iter()
+                    .map(|c| ConditionV1 {
+                        kind: c.kind.clone(),
+                        status: status_code(c.status),
+                        last_heartbeat: c.last_heartbeat.0,
+                        last_transition: c.last_transition.0,
+                        reason: c.reason.clone(),
+                        message: c.message.clone(),
+                    })
+                    .collect(),
+            }
+        }
+    }
 
     fn status() -> impl Strategy<Value = ConditionStatus> {
         prop_oneof![
