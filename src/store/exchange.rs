@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{stored_event_bytes, Checkpoint, Follower};
 use super::{
-    records, seq_from_key, OutboxEntry, OutboxKey, Store, StoreError, WriterState, MAX_SEQ,
+    records, seq_from_key, ApiObject, OutboxEntry, OutboxKey, Store, StoreError, WriterState, MAX_SEQ,
     META_CLEAN_STOP, META_CREATED, META_HORIZON, META_IMPORT_INCOMPLETE, META_INSTANCE,
 };
 use crate::model::{Event, EventKind, Lease, Micros, Node, NodeObject};
@@ -145,28 +145,6 @@ struct OutboxLine {
     reason: Option<String>,
 }
 
-/// An object kept with a node.
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct NodeObjectLine {
-    node: String,
-    resource: String,
-    name: String,
-    generation: u64,
-    json: String,
-}
-
-/// An API object kept on its own (a bootstrap-token Secret, a CSR).
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ApiObjectLine {
-    resource: String,
-    namespace: String,
-    name: String,
-    version: u64,
-    json: String,
-}
-
 /// What an export holds, counted by record kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -190,8 +168,8 @@ enum Line {
     Meta(MetaLine),
     Node(Box<Node>),
     Lease(Box<Lease>),
-    NodeObject(NodeObjectLine),
-    ApiObject(ApiObjectLine),
+    NodeObject(NodeObject),
+    ApiObject(ApiObject),
     Outbox(OutboxLine),
     CheckpointNode(Box<Node>),
     Event(Box<Event>),
@@ -338,23 +316,7 @@ fn export_as(
         counts.leases += 1;
     }
     for object in store.node_objects()? {
-        let NodeObject {
-            node,
-            resource,
-            name,
-            generation,
-            json,
-        } = object;
-        write_line(
-            out,
-            &Line::NodeObject(NodeObjectLine {
-                node,
-                resource,
-                name,
-                generation,
-                json,
-            }),
-        )?;
+        write_line(out, &Line::NodeObject(object))?;
         counts.node_objects += 1;
     }
     for object in store.all_api_objects()? {
@@ -362,23 +324,7 @@ fn export_as(
             left_out.api_objects += 1;
             continue;
         }
-        let super::ApiObject {
-            resource,
-            namespace,
-            name,
-            version,
-            json,
-        } = object;
-        write_line(
-            out,
-            &Line::ApiObject(ApiObjectLine {
-                resource,
-                namespace,
-                name,
-                version,
-                json,
-            }),
-        )?;
+        write_line(out, &Line::ApiObject(object))?;
         counts.api_objects += 1;
     }
     for entry in store.outbox.iter() {
@@ -659,25 +605,12 @@ impl<'a> Loader<'a> {
                         .insert(lease.name.as_bytes(), records::encode_lease(&lease))?;
                     self.counts.leases += 1;
                 }
-                Line::NodeObject(o) => {
-                    let object = NodeObject {
-                        node: o.node,
-                        resource: o.resource,
-                        name: o.name,
-                        generation: o.generation,
-                        json: o.json,
-                    };
+                Line::NodeObject(object) => {
                     self.store.write_node_objects(&[object], &[])?;
                     self.counts.node_objects += 1;
                 }
-                Line::ApiObject(o) => {
-                    self.store.restore_api_object(&super::ApiObject {
-                        resource: o.resource,
-                        namespace: o.namespace,
-                        name: o.name,
-                        version: o.version,
-                        json: o.json,
-                    })?;
+                Line::ApiObject(object) => {
+                    self.store.restore_api_object(&object)?;
                     self.counts.api_objects += 1;
                 }
                 Line::Outbox(o) => self.outbox(o).map_err(on_line)?,

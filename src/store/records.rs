@@ -372,17 +372,26 @@ pub struct NodeObjectV1 {
     pub json: String,
 }
 
-/// Node name, `0x00`, resource, `0x00`, object name: a node's objects are
-/// one range. Names hold no `0x00` (node names are DNS names; resources
-/// are ours; object names are checked by the API).
+/// Three names joined by `0x00`: the key of an object kept with a node
+/// (node, resource, name) or on its own (resource, namespace, name), so
+/// the objects under the first name are one range. Names hold no `0x00`
+/// (node names are DNS names; resources are ours; the rest are checked by
+/// the API).
+pub(super) fn joined_key(parts: [&str; 3]) -> Vec<u8> {
+    parts.join("\0").into_bytes()
+}
+
+/// The three names of a [`joined_key`]; `None` when it is not three UTF-8 names.
+pub(super) fn split_key(key: &[u8]) -> Option<[String; 3]> {
+    let mut parts = key
+        .splitn(3, |b| *b == 0)
+        .map(|p| String::from_utf8(p.to_vec()).ok());
+    Some([parts.next()??, parts.next()??, parts.next()??])
+}
+
+/// Node name, `0x00`, resource, `0x00`, object name (see [`joined_key`]).
 pub fn object_key(key: &ObjectKey) -> Vec<u8> {
-    let mut out = Vec::with_capacity(key.node.len() + key.resource.len() + key.name.len() + 2);
-    out.extend_from_slice(key.node.as_bytes());
-    out.push(0);
-    out.extend_from_slice(key.resource.as_bytes());
-    out.push(0);
-    out.extend_from_slice(key.name.as_bytes());
-    out
+    joined_key([&key.node, &key.resource, &key.name])
 }
 
 /// The prefix of every key of `node`'s objects.
@@ -401,12 +410,7 @@ pub fn encode_node_object(o: &NodeObject) -> Vec<u8> {
 
 pub fn decode_node_object(key: &[u8], bytes: &[u8]) -> Result<NodeObject, DecodeError> {
     let what = || format!("the node object {:?}", String::from_utf8_lossy(key));
-    let mut parts = key
-        .splitn(3, |b| *b == 0)
-        .map(|p| String::from_utf8(p.to_vec()));
-    let (Some(Ok(node)), Some(Ok(resource)), Some(Ok(name))) =
-        (parts.next(), parts.next(), parts.next())
-    else {
+    let Some([node, resource, name]) = split_key(key) else {
         return Err(DecodeError {
             what: what(),
             reason: "its key is not node, resource and name".into(),
