@@ -803,222 +803,173 @@ impl TryFrom<NodeV1> for Node {
     }
 }
 
-impl From<&EventKind> for EventKindV1 {
-    fn from(k: &EventKind) -> Self {
-        match k {
-            // A node is registered before its kubelet reports anything
-            // (`register::new_node`), so V3 holds all of it.
-            EventKind::Registered { node } => {
-                EventKindV1::RegisteredV3(Box::new(super::node_bytes::v3_record(node)))
+/// The conversions of event kinds both ways: the variants listed first
+/// keep their fields as the domain has them (strings), copied field for
+/// field; the arms after them convert what the record stores otherwise
+/// (codes, micros, node records).
+macro_rules! event_kind_conversions {
+    (
+        same: [$($variant:ident { $($field:ident),* }),* $(,)?],
+        to_record: { $($to_record:tt)* },
+        from_record: { $($from_record:tt)* } $(,)?
+    ) => {
+        impl From<&EventKind> for EventKindV1 {
+            fn from(k: &EventKind) -> Self {
+                match k {
+                    $(EventKind::$variant { $($field),* } => EventKindV1::$variant {
+                        $($field: $field.clone()),*
+                    },)*
+                    $($to_record)*
+                }
             }
-            EventKind::Deleted { reason } => EventKindV1::Deleted {
-                reason: reason.clone(),
-            },
-            EventKind::ConditionChanged {
-                condition,
-                from,
-                to,
-                reason,
-                message,
-            } => EventKindV1::ConditionChanged {
-                condition: condition.clone(),
-                from: from.map(status_code),
-                to: status_code(*to),
-                reason: reason.clone(),
-                message: message.clone(),
-            },
-            EventKind::AddressesChanged { from, to } => EventKindV1::AddressesChanged {
-                from: addresses_v1(from),
-                to: addresses_v1(to),
-            },
-            EventKind::AddressLookupFailed { message } => EventKindV1::AddressLookupFailed {
-                message: message.clone(),
-            },
-            EventKind::RegistrationFailed { message } => EventKindV1::RegistrationFailed {
-                message: message.clone(),
-            },
-            EventKind::ControllerStarted {
-                instance,
-                downtime_seconds,
-                previous_stop_clean,
-            } => EventKindV1::ControllerStarted {
-                instance: instance.clone(),
-                downtime_micros: downtime_seconds.map(|s| (s.max(0.0) * 1e6) as u64),
-                previous_stop_clean: *previous_stop_clean,
-            },
-            EventKind::ControllerStopped { instance } => EventKindV1::ControllerStopped {
-                instance: instance.clone(),
-            },
-            EventKind::ProbeKeptReady { message } => EventKindV1::ProbeKeptReady {
-                message: message.clone(),
-            },
-            EventKind::TaintsChanged { from, to } => EventKindV1::TaintsChanged {
-                from: taints_v1(from),
-                to: taints_v1(to),
-            },
-            EventKind::EvictionStarted { reason, mode } => EventKindV1::EvictionStarted {
-                reason: reason.clone(),
-                mode: mode.as_str().to_string(),
-            },
-            EventKind::EvictionDone { result } => EventKindV1::EvictionDone {
-                result: result.clone(),
-            },
-            EventKind::ObjectChanged {
-                resource,
-                name,
-                action,
-                summary,
-            } => EventKindV1::ObjectChanged {
-                resource: resource.clone(),
-                name: name.clone(),
-                action: action.clone(),
-                summary: summary.clone(),
-            },
-            EventKind::KubeletEvent {
-                component,
-                event_type,
-                reason,
-                message,
-                object,
-            } => EventKindV1::KubeletEvent {
-                component: component.clone(),
-                event_type: event_type.clone(),
-                reason: reason.clone(),
-                message: message.clone(),
-                object: object.clone(),
-            },
-            EventKind::CertificateIssued {
-                csr,
-                serial,
-                not_after,
-                requested_by,
-                approval,
-            } => EventKindV1::CertificateIssued {
-                csr: csr.clone(),
-                serial: serial.clone(),
-                not_after: not_after.0,
-                requested_by: requested_by.clone(),
-                approval: approval.clone(),
-            },
-            EventKind::OperatorChanged { by, changes } => EventKindV1::OperatorChanged {
-                by: by.clone(),
-                changes: changes.iter().map(node_change_v1).collect(),
-            },
-            EventKind::SourceFailed { source, message } => EventKindV1::SourceFailed {
-                source: source.clone(),
-                message: message.clone(),
-            },
         }
-    }
+
+        impl TryFrom<EventKindV1> for EventKind {
+            type Error = String;
+            fn try_from(k: EventKindV1) -> Result<EventKind, String> {
+                Ok(match k {
+                    $(EventKindV1::$variant { $($field),* } => EventKind::$variant { $($field),* },)*
+                    $($from_record)*
+                })
+            }
+        }
+    };
 }
 
-impl TryFrom<EventKindV1> for EventKind {
-    type Error = String;
-    fn try_from(k: EventKindV1) -> Result<EventKind, String> {
-        Ok(match k {
-            EventKindV1::Registered(node) => EventKind::Registered {
-                node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),
-            },
-            EventKindV1::Deleted { reason } => EventKind::Deleted { reason },
-            EventKindV1::ConditionChanged {
-                condition,
-                from,
-                to,
-                reason,
-                message,
-            } => EventKind::ConditionChanged {
-                condition,
-                from: from.map(status_from).transpose()?,
-                to: status_from(to)?,
-                reason,
-                message,
-            },
-            EventKindV1::AddressesChanged { from, to } => EventKind::AddressesChanged {
-                from: addresses_from(from)?,
-                to: addresses_from(to)?,
-            },
-            EventKindV1::AddressLookupFailed { message } => {
-                EventKind::AddressLookupFailed { message }
-            }
-            EventKindV1::RegistrationFailed { message } => {
-                EventKind::RegistrationFailed { message }
-            }
-            EventKindV1::ControllerStarted {
-                instance,
-                downtime_micros,
-                previous_stop_clean,
-            } => EventKind::ControllerStarted {
-                instance,
-                downtime_seconds: downtime_micros.map(|m| m as f64 / 1e6),
-                previous_stop_clean,
-            },
-            EventKindV1::ControllerStopped { instance } => {
-                EventKind::ControllerStopped { instance }
-            }
-            EventKindV1::ProbeKeptReady { message } => EventKind::ProbeKeptReady { message },
-            EventKindV1::TaintsChanged { from, to } => EventKind::TaintsChanged {
-                from: taints_from(from),
-                to: taints_from(to),
-            },
-            EventKindV1::EvictionStarted { reason, mode } => EventKind::EvictionStarted {
-                reason,
-                mode: mode
-                    .parse()
-                    .map_err(|e: UnknownEvictionMode| e.to_string())?,
-            },
-            EventKindV1::EvictionDone { result } => EventKind::EvictionDone { result },
-            EventKindV1::RegisteredV2(node) => EventKind::Registered {
-                node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),
-            },
-            EventKindV1::RegisteredV3(node) => EventKind::Registered {
-                node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),
-            },
-            EventKindV1::ObjectChanged {
-                resource,
-                name,
-                action,
-                summary,
-            } => EventKind::ObjectChanged {
-                resource,
-                name,
-                action,
-                summary,
-            },
-            EventKindV1::KubeletEvent {
-                component,
-                event_type,
-                reason,
-                message,
-                object,
-            } => EventKind::KubeletEvent {
-                component,
-                event_type,
-                reason,
-                message,
-                object,
-            },
-            EventKindV1::CertificateIssued {
-                csr,
-                serial,
-                not_after,
-                requested_by,
-                approval,
-            } => EventKind::CertificateIssued {
-                csr,
-                serial,
-                not_after: Micros(not_after),
-                requested_by,
-                approval,
-            },
-            EventKindV1::OperatorChanged { by, changes } => EventKind::OperatorChanged {
-                by,
-                changes: changes.into_iter().map(node_change_from).collect(),
-            },
-            EventKindV1::SourceFailed { source, message } => {
-                EventKind::SourceFailed { source, message }
-            }
-        })
-    }
+event_kind_conversions! {
+    same: [
+        Deleted { reason },
+        AddressLookupFailed { message },
+        RegistrationFailed { message },
+        ControllerStopped { instance },
+        ProbeKeptReady { message },
+        EvictionDone { result },
+        ObjectChanged { resource, name, action, summary },
+        KubeletEvent { component, event_type, reason, message, object },
+        SourceFailed { source, message },
+    ],
+    to_record: {
+        // A node is registered before its kubelet reports anything
+        // (`register::new_node`), so V3 holds all of it.
+        EventKind::Registered { node } => {
+            EventKindV1::RegisteredV3(Box::new(super::node_bytes::v3_record(node)))
+        }
+        EventKind::ConditionChanged {
+            condition,
+            from,
+            to,
+            reason,
+            message,
+        } => EventKindV1::ConditionChanged {
+            condition: condition.clone(),
+            from: from.map(status_code),
+            to: status_code(*to),
+            reason: reason.clone(),
+            message: message.clone(),
+        },
+        EventKind::AddressesChanged { from, to } => EventKindV1::AddressesChanged {
+            from: addresses_v1(from),
+            to: addresses_v1(to),
+        },
+        EventKind::ControllerStarted {
+            instance,
+            downtime_seconds,
+            previous_stop_clean,
+        } => EventKindV1::ControllerStarted {
+            instance: instance.clone(),
+            downtime_micros: downtime_seconds.map(|s| (s.max(0.0) * 1e6) as u64),
+            previous_stop_clean: *previous_stop_clean,
+        },
+        EventKind::TaintsChanged { from, to } => EventKindV1::TaintsChanged {
+            from: taints_v1(from),
+            to: taints_v1(to),
+        },
+        EventKind::EvictionStarted { reason, mode } => EventKindV1::EvictionStarted {
+            reason: reason.clone(),
+            mode: mode.as_str().to_string(),
+        },
+        EventKind::CertificateIssued {
+            csr,
+            serial,
+            not_after,
+            requested_by,
+            approval,
+        } => EventKindV1::CertificateIssued {
+            csr: csr.clone(),
+            serial: serial.clone(),
+            not_after: not_after.0,
+            requested_by: requested_by.clone(),
+            approval: approval.clone(),
+        },
+        EventKind::OperatorChanged { by, changes } => EventKindV1::OperatorChanged {
+            by: by.clone(),
+            changes: changes.iter().map(node_change_v1).collect(),
+        },
+    },
+    from_record: {
+        EventKindV1::Registered(node) => EventKind::Registered {
+            node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),
+        },
+        EventKindV1::RegisteredV2(node) => EventKind::Registered {
+            node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),
+        },
+        EventKindV1::RegisteredV3(node) => EventKind::Registered {
+            node: Box::new(Node::try_from(*node).map_err(|e| e.to_string())?),
+        },
+        EventKindV1::ConditionChanged {
+            condition,
+            from,
+            to,
+            reason,
+            message,
+        } => EventKind::ConditionChanged {
+            condition,
+            from: from.map(status_from).transpose()?,
+            to: status_from(to)?,
+            reason,
+            message,
+        },
+        EventKindV1::AddressesChanged { from, to } => EventKind::AddressesChanged {
+            from: addresses_from(from)?,
+            to: addresses_from(to)?,
+        },
+        EventKindV1::ControllerStarted {
+            instance,
+            downtime_micros,
+            previous_stop_clean,
+        } => EventKind::ControllerStarted {
+            instance,
+            downtime_seconds: downtime_micros.map(|m| m as f64 / 1e6),
+            previous_stop_clean,
+        },
+        EventKindV1::TaintsChanged { from, to } => EventKind::TaintsChanged {
+            from: taints_from(from),
+            to: taints_from(to),
+        },
+        EventKindV1::EvictionStarted { reason, mode } => EventKind::EvictionStarted {
+            reason,
+            mode: mode
+                .parse()
+                .map_err(|e: UnknownEvictionMode| e.to_string())?,
+        },
+        EventKindV1::CertificateIssued {
+            csr,
+            serial,
+            not_after,
+            requested_by,
+            approval,
+        } => EventKind::CertificateIssued {
+            csr,
+            serial,
+            not_after: Micros(not_after),
+            requested_by,
+            approval,
+        },
+        EventKindV1::OperatorChanged { by, changes } => EventKind::OperatorChanged {
+            by,
+            changes: changes.into_iter().map(node_change_from).collect(),
+        },
+    },
 }
 
 #[cfg(test)]
@@ -1508,7 +1459,7 @@ mod round_trips {
     use proptest::prelude::*;
 
     /// The owned record [`encode_node`] writes the bytes of, built field by
-        /// field: what the node writer is checked against.
+    /// field: what the node writer is checked against.
     fn stored_node(n: &Node) -> StoredNode {
         if n.reported.is_empty() {
             StoredNode::V3(Box::new(NodeV3::from(n)))
