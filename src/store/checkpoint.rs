@@ -207,13 +207,8 @@ impl Store {
             Some(c) if c.nodes > 0 => self.checkpoint_registry(c.seq)?,
             _ => BTreeMap::new(),
         });
-        for entry in self
-            .events
-            .range((from + 1).to_be_bytes()..=seq.to_be_bytes())
-        {
-            let (k, v) = entry?;
-            let event_seq = seq_from_key(&k)?;
-            replay.apply(&records::decode_event(event_seq, &v)?);
+        for entry in self.events_in(from + 1..=seq) {
+            replay.apply(&entry?.0);
         }
         Ok(RegistryAt {
             nodes: replay.into_nodes(),
@@ -317,6 +312,15 @@ impl Store {
         remove_checkpoint_nodes(self, seq)
     }
 
+    /// A follower from the checkpoint `base` (kept, from the horizon on), or
+    /// from the horizon with an empty registry when there is none.
+    pub(super) fn follower_from(&self, base: Option<&Checkpoint>) -> Result<Follower, StoreError> {
+        Ok(match base {
+            Some(c) => Follower::at(self, c.seq, c.time, self.checkpoint_registry(c.seq)?),
+            None => Follower::at(self, self.horizon(), Micros(i64::MIN), BTreeMap::new()),
+        })
+    }
+
     /// Writes checkpoints every interval from the newest one up to at most
     /// `upto`, replaying at most `budget` events this call (the rest waits
     /// for the next). Returns the checkpoints written.
@@ -333,23 +337,12 @@ impl Store {
         if upto.saturating_sub(from) < self.checkpoint_every(last_nodes) {
             return Ok(Vec::new());
         }
-        let mut follower = match &newest {
-            Some(c) => Follower::at(self, c.seq, c.time, self.checkpoint_registry(c.seq)?),
-            None => Follower::at(self, from, Micros(i64::MIN), BTreeMap::new()),
-        };
+        let mut follower = self.follower_from(newest.as_ref())?;
         let mut written = Vec::new();
         let mut replayed = 0u64;
-        for entry in self
-            .events
-            .range((from + 1).to_be_bytes()..=upto.to_be_bytes())
-        {
-            let (k, v) = entry?;
-            let seq = seq_from_key(&k)?;
-            let event = records::decode_event(seq, &v)?;
-            follower.apply(
-                &event,
-                stored_event_bytes(seq, v.len(), event.node.as_deref()),
-            );
+        for entry in self.events_in(from + 1..=upto) {
+            let (event, len) = entry?;
+            follower.apply(&event, len);
             replayed += 1;
             if follower.due() {
                 written.push(follower.write(self)?);
@@ -391,13 +384,13 @@ impl Follower {
         }
     }
 
-    /// Applies the next event (`stored_bytes`: what it takes in the store).
-    pub(crate) fn apply(&mut self, event: &Event, stored_bytes: u64) {
+    /// Applies the next event, whose record is `record_len` bytes.
+    pub(crate) fn apply(&mut self, event: &Event, record_len: usize) {
         self.replay.apply(event);
         self.seq = event.seq;
         self.time = self.time.max(event.time);
         self.events += 1;
-        self.event_bytes += stored_bytes;
+        self.event_bytes += stored_event_bytes(event.seq, record_len, event.node.as_deref());
     }
 
     /// Whether enough events passed since the last checkpoint.

@@ -35,9 +35,9 @@ use migrations::v2_node_index::index_key;
 use migrations::v4_history_index::{checkpoint_node_key, time_key};
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::{stored_event_bytes, Checkpoint, Follower};
+use super::checkpoint::{Checkpoint, Follower};
 use super::{
-    records, seq_from_key, ApiObject, OutboxEntry, OutboxKey, Store, StoreError, WriterState, MAX_SEQ,
+    records, ApiObject, OutboxEntry, OutboxKey, Store, StoreError, WriterState, MAX_SEQ,
     META_CLEAN_STOP, META_CREATED, META_HORIZON, META_IMPORT_INCOMPLETE, META_INSTANCE,
 };
 use crate::model::{Event, EventKind, Lease, Micros, Node, NodeObject};
@@ -360,12 +360,8 @@ fn export_as(
             counts.checkpoint_nodes += 1;
         }
     }
-    for entry in store
-        .events
-        .range((horizon + 1).to_be_bytes()..=last_seq.to_be_bytes())
-    {
-        let (key, value) = entry?;
-        let event = records::decode_event(seq_from_key(&key)?, &value)?;
+    for entry in store.events_in(horizon + 1..=last_seq) {
+        let (event, _) = entry?;
         if v2 && matches!(event.kind, EventKind::CertificateIssued { .. }) {
             left_out.events += 1;
             continue;
@@ -426,9 +422,8 @@ pub(super) fn export_format1(
         write_line(out, &serde_json::json!({ "node": node }))?;
         counts.nodes += 1;
     }
-    for entry in store.events.iter() {
-        let (key, value) = entry?;
-        let event = records::decode_event(seq_from_key(&key)?, &value)?;
+    for entry in store.events_in(..) {
+        let (event, _) = entry?;
         write_line(out, &serde_json::json!({ "event": event }))?;
         counts.events += 1;
     }
@@ -831,12 +826,12 @@ impl<'a> Loader<'a> {
             s.event_times
                 .insert(&time_key(self.effective, event.seq)[..], &[] as &[u8])?;
         }
-        let bytes = stored_event_bytes(event.seq, record.len(), event.node.as_deref());
+        let len = record.len();
         s.events.insert(event.seq.to_be_bytes(), record)?;
         self.counts.events += 1;
         let due = {
             let follower = self.follower.as_mut().expect("set above");
-            follower.apply(&event, bytes);
+            follower.apply(&event, len);
             follower.due()
         };
         if due {

@@ -893,14 +893,8 @@ impl Store {
 
     /// The newest durable event, if any.
     pub fn last_event(&self) -> Result<Option<Event>, StoreError> {
-        let durable = self.durable_seq();
-        match self.events.range(..=durable.to_be_bytes()).next_back() {
-            Some(entry) => {
-                let (key, bytes) = entry?;
-                Ok(Some(records::decode_event(seq_from_key(&key)?, &bytes)?))
-            }
-            None => Ok(None),
-        }
+        let last = self.events_in(..=self.durable_seq()).next_back();
+        Ok(last.transpose()?.map(|(event, _)| event))
     }
 
     /// The instance id of the controller that last opened the store for writing.
@@ -959,13 +953,8 @@ impl Store {
     /// Facts for `db status`: counts and sizes come from one pass over each tree.
     pub fn status(&self) -> Result<StoreStatus, StoreError> {
         let horizon = self.horizon();
-        let first_event = match self.events.range((horizon + 1).to_be_bytes()..).next() {
-            Some(entry) => {
-                let (k, v) = entry?;
-                Some(records::decode_event(seq_from_key(&k)?, &v)?.time)
-            }
-            None => None,
-        };
+        let first = self.events_in(horizon + 1..).next().transpose()?;
+        let first_event = first.map(|(event, _)| event.time);
         let mut trees = Vec::new();
         let mut kept_events = 0usize;
         for (name, tree) in self.named_trees() {
@@ -1306,6 +1295,23 @@ fn seq_from_key(key: &[u8]) -> Result<u64, StoreError> {
         })
     })?;
     Ok(u64::from_be_bytes(raw))
+}
+
+impl Store {
+    /// The events whose seqs are in `seqs`, decoded, each with the length
+    /// of its record; a record that does not decode is an error.
+    fn events_in(
+        &self,
+        seqs: impl std::ops::RangeBounds<u64>,
+    ) -> impl DoubleEndedIterator<Item = Result<(Event, usize), StoreError>> {
+        let key = |b: std::ops::Bound<&u64>| b.map(|seq| seq.to_be_bytes());
+        let range = (key(seqs.start_bound()), key(seqs.end_bound()));
+        self.events.range(range).map(|entry| {
+            let (key, bytes) = entry?;
+            let event = records::decode_event(seq_from_key(&key)?, &bytes)?;
+            Ok((event, bytes.len()))
+        })
+    }
 }
 
 /// Opens a store this process just closed: sled lets go of its lock a

@@ -34,7 +34,8 @@ pub(super) fn encode(node: &Node) -> Vec<u8> {
 /// writes for it: what a `RegisteredV3` event holds. Registrations are
 /// rare; the round trip keeps one encoder for nodes and events alike.
 pub(super) fn v3_record(node: &Node) -> NodeV3 {
-    let bytes = postcard::to_allocvec(&V3(node)).expect("postcard encodes a node record into a Vec");
+    let bytes =
+        postcard::to_allocvec(&V3(node)).expect("postcard encodes a node record into a Vec");
     postcard::from_bytes(&bytes).expect("a NodeV3 reads the bytes written for it")
 }
 
