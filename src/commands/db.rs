@@ -77,13 +77,8 @@ pub async fn db(
         DbCommand::Verify => verify(&store),
         DbCommand::Export {
             output,
-            format_version: 1,
-        } => export_format1(&store, output.as_deref()),
-        DbCommand::Export {
-            output,
-            format_version: 2,
-        } => export_format2(&store, output.as_deref()),
-        DbCommand::Export { output, .. } => export(&store, output.as_deref()),
+            format_version,
+        } => export(&store, output.as_deref(), *format_version),
         DbCommand::Import { input } => import(
             &store,
             input.as_deref(),
@@ -248,32 +243,23 @@ fn export_to<T>(
     Ok(summary)
 }
 
-/// `db export --format-version 1`.
-fn export_format1(store: &Store, output: Option<&Path>) -> Outcome {
-    let (summary, left_out) = export_to(output, |out| store.export_format1(out))?;
-    eprintln!(
-        "exported {} nodes and {} events in format 1; format 1 has no place for {} leases and {} outbox entries, left out (the kubelets renew their Leases, and the mirror finds its differences again)",
-        summary.nodes, summary.events, left_out.leases, left_out.outbox
-    );
-    Ok(String::new())
-}
-
-/// `db export --format-version 2`.
-fn export_format2(store: &Store, output: Option<&Path>) -> Outcome {
-    let (summary, left_out) = export_to(output, |out| store.export_format2(out))?;
-    eprintln!(
-        "exported {} nodes and {} events in format 2; format 2 has no place for {} API objects (bootstrap tokens, CSRs: make tokens again with `nodekeeper token create`), {} CertificateIssued events, and Leases' owners (the kubelets set them again), left out",
-        summary.nodes, summary.events, left_out.api_objects, left_out.events
-    );
-    Ok(String::new())
-}
-
-fn export(store: &Store, output: Option<&Path>) -> Outcome {
-    let summary = export_to(output, |out| store.export(out))?;
-    eprintln!(
-        "exported {} nodes, {} events, {} leases, {} outbox entries and {} checkpoint nodes",
-        summary.nodes, summary.events, summary.leases, summary.outbox, summary.checkpoint_nodes
-    );
+/// `db export`, in format `version`, saying what an older format left out.
+fn export(store: &Store, output: Option<&Path>, version: u32) -> Outcome {
+    let (s, left_out) = export_to(output, |out| store.export_format(out, version))?;
+    match version {
+        1 => eprintln!(
+            "exported {} nodes and {} events in format 1; format 1 has no place for {} leases and {} outbox entries, left out (the kubelets renew their Leases, and the mirror finds its differences again)",
+            s.nodes, s.events, left_out.leases, left_out.outbox
+        ),
+        2 => eprintln!(
+            "exported {} nodes and {} events in format 2; format 2 has no place for {} API objects (bootstrap tokens, CSRs: make tokens again with `nodekeeper token create`), {} CertificateIssued events, and Leases' owners (the kubelets set them again), left out",
+            s.nodes, s.events, left_out.api_objects, left_out.events
+        ),
+        _ => eprintln!(
+            "exported {} nodes, {} events, {} leases, {} outbox entries and {} checkpoint nodes",
+            s.nodes, s.events, s.leases, s.outbox, s.checkpoint_nodes
+        ),
+    }
     Ok(String::new())
 }
 

@@ -230,42 +230,37 @@ fn meta_line(store: &Store) -> Result<MetaLine, StoreError> {
     })
 }
 
-/// Writes the whole store to `out` as JSON lines (the format above), ending
-/// with the counts. `at`: a consistent snapshot as of that durable seq of a
+/// Writes the whole store to `out` as JSON lines in format `version` (see
+/// the module docs); returns what it wrote and what that format has no
+/// place for. `at`: a consistent snapshot as of that durable seq of a
 /// store that is being written (a running controller's, see
 /// [`Store::export_at`]); `None`: the store as it is, which nothing writes.
+///
+/// Format 2 is what schema 6's releases read: format 3 without API
+/// objects, `CertificateIssued` events, Leases' owners and nodes'
+/// `reported`. Format 1 is what releases before format 2 read: a header
+/// with the counts, the registry, then the history. It has no horizon (its
+/// history starts from an empty registry), no Leases, outbox or meta: a
+/// store whose history was pruned is refused, and the rest is left out.
 pub(super) fn export(
-    store: &Store,
-    out: &mut dyn Write,
-    at: Option<u64>,
-) -> Result<ExportSummary, StoreError> {
-    export_as(store, out, at, EXPORT_FORMAT_VERSION).map(|(counts, _)| counts)
-}
-
-/// Writes the store in format 2, what schema 6's releases read: format 3
-/// without what they cannot take (API objects, `CertificateIssued` events,
-/// Leases' owners). Returns what it wrote and what it left out.
-pub(super) fn export_format2(
-    store: &Store,
-    out: &mut dyn Write,
-) -> Result<(ExportSummary, Counts), StoreError> {
-    export_as(store, out, None, 2)
-}
-
-/// Writes the store in `version` (2 or 3); returns what it wrote and what
-/// that format has no place for.
-fn export_as(
     store: &Store,
     out: &mut dyn Write,
     at: Option<u64>,
     version: u32,
 ) -> Result<(ExportSummary, Counts), StoreError> {
-    let v2 = version == 2;
+    let (v1, v2) = (version == 1, version == 2);
     let mut left_out = Counts::default();
     // The history from the horizon on is held for the export's length: a
     // prune meanwhile waits for it (or, past the pin's time to live, is
     // found out at the end and fails the export rather than leave holes).
     let horizon = store.horizon();
+    if v1 && horizon > 0 {
+        return Err(StoreError::Export(std::io::Error::other(format!(
+            "export format 1 holds the whole history from an empty registry, and this store's \
+             history before seq {horizon} was pruned: a release that reads only format 1 cannot \
+             take it; upgrade that release instead"
+        ))));
+    }
     let _pin = store.pin_history(horizon)?;
     let last_seq = at.map_or_else(|| store.last_seq(), |seq| seq.min(store.durable_seq()));
     let base = if horizon > 0 {
@@ -280,15 +275,18 @@ fn export_as(
             version,
             exported_at: Micros::now(),
             last_seq,
-            nodes: None,
-            events: None,
+            // Format 1 gives its counts up front.
+            nodes: v1.then(|| store.nodes.len()),
+            events: v1.then(|| store.events.len()),
             horizon: (horizon > 0).then(|| HorizonLine {
                 seq: horizon,
                 time: base.as_ref().map_or(Micros(i64::MIN), |c| c.time),
             }),
         },
     )?;
-    write_line(out, &Line::Meta(meta_line(store)?))?;
+    if !v1 {
+        write_line(out, &Line::Meta(meta_line(store)?))?;
+    }
     let mut counts = Counts::default();
     if at.is_some() {
         // The registry as its history has it at `last_seq` (the nearest
@@ -305,6 +303,53 @@ fn export_as(
             counts.nodes += 1;
         }
     }
+    if v1 {
+        left_out.leases = store.leases.len();
+        left_out.outbox = store.outbox.len();
+    } else {
+        let checkpoint = base.is_some().then_some(horizon);
+        let counted = (&mut counts, &mut left_out);
+        export_kept(store, out, version, last_seq, checkpoint, counted)?;
+    }
+    for entry in store.events_in(horizon + 1..=last_seq) {
+        let (event, _) = entry?;
+        if v2 && matches!(event.kind, EventKind::CertificateIssued { .. }) {
+            left_out.events += 1;
+            continue;
+        }
+        write_line(out, &Line::Event(Box::new(event)))?;
+        counts.events += 1;
+    }
+    store.check_kept(horizon)?;
+    if !v1 {
+        write_line(out, &Line::End(counts.clone()))?;
+    }
+    out.flush().map_err(StoreError::Export)?;
+    Ok((counts, left_out))
+}
+
+/// A node as export format `version` holds it: format 2 has no place for
+/// what a kubelet reports beyond its conditions, addresses, capacity and
+/// machine (the kubelet reports it again at its next status update).
+fn for_version(mut node: Node, version: u32) -> Node {
+    if version < 3 {
+        node.reported = Default::default();
+    }
+    node
+}
+
+/// What formats 2 and 3 hold besides the registry and its history: the
+/// Leases, the objects, the outbox up to `last_seq`, and the nodes of the
+/// `checkpoint` at the horizon. Counts what it wrote and what it left out.
+fn export_kept(
+    store: &Store,
+    out: &mut dyn Write,
+    version: u32,
+    last_seq: u64,
+    checkpoint: Option<u64>,
+    (counts, left_out): (&mut Counts, &mut Counts),
+) -> Result<(), StoreError> {
+    let v2 = version == 2;
     // Leases are renewals, not history: as they are when read.
     for value in store.leases.iter().values() {
         let mut lease = records::decode_lease(&value?)?;
@@ -346,10 +391,10 @@ fn export_as(
         )?;
         counts.outbox += 1;
     }
-    if base.is_some() {
+    if let Some(seq) = checkpoint {
         for value in store
             .checkpoint_nodes
-            .scan_prefix(horizon.to_be_bytes())
+            .scan_prefix(seq.to_be_bytes())
             .values()
         {
             let node = records::decode_node(&value?)?;
@@ -360,80 +405,7 @@ fn export_as(
             counts.checkpoint_nodes += 1;
         }
     }
-    for entry in store.events_in(horizon + 1..=last_seq) {
-        let (event, _) = entry?;
-        if v2 && matches!(event.kind, EventKind::CertificateIssued { .. }) {
-            left_out.events += 1;
-            continue;
-        }
-        write_line(out, &Line::Event(Box::new(event)))?;
-        counts.events += 1;
-    }
-    store.check_kept(horizon)?;
-    write_line(out, &Line::End(counts.clone()))?;
-    out.flush().map_err(StoreError::Export)?;
-    Ok((counts, left_out))
-}
-
-/// A node as export format `version` holds it: format 2 has no place for
-/// what a kubelet reports beyond its conditions, addresses, capacity and
-/// machine (the kubelet reports it again at its next status update).
-fn for_version(mut node: Node, version: u32) -> Node {
-    if version < 3 {
-        node.reported = Default::default();
-    }
-    node
-}
-
-/// Writes the store in format 1, what releases before format 2 read: a
-/// header with the counts, the registry, then the history. Format 1 has no
-/// horizon (its history starts from an empty registry), no Leases, outbox or
-/// meta: a store whose history was pruned is refused, and the rest is left
-/// out (the counts say what).
-pub(super) fn export_format1(
-    store: &Store,
-    out: &mut dyn Write,
-) -> Result<(ExportSummary, Counts), StoreError> {
-    let horizon = store.horizon();
-    if horizon > 0 {
-        return Err(StoreError::Export(std::io::Error::other(format!(
-            "export format 1 holds the whole history from an empty registry, and this store's \
-             history before seq {horizon} was pruned: a release that reads only format 1 cannot \
-             take it; upgrade that release instead"
-        ))));
-    }
-    let nodes = store.nodes.len();
-    let events = store.events.len();
-    write_line(
-        out,
-        &Header {
-            format: FORMAT.into(),
-            version: 1,
-            exported_at: Micros::now(),
-            last_seq: store.last_seq(),
-            nodes: Some(nodes),
-            events: Some(events),
-            horizon: None,
-        },
-    )?;
-    let mut counts = Counts::default();
-    for value in store.nodes.iter().values() {
-        let node = for_version(records::decode_node(&value?)?, 1);
-        write_line(out, &serde_json::json!({ "node": node }))?;
-        counts.nodes += 1;
-    }
-    for entry in store.events_in(..) {
-        let (event, _) = entry?;
-        write_line(out, &serde_json::json!({ "event": event }))?;
-        counts.events += 1;
-    }
-    out.flush().map_err(StoreError::Export)?;
-    let left_out = Counts {
-        leases: store.leases.len(),
-        outbox: store.outbox.len(),
-        ..Counts::default()
-    };
-    Ok((counts, left_out))
+    Ok(())
 }
 
 pub(super) fn import(

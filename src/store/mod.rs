@@ -1165,27 +1165,18 @@ impl Store {
 
     /// Writes every record as JSON lines (see [`exchange`]).
     pub fn export(&self, out: &mut dyn std::io::Write) -> Result<ExportSummary, StoreError> {
-        exchange::export(self, out, None)
+        Ok(self.export_format(out, EXPORT_FORMAT_VERSION)?.0)
     }
 
-    /// The store in export format 1, for a release that reads only that
-    /// (see [`exchange::export_format1`]); returns what it wrote and what
-    /// format 1 has no place for.
-    pub fn export_format1(
+    /// The store in export format `version` (1 to [`EXPORT_FORMAT_VERSION`]),
+    /// for a release that reads only that (see [`exchange::export`]);
+    /// returns what it wrote and what the format has no place for.
+    pub fn export_format(
         &self,
         out: &mut dyn std::io::Write,
+        version: u32,
     ) -> Result<(ExportSummary, ExportSummary), StoreError> {
-        exchange::export_format1(self, out)
-    }
-
-    /// The store in export format 2, for a release of schema 6 (see
-    /// [`exchange::export_format2`]); returns what it wrote and what it
-    /// left out.
-    pub fn export_format2(
-        &self,
-        out: &mut dyn std::io::Write,
-    ) -> Result<(ExportSummary, ExportSummary), StoreError> {
-        exchange::export_format2(self, out)
+        exchange::export(self, out, None, version)
     }
 
     /// A consistent snapshot of a store that is being written, in the
@@ -1198,7 +1189,8 @@ impl Store {
         out: &mut dyn std::io::Write,
     ) -> Result<(ExportSummary, u64), StoreError> {
         let at = seq.min(self.durable_seq());
-        Ok((exchange::export(self, out, Some(at))?, at))
+        let (written, _) = exchange::export(self, out, Some(at), EXPORT_FORMAT_VERSION)?;
+        Ok((written, at))
     }
 
     /// Loads an export into this (empty) store and flushes it.
