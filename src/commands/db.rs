@@ -225,7 +225,6 @@ fn verify(store: &Store) -> Outcome {
 /// durable before it returns.
 // The `db` commands work alone on a stopped store (sled blocks as much as
 // the file calls do); nothing else shares the runtime.
-#[allow(clippy::disallowed_methods)]
 fn export_to<T>(
     output: Option<&Path>,
     export: impl FnOnce(&mut dyn Write) -> Result<T, StoreError>,
@@ -236,11 +235,7 @@ fn export_to<T>(
         out.flush()?;
         return Ok(summary);
     };
-    let file = File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    let mut out = BufWriter::new(file);
-    let summary = export(&mut out)?;
-    out.into_inner().map_err(|e| e.to_string())?.sync_all()?;
-    Ok(summary)
+    Ok(crate::backups::export_file(path, export)?.0)
 }
 
 /// `db export`, in format `version`, saying what an older format left out.
@@ -304,14 +299,8 @@ async fn backup(source: Source, output: &Path) -> Outcome {
             let path = partial.clone();
             tokio::task::spawn_blocking(move || -> Result<(u64, u64), Failure> {
                 let seq = store.last_seq();
-                #[allow(clippy::disallowed_methods)] // a blocking task
-                let file = File::create(&path)
-                    .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-                let mut out = BufWriter::new(file);
-                store.export(&mut out)?;
-                let file = out.into_inner().map_err(|e| e.to_string())?;
-                file.sync_all()?;
-                Ok((seq, file.metadata()?.len()))
+                let (_, bytes) = crate::backups::export_file(&path, |out| store.export(out))?;
+                Ok((seq, bytes))
             })
             .await
             .map_err(|e| e.to_string())??
