@@ -51,6 +51,20 @@ pub struct Checkpoint {
     pub event_bytes: u64,
 }
 
+impl Checkpoint {
+    /// A header at `seq` and `time` with nothing counted yet.
+    pub(crate) fn at(seq: u64, time: Micros) -> Checkpoint {
+        Checkpoint {
+            seq,
+            time,
+            nodes: 0,
+            node_bytes: 0,
+            events: 0,
+            event_bytes: 0,
+        }
+    }
+}
+
 /// Envelope for checkpoint headers (keyed by the checkpoint's seq).
 #[derive(Debug, Serialize, Deserialize)]
 pub enum StoredCheckpoint {
@@ -185,14 +199,7 @@ impl Store {
             _ if horizon == 0 => Ok(None),
             // A pruned store keeps a checkpoint at its horizon; without one
             // (an import of a log that started late) the registry before it was empty.
-            _ => Ok(Some(Checkpoint {
-                seq: horizon,
-                time: Micros(i64::MIN),
-                nodes: 0,
-                node_bytes: 0,
-                events: 0,
-                event_bytes: 0,
-            })),
+            _ => Ok(Some(Checkpoint::at(horizon, Micros(i64::MIN)))),
         }
     }
 
@@ -401,17 +408,12 @@ impl Follower {
 
     /// Writes a checkpoint of the registry as of the last event applied.
     pub(crate) fn write(&mut self, store: &Store) -> Result<Checkpoint, StoreError> {
-        let header = store.write_checkpoint(
-            Checkpoint {
-                seq: self.seq,
-                time: self.time,
-                nodes: 0,
-                node_bytes: 0,
-                events: self.events,
-                event_bytes: self.event_bytes,
-            },
-            self.replay.nodes(),
-        )?;
+        let header = Checkpoint {
+            events: self.events,
+            event_bytes: self.event_bytes,
+            ..Checkpoint::at(self.seq, self.time)
+        };
+        let header = store.write_checkpoint(header, self.replay.nodes())?;
         self.events = 0;
         self.event_bytes = 0;
         Ok(header)

@@ -438,6 +438,14 @@ pub(super) fn import(
     }
 }
 
+/// A record refused on a line [`Loader::load`] fills in.
+fn refused(reason: impl Into<String>) -> StoreError {
+    StoreError::Import {
+        line: 0,
+        reason: reason.into(),
+    }
+}
+
 /// Why an export whose seqs reach past [`MAX_SEQ`] is refused: the store
 /// could write nothing after it, and a seq that went on would wrap around.
 fn past_max_seq(seq: u64) -> String {
@@ -601,10 +609,7 @@ impl<'a> Loader<'a> {
             }
         }
         let Some(header) = header else {
-            return Err(StoreError::Import {
-                line: 0,
-                reason: "the input is empty".into(),
-            });
+            return Err(refused("the input is empty"));
         };
         self.check_counts(&header, end, number)?;
         progress(ImportProgress::Writing { records: loaded });
@@ -642,12 +647,9 @@ impl<'a> Loader<'a> {
             "Node" => OutboxKey::Node(o.node),
             "EvictPods" => OutboxKey::EvictPods(o.node),
             other => {
-                return Err(StoreError::Import {
-                    line: 0,
-                    reason: format!(
+                return Err(refused(format!(
                     "outbox work of kind {other:?} is not one this build knows (Node, EvictPods)"
-                ),
-                })
+                )))
             }
         };
         let entry = OutboxEntry {
@@ -664,10 +666,6 @@ impl<'a> Loader<'a> {
 
     /// One node of the registry as of the horizon, before the first event.
     fn checkpoint_node(&mut self, node: Node) -> Result<(), StoreError> {
-        let refused = |reason: &str| StoreError::Import {
-            line: 0,
-            reason: reason.into(),
-        };
         let Some((seq, _)) = self.horizon else {
             return Err(refused(
                 "a checkpointNode line in an export without a horizon",
@@ -739,10 +737,7 @@ impl<'a> Loader<'a> {
                     .step_by(2)
                     .map(|i| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("zz"), 16))
                     .collect::<Result<Vec<u8>, _>>()
-                    .map_err(|_| StoreError::Import {
-                        line: 0,
-                        reason: format!("meta value {key:?} is not hex after `hex:`"),
-                    })?,
+                    .map_err(|_| refused(format!("meta value {key:?} is not hex after `hex:`")))?,
                 None => value.into_bytes(),
             };
             meta_tree.insert(key.as_bytes(), bytes)?;
@@ -752,16 +747,13 @@ impl<'a> Loader<'a> {
 
     fn event(&mut self, event: Event) -> Result<(), StoreError> {
         if event.seq > MAX_SEQ {
-            return Err(StoreError::Import {
-                line: 0,
-                reason: past_max_seq(event.seq),
-            });
+            return Err(refused(past_max_seq(event.seq)));
         }
         if event.seq <= self.last_seq {
-            return Err(StoreError::Import {
-                line: 0,
-                reason: format!("event seq {} does not follow {}", event.seq, self.last_seq),
-            });
+            return Err(refused(format!(
+                "event seq {} does not follow {}",
+                event.seq, self.last_seq
+            )));
         }
         if self.follower.is_none() {
             // The first event: the registry before it is the horizon's
@@ -829,12 +821,9 @@ impl<'a> Loader<'a> {
             s.checkpoints.insert(
                 seq.to_be_bytes(),
                 super::checkpoint::encode_checkpoint(&Checkpoint {
-                    seq,
-                    time,
                     nodes: nodes.len() as u64,
                     node_bytes,
-                    events: 0,
-                    event_bytes: 0,
+                    ..Checkpoint::at(seq, time)
                 }),
             )?;
             s.meta.insert(META_HORIZON, &seq.to_be_bytes())?;
