@@ -296,25 +296,20 @@ impl Prepared {
 
 /// Facts about a store, for `db status`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct StoreStatus {
     pub path: PathBuf,
-    #[serde(rename = "schemaVersion")]
     pub schema_version: u32,
     pub nodes: usize,
     pub events: usize,
     #[serde(rename = "outboxEntries")]
     pub outbox: usize,
-    #[serde(rename = "lastSeq")]
     pub last_seq: u64,
-    #[serde(rename = "firstEvent")]
     pub first_event: Option<Micros>,
-    #[serde(rename = "lastEvent")]
     pub last_event: Option<Micros>,
     #[serde(rename = "sizeOnDiskBytes")]
     pub size_on_disk: u64,
-    #[serde(rename = "lastInstance")]
     pub last_instance: Option<String>,
-    #[serde(rename = "lastCleanStop")]
     pub last_clean_stop: Option<Micros>,
     /// Where the kept history starts; `None` while nothing was ever pruned.
     #[serde(default)]
