@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{BackupLabels, BackupResult, Metrics};
 use crate::model::Micros;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// `--backup-dir` and its companions, validated.
 #[derive(Debug, Clone)]
@@ -147,30 +147,35 @@ fn take(store: &Store, config: &BackupConfig) -> Result<Taken, String> {
     let partial = config
         .dir
         .join(format!("{PREFIX}{site}-{stamp}-seq{seq}{SUFFIX}{PARTIAL}"));
-    let file = std::fs::File::create(&partial)
-        .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
-    let mut out = std::io::BufWriter::with_capacity(256 << 10, file);
-    let written = store.export_at(seq, &mut out);
-    let finished = written
-        .map_err(|e| e.to_string())
-        .and_then(|_| out.into_inner().map_err(|e| e.to_string()))
-        .and_then(|file| {
-            file.sync_all().map_err(|e| e.to_string())?;
-            file.metadata().map(|m| m.len()).map_err(|e| e.to_string())
-        });
-    let bytes = match finished {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            let _ = std::fs::remove_file(&partial);
-            return Err(format!("writing {}: {e}", partial.display()));
-        }
-    };
+    let (_, bytes) = export_file(&partial, |out| store.export_at(seq, out)).map_err(|e| {
+        let _ = std::fs::remove_file(&partial);
+        format!("writing {}: {e}", partial.display())
+    })?;
     std::fs::rename(&partial, &path)
         .map_err(|e| format!("cannot rename {}: {e}", partial.display()))?;
     if let Ok(dir) = std::fs::File::open(&config.dir) {
         let _ = dir.sync_all();
     }
     Ok(Taken { path, seq, bytes })
+}
+
+/// Writes `export` into a new file at `path` and syncs it to disk; returns
+/// what `export` returned and the file's size. A backup, `db backup` and
+/// `db export --output` write their files so.
+// Callers run it on a blocking thread, or in a command on a stopped store.
+#[allow(clippy::disallowed_methods)]
+pub fn export_file<T>(
+    path: &Path,
+    export: impl FnOnce(&mut dyn std::io::Write) -> Result<T, StoreError>,
+) -> Result<(T, u64), String> {
+    let file = std::fs::File::create(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let mut out = std::io::BufWriter::with_capacity(256 << 10, file);
+    let done = export(&mut out).map_err(|e| e.to_string())?;
+    let file = out.into_inner().map_err(|e| e.to_string())?;
+    file.sync_all().map_err(|e| e.to_string())?;
+    let bytes = file.metadata().map_err(|e| e.to_string())?.len();
+    Ok((done, bytes))
 }
 
 /// The backups in `dir`, oldest first (their names sort by time).

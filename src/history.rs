@@ -36,43 +36,29 @@ impl Replay {
                 reason,
                 message,
                 ..
-            } => {
-                if let Some(node) = self.nodes.get_mut(name) {
-                    let updated = Condition {
-                        kind: condition.clone(),
-                        status: *to,
-                        last_heartbeat: event.time,
-                        last_transition: event.time,
-                        reason: reason.clone(),
-                        message: message.clone(),
-                    };
-                    match node.condition_mut(condition) {
-                        Some(c) => *c = updated,
-                        None => node.conditions.push(updated),
-                    }
-                    node.resource_version = event.seq;
+            } => self.change(name, event.seq, |node| {
+                let updated = Condition {
+                    kind: condition.clone(),
+                    status: *to,
+                    last_heartbeat: event.time,
+                    last_transition: event.time,
+                    reason: reason.clone(),
+                    message: message.clone(),
+                };
+                match node.condition_mut(condition) {
+                    Some(c) => *c = updated,
+                    None => node.conditions.push(updated),
                 }
-            }
+            }),
             EventKind::AddressesChanged { to, .. } => {
-                if let Some(node) = self.nodes.get_mut(name) {
-                    node.addresses = to.clone();
-                    node.resource_version = event.seq;
-                }
+                self.change(name, event.seq, |node| node.addresses = to.clone())
             }
             EventKind::TaintsChanged { to, .. } => {
-                if let Some(node) = self.nodes.get_mut(name) {
-                    node.taints = to.clone();
-                    node.resource_version = event.seq;
-                }
+                self.change(name, event.seq, |node| node.taints = to.clone())
             }
-            EventKind::OperatorChanged { changes, .. } => {
-                if let Some(node) = self.nodes.get_mut(name) {
-                    for change in changes {
-                        change.apply(node);
-                    }
-                    node.resource_version = event.seq;
-                }
-            }
+            EventKind::OperatorChanged { changes, .. } => self.change(name, event.seq, |node| {
+                changes.iter().for_each(|change| change.apply(node))
+            }),
             EventKind::AddressLookupFailed { .. }
             | EventKind::RegistrationFailed { .. }
             | EventKind::SourceFailed { .. }
@@ -84,6 +70,14 @@ impl Replay {
             | EventKind::ObjectChanged { .. }
             | EventKind::KubeletEvent { .. }
             | EventKind::CertificateIssued { .. } => {}
+        }
+    }
+
+    /// Changes the node `name` as the event at `seq` did, if it is known.
+    fn change(&mut self, name: &str, seq: u64, change: impl FnOnce(&mut Node)) {
+        if let Some(node) = self.nodes.get_mut(name) {
+            change(node);
+            node.resource_version = seq;
         }
     }
 

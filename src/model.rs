@@ -348,7 +348,7 @@ pub struct OwnerReference {
 /// An object a node's kubelet keeps through the API beside its Node and
 /// Lease (its CSINode, its mirror pods): kept with the node, and deleted
 /// with it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeObject {
     pub node: String,
     /// The resource, as `kubectl` names it (`csinodes.storage.k8s.io`).

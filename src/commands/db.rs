@@ -77,13 +77,8 @@ pub async fn db(
         DbCommand::Verify => verify(&store),
         DbCommand::Export {
             output,
-            format_version: 1,
-        } => export_format1(&store, output.as_deref()),
-        DbCommand::Export {
-            output,
-            format_version: 2,
-        } => export_format2(&store, output.as_deref()),
-        DbCommand::Export { output, .. } => export(&store, output.as_deref()),
+            format_version,
+        } => export(&store, output.as_deref(), *format_version),
         DbCommand::Import { input } => import(
             &store,
             input.as_deref(),
@@ -230,7 +225,6 @@ fn verify(store: &Store) -> Outcome {
 /// durable before it returns.
 // The `db` commands work alone on a stopped store (sled blocks as much as
 // the file calls do); nothing else shares the runtime.
-#[allow(clippy::disallowed_methods)]
 fn export_to<T>(
     output: Option<&Path>,
     export: impl FnOnce(&mut dyn Write) -> Result<T, StoreError>,
@@ -241,39 +235,26 @@ fn export_to<T>(
         out.flush()?;
         return Ok(summary);
     };
-    let file = File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    let mut out = BufWriter::new(file);
-    let summary = export(&mut out)?;
-    out.into_inner().map_err(|e| e.to_string())?.sync_all()?;
-    Ok(summary)
+    Ok(crate::backups::export_file(path, export)?.0)
 }
 
-/// `db export --format-version 1`.
-fn export_format1(store: &Store, output: Option<&Path>) -> Outcome {
-    let (summary, left_out) = export_to(output, |out| store.export_format1(out))?;
-    eprintln!(
-        "exported {} nodes and {} events in format 1; format 1 has no place for {} leases and {} outbox entries, left out (the kubelets renew their Leases, and the mirror finds its differences again)",
-        summary.nodes, summary.events, left_out.leases, left_out.outbox
-    );
-    Ok(String::new())
-}
-
-/// `db export --format-version 2`.
-fn export_format2(store: &Store, output: Option<&Path>) -> Outcome {
-    let (summary, left_out) = export_to(output, |out| store.export_format2(out))?;
-    eprintln!(
-        "exported {} nodes and {} events in format 2; format 2 has no place for {} API objects (bootstrap tokens, CSRs: make tokens again with `nodekeeper token create`), {} CertificateIssued events, and Leases' owners (the kubelets set them again), left out",
-        summary.nodes, summary.events, left_out.api_objects, left_out.events
-    );
-    Ok(String::new())
-}
-
-fn export(store: &Store, output: Option<&Path>) -> Outcome {
-    let summary = export_to(output, |out| store.export(out))?;
-    eprintln!(
-        "exported {} nodes, {} events, {} leases, {} outbox entries and {} checkpoint nodes",
-        summary.nodes, summary.events, summary.leases, summary.outbox, summary.checkpoint_nodes
-    );
+/// `db export`, in format `version`, saying what an older format left out.
+fn export(store: &Store, output: Option<&Path>, version: u32) -> Outcome {
+    let (s, left_out) = export_to(output, |out| store.export_format(out, version))?;
+    match version {
+        1 => eprintln!(
+            "exported {} nodes and {} events in format 1; format 1 has no place for {} leases and {} outbox entries, left out (the kubelets renew their Leases, and the mirror finds its differences again)",
+            s.nodes, s.events, left_out.leases, left_out.outbox
+        ),
+        2 => eprintln!(
+            "exported {} nodes and {} events in format 2; format 2 has no place for {} API objects (bootstrap tokens, CSRs: make tokens again with `nodekeeper token create`), {} CertificateIssued events, and Leases' owners (the kubelets set them again), left out",
+            s.nodes, s.events, left_out.api_objects, left_out.events
+        ),
+        _ => eprintln!(
+            "exported {} nodes, {} events, {} leases, {} outbox entries and {} checkpoint nodes",
+            s.nodes, s.events, s.leases, s.outbox, s.checkpoint_nodes
+        ),
+    }
     Ok(String::new())
 }
 
@@ -318,14 +299,8 @@ async fn backup(source: Source, output: &Path) -> Outcome {
             let path = partial.clone();
             tokio::task::spawn_blocking(move || -> Result<(u64, u64), Failure> {
                 let seq = store.last_seq();
-                #[allow(clippy::disallowed_methods)] // a blocking task
-                let file = File::create(&path)
-                    .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-                let mut out = BufWriter::new(file);
-                store.export(&mut out)?;
-                let file = out.into_inner().map_err(|e| e.to_string())?;
-                file.sync_all()?;
-                Ok((seq, file.metadata()?.len()))
+                let (_, bytes) = crate::backups::export_file(&path, |out| store.export(out))?;
+                Ok((seq, bytes))
             })
             .await
             .map_err(|e| e.to_string())??

@@ -7,13 +7,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::records::{decode, encode, DecodeError};
+use super::records::{decode, encode, joined_key, split_key, DecodeError};
 use super::{Store, StoreError};
 
 /// One object: `resource` as the API names it (`secrets`,
 /// `certificatesigningrequests.certificates.k8s.io`), `namespace` empty for
-/// cluster-scoped ones.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// cluster-scoped ones. Its fields are an export's `apiObject` line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiObject {
     pub resource: String,
     pub namespace: String,
@@ -77,23 +77,12 @@ pub struct DeletionsForgotten {
 }
 
 fn key(resource: &str, namespace: &str, name: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(resource.len() + namespace.len() + name.len() + 2);
-    key.extend_from_slice(resource.as_bytes());
-    key.push(0);
-    key.extend_from_slice(namespace.as_bytes());
-    key.push(0);
-    key.extend_from_slice(name.as_bytes());
-    key
+    joined_key([resource, namespace, name])
 }
 
 fn decode_object(key: &[u8], bytes: &[u8]) -> Result<ApiObject, DecodeError> {
     let what = || format!("the API object {:?}", String::from_utf8_lossy(key));
-    let mut parts = key
-        .splitn(3, |b| *b == 0)
-        .map(|p| String::from_utf8(p.to_vec()));
-    let (Some(Ok(resource)), Some(Ok(namespace)), Some(Ok(name))) =
-        (parts.next(), parts.next(), parts.next())
-    else {
+    let Some([resource, namespace, name]) = split_key(key) else {
         return Err(DecodeError {
             what: what(),
             reason: "its key is not resource, namespace and name".into(),

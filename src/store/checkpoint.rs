@@ -51,6 +51,20 @@ pub struct Checkpoint {
     pub event_bytes: u64,
 }
 
+impl Checkpoint {
+    /// A header at `seq` and `time` with nothing counted yet.
+    pub(crate) fn at(seq: u64, time: Micros) -> Checkpoint {
+        Checkpoint {
+            seq,
+            time,
+            nodes: 0,
+            node_bytes: 0,
+            events: 0,
+            event_bytes: 0,
+        }
+    }
+}
+
 /// Envelope for checkpoint headers (keyed by the checkpoint's seq).
 #[derive(Debug, Serialize, Deserialize)]
 pub enum StoredCheckpoint {
@@ -185,14 +199,7 @@ impl Store {
             _ if horizon == 0 => Ok(None),
             // A pruned store keeps a checkpoint at its horizon; without one
             // (an import of a log that started late) the registry before it was empty.
-            _ => Ok(Some(Checkpoint {
-                seq: horizon,
-                time: Micros(i64::MIN),
-                nodes: 0,
-                node_bytes: 0,
-                events: 0,
-                event_bytes: 0,
-            })),
+            _ => Ok(Some(Checkpoint::at(horizon, Micros(i64::MIN)))),
         }
     }
 
@@ -207,13 +214,8 @@ impl Store {
             Some(c) if c.nodes > 0 => self.checkpoint_registry(c.seq)?,
             _ => BTreeMap::new(),
         });
-        for entry in self
-            .events
-            .range((from + 1).to_be_bytes()..=seq.to_be_bytes())
-        {
-            let (k, v) = entry?;
-            let event_seq = seq_from_key(&k)?;
-            replay.apply(&records::decode_event(event_seq, &v)?);
+        for entry in self.events_in(from + 1..=seq) {
+            replay.apply(&entry?.0);
         }
         Ok(RegistryAt {
             nodes: replay.into_nodes(),
@@ -317,6 +319,15 @@ impl Store {
         remove_checkpoint_nodes(self, seq)
     }
 
+    /// A follower from the checkpoint `base` (kept, from the horizon on), or
+    /// from the horizon with an empty registry when there is none.
+    pub(super) fn follower_from(&self, base: Option<&Checkpoint>) -> Result<Follower, StoreError> {
+        Ok(match base {
+            Some(c) => Follower::at(self, c.seq, c.time, self.checkpoint_registry(c.seq)?),
+            None => Follower::at(self, self.horizon(), Micros(i64::MIN), BTreeMap::new()),
+        })
+    }
+
     /// Writes checkpoints every interval from the newest one up to at most
     /// `upto`, replaying at most `budget` events this call (the rest waits
     /// for the next). Returns the checkpoints written.
@@ -333,23 +344,12 @@ impl Store {
         if upto.saturating_sub(from) < self.checkpoint_every(last_nodes) {
             return Ok(Vec::new());
         }
-        let mut follower = match &newest {
-            Some(c) => Follower::at(self, c.seq, c.time, self.checkpoint_registry(c.seq)?),
-            None => Follower::at(self, from, Micros(i64::MIN), BTreeMap::new()),
-        };
+        let mut follower = self.follower_from(newest.as_ref())?;
         let mut written = Vec::new();
         let mut replayed = 0u64;
-        for entry in self
-            .events
-            .range((from + 1).to_be_bytes()..=upto.to_be_bytes())
-        {
-            let (k, v) = entry?;
-            let seq = seq_from_key(&k)?;
-            let event = records::decode_event(seq, &v)?;
-            follower.apply(
-                &event,
-                stored_event_bytes(seq, v.len(), event.node.as_deref()),
-            );
+        for entry in self.events_in(from + 1..=upto) {
+            let (event, len) = entry?;
+            follower.apply(&event, len);
             replayed += 1;
             if follower.due() {
                 written.push(follower.write(self)?);
@@ -391,13 +391,13 @@ impl Follower {
         }
     }
 
-    /// Applies the next event (`stored_bytes`: what it takes in the store).
-    pub(crate) fn apply(&mut self, event: &Event, stored_bytes: u64) {
+    /// Applies the next event, whose record is `record_len` bytes.
+    pub(crate) fn apply(&mut self, event: &Event, record_len: usize) {
         self.replay.apply(event);
         self.seq = event.seq;
         self.time = self.time.max(event.time);
         self.events += 1;
-        self.event_bytes += stored_bytes;
+        self.event_bytes += stored_event_bytes(event.seq, record_len, event.node.as_deref());
     }
 
     /// Whether enough events passed since the last checkpoint.
@@ -408,17 +408,12 @@ impl Follower {
 
     /// Writes a checkpoint of the registry as of the last event applied.
     pub(crate) fn write(&mut self, store: &Store) -> Result<Checkpoint, StoreError> {
-        let header = store.write_checkpoint(
-            Checkpoint {
-                seq: self.seq,
-                time: self.time,
-                nodes: 0,
-                node_bytes: 0,
-                events: self.events,
-                event_bytes: self.event_bytes,
-            },
-            self.replay.nodes(),
-        )?;
+        let header = Checkpoint {
+            events: self.events,
+            event_bytes: self.event_bytes,
+            ..Checkpoint::at(self.seq, self.time)
+        };
+        let header = store.write_checkpoint(header, self.replay.nodes())?;
         self.events = 0;
         self.event_bytes = 0;
         Ok(header)

@@ -35,9 +35,9 @@ use migrations::v2_node_index::index_key;
 use migrations::v4_history_index::{checkpoint_node_key, time_key};
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::{stored_event_bytes, Checkpoint, Follower};
+use super::checkpoint::{Checkpoint, Follower};
 use super::{
-    records, seq_from_key, OutboxEntry, OutboxKey, Store, StoreError, WriterState, MAX_SEQ,
+    records, ApiObject, OutboxEntry, OutboxKey, Store, StoreError, WriterState, MAX_SEQ,
     META_CLEAN_STOP, META_CREATED, META_HORIZON, META_IMPORT_INCOMPLETE, META_INSTANCE,
 };
 use crate::model::{Event, EventKind, Lease, Micros, Node, NodeObject};
@@ -145,28 +145,6 @@ struct OutboxLine {
     reason: Option<String>,
 }
 
-/// An object kept with a node.
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct NodeObjectLine {
-    node: String,
-    resource: String,
-    name: String,
-    generation: u64,
-    json: String,
-}
-
-/// An API object kept on its own (a bootstrap-token Secret, a CSR).
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ApiObjectLine {
-    resource: String,
-    namespace: String,
-    name: String,
-    version: u64,
-    json: String,
-}
-
 /// What an export holds, counted by record kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -190,8 +168,8 @@ enum Line {
     Meta(MetaLine),
     Node(Box<Node>),
     Lease(Box<Lease>),
-    NodeObject(NodeObjectLine),
-    ApiObject(ApiObjectLine),
+    NodeObject(NodeObject),
+    ApiObject(ApiObject),
     Outbox(OutboxLine),
     CheckpointNode(Box<Node>),
     Event(Box<Event>),
@@ -252,42 +230,37 @@ fn meta_line(store: &Store) -> Result<MetaLine, StoreError> {
     })
 }
 
-/// Writes the whole store to `out` as JSON lines (the format above), ending
-/// with the counts. `at`: a consistent snapshot as of that durable seq of a
+/// Writes the whole store to `out` as JSON lines in format `version` (see
+/// the module docs); returns what it wrote and what that format has no
+/// place for. `at`: a consistent snapshot as of that durable seq of a
 /// store that is being written (a running controller's, see
 /// [`Store::export_at`]); `None`: the store as it is, which nothing writes.
+///
+/// Format 2 is what schema 6's releases read: format 3 without API
+/// objects, `CertificateIssued` events, Leases' owners and nodes'
+/// `reported`. Format 1 is what releases before format 2 read: a header
+/// with the counts, the registry, then the history. It has no horizon (its
+/// history starts from an empty registry), no Leases, outbox or meta: a
+/// store whose history was pruned is refused, and the rest is left out.
 pub(super) fn export(
-    store: &Store,
-    out: &mut dyn Write,
-    at: Option<u64>,
-) -> Result<ExportSummary, StoreError> {
-    export_as(store, out, at, EXPORT_FORMAT_VERSION).map(|(counts, _)| counts)
-}
-
-/// Writes the store in format 2, what schema 6's releases read: format 3
-/// without what they cannot take (API objects, `CertificateIssued` events,
-/// Leases' owners). Returns what it wrote and what it left out.
-pub(super) fn export_format2(
-    store: &Store,
-    out: &mut dyn Write,
-) -> Result<(ExportSummary, Counts), StoreError> {
-    export_as(store, out, None, 2)
-}
-
-/// Writes the store in `version` (2 or 3); returns what it wrote and what
-/// that format has no place for.
-fn export_as(
     store: &Store,
     out: &mut dyn Write,
     at: Option<u64>,
     version: u32,
 ) -> Result<(ExportSummary, Counts), StoreError> {
-    let v2 = version == 2;
+    let (v1, v2) = (version == 1, version == 2);
     let mut left_out = Counts::default();
     // The history from the horizon on is held for the export's length: a
     // prune meanwhile waits for it (or, past the pin's time to live, is
     // found out at the end and fails the export rather than leave holes).
     let horizon = store.horizon();
+    if v1 && horizon > 0 {
+        return Err(StoreError::Export(std::io::Error::other(format!(
+            "export format 1 holds the whole history from an empty registry, and this store's \
+             history before seq {horizon} was pruned: a release that reads only format 1 cannot \
+             take it; upgrade that release instead"
+        ))));
+    }
     let _pin = store.pin_history(horizon)?;
     let last_seq = at.map_or_else(|| store.last_seq(), |seq| seq.min(store.durable_seq()));
     let base = if horizon > 0 {
@@ -302,15 +275,18 @@ fn export_as(
             version,
             exported_at: Micros::now(),
             last_seq,
-            nodes: None,
-            events: None,
+            // Format 1 gives its counts up front.
+            nodes: v1.then(|| store.nodes.len()),
+            events: v1.then(|| store.events.len()),
             horizon: (horizon > 0).then(|| HorizonLine {
                 seq: horizon,
                 time: base.as_ref().map_or(Micros(i64::MIN), |c| c.time),
             }),
         },
     )?;
-    write_line(out, &Line::Meta(meta_line(store)?))?;
+    if !v1 {
+        write_line(out, &Line::Meta(meta_line(store)?))?;
+    }
     let mut counts = Counts::default();
     if at.is_some() {
         // The registry as its history has it at `last_seq` (the nearest
@@ -327,6 +303,53 @@ fn export_as(
             counts.nodes += 1;
         }
     }
+    if v1 {
+        left_out.leases = store.leases.len();
+        left_out.outbox = store.outbox.len();
+    } else {
+        let checkpoint = base.is_some().then_some(horizon);
+        let counted = (&mut counts, &mut left_out);
+        export_kept(store, out, version, last_seq, checkpoint, counted)?;
+    }
+    for entry in store.events_in(horizon + 1..=last_seq) {
+        let (event, _) = entry?;
+        if v2 && matches!(event.kind, EventKind::CertificateIssued { .. }) {
+            left_out.events += 1;
+            continue;
+        }
+        write_line(out, &Line::Event(Box::new(event)))?;
+        counts.events += 1;
+    }
+    store.check_kept(horizon)?;
+    if !v1 {
+        write_line(out, &Line::End(counts.clone()))?;
+    }
+    out.flush().map_err(StoreError::Export)?;
+    Ok((counts, left_out))
+}
+
+/// A node as export format `version` holds it: format 2 has no place for
+/// what a kubelet reports beyond its conditions, addresses, capacity and
+/// machine (the kubelet reports it again at its next status update).
+fn for_version(mut node: Node, version: u32) -> Node {
+    if version < 3 {
+        node.reported = Default::default();
+    }
+    node
+}
+
+/// What formats 2 and 3 hold besides the registry and its history: the
+/// Leases, the objects, the outbox up to `last_seq`, and the nodes of the
+/// `checkpoint` at the horizon. Counts what it wrote and what it left out.
+fn export_kept(
+    store: &Store,
+    out: &mut dyn Write,
+    version: u32,
+    last_seq: u64,
+    checkpoint: Option<u64>,
+    (counts, left_out): (&mut Counts, &mut Counts),
+) -> Result<(), StoreError> {
+    let v2 = version == 2;
     // Leases are renewals, not history: as they are when read.
     for value in store.leases.iter().values() {
         let mut lease = records::decode_lease(&value?)?;
@@ -338,23 +361,7 @@ fn export_as(
         counts.leases += 1;
     }
     for object in store.node_objects()? {
-        let NodeObject {
-            node,
-            resource,
-            name,
-            generation,
-            json,
-        } = object;
-        write_line(
-            out,
-            &Line::NodeObject(NodeObjectLine {
-                node,
-                resource,
-                name,
-                generation,
-                json,
-            }),
-        )?;
+        write_line(out, &Line::NodeObject(object))?;
         counts.node_objects += 1;
     }
     for object in store.all_api_objects()? {
@@ -362,23 +369,7 @@ fn export_as(
             left_out.api_objects += 1;
             continue;
         }
-        let super::ApiObject {
-            resource,
-            namespace,
-            name,
-            version,
-            json,
-        } = object;
-        write_line(
-            out,
-            &Line::ApiObject(ApiObjectLine {
-                resource,
-                namespace,
-                name,
-                version,
-                json,
-            }),
-        )?;
+        write_line(out, &Line::ApiObject(object))?;
         counts.api_objects += 1;
     }
     for entry in store.outbox.iter() {
@@ -400,10 +391,10 @@ fn export_as(
         )?;
         counts.outbox += 1;
     }
-    if base.is_some() {
+    if let Some(seq) = checkpoint {
         for value in store
             .checkpoint_nodes
-            .scan_prefix(horizon.to_be_bytes())
+            .scan_prefix(seq.to_be_bytes())
             .values()
         {
             let node = records::decode_node(&value?)?;
@@ -414,85 +405,7 @@ fn export_as(
             counts.checkpoint_nodes += 1;
         }
     }
-    for entry in store
-        .events
-        .range((horizon + 1).to_be_bytes()..=last_seq.to_be_bytes())
-    {
-        let (key, value) = entry?;
-        let event = records::decode_event(seq_from_key(&key)?, &value)?;
-        if v2 && matches!(event.kind, EventKind::CertificateIssued { .. }) {
-            left_out.events += 1;
-            continue;
-        }
-        write_line(out, &Line::Event(Box::new(event)))?;
-        counts.events += 1;
-    }
-    store.check_kept(horizon)?;
-    write_line(out, &Line::End(counts.clone()))?;
-    out.flush().map_err(StoreError::Export)?;
-    Ok((counts, left_out))
-}
-
-/// A node as export format `version` holds it: format 2 has no place for
-/// what a kubelet reports beyond its conditions, addresses, capacity and
-/// machine (the kubelet reports it again at its next status update).
-fn for_version(mut node: Node, version: u32) -> Node {
-    if version < 3 {
-        node.reported = Default::default();
-    }
-    node
-}
-
-/// Writes the store in format 1, what releases before format 2 read: a
-/// header with the counts, the registry, then the history. Format 1 has no
-/// horizon (its history starts from an empty registry), no Leases, outbox or
-/// meta: a store whose history was pruned is refused, and the rest is left
-/// out (the counts say what).
-pub(super) fn export_format1(
-    store: &Store,
-    out: &mut dyn Write,
-) -> Result<(ExportSummary, Counts), StoreError> {
-    let horizon = store.horizon();
-    if horizon > 0 {
-        return Err(StoreError::Export(std::io::Error::other(format!(
-            "export format 1 holds the whole history from an empty registry, and this store's \
-             history before seq {horizon} was pruned: a release that reads only format 1 cannot \
-             take it; upgrade that release instead"
-        ))));
-    }
-    let nodes = store.nodes.len();
-    let events = store.events.len();
-    write_line(
-        out,
-        &Header {
-            format: FORMAT.into(),
-            version: 1,
-            exported_at: Micros::now(),
-            last_seq: store.last_seq(),
-            nodes: Some(nodes),
-            events: Some(events),
-            horizon: None,
-        },
-    )?;
-    let mut counts = Counts::default();
-    for value in store.nodes.iter().values() {
-        let node = for_version(records::decode_node(&value?)?, 1);
-        write_line(out, &serde_json::json!({ "node": node }))?;
-        counts.nodes += 1;
-    }
-    for entry in store.events.iter() {
-        let (key, value) = entry?;
-        let event = records::decode_event(seq_from_key(&key)?, &value)?;
-        write_line(out, &serde_json::json!({ "event": event }))?;
-        counts.events += 1;
-    }
-    out.flush().map_err(StoreError::Export)?;
-    let left_out = Counts {
-        leases: store.leases.len(),
-        outbox: store.outbox.len(),
-        ..Counts::default()
-    };
-    Ok((counts, left_out))
+    Ok(())
 }
 
 pub(super) fn import(
@@ -522,6 +435,14 @@ pub(super) fn import(
             store.db.flush()?;
             Err(e)
         }
+    }
+}
+
+/// A record refused on a line [`Loader::load`] fills in.
+fn refused(reason: impl Into<String>) -> StoreError {
+    StoreError::Import {
+        line: 0,
+        reason: reason.into(),
     }
 }
 
@@ -659,25 +580,12 @@ impl<'a> Loader<'a> {
                         .insert(lease.name.as_bytes(), records::encode_lease(&lease))?;
                     self.counts.leases += 1;
                 }
-                Line::NodeObject(o) => {
-                    let object = NodeObject {
-                        node: o.node,
-                        resource: o.resource,
-                        name: o.name,
-                        generation: o.generation,
-                        json: o.json,
-                    };
+                Line::NodeObject(object) => {
                     self.store.write_node_objects(&[object], &[])?;
                     self.counts.node_objects += 1;
                 }
-                Line::ApiObject(o) => {
-                    self.store.restore_api_object(&super::ApiObject {
-                        resource: o.resource,
-                        namespace: o.namespace,
-                        name: o.name,
-                        version: o.version,
-                        json: o.json,
-                    })?;
+                Line::ApiObject(object) => {
+                    self.store.restore_api_object(&object)?;
                     self.counts.api_objects += 1;
                 }
                 Line::Outbox(o) => self.outbox(o).map_err(on_line)?,
@@ -701,10 +609,7 @@ impl<'a> Loader<'a> {
             }
         }
         let Some(header) = header else {
-            return Err(StoreError::Import {
-                line: 0,
-                reason: "the input is empty".into(),
-            });
+            return Err(refused("the input is empty"));
         };
         self.check_counts(&header, end, number)?;
         progress(ImportProgress::Writing { records: loaded });
@@ -742,12 +647,9 @@ impl<'a> Loader<'a> {
             "Node" => OutboxKey::Node(o.node),
             "EvictPods" => OutboxKey::EvictPods(o.node),
             other => {
-                return Err(StoreError::Import {
-                    line: 0,
-                    reason: format!(
+                return Err(refused(format!(
                     "outbox work of kind {other:?} is not one this build knows (Node, EvictPods)"
-                ),
-                })
+                )))
             }
         };
         let entry = OutboxEntry {
@@ -764,10 +666,6 @@ impl<'a> Loader<'a> {
 
     /// One node of the registry as of the horizon, before the first event.
     fn checkpoint_node(&mut self, node: Node) -> Result<(), StoreError> {
-        let refused = |reason: &str| StoreError::Import {
-            line: 0,
-            reason: reason.into(),
-        };
         let Some((seq, _)) = self.horizon else {
             return Err(refused(
                 "a checkpointNode line in an export without a horizon",
@@ -839,10 +737,7 @@ impl<'a> Loader<'a> {
                     .step_by(2)
                     .map(|i| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("zz"), 16))
                     .collect::<Result<Vec<u8>, _>>()
-                    .map_err(|_| StoreError::Import {
-                        line: 0,
-                        reason: format!("meta value {key:?} is not hex after `hex:`"),
-                    })?,
+                    .map_err(|_| refused(format!("meta value {key:?} is not hex after `hex:`")))?,
                 None => value.into_bytes(),
             };
             meta_tree.insert(key.as_bytes(), bytes)?;
@@ -852,16 +747,13 @@ impl<'a> Loader<'a> {
 
     fn event(&mut self, event: Event) -> Result<(), StoreError> {
         if event.seq > MAX_SEQ {
-            return Err(StoreError::Import {
-                line: 0,
-                reason: past_max_seq(event.seq),
-            });
+            return Err(refused(past_max_seq(event.seq)));
         }
         if event.seq <= self.last_seq {
-            return Err(StoreError::Import {
-                line: 0,
-                reason: format!("event seq {} does not follow {}", event.seq, self.last_seq),
-            });
+            return Err(refused(format!(
+                "event seq {} does not follow {}",
+                event.seq, self.last_seq
+            )));
         }
         if self.follower.is_none() {
             // The first event: the registry before it is the horizon's
@@ -898,12 +790,12 @@ impl<'a> Loader<'a> {
             s.event_times
                 .insert(&time_key(self.effective, event.seq)[..], &[] as &[u8])?;
         }
-        let bytes = stored_event_bytes(event.seq, record.len(), event.node.as_deref());
+        let len = record.len();
         s.events.insert(event.seq.to_be_bytes(), record)?;
         self.counts.events += 1;
         let due = {
             let follower = self.follower.as_mut().expect("set above");
-            follower.apply(&event, bytes);
+            follower.apply(&event, len);
             follower.due()
         };
         if due {
@@ -929,12 +821,9 @@ impl<'a> Loader<'a> {
             s.checkpoints.insert(
                 seq.to_be_bytes(),
                 super::checkpoint::encode_checkpoint(&Checkpoint {
-                    seq,
-                    time,
                     nodes: nodes.len() as u64,
                     node_bytes,
-                    events: 0,
-                    event_bytes: 0,
+                    ..Checkpoint::at(seq, time)
                 }),
             )?;
             s.meta.insert(META_HORIZON, &seq.to_be_bytes())?;

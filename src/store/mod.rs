@@ -296,25 +296,20 @@ impl Prepared {
 
 /// Facts about a store, for `db status`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct StoreStatus {
     pub path: PathBuf,
-    #[serde(rename = "schemaVersion")]
     pub schema_version: u32,
     pub nodes: usize,
     pub events: usize,
     #[serde(rename = "outboxEntries")]
     pub outbox: usize,
-    #[serde(rename = "lastSeq")]
     pub last_seq: u64,
-    #[serde(rename = "firstEvent")]
     pub first_event: Option<Micros>,
-    #[serde(rename = "lastEvent")]
     pub last_event: Option<Micros>,
     #[serde(rename = "sizeOnDiskBytes")]
     pub size_on_disk: u64,
-    #[serde(rename = "lastInstance")]
     pub last_instance: Option<String>,
-    #[serde(rename = "lastCleanStop")]
     pub last_clean_stop: Option<Micros>,
     /// Where the kept history starts; `None` while nothing was ever pruned.
     #[serde(default)]
@@ -893,14 +888,8 @@ impl Store {
 
     /// The newest durable event, if any.
     pub fn last_event(&self) -> Result<Option<Event>, StoreError> {
-        let durable = self.durable_seq();
-        match self.events.range(..=durable.to_be_bytes()).next_back() {
-            Some(entry) => {
-                let (key, bytes) = entry?;
-                Ok(Some(records::decode_event(seq_from_key(&key)?, &bytes)?))
-            }
-            None => Ok(None),
-        }
+        let last = self.events_in(..=self.durable_seq()).next_back();
+        Ok(last.transpose()?.map(|(event, _)| event))
     }
 
     /// The instance id of the controller that last opened the store for writing.
@@ -959,13 +948,8 @@ impl Store {
     /// Facts for `db status`: counts and sizes come from one pass over each tree.
     pub fn status(&self) -> Result<StoreStatus, StoreError> {
         let horizon = self.horizon();
-        let first_event = match self.events.range((horizon + 1).to_be_bytes()..).next() {
-            Some(entry) => {
-                let (k, v) = entry?;
-                Some(records::decode_event(seq_from_key(&k)?, &v)?.time)
-            }
-            None => None,
-        };
+        let first = self.events_in(horizon + 1..).next().transpose()?;
+        let first_event = first.map(|(event, _)| event.time);
         let mut trees = Vec::new();
         let mut kept_events = 0usize;
         for (name, tree) in self.named_trees() {
@@ -1176,27 +1160,18 @@ impl Store {
 
     /// Writes every record as JSON lines (see [`exchange`]).
     pub fn export(&self, out: &mut dyn std::io::Write) -> Result<ExportSummary, StoreError> {
-        exchange::export(self, out, None)
+        Ok(self.export_format(out, EXPORT_FORMAT_VERSION)?.0)
     }
 
-    /// The store in export format 1, for a release that reads only that
-    /// (see [`exchange::export_format1`]); returns what it wrote and what
-    /// format 1 has no place for.
-    pub fn export_format1(
+    /// The store in export format `version` (1 to [`EXPORT_FORMAT_VERSION`]),
+    /// for a release that reads only that (see [`exchange::export`]);
+    /// returns what it wrote and what the format has no place for.
+    pub fn export_format(
         &self,
         out: &mut dyn std::io::Write,
+        version: u32,
     ) -> Result<(ExportSummary, ExportSummary), StoreError> {
-        exchange::export_format1(self, out)
-    }
-
-    /// The store in export format 2, for a release of schema 6 (see
-    /// [`exchange::export_format2`]); returns what it wrote and what it
-    /// left out.
-    pub fn export_format2(
-        &self,
-        out: &mut dyn std::io::Write,
-    ) -> Result<(ExportSummary, ExportSummary), StoreError> {
-        exchange::export_format2(self, out)
+        exchange::export(self, out, None, version)
     }
 
     /// A consistent snapshot of a store that is being written, in the
@@ -1209,7 +1184,8 @@ impl Store {
         out: &mut dyn std::io::Write,
     ) -> Result<(ExportSummary, u64), StoreError> {
         let at = seq.min(self.durable_seq());
-        Ok((exchange::export(self, out, Some(at))?, at))
+        let (written, _) = exchange::export(self, out, Some(at), EXPORT_FORMAT_VERSION)?;
+        Ok((written, at))
     }
 
     /// Loads an export into this (empty) store and flushes it.
@@ -1306,6 +1282,23 @@ fn seq_from_key(key: &[u8]) -> Result<u64, StoreError> {
         })
     })?;
     Ok(u64::from_be_bytes(raw))
+}
+
+impl Store {
+    /// The events whose seqs are in `seqs`, decoded, each with the length
+    /// of its record; a record that does not decode is an error.
+    fn events_in(
+        &self,
+        seqs: impl std::ops::RangeBounds<u64>,
+    ) -> impl DoubleEndedIterator<Item = Result<(Event, usize), StoreError>> {
+        let key = |b: std::ops::Bound<&u64>| b.map(|seq| seq.to_be_bytes());
+        let range = (key(seqs.start_bound()), key(seqs.end_bound()));
+        self.events.range(range).map(|entry| {
+            let (key, bytes) = entry?;
+            let event = records::decode_event(seq_from_key(&key)?, &bytes)?;
+            Ok((event, bytes.len()))
+        })
+    }
 }
 
 /// Opens a store this process just closed: sled lets go of its lock a

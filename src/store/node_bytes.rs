@@ -1,7 +1,7 @@
-//! A node record encoded straight from the node: the bytes of
-//! `StoredNode::V3(NodeV3::from(node))` (see [`super::records`]) without
-//! first copying every string of the node into that owned record. The
-//! store writes one per status change, thousands in a burst. A node with
+//! The one encoder of node records, straight from the node: the bytes of
+//! `StoredNode::V3` (see [`super::records`]) without first copying every
+//! string of the node into that owned record. The store writes one per
+//! status change, thousands in a burst. A node with
 //! something its kubelet reported beyond that ([`Node::reported`]) is a
 //! `V4`: the same `V3` fields, then that part, copied into its record.
 //!
@@ -14,7 +14,7 @@
 use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
 
-use super::records::{address_code, status_code, ReportedV1};
+use super::records::{address_code, status_code, NodeV3, ReportedV1};
 use crate::model::{Address, Condition, Node, NodeInfo, Taint};
 use crate::serialize::Each;
 
@@ -28,6 +28,15 @@ const STORED_NODE_V4: u32 = 3;
 pub(super) fn encode(node: &Node) -> Vec<u8> {
     // Encoding borrowed, well-formed values into a Vec cannot fail.
     postcard::to_allocvec(&Stored(node)).expect("postcard encodes a node record into a Vec")
+}
+
+/// The node's `NodeV3` record, read back from the bytes this encoder
+/// writes for it: what a `RegisteredV3` event holds. Registrations are
+/// rare; the round trip keeps one encoder for nodes and events alike.
+pub(super) fn v3_record(node: &Node) -> NodeV3 {
+    let bytes =
+        postcard::to_allocvec(&V3(node)).expect("postcard encodes a node record into a Vec");
+    postcard::from_bytes(&bytes).expect("a NodeV3 reads the bytes written for it")
 }
 
 struct Stored<'a>(&'a Node);

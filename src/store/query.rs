@@ -4,7 +4,7 @@
 //! as a range of seqs. Nothing reads the whole log to answer a question
 //! about part of it.
 
-use super::{records, seq_from_key, Store, StoreError};
+use super::{records, Store, StoreError};
 use crate::model::{Event, EventKind, Micros};
 
 /// The condition types Kubernetes defines for nodes: always known, even
@@ -88,35 +88,33 @@ impl Store {
         let mut page = HistoryPage::default();
         let mut scanned = 0usize;
         let mut last = lo - 1;
-        if let Some(node) = &query.node {
-            for seq in self.node_seqs(node, lo, hi) {
+        // The seqs looked at, each with its event: a node's through its
+        // index (an entry whose event a concurrent prune just removed has
+        // none), else every seq of the range.
+        let of_node = query.node.as_ref().map(|node| {
+            self.node_seqs(node, lo, hi).map(|seq| {
                 let seq = seq?;
-                scanned += 1;
-                last = seq;
-                // An index entry whose event a concurrent prune just removed is skipped.
-                if let Some(bytes) = self.events.get(seq.to_be_bytes())? {
-                    let event = records::decode_event(seq, &bytes)?;
-                    if query.matches(&event) {
-                        page.events.push(event);
-                    }
-                }
-                if page.events.len() >= max || scanned >= SCAN_BUDGET {
-                    break;
-                }
+                let bytes = self.events.get(seq.to_be_bytes())?;
+                Ok((
+                    seq,
+                    bytes.map(|b| records::decode_event(seq, &b)).transpose()?,
+                ))
+            })
+        });
+        let of_range = query.node.is_none().then(|| {
+            self.events_in(lo..=hi)
+                .map(|entry| entry.map(|(event, _)| (event.seq, Some(event))))
+        });
+        let looked_at = of_node.into_iter().flatten();
+        for entry in looked_at.chain(of_range.into_iter().flatten()) {
+            let (seq, event) = entry?;
+            scanned += 1;
+            last = seq;
+            if let Some(event) = event.filter(|e| query.matches(e)) {
+                page.events.push(event);
             }
-        } else {
-            for entry in self.events.range(lo.to_be_bytes()..=hi.to_be_bytes()) {
-                let (key, bytes) = entry?;
-                let seq = seq_from_key(&key)?;
-                scanned += 1;
-                last = seq;
-                let event = records::decode_event(seq, &bytes)?;
-                if query.matches(&event) {
-                    page.events.push(event);
-                }
-                if page.events.len() >= max || scanned >= SCAN_BUDGET {
-                    break;
-                }
+            if page.events.len() >= max || scanned >= SCAN_BUDGET {
+                break;
             }
         }
         let stopped_early = page.events.len() >= max || scanned >= SCAN_BUDGET;

@@ -23,7 +23,7 @@ use sled::transaction::{ConflictableTransactionError, Transactional};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::checkpoint::{stored_event_bytes, Checkpoint, Follower};
+use super::checkpoint::{stored_event_bytes, Checkpoint};
 use super::{records, seq_from_key, time_index, Store, StoreError, META_HORIZON};
 use crate::model::Micros;
 
@@ -217,21 +217,11 @@ impl Store {
         let base = self
             .checkpoint_at_or_before(seq)?
             .filter(|c| c.seq >= self.horizon());
-        let mut follower = match &base {
-            Some(c) => Follower::at(self, c.seq, c.time, self.checkpoint_registry(c.seq)?),
-            None => Follower::at(self, self.horizon(), Micros(i64::MIN), BTreeMap::new()),
-        };
+        let mut follower = self.follower_from(base.as_ref())?;
         let from = base.as_ref().map_or(self.horizon(), |c| c.seq);
-        for entry in self
-            .events
-            .range((from + 1).to_be_bytes()..=seq.to_be_bytes())
-        {
-            let (k, v) = entry?;
-            let event = records::decode_event(seq_from_key(&k)?, &v)?;
-            follower.apply(
-                &event,
-                stored_event_bytes(event.seq, v.len(), event.node.as_deref()),
-            );
+        for entry in self.events_in(from + 1..=seq) {
+            let (event, len) = entry?;
+            follower.apply(&event, len);
         }
         let written = follower.write(self)?;
         if let Some(next) = self

@@ -523,3 +523,37 @@ fn verify_reads_the_outbox_too() {
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(problems[0].contains("outbox key"), "{problems:?}");
 }
+
+/// `db status -o json` and the API's status answer keep their field names.
+#[test]
+fn status_json_keeps_its_field_names() {
+    let (_dir, store) = open();
+    let json = serde_json::to_value(store.status().unwrap()).unwrap();
+    let mut keys: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "checkpoints",
+            "events",
+            "firstEvent",
+            "horizon",
+            "lastCleanStop",
+            "lastEvent",
+            "lastInstance",
+            "lastSeq",
+            "nodes",
+            "outboxEntries",
+            "path",
+            "retention",
+            "schemaVersion",
+            "sizeOnDiskBytes",
+            "trees",
+        ]
+    );
+}

@@ -772,7 +772,7 @@ fn a_format_2_export_leaves_out_what_schema_6_cannot_read() {
     assert_eq!(whole.nodes().unwrap()[0].reported.kubelet_port, 10250);
 
     let mut v2 = Vec::new();
-    let (written, left_out) = store.export_format2(&mut v2).unwrap();
+    let (written, left_out) = store.export_format(&mut v2, 2).unwrap();
     assert_eq!(
         (written.events, written.api_objects, written.leases),
         (2, 0, 1)

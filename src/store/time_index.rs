@@ -130,17 +130,13 @@ impl Store {
     ) -> impl Iterator<Item = Result<(u64, i64), StoreError>> + '_ {
         let (mut effective, from) = anchor;
         let range = match from.checked_add(1) {
-            Some(first) if first <= to => {
-                Some(self.events.range(first.to_be_bytes()..=to.to_be_bytes()))
-            }
+            Some(first) if first <= to => Some(self.events_in(first..=to)),
             _ => None,
         };
         range.into_iter().flatten().map(move |entry| {
-            let (key, bytes) = entry?;
-            let seq = seq_from_key(&key)?;
-            let event = records::decode_event(seq, &bytes)?;
+            let (event, _) = entry?;
             effective = effective.max(event.time.0);
-            Ok((seq, effective))
+            Ok((event.seq, effective))
         })
     }
 }
