@@ -2,9 +2,8 @@
 
 use std::io::Write;
 
-use nodekeeper::cli::{Cli, Command, ConfigCommand};
+use nodekeeper::cli::Command;
 use nodekeeper::commands::{self, Failure};
-use nodekeeper::inspect::Source;
 
 mod allocator;
 mod runtime;
@@ -57,11 +56,17 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let outcome = runtime.block_on(dispatch(
+    let simulator = commands::Simulator {
+        in_process: std::sync::Arc::new(nodekeeper_sim::simulator::InProcess),
+        command: |args, db| Box::pin(nodekeeper_sim::command::sim(args, db)),
+    };
+    let outcome = commands::execute(
+        &runtime,
         &cli,
         &settings,
         api.as_ref().map(|rt| rt.handle().clone()),
-    ));
+        simulator,
+    );
     let printed = match &outcome {
         Ok(text) => {
             let mut out = commands::stdout();
@@ -84,62 +89,5 @@ fn main() {
             nodekeeper::logging::terminal::escape_lines(&message)
         );
         std::process::exit(code);
-    }
-}
-
-async fn dispatch(
-    cli: &Cli,
-    settings: &[nodekeeper::config::Setting],
-    api: Option<tokio::runtime::Handle>,
-) -> commands::Outcome {
-    let source = || Source::open_with_token(&cli.db, cli.server.as_deref(), cli.token.as_deref());
-    match &cli.command {
-        Command::Run(args) => {
-            let simulator = std::sync::Arc::new(nodekeeper_sim::simulator::InProcess);
-            commands::run::run(args, &cli.db, Some(simulator), api).await
-        }
-        Command::Nodes { output } => commands::nodes::nodes(&source()?, *output).await,
-        Command::Describe { node } => commands::describe::describe(&source()?, node).await,
-        Command::History(args) => commands::history::history(&source()?, args).await,
-        Command::At { time, output } => commands::at::at(&source()?, time, *output).await,
-        Command::Mirror { command } => commands::mirror::mirror(&source()?, command).await,
-        Command::Db { command } => {
-            commands::db::db(
-                &cli.db,
-                cli.server.as_deref(),
-                cli.token.as_deref(),
-                command,
-            )
-            .await
-        }
-        Command::Sim(args) => nodekeeper_sim::command::sim(args, &cli.db).await,
-        Command::Ui(args) => commands::ui::ui(args, &cli.db).await,
-        Command::Version { output } => {
-            commands::version::version(
-                *output,
-                &cli.db,
-                cli.server.as_deref(),
-                cli.token.as_deref(),
-            )
-            .await
-        }
-        Command::Config {
-            command: ConfigCommand::Print(_),
-        } => match nodekeeper::config::check_files(settings) {
-            Ok(()) => Ok(nodekeeper::config::print(settings)),
-            // A config naming files that are not there is a mistake to fix before `run`.
-            Err(e) => Err(commands::Failure {
-                message: e.to_string(),
-                code: 2,
-            }),
-        },
-        Command::Cordon { node } => commands::edit::cordon(&source()?, node, true).await,
-        Command::Uncordon { node } => commands::edit::cordon(&source()?, node, false).await,
-        Command::Label(args) => commands::edit::label(&source()?, args, false).await,
-        Command::Annotate(args) => commands::edit::label(&source()?, args, true).await,
-        Command::Taint(args) => commands::edit::taint(&source()?, args).await,
-        Command::Delete { node } => commands::edit::delete(&source()?, node).await,
-        Command::Token { command } => commands::token::token(&source()?, command).await,
-        Command::Completions { shell } => commands::completions::completions(*shell),
     }
 }

@@ -14,6 +14,12 @@ pub mod token;
 pub mod ui;
 pub mod version;
 
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+
+use crate::cli::{Cli, Command, ConfigCommand, SimArgs};
+use crate::inspect::Source;
 use crate::model::{Micros, Node};
 
 /// A command's failure: the message for the user and the exit code.
@@ -33,6 +39,87 @@ impl<E: std::fmt::Display> From<E> for Failure {
 }
 
 pub type Outcome = Result<String, Failure>;
+
+/// What the binary brings that the library cannot name: the simulator's
+/// crate is built on this one.
+pub struct Simulator {
+    /// `run --simulate`'s kubelets, started in this process.
+    pub in_process: std::sync::Arc<dyn crate::simulate::Simulator>,
+    /// `nodekeeper sim`.
+    pub command: for<'a> fn(&'a SimArgs, &'a Path) -> LocalBoxFuture<'a, Outcome>,
+}
+
+/// A future that stays on the thread that polls it.
+pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// Runs one command on `runtime`, to what it prints. Not `async`, so that
+/// the library's futures are compiled here, once: a binary that awaited
+/// them would compile its own copies of every one it reaches, beside the
+/// library's (docs/decisions/binary-size.md).
+pub fn execute(
+    runtime: &tokio::runtime::Runtime,
+    cli: &Cli,
+    settings: &[crate::config::Setting],
+    api: Option<tokio::runtime::Handle>,
+    simulator: Simulator,
+) -> Outcome {
+    runtime.block_on(dispatch(cli, settings, api, simulator))
+}
+
+async fn dispatch(
+    cli: &Cli,
+    settings: &[crate::config::Setting],
+    api: Option<tokio::runtime::Handle>,
+    simulator: Simulator,
+) -> Outcome {
+    let source = || Source::open_with_token(&cli.db, cli.server.as_deref(), cli.token.as_deref());
+    match &cli.command {
+        Command::Run(args) => run::run(args, &cli.db, Some(simulator.in_process), api).await,
+        Command::Nodes { output } => nodes::nodes(&source()?, *output).await,
+        Command::Describe { node } => describe::describe(&source()?, node).await,
+        Command::History(args) => history::history(&source()?, args).await,
+        Command::At { time, output } => at::at(&source()?, time, *output).await,
+        Command::Mirror { command } => mirror::mirror(&source()?, command).await,
+        Command::Db { command } => {
+            db::db(
+                &cli.db,
+                cli.server.as_deref(),
+                cli.token.as_deref(),
+                command,
+            )
+            .await
+        }
+        Command::Sim(args) => (simulator.command)(args, &cli.db).await,
+        Command::Ui(args) => ui::ui(args, &cli.db).await,
+        Command::Version { output } => {
+            version::version(
+                *output,
+                &cli.db,
+                cli.server.as_deref(),
+                cli.token.as_deref(),
+            )
+            .await
+        }
+        Command::Config {
+            command: ConfigCommand::Print(_),
+        } => match crate::config::check_files(settings) {
+            Ok(()) => Ok(crate::config::print(settings)),
+            // A config naming files that are not there is a mistake to fix before `run`.
+            Err(e) => Err(Failure {
+                message: e.to_string(),
+                code: 2,
+            }),
+        },
+        Command::Cordon { node } => edit::cordon(&source()?, node, true).await,
+        Command::Uncordon { node } => edit::cordon(&source()?, node, false).await,
+        Command::Label(args) => edit::label(&source()?, args, false).await,
+        Command::Annotate(args) => edit::label(&source()?, args, true).await,
+        Command::Taint(args) => edit::taint(&source()?, args).await,
+        Command::Delete { node } => edit::delete(&source()?, node).await,
+        Command::Token { command } => token::token(&source()?, command).await,
+        Command::Completions { shell } => completions::completions(*shell),
+    }
+}
 
 static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
