@@ -333,11 +333,11 @@ impl Controller {
         let ahead = self.is_ahead(name);
         let mode = self.config.status_mode;
         let Some(tracked) = self.tracked.get_mut(name) else {
-            return reply.refuse(PushError::not_found("nodes", name));
+            return reply.send(Err(PushError::not_found("nodes", name)));
         };
         // A write on its way gets a newer version than any a client has seen.
         if expected.is_some_and(|v| ahead || v != tracked.node.resource_version) {
-            return reply.refuse(PushError::conflict("nodes", name));
+            return reply.send(Err(PushError::conflict("nodes", name)));
         }
         let wall = Micros::now();
         if !heartbeat_only(&tracked.node, &pushed, mode) {
@@ -361,7 +361,7 @@ impl Controller {
             self.beats_changed = true;
             tracked.beats_unwritten = true;
         }
-        reply.answer(tracked.node.share());
+        reply.send(Ok(tracked.node.share()));
     }
 
     /// [`Controller::apply_status`] for a push that is more than a
@@ -376,7 +376,7 @@ impl Controller {
         reply: StatusReply,
     ) {
         let Some(tracked) = self.tracked.get(name) else {
-            return reply.refuse(PushError::not_found("nodes", name));
+            return reply.send(Err(PushError::not_found("nodes", name)));
         };
         let eviction = self.config.eviction.mode;
         let rules = FoldRules {
@@ -392,7 +392,7 @@ impl Controller {
         };
         let folded = match fold_status(&tracked.node, pushed, &rules, wall, owner_of) {
             Ok(folded) => folded,
-            Err(invalid) => return reply.refuse(invalid.into()),
+            Err(invalid) => return reply.send(Err(invalid.into())),
         };
         self.metrics.heartbeat_counter(Via::Status).inc();
         if let Some(why) = &folded.addresses_ignored {
@@ -439,7 +439,7 @@ impl Controller {
         };
         self.beats_changed = true;
         tracked.beats_unwritten = true;
-        reply.answer(node);
+        reply.send(Ok(node));
     }
 
     fn create_lease(&mut self, mut lease: Lease, reply: Reply<Lease>) {
@@ -723,27 +723,14 @@ enum StatusReply {
 }
 
 impl StatusReply {
-    fn refuse(self, e: PushError) {
-        match self {
-            StatusReply::Push(reply) => {
-                let _ = reply.send(Err(e));
-            }
-            StatusReply::Register(reply) => {
-                let _ = reply.send(Err(e));
-            }
-        }
-    }
-
-    /// Answers now, with the node as it is.
-    fn answer(self, node: Arc<Node>) {
-        match self {
-            StatusReply::Push(reply) => {
-                let _ = reply.send(Ok(StatusAnswer::Now(node)));
-            }
-            StatusReply::Register(reply) => {
-                let _ = reply.send(Ok(Arc::unwrap_or_clone(node)));
-            }
-        }
+    /// Answers now: a refusal, or the node as it is (shared for a push,
+    /// its own for a registration).
+    fn send(self, answer: Result<Arc<Node>, PushError>) {
+        // Heard or not: a client that has gone waits for nothing.
+        let _ = match self {
+            StatusReply::Push(reply) => reply.send(answer.map(StatusAnswer::Now)).is_ok(),
+            StatusReply::Register(reply) => reply.send(answer.map(Arc::unwrap_or_clone)).is_ok(),
+        };
     }
 
     /// What the store writer answers once the write is durable.
