@@ -36,6 +36,9 @@ pub enum StatusAnswer {
     Durable(oneshot::Receiver<Result<Node, PushError>>),
 }
 
+/// Where the answer to a write goes.
+pub type Reply<T> = oneshot::Sender<Result<T, PushError>>;
+
 /// A write the server asks of the controller, with the channel its answer
 /// goes back on: what kubelets push (status, Leases, Events, registration,
 /// their CSINodes and mirror pods), operators' edits and deletes, and what
@@ -47,31 +50,28 @@ pub enum WriteRequest {
         status: PushedStatus,
         /// `metadata.resourceVersion` the writer based its update on, if it gave one.
         expected_version: Option<u64>,
-        reply: oneshot::Sender<Result<StatusAnswer, PushError>>,
+        reply: Reply<StatusAnswer>,
     },
     /// Create a node's Lease.
-    CreateLease {
-        lease: Lease,
-        reply: oneshot::Sender<Result<Lease, PushError>>,
-    },
+    CreateLease { lease: Lease, reply: Reply<Lease> },
     /// Replace a node's Lease (renewal).
     UpdateLease {
         lease: Lease,
         expected_generation: Option<u64>,
-        reply: oneshot::Sender<Result<Lease, PushError>>,
+        reply: Reply<Lease>,
     },
     /// An Event a node's kubelet posted (`POST .../events`), kept in the
     /// node's history within the node's budget.
     KubeletEvent {
         name: String,
         kind: EventKind,
-        reply: oneshot::Sender<Result<(), PushError>>,
+        reply: Reply<()>,
     },
     /// An event about a node from outside the controller (what the mirror did).
     Record {
         name: String,
         kind: EventKind,
-        reply: oneshot::Sender<Result<(), PushError>>,
+        reply: Reply<()>,
     },
     /// A kubelet registering its node (`POST /api/v1/nodes`).
     Register {
@@ -79,7 +79,7 @@ pub enum WriteRequest {
         /// The annotations it registers with (the source annotation aside).
         annotations: BTreeMap<String, String>,
         status: PushedStatus,
-        reply: oneshot::Sender<Result<Node, PushError>>,
+        reply: Reply<Node>,
     },
     /// An operator's write to the fields operators own (`PATCH`/`PUT nodes/{name}`).
     Edit {
@@ -88,7 +88,7 @@ pub enum WriteRequest {
         expected_version: Option<u64>,
         /// Who, as the API authenticated them.
         by: String,
-        reply: oneshot::Sender<Result<Node, PushError>>,
+        reply: Reply<Node>,
     },
     /// A kubelet's write of an object kept with its node (its CSINode).
     WriteObject {
@@ -98,14 +98,14 @@ pub enum WriteRequest {
         kind: &'static str,
         /// What the object holds, for its history.
         summary: String,
-        reply: oneshot::Sender<Result<NodeObject, PushError>>,
+        reply: Reply<NodeObject>,
     },
     /// An operator deleting a node (`DELETE nodes/{name}`).
     Delete {
         name: String,
         preconditions: Preconditions,
         by: String,
-        reply: oneshot::Sender<Result<Node, PushError>>,
+        reply: Reply<Node>,
     },
 }
 
@@ -191,13 +191,16 @@ impl ControllerHandle {
         (ControllerHandle { sender }, receiver)
     }
 
-    async fn ask<T>(
+    /// Sends the write `request` makes with the channel its answer comes
+    /// back on, and awaits the answer:
+    /// `write(|reply| WriteRequest::Record { name, kind, reply })`.
+    pub async fn write<T>(
         &self,
-        make: impl FnOnce(oneshot::Sender<Result<T, PushError>>) -> WriteRequest,
+        request: impl FnOnce(Reply<T>) -> WriteRequest,
     ) -> Result<T, PushError> {
         let (reply, answer) = oneshot::channel();
         self.sender
-            .send(make(reply))
+            .send(request(reply))
             .await
             .map_err(|_| PushError::Stopped)?;
         answer.await.map_err(|_| PushError::Stopped)?
@@ -212,7 +215,7 @@ impl ControllerHandle {
         expected_version: Option<u64>,
     ) -> Result<Arc<Node>, PushError> {
         let answer = self
-            .ask(|reply| WriteRequest::Status {
+            .write(|reply| WriteRequest::Status {
                 name,
                 status,
                 expected_version,
@@ -227,101 +230,22 @@ impl ControllerHandle {
         }
     }
 
+    /// A kubelet's new Lease; answers it as stored.
     pub async fn create_lease(&self, lease: Lease) -> Result<Lease, PushError> {
-        self.ask(|reply| WriteRequest::CreateLease { lease, reply })
+        self.write(|reply| WriteRequest::CreateLease { lease, reply })
             .await
     }
 
+    /// A kubelet's Lease replaced (a renewal, the heartbeat's other half);
+    /// answers it as stored.
     pub async fn update_lease(
         &self,
         lease: Lease,
         expected_generation: Option<u64>,
     ) -> Result<Lease, PushError> {
-        self.ask(|reply| WriteRequest::UpdateLease {
+        self.write(|reply| WriteRequest::UpdateLease {
             lease,
             expected_generation,
-            reply,
-        })
-        .await
-    }
-
-    /// Writes an object kept with its node; answers it as stored (a
-    /// deleted one as it was).
-    pub async fn write_object(
-        &self,
-        object: NodeObject,
-        write: ObjectWrite,
-        kind: &'static str,
-        summary: String,
-    ) -> Result<NodeObject, PushError> {
-        self.ask(|reply| WriteRequest::WriteObject {
-            object,
-            write,
-            kind,
-            summary,
-            reply,
-        })
-        .await
-    }
-
-    /// Keeps an Event a node's kubelet posted in the node's history.
-    pub async fn kubelet_event(&self, name: String, kind: EventKind) -> Result<(), PushError> {
-        self.ask(|reply| WriteRequest::KubeletEvent { name, kind, reply })
-            .await
-    }
-
-    /// Records `kind` in the node's history, durably.
-    pub async fn record(&self, name: String, kind: EventKind) -> Result<(), PushError> {
-        self.ask(|reply| WriteRequest::Record { name, kind, reply })
-            .await
-    }
-
-    /// A kubelet registering its node, with the annotations it sends (the
-    /// labels are the spec's).
-    pub async fn register(
-        &self,
-        spec: NodeSpec,
-        annotations: BTreeMap<String, String>,
-        status: PushedStatus,
-    ) -> Result<Node, PushError> {
-        self.ask(|reply| WriteRequest::Register {
-            spec,
-            annotations,
-            status,
-            reply,
-        })
-        .await
-    }
-
-    /// An operator's write; answers the node as stored (unchanged if the write changed nothing).
-    pub async fn edit(
-        &self,
-        name: String,
-        fields: OperatorFields,
-        expected_version: Option<u64>,
-        by: String,
-    ) -> Result<Node, PushError> {
-        self.ask(|reply| WriteRequest::Edit {
-            name,
-            fields,
-            expected_version,
-            by,
-            reply,
-        })
-        .await
-    }
-
-    /// An operator's delete; answers the node as it was.
-    pub async fn delete(
-        &self,
-        name: String,
-        preconditions: Preconditions,
-        by: String,
-    ) -> Result<Node, PushError> {
-        self.ask(|reply| WriteRequest::Delete {
-            name,
-            preconditions,
-            by,
             reply,
         })
         .await
@@ -409,11 +333,11 @@ impl Controller {
         let ahead = self.is_ahead(name);
         let mode = self.config.status_mode;
         let Some(tracked) = self.tracked.get_mut(name) else {
-            return reply.refuse(PushError::not_found("nodes", name));
+            return reply.send(Err(PushError::not_found("nodes", name)));
         };
         // A write on its way gets a newer version than any a client has seen.
         if expected.is_some_and(|v| ahead || v != tracked.node.resource_version) {
-            return reply.refuse(PushError::conflict("nodes", name));
+            return reply.send(Err(PushError::conflict("nodes", name)));
         }
         let wall = Micros::now();
         if !heartbeat_only(&tracked.node, &pushed, mode) {
@@ -437,7 +361,7 @@ impl Controller {
             self.beats_changed = true;
             tracked.beats_unwritten = true;
         }
-        reply.answer(tracked.node.share());
+        reply.send(Ok(tracked.node.share()));
     }
 
     /// [`Controller::apply_status`] for a push that is more than a
@@ -452,7 +376,7 @@ impl Controller {
         reply: StatusReply,
     ) {
         let Some(tracked) = self.tracked.get(name) else {
-            return reply.refuse(PushError::not_found("nodes", name));
+            return reply.send(Err(PushError::not_found("nodes", name)));
         };
         let eviction = self.config.eviction.mode;
         let rules = FoldRules {
@@ -468,7 +392,7 @@ impl Controller {
         };
         let folded = match fold_status(&tracked.node, pushed, &rules, wall, owner_of) {
             Ok(folded) => folded,
-            Err(invalid) => return reply.refuse(invalid.into()),
+            Err(invalid) => return reply.send(Err(invalid.into())),
         };
         self.metrics.heartbeat_counter(Via::Status).inc();
         if let Some(why) = &folded.addresses_ignored {
@@ -515,10 +439,10 @@ impl Controller {
         };
         self.beats_changed = true;
         tracked.beats_unwritten = true;
-        reply.answer(node);
+        reply.send(Ok(node));
     }
 
-    fn create_lease(&mut self, mut lease: Lease, reply: oneshot::Sender<Result<Lease, PushError>>) {
+    fn create_lease(&mut self, mut lease: Lease, reply: Reply<Lease>) {
         if !self.tracked.contains_key(&lease.name) {
             let _ = reply.send(Err(PushError::Forbidden(format!(
                 "leases.coordination.k8s.io {:?} is forbidden: no node {:?} is registered, and \
@@ -541,12 +465,7 @@ impl Controller {
         self.write_lease(lease, reply);
     }
 
-    fn update_lease(
-        &mut self,
-        mut lease: Lease,
-        expected: Option<u64>,
-        reply: oneshot::Sender<Result<Lease, PushError>>,
-    ) {
+    fn update_lease(&mut self, mut lease: Lease, expected: Option<u64>, reply: Reply<Lease>) {
         let Some(current) = self.leases.get_mut(&lease.name) else {
             let _ = reply.send(Err(PushError::not_found(LEASES, lease.name)));
             return;
@@ -594,7 +513,7 @@ impl Controller {
     }
 
     /// A new Lease, or one changed beyond its times: written, then answered.
-    fn write_lease(&mut self, lease: Lease, reply: oneshot::Sender<Result<Lease, PushError>>) {
+    fn write_lease(&mut self, lease: Lease, reply: Reply<Lease>) {
         let name = lease.name.clone();
         self.leases.insert(name.clone(), lease.clone());
         self.dirty_leases.remove(&name);
@@ -611,7 +530,7 @@ impl Controller {
         spec: NodeSpec,
         annotations: BTreeMap<String, String>,
         status: PushedStatus,
-        reply: oneshot::Sender<Result<Node, PushError>>,
+        reply: Reply<Node>,
     ) {
         if !self.config.allow_node_registration {
             let _ = reply.send(Err(PushError::Forbidden(format!(
@@ -798,33 +717,20 @@ impl Controller {
 /// Who hears how a pushed status was taken.
 enum StatusReply {
     /// A status update (see [`StatusAnswer`]).
-    Push(oneshot::Sender<Result<StatusAnswer, PushError>>),
+    Push(Reply<StatusAnswer>),
     /// A registration's first status: a node of its own.
-    Register(oneshot::Sender<Result<Node, PushError>>),
+    Register(Reply<Node>),
 }
 
 impl StatusReply {
-    fn refuse(self, e: PushError) {
-        match self {
-            StatusReply::Push(reply) => {
-                let _ = reply.send(Err(e));
-            }
-            StatusReply::Register(reply) => {
-                let _ = reply.send(Err(e));
-            }
-        }
-    }
-
-    /// Answers now, with the node as it is.
-    fn answer(self, node: Arc<Node>) {
-        match self {
-            StatusReply::Push(reply) => {
-                let _ = reply.send(Ok(StatusAnswer::Now(node)));
-            }
-            StatusReply::Register(reply) => {
-                let _ = reply.send(Ok(Arc::unwrap_or_clone(node)));
-            }
-        }
+    /// Answers now: a refusal, or the node as it is (shared for a push,
+    /// its own for a registration).
+    fn send(self, answer: Result<Arc<Node>, PushError>) {
+        // Heard or not: a client that has gone waits for nothing.
+        let _ = match self {
+            StatusReply::Push(reply) => reply.send(answer.map(StatusAnswer::Now)).is_ok(),
+            StatusReply::Register(reply) => reply.send(answer.map(Arc::unwrap_or_clone)).is_ok(),
+        };
     }
 
     /// What the store writer answers once the write is durable.

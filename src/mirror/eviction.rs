@@ -16,6 +16,7 @@ use super::budget::Priority;
 use super::jobs::{done, failed, store_error, Ctx, PAGE};
 use super::queue::Outcome;
 use super::ApiError;
+use crate::controller::WriteRequest;
 use crate::model::{ConditionStatus, EventKind, Micros, READY};
 use crate::store::OutboxKey;
 
@@ -43,7 +44,12 @@ pub(super) async fn evict_and_record(
         }
     };
     let kind = EventKind::EvictionDone { result };
-    if let Err(e) = ctx.controller.record(name.to_string(), kind).await {
+    let recorded = ctx.controller.write(|reply| WriteRequest::Record {
+        name: name.to_string(),
+        kind,
+        reply,
+    });
+    if let Err(e) = recorded.await {
         let e = ApiError::local(e.to_string());
         return Err(failed(ctx, format!("recording the eviction of {name}"), e));
     }

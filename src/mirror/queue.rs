@@ -555,11 +555,7 @@ impl Queue {
 /// Where in the renewal interval a node's Lease falls, in [0, 1): a hash of
 /// its name (FNV-1a, mixed), stable across restarts.
 fn phase_of(name: &str) -> f64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in name.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
+    let mut hash = crate::liveness::fnv1a(name.as_bytes());
     // FNV's high bits barely move with the last characters (edge-00001,
     // edge-00002, ...): mixed as MurmurHash3 finishes.
     hash ^= hash >> 33;

@@ -31,6 +31,7 @@ use super::csrs::{self, APPROVED_BY, RESOURCE};
 use super::identity::{BOOTSTRAPPERS_GROUP, NODES_GROUP};
 use super::AppState;
 use crate::certificates::{self, Signer, KUBELET_CLIENT_SIGNER};
+use crate::controller::WriteRequest;
 use crate::model::{normalize_name, EventKind, Micros, SELF_REGISTERED};
 use crate::store::{ApiObject, ApiWriteError, StoreError};
 
@@ -86,7 +87,11 @@ pub async fn round(s: &AppState, signer: Option<&Signer>, now: Micros) -> Result
                     // Durable first, so the history never names a
                     // certificate its requester could not get.
                     s.store.flush().await?;
-                    if let Err(e) = s.controller.record(node.clone(), kind).await {
+                    let name = node.clone();
+                    let recorded =
+                        s.controller
+                            .write(|reply| WriteRequest::Record { name, kind, reply });
+                    if let Err(e) = recorded.await {
                         tracing::error!(node, "recording the issued certificate failed: {e}");
                     }
                 }

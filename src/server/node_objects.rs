@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::push::push_error;
 use super::{refusal, Answer, AppState};
-use crate::controller::ObjectWrite;
+use crate::controller::{ObjectWrite, WriteRequest};
 use crate::model::{NodeObject, ObjectKey};
 
 /// One kind of object kept with its node.
@@ -65,9 +65,13 @@ impl NodeKept {
         code: StatusCode,
     ) -> Answer {
         let summary = (self.summary)(&object);
-        let written = s
-            .controller
-            .write_object(object, how, self.resource, summary);
+        let written = s.controller.write(|reply| WriteRequest::WriteObject {
+            object,
+            write: how,
+            kind: self.resource,
+            summary,
+            reply,
+        });
         let object = written.await.map_err(push_error)?;
         Ok((code, Json(served(&object))).into_response())
     }

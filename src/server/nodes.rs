@@ -16,7 +16,7 @@ use super::params::{wants_table, DeleteOptions, ListParams};
 use super::{
     bad_request, forbidden, not_found, paging, refusal, table, Answer, AppState, Caller, Identity,
 };
-use crate::controller::{Preconditions, PushError};
+use crate::controller::{Preconditions, PushError, WriteRequest};
 use crate::model::{Micros, Node};
 
 /// How often a patch without a precondition is applied again when the
@@ -216,12 +216,13 @@ async fn commit(
     by: &str,
 ) -> Result<crate::model::Node, PushError> {
     s.controller
-        .edit(
-            name.to_string(),
-            prepared.fields,
-            prepared.expected_version,
-            by.to_string(),
-        )
+        .write(|reply| WriteRequest::Edit {
+            name: name.to_string(),
+            fields: prepared.fields,
+            expected_version: prepared.expected_version,
+            by: by.to_string(),
+            reply,
+        })
         .await
 }
 
@@ -365,7 +366,12 @@ pub(crate) async fn delete_node(
     };
     let node = s
         .controller
-        .delete(name.clone(), preconditions, writer(identity, &headers))
+        .write(|reply| WriteRequest::Delete {
+            name: name.clone(),
+            preconditions,
+            by: writer(identity, &headers),
+            reply,
+        })
         .await
         .map_err(super::push::push_error)?;
     // What kube-apiserver answers for an object deleted at once.

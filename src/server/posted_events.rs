@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use super::push::{json_body, push_error, ContentType};
 use super::{Answer, AppState, Caller};
+use crate::controller::WriteRequest;
 use crate::model::EventKind;
 
 /// Longest reason kept, in bytes (kube-apiserver's is 128 for events.k8s.io).
@@ -141,7 +142,11 @@ async fn keep(
         object: cut(object, 3 * MAX_NAME),
     };
     s.controller
-        .kubelet_event(node, kind)
+        .write(|reply| WriteRequest::KubeletEvent {
+            name: node,
+            kind,
+            reply,
+        })
         .await
         .map_err(push_error)?;
     Ok((StatusCode::CREATED, Json(sent.unwrap_or_default())).into_response())

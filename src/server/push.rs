@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use super::node_writes;
 use super::patch::{self, PatchKind};
 use super::{bad_request, refusal, status_error, Answer, AppState};
-use crate::controller::{PushError, PushedStatus};
+use crate::controller::{PushError, PushedStatus, WriteRequest};
 
 /// A refused write, as a Kubernetes `Status`.
 pub(crate) fn push_error(e: PushError) -> Response {
@@ -527,12 +527,13 @@ async fn kubelet_metadata(
     let fields = crate::k8s::operator_fields(&node, &object, false)
         .map_err(|e| super::nodes::write_error(e.into()))?;
     s.controller
-        .edit(
-            name.to_string(),
+        .write(|reply| WriteRequest::Edit {
+            name: name.to_string(),
             fields,
-            Some(node.resource_version),
-            principal.user().name.clone(),
-        )
+            expected_version: Some(node.resource_version),
+            by: principal.user().name.clone(),
+            reply,
+        })
         .await
         .map_err(push_error)?;
     Ok(decided.kept)
@@ -649,8 +650,13 @@ pub(crate) async fn create_node(
     }
     let (spec, status) = crate::k8s::node_registration(&node)
         .map_err(|causes| invalid_fields("Node", &name, causes))?;
-    let node = s.controller.register(spec, annotations, status).await;
-    let node = node.map_err(push_error)?;
+    let node = s.controller.write(|reply| WriteRequest::Register {
+        spec,
+        annotations,
+        status,
+        reply,
+    });
+    let node = node.await.map_err(push_error)?;
     Ok(created(json_reply(&crate::k8s::NodeJson::shown(
         &node, None,
     ))))
