@@ -402,7 +402,7 @@ pub struct NodeSpec {
 }
 
 /// One entry of the history. `seq` is strictly increasing store-wide.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub seq: u64,
     pub time: Micros,
@@ -410,34 +410,6 @@ pub struct Event {
     pub node: Option<String>,
     #[serde(flatten)]
     pub kind: EventKind,
-}
-
-/// Read as a JSON object, then its kind from the fields left: the same
-/// result as serde's `flatten`, without a second decoder of every kind
-/// (`flatten` compiles one of its own, 57 kB; docs/decisions/binary-size.md).
-impl<'de> Deserialize<'de> for Event {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Event, D::Error> {
-        use serde::de::Error;
-        use serde_json::Value;
-        let mut fields = serde_json::Map::deserialize(d)?;
-        let mut take = |key: &'static str| fields.remove(key).unwrap_or(Value::Null);
-        let seq = match take("seq") {
-            Value::Null => return Err(D::Error::missing_field("seq")),
-            seq => u64::deserialize(seq).map_err(D::Error::custom)?,
-        };
-        let time = match take("time") {
-            Value::Null => return Err(D::Error::missing_field("time")),
-            time => Micros::deserialize(time).map_err(D::Error::custom)?,
-        };
-        let node = Option::<String>::deserialize(take("node")).map_err(D::Error::custom)?;
-        let kind = EventKind::deserialize(Value::Object(fields)).map_err(D::Error::custom)?;
-        Ok(Event {
-            seq,
-            time,
-            node,
-            kind,
-        })
-    }
 }
 
 /// What happened. Append-only: the store encodes these by variant index.
