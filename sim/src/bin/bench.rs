@@ -15,6 +15,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod burst;
+mod callgrind;
 mod history;
 mod readers;
 mod storm;
@@ -109,6 +110,13 @@ struct Args {
     /// The nodekeeper-floor binary (default: the one next to this executable).
     #[arg(long, requires = "floor")]
     floor_bin: Option<PathBuf>,
+    /// Run the controller under valgrind's callgrind and report the
+    /// instructions it runs per heartbeat (or probe) in the window: a count
+    /// that does not move with the machine's load, to compare two builds
+    /// at once. The controller runs about fifty times slower: give it a
+    /// small fleet (`--sizes 300`); its CPU figures are valgrind's.
+    #[arg(long, conflicts_with_all = ["floor", "readers", "soak", "burst", "reconnect_storm"])]
+    callgrind: bool,
     #[command(flatten)]
     bin: BinArg,
     /// A different nodekeeper binary for the controller only (the sims stay
@@ -168,6 +176,9 @@ async fn real_main() -> Result<()> {
         bail!("--sample-every must be more than zero");
     }
     let mode = Mode::of(&args);
+    if args.callgrind {
+        callgrind::check_installed()?;
+    }
     let bin = args.bin.resolve()?;
     let controller_bin = args.controller_bin.clone().unwrap_or_else(|| bin.clone());
     if !controller_bin.is_file() {
@@ -337,6 +348,8 @@ struct Row {
     storm: Option<storm::Storm>,
     /// With --tls client-certs: node certificates made, and how long that took.
     certs_made: Option<(usize, Duration)>,
+    /// With --callgrind: the instructions the controller ran in the window.
+    instructions: Option<u64>,
     stop: String,
 }
 
@@ -396,7 +409,13 @@ async fn bench_size(
             }
             extra.extend(args.controller_args.iter().cloned());
             let flags = controller_args(&run.procs.dir, &merged, listen, args.grace, &extra);
-            run.procs.start_controller(&bins.controller, &flags)?;
+            if args.callgrind {
+                let out = run.procs.dir.join("callgrind.out");
+                let (valgrind, flags) = callgrind::wrap(&bins.controller, &flags, &out);
+                run.procs.start_controller(&valgrind, &flags)?;
+            } else {
+                run.procs.start_controller(&bins.controller, &flags)?;
+            }
             let url = run
                 .procs
                 .wait_for_discovery(CONTROLLER_START_TIMEOUT, POLL)
@@ -455,6 +474,9 @@ async fn bench_size(
             reader_windows.push(window);
         }
     }
+    if args.callgrind {
+        callgrind::start(run.procs.controller_pid()?)?;
+    }
     let start = Sample::take(&run, client, &url, machine).await?;
     if args.readers.is_empty() {
         eprintln!("   measuring {:?}", args.measure);
@@ -462,6 +484,12 @@ async fn bench_size(
     }
     run.procs.check_alive()?;
     let end = Sample::take(&run, client, &url, machine).await?;
+    let instructions = if args.callgrind {
+        let out = run.procs.dir.join("callgrind.out");
+        Some(callgrind::stop(run.procs.controller_pid()?, &out)?)
+    } else {
+        None
+    };
 
     let mut soak = Vec::new();
     if let Some(length) = args.soak {
@@ -517,6 +545,7 @@ async fn bench_size(
         reader_windows,
         storm,
         certs_made: tls_files.map(|f| f.made),
+        instructions,
         stop,
     })
 }
@@ -1440,6 +1469,25 @@ fn row_notes(row: &Row, mode: Mode) -> Vec<String> {
             row.nodes,
             row.ready_after.as_secs_f64()
         )),
+    }
+    if let Some(instructions) = row.instructions {
+        let (count, what) = match (mode, row.end.metrics) {
+            (Mode::Push { .. }, _) => (row.end.heartbeats - row.start.heartbeats, "heartbeat"),
+            (Mode::Probe { .. }, Some(end)) => (
+                end.probes - row.start.metrics.map_or(0.0, |m| m.probes),
+                "probe",
+            ),
+            (Mode::Probe { .. }, None) => (0.0, "probe"),
+        };
+        let per = if count > 0.0 {
+            format!("{:.0}", instructions as f64 / count)
+        } else {
+            "n/a".into()
+        };
+        notes.push(format!(
+            "{} nodes: callgrind counted {instructions} controller instructions in the window, {per} per {what} ({count:.0} {what}s); the CPU figures above are under valgrind",
+            row.nodes
+        ));
     }
     if let Mode::Push { .. } = mode {
         let (s, e) = (&row.start.pushes, &row.end.pushes);
