@@ -464,7 +464,7 @@ mod tests {
         let last = store.api_version();
         drop(store);
         // Deletions before a restart are not known after it.
-        let store = Store::open(dir.path(), &options).unwrap();
+        let store = crate::store::open_when_released(dir.path(), &options).unwrap();
         assert_eq!(
             store.api_deletions("secrets", last - 1).unwrap_err().floor,
             last

@@ -19,19 +19,10 @@ fn node(name: &str) -> Node {
     n
 }
 
-/// Opens a store another `Store` in this process just dropped. sled's
-/// background threads let go of the file lock shortly after the drop; a
-/// restart is a new process in practice, here it may race (bounded wait).
+/// Opens a store another `Store` in this process just dropped (a restart
+/// is a new process in practice; here sled's threads may still hold the lock).
 pub(crate) fn reopen(path: &std::path::Path) -> Store {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        match Store::open(path, &StoreOptions::default()) {
-            Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(10))
-            }
-            other => break other.unwrap(),
-        }
-    }
+    super::open_when_released(path, &StoreOptions::default()).unwrap()
 }
 
 fn register(store: &Store, name: &str) -> Vec<Event> {
