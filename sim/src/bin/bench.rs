@@ -388,6 +388,7 @@ async fn bench_size(
         None => None,
     };
     let started = Instant::now();
+    let callgrind_out = args.callgrind.then(|| run.procs.dir.join("callgrind.out"));
     let listen = mode.controller_listen()?;
     let mut sim_extra = mode.sim_args(listen, tls_files.is_some());
     if let Some(files) = &tls_files {
@@ -409,9 +410,8 @@ async fn bench_size(
             }
             extra.extend(args.controller_args.iter().cloned());
             let flags = controller_args(&run.procs.dir, &merged, listen, args.grace, &extra);
-            if args.callgrind {
-                let out = run.procs.dir.join("callgrind.out");
-                let (valgrind, flags) = callgrind::wrap(&bins.controller, &flags, &out);
+            if let Some(out) = &callgrind_out {
+                let (valgrind, flags) = callgrind::wrap(&bins.controller, &flags, out);
                 run.procs.start_controller(&valgrind, &flags)?;
             } else {
                 run.procs.start_controller(&bins.controller, &flags)?;
@@ -474,7 +474,7 @@ async fn bench_size(
             reader_windows.push(window);
         }
     }
-    if args.callgrind {
+    if callgrind_out.is_some() {
         callgrind::start(run.procs.controller_pid()?)?;
     }
     let start = Sample::take(&run, client, &url, machine).await?;
@@ -484,11 +484,9 @@ async fn bench_size(
     }
     run.procs.check_alive()?;
     let end = Sample::take(&run, client, &url, machine).await?;
-    let instructions = if args.callgrind {
-        let out = run.procs.dir.join("callgrind.out");
-        Some(callgrind::stop(run.procs.controller_pid()?, &out)?)
-    } else {
-        None
+    let instructions = match &callgrind_out {
+        Some(out) => Some(callgrind::stop(run.procs.controller_pid()?, out)?),
+        None => None,
     };
 
     let mut soak = Vec::new();
@@ -1471,13 +1469,14 @@ fn row_notes(row: &Row, mode: Mode) -> Vec<String> {
         )),
     }
     if let Some(instructions) = row.instructions {
-        let (count, what) = match (mode, row.end.metrics) {
-            (Mode::Push { .. }, _) => (row.end.heartbeats - row.start.heartbeats, "heartbeat"),
-            (Mode::Probe { .. }, Some(end)) => (
-                end.probes - row.start.metrics.map_or(0.0, |m| m.probes),
+        let (count, what) = match mode {
+            Mode::Push { .. } => (row.end.heartbeats - row.start.heartbeats, "heartbeat"),
+            // A probe run always has a controller to read.
+            Mode::Probe { .. } => (
+                row.end.metrics.unwrap_or_default().probes
+                    - row.start.metrics.unwrap_or_default().probes,
                 "probe",
             ),
-            (Mode::Probe { .. }, None) => (0.0, "probe"),
         };
         let per = if count > 0.0 {
             format!("{:.0}", instructions as f64 / count)
