@@ -248,6 +248,12 @@ pub(super) fn export(
     at: Option<u64>,
     version: u32,
 ) -> Result<(ExportSummary, Counts), StoreError> {
+    if !(1..=EXPORT_FORMAT_VERSION).contains(&version) {
+        return Err(StoreError::Export(std::io::Error::other(format!(
+            "there is no export format {version}: this release writes formats 1 to \
+             {EXPORT_FORMAT_VERSION}"
+        ))));
+    }
     let (v1, v2) = (version == 1, version == 2);
     let mut left_out = Counts::default();
     // The history from the horizon on is held for the export's length: a

@@ -798,3 +798,18 @@ fn a_format_2_export_leaves_out_what_schema_6_cannot_read() {
     assert_eq!(copy.last_seq(), store.last_seq());
     assert!(copy.nodes().unwrap()[0].reported.is_empty());
 }
+
+#[test]
+fn an_export_format_this_release_does_not_write_is_refused_before_a_byte() {
+    let (_dir, store) = open();
+    for version in [0, crate::store::EXPORT_FORMAT_VERSION + 1] {
+        let mut out = Vec::new();
+        let err = store.export_format(&mut out, version).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("there is no export format {version}")),
+            "{err}"
+        );
+        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+    }
+}
