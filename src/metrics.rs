@@ -178,8 +178,7 @@ pub struct Metrics {
     pub http_rejected: Family<RejectedLabels, Counter>,
     /// Handles into `heartbeats` and `http_inflight`, taken once: counting
     /// thousands of requests a second needs no label lookup each time.
-    /// Indexed by [`Via`] and [`RequestKind`] `as usize`: in the order the
-    /// enums declare their variants.
+    /// In the order `heartbeat_counter` and `inflight_gauge` match them.
     heartbeats_by: [Counter; 2],
     inflight: [Gauge; 3],
     pub mirror_throttled: Counter,
@@ -619,12 +618,21 @@ impl Metrics {
 
     /// `nodekeeper_heartbeats_total` of one kind of heartbeat.
     pub fn heartbeat_counter(&self, via: Via) -> &Counter {
-        &self.heartbeats_by[via as usize]
+        let [status, lease] = &self.heartbeats_by;
+        match via {
+            Via::Status => status,
+            Via::Lease => lease,
+        }
     }
 
     /// `nodekeeper_http_inflight_requests` of one budget.
     pub fn inflight_gauge(&self, kind: &RequestKind) -> &Gauge {
-        &self.inflight[kind.clone() as usize]
+        let [watch, read, mutating] = &self.inflight;
+        match kind {
+            RequestKind::Watch => watch,
+            RequestKind::Read => read,
+            RequestKind::Mutating => mutating,
+        }
     }
 
     /// Sets the heartbeat age quantiles from the ages of every pushing node.
