@@ -14,9 +14,9 @@ pub mod token;
 pub mod ui;
 pub mod version;
 
-use std::future::Future;
 use std::path::Path;
-use std::pin::Pin;
+
+use futures_util::future::LocalBoxFuture;
 
 use crate::cli::{Cli, Command, ConfigCommand, SimArgs};
 use crate::inspect::Source;
@@ -48,9 +48,6 @@ pub struct Simulator {
     /// `nodekeeper sim`.
     pub command: for<'a> fn(&'a SimArgs, &'a Path) -> LocalBoxFuture<'a, Outcome>,
 }
-
-/// A future that stays on the thread that polls it.
-pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
 /// Runs one command on `runtime`, to what it prints. Not `async`, so that
 /// the library's futures are compiled here, once: a binary that awaited

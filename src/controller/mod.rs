@@ -50,7 +50,7 @@ pub use cloud_sync::{CloudSource, SourceStatus, TAINT_SHUTDOWN};
 use conditions::Health;
 pub use operator::{OperatorFields, Preconditions, SourceListing, MANAGED_TAINTS};
 pub use push::{
-    ControllerHandle, ObjectWrite, PushError, PushedStatus, Reply, StatusAnswer, WriteRequest,
+    ControllerHandle, ObjectWrite, PushError, PushedStatus, StatusAnswer, WriteRequest,
     MAX_OBJECTS_PER_NODE,
 };
 pub use static_sync::NodesFile;

@@ -445,7 +445,7 @@ impl Controller {
     fn create_lease(&mut self, mut lease: Lease, reply: Reply<Lease>) {
         if !self.tracked.contains_key(&lease.name) {
             let _ = reply.send(Err(PushError::Forbidden(format!(
-                "leases.coordination.k8s.io {:?} is forbidden: no node {:?} is registered, and \
+                "{LEASES} {:?} is forbidden: no node {:?} is registered, and \
                  nodekeeper keeps a Lease with its node: register the node first, as a kubelet \
                  does (it creates its Lease owned by its node, once it can read the node)",
                 lease.name, lease.name

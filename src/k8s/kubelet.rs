@@ -31,8 +31,6 @@ pub fn pushed_status_of(status: Option<NodeStatus>) -> Result<PushedStatus, Vec<
     }
 }
 
-/// Reads each field of a pushed status against its bound. Over 80 lines:
-/// one check per field, each naming the field it refuses.
 /// The address types Kubernetes knows, in its order.
 const ADDRESS_KINDS: [AddressKind; 5] = [
     AddressKind::InternalIP,
@@ -42,6 +40,8 @@ const ADDRESS_KINDS: [AddressKind; 5] = [
     AddressKind::ExternalDNS,
 ];
 
+/// Reads each field of a pushed status against its bound. Over 80 lines:
+/// one check per field, each naming the field it refuses.
 fn status_of(status: NodeStatus) -> Result<PushedStatus, Vec<FieldError>> {
     let mut errors = Vec::new();
     let given = status.conditions.unwrap_or_default();

@@ -302,7 +302,7 @@ pub fn csr_table(
                 csr.metadata
                     .creation_timestamp
                     .as_ref()
-                    .map(|t| micros(t.0)),
+                    .map(|t| super::micros(&t.0)),
                 now,
             );
             let duration = csr.spec.expiration_seconds.map_or_else(
@@ -416,10 +416,6 @@ pub(super) fn age_at(t: Option<Micros>, now: Micros) -> String {
     }
 }
 
-fn micros(t: jiff::Timestamp) -> Micros {
-    Micros(t.as_microsecond())
-}
-
 /// One row of the event printer (`printEvent`), wide as the API server renders it.
 fn event_cells(e: &Event, now: Micros) -> Vec<Value> {
     let first = e
@@ -427,9 +423,9 @@ fn event_cells(e: &Event, now: Micros) -> Vec<Value> {
         .as_ref()
         .map(|t| t.0)
         .or_else(|| e.event_time.as_ref().map(|t| t.0));
-    let first = age_at(first.map(micros), now);
+    let first = age_at(first.as_ref().map(super::micros), now);
     let last = match &e.last_timestamp {
-        Some(t) => age_at(Some(micros(t.0)), now),
+        Some(t) => age_at(Some(super::micros(&t.0)), now),
         None => first.clone(),
     };
     let o = &e.involved_object;

@@ -241,14 +241,9 @@ pub(crate) async fn patch_node(
     check_operator(&caller, &name)?;
     let content_type = super::push::content_type(&headers);
     let Some(format) = PatchFormat::from_content_type(content_type) else {
-        return Err(refusal(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: \
-                 application/json-patch+json, application/merge-patch+json, \
-                 application/strategic-merge-patch+json (got {content_type:?})"
-            ),
-        ));
+        let accepted = "application/json-patch+json, application/merge-patch+json, \
+                        application/strategic-merge-patch+json";
+        return Err(super::push::unsupported_type(content_type, accepted));
     };
     let body: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("the patch is not valid JSON: {e}")))?;
