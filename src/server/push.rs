@@ -546,11 +546,13 @@ fn node_forbidden(name: &str, message: &str) -> Response {
 
 /// Adds a `Warning` header (`299 - "TEXT"`, RFC 7234, as kube-apiserver
 /// sends warnings; client-go logs each, kubectl prints each) for each of
-/// `warnings`.
+/// `warnings`. The text is quoted as Rust quotes a string: `\` and `"`
+/// escaped as the RFC's quoted-string wants, and a control character (a
+/// field name in a body may hold one) escaped too, not left to make the
+/// header invalid.
 pub(super) fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     for text in warnings {
-        let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
-        if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+        if let Ok(value) = HeaderValue::from_str(&format!("299 - {text:?}")) {
             response.headers_mut().append(header::WARNING, value);
         }
     }
@@ -665,6 +667,28 @@ pub(crate) async fn create_node(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_warning_is_quoted_and_one_with_a_control_character_is_escaped_not_dropped() {
+        let warnings = [
+            r#"unknown field "spec.a\b""#.to_string(),
+            "unknown field \"metadata.labels.x\ny\"".to_string(),
+        ];
+        let response = with_warnings(Response::default(), &warnings);
+        let sent: Vec<_> = response
+            .headers()
+            .get_all(header::WARNING)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            sent,
+            [
+                r#"299 - "unknown field \"spec.a\\b\"""#,
+                r#"299 - "unknown field \"metadata.labels.x\ny\"""#,
+            ]
+        );
+    }
 
     async fn content_type_of(request: axum::http::Request<()>) -> String {
         let (mut parts, ()) = request.into_parts();
