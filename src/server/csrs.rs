@@ -28,12 +28,12 @@ use super::identity::Principal;
 use super::openapi::check_body_fields;
 use super::params::ListParams;
 use super::push::{json_body, ContentType};
-use super::watch::{gone_line, line, stream_response, Pause, DEFAULT_TIMEOUT};
+use super::watch::{line, stream_response, Pause, DEFAULT_TIMEOUT};
 use super::{bad_request, forbidden, not_found, refusal, Answer, AppState, Identity};
-use crate::k8s::watch::WatchEventType;
+use crate::k8s::watch::{error_line, too_old_version, WatchEventType};
 use crate::model::validation::{FieldError, Invalid};
 use crate::model::Micros;
-use crate::store::{ApiObject, ApiWriteError, StoreError};
+use crate::store::{ApiObject, ApiWriteError};
 
 /// The store's and the errors' name for these objects.
 pub const RESOURCE: &str = "certificatesigningrequests.certificates.k8s.io";
@@ -368,11 +368,8 @@ fn watch_csrs(s: AppState, params: ListParams) -> Answer {
             let deleted = match s.store.api_deletions(RESOURCE, deletions_seen) {
                 Ok(deleted) => deleted,
                 Err(e) => {
-                    let expired = StoreError::Expired {
-                        requested: e.requested,
-                        horizon: e.floor,
-                    };
-                    let _ = sender.send(gone_line(expired)).await;
+                    let gone = too_old_version(e.requested, e.floor);
+                    let _ = sender.send(Bytes::from(error_line(&gone))).await;
                     return;
                 }
             };
