@@ -164,7 +164,7 @@ fn take(store: &Store, config: &BackupConfig) -> Result<Taken, String> {
 /// `db export --output` write their files so.
 // Callers run it on a blocking thread, or in a command on a stopped store.
 #[allow(clippy::disallowed_methods)]
-pub fn export_file<T>(
+pub(crate) fn export_file<T>(
     path: &Path,
     export: impl FnOnce(&mut dyn std::io::Write) -> Result<T, StoreError>,
 ) -> Result<(T, u64), String> {

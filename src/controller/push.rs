@@ -727,10 +727,14 @@ impl StatusReply {
     /// its own for a registration).
     fn send(self, answer: Result<Arc<Node>, PushError>) {
         // Heard or not: a client that has gone waits for nothing.
-        let _ = match self {
-            StatusReply::Push(reply) => reply.send(answer.map(StatusAnswer::Now)).is_ok(),
-            StatusReply::Register(reply) => reply.send(answer.map(Arc::unwrap_or_clone)).is_ok(),
-        };
+        match self {
+            StatusReply::Push(reply) => {
+                let _ = reply.send(answer.map(StatusAnswer::Now));
+            }
+            StatusReply::Register(reply) => {
+                let _ = reply.send(answer.map(Arc::unwrap_or_clone));
+            }
+        }
     }
 
     /// What the store writer answers once the write is durable.

@@ -169,9 +169,10 @@ pub(crate) async fn patch_lease(
     let kube = patched::<KubeLease>(ct.as_str(), &body, current)?;
     // The patch applies to the current Lease; its version is not a precondition.
     let lease = crate::k8s::lease(&kube, &name).map_err(|e| invalid("Lease", &name, e))?;
-    match own {
-        false => replace_served(&s, lease).await,
-        true => update_lease(&s, lease, None).await,
+    if own {
+        update_lease(&s, lease, None).await
+    } else {
+        replace_served(&s, lease).await
     }
 }
 
