@@ -418,11 +418,17 @@ async fn csr_watches_see_deletions_made_before_and_while_they_run() {
         .unwrap();
     assert!(deleted_at > listed, "{event}");
     // A watch by name (the kubelet's `WaitForCertificate`) sees only its own.
-    let (_, mut by_name) = CsrWatch::open(
+    // Its options are read as kube-apiserver reads a ListOptions
+    // (`runtime.Convert_Slice_string_To_bool`): `allowWatchBookmarks=maybe`
+    // allows them, it is not refused.
+    let (code, mut by_name) = CsrWatch::open(
         &c,
-        &format!("resourceVersion={listed}&fieldSelector=metadata.name%3Dcsr-b"),
+        &format!(
+            "resourceVersion={listed}&fieldSelector=metadata.name%3Dcsr-b&allowWatchBookmarks=maybe"
+        ),
     )
     .await;
+    assert_eq!(code, 200);
 
     // Deleted while watched: at the deletion's version, after every earlier one.
     let (code, s) = c

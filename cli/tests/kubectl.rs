@@ -303,7 +303,6 @@ async fn lists_page_filter_and_print_as_the_api_server_does() {
         ),
         ("limit=many", 400, "BadRequest", "limit"),
         ("includeObject=All", 400, "BadRequest", "includeObject"),
-        ("watch=maybe", 400, "BadRequest", "watch"),
     ] {
         let (status, body) = get(&format!("{nodes_url}?{query}"), TABLE).await;
         assert_eq!(status, code, "{query}: {body}");
@@ -314,6 +313,23 @@ async fn lists_page_filter_and_print_as_the_api_server_does() {
             "{query}: {body}"
         );
     }
+
+    // `watch` is read as kube-apiserver reads a ListOptions (apimachinery
+    // `pkg/apis/meta/v1/zz_generated.conversion.go`,
+    // `Convert_url_Values_To_v1_ListOptions`, through
+    // `runtime.Convert_Slice_string_To_bool`): absent, `0` or `false` in any
+    // case is a list, any other value a watch; none is a 400.
+    let (status, list) = get(&format!("{nodes_url}?watch=FALSE"), "application/json").await;
+    assert_eq!((status, list["kind"].as_str()), (200, Some("NodeList")));
+    let watch = client()
+        .get(format!("{nodes_url}?watch=maybe&timeoutSeconds=1"))
+        .send()
+        .await
+        .expect("controller answers");
+    assert_eq!(watch.status(), 200);
+    let lines = watch.text().await.expect("the watch ends at its timeout");
+    let first: Value = serde_json::from_str(lines.lines().next().unwrap_or("")).unwrap();
+    assert_eq!(first["type"], "ADDED", "{lines}");
 
     // Discovery and the objects kubectl describe asks for besides the node.
     let (_, version) = get(&format!("{}/version", c.url), "application/json").await;

@@ -17,8 +17,6 @@ pub(crate) enum ParamsError {
     /// The query string does not fit [`ListParams`] (`limit=many`), in axum's words.
     #[error("{0}")]
     Malformed(String),
-    #[error("watch: invalid value {0:?}")]
-    Watch(String),
     #[error(transparent)]
     Labels(#[from] LabelSelectorError),
     #[error(transparent)]
@@ -90,12 +88,9 @@ impl ListParams {
             .map_err(|e| ParamsError::Malformed(e.body_text()))
     }
 
-    /// `?watch=`, read as Go's `strconv.ParseBool` reads it.
-    pub fn is_watch(&self) -> Result<bool, ParamsError> {
-        match self.watch.as_deref() {
-            None | Some("") => Ok(false),
-            Some(v) => parse_bool(v).ok_or_else(|| ParamsError::Watch(v.into())),
-        }
+    /// `?watch=`, as kube-apiserver reads it ([`query_bool`]).
+    pub fn is_watch(&self) -> bool {
+        query_bool(self.watch.as_deref())
     }
 
     /// Parses selectors, token and `includeObject`; `fields` are the field
@@ -128,7 +123,7 @@ impl ListParams {
         params: Result<Query<ListParams>, QueryRejection>,
     ) -> Result<(Self, bool), Response> {
         let params = Self::from_query(params).map_err(bad_request)?;
-        let watch = params.is_watch().map_err(bad_request)?;
+        let watch = params.is_watch();
         Ok((params, watch))
     }
 
@@ -142,13 +137,14 @@ impl ListParams {
     }
 }
 
-/// Go's `strconv.ParseBool`.
-pub(crate) fn parse_bool(v: &str) -> Option<bool> {
-    match v {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
-    }
+/// A boolean query parameter (`watch`, `allowWatchBookmarks`) as
+/// kube-apiserver reads a `ListOptions`: absent, `0` or `false` (in any
+/// case) is false, any other value true, the empty one included; none is
+/// refused. (`Convert_url_Values_To_v1_ListOptions` in apimachinery's
+/// `pkg/apis/meta/v1/zz_generated.conversion.go` reads both with
+/// `runtime.Convert_Slice_string_To_bool`, `pkg/runtime/conversion.go`.)
+pub(crate) fn query_bool(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
 }
 
 /// Whether the client asked for a Table (kubectl `get`).
@@ -163,22 +159,22 @@ pub(crate) fn wants_table(headers: &HeaderMap) -> bool {
 mod tests {
     use super::*;
 
+    /// kube-apiserver's `Convert_Slice_string_To_bool`
+    /// (apimachinery `pkg/runtime/conversion.go`): only absent, `0` and
+    /// `false` in any case are false; nothing is refused.
     #[test]
-    fn watch_is_read_like_go_bools() {
+    fn watch_is_read_as_kube_apiserver_reads_it() {
         let p = |w: &str| ListParams {
             watch: Some(w.to_string()),
             ..ListParams::default()
         };
-        assert_eq!(p("true").is_watch(), Ok(true));
-        assert_eq!(p("1").is_watch(), Ok(true));
-        assert_eq!(p("false").is_watch(), Ok(false));
-        assert_eq!(p("").is_watch(), Ok(false));
-        assert_eq!(p("yes").is_watch(), Err(ParamsError::Watch("yes".into())));
-        assert_eq!(
-            p("yes").is_watch().unwrap_err().to_string(),
-            "watch: invalid value \"yes\""
-        );
-        assert_eq!(ListParams::default().is_watch(), Ok(false));
+        for yes in ["true", "1", "True", "yes", "maybe", ""] {
+            assert!(p(yes).is_watch(), "{yes:?}");
+        }
+        for no in ["false", "0", "FALSE", "False", "fAlSe"] {
+            assert!(!p(no).is_watch(), "{no:?}");
+        }
+        assert!(!ListParams::default().is_watch());
     }
 
     #[test]

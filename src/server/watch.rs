@@ -189,25 +189,12 @@ pub(crate) fn watch_request(
     let query = params.query(fields).map_err(super::bad_request)?;
     Ok(WatchRequest {
         query,
-        bookmarks: bookmarks_allowed(params)?,
+        bookmarks: super::params::query_bool(params.allow_watch_bookmarks.as_deref()),
         timeout: params
             .timeout_seconds
             .filter(|t| *t > 0)
             .map(|t| Duration::from_secs(t as u64)),
     })
-}
-
-/// `?allowWatchBookmarks=`, read as Go's `strconv.ParseBool` reads it.
-fn bookmarks_allowed(params: &super::params::ListParams) -> Result<bool, Response> {
-    match params
-        .allow_watch_bookmarks
-        .as_deref()
-        .map(super::params::parse_bool)
-    {
-        None => Ok(false),
-        Some(Some(b)) => Ok(b),
-        Some(None) => Err(super::bad_request("allowWatchBookmarks: invalid value")),
-    }
 }
 
 /// kube-apiserver's answer to a version older than it keeps (`410 Expired`).

@@ -101,7 +101,17 @@ impl Query {
     }
 
     pub(super) fn watch(&self) -> bool {
-        matches!(self.get("watch"), Some("true" | "1"))
+        self.flag("watch")
+    }
+
+    /// A boolean option as kube-apiserver reads a ListOptions
+    /// (`runtime.Convert_Slice_string_To_bool`, apimachinery
+    /// `pkg/runtime/conversion.go`): absent, `0` or `false` in any case is
+    /// false; any other value, the empty one included, is true.
+    pub(super) fn flag(&self, name: &str) -> bool {
+        self.0
+            .get(name)
+            .is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
     }
 }
 

@@ -48,7 +48,7 @@ impl Shared {
                     .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
             ),
         };
-        let bookmarks = query.get("allowWatchBookmarks") == Some("true");
+        let bookmarks = query.flag("allowWatchBookmarks");
         let state = self.lock();
         let WatchStart {
             pending,
