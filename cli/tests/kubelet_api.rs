@@ -573,6 +573,18 @@ async fn streaming_lists_are_refused_so_clients_fall_back() {
             "{path}"
         );
     }
+    // Decoded before validated, validated before the field labels are
+    // converted (apiserver `pkg/endpoints/handlers/get.go` `ListResource`):
+    // a malformed selector beside them is a 400, a field label nodes lack a 422.
+    for (selector, code) in [
+        ("labelSelector=a%20in%20(b", 400),
+        ("fieldSelector=a", 400),
+        ("fieldSelector=spec.nodeName%3Dx", 422),
+    ] {
+        let path = format!("/api/v1/nodes?{selector}&{streaming}");
+        let (got, _, s) = kubelet(&c, "GET", &path, "", &Value::Null).await;
+        assert_eq!(got, code, "{path}: {s}");
+    }
     // resourceVersionMatch on a plain watch is refused too.
     let (code, _, s) = kubelet(
         &c,

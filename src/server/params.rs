@@ -97,9 +97,17 @@ impl ListParams {
     /// labels the resource can be selected by (others are refused, with the
     /// API server's `field label not supported: X`).
     pub fn query(&self, fields: &[&str]) -> Result<ListQuery, ParamsError> {
+        let query = self.decode()?;
+        query.fields.check_fields(fields)?;
+        Ok(query)
+    }
+
+    /// [`ListParams::query`] but for the field labels, which are checked
+    /// after (kube-apiserver decodes the query, a malformed selector a 400,
+    /// then validates the options, then converts the field labels).
+    pub fn decode(&self) -> Result<ListQuery, ParamsError> {
         let labels = LabelSelector::parse(self.label_selector.as_deref().unwrap_or(""))?;
         let field_selector = FieldSelector::parse(self.field_selector.as_deref().unwrap_or(""))?;
-        field_selector.check_fields(fields)?;
         let continue_from = self
             .continue_token
             .as_deref()

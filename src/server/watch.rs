@@ -180,13 +180,20 @@ pub(crate) fn watch_request(
     params: &super::params::ListParams,
     fields: &[&str],
 ) -> Result<WatchRequest, Response> {
-    // The options kube-apiserver refuses on a watch, refused first.
+    // In kube-apiserver's order (apiserver `pkg/endpoints/handlers/get.go`,
+    // `ListResource`): the query decoded, a malformed selector a 400; the
+    // options validated (`ValidateListOptions`), one refused on a watch a
+    // 422; then the field labels converted, one the resource lacks a 400.
+    let query = params.decode().map_err(super::bad_request)?;
     crate::k8s::watch::check_watch_options(
         params.send_initial_events.is_some(),
         params.resource_version_match.as_deref(),
     )
     .map_err(|status| (StatusCode::UNPROCESSABLE_ENTITY, Json(status)).into_response())?;
-    let query = params.query(fields).map_err(super::bad_request)?;
+    query
+        .fields
+        .check_fields(fields)
+        .map_err(|e| super::bad_request(super::params::ParamsError::from(e)))?;
     Ok(WatchRequest {
         query,
         bookmarks: super::params::query_bool(params.allow_watch_bookmarks.as_deref()),
