@@ -193,7 +193,7 @@ pub(crate) fn watch_request(
     query
         .fields
         .check_fields(fields)
-        .map_err(|e| super::bad_request(super::params::ParamsError::from(e)))?;
+        .map_err(super::bad_request)?;
     Ok(WatchRequest {
         query,
         bookmarks: super::params::query_bool(params.allow_watch_bookmarks.as_deref()),
