@@ -173,7 +173,19 @@ async fn a_listed_machine_joins_by_bootstrap_token_and_a_stranger_waits_for_an_o
         csr["status"]["conditions"][0]["message"],
         "Auto approving kubelet client certificate after SubjectAccessReview."
     );
-    // And edge-1's history has the certificate.
+    // And edge-1's history has the certificate. Its entry follows the
+    // certificate's durable write (`src/server/csr_signing.rs`: durable first,
+    // so the history never names a certificate that could not be got).
+    common::eventually("edge-1's CertificateIssued entry", || async {
+        let (_, h) = c
+            .call("GET", "/v1/history?node=edge-1")
+            .token(Some(OPERATOR))
+            .send()
+            .await;
+        h.as_array()
+            .is_some_and(|a| a.iter().any(|e| e["kind"] == "CertificateIssued"))
+    })
+    .await;
     let serial: String = issued
         .raw_serial()
         .iter()
